@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * agent_int.h - internals of kvpoold shared by its files (never included
+ * by a public header).
+ */
+#ifndef KVP_AGENT_INT_H
+#define KVP_AGENT_INT_H
+
+#include <stdarg.h>
+#include <sys/types.h>
+
+#include "kvpool.h"
+
+enum kvp_log_level { KVP_LOG_DEBUG, KVP_LOG_INFO, KVP_LOG_WARN, KVP_LOG_ERROR };
+
+struct kvp_agent_cfg {
+	char pool[KVP_POOL_NAME_MAX];
+	uint64_t dram_bytes;
+	uint64_t index_entries;
+	uint64_t max_value;
+	uint64_t dram_unit;
+	uint32_t max_clients;
+	uint32_t holds_per_client;
+	uint32_t dram_high_pct;
+	uint32_t dram_low_pct;
+	char group[64];   /* "" = mode 0600 */
+	bool foreground;
+	bool keep_on_exit; /* never unlink the segment on SIGTERM */
+	uint32_t reap_ms;  /* reaper period */
+};
+
+struct kvp_agent {
+	struct kvp_agent_cfg cfg;
+	struct kvp_seg seg;
+	volatile int stop;   /* set by the signal thread; read by workers */
+	uint64_t clock_hand; /* evictor's CLOCK hand (evictor thread only) */
+	int *pidfd;          /* per client slot, -1 = none (reaper thread) */
+	uint64_t *pidfd_pid;
+};
+
+/* log.c */
+void kvp_log(enum kvp_log_level lvl, const char *subsys, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void kvp_log_set_level(enum kvp_log_level lvl);
+int kvp_parse_size(const char *s, uint64_t *out);
+
+/* shm/shm_agent.c */
+int kvp_shm_create_or_attach_agent(struct kvp_agent *a);
+int kvp_shm_remove_agent(struct kvp_agent *a);
+uint64_t kvp_shm_layout_size(const struct kvp_agent_cfg *cfg, uint64_t *nslots,
+			     uint64_t *npages);
+
+/* tiers/dram_agent.c */
+uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
+				   bool *stuck);
+uint64_t kvp_dram_gc_agent(struct kvp_seg *s);
+unsigned kvp_ix_clear_stale_checks_agent(struct kvp_seg *s);
+void *kvp_evictor_main_agent(void *arg);
+
+/* agent/reaper.c */
+int kvp_reap_client_agent(struct kvp_seg *s, uint32_t slot);
+unsigned kvp_reaper_round_agent(struct kvp_agent *a);
+bool kvp_reaper_watch_new_agent(struct kvp_agent *a);
+void *kvp_reaper_main_agent(void *arg);
+
+#endif

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpoold - the per-node kvpool agent.
+ *
+ * Owns the segment's lifecycle (creates it, or re-attaches after a
+ * restart), runs the evictor and the reaper.  Workers never talk to it on
+ * the hot path: they share the segment.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <sys/statvfs.h>
+#include <sys/sysinfo.h>
+
+#include "agent/agent_int.h"
+
+static void
+kvp_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kvpoold [options]\n"
+		"  --pool NAME             pool name (default: default); segment /dev/shm/kvpool.NAME\n"
+		"  --dram SIZE             DRAM tier size (default: 1/8 of RAM, at most half of\n"
+		"                          /dev/shm's free space, at least 64M)\n"
+		"  --index-entries N       keys the index must hold (default: DRAM / 32K, >= 65536)\n"
+		"  --max-value SIZE        largest value (default 64M, at most the DRAM tier)\n"
+		"  --dram-unit SIZE        allocation unit, power of two 4K..4M (default 16K)\n"
+		"  --dram-high PCT         evict above this DRAM use (default 90)\n"
+		"  --dram-low PCT          ... down to this (default 80)\n"
+		"  --max-clients N         client slots (default 128)\n"
+		"  --holds-per-client N    concurrent holds per client (default 4096)\n"
+		"  --group G               share the segment with group G (mode 0660; default 0600)\n"
+		"  --reap-ms MS            reaper period (default 100)\n"
+		"  --keep                  never remove the segment on SIGTERM\n"
+		"  --foreground            do not daemonize; log to stderr\n"
+		"  --log FILE              log file when daemonized (default /tmp/kvpoold.NAME.log)\n"
+		"  --verbose               debug log lines\n"
+		"sizes take K, M, G, T suffixes (binary).\n");
+}
+
+static uint64_t
+kvp_default_dram(void)
+{
+	struct sysinfo si;
+	struct statvfs sv;
+	uint64_t ram = 1ull << 30, shm_free = UINT64_MAX, d;
+
+	if (sysinfo(&si) == 0)
+		ram = (uint64_t)si.totalram * si.mem_unit;
+	if (statvfs("/dev/shm", &sv) == 0)
+		shm_free = (uint64_t)sv.f_bavail * sv.f_frsize;
+	d = ram / 8;
+	if (d > shm_free / 2)
+		d = shm_free / 2;
+	if (d < (64ull << 20))
+		d = 64ull << 20;
+	return d;
+}
+
+static volatile sig_atomic_t kvp_got_signal;
+
+static void
+kvp_on_signal(int sig)
+{
+	kvp_got_signal = sig;
+}
+
+static bool
+kvp_any_client_alive(struct kvp_seg *s)
+{
+	uint32_t i;
+
+	for (i = 0; i < s->hdr->h_max_clients; i++) {
+		/* acquire: pairs with the claim CAS */
+		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
+		if ((w & 0xff) != KVP_CS_FREE && kvp_shm_client_alive(s, i))
+			return true;
+	}
+	return false;
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "pool", required_argument, NULL, 'p' },
+		{ "dram", required_argument, NULL, 'd' },
+		{ "index-entries", required_argument, NULL, 'i' },
+		{ "max-value", required_argument, NULL, 'm' },
+		{ "dram-unit", required_argument, NULL, 'u' },
+		{ "dram-high", required_argument, NULL, 'H' },
+		{ "dram-low", required_argument, NULL, 'L' },
+		{ "max-clients", required_argument, NULL, 'c' },
+		{ "holds-per-client", required_argument, NULL, 'o' },
+		{ "group", required_argument, NULL, 'g' },
+		{ "reap-ms", required_argument, NULL, 'r' },
+		{ "keep", no_argument, NULL, 'k' },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "log", required_argument, NULL, 'l' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static struct kvp_agent agent;
+	struct kvp_agent *a = &agent;
+	struct kvp_agent_cfg *cfg = &a->cfg;
+	const char *logfile = NULL;
+	pthread_t evictor, reaper;
+	struct sigaction sa;
+	int opt, rc, ready[2] = { -1, -1 };
+	uint64_t v;
+
+	snprintf(cfg->pool, sizeof(cfg->pool), "default");
+	cfg->dram_unit = 16u << 10;
+	cfg->max_value = 64ull << 20;
+	cfg->max_clients = 128;
+	cfg->holds_per_client = 4096;
+	cfg->dram_high_pct = 90;
+	cfg->dram_low_pct = 80;
+	cfg->reap_ms = 100;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		bool bad = false;
+
+		switch (opt) {
+		case 'p':
+			snprintf(cfg->pool, sizeof(cfg->pool), "%s", optarg);
+			break;
+		case 'd': bad = kvp_parse_size(optarg, &cfg->dram_bytes) != 0; break;
+		case 'i': bad = kvp_parse_size(optarg, &cfg->index_entries) != 0; break;
+		case 'm': bad = kvp_parse_size(optarg, &cfg->max_value) != 0; break;
+		case 'u':
+			bad = kvp_parse_size(optarg, &cfg->dram_unit) != 0 ||
+			      cfg->dram_unit < 4096 || cfg->dram_unit > (4u << 20) ||
+			      (cfg->dram_unit & (cfg->dram_unit - 1));
+			break;
+		case 'H':
+			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 100;
+			cfg->dram_high_pct = (uint32_t)v;
+			break;
+		case 'L':
+			bad = kvp_parse_size(optarg, &v) || v > 99;
+			cfg->dram_low_pct = (uint32_t)v;
+			break;
+		case 'c':
+			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 65534;
+			cfg->max_clients = (uint32_t)v;
+			break;
+		case 'o':
+			bad = kvp_parse_size(optarg, &v) || v < 16 || v > (1u << 20);
+			cfg->holds_per_client = (uint32_t)v;
+			break;
+		case 'g': snprintf(cfg->group, sizeof(cfg->group), "%s", optarg); break;
+		case 'r':
+			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 1000;
+			cfg->reap_ms = (uint32_t)v;
+			break;
+		case 'k': cfg->keep_on_exit = true; break;
+		case 'f': cfg->foreground = true; break;
+		case 'l': logfile = optarg; break;
+		case 'v': kvp_log_set_level(KVP_LOG_DEBUG); break;
+		case 'h': kvp_usage(stdout); return 0;
+		default: kvp_usage(stderr); return 2;
+		}
+		if (bad) {
+			fprintf(stderr, "kvpoold: bad value '%s' for %s\n", optarg,
+				argv[optind - 1]);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		kvp_usage(stderr);
+		return 2;
+	}
+	if (!cfg->dram_bytes)
+		cfg->dram_bytes = kvp_default_dram();
+	cfg->dram_bytes -= cfg->dram_bytes % cfg->dram_unit;
+	if (cfg->dram_bytes < cfg->dram_unit) {
+		fprintf(stderr, "kvpoold: --dram must hold at least one --dram-unit\n");
+		return 2;
+	}
+	if (!cfg->index_entries) {
+		cfg->index_entries = cfg->dram_bytes / (32u << 10);
+		if (cfg->index_entries < 65536)
+			cfg->index_entries = 65536;
+	}
+	if (cfg->max_value > cfg->dram_bytes)
+		cfg->max_value = cfg->dram_bytes;
+	if (cfg->dram_low_pct >= cfg->dram_high_pct) {
+		fprintf(stderr, "kvpoold: --dram-low must be below --dram-high\n");
+		return 2;
+	}
+
+	if (!cfg->foreground) {
+		char path[128];
+		pid_t pid;
+		char byte;
+
+		if (pipe(ready) < 0)
+			return 1;
+		pid = fork();
+		if (pid < 0)
+			return 1;
+		if (pid > 0) {
+			/* wait for the child to have its segment ready */
+			close(ready[1]);
+			if (read(ready[0], &byte, 1) != 1) {
+				fprintf(stderr, "kvpoold: failed to start; see the log\n");
+				return 1;
+			}
+			printf("kvpoold: pool '%s' ready (pid %d)\n", cfg->pool, (int)pid);
+			return 0;
+		}
+		close(ready[0]);
+		setsid();
+		if (!logfile) {
+			snprintf(path, sizeof(path), "/tmp/kvpoold.%s.log", cfg->pool);
+			logfile = path;
+		}
+		if (!freopen(logfile, "a", stderr))
+			return 1;
+		setvbuf(stderr, NULL, _IOLBF, 0);
+		if (!freopen("/dev/null", "r", stdin) || !freopen("/dev/null", "w", stdout))
+			return 1;
+	}
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = kvp_on_signal;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = kvp_shm_create_or_attach_agent(a);
+	if (rc) {
+		kvp_log(KVP_LOG_ERROR, "agent", "cannot start on pool '%s': %s",
+			cfg->pool, rc == -EADDRINUSE ? "another agent is running" : strerror(-rc));
+		return 1;
+	}
+	/* restart recovery: reap whoever died meanwhile, then free runs
+	 * that no entry owns any more (an eviction cut short by a crash) */
+	{
+		struct kvp_agent tmp = *a;
+		unsigned reaped;
+		uint64_t orphans;
+
+		tmp.pidfd = NULL;
+		reaped = kvp_reaper_round_agent(&tmp);
+		orphans = kvp_dram_gc_agent(&a->seg);
+		kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_ORPHAN_PAGES], orphans); /* stat */
+		if (reaped || orphans)
+			kvp_log(KVP_LOG_INFO, "agent", "recovery: %u dead clients reaped, "
+				"%llu orphan units freed", reaped, (unsigned long long)orphans);
+	}
+	if (pthread_create(&evictor, NULL, kvp_evictor_main_agent, a) ||
+	    pthread_create(&reaper, NULL, kvp_reaper_main_agent, a)) {
+		kvp_log(KVP_LOG_ERROR, "agent", "cannot start threads");
+		return 1;
+	}
+	kvp_log(KVP_LOG_INFO, "agent", "kvpoold %d.%d serving pool '%s' (pid %d, "
+		"incarnation %llu)", KVP_ABI_MAJOR, KVP_ABI_MINOR, cfg->pool, (int)getpid(),
+		(unsigned long long)kvp_load_relaxed(&a->seg.hdr->h_incarnation));
+	if (ready[1] >= 0) {
+		if (write(ready[1], "r", 1) != 1)
+			kvp_log(KVP_LOG_WARN, "agent", "parent went away");
+		close(ready[1]);
+	}
+	while (!kvp_got_signal)
+		pause();
+	kvp_log(KVP_LOG_INFO, "agent", "signal %d: stopping", (int)kvp_got_signal);
+	a->stop = 1;
+	kvp_ifetch_add(&a->seg.hdr->h_evict_wake, 1); /* full: wake the evictor */
+	kvp_futex_wake(&a->seg.hdr->h_evict_wake);
+	pthread_join(evictor, NULL);
+	pthread_join(reaper, NULL);
+	if (!cfg->keep_on_exit && !kvp_any_client_alive(&a->seg)) {
+		kvp_shm_remove_agent(a);
+		kvp_log(KVP_LOG_INFO, "agent", "no live clients: segment removed");
+	} else {
+		kvp_log(KVP_LOG_INFO, "agent", "segment kept for its live clients; a "
+			"restarted agent re-attaches to it");
+	}
+	kvp__seg_unmap(&a->seg);
+	return 0;
+}

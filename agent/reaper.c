@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * reaper.c - release everything a dead client held.
+ *
+ * Death is decided by the kernel (the client's OFD lock on its byte of
+ * the segment file is gone, or its recorded pid now names another
+ * process) and noticed at once through a pidfd, or at the latest after
+ * one reaper period (--reap-ms, default 100 ms).
+ *
+ * Reaping slot i is a sequence of idempotent steps, so an agent killed
+ * half-way redoes it after restart (the slot stays REAPING):
+ *  1. CAS LIVE(g) -> REAPING(g)                    (nobody claims it now)
+ *  2. clear its hold slots                           (holds released)
+ *  3. CAS its RESERVED/CLAIM/PENDING index slots -> EMPTY(gen+1)
+ *  4. sweep the page map: free runs whose owner slot moved on (its
+ *     half-written allocation)
+ *  5. fold its counters into the retired totals, zero them
+ *  6. store FREE(g)                                  (slot reusable)
+ * Step 5 may count twice if the agent dies between the fold and the
+ * zeroing; counters are statistics, never used for correctness.
+ */
+#include <poll.h>
+
+#include "agent/agent_int.h"
+
+#define KVP_REAPER_WATCH_MS 20
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+int
+kvp_reap_client_agent(struct kvp_seg *s, uint32_t i)
+{
+	struct kvp_client_slot *cs = &s->clients[i];
+	struct kvp_shm_header *h = s->hdr;
+	uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: pairs with claim CAS */
+	uint64_t holds = 0, pending = 0, pages, k, pid;
+	uint32_t hpc = h->h_holds_per_client;
+	kvp_aword_t *hs = &s->holds[(uint64_t)i * hpc];
+
+	if ((w & 0xff) == KVP_CS_LIVE) {
+		/* full CAS: step 1 */
+		if (!kvp_cas(&cs->cs_state, w, (w & ~0xffull) | KVP_CS_REAPING))
+			return 0;
+		w = (w & ~0xffull) | KVP_CS_REAPING;
+	} else if ((w & 0xff) != KVP_CS_REAPING) {
+		return 0;
+	}
+	pid = kvp_load_relaxed(&cs->cs_pid); /* relaxed: for the log line */
+	for (k = 0; k < hpc; k++) {
+		/* relaxed: the owner is dead; nobody else writes these */
+		if (kvp_load_relaxed(&hs[k])) {
+			kvp_store_release(&hs[k], 0); /* release: step 2 */
+			holds++;
+		}
+	}
+	kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds remain */
+	for (k = 0; k < h->h_index_slots; k++) {
+		/* acquire: pairs with the owner's claim CAS */
+		uint64_t e = kvp_load_acquire(&s->meta[k]);
+		unsigned st = KVP_IX_STATE(e);
+
+		if ((st == KVP_IX_RESERVED || st == KVP_IX_CLAIM || st == KVP_IX_PENDING) &&
+		    KVP_IX_OWNER(e) == i + 1 &&
+		    /* full CAS: step 3 (the owner is dead: only the other
+		     * claimants' kill CAS can race, and either wins) */
+		    kvp_cas(&s->meta[k], e,
+			    KVP_IX_WORD(KVP_IX_NEXTGEN(e), 0, 0, KVP_IX_EMPTY)))
+			pending++;
+	}
+	pages = kvp_dram_gc_agent(s); /* step 4 */
+	for (k = 0; k < KVP_CTR_SLOTS; k++) {
+		uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]); /* relaxed: stats */
+		if (v)
+			kvp_fetch_add(&h->h_actr[KVP_ACTR_RETIRED0 + k], v);
+		kvp_store_relaxed(&cs->cs_ctr[k], 0);
+	}
+	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_CLIENTS], 1); /* stats */
+	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_HOLDS], holds);
+	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PENDING], pending);
+	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], pages);
+	kvp_store_relaxed(&cs->cs_pid, 0);
+	kvp_store_relaxed(&cs->cs_start_time, 0);
+	/* release: step 6, after every step above */
+	kvp_store_release(&cs->cs_state, (w & ~0xffull) | KVP_CS_FREE);
+	kvp_log(KVP_LOG_INFO, "reaper", "reaped client %u (pid %llu): %llu holds, "
+		"%llu unfinished puts, %llu units freed", i, (unsigned long long)pid,
+		(unsigned long long)holds, (unsigned long long)pending,
+		(unsigned long long)pages);
+	return 1;
+}
+
+/* Check every client slot; reap the dead.  Returns how many were reaped. */
+unsigned
+kvp_reaper_round_agent(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	unsigned n = 0;
+	uint32_t i;
+
+	for (i = 0; i < s->hdr->h_max_clients; i++) {
+		/* acquire: pairs with the claim CAS / FREE store */
+		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
+		uint64_t pid;
+
+		if ((w & 0xff) == KVP_CS_FREE) {
+			if (a->pidfd && a->pidfd[i] >= 0) {
+				close(a->pidfd[i]);
+				a->pidfd[i] = -1;
+			}
+			continue;
+		}
+		if ((w & 0xff) == KVP_CS_REAPING || !kvp_shm_client_alive(s, i)) {
+			n += (unsigned)kvp_reap_client_agent(s, i);
+			continue;
+		}
+		/* relaxed: for the pidfd only; liveness was decided above */
+		pid = kvp_load_relaxed(&s->clients[i].cs_pid);
+		if (a->pidfd && pid && a->pidfd_pid[i] != pid) {
+			if (a->pidfd[i] >= 0)
+				close(a->pidfd[i]);
+			a->pidfd[i] = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+			a->pidfd_pid[i] = pid;
+		}
+	}
+	return n;
+}
+
+/* Open pidfds for clients that appeared since the last look: loads of
+ * the slot table only, a syscall per new client.  Returns true when a
+ * new client's process is already gone (no pidfd to wait on: reap now). */
+bool
+kvp_reaper_watch_new_agent(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	bool gone = false;
+	uint32_t i;
+
+	for (i = 0; i < s->hdr->h_max_clients; i++) {
+		/* acquire: pairs with the claim CAS */
+		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
+		/* relaxed: a pid for the pidfd; liveness is checked elsewhere */
+		uint64_t pid = kvp_load_relaxed(&s->clients[i].cs_pid);
+
+		if ((w & 0xff) != KVP_CS_LIVE || !pid || a->pidfd_pid[i] == pid)
+			continue;
+		if (a->pidfd[i] >= 0)
+			close(a->pidfd[i]);
+		a->pidfd[i] = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+		a->pidfd_pid[i] = pid;
+		gone |= a->pidfd[i] < 0;
+	}
+	return gone;
+}
+
+void *
+kvp_reaper_main_agent(void *arg)
+{
+	struct kvp_agent *a = arg;
+	uint32_t n = a->seg.hdr->h_max_clients, i;
+	struct pollfd *pfd = calloc(n, sizeof(*pfd));
+	uint32_t *who = calloc(n, sizeof(*who));
+	uint64_t next_round = 0;
+	bool full_round;
+
+	a->pidfd = malloc(n * sizeof(int));
+	a->pidfd_pid = calloc(n, sizeof(uint64_t));
+	if (!pfd || !who || !a->pidfd || !a->pidfd_pid) {
+		kvp_log(KVP_LOG_ERROR, "reaper", "out of memory");
+		exit(1);
+	}
+	for (i = 0; i < n; i++)
+		a->pidfd[i] = -1;
+	full_round = true;
+	while (!a->stop) {
+		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
+		nfds_t m = 0;
+		int ev;
+
+		if (full_round || now >= next_round) {
+			kvp_reaper_round_agent(a);
+			next_round = now + (uint64_t)a->cfg.reap_ms * 1000000ull;
+			full_round = false;
+		} else if (kvp_reaper_watch_new_agent(a)) {
+			full_round = true;
+			continue;
+		}
+		for (i = 0; i < n; i++) {
+			if (a->pidfd[i] < 0)
+				continue;
+			pfd[m].fd = a->pidfd[i];
+			pfd[m].events = POLLIN;
+			who[m] = i;
+			m++;
+		}
+		/* a pidfd turns readable the moment its process exits; the
+		 * short timeout picks up new clients' pids (no syscall unless
+		 * a slot changed) */
+		ev = poll(pfd, m, KVP_REAPER_WATCH_MS);
+		if (ev > 0) {
+			nfds_t k;
+			/* one event per process: reap now (or find it alive,
+			 * e.g. a client inherited by a forked child);
+			 * pidfd_pid keeps us from reopening it */
+			for (k = 0; k < m; k++) {
+				if (!pfd[k].revents)
+					continue;
+				close(a->pidfd[who[k]]);
+				a->pidfd[who[k]] = -1;
+			}
+			full_round = true;
+		}
+	}
+	for (i = 0; i < n; i++)
+		if (a->pidfd[i] >= 0)
+			close(a->pidfd[i]);
+	free(pfd);
+	free(who);
+	return NULL;
+}

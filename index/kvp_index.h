@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvp_index.h - the lock-free key index and the hold protocol.
+ *
+ * Shape: 2-choice bucketed hashing.  A key hashes to two buckets of eight
+ * slots; it lives in one of those 16 slots or nowhere.  No chains and no
+ * tombstones, so a lookup reads at most two cache lines of state words
+ * and a removed slot is immediately reusable.
+ *
+ * Each slot has one 64-bit state word in the meta array:
+ *
+ *   [gen:24][fp:16][owner:16][flags:4][state:4]
+ *
+ * gen   bumped whenever the slot's contents or location change meaning,
+ *       so (slot, gen) names one value at one location (ABA guard).
+ * fp    16 bits of the key hash: most mismatches never touch the entry.
+ * owner client slot + 1 of the claimant/putter (RESERVED/CLAIM/PENDING).
+ * flags KVP_IX_CHECK: the agent is deciding whether the slot is held.
+ *
+ * Lifecycle: EMPTY -> RESERVED (claimant writes key) -> CLAIM (visible to
+ * other claimants of the same key) -> PENDING (the single winner copies
+ * bytes) -> READY (published) -> DELETED (client delete) -> EMPTY (agent,
+ * once unheld).  The agent also moves READY -> EMPTY (eviction).
+ *
+ * Correctness sketch (insert-if-absent, "exactly one copies"):
+ *  1. A claimant stores CLAIM (all key fields written before, in RESERVED)
+ *     and issues a full fence before it scans the 16 candidate slots.
+ *  2. For any two concurrent claimants X, Y of one key, the store;fence;
+ *     load pattern guarantees that at least one of them sees the other's
+ *     CLAIM (Dekker).  A slot seen as RESERVED has not stored CLAIM yet,
+ *     so that claimant's later scan sees us.
+ *  3. Tie rule by candidate position p (bucket 1 slots 0..7, then bucket
+ *     2 slots 0..7): a claimant that sees a same-key CLAIM at an earlier
+ *     position, or any same-key PENDING/READY, loses.  One that sees a
+ *     same-key CLAIM at a later position kills it with a CAS CLAIM(g) ->
+ *     EMPTY(g+1); if that CAS fails because the other already went
+ *     PENDING, it loses.
+ *  4. The winner's last step is CAS CLAIM(g) -> PENDING(g); it fails iff
+ *     someone killed it.  So of two claimants both may lose only if a
+ *     third same-key entry is live, and both can never win: if X sees Y
+ *     and X < Y, X kills Y or Y is already PENDING (then X loses); if X
+ *     does not see Y, Y sees X and X < Y, so Y loses.
+ *
+ * Hold protocol (hazard slots, DESIGN-NOTES 2b):
+ *  reader: store (slot, gen) into its own hold slot; full fence; reload
+ *          the state word; valid iff READY(gen) without CHECK.
+ *  agent:  CAS READY(g) -> READY|CHECK(g); full fence; scan every hold
+ *          slot; held -> clear CHECK; unheld -> change location or free.
+ *  Store;fence;load on both sides: either the reader sees CHECK (and
+ *  waits for the outcome instead of trusting its hold), or the agent sees
+ *  the hold (and backs off).  Never neither.  Holds belong to client slots,
+ *  so the reaper clears a dead client's holds idempotently.
+ */
+#ifndef KVP_INDEX_H
+#define KVP_INDEX_H
+
+#include "shm/kvp_shm.h"
+
+/* states */
+#define KVP_IX_EMPTY 0u
+#define KVP_IX_RESERVED 1u
+#define KVP_IX_CLAIM 2u
+#define KVP_IX_PENDING 3u
+#define KVP_IX_READY 4u
+#define KVP_IX_DELETED 5u
+#define KVP_IX_CHECK 0x10u
+
+#define KVP_IX_STATE(w) ((unsigned)((w)&0xfu))
+#define KVP_IX_FLAGS(w) ((unsigned)((w)&0xf0u))
+#define KVP_IX_OWNER(w) ((unsigned)(((w) >> 8) & 0xffffu))
+#define KVP_IX_FP(w) ((unsigned)(((w) >> 24) & 0xffffu))
+#define KVP_IX_GEN(w) ((uint32_t)((w) >> 40))
+#define KVP_IX_GEN_MASK 0xffffffu
+#define KVP_IX_WORD(gen, fp, owner, st)                                      \
+	((((uint64_t)(gen)&KVP_IX_GEN_MASK) << 40) |                         \
+	 ((uint64_t)((fp)&0xffffu) << 24) | ((uint64_t)((owner)&0xffffu) << 8) | \
+	 (uint64_t)(st))
+#define KVP_IX_NEXTGEN(w) (((uint32_t)KVP_IX_GEN(w) + 1) & KVP_IX_GEN_MASK)
+
+/* A hold slot value: (gen << 40) | (slot + 1); 0 = free. */
+#define KVP_HOLD_MAKE(slot, gen) (((uint64_t)(gen) << 40) | ((uint64_t)(slot) + 1))
+#define KVP_HOLD_SLOT(h) (((h) & ((1ull << 40) - 1)) - 1)
+#define KVP_HOLD_GEN(h) ((uint32_t)((h) >> 40))
+
+#define KVP_IX_WAYS 8u
+#define KVP_IX_CANDS 16u
+
+/* ---- hashing: a 64x64->128 multiply-fold hash, written for kvpool ---- */
+__extension__ typedef unsigned __int128 kvp_u128;
+
+KVP_INLINE uint64_t
+kvp__fold(uint64_t a, uint64_t b)
+{
+	kvp_u128 r = (kvp_u128)a * b;
+
+	return (uint64_t)r ^ (uint64_t)(r >> 64);
+}
+
+KVP_INLINE uint64_t
+kvp__rd64(const unsigned char *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return v;
+}
+
+KVP_INLINE uint64_t
+kvp_hash(uint64_t seed, const void *data, size_t n)
+{
+	static const uint64_t k0 = 0x9e3779b97f4a7c15ull, k1 = 0xc2b2ae3d27d4eb4full,
+			      k2 = 0x165667b19e3779f9ull, k3 = 0xd6e8feb86659fd93ull;
+	const unsigned char *p = data;
+	uint64_t h = seed ^ kvp__fold((uint64_t)n ^ k0, k1);
+	uint64_t a, b;
+
+	while (n > 16) {
+		h = kvp__fold(kvp__rd64(p) ^ k2, kvp__rd64(p + 8) ^ h ^ k3);
+		p += 16;
+		n -= 16;
+	}
+	a = b = 0;
+	if (n >= 8) {
+		a = kvp__rd64(p);
+		b = kvp__rd64(p + n - 8);
+	} else if (n >= 4) {
+		uint32_t x, y;
+		memcpy(&x, p, 4);
+		memcpy(&y, p + n - 4, 4);
+		a = x;
+		b = y;
+	} else if (n > 0) {
+		a = ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) | p[n - 1];
+	}
+	h = kvp__fold(a ^ k1 ^ h, b ^ k2);
+	return kvp__fold(h ^ k3, h ^ k0);
+}
+
+/* Namespace id: a 64-bit hash of the name (never 0). */
+KVP_INLINE uint64_t
+kvp_ns_id(const char *ns)
+{
+	uint64_t id = kvp_hash(0x6b76706f6f6c6e73ull, ns, strlen(ns));
+
+	return id ? id : 1;
+}
+
+KVP_INLINE uint64_t
+kvp_key_hash(uint64_t ns_id, const void *key, size_t klen)
+{
+	return kvp_hash(ns_id, key, klen);
+}
+
+/* The 16 candidate slots of a hash, in tie-break order. */
+KVP_INLINE uint64_t
+kvp_ix_cand(const struct kvp_seg *s, uint64_t hash, unsigned pos)
+{
+	uint64_t b1 = hash & s->bucket_mask;
+	uint64_t b2 = kvp__fold(hash, 0xff51afd7ed558ccdull) & s->bucket_mask;
+
+	if (b2 == b1)
+		b2 = b1 ^ 1;
+	return ((pos < KVP_IX_WAYS ? b1 : b2) * KVP_IX_WAYS) + (pos % KVP_IX_WAYS);
+}
+
+KVP_INLINE unsigned
+kvp_ix_fp(uint64_t hash)
+{
+	return (unsigned)(hash >> 48);
+}
+
+/*
+ * Compare the key stored in slot i with (ns, key, klen).  Relaxed loads:
+ * the caller validates the slot's state word before and after, so a torn
+ * comparison is discarded.
+ */
+KVP_INLINE bool
+kvp_ix_key_eq(const struct kvp_seg *s, uint64_t i, uint64_t ns,
+	      const void *key, size_t klen)
+{
+	const struct kvp_entry *e = &s->entries[i];
+	const unsigned char *k = key;
+	size_t off;
+
+	/* relaxed: validated by the state word re-read in the caller */
+	if (kvp_load_relaxed(&e->e_klen) != klen || kvp_load_relaxed(&e->e_ns) != ns)
+		return false;
+	for (off = 0; off + 8 <= klen; off += 8) {
+		uint64_t w;
+		memcpy(&w, k + off, 8);
+		if (kvp_load_relaxed(&e->e_key[off / 8]) != w)
+			return false;
+	}
+	if (off < klen) {
+		uint64_t w = 0;
+		memcpy(&w, k + off, klen - off);
+		if (kvp_load_relaxed(&e->e_key[off / 8]) != w)
+			return false;
+	}
+	return true;
+}
+
+/* Write the key fields of a slot this process owns (RESERVED). */
+KVP_INLINE void
+kvp_ix_key_write(struct kvp_seg *s, uint64_t i, uint64_t ns, uint64_t hash,
+		 const void *key, size_t klen)
+{
+	struct kvp_entry *e = &s->entries[i];
+	const unsigned char *k = key;
+	size_t off;
+
+	/* relaxed: published by the CLAIM store-release that follows */
+	kvp_store_relaxed(&e->e_ns, ns);
+	kvp_store_relaxed(&e->e_hash, hash);
+	kvp_store_relaxed(&e->e_klen, klen);
+	kvp_store_relaxed(&e->e_loc, 0);
+	kvp_store_relaxed(&e->e_len, 0);
+	kvp_store_relaxed(&e->e_ref, 1);
+	for (off = 0; off < 256; off += 8) {
+		uint64_t w = 0;
+		if (off < klen)
+			memcpy(&w, k + off, klen - off >= 8 ? 8 : klen - off);
+		kvp_store_relaxed(&e->e_key[off / 8], w);
+	}
+}
+
+/*
+ * Find the slot holding (ns, key) in one of the states in 'mask' (a bit
+ * per state).  Returns the slot and its validated state word in *wout, or
+ * -ENOENT.  No lock, no syscall, no write.
+ */
+KVP_INLINE int64_t
+kvp_ix_find(const struct kvp_seg *s, uint64_t ns, uint64_t hash,
+	    const void *key, size_t klen, unsigned mask, uint64_t *wout)
+{
+	unsigned fp = kvp_ix_fp(hash), pos;
+
+	for (pos = 0; pos < KVP_IX_CANDS; pos++) {
+		uint64_t i = kvp_ix_cand(s, hash, pos), w, w2;
+		int tries = 0;
+	again:
+		/* acquire: pairs with the release that published the slot's
+		 * key fields (CLAIM store or a CAS); the key reads follow */
+		w = kvp_load_acquire(&s->meta[i]);
+		if (!(mask & (1u << KVP_IX_STATE(w))) || KVP_IX_FP(w) != fp)
+			continue;
+		if (!kvp_ix_key_eq(s, i, ns, key, klen)) {
+			/* acquire: orders the key loads before the re-check */
+			w2 = kvp_load_acquire(&s->meta[i]);
+			if (w2 != w && ++tries < 64)
+				goto again;
+			continue;
+		}
+		/* acquire: a changed word means the key may be torn: retry */
+		w2 = kvp_load_acquire(&s->meta[i]);
+		if (KVP_IX_GEN(w2) != KVP_IX_GEN(w) ||
+		    KVP_IX_STATE(w2) == KVP_IX_EMPTY ||
+		    KVP_IX_STATE(w2) == KVP_IX_RESERVED) {
+			if (++tries < 64)
+				goto again;
+			continue;
+		}
+		if (!(mask & (1u << KVP_IX_STATE(w2))))
+			continue;
+		*wout = w2;
+		return (int64_t)i;
+	}
+	return -ENOENT;
+}
+
+#define KVP_IX_M(st) (1u << (st))
+#define KVP_IX_LIVE_MASK                                                     \
+	(KVP_IX_M(KVP_IX_CLAIM) | KVP_IX_M(KVP_IX_PENDING) | KVP_IX_M(KVP_IX_READY))
+
+/*
+ * Insert-if-absent, step 1..4 of the sketch above.  On success the slot is
+ * PENDING, owned by client 'cslot', and its index is returned with its
+ * state word in *wout.  -EEXIST: the key is live (or being put by someone
+ * who won); -ENOSPC: both buckets are full or the entry limit is reached.
+ */
+KVP_INLINE int64_t
+kvp_ix_claim(struct kvp_seg *s, uint32_t cslot, uint64_t ns, uint64_t hash,
+	     const void *key, size_t klen, uint64_t *wout)
+{
+	unsigned fp = kvp_ix_fp(hash), owner = cslot + 1, pos, mypos = 0;
+	uint64_t w, me = 0, mine = 0;
+	int attempts;
+
+	if (kvp_ix_find(s, ns, hash, key, klen, KVP_IX_LIVE_MASK, &w) >= 0)
+		return -EEXIST;
+
+	/* RESERVE an EMPTY slot in the emptier bucket. */
+	for (attempts = 0;; attempts++) {
+		unsigned free1 = 0, free2 = 0, best = KVP_IX_CANDS;
+
+		for (pos = 0; pos < KVP_IX_CANDS; pos++) {
+			/* relaxed: a hint; the CAS below decides */
+			w = kvp_load_relaxed(&s->meta[kvp_ix_cand(s, hash, pos)]);
+			if (KVP_IX_STATE(w) != KVP_IX_EMPTY)
+				continue;
+			if (pos < KVP_IX_WAYS)
+				free1++;
+			else
+				free2++;
+		}
+		if (free1 + free2 == 0 || attempts > 64)
+			return -ENOSPC;
+		for (pos = free1 >= free2 ? 0 : KVP_IX_WAYS; pos < KVP_IX_CANDS; pos++) {
+			uint64_t i = kvp_ix_cand(s, hash, pos);
+			/* relaxed: the CAS below decides */
+			w = kvp_load_relaxed(&s->meta[i]);
+			if (KVP_IX_STATE(w) != KVP_IX_EMPTY)
+				continue;
+			/* full CAS: the slot is ours; key writes follow */
+			if (kvp_cas(&s->meta[i], w,
+				    KVP_IX_WORD(KVP_IX_GEN(w), fp, owner, KVP_IX_RESERVED))) {
+				best = pos;
+				me = i;
+				mine = KVP_IX_GEN(w);
+				break;
+			}
+		}
+		if (best < KVP_IX_CANDS) {
+			mypos = best;
+			break;
+		}
+	}
+
+	kvp_ix_key_write(s, me, ns, hash, key, klen);
+	/* release: publishes the key fields to claimants and readers that
+	 * acquire-load this word */
+	kvp_store_release(&s->meta[me], KVP_IX_WORD(mine, fp, owner, KVP_IX_CLAIM));
+	/* full fence: our CLAIM store before our loads of the other slots
+	 * (the store-load pattern of step 2: pairs with the same fence of a
+	 * concurrent claimant) */
+	kvp_fence_full();
+
+	for (pos = 0; pos < KVP_IX_CANDS; pos++) {
+		uint64_t i = kvp_ix_cand(s, hash, pos), w2;
+
+		if (i == me)
+			continue;
+	rescan:
+		/* acquire: pairs with the other claimant's CLAIM release */
+		w = kvp_load_acquire(&s->meta[i]);
+		if (!(KVP_IX_LIVE_MASK & KVP_IX_M(KVP_IX_STATE(w))) || KVP_IX_FP(w) != fp)
+			continue;
+		if (!kvp_ix_key_eq(s, i, ns, key, klen))
+			continue;
+		/* acquire: validates the key comparison */
+		w2 = kvp_load_acquire(&s->meta[i]);
+		if (w2 != w)
+			goto rescan;
+		if (KVP_IX_STATE(w) == KVP_IX_CLAIM && pos > mypos) {
+			/* full CAS: kill the later claimant (step 3) */
+			if (kvp_cas(&s->meta[i], w,
+				    KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY)))
+				continue;
+			goto rescan;
+		}
+		/* we lose: give our slot back unless someone killed us */
+		kvp_cas(&s->meta[me], KVP_IX_WORD(mine, fp, owner, KVP_IX_CLAIM),
+			KVP_IX_WORD(mine + 1, 0, 0, KVP_IX_EMPTY));
+		return -EEXIST;
+	}
+	/* full CAS: step 4, fails iff an earlier claimant killed us */
+	w = KVP_IX_WORD(mine, fp, owner, KVP_IX_PENDING);
+	if (!kvp_cas(&s->meta[me], KVP_IX_WORD(mine, fp, owner, KVP_IX_CLAIM), w))
+		return -EEXIST;
+	*wout = w;
+	return (int64_t)me;
+}
+
+/* Give back a PENDING slot that was never published (its owner only). */
+KVP_INLINE void
+kvp_ix_abort(struct kvp_seg *s, uint64_t i, uint64_t w)
+{
+	/* full CAS: after this the slot may be reused by anyone */
+	kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+}
+
+/* Publish a PENDING slot: its bytes become visible. */
+KVP_INLINE int
+kvp_ix_publish(struct kvp_seg *s, uint64_t i, uint64_t w)
+{
+	/* full CAS (release half): the value bytes and e_loc/e_len written
+	 * before are visible to every reader that acquire-loads READY */
+	if (!kvp_cas(&s->meta[i], w,
+		     KVP_IX_WORD(KVP_IX_GEN(w), KVP_IX_FP(w), 0, KVP_IX_READY)))
+		return -ESTALE; /* reaped: this client was declared dead */
+	return 0;
+}
+
+#endif /* KVP_INDEX_H */

@@ -1,0 +1,794 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpool.h - the kvpool client: header only.
+ *
+ * #include "kvpool.h" and link with -latomic_ops -lpthread: every call below
+ * is inline.  The same code is exported from libkvpool.so (ffi.c) for
+ * languages that cannot inline C.
+ *
+ * A client maps the pool's shared segment and claims a client slot.  A
+ * DRAM hit (lookup, hold, copy, drop) takes no lock, makes no syscall and
+ * talks to no server.  The agent (kvpoold) owns the segment's lifecycle,
+ * evicts, and reaps what dead clients held.
+ *
+ * Threads: a struct kvp_client is used by one thread at a time.  Open one
+ * client per thread that needs the pool (each is a separate client slot).
+ *
+ * Status codes (0 or negative errno, the same everywhere):
+ *   0          OK
+ *   -ENOENT    MISS: no such key (in this namespace)
+ *   -EEXIST    put: the key exists or another process is putting it
+ *   -EBUSY     retry later: DRAM full and the agent is still making room,
+ *              or the entry is in the middle of being evicted
+ *   -E2BIG     value larger than the pool's --max-value or its whole arena
+ *   -ENOSPC    the index is full, or DRAM is full and everything is held
+ *   -EMSGSIZE  get: the buffer is smaller than the value (nothing copied)
+ *   -EIO, -EBADMSG  FAILED: the key exists but cannot be read
+ *   -ENOTCONN  UNAVAILABLE: no agent (and, at open, no segment)
+ *   -ESTALE    this client was reaped (declared dead): close and reopen
+ *   -EPROTO    the segment's ABI does not match this build
+ *   -EINVAL    bad argument (key NULL, klen 0 or > 255, len 0, ...)
+ */
+#ifndef KVPOOL_H
+#define KVPOOL_H
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "tiers/kvp_dram.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One key of a batch.  Inputs: key, klen, buf, off, len.  Outputs:
+ * status, and for batch gets len = bytes copied. */
+struct kvp_op {
+	const void *key;
+	uint32_t klen;
+	void *buf;
+	uint64_t off;
+	uint64_t len;
+	int status;
+};
+
+/* Private client state (not shared). */
+struct kvp_client {
+	struct kvp_seg seg;
+	uint32_t slot;        /* client slot index */
+	uint64_t slot_word;   /* our cs_state value while LIVE */
+	uint64_t ns_id;
+	kvp_aword_t *holds;   /* our hold slots in the segment */
+	uint32_t *hold_free;  /* private stack of free hold slots */
+	uint32_t hold_nfree;
+	uint32_t hold_hwm;
+	uint64_t put_wait_ns; /* how long a put waits for the evictor */
+	char ns[KVP_NS_NAME_MAX + 1];
+};
+
+#define KVP_PUT_WAIT_NS_DEFAULT (50ull * 1000 * 1000)
+#define KVP_CHECK_WAIT_NS (1000ull * 1000 * 1000)
+
+KVP_INLINE const char *
+kvp_strerror(int status)
+{
+	switch (status) {
+	case 0: return "OK";
+	case -ENOENT: return "MISS: no such key";
+	case -EEXIST: return "key exists (or is being put)";
+	case -EBUSY: return "BUSY: retry later";
+	case -E2BIG: return "TOO_LARGE: value exceeds the pool's limit";
+	case -ENOSPC: return "NOSPC: pool full";
+	case -EMSGSIZE: return "buffer smaller than the value";
+	case -EIO: return "FAILED: I/O error";
+	case -EBADMSG: return "FAILED: bad checksum";
+	case -ENOTCONN: return "UNAVAILABLE: agent not running";
+	case -ESTALE: return "STALE: client was reaped or agent restarted";
+	case -EPROTO: return "segment ABI mismatch";
+	case -EINVAL: return "invalid argument";
+	case -ENOMEM: return "out of memory";
+	case -EUCLEAN: return "pool structure damaged";
+	default: return "unknown status";
+	}
+}
+
+/* Private counter shard: single writer (this client), so no RMW. */
+KVP_INLINE void
+kvp__ctr(struct kvp_client *c, enum kvp_ctr k, uint64_t d)
+{
+	kvp_aword_t *w = &c->seg.clients[c->slot].cs_ctr[k];
+
+	/* relaxed: statistics; only this client writes its shard */
+	kvp_store_relaxed(w, kvp_load_relaxed(w) + d);
+}
+
+KVP_INLINE int
+kvp__key_ok(const void *key, uint32_t klen)
+{
+	return key && klen >= 1 && klen <= KVP_KEY_MAX;
+}
+
+/* Is our slot still ours?  (The reaper only takes slots of dead clients,
+ * so this fails only after a false death verdict or a damaged segment.) */
+KVP_INLINE int
+kvp__live(const struct kvp_client *c)
+{
+	/* relaxed: a sanity check; the CAS that publishes decides */
+	return kvp_load_relaxed(&c->seg.clients[c->slot].cs_state) == c->slot_word
+		       ? 0 : -ESTALE;
+}
+
+KVP_INLINE void
+kvp__seg_unmap(struct kvp_seg *s)
+{
+	if (s->base)
+		munmap(s->base, s->size);
+	if (s->fd >= 0)
+		close(s->fd);
+	s->base = NULL;
+	s->fd = -1;
+}
+
+/*
+ * Map a pool's segment without claiming a client slot (tools, the agent).
+ * 'writable' maps it read-write.  -ENOTCONN: no segment (no agent ever
+ * started, or it was removed); -EPROTO: ABI mismatch (message in msg).
+ */
+KVP_INLINE int
+kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_t cap)
+{
+	char name[KVP_POOL_NAME_MAX + 16];
+	struct kvp_shm_header h;
+	struct stat st;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	rc = kvp_shm_name(pool, name, sizeof(name));
+	if (rc) {
+		snprintf(msg, cap, "bad pool name (use 1-63 of [A-Za-z0-9_.-])");
+		return rc;
+	}
+	s->fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+	if (s->fd < 0) {
+		rc = errno;
+		if (rc == ENOENT) {
+			snprintf(msg, cap, "no pool '%s' (no /dev/shm%s): start the "
+				 "agent first: kvpoold --pool %s", pool, name, pool);
+			return -ENOTCONN;
+		}
+		snprintf(msg, cap, "cannot open /dev/shm%s: %s", name, strerror(rc));
+		return -rc;
+	}
+	if (fstat(s->fd, &st) < 0 || (uint64_t)st.st_size < sizeof(h) ||
+	    pread(s->fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+		snprintf(msg, cap, "segment /dev/shm%s is truncated", name);
+		rc = -EPROTO;
+		goto err_close;
+	}
+	rc = kvp_shm_check_header(&h, (uint64_t)st.st_size, msg, cap);
+	if (rc)
+		goto err_close;
+	s->size = (uint64_t)st.st_size;
+	s->base = mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0),
+		       MAP_SHARED, s->fd, 0);
+	if (s->base == MAP_FAILED) {
+		rc = -errno;
+		s->base = NULL;
+		snprintf(msg, cap, "mmap of %llu bytes failed: %s",
+			 (unsigned long long)s->size, strerror(-rc));
+		goto err_close;
+	}
+	s->hdr = (struct kvp_shm_header *)s->base;
+	rc = kvp_shm_bind(s);
+	if (rc) {
+		snprintf(msg, cap, "segment layout offsets are out of bounds");
+		goto err_unmap;
+	}
+	return 0;
+
+err_unmap:
+	munmap(s->base, s->size);
+	s->base = NULL;
+err_close:
+	close(s->fd);
+	s->fd = -1;
+	return rc;
+}
+
+/*
+ * kvp_open - attach to pool 'pool' (NULL: "default") in namespace 'ns'
+ * (model + KV layout fingerprint; keys of different namespaces never
+ * meet).  Claims a client slot whose liveness the agent checks with the
+ * kernel.  Works while the agent is down, as long as its segment exists.
+ *
+ * Returns 0 and *out, or -ENOTCONN (no segment: start kvpoold), -EPROTO
+ * (ABI mismatch; a message on stderr says what to do), -EUSERS (all
+ * client slots taken), -EINVAL, -ENOMEM.  Any thread; may block briefly
+ * (mmap, a few syscalls).
+ */
+KVP_INLINE int
+kvp_open(const char *pool, const char *ns, struct kvp_client **out)
+{
+	struct kvp_client *c;
+	char msg[512];
+	uint32_t i, n;
+	int rc;
+
+	if (!out || !ns || !*ns || strlen(ns) > KVP_NS_NAME_MAX)
+		return -EINVAL;
+	*out = NULL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	rc = kvp_seg_map(pool ? pool : "default", true, &c->seg, msg, sizeof(msg));
+	if (rc) {
+		if (rc == -EPROTO || getenv("KVP_VERBOSE"))
+			fprintf(stderr, "kvpool: %s\n", msg);
+		goto err_free;
+	}
+	n = c->seg.hdr->h_max_clients;
+	for (i = 0; i < n; i++) {
+		struct kvp_client_slot *cs = &c->seg.clients[i];
+		/* relaxed: a hint; the CAS decides */
+		uint64_t w = kvp_load_relaxed(&cs->cs_state);
+
+		if ((w & 0xff) != KVP_CS_FREE)
+			continue;
+		if (kvp_shm_lock_take(c->seg.fd, KVP_LOCK_CLIENT0 + (off_t)i))
+			continue; /* a live process still has this slot */
+		/* full CAS: the slot is ours; its fields are written below */
+		if (kvp_cas(&cs->cs_state, w, ((w >> 8) + 1) << 8 | KVP_CS_LIVE)) {
+			c->slot = i;
+			c->slot_word = ((w >> 8) + 1) << 8 | KVP_CS_LIVE;
+			break;
+		}
+		{
+			struct flock fl = { .l_type = F_UNLCK, .l_whence = SEEK_SET,
+					    .l_start = KVP_LOCK_CLIENT0 + (off_t)i,
+					    .l_len = 1 };
+			fcntl(c->seg.fd, F_OFD_SETLK, &fl);
+		}
+	}
+	if (i == n) {
+		fprintf(stderr, "kvpool: all %u client slots are taken\n", n);
+		rc = -EUSERS;
+		goto err_unmap;
+	}
+	{
+		struct kvp_client_slot *cs = &c->seg.clients[c->slot];
+		uint32_t k;
+
+		snprintf(c->ns, sizeof(c->ns), "%s", ns);
+		c->ns_id = kvp_ns_id(ns);
+		c->holds = &c->seg.holds[(uint64_t)c->slot * c->seg.hdr->h_holds_per_client];
+		c->hold_free = malloc(sizeof(uint32_t) * c->seg.hdr->h_holds_per_client);
+		if (!c->hold_free) {
+			rc = -ENOMEM;
+			goto err_slot;
+		}
+		for (k = 0; k < c->seg.hdr->h_holds_per_client; k++)
+			c->hold_free[k] = c->seg.hdr->h_holds_per_client - 1 - k;
+		c->hold_nfree = c->seg.hdr->h_holds_per_client;
+		/* relaxed: for humans and the reaper's fork check; the lock
+		 * is the authority while these are still zero */
+		kvp_store_relaxed(&cs->cs_start_time, kvp_proc_start_time((long)getpid()));
+		kvp_store_relaxed(&cs->cs_pid, (uint64_t)getpid());
+		kvp_store_relaxed(&cs->cs_open_ns, kvp_now_ns(CLOCK_REALTIME));
+		kvp_store_relaxed(&cs->cs_ns_id, c->ns_id);
+		memset(cs->cs_ns, 0, sizeof(cs->cs_ns));
+		memcpy(cs->cs_ns, ns, strlen(ns) < sizeof(cs->cs_ns) - 1 ? strlen(ns)
+			: sizeof(cs->cs_ns) - 1);
+	}
+	{
+		const char *e = getenv("KVP_PUT_WAIT_MS");
+		c->put_wait_ns = e ? strtoull(e, NULL, 10) * 1000000ull
+				   : KVP_PUT_WAIT_NS_DEFAULT;
+	}
+	*out = c;
+	return 0;
+
+err_slot:
+	/* full CAS: give the slot back before dropping its lock */
+	kvp_cas(&c->seg.clients[c->slot].cs_state, c->slot_word,
+		c->slot_word & ~0xffull);
+err_unmap:
+	kvp__seg_unmap(&c->seg);
+err_free:
+	free(c);
+	return rc;
+}
+
+/*
+ * kvp_close - drop every hold, fold this client's counters into the
+ * pool's retired totals, free the slot and unmap.  Never fails.
+ */
+KVP_INLINE void
+kvp_close(struct kvp_client *c)
+{
+	struct kvp_client_slot *cs;
+	uint32_t k;
+
+	if (!c)
+		return;
+	cs = &c->seg.clients[c->slot];
+	if (kvp__live(c) == 0) {
+		for (k = 0; k < c->hold_hwm; k++)
+			/* release: our copies are done before the slot clears */
+			kvp_store_release(&c->holds[k], 0);
+		kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds left */
+		for (k = 0; k < KVP_CTR_SLOTS; k++) {
+			/* relaxed: statistics; the add is atomic */
+			uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]);
+			if (v)
+				kvp_fetch_add(&c->seg.hdr->h_actr[KVP_ACTR_RETIRED0 + k], v);
+			kvp_store_relaxed(&cs->cs_ctr[k], 0);
+		}
+		kvp_store_relaxed(&cs->cs_pid, 0);
+		kvp_store_relaxed(&cs->cs_start_time, 0);
+		/* full CAS: FREE before our lock drops (fd close), so the
+		 * reaper never sees a LIVE slot without its lock */
+		kvp_cas(&cs->cs_state, c->slot_word, c->slot_word & ~0xffull);
+	}
+	kvp__seg_unmap(&c->seg);
+	free(c->hold_free);
+	free(c);
+}
+
+/*
+ * Take a hold on slot i whose state word was w (READY).  Returns the hold
+ * slot (>= 0), -ENOENT if the value went away (the caller may look again),
+ * -EBUSY if the agent kept it under CHECK for too long, -ENOBUFS if this
+ * client has no free hold slot.
+ */
+KVP_INLINE int
+kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w)
+{
+	uint64_t base = w & ~(uint64_t)KVP_IX_CHECK, w2, t0 = 0;
+	uint32_t h;
+
+	if (!c->hold_nfree)
+		return -ENOBUFS;
+	h = c->hold_free[--c->hold_nfree];
+	if (h >= c->hold_hwm) {
+		c->hold_hwm = h + 1;
+		/* relaxed: ordered before the agent's scan by the fence below */
+		kvp_store_relaxed(&c->seg.clients[c->slot].cs_hold_hwm, c->hold_hwm);
+	}
+	/* relaxed: ordered by the fence below */
+	kvp_store_relaxed(&c->holds[h], KVP_HOLD_MAKE(i, KVP_IX_GEN(base)));
+	/* full fence: hold store before the state reload; pairs with the
+	 * agent's CHECK CAS + fence + hold scan (store-load, both sides) */
+	kvp_fence_full();
+	for (;;) {
+		/* acquire: pairs with the agent's CAS that clears CHECK */
+		w2 = kvp_load_acquire(&c->seg.meta[i]);
+		if (w2 == base)
+			return (int)h;
+		if (w2 != (base | KVP_IX_CHECK))
+			break;
+		/* the agent is deciding; it either sees our hold and backs
+		 * off, or takes the value away: wait for the verdict */
+		if (!t0)
+			t0 = kvp_now_ns(CLOCK_MONOTONIC);
+		else if (kvp_now_ns(CLOCK_MONOTONIC) - t0 > KVP_CHECK_WAIT_NS) {
+			/* release: nothing was copied */
+			kvp_store_release(&c->holds[h], 0);
+			c->hold_free[c->hold_nfree++] = h;
+			return -EBUSY;
+		}
+		kvp__ctr(c, KVP_CTR_HOLD_RETRY, 1);
+		sched_yield();
+	}
+	/* release: nothing was copied under this hold */
+	kvp_store_release(&c->holds[h], 0);
+	c->hold_free[c->hold_nfree++] = h;
+	return -ENOENT;
+}
+
+KVP_INLINE void
+kvp__drop(struct kvp_client *c, int h)
+{
+	/* release: every read of the held bytes happens before the slot
+	 * clears; pairs with the agent's acquire load in its hold scan */
+	kvp_store_release(&c->holds[h], 0);
+	c->hold_free[c->hold_nfree++] = (uint32_t)h;
+}
+
+/*
+ * Find and hold the READY value of key.  Returns the hold slot and fills
+ * *idx, *len; -ENOENT on a miss.  Retries when the slot changes under us.
+ */
+KVP_INLINE int
+kvp__lookup_hold(struct kvp_client *c, const void *key, uint32_t klen,
+		 uint64_t *idx, uint64_t *len)
+{
+	uint64_t hash = kvp_key_hash(c->ns_id, key, klen), w;
+	int tries, h = -ENOENT;
+
+	for (tries = 0; tries < 8; tries++) {
+		int64_t i = kvp_ix_find(&c->seg, c->ns_id, hash, key, klen,
+					KVP_IX_M(KVP_IX_READY), &w);
+		if (i < 0)
+			return -ENOENT;
+		h = kvp__hold(c, (uint64_t)i, w);
+		if (h == -ENOENT)
+			continue;
+		if (h < 0)
+			return h;
+		*idx = (uint64_t)i;
+		/* relaxed: stable while held; published by the READY CAS */
+		*len = kvp_load_relaxed(&c->seg.entries[i].e_len);
+		if (!kvp_load_relaxed(&c->seg.entries[i].e_ref))
+			/* relaxed: a CLOCK hint, written only when clear so
+			 * readers of a hot value do not bounce its line */
+			kvp_store_relaxed(&c->seg.entries[i].e_ref, 1); /* CLOCK hint */
+		return h;
+	}
+	return h;
+}
+
+/* Copy [off, off+n) of held value i into dst. */
+KVP_INLINE void
+kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst, uint64_t n)
+{
+	/* relaxed: stable while held */
+	uint64_t loc = kvp_load_relaxed(&c->seg.entries[i].e_loc);
+	uint32_t p = (uint32_t)KVP_LOC_VAL(loc), next;
+	unsigned char *d = dst;
+
+	while (n) {
+		uint64_t rb;
+		unsigned char *src = kvp_dram_run(&c->seg, p, &rb, &next);
+
+		if (off < rb) {
+			uint64_t k = rb - off < n ? rb - off : n;
+			memcpy(d, src + off, k);
+			d += k;
+			n -= k;
+			off = 0;
+		} else {
+			off -= rb;
+		}
+		if (!next)
+			break;
+		p = next - 1;
+	}
+}
+
+/* Wake the evictor (at most one wake in flight); need_units > 0 says
+ * how much room a waiting putter needs. */
+KVP_INLINE void
+kvp__kick_evictor(struct kvp_client *c, uint64_t need_units)
+{
+	struct kvp_shm_header *hd = c->seg.hdr;
+	uint64_t cur;
+
+	/* relaxed: a hint; the CAS loop only keeps the largest */
+	while ((cur = kvp_load_relaxed(&hd->h_evict_need)) < need_units &&
+	       !kvp_cas(&hd->h_evict_need, cur, need_units))
+		;
+
+	/* full CAS: only the first client to see the need pays the syscall;
+	 * the agent clears h_evict_req before each pass */
+	if (kvp_cas(&hd->h_evict_req, 0, 1)) {
+		kvp_ifetch_add(&hd->h_evict_wake, 1);
+		kvp_futex_wake(&hd->h_evict_wake);
+	}
+}
+
+KVP_INLINE bool
+kvp__above_high(const struct kvp_seg *s)
+{
+	/* relaxed: a heuristic to wake the evictor early */
+	uint64_t used = kvp_load_relaxed(&s->dram->dh_used_mirror);
+
+	return used * 100 > s->hdr->h_dram_pages * s->hdr->h_dram_high_pct;
+}
+
+/*
+ * kvp_put - store a value under key if the key is absent.
+ *
+ * Exactly one of several concurrent putters of one key copies; the others
+ * get -EEXIST at once.  The value is invisible until its bytes are all in
+ * place.  When DRAM is full the put wakes the agent's evictor and waits
+ * for room at most KVP_PUT_WAIT_MS (default 50 ms), then answers -EBUSY
+ * (-ENOSPC when everything left is held, -ENOTCONN when no agent runs).
+ * len must be 1..max_value (zero-length values are refused: -EINVAL).
+ */
+KVP_INLINE int
+kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len)
+{
+	struct kvp_seg *s;
+	uint64_t hash, w, deadline = 0, unit;
+	int64_t i;
+	uint32_t first = 0, p, next;
+	const unsigned char *src = val;
+	int rc;
+
+	if (!c || !kvp__key_ok(key, klen) || !val || len == 0)
+		return -EINVAL;
+	s = &c->seg;
+	if (len > s->hdr->h_max_value)
+		return -E2BIG;
+	unit = s->hdr->h_dram_unit;
+	if ((len + unit - 1) / unit > s->hdr->h_dram_pages)
+		return -E2BIG;
+	rc = kvp__live(c);
+	if (rc)
+		return rc;
+	kvp__ctr(c, KVP_CTR_PUT, 1);
+	hash = kvp_key_hash(c->ns_id, key, klen);
+	i = kvp_ix_claim(s, c->slot, c->ns_id, hash, key, klen, &w);
+	if (i < 0) {
+		kvp__ctr(c, i == -EEXIST ? KVP_CTR_PUT_EXISTS : KVP_CTR_PUT_NOSPC, 1);
+		return (int)i;
+	}
+	for (;;) {
+		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
+		uint64_t now;
+
+		rc = kvp_dram_alloc(s, len, (uint64_t)i, KVP_IX_GEN(w), &first);
+		if (rc != -ENOSPC)
+			break;
+		kvp__kick_evictor(c, (len + unit - 1) / unit);
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (!deadline)
+			deadline = now + c->put_wait_ns;
+		if (now >= deadline)
+			break;
+		/* sleep until the evictor reports progress (no spinning) */
+		kvp_futex_wait(&s->hdr->h_space_seq, seq, deadline - now);
+	}
+	if (rc) {
+		kvp_ix_abort(s, (uint64_t)i, w);
+		if (rc == -ENOSPC) {
+			if (!kvp_shm_agent_alive(s))
+				rc = -ENOTCONN;
+			/* relaxed: the evictor's verdict on its last pass */
+			else if (kvp_load_relaxed(&s->hdr->h_evict_stuck))
+				rc = -ENOSPC;
+			else
+				rc = -EBUSY;
+		}
+		kvp__ctr(c, rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY, 1);
+		return rc;
+	}
+	if (kvp__above_high(s))
+		kvp__kick_evictor(c, 0);
+	/* relaxed: published by the READY CAS in kvp_ix_publish */
+	kvp_store_relaxed(&s->entries[i].e_len, len);
+	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, first));
+	for (p = first;;) {
+		uint64_t rb, k;
+		unsigned char *dst = kvp_dram_run(s, p, &rb, &next);
+
+		k = rb < len ? rb : len;
+		memcpy(dst, src, k);
+		src += k;
+		len -= k;
+		if (!len || !next)
+			break;
+		p = next - 1;
+	}
+	rc = kvp_ix_publish(s, (uint64_t)i, w);
+	if (rc == 0)
+		kvp__ctr(c, KVP_CTR_PUT_BYTES, (uint64_t)(src - (const unsigned char *)val));
+	return rc;
+}
+
+/*
+ * kvp_get - copy the whole value of key into buf.  Returns its size, or
+ * -EMSGSIZE (cap too small; nothing copied), -ENOENT, -EBUSY, -EINVAL.
+ */
+KVP_INLINE ssize_t
+kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf, uint64_t cap)
+{
+	uint64_t i, len;
+	int h;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && cap))
+		return -EINVAL;
+	kvp__ctr(c, KVP_CTR_GET, 1);
+	h = kvp__lookup_hold(c, key, klen, &i, &len);
+	if (h < 0) {
+		if (h == -ENOENT)
+			kvp__ctr(c, KVP_CTR_GET_MISS, 1);
+		return h;
+	}
+	if (len > cap) {
+		kvp__drop(c, h);
+		return -EMSGSIZE;
+	}
+	if (!buf) {
+		kvp__drop(c, h);
+		return -EINVAL;
+	}
+	kvp__copy_out(c, i, 0, buf, len);
+	kvp__drop(c, h);
+	kvp__ctr(c, KVP_CTR_GET_HIT, 1);
+	kvp__ctr(c, KVP_CTR_GET_BYTES, len);
+	return (ssize_t)len;
+}
+
+/*
+ * kvp_get_range - copy bytes [off, off+len) of key's value (clipped at
+ * its end) into buf.  Returns the number of bytes copied (0 when off is
+ * the value's size), -EINVAL when off is past the end, -ENOENT, -EBUSY.
+ */
+KVP_INLINE ssize_t
+kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen, uint64_t off,
+	      void *buf, uint64_t len)
+{
+	uint64_t i, vlen, n;
+	int h;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && len))
+		return -EINVAL;
+	kvp__ctr(c, KVP_CTR_GET, 1);
+	h = kvp__lookup_hold(c, key, klen, &i, &vlen);
+	if (h < 0) {
+		if (h == -ENOENT)
+			kvp__ctr(c, KVP_CTR_GET_MISS, 1);
+		return h;
+	}
+	if (off > vlen) {
+		kvp__drop(c, h);
+		return -EINVAL;
+	}
+	n = vlen - off < len ? vlen - off : len;
+	kvp__copy_out(c, i, off, buf, n);
+	kvp__drop(c, h);
+	kvp__ctr(c, KVP_CTR_GET_HIT, 1);
+	kvp__ctr(c, KVP_CTR_GET_BYTES, n);
+	return (ssize_t)n;
+}
+
+/* kvp_exists - 1 if key has a readable value, 0 if not, -EINVAL.
+ * Holds nothing, stages nothing, writes nothing shared but a counter. */
+KVP_INLINE int
+kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
+{
+	uint64_t w;
+	int64_t i;
+
+	if (!c || !kvp__key_ok(key, klen))
+		return -EINVAL;
+	kvp__ctr(c, KVP_CTR_EXISTS, 1);
+	i = kvp_ix_find(&c->seg, c->ns_id, kvp_key_hash(c->ns_id, key, klen), key,
+			klen, KVP_IX_M(KVP_IX_READY), &w);
+	if (i < 0)
+		return 0;
+	kvp__ctr(c, KVP_CTR_EXISTS_HIT, 1);
+	return 1;
+}
+
+/*
+ * kvp_delete - make key unreachable.  Readers holding it finish their
+ * copies; the agent frees the bytes once the last hold drops.  Returns 0,
+ * -ENOENT, -EBUSY (the agent kept it under CHECK too long), -EINVAL.
+ */
+KVP_INLINE int
+kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
+{
+	uint64_t hash, w, t0 = 0;
+	int64_t i;
+
+	if (!c || !kvp__key_ok(key, klen))
+		return -EINVAL;
+	kvp__ctr(c, KVP_CTR_DELETE, 1);
+	hash = kvp_key_hash(c->ns_id, key, klen);
+	for (;;) {
+		i = kvp_ix_find(&c->seg, c->ns_id, hash, key, klen,
+				KVP_IX_M(KVP_IX_READY), &w);
+		if (i < 0)
+			return -ENOENT;
+		if (!(w & KVP_IX_CHECK) &&
+		    /* full CAS: READY(g) -> DELETED(g); pairs with the
+		     * agent's CAS that sets CHECK */
+		    kvp_cas(&c->seg.meta[i], w,
+			    (w & ~0xfull) | KVP_IX_DELETED))
+			return 0; /* the evictor reclaims it on its next pass */
+		if (!t0)
+			t0 = kvp_now_ns(CLOCK_MONOTONIC);
+		else if (kvp_now_ns(CLOCK_MONOTONIC) - t0 > KVP_CHECK_WAIT_NS)
+			return -EBUSY;
+		sched_yield();
+	}
+}
+
+/* Batches: per-key status in ops[k].status; the return is the number of
+ * keys with status 0 (or -EINVAL for bad arguments to the call itself).
+ * Any number of keys (2,000 and more) in one call. */
+KVP_INLINE ssize_t
+kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	size_t k, ok = 0;
+
+	if (!c || (!ops && n))
+		return -EINVAL;
+	for (k = 0; k < n; k++) {
+		ops[k].status = kvp_put(c, ops[k].key, ops[k].klen, ops[k].buf, ops[k].len);
+		ok += ops[k].status == 0;
+	}
+	return (ssize_t)ok;
+}
+
+/* Batch get: for each key copies [off, off+len) of its value, clipped at
+ * the value's end, and sets len to the bytes copied (so off 0 with a
+ * buffer of at least the value's size reads it whole).  Status as for
+ * kvp_get_range. */
+KVP_INLINE ssize_t
+kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	size_t k, ok = 0;
+
+	if (!c || (!ops && n))
+		return -EINVAL;
+	for (k = 0; k < n; k++) {
+		ssize_t r = kvp_get_range(c, ops[k].key, ops[k].klen, ops[k].off,
+					  ops[k].buf, ops[k].len);
+		if (r >= 0) {
+			ops[k].len = (uint64_t)r;
+			ops[k].status = 0;
+			ok++;
+		} else {
+			ops[k].status = (int)r;
+		}
+	}
+	return (ssize_t)ok;
+}
+
+/*
+ * kvp_batch_exists_prefix - how many keys, from the start, are present.
+ * Sets status (0 present, -ENOENT absent, -EINVAL bad key) for the keys
+ * it examined (up to and including the first absent one).  Takes no
+ * holds, touches no tier, stages nothing.
+ */
+KVP_INLINE ssize_t
+kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	enum { AHEAD = 8 };
+	uint64_t hashes[AHEAD];
+	size_t k;
+
+	if (!c || (!ops && n))
+		return -EINVAL;
+	kvp__ctr(c, KVP_CTR_EXISTS, n);
+	/* hash a few keys ahead and prefetch their buckets */
+	for (k = 0; k < n && k < AHEAD; k++) {
+		if (!kvp__key_ok(ops[k].key, ops[k].klen))
+			break;
+		hashes[k] = kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen);
+		__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, hashes[k], 0)]);
+	}
+	for (k = 0; k < n; k++) {
+		uint64_t w, hash;
+		size_t a = k + AHEAD;
+
+		if (!kvp__key_ok(ops[k].key, ops[k].klen)) {
+			ops[k].status = -EINVAL;
+			break;
+		}
+		hash = hashes[k % AHEAD];
+		if (a < n && kvp__key_ok(ops[a].key, ops[a].klen)) {
+			hashes[a % AHEAD] = kvp_key_hash(c->ns_id, ops[a].key, ops[a].klen);
+			__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, hashes[a % AHEAD], 0)]);
+		}
+		if (kvp_ix_find(&c->seg, c->ns_id, hash, ops[k].key, ops[k].klen,
+				KVP_IX_M(KVP_IX_READY), &w) < 0) {
+			ops[k].status = -ENOENT;
+			break;
+		}
+		ops[k].status = 0;
+	}
+	kvp__ctr(c, KVP_CTR_EXISTS_HIT, k);
+	return (ssize_t)k;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVPOOL_H */

@@ -1,0 +1,482 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvp_shm.h - the shared segment: its header, client table and the helpers
+ * that every process uses to reach it.
+ *
+ * Layout (offsets from the segment base; each region page aligned; see
+ * docs/design.md for the picture):
+ *
+ *   [0, 4K)        struct kvp_shm_header    magic, ABI, incarnation, offsets
+ *   clients        struct kvp_client_slot[max_clients]
+ *   holds          kvp_aword_t[max_clients][holds_per_client]
+ *   index meta     kvp_aword_t[nslots]      one state word per slot
+ *   index entries  struct kvp_entry[nslots]
+ *   dram header    struct kvp_dram_hdr      robust mutex, free bins
+ *   page map       struct kvp_page[npages]
+ *   arena          npages * unit bytes      (2 MiB aligned)
+ *
+ * Nothing in the segment is a pointer, an fd or a pid used as identity:
+ * locations are offsets or indexes, checked before use.
+ *
+ * Liveness: byte 0 of the segment file carries the agent's OFD write lock,
+ * byte KVP_LOCK_CLIENT0 + slot the lock of client slot 'slot'.  The kernel
+ * drops an OFD lock when the last descriptor of its open file description
+ * is closed (process death included), so F_OFD_GETLK answers "alive?"
+ * without trusting anything a process wrote and without PID-reuse races.
+ */
+#ifndef KVP_SHM_H
+#define KVP_SHM_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shm/kvp_atomic.h"
+
+/* Linux values, for builds that did not define _GNU_SOURCE before
+ * including <fcntl.h> (the rest of the client needs _DEFAULT_SOURCE). */
+#ifndef F_OFD_GETLK
+#define F_OFD_GETLK 36
+#define F_OFD_SETLK 37
+#endif
+
+#ifndef KVP_INLINE
+#define KVP_INLINE static inline
+#endif
+
+typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
+
+#define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
+#define KVP_ABI_MAJOR 1
+#define KVP_ABI_MINOR 0
+#define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
+
+#define KVP_PAGE 4096u
+#define KVP_CACHELINE 64u
+#define KVP_KEY_MAX 255u
+#define KVP_POOL_NAME_MAX 64u
+#define KVP_NS_NAME_MAX 255u
+#define KVP_LOCK_AGENT 0
+#define KVP_LOCK_CLIENT0 1
+
+/* Client slot states (low 8 bits of cs_state; generation above). */
+enum kvp_cs_state {
+	KVP_CS_FREE = 0,
+	KVP_CS_LIVE = 1,
+	KVP_CS_REAPING = 2,
+};
+
+/*
+ * Per-client counters: one shard per client slot, written only by that
+ * client (relaxed load + store, no RMW: a single writer), summed by readers.
+ */
+enum kvp_ctr {
+	KVP_CTR_PUT = 0,
+	KVP_CTR_PUT_BYTES,
+	KVP_CTR_PUT_EXISTS,
+	KVP_CTR_PUT_BUSY,
+	KVP_CTR_PUT_NOSPC,
+	KVP_CTR_GET,
+	KVP_CTR_GET_HIT,
+	KVP_CTR_GET_MISS,
+	KVP_CTR_GET_BYTES,
+	KVP_CTR_EXISTS,
+	KVP_CTR_EXISTS_HIT,
+	KVP_CTR_DELETE,
+	KVP_CTR_HOLD_RETRY,
+	KVP_CTR__N,
+};
+#define KVP_CTR_SLOTS 16
+_Static_assert(KVP_CTR__N <= KVP_CTR_SLOTS, "counter shard too small");
+
+/* One client slot: 4 cache lines, never shared hot with another client. */
+struct kvp_client_slot {
+	kvp_aword_t cs_state;      /* [gen:56][state:8]                   */
+	kvp_aword_t cs_pid;        /* for humans and the fork check        */
+	kvp_aword_t cs_start_time; /* /proc/pid/stat starttime (ticks)      */
+	kvp_aword_t cs_open_ns;    /* CLOCK_REALTIME at kvp_open            */
+	kvp_aword_t cs_hold_hwm;   /* hold slots in use are below this      */
+	kvp_aword_t cs_ns_id;      /* namespace id (hash of the name)       */
+	kvp_aword_t cs_pad0[2];
+	char cs_ns[64];            /* namespace name, truncated, for humans */
+	kvp_aword_t cs_ctr[KVP_CTR_SLOTS];
+};
+_Static_assert(sizeof(struct kvp_client_slot) == 256, "client slot size");
+_Static_assert(offsetof(struct kvp_client_slot, cs_ctr) == 128, "ctr offset");
+
+/* Agent-wide counters kept in the header (agent threads add atomically). */
+enum kvp_actr {
+	KVP_ACTR_EVICT = 0,
+	KVP_ACTR_EVICT_BYTES,
+	KVP_ACTR_EVICT_BACKOFF, /* victim was held: left alone */
+	KVP_ACTR_DELETE_RECLAIM,
+	KVP_ACTR_REAP_CLIENTS,
+	KVP_ACTR_REAP_HOLDS,
+	KVP_ACTR_REAP_PENDING,
+	KVP_ACTR_REAP_PAGES,
+	KVP_ACTR_ORPHAN_PAGES, /* runs freed by the restart sweep */
+	KVP_ACTR_ALLOC_RECOVER, /* EOWNERDEAD recoveries of the allocator */
+	KVP_ACTR_RETIRED0,      /* + enum kvp_ctr: counters of gone clients */
+	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
+};
+
+struct kvp_shm_header {
+	uint64_t h_magic;
+	uint16_t h_abi_major;
+	uint16_t h_abi_minor;
+	uint32_t h_features;
+	uint64_t h_layout_sig;   /* sizes of the shared types: see below */
+	uint64_t h_seg_size;
+	uint64_t h_create_ns;    /* CLOCK_REALTIME at creation */
+	char h_pool[KVP_POOL_NAME_MAX];
+
+	/* geometry, fixed at creation */
+	uint32_t h_max_clients;
+	uint32_t h_holds_per_client;
+	uint64_t h_index_slots;  /* power of two, 8 per bucket */
+	uint64_t h_index_limit;  /* --index-entries: live entries allowed */
+	uint64_t h_dram_unit;    /* allocation unit, power of two */
+	uint64_t h_dram_pages;   /* arena size in units */
+	uint64_t h_max_value;
+	uint32_t h_dram_high_pct;
+	uint32_t h_dram_low_pct;
+
+	/* layout offsets */
+	kvp_off_t h_clients_off;
+	kvp_off_t h_holds_off;
+	kvp_off_t h_meta_off;
+	kvp_off_t h_entries_off;
+	kvp_off_t h_dram_off;    /* struct kvp_dram_hdr */
+	kvp_off_t h_pagemap_off;
+	kvp_off_t h_arena_off;
+
+	/* agent state */
+	kvp_aword_t h_incarnation; /* bumped by every agent that attaches */
+	kvp_aword_t h_agent_pid;   /* for humans; liveness is the OFD lock */
+	kvp_aword_t h_agent_start_ns;
+	kvp_aword_t h_evict_stuck; /* 1: last pass found nothing evictable */
+	kvp_aint_t h_evict_wake;   /* futex: clients bump to wake the evictor */
+	kvp_aint_t h_space_seq;    /* futex: evictor bumps after freeing */
+	kvp_aword_t h_evict_req;   /* 1: a wake is already pending */
+	kvp_aword_t h_evict_need;  /* largest unit count a putter waits for */
+	kvp_aword_t h_pad1[4];
+
+	kvp_aword_t h_actr[KVP_ACTR__N];
+};
+_Static_assert(sizeof(struct kvp_shm_header) <= KVP_PAGE, "header is one page");
+_Static_assert(offsetof(struct kvp_shm_header, h_magic) == 0, "magic first");
+_Static_assert(offsetof(struct kvp_shm_header, h_abi_major) == 8, "abi at 8");
+_Static_assert(offsetof(struct kvp_shm_header, h_layout_sig) == 16, "sig");
+_Static_assert(offsetof(struct kvp_shm_header, h_incarnation) % 8 == 0, "aligned");
+
+/* Tier tags in the top bits of an entry's location word. */
+#define KVP_TIER_SHIFT 60
+#define KVP_TIER_NONE 0ull
+#define KVP_TIER_DRAM 1ull
+#define KVP_TIER_SSD 2ull
+#define KVP_TIER_HBM 3ull
+#define KVP_LOC_MAKE(tier, v) (((uint64_t)(tier) << KVP_TIER_SHIFT) | (v))
+#define KVP_LOC_TIER(l) ((uint64_t)(l) >> KVP_TIER_SHIFT)
+#define KVP_LOC_VAL(l) ((uint64_t)(l) & ((1ull << KVP_TIER_SHIFT) - 1))
+
+/*
+ * One index entry.  Its fields are written only by whoever owns the slot
+ * (the claimant while RESERVED, the putter while PENDING, the agent while
+ * the CHECK flag is set) and published by a release on the slot's state
+ * word.  Readers validate with the state word (seqlock style), so every
+ * field is read and written with relaxed atomics: torn reads are detected,
+ * never acted on.
+ */
+struct kvp_entry {
+	kvp_aword_t e_loc;   /* tier tag | DRAM: first page of the run chain */
+	kvp_aword_t e_len;   /* value length in bytes */
+	kvp_aword_t e_ns;    /* namespace id */
+	kvp_aword_t e_hash;  /* full 64-bit key hash */
+	kvp_aword_t e_klen;  /* key length, 1..255 */
+	kvp_aword_t e_ref;   /* CLOCK reference bit (relaxed) */
+	kvp_aword_t e_ssd;   /* reserved for the SSD tier */
+	kvp_aword_t e_pad;
+	kvp_aword_t e_key[32]; /* key bytes, zero padded */
+};
+_Static_assert(sizeof(struct kvp_entry) == 320, "entry size");
+_Static_assert(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
+
+/* DRAM page map: meaningful at the first and last page of each run. */
+enum kvp_pg_state {
+	KVP_PG_NONE = 0, /* interior page of a run */
+	KVP_PG_FREE = 1,
+	KVP_PG_USED = 2,
+};
+
+struct kvp_page {
+	uint32_t pg_state;
+	uint32_t pg_npages;    /* run length (first page) */
+	uint32_t pg_owner;     /* USED: owning entry slot + 1 */
+	uint32_t pg_owner_gen; /* USED: owning entry generation */
+	uint32_t pg_next;      /* USED: next run of the value (+1); FREE: bin next (+1) */
+	uint32_t pg_prev;      /* FREE: bin prev (+1) */
+	uint32_t pg_head;      /* last page of a run: its first page (+1) */
+	uint32_t pg_pad;
+};
+_Static_assert(sizeof(struct kvp_page) == 32, "page map entry size");
+
+#define KVP_DRAM_BINS 32
+struct kvp_dram_hdr {
+	pthread_mutex_t dh_lock;     /* process-shared, robust */
+	char dh_pad0[64 - (sizeof(pthread_mutex_t) % 64)];
+	uint64_t dh_used_pages;      /* under dh_lock */
+	uint64_t dh_free_pages;      /* under dh_lock */
+	uint64_t dh_peak_used_pages; /* under dh_lock */
+	uint64_t dh_alloc_fail;      /* under dh_lock */
+	uint32_t dh_bin[KVP_DRAM_BINS]; /* first free run (+1) per log2 class */
+	kvp_aword_t dh_used_mirror;  /* dh_used_pages, readable without lock */
+};
+
+/* Signature of the shared type sizes: a build with other sizes refuses. */
+#define KVP_LAYOUT_SIG                                                       \
+	(((uint64_t)sizeof(struct kvp_shm_header) << 48) ^                   \
+	 ((uint64_t)sizeof(struct kvp_client_slot) << 36) ^                  \
+	 ((uint64_t)sizeof(struct kvp_entry) << 24) ^                        \
+	 ((uint64_t)sizeof(struct kvp_page) << 16) ^                         \
+	 ((uint64_t)sizeof(struct kvp_dram_hdr) << 4) ^                      \
+	 (uint64_t)KVP_CTR_SLOTS)
+
+/* A mapped segment as one process sees it (private memory). */
+struct kvp_seg {
+	unsigned char *base;
+	uint64_t size;
+	int fd; /* its own open file description: carries this process's lock */
+	struct kvp_shm_header *hdr;
+	struct kvp_client_slot *clients;
+	kvp_aword_t *holds;
+	kvp_aword_t *meta;
+	struct kvp_entry *entries;
+	struct kvp_dram_hdr *dram;
+	struct kvp_page *pages;
+	unsigned char *arena;
+	uint64_t slot_mask;  /* index_slots - 1 */
+	uint64_t bucket_mask; /* index_slots / 8 - 1 */
+};
+
+/* ---- small helpers shared by client, agent and tools ---- */
+
+KVP_INLINE uint64_t
+kvp_now_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Bounds-checked offset to pointer: NULL when [off, off+len) is outside. */
+KVP_INLINE void *
+kvp_shm_ptr(const struct kvp_seg *s, kvp_off_t off, uint64_t len)
+{
+	if (off == 0 || off > s->size || len > s->size - off)
+		return NULL;
+	return s->base + off;
+}
+
+/* Shared (not private) futex: the word lives in a MAP_SHARED segment. */
+KVP_INLINE int
+kvp_futex_wait(volatile kvp_aint_t *w, unsigned int val, uint64_t timeout_ns)
+{
+	struct timespec ts = { (time_t)(timeout_ns / 1000000000ull),
+			       (long)(timeout_ns % 1000000000ull) };
+
+	return (int)syscall(SYS_futex, w, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+KVP_INLINE void
+kvp_futex_wake(volatile kvp_aint_t *w)
+{
+	syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Process start time in clock ticks since boot (field 22 of /proc/pid/stat);
+ * 0 when the process does not exist or /proc cannot be read. */
+KVP_INLINE uint64_t
+kvp_proc_start_time(long pid)
+{
+	char path[64], buf[1024];
+	const char *p;
+	ssize_t n;
+	int fd, field;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* comm may contain spaces and parens */
+	if (!p)
+		return 0;
+	for (field = 2; *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	return strtoull(p, NULL, 10);
+}
+
+/* Is someone holding the OFD lock on byte 'byte' of the segment file?
+ * 1 yes, 0 no, negative errno on failure.  Uses this process's own open
+ * file description, so it sees every other holder. */
+KVP_INLINE int
+kvp_shm_lock_held(int fd, off_t byte)
+{
+	struct flock fl;
+
+	memset(&fl, 0, sizeof(fl));
+	fl.l_type = F_WRLCK;
+	fl.l_whence = SEEK_SET;
+	fl.l_start = byte;
+	fl.l_len = 1;
+	if (fcntl(fd, F_OFD_GETLK, &fl) < 0)
+		return -errno;
+	return fl.l_type != F_UNLCK;
+}
+
+KVP_INLINE int
+kvp_shm_lock_take(int fd, off_t byte)
+{
+	struct flock fl;
+
+	memset(&fl, 0, sizeof(fl));
+	fl.l_type = F_WRLCK;
+	fl.l_whence = SEEK_SET;
+	fl.l_start = byte;
+	fl.l_len = 1;
+	if (fcntl(fd, F_OFD_SETLK, &fl) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Is the agent alive?  A syscall: slow paths only. */
+KVP_INLINE bool
+kvp_shm_agent_alive(const struct kvp_seg *s)
+{
+	return kvp_shm_lock_held(s->fd, KVP_LOCK_AGENT) == 1;
+}
+
+/*
+ * Is client slot i alive?  Kernel-checked: its OFD lock is held.  A forked
+ * child inherits the descriptor (and so the lock) of its parent, so the
+ * recorded pid must also still be the same process (same start time):
+ * PID reuse cannot fool either check.
+ */
+KVP_INLINE bool
+kvp_shm_client_alive(const struct kvp_seg *s, uint32_t i)
+{
+	const struct kvp_client_slot *cs = &s->clients[i];
+	uint64_t pid, st, now;
+
+	if (kvp_shm_lock_held(s->fd, KVP_LOCK_CLIENT0 + (off_t)i) != 1)
+		return false;
+	/* relaxed: written once before the slot went LIVE (release) */
+	pid = kvp_load_relaxed(&cs->cs_pid);
+	st = kvp_load_relaxed(&cs->cs_start_time);
+	if (pid == 0 || st == 0)
+		return true; /* still claiming: the lock is the authority */
+	now = kvp_proc_start_time((long)pid);
+	if (now == 0 && kill((pid_t)pid, 0) == 0)
+		return true; /* /proc unreadable: trust the lock */
+	return now == st;
+}
+
+/* Map the segment's regions from a validated header. */
+KVP_INLINE int
+kvp_shm_bind(struct kvp_seg *s)
+{
+	struct kvp_shm_header *h = s->hdr;
+	uint64_t nslots = h->h_index_slots;
+
+	s->clients = kvp_shm_ptr(s, h->h_clients_off,
+				 (uint64_t)h->h_max_clients * sizeof(*s->clients));
+	s->holds = kvp_shm_ptr(s, h->h_holds_off,
+			       (uint64_t)h->h_max_clients * h->h_holds_per_client * 8);
+	s->meta = kvp_shm_ptr(s, h->h_meta_off, nslots * 8);
+	s->entries = kvp_shm_ptr(s, h->h_entries_off, nslots * sizeof(struct kvp_entry));
+	s->dram = kvp_shm_ptr(s, h->h_dram_off, sizeof(struct kvp_dram_hdr));
+	s->pages = kvp_shm_ptr(s, h->h_pagemap_off, h->h_dram_pages * sizeof(struct kvp_page));
+	s->arena = kvp_shm_ptr(s, h->h_arena_off, h->h_dram_pages * h->h_dram_unit);
+	if (!s->clients || !s->holds || !s->meta || !s->entries || !s->dram ||
+	    !s->pages || !s->arena || nslots < 16 || (nslots & (nslots - 1)))
+		return -EPROTO;
+	s->slot_mask = nslots - 1;
+	s->bucket_mask = nslots / 8 - 1;
+	return 0;
+}
+
+/* Names: "/kvpool.<pool>"; pool names are [A-Za-z0-9_.-]{1,63}. */
+KVP_INLINE int
+kvp_shm_name(const char *pool, char *out, size_t cap)
+{
+	size_t i, n;
+
+	if (!pool)
+		return -EINVAL;
+	n = strlen(pool);
+	if (n == 0 || n >= KVP_POOL_NAME_MAX)
+		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		char ch = pool[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.'))
+			return -EINVAL;
+	}
+	if ((size_t)snprintf(out, cap, "/kvpool.%s", pool) >= cap)
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * Validate a header read from a segment.  Returns 0, or -EPROTO and a
+ * message that says what to do in msg.
+ */
+KVP_INLINE int
+kvp_shm_check_header(const struct kvp_shm_header *h, uint64_t file_size,
+		     char *msg, size_t cap)
+{
+	if (h->h_magic != KVP_SHM_MAGIC) {
+		snprintf(msg, cap, "not a kvpool segment (bad magic); remove it "
+			 "from /dev/shm or pick another --pool");
+		return -EPROTO;
+	}
+	if (h->h_abi_major != KVP_ABI_MAJOR || h->h_layout_sig != KVP_LAYOUT_SIG) {
+		snprintf(msg, cap, "segment ABI %u.%u (layout %016llx) does not "
+			 "match this build's %u.%u (layout %016llx): run a kvpool "
+			 "client built for the agent's version, or stop the agent, "
+			 "remove the segment and restart it",
+			 h->h_abi_major, h->h_abi_minor,
+			 (unsigned long long)h->h_layout_sig, KVP_ABI_MAJOR,
+			 KVP_ABI_MINOR, (unsigned long long)KVP_LAYOUT_SIG);
+		return -EPROTO;
+	}
+	if (h->h_seg_size != file_size) {
+		snprintf(msg, cap, "segment size %llu does not match its header "
+			 "(%llu): the segment is being created or is damaged",
+			 (unsigned long long)file_size,
+			 (unsigned long long)h->h_seg_size);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+#endif /* KVP_SHM_H */

@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shm_agent.c - the agent's side of the segment: create it (fully
+ * initialised under a temporary name, then linked into place so no client
+ * ever sees half a header), or re-attach to the one a previous agent left.
+ */
+#include <grp.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include "agent/agent_int.h"
+
+static uint64_t
+kvp_align(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) & ~(a - 1);
+}
+
+static uint64_t
+kvp_pow2_at_least(uint64_t v)
+{
+	uint64_t p = 16;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+/* Compute the layout for cfg; returns the segment size. */
+uint64_t
+kvp_shm_layout_size(const struct kvp_agent_cfg *cfg, uint64_t *nslots, uint64_t *npages)
+{
+	uint64_t off = KVP_PAGE;
+
+	/* 2-choice buckets of 8 stay below ~95% before a bucket pair fills:
+	 * size the table so the configured entries fit at <= 80% */
+	*nslots = kvp_pow2_at_least(cfg->index_entries + cfg->index_entries / 4);
+	*npages = cfg->dram_bytes / cfg->dram_unit;
+	off += kvp_align((uint64_t)cfg->max_clients * sizeof(struct kvp_client_slot), KVP_PAGE);
+	off += kvp_align((uint64_t)cfg->max_clients * cfg->holds_per_client * 8, KVP_PAGE);
+	off += kvp_align(*nslots * 8, KVP_PAGE);
+	off += kvp_align(*nslots * sizeof(struct kvp_entry), KVP_PAGE);
+	off += kvp_align(sizeof(struct kvp_dram_hdr), KVP_PAGE);
+	off += kvp_align(*npages * sizeof(struct kvp_page), KVP_PAGE);
+	off = kvp_align(off, 2u << 20);
+	return off + *npages * cfg->dram_unit;
+}
+
+static void
+kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg, uint64_t nslots,
+	     uint64_t npages)
+{
+	struct kvp_shm_header *h = s->hdr;
+	pthread_mutexattr_t ma;
+	uint64_t off = KVP_PAGE;
+
+	memset(h, 0, KVP_PAGE);
+	h->h_abi_major = KVP_ABI_MAJOR;
+	h->h_abi_minor = KVP_ABI_MINOR;
+	h->h_features = KVP_FEATURES;
+	h->h_layout_sig = KVP_LAYOUT_SIG;
+	h->h_seg_size = s->size;
+	h->h_create_ns = kvp_now_ns(CLOCK_REALTIME);
+	snprintf(h->h_pool, sizeof(h->h_pool), "%s", cfg->pool);
+	h->h_max_clients = cfg->max_clients;
+	h->h_holds_per_client = cfg->holds_per_client;
+	h->h_index_slots = nslots;
+	h->h_index_limit = cfg->index_entries;
+	h->h_dram_unit = cfg->dram_unit;
+	h->h_dram_pages = npages;
+	h->h_max_value = cfg->max_value;
+	h->h_dram_high_pct = cfg->dram_high_pct;
+	h->h_dram_low_pct = cfg->dram_low_pct;
+
+	h->h_clients_off = off;
+	off += kvp_align((uint64_t)cfg->max_clients * sizeof(struct kvp_client_slot), KVP_PAGE);
+	h->h_holds_off = off;
+	off += kvp_align((uint64_t)cfg->max_clients * cfg->holds_per_client * 8, KVP_PAGE);
+	h->h_meta_off = off;
+	off += kvp_align(nslots * 8, KVP_PAGE);
+	h->h_entries_off = off;
+	off += kvp_align(nslots * sizeof(struct kvp_entry), KVP_PAGE);
+	h->h_dram_off = off;
+	off += kvp_align(sizeof(struct kvp_dram_hdr), KVP_PAGE);
+	h->h_pagemap_off = off;
+	off += kvp_align(npages * sizeof(struct kvp_page), KVP_PAGE);
+	h->h_arena_off = kvp_align(off, 2u << 20);
+
+	/* the rest of the segment is zero (fallocate): all client slots
+	 * FREE, all index slots EMPTY, no holds */
+	kvp_shm_bind(s);
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+	pthread_mutex_init(&s->dram->dh_lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+	s->pages[0].pg_state = KVP_PG_FREE;
+	s->pages[0].pg_npages = (uint32_t)npages;
+	kvp_dram_rebuild_locked(s); /* nobody else can see it yet */
+	/* release: the magic is the last word written; a reader that checks
+	 * it sees the whole header (the link() below publishes anyway) */
+	kvp_store_release((kvp_aword_t *)&h->h_magic, KVP_SHM_MAGIC);
+}
+
+static int
+kvp_shm_set_perms(int fd, const char *group)
+{
+	struct group *gr;
+
+	if (!group[0])
+		return fchmod(fd, 0600) < 0 ? -errno : 0;
+	gr = getgrnam(group);
+	if (!gr) {
+		kvp_log(KVP_LOG_ERROR, "shm", "unknown group '%s'", group);
+		return -EINVAL;
+	}
+	if (fchown(fd, (uid_t)-1, gr->gr_gid) < 0 || fchmod(fd, 0660) < 0)
+		return -errno;
+	return 0;
+}
+
+static int
+kvp_shm_create(struct kvp_agent *a, const char *name)
+{
+	struct kvp_agent_cfg *cfg = &a->cfg;
+	struct kvp_seg *s = &a->seg;
+	char tmp[128], path[160], final[160];
+	uint64_t nslots, npages, t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	int rc;
+
+	s->size = kvp_shm_layout_size(cfg, &nslots, &npages);
+	if (npages < 1 || npages > UINT32_MAX - 1) {
+		kvp_log(KVP_LOG_ERROR, "shm", "--dram / --dram-unit give %llu units "
+			"(1 .. 2^32-2 allowed)", (unsigned long long)npages);
+		return -EINVAL;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.new.%ld", name, (long)getpid());
+	s->fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (s->fd < 0) {
+		rc = -errno;
+		kvp_log(KVP_LOG_ERROR, "shm", "shm_open %s: %s", tmp, strerror(errno));
+		return rc;
+	}
+	snprintf(path, sizeof(path), "/dev/shm%s", tmp);
+	snprintf(final, sizeof(final), "/dev/shm%s", name);
+	rc = kvp_shm_set_perms(s->fd, cfg->group);
+	if (rc)
+		goto err_unlink;
+	rc = posix_fallocate(s->fd, 0, (off_t)s->size);
+	if (rc) {
+		kvp_log(KVP_LOG_ERROR, "shm", "cannot reserve %llu bytes in /dev/shm: "
+			"%s (lower --dram or grow /dev/shm)",
+			(unsigned long long)s->size, strerror(rc));
+		rc = -rc;
+		goto err_unlink;
+	}
+	/* pre-populate: first touch costs 3-7 us per 4 KiB page here */
+	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_POPULATE, s->fd, 0);
+	if (s->base == MAP_FAILED) {
+		rc = -errno;
+		s->base = NULL;
+		kvp_log(KVP_LOG_ERROR, "shm", "mmap: %s", strerror(-rc));
+		goto err_unlink;
+	}
+	s->hdr = (struct kvp_shm_header *)s->base;
+	kvp_shm_init(s, cfg, nslots, npages);
+	rc = kvp_shm_lock_take(s->fd, KVP_LOCK_AGENT);
+	if (rc)
+		goto err_unmap;
+	if (link(path, final) < 0) {
+		rc = -errno;
+		goto err_unmap;
+	}
+	unlink(path);
+	kvp_log(KVP_LOG_INFO, "shm", "created %s: %llu MiB (DRAM %llu MiB in %llu "
+		"units of %llu KiB, index %llu slots, %u clients) in %.2f s",
+		final, (unsigned long long)(s->size >> 20),
+		(unsigned long long)((npages * cfg->dram_unit) >> 20),
+		(unsigned long long)npages, (unsigned long long)(cfg->dram_unit >> 10),
+		(unsigned long long)nslots, cfg->max_clients,
+		(double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
+	return 0;
+
+err_unmap:
+	munmap(s->base, s->size);
+	s->base = NULL;
+err_unlink:
+	unlink(path);
+	close(s->fd);
+	s->fd = -1;
+	return rc;
+}
+
+/* Re-attach to a live segment after an agent restart: validate, lock,
+ * bump the incarnation, repair what the previous agent left mid-way. */
+static int
+kvp_shm_attach(struct kvp_agent *a, const char *name)
+{
+	struct kvp_seg *s = &a->seg;
+	char msg[512];
+	uint64_t inc;
+	unsigned cleared;
+	int rc;
+
+	rc = kvp_seg_map(a->cfg.pool, true, s, msg, sizeof(msg));
+	if (rc) {
+		kvp_log(KVP_LOG_ERROR, "shm", "cannot attach to %s: %s", name, msg);
+		return rc;
+	}
+	rc = kvp_shm_lock_take(s->fd, KVP_LOCK_AGENT);
+	if (rc) {
+		kvp_log(KVP_LOG_ERROR, "agent", "another kvpoold (pid %llu) is serving "
+			"pool '%s'", (unsigned long long)kvp_load_relaxed(&s->hdr->h_agent_pid),
+			a->cfg.pool);
+		kvp__seg_unmap(s);
+		return -EADDRINUSE;
+	}
+	/* full: the incarnation tells workers an agent restarted */
+	inc = kvp_fetch_add(&s->hdr->h_incarnation, 1) + 1;
+	rc = kvp_dram_lock(s);
+	if (rc == 0) {
+		rc = kvp_dram_rebuild_locked(s);
+		kvp_dram_unlock(s);
+	}
+	if (rc) {
+		kvp_log(KVP_LOG_ERROR, "dram", "allocator damaged (%s): remove %s and "
+			"restart", kvp_strerror(rc), name);
+		kvp__seg_unmap(s);
+		return rc;
+	}
+	cleared = kvp_ix_clear_stale_checks_agent(s);
+	a->cfg.dram_unit = s->hdr->h_dram_unit;
+	a->cfg.max_clients = s->hdr->h_max_clients;
+	kvp_log(KVP_LOG_INFO, "shm", "re-attached to %s (incarnation %llu, %llu MiB, "
+		"existing geometry kept; %u interrupted checks undone)", name,
+		(unsigned long long)inc, (unsigned long long)(s->size >> 20), cleared);
+	return 0;
+}
+
+int
+kvp_shm_create_or_attach_agent(struct kvp_agent *a)
+{
+	char name[KVP_POOL_NAME_MAX + 16];
+	int rc, tries;
+
+	rc = kvp_shm_name(a->cfg.pool, name, sizeof(name));
+	if (rc) {
+		kvp_log(KVP_LOG_ERROR, "agent", "bad pool name '%s'", a->cfg.pool);
+		return rc;
+	}
+	for (tries = 0; tries < 3; tries++) {
+		rc = kvp_shm_create(a, name);
+		if (rc != -EEXIST)
+			break;
+		rc = kvp_shm_attach(a, name);
+		if (rc != -ENOTCONN) /* vanished in between: create again */
+			break;
+	}
+	if (rc)
+		return rc;
+	kvp_store_relaxed(&a->seg.hdr->h_agent_pid, (uint64_t)getpid()); /* humans */
+	kvp_store_relaxed(&a->seg.hdr->h_agent_start_ns, kvp_now_ns(CLOCK_REALTIME));
+	if (a->seg.hdr->h_incarnation == 0)
+		kvp_fetch_add(&a->seg.hdr->h_incarnation, 1); /* first agent: 1 */
+	return 0;
+}
+
+int
+kvp_shm_remove_agent(struct kvp_agent *a)
+{
+	char name[KVP_POOL_NAME_MAX + 16];
+
+	if (kvp_shm_name(a->cfg.pool, name, sizeof(name)))
+		return -EINVAL;
+	return shm_unlink(name) < 0 ? -errno : 0;
+}

@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: MIT */
+/* harness.c - see harness.h. */
+#include <libgen.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+
+#include "tests/agent/harness.h"
+
+const char *
+kvpt_bindir(void)
+{
+	static char dir[4096];
+
+	if (!dir[0]) {
+		char exe[4096];
+		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+		if (n <= 0)
+			return ".";
+		exe[n] = '\0';
+		snprintf(dir, sizeof(dir), "%s", dirname(exe));
+	}
+	return dir;
+}
+
+long long
+kvpt_wait_until(bool (*cond)(void *), void *arg, unsigned timeout_ms)
+{
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	struct timespec ts = { 0, 1000000 };
+
+	for (;;) {
+		uint64_t now;
+
+		if (cond(arg))
+			return (long long)(kvp_now_ns(CLOCK_MONOTONIC) - t0);
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (now - t0 > (uint64_t)timeout_ms * 1000000ull)
+			return -1;
+		nanosleep(&ts, NULL); /* poll interval of a deadline wait */
+	}
+}
+
+struct kvpt_ready {
+	struct kvpt_agent *a;
+};
+
+static bool
+kvpt_agent_ready(void *arg)
+{
+	struct kvpt_agent *a = arg;
+	struct kvp_seg s;
+	char msg[256];
+	bool up = false;
+	int st;
+
+	if (waitpid(a->pid, &st, WNOHANG) == a->pid) {
+		a->pid = -1;
+		return true; /* died: the caller sees pid -1 */
+	}
+	if (kvp_seg_map(a->pool, false, &s, msg, sizeof(msg)) == 0) {
+		/* acquire-free check: the agent stores its pid after the lock */
+		up = kvp_shm_agent_alive(&s) &&
+		     kvp_load_relaxed(&s.hdr->h_agent_pid) == (uint64_t)a->pid;
+		kvp__seg_unmap(&s);
+	}
+	return up;
+}
+
+static int
+kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
+{
+	a->pid = fork();
+	if (a->pid < 0)
+		return -errno;
+	if (a->pid == 0) {
+		/* child: build argv here, so the parent allocates nothing */
+		char *argv[64];
+		char path[4200], fg[] = "--foreground", po[] = "--pool",
+			rm[] = "--reap-ms", rv[] = "50";
+		const char *arg;
+		int n = 0;
+
+		snprintf(path, sizeof(path), "%s/kvpoold", kvpt_bindir());
+		argv[n++] = path;
+		argv[n++] = fg;
+		argv[n++] = po;
+		argv[n++] = a->pool;
+		argv[n++] = rm;
+		argv[n++] = rv;
+		for (arg = first; arg && n < 62; arg = va_arg(ap, const char *))
+			argv[n++] = strdup(arg);
+		argv[n] = NULL;
+		/* the agent dies with the test, whatever way the test ends */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (!getenv("KVPT_AGENT_LOG")) {
+			char log[128];
+			FILE *f;
+			snprintf(log, sizeof(log), "/tmp/kvpt.%s.log", a->pool);
+			f = freopen(log, "a", stderr);
+			(void)f;
+		}
+		if (!freopen("/dev/null", "w", stdout))
+			_exit(126);
+		execv(path, argv);
+		_exit(127);
+	}
+	if (kvpt_wait_until(kvpt_agent_ready, a, 20000) < 0 || a->pid < 0)
+		return -ETIMEDOUT;
+	return 0;
+}
+
+int
+kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...)
+{
+	static unsigned seq;
+	va_list ap;
+	int rc;
+
+	snprintf(a->pool, sizeof(a->pool), "t%d_%u", (int)getpid(), seq++);
+	kvpt_pool_remove(a->pool);
+	va_start(ap, arg);
+	rc = kvpt_spawn(a, arg, ap);
+	va_end(ap);
+	return rc;
+}
+
+int
+kvpt_agent_restart(struct kvpt_agent *a, const char *arg, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, arg);
+	rc = kvpt_spawn(a, arg, ap);
+	va_end(ap);
+	return rc;
+}
+
+int
+kvpt_agent_stop(struct kvpt_agent *a)
+{
+	int st = 0;
+
+	if (a->pid > 0) {
+		kill(a->pid, SIGTERM);
+		waitpid(a->pid, &st, 0);
+		a->pid = -1;
+	}
+	kvpt_pool_remove(a->pool);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void
+kvpt_agent_kill(struct kvpt_agent *a)
+{
+	if (a->pid > 0) {
+		kill(a->pid, SIGKILL);
+		waitpid(a->pid, NULL, 0);
+		a->pid = -1;
+	}
+}
+
+void
+kvpt_pool_remove(const char *pool)
+{
+	char name[128];
+
+	snprintf(name, sizeof(name), "/kvpool.%s", pool);
+	shm_unlink(name);
+}
+
+int
+kvpt_seg_map(const char *pool, struct kvp_seg *s)
+{
+	char msg[256];
+
+	return kvp_seg_map(pool, false, s, msg, sizeof(msg));
+}
+
+uint64_t
+kvpt_count_state(const struct kvp_seg *s, unsigned state)
+{
+	uint64_t i, n = 0;
+
+	for (i = 0; i < s->hdr->h_index_slots; i++)
+		/* acquire: pairs with the state CASes */
+		n += KVP_IX_STATE(kvp_load_acquire(&s->meta[i])) == state;
+	return n;
+}
+
+uint64_t
+kvpt_holds_total(const struct kvp_seg *s)
+{
+	uint64_t i, n = 0, total = (uint64_t)s->hdr->h_max_clients * s->hdr->h_holds_per_client;
+
+	for (i = 0; i < total; i++)
+		n += kvp_load_acquire(&s->holds[i]) != 0; /* acquire: drop release */
+	return n;
+}
+
+uint64_t
+kvpt_units_used(const struct kvp_seg *s)
+{
+	/* relaxed: mirrored under the allocator lock */
+	return kvp_load_relaxed(&s->dram->dh_used_mirror);
+}
+
+uint64_t
+kvpt_clients_nonfree(const struct kvp_seg *s)
+{
+	uint64_t n = 0;
+	uint32_t i;
+
+	for (i = 0; i < s->hdr->h_max_clients; i++)
+		/* acquire: pairs with the FREE store-release */
+		n += (kvp_load_acquire(&s->clients[i].cs_state) & 0xff) != KVP_CS_FREE;
+	return n;
+}
+
+uint64_t
+kvpt_ctr_total(const struct kvp_seg *s, enum kvp_ctr k)
+{
+	uint64_t n = kvp_load_relaxed(&s->hdr->h_actr[KVP_ACTR_RETIRED0 + k]);
+	uint32_t i;
+
+	for (i = 0; i < s->hdr->h_max_clients; i++)
+		n += kvp_load_relaxed(&s->clients[i].cs_ctr[k]); /* relaxed: stats */
+	return n;
+}
+
+static uint64_t
+kvpt_seed(const void *key, uint32_t klen, uint64_t version)
+{
+	return kvp_hash(version * 0x9e3779b97f4a7c15ull + 7, key, klen);
+}
+
+void
+kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t version)
+{
+	uint64_t x = kvpt_seed(key, klen, version), i;
+	unsigned char *b = buf;
+
+	for (i = 0; i + 8 <= len; i += 8) {
+		uint64_t v = x ^ (i * 0xff51afd7ed558ccdull);
+		memcpy(b + i, &v, 8);
+	}
+	for (; i < len; i++)
+		b[i] = (unsigned char)(x >> ((i % 8) * 8));
+}
+
+bool
+kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t version)
+{
+	uint64_t x = kvpt_seed(key, klen, version), i;
+	const unsigned char *b = buf;
+
+	for (i = 0; i + 8 <= len; i += 8) {
+		uint64_t v = x ^ (i * 0xff51afd7ed558ccdull), got;
+		memcpy(&got, b + i, 8);
+		if (got != v)
+			return false;
+	}
+	for (; i < len; i++)
+		if (b[i] != (unsigned char)(x >> ((i % 8) * 8)))
+			return false;
+	return true;
+}

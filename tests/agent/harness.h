@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * harness.h - start and stop a real kvpoold for a test, on a pool name
+ * private to the test; wait on conditions with deadlines, never on sleeps.
+ */
+#ifndef KVP_TEST_HARNESS_H
+#define KVP_TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "kvpool.h"
+
+struct kvpt_agent {
+	pid_t pid;
+	char pool[64];
+};
+
+/* Start kvpoold --foreground --pool <unique> <args...> (NULL terminated)
+ * from the directory of the running test binary; returns once the agent
+ * holds its segment lock.  0 or -errno. */
+int kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...);
+/* Restart on the same pool (after a kill). */
+int kvpt_agent_restart(struct kvpt_agent *a, const char *arg, ...);
+int kvpt_agent_stop(struct kvpt_agent *a);  /* SIGTERM + wait; removes segment */
+void kvpt_agent_kill(struct kvpt_agent *a); /* SIGKILL + wait */
+void kvpt_pool_remove(const char *pool);    /* shm_unlink, ignore errors */
+
+/* Wait until cond(arg) is true or timeout_ms passes; polls every ~1 ms
+ * (a condition with a deadline, not a sleep).  Returns elapsed ns, or -1
+ * on timeout. */
+long long kvpt_wait_until(bool (*cond)(void *), void *arg, unsigned timeout_ms);
+
+/* A mapped view of a pool for assertions (no client slot). */
+int kvpt_seg_map(const char *pool, struct kvp_seg *s);
+
+/* Totals read from a segment, as the CLI computes them. */
+uint64_t kvpt_count_state(const struct kvp_seg *s, unsigned state);
+uint64_t kvpt_holds_total(const struct kvp_seg *s);
+uint64_t kvpt_units_used(const struct kvp_seg *s);
+uint64_t kvpt_clients_nonfree(const struct kvp_seg *s);
+uint64_t kvpt_ctr_total(const struct kvp_seg *s, enum kvp_ctr k);
+
+/* Self-verifying payloads: every byte depends on (key, version). */
+void kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t version);
+bool kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen,
+		uint64_t version);
+
+/* Directory of the running executable (for sibling binaries). */
+const char *kvpt_bindir(void);
+
+#endif

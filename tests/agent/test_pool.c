@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_pool.c - the pool across real processes (and, for ThreadSanitizer,
+ * the same workload as threads of one process): puts, gets, exists and
+ * batches of the same and different keys with every byte verified; holds
+ * fencing eviction; 2,000-key batches.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#include "tests/agent/harness.h"
+
+#define NWORKERS 4
+#define NKEYS 300
+#define ROUNDS 3
+
+struct worker_arg {
+	const char *pool;
+	int id;
+	uint64_t verified_bytes;
+	uint64_t wrong;
+	uint64_t hits, misses, put_ok, put_exists, busy;
+};
+
+static uint32_t
+mkkey(char *buf, int owner, int i)
+{
+	/* ~80-byte keys like the engines': a 64-hex prefix + suffixes */
+	return (uint32_t)snprintf(buf, 128,
+		"%016x%016x%016x%016x_r%d_k%d", (unsigned)i * 2654435761u,
+		(unsigned)owner, 0xabcdefu, (unsigned)i, owner, i);
+}
+
+static uint64_t
+size_of(int i)
+{
+	static const uint64_t sizes[] = { 1000, 4096, 65536, 100000, 262144 };
+	return sizes[i % 5];
+}
+
+/* One worker: own keys (owner = id) and shared keys (owner = -1, put by
+ * everybody, same bytes whoever wins). */
+static void *
+worker(void *p)
+{
+	struct worker_arg *w = p;
+	struct kvp_client *c;
+	unsigned char *buf = malloc(262144), *got = malloc(262144);
+	char key[128];
+	int r, i;
+
+	if (!buf || !got || kvp_open(w->pool, "test-ns", &c)) {
+		w->wrong = 1000000;
+		return NULL;
+	}
+	for (r = 0; r < ROUNDS; r++) {
+		for (i = 0; i < NKEYS; i++) {
+			int owner = (i % 3 == 0) ? -1 : w->id;
+			uint32_t kl = mkkey(key, owner, i);
+			uint64_t len = size_of(i);
+			int rc;
+
+			kvpt_fill(buf, len, key, kl, 1);
+			rc = kvp_put(c, key, kl, buf, len);
+			if (rc == 0)
+				w->put_ok++;
+			else if (rc == -EEXIST)
+				w->put_exists++;
+			else if (rc == -EBUSY)
+				w->busy++;
+			else
+				w->wrong++;
+		}
+		for (i = 0; i < NKEYS; i++) {
+			int owner = (i + r) % 3 == 0 ? -1 : (w->id + i) % NWORKERS;
+			uint32_t kl = mkkey(key, owner, i);
+			ssize_t n = kvp_get(c, key, kl, got, 262144);
+			int e = kvp_exists(c, key, kl);
+
+			if (n >= 0) {
+				w->hits++;
+				if ((uint64_t)n != size_of(i) || !kvpt_check(got, (uint64_t)n, key, kl, 1))
+					w->wrong++;
+				else
+					w->verified_bytes += (uint64_t)n;
+			} else if (n == -ENOENT) {
+				w->misses++;
+			} else if (n != -EBUSY) {
+				w->wrong++;
+			}
+			if (e < 0)
+				w->wrong++;
+			/* a ranged read of the middle */
+			if (n > 16) {
+				ssize_t m = kvp_get_range(c, key, kl, (uint64_t)n / 4, got,
+							  (uint64_t)n / 2);
+				if (m >= 0) {
+					kvpt_fill(buf, (uint64_t)n, key, kl, 1);
+					if (memcmp(got, buf + n / 4, (size_t)m))
+						w->wrong++;
+					else
+						w->verified_bytes += (uint64_t)m;
+				} else if (m != -ENOENT) {
+					w->wrong++;
+				}
+			}
+		}
+	}
+	kvp_close(c);
+	free(buf);
+	free(got);
+	return NULL;
+}
+
+static void
+run_workers(bool threads)
+{
+	struct kvpt_agent a;
+	struct worker_arg *args;
+	struct kvp_seg s;
+	uint64_t verified = 0, hits = 0, ok = 0;
+	int i;
+
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "256M", "--dram-unit", "4K", NULL), 0);
+	args = mmap(NULL, sizeof(*args) * NWORKERS, PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_ptr_not_equal(args, MAP_FAILED);
+	for (i = 0; i < NWORKERS; i++) {
+		memset(&args[i], 0, sizeof(args[i]));
+		args[i].pool = a.pool;
+		args[i].id = i;
+	}
+	if (threads) {
+		pthread_t t[NWORKERS];
+		for (i = 0; i < NWORKERS; i++)
+			assert_int_equal(pthread_create(&t[i], NULL, worker, &args[i]), 0);
+		for (i = 0; i < NWORKERS; i++)
+			pthread_join(t[i], NULL);
+	} else {
+		pid_t pid[NWORKERS];
+		for (i = 0; i < NWORKERS; i++) {
+			pid[i] = fork();
+			assert_true(pid[i] >= 0);
+			if (pid[i] == 0) {
+				worker(&args[i]);
+				_exit(args[i].wrong ? 1 : 0);
+			}
+		}
+		for (i = 0; i < NWORKERS; i++) {
+			int st;
+			assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
+			assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		}
+	}
+	for (i = 0; i < NWORKERS; i++) {
+		assert_int_equal(args[i].wrong, 0);
+		verified += args[i].verified_bytes;
+		hits += args[i].hits;
+		ok += args[i].put_ok;
+	}
+	/* shared keys: exactly one put per key won; own keys: one each */
+	assert_int_equal(ok, NKEYS / 3 + (NKEYS - NKEYS / 3) * NWORKERS);
+	assert_true(hits > 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvpt_holds_total(&s), 0);
+	assert_int_equal(kvpt_count_state(&s, KVP_IX_PENDING), 0);
+	assert_int_equal(kvpt_clients_nonfree(&s), 0);
+	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_PUT_EXISTS),
+			 (uint64_t)NKEYS * ROUNDS * NWORKERS - ok);
+	print_message("  %s: %llu hits, %llu bytes verified\n", threads ? "threads" : "processes",
+		      (unsigned long long)hits, (unsigned long long)verified);
+	kvp__seg_unmap(&s);
+	munmap(args, sizeof(*args) * NWORKERS);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+static void
+test_processes(void **state)
+{
+	(void)state;
+	run_workers(false);
+}
+
+static void
+test_threads(void **state)
+{
+	(void)state;
+	run_workers(true);
+}
+
+struct evict_arg {
+	struct kvp_seg *s;
+	struct kvp_client *c;
+	const char *key;
+	uint32_t klen;
+};
+
+static bool
+key_gone(void *p)
+{
+	struct evict_arg *e = p;
+	return kvp_exists(e->c, e->key, e->klen) == 0;
+}
+
+/* A reader's hold keeps its entry through an arena's worth of eviction
+ * pressure; once dropped, the entry is evicted like any other. */
+static void
+test_hold_blocks_eviction(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *reader, *writer;
+	struct kvp_seg s;
+	unsigned char *buf = malloc(65536), *got = malloc(65536);
+	const char *akey = "the-held-key";
+	uint64_t idx = 0, len = 0, backoff0;
+	char key[64];
+	int h, i, busy = 0, rc;
+	struct evict_arg ea;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "4M", "--dram-unit", "4K",
+					  "--dram-high", "90", "--dram-low", "50", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &reader), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &writer), 0);
+	kvpt_fill(buf, 65536, akey, 12, 7);
+	assert_int_equal(kvp_put(reader, akey, 12, buf, 65536), 0);
+	h = kvp__lookup_hold(reader, akey, 12, &idx, &len);
+	assert_true(h >= 0);
+	backoff0 = kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_BACKOFF]);
+	/* 4 MiB arena, 64 KiB values: 400 puts turn it over six times */
+	for (i = 0; i < 400; i++) {
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "filler-%d", i);
+		kvpt_fill(buf, 65536, key, kl, 1);
+		rc = kvp_put(writer, key, kl, buf, 65536);
+		if (rc == -EBUSY) {
+			busy++;
+			i--; /* retry: BUSY is backpressure, not loss */
+			assert_true(busy < 10000);
+			continue;
+		}
+		assert_int_equal(rc, 0);
+		/* the held value stays readable under the hold, byte for byte */
+		if (i % 50 == 0) {
+			kvp__copy_out(reader, idx, 0, got, len);
+			assert_true(kvpt_check(got, 65536, akey, 12, 7));
+		}
+	}
+	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT]) > 50);
+	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_BACKOFF]) > backoff0);
+	assert_int_equal(kvp_exists(writer, akey, 12), 1);
+	kvp__copy_out(reader, idx, 0, got, len);
+	assert_true(kvpt_check(got, 65536, akey, 12, 7));
+	kvp__drop(reader, h);
+
+	/* dropped: the next wave of puts evicts it */
+	ea.s = &s;
+	ea.c = writer;
+	ea.key = akey;
+	ea.klen = 12;
+	for (i = 400; i < 2000 && !key_gone(&ea); i++) {
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "filler-%d", i);
+		kvpt_fill(buf, 65536, key, kl, 1);
+		rc = kvp_put(writer, key, kl, buf, 65536);
+		assert_true(rc == 0 || rc == -EBUSY);
+	}
+	assert_true(key_gone(&ea));
+	kvp_close(reader);
+	kvp_close(writer);
+	kvp__seg_unmap(&s);
+	free(buf);
+	free(got);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* Arena full and everything held: a put answers -ENOSPC (not a miss, not
+ * a hang); after the holds drop, the same put succeeds. */
+static void
+test_full_and_held(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	unsigned char *buf = calloc(1, 65536);
+	int holds[64], n = 0, i, rc;
+	char key[32];
+	uint64_t idx = 0, len = 0;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "1M", "--dram-unit", "4K", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	for (i = 0; i < 16; i++) {
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "k%d", i);
+		assert_int_equal(kvp_put(c, key, kl, buf, 65536), 0);
+		holds[n] = kvp__lookup_hold(c, key, kl, &idx, &len);
+		assert_true(holds[n] >= 0);
+		n++;
+	}
+	rc = kvp_put(c, "one-more", 8, buf, 65536);
+	assert_int_equal(rc, -ENOSPC);
+	for (i = 0; i < n; i++)
+		kvp__drop(c, holds[i]);
+	/* the evictor may need one pass to see the holds gone */
+	for (i = 0; i < 100 && (rc = kvp_put(c, "one-more", 8, buf, 65536)) != 0; i++)
+		assert_true(rc == -EBUSY || rc == -ENOSPC);
+	assert_int_equal(rc, 0);
+	kvp_close(c);
+	free(buf);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* 2,000 keys in one call: put, prefix-exists, get; a gap stops the prefix. */
+static void
+test_batch_2000(void **state)
+{
+	enum { N = 2000, SZ = 8192 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_op *ops = calloc(N, sizeof(*ops));
+	char (*keys)[100] = calloc(N, 100);
+	unsigned char *vals = malloc((size_t)N * SZ), *out = malloc((size_t)N * SZ);
+	struct kvp_seg s;
+	int i;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	for (i = 0; i < N; i++) {
+		ops[i].klen = mkkey(keys[i], 9, i);
+		ops[i].key = keys[i];
+		ops[i].buf = vals + (size_t)i * SZ;
+		ops[i].len = SZ;
+		kvpt_fill(ops[i].buf, SZ, keys[i], ops[i].klen, 3);
+	}
+	assert_int_equal(kvp_batch_put(c, ops, N), N);
+	for (i = 0; i < N; i++)
+		assert_int_equal(ops[i].status, 0);
+	assert_int_equal(kvp_batch_exists_prefix(c, ops, N), N);
+	for (i = 0; i < N; i++) {
+		ops[i].buf = out + (size_t)i * SZ;
+		ops[i].off = 0;
+		ops[i].len = SZ;
+	}
+	assert_int_equal(kvp_batch_get(c, ops, N), N);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(ops[i].status, 0);
+		assert_int_equal(ops[i].len, SZ);
+		assert_true(kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 3));
+	}
+	/* the plain probe holds nothing */
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_delete(c, keys[1234], ops[1234].klen), 0);
+	assert_int_equal(kvp_batch_exists_prefix(c, ops, N), 1234);
+	assert_int_equal(ops[1234].status, -ENOENT);
+	assert_int_equal(kvpt_holds_total(&s), 0);
+	assert_int_equal(kvp_batch_get(c, ops, N), N - 1);
+	assert_int_equal(ops[1234].status, -ENOENT);
+	kvp__seg_unmap(&s);
+	kvp_close(c);
+	free(ops);
+	free(keys);
+	free(vals);
+	free(out);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+static void
+test_get_semantics(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	unsigned char val[5000], out[6000];
+	ssize_t n;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	kvpt_fill(val, sizeof(val), "v", 1, 1);
+	assert_int_equal(kvp_put(c, "v", 1, val, sizeof(val)), 0);
+	assert_int_equal(kvp_put(c, "v", 1, val, sizeof(val)), -EEXIST);
+	memset(out, 0xee, sizeof(out));
+	assert_int_equal(kvp_get(c, "v", 1, out, 4999), -EMSGSIZE);
+	assert_int_equal(out[0], 0xee); /* nothing copied */
+	assert_int_equal(kvp_get(c, "v", 1, out, sizeof(out)), 5000);
+	assert_memory_equal(out, val, 5000);
+	n = kvp_get_range(c, "v", 1, 4000, out, 2000);
+	assert_int_equal(n, 1000);
+	assert_memory_equal(out, val + 4000, 1000);
+	assert_int_equal(kvp_get_range(c, "v", 1, 5000, out, 10), 0);
+	assert_int_equal(kvp_get_range(c, "v", 1, 5001, out, 10), -EINVAL);
+	assert_int_equal(kvp_get_range(c, "w", 1, 0, out, 10), -ENOENT);
+	kvp_close(c);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_get_semantics),
+		cmocka_unit_test(test_processes),
+		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_hold_blocks_eviction),
+		cmocka_unit_test(test_full_and_held),
+		cmocka_unit_test(test_batch_2000),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,210 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_index.c - the lock-free index: insert-if-absent under real
+ * multi-process races (exactly one winner per key, losers told at once),
+ * delete and re-put, a full table, hash spread.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#include "tests/agent/harness.h"
+
+#define RACERS 4
+#define RKEYS 2000
+
+struct race {
+	kvp_aint_t go;
+	int result[RACERS][RKEYS];
+};
+
+/* RACERS processes put the same RKEYS keys at the same moment, each with
+ * its own bytes: exactly one wins per key, the others get -EEXIST, and
+ * the stored bytes are the winner's. */
+static void
+test_insert_if_absent_race(void **state)
+{
+	struct kvpt_agent a;
+	struct race *r;
+	struct kvp_client *c;
+	pid_t pid[RACERS];
+	unsigned char val[512], out[512];
+	char key[96];
+	int p, k;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K", NULL), 0);
+	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_ptr_not_equal(r, MAP_FAILED);
+	for (p = 0; p < RACERS; p++) {
+		pid[p] = fork();
+		assert_true(pid[p] >= 0);
+		if (pid[p] == 0) {
+			if (kvp_open(a.pool, "ns", &c))
+				_exit(2);
+			/* start together: wait on a shared futex, no spinning */
+			while (kvp_iload_acquire(&r->go) == 0)
+				kvp_futex_wait(&r->go, 0, 100000000ull);
+			for (k = 0; k < RKEYS; k++) {
+				uint32_t kl = (uint32_t)snprintf(key, sizeof(key),
+					"%064x-race-%d", (unsigned)k, k);
+				kvpt_fill(val, sizeof(val), key, kl, (uint64_t)p);
+				r->result[p][k] = kvp_put(c, key, kl, val, sizeof(val));
+			}
+			kvp_close(c);
+			_exit(0);
+		}
+	}
+	kvp_istore_release(&r->go, 1);
+	kvp_futex_wake(&r->go);
+	for (p = 0; p < RACERS; p++) {
+		int st;
+		assert_int_equal(waitpid(pid[p], &st, 0), pid[p]);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	for (k = 0; k < RKEYS; k++) {
+		int winners = 0, winner = -1;
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "%064x-race-%d",
+						 (unsigned)k, k);
+		for (p = 0; p < RACERS; p++) {
+			if (r->result[p][k] == 0) {
+				winners++;
+				winner = p;
+			} else {
+				assert_int_equal(r->result[p][k], -EEXIST);
+			}
+		}
+		assert_int_equal(winners, 1);
+		assert_int_equal(kvp_get(c, key, kl, out, sizeof(out)), sizeof(out));
+		assert_true(kvpt_check(out, sizeof(out), key, kl, (uint64_t)winner));
+	}
+	kvp_close(c);
+	munmap(r, sizeof(*r));
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+static bool
+slot_reclaimed(void *p)
+{
+	struct kvp_seg *s = p;
+	return kvpt_count_state(s, KVP_IX_DELETED) == 0;
+}
+
+static void
+test_delete_and_reput(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char v[4096], out[4096];
+	uint64_t used;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	used = kvpt_units_used(&s);
+	kvpt_fill(v, sizeof(v), "d", 1, 1);
+	assert_int_equal(kvp_put(c, "d", 1, v, sizeof(v)), 0);
+	assert_int_equal(kvpt_units_used(&s), used + 1);
+	assert_int_equal(kvp_delete(c, "d", 1), 0);
+	assert_int_equal(kvp_delete(c, "d", 1), -ENOENT);
+	assert_int_equal(kvp_get(c, "d", 1, out, sizeof(out)), -ENOENT);
+	assert_int_equal(kvp_exists(c, "d", 1), 0);
+	/* a new value under the same key while the old one awaits reclaim */
+	kvpt_fill(v, sizeof(v), "d", 1, 2);
+	assert_int_equal(kvp_put(c, "d", 1, v, sizeof(v)), 0);
+	assert_int_equal(kvp_get(c, "d", 1, out, sizeof(out)), sizeof(out));
+	assert_true(kvpt_check(out, sizeof(out), "d", 1, 2));
+	/* the agent gives the deleted bytes back */
+	assert_true(kvpt_wait_until(slot_reclaimed, &s, 2000) >= 0);
+	assert_int_equal(kvpt_units_used(&s), used + 1);
+	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_DELETE_RECLAIM]), 1);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* A full index answers -ENOSPC (never a miss, never a hang); what is in
+ * it stays readable. */
+static void
+test_full_table(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char v = 42, out;
+	char key[32];
+	int i, stored = 0, rc = 0;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K",
+					  "--index-entries", "64", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(s.hdr->h_index_slots, 128);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	for (i = 0; i < 1000; i++) {
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "full-%d", i);
+		rc = kvp_put(c, key, kl, &v, 1);
+		if (rc)
+			break;
+		stored++;
+	}
+	assert_int_equal(rc, -ENOSPC);
+	/* 2-choice buckets of 8 fill most of the table before a pair fills */
+	assert_true(stored >= 64);
+	print_message("  first -ENOSPC after %d of 128 slots\n", stored);
+	for (i = 0; i < stored; i++) {
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "full-%d", i);
+		assert_int_equal(kvp_get(c, key, kl, &out, 1), 1);
+	}
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* The two candidate buckets of a key are distinct and keys spread evenly:
+ * no bucket is more than 4x the mean over 1M keys. */
+static void
+test_hash_spread(void **state)
+{
+	enum { NB = 4096, NK = 1 << 20 };
+	struct kvp_seg s;
+	unsigned *cnt = calloc(NB, sizeof(unsigned)), max = 0;
+	char key[96];
+	int k;
+
+	(void)state;
+	memset(&s, 0, sizeof(s));
+	s.bucket_mask = NB - 1;
+	for (k = 0; k < NK; k++) {
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "%064x_%d", (unsigned)k, k % 8);
+		uint64_t h = kvp_key_hash(7, key, kl);
+		uint64_t b1 = kvp_ix_cand(&s, h, 0) / 8, b2 = kvp_ix_cand(&s, h, 8) / 8;
+		assert_true(b1 != b2);
+		cnt[b1]++;
+	}
+	for (k = 0; k < NB; k++)
+		max = cnt[k] > max ? cnt[k] : max;
+	assert_true(max < 4 * (NK / NB));
+	assert_true(kvp_ns_id("a") != kvp_ns_id("b"));
+	assert_true(kvp_key_hash(1, "abc", 3) != kvp_key_hash(2, "abc", 3));
+	free(cnt);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hash_spread),
+		cmocka_unit_test(test_insert_if_absent_race),
+		cmocka_unit_test(test_delete_and_reput),
+		cmocka_unit_test(test_full_table),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

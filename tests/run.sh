@@ -1,0 +1,74 @@
+#!/bin/sh
+# tests/run.sh - build every variant and run every test.
+#
+#   tests/run.sh            the default run (release + ASan/UBSan + TSan, short stress)
+#   tests/run.sh --long     adds long stress soaks (minutes)
+#   tests/run.sh --quick    release build only (for iterating)
+#
+# Ends with "N passed, N failed" and exits non-zero if anything failed.
+set -u
+cd "$(dirname "$0")/.."
+long=0 quick=0
+for a in "$@"; do
+	case $a in
+	--long) long=1 ;;
+	--quick) quick=1 ;;
+	*) echo "usage: tests/run.sh [--long|--quick]"; exit 2 ;;
+	esac
+done
+
+./configure >/dev/null || exit 1
+if [ $quick = 1 ]; then variants="release"; else variants="release asan tsan"; fi
+# shellcheck disable=SC2086
+ninja $variants || { echo "0 passed, 1 failed"; exit 1; }
+
+passed=0 failed=0
+failures=""
+run() { # name, command...
+	name=$1; shift
+	start=$(date +%s.%N)
+	log=$(mktemp /tmp/kvpool-test.XXXXXX)
+	if "$@" >"$log" 2>&1; then
+		passed=$((passed + 1)); status=PASS
+	else
+		failed=$((failed + 1)); status=FAIL; failures="$failures $name"
+	fi
+	end=$(date +%s.%N)
+	printf '%-4s %-44s %6.1fs\n' "$status" "$name" "$(awk "BEGIN{print $end - $start}")"
+	if [ $status = FAIL ] || [ "${KVP_TEST_VERBOSE:-0}" = 1 ]; then sed 's/^/     | /' "$log"; fi
+	rm -f "$log"
+}
+
+UNIT="test_layout test_index test_alloc test_pool test_crash test_badinput"
+for v in $variants; do
+	for t in $UNIT; do
+		case $v in
+		# TSan sees the threaded workloads; forked children are
+		# covered by the other variants
+		tsan) case $t in test_pool) ;; *) continue ;; esac ;;
+		esac
+		run "$v/$t" env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+			ASAN_OPTIONS="detect_leaks=1" "build/$v/$t"
+	done
+done
+run "release/stress_pool procs" build/release/stress_pool --procs 4 --seconds 20 --seed 1
+run "release/stress_pool kill" build/release/stress_pool --procs 4 --seconds 20 --seed 2 --kill-every 300
+if [ $quick = 0 ]; then
+	run "asan/stress_pool kill" build/asan/stress_pool --procs 3 --seconds 10 --seed 3 --kill-every 500
+	run "tsan/stress_pool threads" env TSAN_OPTIONS="halt_on_error=1" \
+		build/tsan/stress_pool --threads --procs 3 --seconds 10 --seed 4
+	run "release/bench_core --quick (not asserted)" build/release/bench_core --quick
+fi
+if [ $long = 1 ]; then
+	run "release/stress_pool long kill" build/release/stress_pool --procs 8 --seconds 600 --seed 5 --kill-every 2000
+	run "tsan/stress_pool long threads" env TSAN_OPTIONS="halt_on_error=1" \
+		build/tsan/stress_pool --threads --procs 4 --seconds 120 --seed 6
+fi
+leftover=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.t' || true)
+if [ -n "$leftover" ]; then
+	echo "FAIL segments left behind in /dev/shm: $leftover"
+	failed=$((failed + 1))
+fi
+[ -n "$failures" ] && echo "failed:$failures"
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]

@@ -1,0 +1,275 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dram_agent.c - the agent's half of the DRAM tier: the evictor (CLOCK
+ * over index slots, batched hold checks), reclamation of deleted values,
+ * and the sweep that frees runs whose owner is gone.
+ *
+ * Eviction of a batch (proof sketch; see kvp_index.h for the reader side):
+ *  1. For each victim, CAS READY(g) -> READY|CHECK(g).  From here no reader
+ *     trusts a new hold on it and no client can delete it.
+ *  2. Full fence (store-load: the CHECK stores before the hold loads).
+ *  3. Load every hold slot of every client (acquire: pairs with the
+ *     reader's release when it drops a hold, so its copy is finished).
+ *  4. A victim named by any hold: CAS back to READY(g).  Otherwise CAS
+ *     READY|CHECK(g) -> EMPTY(g+1), then free its runs.  A crash between
+ *     the two leaves runs tagged (slot, g) with the slot at g+1: the
+ *     sweep below frees them.
+ * The agent is the only process that sets CHECK, so an agent restart
+ * clears CHECK flags left by its predecessor (no decision was made).
+ */
+#include "agent/agent_int.h"
+
+#define KVP_EVICT_BATCH 256u
+
+struct kvp_cand {
+	uint64_t slot;
+	uint64_t word; /* state word with CHECK set */
+	bool held;
+};
+
+/* Mark candidates held if any client's hold slot names them. */
+static void
+kvp_holds_scan(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
+{
+	enum { HBITS = 10, HSIZE = 1u << HBITS };
+	int16_t table[HSIZE];
+	uint32_t i, k, hpc = s->hdr->h_holds_per_client;
+
+	memset(table, 0xff, sizeof(table));
+	for (k = 0; k < n; k++) {
+		uint32_t b = (uint32_t)(c[k].slot * 0x9e3779b1u) >> (32 - HBITS);
+		while (table[b] >= 0)
+			b = (b + 1) & (HSIZE - 1);
+		table[b] = (int16_t)k;
+	}
+	for (i = 0; i < s->hdr->h_max_clients; i++) {
+		/* acquire: pairs with the reader's hwm store, ordered before
+		 * its fence; our fence (step 2) precedes this load */
+		uint64_t hwm = kvp_load_acquire(&s->clients[i].cs_hold_hwm);
+		const kvp_aword_t *hs = &s->holds[(uint64_t)i * hpc];
+
+		if (hwm > hpc)
+			hwm = hpc; /* written by a client: never trusted */
+		for (k = 0; k < hwm; k++) {
+			/* acquire: pairs with the reader's release on drop */
+			uint64_t h = kvp_load_acquire(&hs[k]), slot;
+			uint32_t b;
+
+			if (!h)
+				continue;
+			slot = KVP_HOLD_SLOT(h);
+			b = (uint32_t)(slot * 0x9e3779b1u) >> (32 - HBITS);
+			while (table[b] >= 0) {
+				struct kvp_cand *x = &c[table[b]];
+				if (x->slot == slot && KVP_IX_GEN(x->word) == KVP_HOLD_GEN(h))
+					x->held = true;
+				b = (b + 1) & (HSIZE - 1);
+			}
+		}
+	}
+}
+
+/*
+ * One pass: reclaim deleted values and evict unheld cold ones until
+ * 'want_free_pages' units are free or two turns of the clock found
+ * nothing more.  Returns units freed; *stuck says nothing was evictable
+ * while space was still wanted.
+ */
+uint64_t
+kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *stuck)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_shm_header *h = s->hdr;
+	uint64_t nslots = h->h_index_slots, scanned = 0, freed = 0;
+	struct kvp_cand cand[KVP_EVICT_BATCH];
+	uint64_t limit = want_free_pages ? 2 * nslots : nslots;
+	bool need;
+
+	*stuck = false;
+	for (;;) {
+		unsigned n = 0, k;
+
+		/* dh_free_pages without the lock: a progress hint only */
+		need = s->dram->dh_free_pages < want_free_pages;
+		while (n < KVP_EVICT_BATCH && scanned < limit) {
+			uint64_t i = a->clock_hand++ & (nslots - 1), w;
+			unsigned st;
+
+			scanned++;
+			/* acquire: pairs with the publish CAS */
+			w = kvp_load_acquire(&s->meta[i]);
+			st = KVP_IX_STATE(w);
+			if (KVP_IX_FLAGS(w))
+				continue;
+			if (st == KVP_IX_READY) {
+				struct kvp_entry *e = &s->entries[i];
+				if (!need)
+					continue;
+				/* relaxed: stable while READY(g) */
+				if (KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) != KVP_TIER_DRAM)
+					continue;
+				if (kvp_load_relaxed(&e->e_ref)) {
+					/* relaxed: CLOCK second chance */
+					kvp_store_relaxed(&e->e_ref, 0);
+					continue;
+				}
+			} else if (st != KVP_IX_DELETED) {
+				continue;
+			}
+			/* full CAS: step 1 */
+			if (!kvp_cas(&s->meta[i], w, w | KVP_IX_CHECK))
+				continue;
+			cand[n].slot = i;
+			cand[n].word = w | KVP_IX_CHECK;
+			cand[n].held = false;
+			n++;
+		}
+		if (n == 0)
+			break;
+		/* full fence: step 2, CHECK stores before hold-slot loads */
+		kvp_fence_full();
+		kvp_holds_scan(s, cand, n);
+		for (k = 0; k < n; k++) {
+			uint64_t w = cand[k].word, i = cand[k].slot, loc, len;
+			bool deleted = KVP_IX_STATE(w) == KVP_IX_DELETED;
+			int64_t got;
+
+			if (cand[k].held) {
+				/* full CAS: back off; readers may trust holds */
+				kvp_cas(&s->meta[i], w, w & ~(uint64_t)KVP_IX_CHECK);
+				kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_BACKOFF], 1); /* stat */
+				continue;
+			}
+			/* relaxed: stable under CHECK */
+			loc = kvp_load_relaxed(&s->entries[i].e_loc);
+			len = kvp_load_relaxed(&s->entries[i].e_len);
+			/* full CAS: step 4, the value is gone for new readers */
+			kvp_cas(&s->meta[i], w,
+				KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+			if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
+				continue;
+			got = kvp_dram_free_chain(s, (uint32_t)KVP_LOC_VAL(loc), i,
+						  KVP_IX_GEN(w));
+			if (got > 0)
+				freed += (uint64_t)got;
+			/* stats: agent threads add atomically */
+			kvp_fetch_add(&h->h_actr[deleted ? KVP_ACTR_DELETE_RECLAIM
+							 : KVP_ACTR_EVICT], 1);
+			if (!deleted)
+				kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_BYTES], len);
+		}
+		if (scanned >= limit)
+			break;
+	}
+	/* a hint for putters that gave up: nothing could be evicted */
+	if (s->dram->dh_free_pages < want_free_pages && freed == 0)
+		*stuck = true;
+	return freed;
+}
+
+/* Undo CHECK flags an earlier agent left (it made no decision). */
+unsigned
+kvp_ix_clear_stale_checks_agent(struct kvp_seg *s)
+{
+	uint64_t i;
+	unsigned n = 0;
+
+	for (i = 0; i < s->hdr->h_index_slots; i++) {
+		/* acquire: pairs with the CAS that set the flag */
+		uint64_t w = kvp_load_acquire(&s->meta[i]);
+
+		if ((w & KVP_IX_CHECK) &&
+		    /* full CAS: nobody else sets or clears CHECK */
+		    kvp_cas(&s->meta[i], w, w & ~(uint64_t)KVP_IX_CHECK))
+			n++;
+	}
+	return n;
+}
+
+/*
+ * Free every USED run whose owner entry no longer names it: the slot's
+ * generation moved on (evicted, reaped) or it is in a state that owns no
+ * bytes.  Runs of a PENDING put in progress are kept: their slot is
+ * PENDING at the run's generation.  Returns units freed.
+ */
+uint64_t
+kvp_dram_gc_agent(struct kvp_seg *s)
+{
+	uint64_t n = s->hdr->h_dram_pages, p = 0, freed = 0;
+
+	if (kvp_dram_lock(s))
+		return 0;
+	while (p < n) {
+		struct kvp_page *pg = &s->pages[p];
+		uint32_t len = pg->pg_npages;
+
+		if (len == 0 || len > n - p)
+			break; /* cannot happen after a rebuild */
+		if (pg->pg_state == KVP_PG_USED) {
+			uint64_t slot = (uint64_t)pg->pg_owner - 1;
+			bool keep = false;
+
+			if (pg->pg_owner && slot < s->hdr->h_index_slots) {
+				/* acquire: pairs with the publish/claim CAS */
+				uint64_t w = kvp_load_acquire(&s->meta[slot]);
+				unsigned st = KVP_IX_STATE(w);
+				keep = KVP_IX_GEN(w) == pg->pg_owner_gen &&
+				       (st == KVP_IX_PENDING || st == KVP_IX_READY ||
+					st == KVP_IX_DELETED);
+			}
+			if (!keep) {
+				freed += len;
+				kvp__dram_free_run_locked(s, (uint32_t)p);
+				/* the freed run may have merged backwards:
+				 * restart from its (new) head */
+				p = s->pages[p + len - 1].pg_head - 1;
+				len = s->pages[p].pg_npages;
+			}
+		}
+		p += len;
+	}
+	kvp_dram_unlock(s);
+	return freed;
+}
+
+void *
+kvp_evictor_main_agent(void *arg)
+{
+	struct kvp_agent *a = arg;
+	struct kvp_shm_header *h = a->seg.hdr;
+	uint64_t npages = h->h_dram_pages;
+
+	while (!a->stop) {
+		unsigned int seq = kvp_iload_acquire(&h->h_evict_wake);
+		uint64_t want = npages - npages * h->h_dram_low_pct / 100, freed;
+		uint64_t need;
+		bool stuck = false, kicked;
+
+		/* full CAS: take the request; a client that kicks after this
+		 * sees 0 and wakes us again */
+		kicked = kvp_cas(&h->h_evict_req, 1, 0);
+		/* relaxed: the largest unit count a putter is waiting for */
+		need = kvp_load_relaxed(&h->h_evict_need);
+		kvp_store_relaxed(&h->h_evict_need, 0);
+		if (need > want)
+			want = need;
+		if (!kicked && !kvp__above_high(&a->seg))
+			want = 0; /* only reclaim deleted values */
+		freed = kvp_dram_evict_pass_agent(a, want, &stuck);
+		/* relaxed: read by putters that gave up; a hint */
+		kvp_store_relaxed(&h->h_evict_stuck, stuck);
+		if (freed || stuck) {
+			/* full: bump then wake putters sleeping on the seq */
+			kvp_ifetch_add(&h->h_space_seq, 1);
+			kvp_futex_wake(&h->h_space_seq);
+		}
+		if (freed)
+			kvp_log(KVP_LOG_DEBUG, "evict", "freed %llu units",
+				(unsigned long long)freed);
+		if (a->stop)
+			break;
+		/* sleep until a client kicks us, or 100 ms */
+		kvp_futex_wait(&h->h_evict_wake, seq, 100ull * 1000 * 1000);
+	}
+	return NULL;
+}
