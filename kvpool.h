@@ -38,6 +38,10 @@
 
 #include "tiers/kvp_dram.h"
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -281,6 +285,20 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		memcpy(cs->cs_ns, ns, strlen(ns) < sizeof(cs->cs_ns) - 1 ? strlen(ns)
 			: sizeof(cs->cs_ns) - 1);
 	}
+	/* map the index now (page tables only; the agent populated the
+	 * memory): lookups then never take a minor fault.  The arena is
+	 * mapped as it is touched, or now with KVP_POPULATE=all. */
+	{
+		struct kvp_shm_header *h = c->seg.hdr;
+		uint64_t a0 = h->h_meta_off & ~(uint64_t)(KVP_PAGE - 1);
+		uint64_t a1 = h->h_dram_off;
+		const char *e = getenv("KVP_POPULATE");
+
+		if (e && !strcmp(e, "all"))
+			a1 = c->seg.size;
+		if (!e || strcmp(e, "none"))
+			madvise(c->seg.base + a0, a1 - a0, MADV_POPULATE_WRITE);
+	}
 	{
 		const char *e = getenv("KVP_PUT_WAIT_MS");
 		c->put_wait_ns = e ? strtoull(e, NULL, 10) * 1000000ull
@@ -435,8 +453,17 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst, uint64_
 {
 	/* relaxed: stable while held */
 	uint64_t loc = kvp_load_relaxed(&c->seg.entries[i].e_loc);
+	uint64_t run = kvp_load_relaxed(&c->seg.entries[i].e_run);
+	uint64_t unit = c->seg.hdr->h_dram_unit;
 	uint32_t p = (uint32_t)KVP_LOC_VAL(loc), next;
 	unsigned char *d = dst;
+
+	/* one run covers the range (the usual case): no page-map read */
+	if (off + n <= run * unit && p < c->seg.hdr->h_dram_pages &&
+	    run <= c->seg.hdr->h_dram_pages - p) {
+		memcpy(d, c->seg.arena + (uint64_t)p * unit + off, n);
+		return;
+	}
 
 	while (n) {
 		uint64_t rb;
@@ -476,6 +503,21 @@ kvp__kick_evictor(struct kvp_client *c, uint64_t need_units)
 		kvp_ifetch_add(&hd->h_evict_wake, 1);
 		kvp_futex_wake(&hd->h_evict_wake);
 	}
+}
+
+/* Both candidate buckets of hash are full: leave the hash in the hint
+ * ring and wake the evictor, which frees an unheld slot there. */
+KVP_INLINE void
+kvp__hint_full_buckets(struct kvp_client *c, uint64_t hash)
+{
+	struct kvp_shm_header *hd = c->seg.hdr;
+	/* full: a ring position of our own */
+	uint64_t k = kvp_fetch_add(&hd->h_hint_seq, 1) % KVP_HINTS;
+
+	/* release: the evictor takes it with a CAS; 0 means empty (a key
+	 * whose hash is 0 gets no hint: its put may answer -ENOSPC) */
+	kvp_store_release(&hd->h_hint[k], hash);
+	kvp__kick_evictor(c, 0);
 }
 
 KVP_INLINE bool
@@ -520,7 +562,23 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, u
 		return rc;
 	kvp__ctr(c, KVP_CTR_PUT, 1);
 	hash = kvp_key_hash(c->ns_id, key, klen);
-	i = kvp_ix_claim(s, c->slot, c->ns_id, hash, key, klen, &w);
+	for (;;) {
+		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
+		uint64_t now;
+
+		i = kvp_ix_claim(s, c->slot, c->ns_id, hash, key, klen, &w);
+		if (i != -ENOSPC)
+			break;
+		/* both buckets full: ask the evictor to free a slot in them */
+		kvp__hint_full_buckets(c, hash);
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (!deadline)
+			deadline = now + c->put_wait_ns;
+		if (now >= deadline || !kvp_shm_agent_alive(s))
+			break;
+		kvp_futex_wait(&s->hdr->h_space_seq, seq, deadline - now);
+	}
+	deadline = 0;
 	if (i < 0) {
 		kvp__ctr(c, i == -EEXIST ? KVP_CTR_PUT_EXISTS : KVP_CTR_PUT_NOSPC, 1);
 		return (int)i;
@@ -560,6 +618,8 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, u
 	/* relaxed: published by the READY CAS in kvp_ix_publish */
 	kvp_store_relaxed(&s->entries[i].e_len, len);
 	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, first));
+	/* the run's length is ours to read: we own it until publish */
+	kvp_store_relaxed(&s->entries[i].e_run, s->pages[first].pg_npages);
 	for (p = first;;) {
 		uint64_t rb, k;
 		unsigned char *dst = kvp_dram_run(s, p, &rb, &next);
@@ -698,6 +758,43 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 	}
 }
 
+/* Pipeline helpers for batch lookups: hash key k into ring[k % n] and
+ * prefetch its two buckets' state words. */
+KVP_INLINE void
+kvp__prefetch_buckets(struct kvp_client *c, const struct kvp_op *ops, size_t k,
+		      uint64_t *ring, size_t n)
+{
+	uint64_t h;
+
+	if (!kvp__key_ok(ops[k].key, ops[k].klen))
+		return;
+	h = kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen);
+	ring[k % n] = h;
+	__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, h, 0)]);
+	__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, h, KVP_IX_WAYS)]);
+}
+
+/* Prefetch the entry lines of the slot whose fingerprint matches. */
+KVP_INLINE void
+kvp__prefetch_entry(struct kvp_client *c, uint64_t h)
+{
+	unsigned fp = kvp_ix_fp(h), pos;
+
+	for (pos = 0; pos < KVP_IX_CANDS; pos++) {
+		uint64_t i = kvp_ix_cand(&c->seg, h, pos);
+		/* relaxed: a prefetch hint only */
+		uint64_t w = kvp_load_relaxed(&c->seg.meta[i]);
+
+		if (KVP_IX_STATE(w) == KVP_IX_READY && KVP_IX_FP(w) == fp) {
+			const char *e = (const char *)&c->seg.entries[i];
+			__builtin_prefetch(e);
+			__builtin_prefetch(e + 64);
+			__builtin_prefetch(e + 128);
+			return;
+		}
+	}
+}
+
 /* Batches: per-key status in ops[k].status; the return is the number of
  * keys with status 0 (or -EINVAL for bad arguments to the call itself).
  * Any number of keys (2,000 and more) in one call. */
@@ -749,34 +846,30 @@ kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
 KVP_INLINE ssize_t
 kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
-	enum { AHEAD = 8 };
-	uint64_t hashes[AHEAD];
+	/* a two-stage software pipeline: FAR keys ahead, hash and prefetch
+	 * both candidate buckets; NEAR keys ahead, find the fingerprint
+	 * match in the (now cached) state words and prefetch its entry */
+	enum { FAR = 16, NEAR = 8, RING = 32 };
+	uint64_t hashes[RING];
 	size_t k;
 
 	if (!c || (!ops && n))
 		return -EINVAL;
 	kvp__ctr(c, KVP_CTR_EXISTS, n);
-	/* hash a few keys ahead and prefetch their buckets */
-	for (k = 0; k < n && k < AHEAD; k++) {
-		if (!kvp__key_ok(ops[k].key, ops[k].klen))
-			break;
-		hashes[k] = kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen);
-		__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, hashes[k], 0)]);
-	}
+	for (k = 0; k < n && k < FAR; k++)
+		kvp__prefetch_buckets(c, ops, k, hashes, RING);
 	for (k = 0; k < n; k++) {
-		uint64_t w, hash;
-		size_t a = k + AHEAD;
+		uint64_t w;
 
 		if (!kvp__key_ok(ops[k].key, ops[k].klen)) {
 			ops[k].status = -EINVAL;
 			break;
 		}
-		hash = hashes[k % AHEAD];
-		if (a < n && kvp__key_ok(ops[a].key, ops[a].klen)) {
-			hashes[a % AHEAD] = kvp_key_hash(c->ns_id, ops[a].key, ops[a].klen);
-			__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, hashes[a % AHEAD], 0)]);
-		}
-		if (kvp_ix_find(&c->seg, c->ns_id, hash, ops[k].key, ops[k].klen,
+		if (k + FAR < n)
+			kvp__prefetch_buckets(c, ops, k + FAR, hashes, RING);
+		if (k + NEAR < n && kvp__key_ok(ops[k + NEAR].key, ops[k + NEAR].klen))
+			kvp__prefetch_entry(c, hashes[(k + NEAR) % RING]);
+		if (kvp_ix_find(&c->seg, c->ns_id, hashes[k % RING], ops[k].key, ops[k].klen,
 				KVP_IX_M(KVP_IX_READY), &w) < 0) {
 			ops[k].status = -ENOENT;
 			break;

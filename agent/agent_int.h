@@ -32,7 +32,7 @@ struct kvp_agent_cfg {
 struct kvp_agent {
 	struct kvp_agent_cfg cfg;
 	struct kvp_seg seg;
-	volatile int stop;   /* set by the signal thread; read by workers */
+	kvp_aword_t stop;    /* set by main on SIGTERM; read by the threads */
 	uint64_t clock_hand; /* evictor's CLOCK hand (evictor thread only) */
 	int *pidfd;          /* per client slot, -1 = none (reaper thread) */
 	uint64_t *pidfd_pid;

@@ -30,7 +30,7 @@ static const char *const kvp_ctr_names[KVP_CTR__N] = {
 static const char *const kvp_actr_names[KVP_ACTR_RETIRED0] = {
 	"evictions", "evicted_bytes", "evict_backoff_held", "deletes_reclaimed",
 	"reaped_clients", "reaped_holds", "reaped_pending_puts", "reaped_units",
-	"orphan_units_freed", "allocator_recoveries",
+	"orphan_units_freed", "allocator_recoveries", "evictions_index_full",
 };
 
 static uint32_t

@@ -265,7 +265,7 @@ main(int argc, char **argv)
 	while (!kvp_got_signal)
 		pause();
 	kvp_log(KVP_LOG_INFO, "agent", "signal %d: stopping", (int)kvp_got_signal);
-	a->stop = 1;
+	kvp_store_release(&a->stop, 1); /* release: threads acquire it */
 	kvp_ifetch_add(&a->seg.hdr->h_evict_wake, 1); /* full: wake the evictor */
 	kvp_futex_wake(&a->seg.hdr->h_evict_wake);
 	pthread_join(evictor, NULL);

@@ -173,7 +173,7 @@ kvp_reaper_main_agent(void *arg)
 	for (i = 0; i < n; i++)
 		a->pidfd[i] = -1;
 	full_round = true;
-	while (!a->stop) {
+	while (!kvp_load_acquire(&a->stop)) {
 		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
 		nfds_t m = 0;
 		int ev;

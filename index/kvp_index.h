@@ -244,6 +244,10 @@ kvp_ix_find(const struct kvp_seg *s, uint64_t ns, uint64_t hash,
 		w = kvp_load_acquire(&s->meta[i]);
 		if (!(mask & (1u << KVP_IX_STATE(w))) || KVP_IX_FP(w) != fp)
 			continue;
+		/* the key spans three lines of the entry: fetch them in
+		 * parallel rather than one miss after another */
+		__builtin_prefetch((const char *)&s->entries[i] + 64);
+		__builtin_prefetch((const char *)&s->entries[i] + 128);
 		if (!kvp_ix_key_eq(s, i, ns, key, klen)) {
 			/* acquire: orders the key loads before the re-check */
 			w2 = kvp_load_acquire(&s->meta[i]);

@@ -61,11 +61,25 @@ static inline uint64_t kvp_fetch_add(volatile kvp_aword_t *p, uint64_t d)
 	return (uint64_t)AO_fetch_and_add_full(p, (AO_t)d);
 }
 
-/* Full fence: orders earlier stores before later loads (store-load). */
+/*
+ * Full fence: orders earlier stores before later loads (store-load).
+ * ThreadSanitizer does not model standalone fences, so its builds use a
+ * sequentially consistent RMW on one process-wide word instead: on x86 a
+ * locked instruction is a full barrier too, and TSan sees the fences of
+ * all threads totally ordered through that word.
+ */
+#if defined(__SANITIZE_THREAD__)
+static AO_t kvp__tsan_fence_word;
+static inline void kvp_fence_full(void)
+{
+	AO_fetch_and_add_full(&kvp__tsan_fence_word, 0);
+}
+#else
 static inline void kvp_fence_full(void)
 {
 	AO_nop_full();
 }
+#endif
 
 /* 32-bit futex words. */
 static inline unsigned int kvp_iload_acquire(const volatile kvp_aint_t *p)

@@ -117,6 +117,8 @@ struct kvp_client_slot {
 _Static_assert(sizeof(struct kvp_client_slot) == 256, "client slot size");
 _Static_assert(offsetof(struct kvp_client_slot, cs_ctr) == 128, "ctr offset");
 
+#define KVP_HINTS 16
+
 /* Agent-wide counters kept in the header (agent threads add atomically). */
 enum kvp_actr {
 	KVP_ACTR_EVICT = 0,
@@ -129,6 +131,7 @@ enum kvp_actr {
 	KVP_ACTR_REAP_PAGES,
 	KVP_ACTR_ORPHAN_PAGES, /* runs freed by the restart sweep */
 	KVP_ACTR_ALLOC_RECOVER, /* EOWNERDEAD recoveries of the allocator */
+	KVP_ACTR_EVICT_INDEX,   /* evictions to make room in a full bucket pair */
 	KVP_ACTR_RETIRED0,      /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
@@ -172,7 +175,9 @@ struct kvp_shm_header {
 	kvp_aint_t h_space_seq;    /* futex: evictor bumps after freeing */
 	kvp_aword_t h_evict_req;   /* 1: a wake is already pending */
 	kvp_aword_t h_evict_need;  /* largest unit count a putter waits for */
-	kvp_aword_t h_pad1[4];
+	kvp_aword_t h_hint_seq;    /* index-pressure hints: next ring slot */
+	kvp_aword_t h_pad1[3];
+	kvp_aword_t h_hint[KVP_HINTS]; /* key hashes whose buckets are full */
 
 	kvp_aword_t h_actr[KVP_ACTR__N];
 };
@@ -208,7 +213,7 @@ struct kvp_entry {
 	kvp_aword_t e_klen;  /* key length, 1..255 */
 	kvp_aword_t e_ref;   /* CLOCK reference bit (relaxed) */
 	kvp_aword_t e_ssd;   /* reserved for the SSD tier */
-	kvp_aword_t e_pad;
+	kvp_aword_t e_run;   /* DRAM: units in the first run (copy fast path) */
 	kvp_aword_t e_key[32]; /* key bytes, zero padded */
 };
 _Static_assert(sizeof(struct kvp_entry) == 320, "entry size");

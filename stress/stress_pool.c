@@ -33,6 +33,7 @@ struct shared {
 static struct shared *sh;
 static const char *pool;
 static unsigned seconds;
+static uint64_t t_end_all; /* CLOCK_MONOTONIC deadline of the whole run */
 static volatile int stop_flag;
 
 struct val_hdr {
@@ -88,7 +89,7 @@ static void *
 worker(void *arg)
 {
 	uint64_t seed = (uint64_t)(uintptr_t)arg * 0x9e3779b97f4a7c15ull + 1;
-	uint64_t t_end = kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)seconds * 1000000000ull;
+	uint64_t t_end = t_end_all;
 	struct kvp_client *c;
 	struct kvp_op ops[BATCH];
 	char keys[BATCH][100];
@@ -237,6 +238,7 @@ main(int argc, char **argv)
 		return 1;
 	}
 	pool = a.pool;
+	t_end_all = kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)seconds * 1000000000ull;
 	if (threads) {
 		pthread_t *t = calloc(procs, sizeof(*t));
 		for (i = 0; i < procs; i++)
@@ -248,7 +250,7 @@ main(int argc, char **argv)
 		free(t);
 	} else {
 		pid_t *pid = calloc(procs, sizeof(*pid));
-		uint64_t t_end = kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)seconds * 1000000000ull;
+		uint64_t t_end = t_end_all;
 		unsigned alive = procs, gen = 0;
 
 		for (i = 0; i < procs; i++) {

@@ -22,6 +22,7 @@ if [ $quick = 1 ]; then variants="release"; else variants="release asan tsan"; f
 # shellcheck disable=SC2086
 ninja $variants || { echo "0 passed, 1 failed"; exit 1; }
 
+rm -f /tmp/kvpt.t*.log
 passed=0 failed=0
 failures=""
 run() { # name, command...

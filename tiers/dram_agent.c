@@ -69,6 +69,102 @@ kvp_holds_scan(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 	}
 }
 
+/* A held candidate: clear CHECK; readers may trust their holds again. */
+static void
+kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c)
+{
+	/* full CAS: back off (step 4, held) */
+	kvp_cas(&s->meta[c->slot], c->word, c->word & ~(uint64_t)KVP_IX_CHECK);
+	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_BACKOFF], 1); /* stat */
+}
+
+/* An unheld candidate: empty the slot, then free its runs (step 4).
+ * 'why' is the counter of a READY victim.  Returns units freed. */
+static uint64_t
+kvp__remove_agent(struct kvp_seg *s, const struct kvp_cand *c, enum kvp_actr why)
+{
+	struct kvp_shm_header *h = s->hdr;
+	uint64_t w = c->word, i = c->slot, loc, len;
+	bool deleted = KVP_IX_STATE(w) == KVP_IX_DELETED;
+	int64_t got;
+
+	/* relaxed: stable under CHECK */
+	loc = kvp_load_relaxed(&s->entries[i].e_loc);
+	len = kvp_load_relaxed(&s->entries[i].e_len);
+	/* full CAS: the value is gone for new readers (I6: gen + 1) */
+	kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+	/* stats: agent threads add atomically */
+	kvp_fetch_add(&h->h_actr[deleted ? KVP_ACTR_DELETE_RECLAIM : why], 1);
+	if (!deleted)
+		kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_BYTES], len);
+	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
+		return 0;
+	/* I9: only runs tagged (i, gen) are freed */
+	got = kvp_dram_free_chain(s, (uint32_t)KVP_LOC_VAL(loc), i, KVP_IX_GEN(w));
+	return got > 0 ? (uint64_t)got : 0;
+}
+
+/*
+ * Make room in the two full buckets of 'hash' (a putter's hint): CHECK
+ * every removable slot there, one hold scan, remove one victim (a deleted
+ * value first, then one without its reference bit, then any unheld one).
+ * Returns 1 if a slot was freed.
+ */
+static int
+kvp_ix_evict_for_hash_agent(struct kvp_seg *s, uint64_t hash)
+{
+	struct kvp_cand cand[KVP_IX_CANDS];
+	unsigned n = 0, pos, k, best = KVP_IX_CANDS, best_rank = 3;
+
+	for (pos = 0; pos < KVP_IX_CANDS; pos++)
+		/* relaxed: a hint; a slot freed meanwhile is room already */
+		if (KVP_IX_STATE(kvp_load_relaxed(&s->meta[kvp_ix_cand(s, hash, pos)])) ==
+		    KVP_IX_EMPTY)
+			return 1;
+	for (pos = 0; pos < KVP_IX_CANDS; pos++) {
+		uint64_t i = kvp_ix_cand(s, hash, pos);
+		/* acquire: pairs with the publish CAS */
+		uint64_t w = kvp_load_acquire(&s->meta[i]);
+		unsigned st = KVP_IX_STATE(w);
+
+		if (KVP_IX_FLAGS(w) || (st != KVP_IX_READY && st != KVP_IX_DELETED))
+			continue;
+		/* full CAS: step 1 */
+		if (!kvp_cas(&s->meta[i], w, w | KVP_IX_CHECK))
+			continue;
+		cand[n].slot = i;
+		cand[n].word = w | KVP_IX_CHECK;
+		cand[n].held = false;
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	/* full fence: step 2 */
+	kvp_fence_full();
+	kvp_holds_scan(s, cand, n);
+	for (k = 0; k < n; k++) {
+		unsigned rank;
+
+		if (cand[k].held)
+			continue;
+		if (KVP_IX_STATE(cand[k].word) == KVP_IX_DELETED)
+			rank = 0;
+		else /* relaxed: a CLOCK hint */
+			rank = kvp_load_relaxed(&s->entries[cand[k].slot].e_ref) ? 2 : 1;
+		if (rank < best_rank) {
+			best_rank = rank;
+			best = k;
+		}
+	}
+	for (k = 0; k < n; k++)
+		if (k != best)
+			kvp__release_check(s, &cand[k]);
+	if (best == KVP_IX_CANDS)
+		return 0;
+	kvp__remove_agent(s, &cand[best], KVP_ACTR_EVICT_INDEX);
+	return 1;
+}
+
 /*
  * One pass: reclaim deleted values and evict unheld cold ones until
  * 'want_free_pages' units are free or two turns of the clock found
@@ -130,33 +226,11 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 		kvp_fence_full();
 		kvp_holds_scan(s, cand, n);
 		for (k = 0; k < n; k++) {
-			uint64_t w = cand[k].word, i = cand[k].slot, loc, len;
-			bool deleted = KVP_IX_STATE(w) == KVP_IX_DELETED;
-			int64_t got;
-
 			if (cand[k].held) {
-				/* full CAS: back off; readers may trust holds */
-				kvp_cas(&s->meta[i], w, w & ~(uint64_t)KVP_IX_CHECK);
-				kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_BACKOFF], 1); /* stat */
+				kvp__release_check(s, &cand[k]);
 				continue;
 			}
-			/* relaxed: stable under CHECK */
-			loc = kvp_load_relaxed(&s->entries[i].e_loc);
-			len = kvp_load_relaxed(&s->entries[i].e_len);
-			/* full CAS: step 4, the value is gone for new readers */
-			kvp_cas(&s->meta[i], w,
-				KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
-			if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
-				continue;
-			got = kvp_dram_free_chain(s, (uint32_t)KVP_LOC_VAL(loc), i,
-						  KVP_IX_GEN(w));
-			if (got > 0)
-				freed += (uint64_t)got;
-			/* stats: agent threads add atomically */
-			kvp_fetch_add(&h->h_actr[deleted ? KVP_ACTR_DELETE_RECLAIM
-							 : KVP_ACTR_EVICT], 1);
-			if (!deleted)
-				kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_BYTES], len);
+			freed += kvp__remove_agent(s, &cand[k], KVP_ACTR_EVICT);
 		}
 		if (scanned >= limit)
 			break;
@@ -239,11 +313,12 @@ kvp_evictor_main_agent(void *arg)
 	struct kvp_shm_header *h = a->seg.hdr;
 	uint64_t npages = h->h_dram_pages;
 
-	while (!a->stop) {
+	while (!kvp_load_acquire(&a->stop)) {
 		unsigned int seq = kvp_iload_acquire(&h->h_evict_wake);
 		uint64_t want = npages - npages * h->h_dram_low_pct / 100, freed;
 		uint64_t need;
 		bool stuck = false, kicked;
+		unsigned k;
 
 		/* full CAS: take the request; a client that kicks after this
 		 * sees 0 and wakes us again */
@@ -255,7 +330,15 @@ kvp_evictor_main_agent(void *arg)
 			want = need;
 		if (!kicked && !kvp__above_high(&a->seg))
 			want = 0; /* only reclaim deleted values */
-		freed = kvp_dram_evict_pass_agent(a, want, &stuck);
+		freed = 0;
+		for (k = 0; k < KVP_HINTS; k++) {
+			/* acquire: pairs with the putter's release */
+			uint64_t hint = kvp_load_acquire(&h->h_hint[k]);
+			/* full CAS: take the hint (a newer one may replace it) */
+			if (hint && kvp_cas(&h->h_hint[k], hint, 0))
+				freed += (uint64_t)kvp_ix_evict_for_hash_agent(&a->seg, hint);
+		}
+		freed += kvp_dram_evict_pass_agent(a, want, &stuck);
 		/* relaxed: read by putters that gave up; a hint */
 		kvp_store_relaxed(&h->h_evict_stuck, stuck);
 		if (freed || stuck) {
@@ -266,7 +349,7 @@ kvp_evictor_main_agent(void *arg)
 		if (freed)
 			kvp_log(KVP_LOG_DEBUG, "evict", "freed %llu units",
 				(unsigned long long)freed);
-		if (a->stop)
+		if (kvp_load_acquire(&a->stop)) /* acquire: main's release */
 			break;
 		/* sleep until a client kicks us, or 100 ms */
 		kvp_futex_wait(&h->h_evict_wake, seq, 100ull * 1000 * 1000);

@@ -396,6 +396,61 @@ test_get_semantics(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+static void
+run_cmd(char *out, size_t cap, const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	FILE *f;
+	size_t n;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	f = popen(cmd, "r");
+	assert_non_null(f);
+	n = fread(out, 1, cap - 1, f);
+	out[n] = '\0';
+	assert_int_equal(pclose(f), 0);
+}
+
+/* The operator CLI against a live pool: put/get/exists/del, stat --json
+ * and clients agree with what the library did. */
+static void
+test_cli(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	char out[8192], needle[64];
+	const char *bin = kvpt_bindir();
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
+	run_cmd(out, sizeof(out), "printf 'hello pool' | %s/kvpool --pool %s --ns cli put k1 -",
+		bin, a.pool);
+	run_cmd(out, sizeof(out), "%s/kvpool --pool %s --ns cli get k1 -", bin, a.pool);
+	assert_string_equal(out, "hello pool");
+	run_cmd(out, sizeof(out), "%s/kvpool --pool %s --ns cli exists k1", bin, a.pool);
+	assert_string_equal(out, "k1 1\n");
+	assert_int_equal(kvp_open(a.pool, "cli", &c), 0);
+	assert_int_equal(kvp_get(c, "k1", 2, out, sizeof(out)), 10);
+	run_cmd(out, sizeof(out), "%s/kvpool --pool %s clients", bin, a.pool);
+	snprintf(needle, sizeof(needle), " %d ", (int)getpid());
+	assert_non_null(strstr(out, needle));
+	assert_non_null(strstr(out, " yes "));
+	run_cmd(out, sizeof(out), "%s/kvpool --pool %s stat --json", bin, a.pool);
+	assert_non_null(strstr(out, "\"entries\":1,"));
+	assert_non_null(strstr(out, "\"clients\":1,"));
+	assert_non_null(strstr(out, "\"holds\":0,"));
+	assert_non_null(strstr(out, "\"put\":1,"));
+	assert_non_null(strstr(out, "\"agent_alive\":true"));
+	kvp_close(c);
+	run_cmd(out, sizeof(out), "%s/kvpool --pool %s --ns cli del k1", bin, a.pool);
+	run_cmd(out, sizeof(out), "%s/kvpool --pool %s stat", bin, a.pool);
+	assert_non_null(strstr(out, "entries      0"));
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 int
 main(void)
 {
@@ -406,6 +461,7 @@ main(void)
 		cmocka_unit_test(test_hold_blocks_eviction),
 		cmocka_unit_test(test_full_and_held),
 		cmocka_unit_test(test_batch_2000),
+		cmocka_unit_test(test_cli),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

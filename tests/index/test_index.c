@@ -129,8 +129,9 @@ test_delete_and_reput(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
-/* A full index answers -ENOSPC (never a miss, never a hang); what is in
- * it stays readable. */
+/* A full bucket pair: while every candidate is held, a put answers
+ * -ENOSPC (never a miss, never a hang) and what is stored stays readable;
+ * once the holds drop, the evictor makes room where the put needs it. */
 static void
 test_full_table(void **state)
 {
@@ -139,7 +140,8 @@ test_full_table(void **state)
 	struct kvp_seg s;
 	unsigned char v = 42, out;
 	char key[32];
-	int i, stored = 0, rc = 0;
+	int i, stored = 0, rc = 0, holds[256];
+	uint64_t idx, len;
 
 	(void)state;
 	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K",
@@ -147,21 +149,32 @@ test_full_table(void **state)
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(s.hdr->h_index_slots, 128);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
-	for (i = 0; i < 1000; i++) {
+	for (i = 0; i < 256; i++) {
 		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "full-%d", i);
 		rc = kvp_put(c, key, kl, &v, 1);
 		if (rc)
 			break;
-		stored++;
+		holds[stored++] = kvp__lookup_hold(c, key, kl, &idx, &len);
+		assert_true(holds[stored - 1] >= 0);
 	}
 	assert_int_equal(rc, -ENOSPC);
 	/* 2-choice buckets of 8 fill most of the table before a pair fills */
 	assert_true(stored >= 64);
-	print_message("  first -ENOSPC after %d of 128 slots\n", stored);
+	print_message("  first -ENOSPC after %d of 128 slots (all held)\n", stored);
 	for (i = 0; i < stored; i++) {
 		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "full-%d", i);
 		assert_int_equal(kvp_get(c, key, kl, &out, 1), 1);
+		kvp__drop(c, holds[i]);
 	}
+	/* unheld: every put succeeds, the evictor freeing slots in the
+	 * full bucket pairs on demand */
+	for (i = 256; i < 1256; i++) {
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "full-%d", i);
+		assert_int_equal(kvp_put(c, key, kl, &v, 1), 0);
+	}
+	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_INDEX]) > 0);
+	print_message("  1000 more puts into a full index: %llu slots freed on demand\n",
+		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_INDEX]));
 	kvp_close(c);
 	kvp__seg_unmap(&s);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
