@@ -18,6 +18,15 @@ for a in "$@"; do
 done
 
 ./configure >/dev/null || exit 1
+# segments of test runs whose process is gone (an interrupted run) are
+# stale: remove them, and remember what exists so the end-of-run check
+# only blames this run
+for f in /dev/shm/kvpool.t*_*; do
+	[ -e "$f" ] || continue
+	pid=${f#/dev/shm/kvpool.t}; pid=${pid%%_*}
+	kill -0 "$pid" 2>/dev/null || rm -f "$f"
+done
+before=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' || true)
 if [ $quick = 1 ]; then variants="release"; else variants="release asan tsan"; fi
 # shellcheck disable=SC2086
 ninja $variants || { echo "0 passed, 1 failed"; exit 1; }
@@ -65,7 +74,8 @@ if [ $long = 1 ]; then
 	run "tsan/stress_pool long threads" env TSAN_OPTIONS="halt_on_error=1" \
 		build/tsan/stress_pool --threads --procs 4 --seconds 120 --seed 6
 fi
-leftover=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.t' || true)
+leftover=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' | grep -vxF "$before" || true)
+[ -z "$before" ] && leftover=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' || true)
 if [ -n "$leftover" ]; then
 	echo "FAIL segments left behind in /dev/shm: $leftover"
 	failed=$((failed + 1))

@@ -111,6 +111,23 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 	return 0;
 }
 
+/* Pools this process created: removed at exit even when a failed
+ * assertion skipped the test's own kvpt_agent_stop. */
+static char kvpt_pools[64][64];
+static unsigned kvpt_npools;
+static pid_t kvpt_creator;
+
+static void
+kvpt_cleanup_at_exit(void)
+{
+	unsigned k;
+
+	if (getpid() != kvpt_creator)
+		return; /* a forked child exiting: not its pools */
+	for (k = 0; k < kvpt_npools; k++)
+		kvpt_pool_remove(kvpt_pools[k]);
+}
+
 int
 kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...)
 {
@@ -118,6 +135,12 @@ kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...)
 	va_list ap;
 	int rc;
 
+	if (kvpt_npools == 0) {
+		kvpt_creator = getpid();
+		atexit(kvpt_cleanup_at_exit);
+	}
+	if (kvpt_npools < 64)
+		snprintf(kvpt_pools[kvpt_npools++], 64, "t%d_%u", (int)getpid(), seq);
 	snprintf(a->pool, sizeof(a->pool), "t%d_%u", (int)getpid(), seq++);
 	kvpt_pool_remove(a->pool);
 	va_start(ap, arg);
