@@ -299,6 +299,21 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		if (!e || strcmp(e, "none"))
 			madvise(c->seg.base + a0, a1 - a0, MADV_POPULATE_WRITE);
 	}
+	if (c->seg.rings) {
+		/* our request ring: whatever a previous owner left is void
+		 * (the agent answers with a CAS on the exact word, so a late
+		 * answer to it cannot land) */
+		struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot *
+						     c->seg.hdr->h_ring_entries];
+		uint32_t k;
+
+		for (k = 0; k < c->seg.hdr->h_ring_entries; k++) {
+			/* acquire: the last word the agent or owner wrote */
+			uint64_t w = kvp_load_acquire(&ring[k].rq_state);
+			/* release: a fresh sequence, FREE */
+			kvp_store_release(&ring[k].rq_state, (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
+		}
+	}
 	{
 		const char *e = getenv("KVP_PUT_WAIT_MS");
 		c->put_wait_ns = e ? strtoull(e, NULL, 10) * 1000000ull
@@ -638,71 +653,360 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, u
 	return rc;
 }
 
+/* ---- reads: DRAM hits inline, SSD-resident values through the agent ---- */
+
+/* One SSD-resident key of a read call, held while it is resolved. */
+struct kvp__pend {
+	struct kvp_op *op;
+	uint64_t slot, gen;
+	uint64_t off, len; /* clipped range */
+	int hold;
+	int ring;          /* ring entry while posted, -1 otherwise */
+	uint64_t rqword;   /* our POSTED state word (seq) */
+};
+
+#define KVP_RESOLVE_SLICE_NS (2ull * 1000 * 1000)     /* agent check period */
+#define KVP_RESOLVE_DEAD_NS (8ull * 1000 * 1000)      /* -ENOTCONN after */
+#define KVP_RESOLVE_BUSY_NS (30ull * 1000 * 1000 * 1000) /* give up on BUSY */
+
+/* Release our bit of staging span 'head'; the last holder frees it. */
+KVP_INLINE void
+kvp__span_release(struct kvp_client *c, uint32_t head)
+{
+	struct kvp_seg *s = &c->seg;
+	struct kvp_span *sp = &s->spans[head];
+	uint64_t bit = 1ull << (c->slot % 64), w, k, n;
+	unsigned word = c->slot / 64;
+
+	for (;;) {
+		/* relaxed: the CAS below decides */
+		uint64_t old = kvp_load_relaxed(&sp->sp_holders[word]);
+		/* full CAS: clear our bit; pairs with the other holders' CAS
+		 * and the reaper's (a CAS loop: AND is not in every AO) */
+		if (kvp_cas(&sp->sp_holders[word], old, old & ~bit))
+			break;
+	}
+	for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
+		/* acquire: pairs with the other holders' CAS */
+		if (kvp_load_acquire(&sp->sp_holders[k]))
+			return;
+	/* acquire: the span's state while we still own a share of it */
+	w = kvp_load_acquire(&sp->sp_state);
+	if (KVP_SP_STATE(w) != KVP_SP_READY)
+		return;
+	n = KVP_SP_N(w);
+	/* full CAS: exactly one last holder frees it; body slots first */
+	if (!kvp_cas(&sp->sp_state, w, KVP_SP_WORD(KVP_SP_GEN(w), n, KVP_SP_FREEING)))
+		return;
+	for (k = 1; k < n && head + k < s->hdr->h_staging_slots; k++)
+		kvp_store_release(&s->spans[head + k].sp_state, 0); /* release: free */
+	/* release: the span is free for the agent's next allocation */
+	kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
+	kvp_ifetch_add(&s->hdr->h_staging_seq, 1); /* full: wake BUSY waiters */
+	kvp_futex_wake(&s->hdr->h_staging_seq);
+}
+
+/* Post up to m pending keys as one resolve call; returns how many. */
+KVP_INLINE unsigned
+kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
+{
+	struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot * c->seg.hdr->h_ring_entries];
+	unsigned r = 0, k, posted = 0;
+
+	for (k = 0; k < m && r < c->seg.hdr->h_ring_entries; k++) {
+		struct kvp_req *q;
+		uint64_t w, seq;
+
+		if (p[k].ring >= 0 || p[k].hold < 0)
+			continue; /* posted already, or answered */
+		for (; r < c->seg.hdr->h_ring_entries; r++) {
+			/* acquire: the agent's last word on this entry */
+			w = kvp_load_acquire(&ring[r].rq_state);
+			if ((w & 0xff) == KVP_RQ_FREE)
+				break;
+		}
+		if (r == c->seg.hdr->h_ring_entries)
+			break;
+		q = &ring[r];
+		seq = (w >> 8) + 1;
+		/* relaxed: published by the POSTED store-release below */
+		kvp_store_relaxed(&q->rq_slot, p[k].slot);
+		kvp_store_relaxed(&q->rq_gen, p[k].gen);
+		kvp_store_relaxed(&q->rq_off, p[k].off);
+		kvp_store_relaxed(&q->rq_len, p[k].len);
+		kvp_store_relaxed(&q->rq_call, call | (posted == 0 ? KVP_RQ_FIRST : 0) |
+				  (p[k].off == 0 && p[k].op->off == 0 &&
+				   p[k].len == kvp_load_relaxed(&c->seg.entries[p[k].slot].e_len)
+					   ? KVP_RQ_WHOLE : 0));
+		kvp_store_relaxed(&q->rq_result, 0);
+		kvp_store_relaxed(&q->rq_where, 0);
+		p[k].rqword = (seq << 8) | KVP_RQ_POSTED;
+		/* release: the request's fields before its POSTED state */
+		kvp_store_release(&q->rq_state, p[k].rqword);
+		p[k].ring = (int)r++;
+		posted++;
+	}
+	return posted;
+}
+
+/* Copy a finished request's bytes and settle its status. */
+KVP_INLINE int
+kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res, uint64_t where)
+{
+	struct kvp_seg *s = &c->seg;
+
+	if (res < 0)
+		return (int)res;
+	if (where & KVP_WHERE_DRAM) {
+		/* promoted: the entry is DRAM-resident now, still held */
+		/* acquire: pairs with the agent's release of e_loc */
+		uint64_t loc = kvp_load_acquire(&s->entries[p->slot].e_loc);
+		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
+			return -EIO;
+		kvp__copy_out(c, p->slot, p->off, p->op->buf, p->len);
+		return 0;
+	} else {
+		uint64_t head = (where & 0xffffffffull) - 1, skip = (where >> 32) & 0x7fffffff;
+		uint64_t sb = s->hdr->h_staging_slot_bytes;
+
+		if (head >= s->hdr->h_staging_slots ||
+		    (head * sb + skip + p->len) > s->hdr->h_staging_slots * sb)
+			return -EIO; /* a damaged answer: never copy out of bounds */
+		memcpy(p->op->buf, s->staging + head * sb + skip, p->len);
+		kvp__span_release(c, (uint32_t)head);
+		return 0;
+	}
+}
+
+/*
+ * Resolve m held SSD-resident keys through the agent: post them as one
+ * call, sleep on our futex until answered, copy what was staged, and
+ * repeat with the keys that came back BUSY (the arena gives one call at
+ * most half of itself; the first key always fits) until every key has a
+ * final answer.  Statuses go to p[k].op->status; holds are dropped.
+ */
+KVP_INLINE void
+kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
+{
+	struct kvp_seg *s = &c->seg;
+	struct kvp_client_slot *cs = &s->clients[c->slot];
+	struct kvp_req *ring = &s->rings[(uint64_t)c->slot * s->hdr->h_ring_entries];
+	uint64_t t_busy = kvp_now_ns(CLOCK_MONOTONIC), dead_since = 0;
+	unsigned left = m, k;
+
+	for (k = 0; k < m; k++)
+		p[k].ring = -1;
+	while (left) {
+		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
+		unsigned int sseq = kvp_iload_acquire(&s->hdr->h_staging_seq);
+		unsigned pending = 0, progress = 0;
+		uint64_t call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+
+		kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
+		if (!s->rings || !s->hdr->h_ssd_enabled || !kvp_shm_agent_alive(s)) {
+			for (k = 0; k < m; k++)
+				if (p[k].hold >= 0) {
+					p[k].op->status = -ENOTCONN;
+					kvp__drop(c, p[k].hold);
+					p[k].hold = -1;
+				}
+			return;
+		}
+		kvp__post(c, p, m, call & 0xffffffffull);
+		kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake the agent */
+		kvp_futex_wake(&s->hdr->h_evict_wake);
+		for (;;) {
+			pending = 0;
+			for (k = 0; k < m; k++) {
+				struct kvp_req *q;
+				uint64_t w;
+				int64_t res;
+
+				if (p[k].ring < 0)
+					continue;
+				q = &ring[p[k].ring];
+				/* acquire: pairs with the agent's DONE release */
+				w = kvp_load_acquire(&q->rq_state);
+				if (w != ((p[k].rqword & ~0xffull) | KVP_RQ_DONE)) {
+					pending++;
+					continue;
+				}
+				res = (int64_t)kvp_load_relaxed(&q->rq_result);
+				if (res == -EBUSY) {
+					kvp__ctr(c, KVP_CTR_RESOLVE_BUSY, 1);
+				} else {
+					int st = kvp__finish(c, &p[k], res,
+							     kvp_load_relaxed(&q->rq_where));
+					p[k].op->status = st;
+					kvp__ctr(c, st == 0 ? KVP_CTR_RESOLVE_OK
+							    : st == -ENOENT ? KVP_CTR_RESOLVE_MISS
+							    : KVP_CTR_RESOLVE_FAILED, 1);
+					kvp__drop(c, p[k].hold);
+					p[k].hold = -1;
+					left--;
+					progress++;
+				}
+				/* release: the entry is ours to post again */
+				kvp_store_release(&q->rq_state, (w & ~0xffull) | KVP_RQ_FREE);
+				p[k].ring = -1;
+			}
+			if (!pending)
+				break;
+			/* sleep until the agent answers; check it is alive */
+			kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
+			fseq = kvp_iload_acquire(&cs->cs_io_futex);
+			if (kvp_shm_agent_alive(s)) {
+				dead_since = 0;
+				continue;
+			}
+			if (!dead_since) {
+				dead_since = kvp_now_ns(CLOCK_MONOTONIC);
+				continue;
+			}
+			if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since < KVP_RESOLVE_DEAD_NS)
+				continue;
+			/* the agent is gone: withdraw what is left (a CAS on
+			 * the exact word, so a late answer cannot land in a
+			 * reused entry) and answer UNAVAILABLE */
+			for (k = 0; k < m; k++) {
+				if (p[k].ring >= 0) {
+					struct kvp_req *q = &ring[p[k].ring];
+					uint64_t w = kvp_load_acquire(&q->rq_state); /* acquire */
+					kvp_cas(&q->rq_state, w, (w & ~0xffull) | KVP_RQ_FREE);
+					p[k].ring = -1;
+				}
+				if (p[k].hold >= 0) {
+					p[k].op->status = -ENOTCONN;
+					kvp__drop(c, p[k].hold);
+					p[k].hold = -1;
+				}
+			}
+			return;
+		}
+		if (!left)
+			break;
+		if (progress) {
+			t_busy = kvp_now_ns(CLOCK_MONOTONIC);
+			continue;
+		}
+		/* every key BUSY: others hold the whole arena; sleep until a
+		 * span is freed (bounded), then ask again */
+		if (kvp_now_ns(CLOCK_MONOTONIC) - t_busy > KVP_RESOLVE_BUSY_NS) {
+			for (k = 0; k < m; k++)
+				if (p[k].hold >= 0) {
+					p[k].op->status = -EBUSY;
+					kvp__drop(c, p[k].hold);
+					p[k].hold = -1;
+				}
+			return;
+		}
+		kvp_futex_wait(&s->hdr->h_staging_seq, sseq, KVP_RESOLVE_SLICE_NS);
+	}
+}
+
+/*
+ * The read engine behind every get.  exact: kvp_get semantics (the whole
+ * value, -EMSGSIZE when ops->len is too small); else [off, off+len)
+ * clipped.  DRAM hits are copied at once; SSD-resident keys are resolved
+ * through the agent in parts of at most one ring.  Sets status and len.
+ */
+KVP_INLINE size_t
+kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
+{
+	struct kvp__pend pend[KVP_RING_ENTRIES];
+	unsigned m = 0;
+	size_t j, ok = 0;
+
+	for (j = 0; j < n; j++) {
+		struct kvp_op *op = &ops[j];
+		uint64_t i = 0, vlen = 0, loc, off = exact ? 0 : op->off, len;
+		int h;
+
+		kvp__ctr(c, KVP_CTR_GET, 1);
+		if (!kvp__key_ok(op->key, op->klen) || (!op->buf && op->len)) {
+			op->status = -EINVAL;
+			continue;
+		}
+		h = kvp__lookup_hold(c, op->key, op->klen, &i, &vlen);
+		if (h < 0) {
+			if (h == -ENOENT)
+				kvp__ctr(c, KVP_CTR_GET_MISS, 1);
+			op->status = h;
+			continue;
+		}
+		if ((exact && vlen > op->len) || (!exact && off > vlen) || !op->buf) {
+			op->status = exact && vlen > op->len ? -EMSGSIZE : -EINVAL;
+			kvp__drop(c, h);
+			continue;
+		}
+		len = exact ? vlen : (vlen - off < op->len ? vlen - off : op->len);
+		/* acquire: pairs with the agent's release when it moves the
+		 * value; stable enough while held (any location we read
+		 * stays valid until our hold drops) */
+		loc = kvp_load_acquire(&c->seg.entries[i].e_loc);
+		if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM || len == 0) {
+			kvp__copy_out(c, i, off, op->buf, len);
+			kvp__drop(c, h);
+			op->len = len;
+			op->status = 0;
+			kvp__ctr(c, KVP_CTR_GET_HIT, 1);
+			kvp__ctr(c, KVP_CTR_GET_BYTES, len);
+			continue;
+		}
+		op->len = len;
+		pend[m].op = op;
+		pend[m].slot = i;
+		/* acquire: the generation our hold was validated against */
+		pend[m].gen = KVP_IX_GEN(kvp_load_acquire(&c->seg.meta[i]));
+		pend[m].off = off;
+		pend[m].len = len;
+		pend[m].hold = h;
+		if (++m == KVP_RING_ENTRIES || (c->seg.rings &&
+					       m == c->seg.hdr->h_ring_entries)) {
+			kvp__resolve(c, pend, m);
+			m = 0;
+		}
+	}
+	if (m)
+		kvp__resolve(c, pend, m);
+	for (j = 0; j < n; j++)
+		ok += ops[j].status == 0;
+	return ok;
+}
+
 /*
  * kvp_get - copy the whole value of key into buf.  Returns its size, or
- * -EMSGSIZE (cap too small; nothing copied), -ENOENT, -EBUSY, -EINVAL.
+ * -EMSGSIZE (cap too small; nothing copied), -ENOENT, -EBUSY, -EINVAL,
+ * and for SSD-resident values -EIO/-EBADMSG (failed) or -ENOTCONN (no
+ * agent).  A DRAM hit takes no lock and no syscall.
  */
 KVP_INLINE ssize_t
 kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf, uint64_t cap)
 {
-	uint64_t i, len;
-	int h;
+	struct kvp_op op = { .key = key, .klen = klen, .buf = buf, .off = 0, .len = cap };
 
 	if (!c || !kvp__key_ok(key, klen) || (!buf && cap))
 		return -EINVAL;
-	kvp__ctr(c, KVP_CTR_GET, 1);
-	h = kvp__lookup_hold(c, key, klen, &i, &len);
-	if (h < 0) {
-		if (h == -ENOENT)
-			kvp__ctr(c, KVP_CTR_GET_MISS, 1);
-		return h;
-	}
-	if (len > cap) {
-		kvp__drop(c, h);
-		return -EMSGSIZE;
-	}
-	if (!buf) {
-		kvp__drop(c, h);
-		return -EINVAL;
-	}
-	kvp__copy_out(c, i, 0, buf, len);
-	kvp__drop(c, h);
-	kvp__ctr(c, KVP_CTR_GET_HIT, 1);
-	kvp__ctr(c, KVP_CTR_GET_BYTES, len);
-	return (ssize_t)len;
+	kvp__read(c, &op, 1, true);
+	return op.status ? op.status : (ssize_t)op.len;
 }
 
 /*
  * kvp_get_range - copy bytes [off, off+len) of key's value (clipped at
  * its end) into buf.  Returns the number of bytes copied (0 when off is
  * the value's size), -EINVAL when off is past the end, -ENOENT, -EBUSY.
+ * Off SSD, only the 4 KiB-rounded extent is read from the device.
  */
 KVP_INLINE ssize_t
 kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen, uint64_t off,
 	      void *buf, uint64_t len)
 {
-	uint64_t i, vlen, n;
-	int h;
+	struct kvp_op op = { .key = key, .klen = klen, .buf = buf, .off = off, .len = len };
 
 	if (!c || !kvp__key_ok(key, klen) || (!buf && len))
 		return -EINVAL;
-	kvp__ctr(c, KVP_CTR_GET, 1);
-	h = kvp__lookup_hold(c, key, klen, &i, &vlen);
-	if (h < 0) {
-		if (h == -ENOENT)
-			kvp__ctr(c, KVP_CTR_GET_MISS, 1);
-		return h;
-	}
-	if (off > vlen) {
-		kvp__drop(c, h);
-		return -EINVAL;
-	}
-	n = vlen - off < len ? vlen - off : len;
-	kvp__copy_out(c, i, off, buf, n);
-	kvp__drop(c, h);
-	kvp__ctr(c, KVP_CTR_GET_HIT, 1);
-	kvp__ctr(c, KVP_CTR_GET_BYTES, n);
-	return (ssize_t)n;
+	kvp__read(c, &op, 1, false);
+	return op.status ? op.status : (ssize_t)op.len;
 }
 
 /* kvp_exists - 1 if key has a readable value, 0 if not, -EINVAL.
@@ -819,22 +1123,9 @@ kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
 KVP_INLINE ssize_t
 kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
-	size_t k, ok = 0;
-
 	if (!c || (!ops && n))
 		return -EINVAL;
-	for (k = 0; k < n; k++) {
-		ssize_t r = kvp_get_range(c, ops[k].key, ops[k].klen, ops[k].off,
-					  ops[k].buf, ops[k].len);
-		if (r >= 0) {
-			ops[k].len = (uint64_t)r;
-			ops[k].status = 0;
-			ok++;
-		} else {
-			ops[k].status = (int)r;
-		}
-	}
-	return (ssize_t)ok;
+	return (ssize_t)kvp__read(c, ops, n, false);
 }
 
 /*

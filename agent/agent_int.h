@@ -27,6 +27,13 @@ struct kvp_agent_cfg {
 	bool foreground;
 	bool keep_on_exit; /* never unlink the segment on SIGTERM */
 	uint32_t reap_ms;  /* reaper period */
+	/* SSD tier: ssd_dir[0] == 0 means DRAM only */
+	char ssd_dir[1024];
+	uint64_t ssd_size;
+	uint64_t ssd_segment;
+	uint64_t staging_bytes;
+	uint64_t staging_slot;
+	bool durability_strict;
 };
 
 struct kvp_agent {
@@ -36,6 +43,8 @@ struct kvp_agent {
 	uint64_t clock_hand; /* evictor's CLOCK hand (evictor thread only) */
 	int *pidfd;          /* per client slot, -1 = none (reaper thread) */
 	uint64_t *pidfd_pid;
+	struct kvp_tier *tier; /* SSD tier state (tiers/tier_agent.c); NULL: DRAM only */
+	kvp_aword_t gc_request; /* reaper -> tier thread: sweep orphan runs */
 };
 
 /* log.c */
@@ -51,14 +60,32 @@ uint64_t kvp_shm_layout_size(const struct kvp_agent_cfg *cfg, uint64_t *nslots,
 			     uint64_t *npages);
 
 /* tiers/dram_agent.c */
+struct kvp_cand {      /* a slot under CHECK, waiting for the hold scan */
+	uint64_t slot;
+	uint64_t word; /* state word with CHECK set */
+	bool held;
+};
+void kvp_dram_holds_scan_agent(struct kvp_seg *s, struct kvp_cand *c, unsigned n);
 uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 				   bool *stuck);
-uint64_t kvp_dram_gc_agent(struct kvp_seg *s);
+uint64_t kvp_dram_gc_agent(struct kvp_agent *a);
 unsigned kvp_ix_clear_stale_checks_agent(struct kvp_seg *s);
-void *kvp_evictor_main_agent(void *arg);
+void kvp_dram_round_agent(struct kvp_agent *a);
+
+/* tiers/tier_agent.c: the tier thread (evictor, demotion, SSD reads) */
+int kvp_tier_open_agent(struct kvp_agent *a);
+bool kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot);
+bool kvp_tier_demoting_agent(struct kvp_agent *a);
+void kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word);
+void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
+			   uint64_t vlen);
+void *kvp_tier_main_agent(void *arg);
+void kvp_tier_close_agent(struct kvp_agent *a);
+void kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client);
+unsigned kvp_staging_sweep_agent(struct kvp_seg *s);
 
 /* agent/reaper.c */
-int kvp_reap_client_agent(struct kvp_seg *s, uint32_t slot);
+int kvp_reap_client_agent(struct kvp_agent *a, uint32_t slot);
 unsigned kvp_reaper_round_agent(struct kvp_agent *a);
 bool kvp_reaper_watch_new_agent(struct kvp_agent *a);
 void *kvp_reaper_main_agent(void *arg);

@@ -22,16 +22,23 @@ struct kvp_stat {
 	bool agent_alive;
 };
 
-static const char *const kvp_ctr_names[KVP_CTR__N] = {
+static const char *const kvp_ctr_names[] = {
 	"put", "put_bytes", "put_exists", "put_busy", "put_nospc", "get", "get_hit",
 	"get_miss", "get_bytes", "exists", "exists_hit", "delete", "hold_retry",
+	"resolve_ok", "resolve_miss", "resolve_failed", "resolve_busy_parts",
 };
 
-static const char *const kvp_actr_names[KVP_ACTR_RETIRED0] = {
+static const char *const kvp_actr_names[] = {
 	"evictions", "evicted_bytes", "evict_backoff_held", "deletes_reclaimed",
 	"reaped_clients", "reaped_holds", "reaped_pending_puts", "reaped_units",
 	"orphan_units_freed", "allocator_recoveries", "evictions_index_full",
+	"demotions", "demoted_bytes", "promotions", "staged_reads", "busy_rejects",
+	"staging_expired_reclaim", "segment_reclaims", "ssd_read_bytes",
+	"ssd_write_bytes", "ssd_errors", "single_flight_merges",
 };
+_Static_assert(sizeof(kvp_ctr_names) / sizeof(kvp_ctr_names[0]) == KVP_CTR__N, "names");
+_Static_assert(sizeof(kvp_actr_names) / sizeof(kvp_actr_names[0]) == KVP_ACTR_RETIRED0,
+	       "names");
 
 static uint32_t
 kvp_count_holds(const struct kvp_seg *s, uint32_t i)

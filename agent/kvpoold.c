@@ -24,12 +24,19 @@ kvp_usage(FILE *f)
 		"  --index-entries N       keys the index must hold (default: DRAM / 32K, >= 65536)\n"
 		"  --max-value SIZE        largest value (default 64M, at most the DRAM tier)\n"
 		"  --dram-unit SIZE        allocation unit, power of two 4K..4M (default 16K)\n"
-		"  --dram-high PCT         evict above this DRAM use (default 90)\n"
+		"  --dram-high PCT         evict (demote) above this DRAM use (default 90;\n"
+		"                          0 with --dram-low 0: demote every value at once)\n"
 		"  --dram-low PCT          ... down to this (default 80)\n"
 		"  --max-clients N         client slots (default 128)\n"
 		"  --holds-per-client N    concurrent holds per client (default 4096)\n"
 		"  --group G               share the segment with group G (mode 0660; default 0600)\n"
 		"  --reap-ms MS            reaper period (default 100)\n"
+		"  --ssd-dir DIR           SSD tier in DIR (default: none, DRAM only)\n"
+		"  --ssd-size SIZE         SSD capacity in on-disk bytes (default: no limit)\n"
+		"  --ssd-segment SIZE      SSD segment file size (default 256M)\n"
+		"  --staging SIZE          staging arena for SSD reads (default 64M)\n"
+		"  --staging-slot SIZE     staging slot (default 1M, at most staging/8)\n"
+		"  --durability MODE       relaxed (default) or strict (batch fdatasync)\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
 		"  --log FILE              log file when daemonized (default /tmp/kvpoold.NAME.log)\n"
@@ -97,6 +104,12 @@ main(int argc, char **argv)
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "log", required_argument, NULL, 'l' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "ssd-dir", required_argument, NULL, 'S' },
+		{ "ssd-size", required_argument, NULL, 'Z' },
+		{ "ssd-segment", required_argument, NULL, 'G' },
+		{ "staging", required_argument, NULL, 'T' },
+		{ "staging-slot", required_argument, NULL, 'U' },
+		{ "durability", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -133,7 +146,7 @@ main(int argc, char **argv)
 			      (cfg->dram_unit & (cfg->dram_unit - 1));
 			break;
 		case 'H':
-			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 100;
+			bad = kvp_parse_size(optarg, &v) || v > 100;
 			cfg->dram_high_pct = (uint32_t)v;
 			break;
 		case 'L':
@@ -152,6 +165,21 @@ main(int argc, char **argv)
 		case 'r':
 			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 1000;
 			cfg->reap_ms = (uint32_t)v;
+			break;
+		case 'S':
+			bad = strlen(optarg) >= sizeof(cfg->ssd_dir) || !*optarg;
+			snprintf(cfg->ssd_dir, sizeof(cfg->ssd_dir), "%s", optarg);
+			break;
+		case 'Z': bad = kvp_parse_size(optarg, &cfg->ssd_size) != 0; break;
+		case 'G': bad = kvp_parse_size(optarg, &cfg->ssd_segment) != 0; break;
+		case 'T': bad = kvp_parse_size(optarg, &cfg->staging_bytes) != 0; break;
+		case 'U':
+			bad = kvp_parse_size(optarg, &cfg->staging_slot) != 0 ||
+			      cfg->staging_slot < 4096 || cfg->staging_slot % 4096;
+			break;
+		case 'D':
+			bad = strcmp(optarg, "relaxed") && strcmp(optarg, "strict");
+			cfg->durability_strict = !strcmp(optarg, "strict");
 			break;
 		case 'k': cfg->keep_on_exit = true; break;
 		case 'f': cfg->foreground = true; break;
@@ -184,7 +212,26 @@ main(int argc, char **argv)
 	}
 	if (cfg->max_value > cfg->dram_bytes)
 		cfg->max_value = cfg->dram_bytes;
-	if (cfg->dram_low_pct >= cfg->dram_high_pct) {
+	if (cfg->ssd_dir[0]) {
+		if (!cfg->staging_bytes)
+			cfg->staging_bytes = 64ull << 20;
+		if (!cfg->staging_slot)
+			cfg->staging_slot = cfg->staging_bytes / 8 < (1u << 20)
+						    ? (cfg->staging_bytes / 8) & ~4095ull
+						    : 1u << 20;
+		if (cfg->staging_slot < 4096 || cfg->staging_bytes / cfg->staging_slot < 1 ||
+		    cfg->staging_bytes / cfg->staging_slot > 65535) {
+			fprintf(stderr, "kvpoold: --staging must hold 1..65535 slots of "
+				"--staging-slot (>= 4K)\n");
+			return 2;
+		}
+		if (cfg->max_clients > KVP_MAX_CLIENTS_STAGING) {
+			fprintf(stderr, "kvpoold: with an SSD tier, at most %u clients\n",
+				KVP_MAX_CLIENTS_STAGING);
+			return 2;
+		}
+	}
+	if (cfg->dram_low_pct >= cfg->dram_high_pct && cfg->dram_high_pct) {
 		fprintf(stderr, "kvpoold: --dram-low must be below --dram-high\n");
 		return 2;
 	}
@@ -234,22 +281,29 @@ main(int argc, char **argv)
 			cfg->pool, rc == -EADDRINUSE ? "another agent is running" : strerror(-rc));
 		return 1;
 	}
+	rc = kvp_tier_open_agent(a);
+	if (rc) {
+		kvp__seg_unmap(&a->seg);
+		return 1;
+	}
 	/* restart recovery: reap whoever died meanwhile, then free runs
 	 * that no entry owns any more (an eviction cut short by a crash) */
 	{
-		struct kvp_agent tmp = *a;
 		unsigned reaped;
 		uint64_t orphans;
 
-		tmp.pidfd = NULL;
-		reaped = kvp_reaper_round_agent(&tmp);
-		orphans = kvp_dram_gc_agent(&a->seg);
+		reaped = kvp_reaper_round_agent(a);
+		kvp_store_relaxed(&a->gc_request, 0); /* relaxed: no threads yet */
+		orphans = kvp_dram_gc_agent(a);
 		kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_ORPHAN_PAGES], orphans); /* stat */
 		if (reaped || orphans)
 			kvp_log(KVP_LOG_INFO, "agent", "recovery: %u dead clients reaped, "
 				"%llu orphan units freed", reaped, (unsigned long long)orphans);
 	}
-	if (pthread_create(&evictor, NULL, kvp_evictor_main_agent, a) ||
+	/* for humans and tools: the agent is serving (recovery is done) */
+	kvp_store_relaxed(&a->seg.hdr->h_agent_start_ns, kvp_now_ns(CLOCK_REALTIME));
+	kvp_store_release(&a->seg.hdr->h_agent_pid, (uint64_t)getpid()); /* release */
+	if (pthread_create(&evictor, NULL, kvp_tier_main_agent, a) ||
 	    pthread_create(&reaper, NULL, kvp_reaper_main_agent, a)) {
 		kvp_log(KVP_LOG_ERROR, "agent", "cannot start threads");
 		return 1;
@@ -270,6 +324,7 @@ main(int argc, char **argv)
 	kvp_futex_wake(&a->seg.hdr->h_evict_wake);
 	pthread_join(evictor, NULL);
 	pthread_join(reaper, NULL);
+	kvp_tier_close_agent(a);
 	if (!cfg->keep_on_exit && !kvp_any_client_alive(&a->seg)) {
 		kvp_shm_remove_agent(a);
 		kvp_log(KVP_LOG_INFO, "agent", "no live clients: segment removed");

@@ -12,8 +12,9 @@
  *  1. CAS LIVE(g) -> REAPING(g)                    (nobody claims it now)
  *  2. clear its hold slots                           (holds released)
  *  3. CAS its RESERVED/CLAIM/PENDING index slots -> EMPTY(gen+1)
- *  4. sweep the page map: free runs whose owner slot moved on (its
- *     half-written allocation)
+ *  4. release its staging span bits; ask the tier thread (which owns
+ *     every DRAM free) to sweep the page map: runs whose owner slot
+ *     moved on (its half-written allocation) are freed
  *  5. fold its counters into the retired totals, zero them
  *  6. store FREE(g)                                  (slot reusable)
  * Step 5 may count twice if the agent dies between the fold and the
@@ -30,8 +31,9 @@
 #endif
 
 int
-kvp_reap_client_agent(struct kvp_seg *s, uint32_t i)
+kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 {
+	struct kvp_seg *s = &a->seg;
 	struct kvp_client_slot *cs = &s->clients[i];
 	struct kvp_shm_header *h = s->hdr;
 	uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: pairs with claim CAS */
@@ -69,7 +71,12 @@ kvp_reap_client_agent(struct kvp_seg *s, uint32_t i)
 			    KVP_IX_WORD(KVP_IX_NEXTGEN(e), 0, 0, KVP_IX_EMPTY)))
 			pending++;
 	}
-	pages = kvp_dram_gc_agent(s); /* step 4 */
+	kvp_span_release_client_agent(s, i); /* its staging spans */
+	/* step 4 runs on the tier thread, which owns every DRAM free */
+	pages = 0;
+	kvp_store_release(&a->gc_request, 1); /* release: pairs with its CAS */
+	kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake it */
+	kvp_futex_wake(&s->hdr->h_evict_wake);
 	for (k = 0; k < KVP_CTR_SLOTS; k++) {
 		uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]); /* relaxed: stats */
 		if (v)
@@ -79,15 +86,14 @@ kvp_reap_client_agent(struct kvp_seg *s, uint32_t i)
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_CLIENTS], 1); /* stats */
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_HOLDS], holds);
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PENDING], pending);
-	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], pages);
 	kvp_store_relaxed(&cs->cs_pid, 0);
 	kvp_store_relaxed(&cs->cs_start_time, 0);
 	/* release: step 6, after every step above */
 	kvp_store_release(&cs->cs_state, (w & ~0xffull) | KVP_CS_FREE);
 	kvp_log(KVP_LOG_INFO, "reaper", "reaped client %u (pid %llu): %llu holds, "
-		"%llu unfinished puts, %llu units freed", i, (unsigned long long)pid,
-		(unsigned long long)holds, (unsigned long long)pending,
-		(unsigned long long)pages);
+		"%llu unfinished puts", i, (unsigned long long)pid,
+		(unsigned long long)holds, (unsigned long long)pending);
+	(void)pages;
 	return 1;
 }
 
@@ -112,7 +118,7 @@ kvp_reaper_round_agent(struct kvp_agent *a)
 			continue;
 		}
 		if ((w & 0xff) == KVP_CS_REAPING || !kvp_shm_client_alive(s, i)) {
-			n += (unsigned)kvp_reap_client_agent(s, i);
+			n += (unsigned)kvp_reap_client_agent(a, i);
 			continue;
 		}
 		/* relaxed: for the pidfd only; liveness was decided above */

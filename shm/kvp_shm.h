@@ -97,12 +97,16 @@ enum kvp_ctr {
 	KVP_CTR_EXISTS_HIT,
 	KVP_CTR_DELETE,
 	KVP_CTR_HOLD_RETRY,
+	KVP_CTR_RESOLVE_OK,     /* SSD reads: final answers only */
+	KVP_CTR_RESOLVE_MISS,
+	KVP_CTR_RESOLVE_FAILED,
+	KVP_CTR_RESOLVE_BUSY,   /* BUSY answers of one part (not outcomes) */
 	KVP_CTR__N,
 };
-#define KVP_CTR_SLOTS 16
+#define KVP_CTR_SLOTS 32
 _Static_assert(KVP_CTR__N <= KVP_CTR_SLOTS, "counter shard too small");
 
-/* One client slot: 4 cache lines, never shared hot with another client. */
+/* One client slot: 6 cache lines, never shared hot with another client. */
 struct kvp_client_slot {
 	kvp_aword_t cs_state;      /* [gen:56][state:8]                   */
 	kvp_aword_t cs_pid;        /* for humans and the fork check        */
@@ -110,11 +114,13 @@ struct kvp_client_slot {
 	kvp_aword_t cs_open_ns;    /* CLOCK_REALTIME at kvp_open            */
 	kvp_aword_t cs_hold_hwm;   /* hold slots in use are below this      */
 	kvp_aword_t cs_ns_id;      /* namespace id (hash of the name)       */
-	kvp_aword_t cs_pad0[2];
+	kvp_aint_t cs_io_futex;    /* the agent bumps it when a request is done */
+	uint32_t cs_pad32;
+	kvp_aword_t cs_call_seq;   /* client-private call numbering (informative) */
 	char cs_ns[64];            /* namespace name, truncated, for humans */
 	kvp_aword_t cs_ctr[KVP_CTR_SLOTS];
 };
-_Static_assert(sizeof(struct kvp_client_slot) == 256, "client slot size");
+_Static_assert(sizeof(struct kvp_client_slot) == 384, "client slot size");
 _Static_assert(offsetof(struct kvp_client_slot, cs_ctr) == 128, "ctr offset");
 
 #define KVP_HINTS 16
@@ -132,6 +138,17 @@ enum kvp_actr {
 	KVP_ACTR_ORPHAN_PAGES, /* runs freed by the restart sweep */
 	KVP_ACTR_ALLOC_RECOVER, /* EOWNERDEAD recoveries of the allocator */
 	KVP_ACTR_EVICT_INDEX,   /* evictions to make room in a full bucket pair */
+	KVP_ACTR_DEMOTE,        /* values written to SSD */
+	KVP_ACTR_DEMOTE_BYTES,
+	KVP_ACTR_PROMOTE,       /* SSD reads that landed in DRAM */
+	KVP_ACTR_STAGED,        /* SSD reads served through the staging arena */
+	KVP_ACTR_BUSY_REJECT,   /* requests answered BUSY (arena budget) */
+	KVP_ACTR_STAGING_EXPIRED, /* spans freed by a sweep, not by their holders */
+	KVP_ACTR_SEGMENT_RECLAIM, /* SSD segments given back */
+	KVP_ACTR_SSD_READ_BYTES,
+	KVP_ACTR_SSD_WRITE_BYTES,
+	KVP_ACTR_SSD_ERRORS,
+	KVP_ACTR_SINGLE_FLIGHT, /* requests that joined a read in flight */
 	KVP_ACTR_RETIRED0,      /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
@@ -179,6 +196,19 @@ struct kvp_shm_header {
 	kvp_aword_t h_pad1[3];
 	kvp_aword_t h_hint[KVP_HINTS]; /* key hashes whose buckets are full */
 
+	/* SSD tier (0 slots / 0 ssd_enabled when the agent has no --ssd-dir) */
+	uint32_t h_ssd_enabled;    /* set by the agent that attaches */
+	uint32_t h_ring_entries;   /* requests per client ring */
+	kvp_off_t h_rings_off;     /* struct kvp_req[max_clients][ring_entries] */
+	kvp_off_t h_spans_off;     /* struct kvp_span[staging_slots] */
+	kvp_off_t h_staging_off;   /* staging_slots * staging_slot_bytes */
+	uint64_t h_staging_slots;
+	uint64_t h_staging_slot_bytes;
+	kvp_aint_t h_io_wake;      /* futex: clients bump after posting */
+	kvp_aint_t h_staging_seq;  /* futex: bumped when spans are freed */
+	kvp_aword_t h_staging_used;  /* slots in use (agent) */
+	kvp_aword_t h_staging_peak;  /* highest slots in use since creation */
+
 	kvp_aword_t h_actr[KVP_ACTR__N];
 };
 _Static_assert(sizeof(struct kvp_shm_header) <= KVP_PAGE, "header is one page");
@@ -186,6 +216,65 @@ _Static_assert(offsetof(struct kvp_shm_header, h_magic) == 0, "magic first");
 _Static_assert(offsetof(struct kvp_shm_header, h_abi_major) == 8, "abi at 8");
 _Static_assert(offsetof(struct kvp_shm_header, h_layout_sig) == 16, "sig");
 _Static_assert(offsetof(struct kvp_shm_header, h_incarnation) % 8 == 0, "aligned");
+
+/*
+ * SSD read requests: one ring per client.  The client fills a FREE entry
+ * and stores POSTED (release); the agent takes it (TAKEN), answers
+ * (result, where) and stores DONE (release), then wakes cs_io_futex.  The
+ * client reads the answer after an acquire load of DONE and stores FREE.
+ */
+enum kvp_rq_state {
+	KVP_RQ_FREE = 0,
+	KVP_RQ_POSTED = 1,
+	KVP_RQ_TAKEN = 2,
+	KVP_RQ_DONE = 3,
+};
+#define KVP_RING_ENTRIES 64
+#define KVP_RQ_FIRST (1ull << 63) /* rq_call: first key of its resolve call */
+#define KVP_RQ_WHOLE (1ull << 62) /* rq_call: whole value (may promote) */
+#define KVP_WHERE_DRAM (1ull << 63) /* rq_where: promoted; read the entry */
+
+struct kvp_req {
+	kvp_aword_t rq_state;  /* [seq:56][state:8] */
+	kvp_aword_t rq_slot;   /* index slot (held by the client) */
+	kvp_aword_t rq_gen;    /* its generation */
+	kvp_aword_t rq_off;    /* byte range of the value */
+	kvp_aword_t rq_len;
+	kvp_aword_t rq_call;   /* call number | KVP_RQ_FIRST | KVP_RQ_WHOLE */
+	kvp_aword_t rq_result; /* status as (uint64_t)(int64_t) */
+	kvp_aword_t rq_where;  /* span head + 1 | skip << 32, or KVP_WHERE_DRAM */
+};
+_Static_assert(sizeof(struct kvp_req) == 64, "request size");
+
+/*
+ * A staging span: the agent allocates it (it alone), sets a bit for every
+ * client that will read it, reads the extent, and marks it READY.  Each
+ * holder clears its bit after copying; the one that clears the last bit
+ * frees the span at once.  The reaper clears a dead client's bits (an
+ * idempotent AND), so nothing leaks.
+ */
+enum kvp_sp_state {
+	KVP_SP_FREE = 0,
+	KVP_SP_READING = 1, /* agent I/O in flight; holders being added */
+	KVP_SP_READY = 2,
+	KVP_SP_BODY = 3,    /* a non-head slot of a multi-slot span */
+	KVP_SP_FREEING = 4, /* its last holder is freeing it */
+};
+#define KVP_SPAN_HOLDER_WORDS 4 /* 256 clients */
+#define KVP_MAX_CLIENTS_STAGING (KVP_SPAN_HOLDER_WORDS * 64)
+
+struct kvp_span {
+	kvp_aword_t sp_state; /* [gen:32][nslots:16][state:8] */
+	kvp_aword_t sp_holders[KVP_SPAN_HOLDER_WORDS];
+	kvp_aword_t sp_slot;  /* index slot + 1 whose bytes it stages */
+	kvp_aword_t sp_off;   /* value offset of the staged extent */
+	kvp_aword_t sp_len;   /* bytes staged */
+};
+_Static_assert(sizeof(struct kvp_span) == 64, "span size");
+#define KVP_SP_WORD(gen, n, st) (((uint64_t)(gen) << 32) | ((uint64_t)(n) << 8) | (st))
+#define KVP_SP_STATE(w) ((unsigned)((w)&0xff))
+#define KVP_SP_N(w) ((unsigned)(((w) >> 8) & 0xffff))
+#define KVP_SP_GEN(w) ((uint32_t)((w) >> 32))
 
 /* Tier tags in the top bits of an entry's location word. */
 #define KVP_TIER_SHIFT 60
@@ -257,7 +346,8 @@ struct kvp_dram_hdr {
 	 ((uint64_t)sizeof(struct kvp_entry) << 24) ^                        \
 	 ((uint64_t)sizeof(struct kvp_page) << 16) ^                         \
 	 ((uint64_t)sizeof(struct kvp_dram_hdr) << 4) ^                      \
-	 (uint64_t)KVP_CTR_SLOTS)
+	 ((uint64_t)sizeof(struct kvp_req) << 40) ^                          \
+	 ((uint64_t)sizeof(struct kvp_span) << 28) ^ (uint64_t)KVP_CTR_SLOTS)
 
 /* A mapped segment as one process sees it (private memory). */
 struct kvp_seg {
@@ -272,6 +362,9 @@ struct kvp_seg {
 	struct kvp_dram_hdr *dram;
 	struct kvp_page *pages;
 	unsigned char *arena;
+	struct kvp_req *rings;     /* NULL without an SSD tier */
+	struct kvp_span *spans;
+	unsigned char *staging;
 	uint64_t slot_mask;  /* index_slots - 1 */
 	uint64_t bucket_mask; /* index_slots / 8 - 1 */
 };
@@ -424,6 +517,20 @@ kvp_shm_bind(struct kvp_seg *s)
 	if (!s->clients || !s->holds || !s->meta || !s->entries || !s->dram ||
 	    !s->pages || !s->arena || nslots < 16 || (nslots & (nslots - 1)))
 		return -EPROTO;
+	s->rings = NULL;
+	s->spans = NULL;
+	s->staging = NULL;
+	if (h->h_ring_entries) {
+		s->rings = kvp_shm_ptr(s, h->h_rings_off, (uint64_t)h->h_max_clients *
+				       h->h_ring_entries * sizeof(struct kvp_req));
+		s->spans = kvp_shm_ptr(s, h->h_spans_off,
+				       h->h_staging_slots * sizeof(struct kvp_span));
+		s->staging = kvp_shm_ptr(s, h->h_staging_off,
+					 h->h_staging_slots * h->h_staging_slot_bytes);
+		if (!s->rings || !s->spans || !s->staging ||
+		    h->h_max_clients > KVP_MAX_CLIENTS_STAGING)
+			return -EPROTO;
+	}
 	s->slot_mask = nslots - 1;
 	s->bucket_mask = nslots / 8 - 1;
 	return 0;

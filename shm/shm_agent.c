@@ -43,7 +43,17 @@ kvp_shm_layout_size(const struct kvp_agent_cfg *cfg, uint64_t *nslots, uint64_t 
 	off += kvp_align(sizeof(struct kvp_dram_hdr), KVP_PAGE);
 	off += kvp_align(*npages * sizeof(struct kvp_page), KVP_PAGE);
 	off = kvp_align(off, 2u << 20);
-	return off + *npages * cfg->dram_unit;
+	off += *npages * cfg->dram_unit;
+	if (cfg->ssd_dir[0]) {
+		uint64_t slots = cfg->staging_bytes / cfg->staging_slot;
+
+		off += kvp_align((uint64_t)cfg->max_clients * KVP_RING_ENTRIES *
+				 sizeof(struct kvp_req), KVP_PAGE);
+		off += kvp_align(slots * sizeof(struct kvp_span), KVP_PAGE);
+		off = kvp_align(off, 2u << 20);
+		off += slots * cfg->staging_slot;
+	}
+	return off;
 }
 
 static void
@@ -85,6 +95,18 @@ kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg, uint64_t nslots
 	h->h_pagemap_off = off;
 	off += kvp_align(npages * sizeof(struct kvp_page), KVP_PAGE);
 	h->h_arena_off = kvp_align(off, 2u << 20);
+	off = h->h_arena_off + npages * cfg->dram_unit;
+	if (cfg->ssd_dir[0]) {
+		h->h_ring_entries = KVP_RING_ENTRIES;
+		h->h_rings_off = off;
+		off += kvp_align((uint64_t)cfg->max_clients * KVP_RING_ENTRIES *
+				 sizeof(struct kvp_req), KVP_PAGE);
+		h->h_staging_slots = cfg->staging_bytes / cfg->staging_slot;
+		h->h_staging_slot_bytes = cfg->staging_slot;
+		h->h_spans_off = off;
+		off += kvp_align(h->h_staging_slots * sizeof(struct kvp_span), KVP_PAGE);
+		h->h_staging_off = kvp_align(off, 2u << 20);
+	}
 
 	/* the rest of the segment is zero (fallocate): all client slots
 	 * FREE, all index slots EMPTY, no holds */
@@ -259,8 +281,6 @@ kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 	}
 	if (rc)
 		return rc;
-	kvp_store_relaxed(&a->seg.hdr->h_agent_pid, (uint64_t)getpid()); /* humans */
-	kvp_store_relaxed(&a->seg.hdr->h_agent_start_ns, kvp_now_ns(CLOCK_REALTIME));
 	if (a->seg.hdr->h_incarnation == 0)
 		kvp_fetch_add(&a->seg.hdr->h_incarnation, 1); /* first agent: 1 */
 	return 0;

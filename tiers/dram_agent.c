@@ -21,15 +21,9 @@
 
 #define KVP_EVICT_BATCH 256u
 
-struct kvp_cand {
-	uint64_t slot;
-	uint64_t word; /* state word with CHECK set */
-	bool held;
-};
-
 /* Mark candidates held if any client's hold slot names them. */
-static void
-kvp_holds_scan(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
+void
+kvp_dram_holds_scan_agent(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 {
 	enum { HBITS = 10, HSIZE = 1u << HBITS };
 	int16_t table[HSIZE];
@@ -61,7 +55,11 @@ kvp_holds_scan(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 			b = (uint32_t)(slot * 0x9e3779b1u) >> (32 - HBITS);
 			while (table[b] >= 0) {
 				struct kvp_cand *x = &c[table[b]];
-				if (x->slot == slot && KVP_IX_GEN(x->word) == KVP_HOLD_GEN(h))
+				/* any hold on the slot, whatever its generation:
+				 * a value may change location (demotion,
+				 * promotion) under one generation, and a hold
+				 * whose generation is stale is being dropped */
+				if (x->slot == slot)
 					x->held = true;
 				b = (b + 1) & (HSIZE - 1);
 			}
@@ -78,19 +76,40 @@ kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c)
 	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_BACKOFF], 1); /* stat */
 }
 
-/* An unheld candidate: empty the slot, then free its runs (step 4).
- * 'why' is the counter of a READY victim.  Returns units freed. */
+/*
+ * An unheld candidate (step 4).  'why' says what the room is for:
+ * KVP_ACTR_EVICT (DRAM) relocates a value that has an SSD copy (DRAM
+ * freed, the entry now SSD-resident, same generation: location changes
+ * are fenced by holds on the slot); anything else, and every deleted
+ * value, empties the slot (the SSD copy gets a tombstone).  Returns units
+ * of DRAM freed.
+ */
 static uint64_t
-kvp__remove_agent(struct kvp_seg *s, const struct kvp_cand *c, enum kvp_actr why)
+kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr why)
 {
+	struct kvp_seg *s = &a->seg;
 	struct kvp_shm_header *h = s->hdr;
-	uint64_t w = c->word, i = c->slot, loc, len;
+	struct kvp_entry *e = &s->entries[c->slot];
+	uint64_t w = c->word, i = c->slot, loc, len, ssd;
 	bool deleted = KVP_IX_STATE(w) == KVP_IX_DELETED;
-	int64_t got;
+	int64_t got = 0;
 
 	/* relaxed: stable under CHECK */
-	loc = kvp_load_relaxed(&s->entries[i].e_loc);
-	len = kvp_load_relaxed(&s->entries[i].e_len);
+	loc = kvp_load_relaxed(&e->e_loc);
+	len = kvp_load_relaxed(&e->e_len);
+	ssd = kvp_load_relaxed(&e->e_ssd);
+	if (!deleted && why == KVP_ACTR_EVICT && ssd && KVP_LOC_TIER(loc) == KVP_TIER_DRAM) {
+		/* relaxed: published by the CAS that clears CHECK */
+		kvp_store_relaxed(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
+		kvp_store_relaxed(&e->e_run, 0);
+		/* full CAS: readers see the SSD location from now on */
+		kvp_cas(&s->meta[i], w, w & ~(uint64_t)KVP_IX_CHECK);
+		got = kvp_dram_free_chain(s, (uint32_t)KVP_LOC_VAL(loc), i, KVP_IX_GEN(w));
+		return got > 0 ? (uint64_t)got : 0;
+	}
+	/* the key is read for the tombstone while the slot is still ours */
+	if (ssd && a->tier)
+		kvp_tier_forget_agent(a, i, ssd, len);
 	/* full CAS: the value is gone for new readers (I6: gen + 1) */
 	kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
 	/* stats: agent threads add atomically */
@@ -111,8 +130,9 @@ kvp__remove_agent(struct kvp_seg *s, const struct kvp_cand *c, enum kvp_actr why
  * Returns 1 if a slot was freed.
  */
 static int
-kvp_ix_evict_for_hash_agent(struct kvp_seg *s, uint64_t hash)
+kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 {
+	struct kvp_seg *s = &a->seg;
 	struct kvp_cand cand[KVP_IX_CANDS];
 	unsigned n = 0, pos, k, best = KVP_IX_CANDS, best_rank = 3;
 
@@ -127,7 +147,8 @@ kvp_ix_evict_for_hash_agent(struct kvp_seg *s, uint64_t hash)
 		uint64_t w = kvp_load_acquire(&s->meta[i]);
 		unsigned st = KVP_IX_STATE(w);
 
-		if (KVP_IX_FLAGS(w) || (st != KVP_IX_READY && st != KVP_IX_DELETED))
+		if (KVP_IX_FLAGS(w) || (st != KVP_IX_READY && st != KVP_IX_DELETED) ||
+		    kvp_tier_busy_agent(a, i))
 			continue;
 		/* full CAS: step 1 */
 		if (!kvp_cas(&s->meta[i], w, w | KVP_IX_CHECK))
@@ -141,7 +162,7 @@ kvp_ix_evict_for_hash_agent(struct kvp_seg *s, uint64_t hash)
 		return 0;
 	/* full fence: step 2 */
 	kvp_fence_full();
-	kvp_holds_scan(s, cand, n);
+	kvp_dram_holds_scan_agent(s, cand, n);
 	for (k = 0; k < n; k++) {
 		unsigned rank;
 
@@ -161,7 +182,7 @@ kvp_ix_evict_for_hash_agent(struct kvp_seg *s, uint64_t hash)
 			kvp__release_check(s, &cand[k]);
 	if (best == KVP_IX_CANDS)
 		return 0;
-	kvp__remove_agent(s, &cand[best], KVP_ACTR_EVICT_INDEX);
+	kvp__remove_agent(a, &cand[best], KVP_ACTR_EVICT_INDEX);
 	return 1;
 }
 
@@ -195,7 +216,7 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 			/* acquire: pairs with the publish CAS */
 			w = kvp_load_acquire(&s->meta[i]);
 			st = KVP_IX_STATE(w);
-			if (KVP_IX_FLAGS(w))
+			if (KVP_IX_FLAGS(w) || kvp_tier_busy_agent(a, i))
 				continue;
 			if (st == KVP_IX_READY) {
 				struct kvp_entry *e = &s->entries[i];
@@ -207,6 +228,12 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 				if (kvp_load_relaxed(&e->e_ref)) {
 					/* relaxed: CLOCK second chance */
 					kvp_store_relaxed(&e->e_ref, 0);
+					continue;
+				}
+				/* with an SSD tier a cold value is written
+				 * there first (copy first, free after) */
+				if (a->tier && !kvp_load_relaxed(&e->e_ssd)) {
+					kvp_tier_demote_agent(a, i, w);
 					continue;
 				}
 			} else if (st != KVP_IX_DELETED) {
@@ -224,13 +251,13 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 			break;
 		/* full fence: step 2, CHECK stores before hold-slot loads */
 		kvp_fence_full();
-		kvp_holds_scan(s, cand, n);
+		kvp_dram_holds_scan_agent(s, cand, n);
 		for (k = 0; k < n; k++) {
 			if (cand[k].held) {
 				kvp__release_check(s, &cand[k]);
 				continue;
 			}
-			freed += kvp__remove_agent(s, &cand[k], KVP_ACTR_EVICT);
+			freed += kvp__remove_agent(a, &cand[k], KVP_ACTR_EVICT);
 		}
 		if (scanned >= limit)
 			break;
@@ -256,6 +283,13 @@ kvp_ix_clear_stale_checks_agent(struct kvp_seg *s)
 		    /* full CAS: nobody else sets or clears CHECK */
 		    kvp_cas(&s->meta[i], w, w & ~(uint64_t)KVP_IX_CHECK))
 			n++;
+		/* a claim the previous agent made (SSD recovery) and never
+		 * finished: owner 0xffff is the agent's */
+		if ((KVP_IX_STATE(w) == KVP_IX_RESERVED || KVP_IX_STATE(w) == KVP_IX_CLAIM ||
+		     KVP_IX_STATE(w) == KVP_IX_PENDING) && KVP_IX_OWNER(w) == 0xffffu &&
+		    /* full CAS: the previous agent is dead */
+		    kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY)))
+			n++;
 	}
 	return n;
 }
@@ -267,8 +301,9 @@ kvp_ix_clear_stale_checks_agent(struct kvp_seg *s)
  * PENDING at the run's generation.  Returns units freed.
  */
 uint64_t
-kvp_dram_gc_agent(struct kvp_seg *s)
+kvp_dram_gc_agent(struct kvp_agent *a)
 {
+	struct kvp_seg *s = &a->seg;
 	uint64_t n = s->hdr->h_dram_pages, p = 0, freed = 0;
 
 	if (kvp_dram_lock(s))
@@ -287,9 +322,14 @@ kvp_dram_gc_agent(struct kvp_seg *s)
 				/* acquire: pairs with the publish/claim CAS */
 				uint64_t w = kvp_load_acquire(&s->meta[slot]);
 				unsigned st = KVP_IX_STATE(w);
+				/* relaxed: stable unless CHECK or busy, and
+				 * this runs on the thread that changes it */
+				uint64_t loc = kvp_load_relaxed(&s->entries[slot].e_loc);
 				keep = KVP_IX_GEN(w) == pg->pg_owner_gen &&
-				       (st == KVP_IX_PENDING || st == KVP_IX_READY ||
-					st == KVP_IX_DELETED);
+				       (st == KVP_IX_PENDING ||
+					((st == KVP_IX_READY || st == KVP_IX_DELETED) &&
+					 (KVP_LOC_TIER(loc) == KVP_TIER_DRAM ||
+					  kvp_tier_busy_agent(a, slot))));
 			}
 			if (!keep) {
 				freed += len;
@@ -306,53 +346,47 @@ kvp_dram_gc_agent(struct kvp_seg *s)
 	return freed;
 }
 
-void *
-kvp_evictor_main_agent(void *arg)
+/*
+ * One round of the DRAM side of the tier thread: index-pressure hints,
+ * then eviction (or demotion) above the high watermark or when a putter
+ * is waiting, and reclamation of deleted values.  Wakes putters that
+ * sleep on h_space_seq when it made room or found none.
+ */
+void
+kvp_dram_round_agent(struct kvp_agent *a)
 {
-	struct kvp_agent *a = arg;
 	struct kvp_shm_header *h = a->seg.hdr;
 	uint64_t npages = h->h_dram_pages;
+	uint64_t want = npages - npages * h->h_dram_low_pct / 100, freed = 0, need;
+	bool stuck = false, kicked;
+	unsigned k;
 
-	while (!kvp_load_acquire(&a->stop)) {
-		unsigned int seq = kvp_iload_acquire(&h->h_evict_wake);
-		uint64_t want = npages - npages * h->h_dram_low_pct / 100, freed;
-		uint64_t need;
-		bool stuck = false, kicked;
-		unsigned k;
-
-		/* full CAS: take the request; a client that kicks after this
-		 * sees 0 and wakes us again */
-		kicked = kvp_cas(&h->h_evict_req, 1, 0);
-		/* relaxed: the largest unit count a putter is waiting for */
-		need = kvp_load_relaxed(&h->h_evict_need);
-		kvp_store_relaxed(&h->h_evict_need, 0);
-		if (need > want)
-			want = need;
-		if (!kicked && !kvp__above_high(&a->seg))
-			want = 0; /* only reclaim deleted values */
-		freed = 0;
-		for (k = 0; k < KVP_HINTS; k++) {
-			/* acquire: pairs with the putter's release */
-			uint64_t hint = kvp_load_acquire(&h->h_hint[k]);
-			/* full CAS: take the hint (a newer one may replace it) */
-			if (hint && kvp_cas(&h->h_hint[k], hint, 0))
-				freed += (uint64_t)kvp_ix_evict_for_hash_agent(&a->seg, hint);
-		}
-		freed += kvp_dram_evict_pass_agent(a, want, &stuck);
-		/* relaxed: read by putters that gave up; a hint */
-		kvp_store_relaxed(&h->h_evict_stuck, stuck);
-		if (freed || stuck) {
-			/* full: bump then wake putters sleeping on the seq */
-			kvp_ifetch_add(&h->h_space_seq, 1);
-			kvp_futex_wake(&h->h_space_seq);
-		}
-		if (freed)
-			kvp_log(KVP_LOG_DEBUG, "evict", "freed %llu units",
-				(unsigned long long)freed);
-		if (kvp_load_acquire(&a->stop)) /* acquire: main's release */
-			break;
-		/* sleep until a client kicks us, or 100 ms */
-		kvp_futex_wait(&h->h_evict_wake, seq, 100ull * 1000 * 1000);
+	/* full CAS: take the request; a client that kicks after this
+	 * sees 0 and wakes us again */
+	kicked = kvp_cas(&h->h_evict_req, 1, 0);
+	/* relaxed: the largest unit count a putter is waiting for */
+	need = kvp_load_relaxed(&h->h_evict_need);
+	kvp_store_relaxed(&h->h_evict_need, 0);
+	if (need > want)
+		want = need;
+	if (!kicked && !kvp__above_high(&a->seg))
+		want = 0; /* only reclaim deleted values */
+	for (k = 0; k < KVP_HINTS; k++) {
+		/* acquire: pairs with the putter's release */
+		uint64_t hint = kvp_load_acquire(&h->h_hint[k]);
+		/* full CAS: take the hint (a newer one may replace it) */
+		if (hint && kvp_cas(&h->h_hint[k], hint, 0))
+			freed += (uint64_t)kvp_ix_evict_for_hash_agent(a, hint);
 	}
-	return NULL;
+	freed += kvp_dram_evict_pass_agent(a, want, &stuck);
+	/* with demotions in flight, room is coming: not stuck */
+	if (stuck && a->tier && kvp_tier_demoting_agent(a))
+		stuck = false;
+	/* relaxed: read by putters that gave up; a hint */
+	kvp_store_relaxed(&h->h_evict_stuck, stuck);
+	if (freed || stuck) {
+		/* full: bump then wake putters sleeping on the seq */
+		kvp_ifetch_add(&h->h_space_seq, 1);
+		kvp_futex_wake(&h->h_space_seq);
+	}
 }

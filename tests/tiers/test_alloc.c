@@ -196,8 +196,8 @@ test_owner_dead_recovery(void **state)
 	assert_true(kvp_dram_free_chain(s, f2, 3, 1) == 1);
 }
 
-/* The sweep frees runs whose owner slot is not PENDING/READY/DELETED at
- * the run's generation, and keeps the others. */
+/* The sweep frees runs whose owner slot is not PENDING, or READY/DELETED
+ * with a DRAM location, at the run's generation; it keeps the others. */
 static void
 test_gc_owner_tags(void **state)
 {
@@ -206,7 +206,7 @@ test_gc_owner_tags(void **state)
 	uint64_t before;
 
 	(void)state;
-	kvp_dram_gc_agent(s); /* start clean */
+	kvp_dram_gc_agent(&ag); /* start clean */
 	before = s->dram->dh_used_pages;
 	/* slot 10 READY at gen 4, slot 11 EMPTY at gen 5, slot 12 PENDING gen 2 */
 	kvp_store_release(&s->meta[10], KVP_IX_WORD(4, 0, 0, KVP_IX_READY));
@@ -215,12 +215,19 @@ test_gc_owner_tags(void **state)
 	assert_int_equal(kvp_dram_alloc(s, 4096 * 2, 10, 4, &a1), 0);
 	assert_int_equal(kvp_dram_alloc(s, 4096 * 3, 11, 4, &a2), 0); /* stale gen */
 	assert_int_equal(kvp_dram_alloc(s, 4096 * 5, 12, 2, &a3), 0);
-	assert_int_equal(kvp_dram_gc_agent(s), 3);
+	kvp_store_relaxed(&s->entries[10].e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, a1));
+	/* slot 13 READY at gen 1 but SSD-resident: a relocation to SSD was
+	 * cut short before its DRAM runs were freed */
+	kvp_store_release(&s->meta[13], KVP_IX_WORD(1, 0, 0, KVP_IX_READY));
+	kvp_store_relaxed(&s->entries[13].e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
+	assert_int_equal(kvp_dram_alloc(s, 4096 * 4, 13, 1, &a2), 0);
+	assert_int_equal(kvp_dram_gc_agent(&ag), 3 + 4);
 	assert_int_equal(s->dram->dh_used_pages, before + 7);
 	assert_int_equal(kvp_dram_free_chain(s, a1, 10, 4), 2);
 	assert_int_equal(kvp_dram_free_chain(s, a3, 12, 2), 5);
 	kvp_store_release(&s->meta[10], 0);
 	kvp_store_release(&s->meta[12], 0);
+	kvp_store_release(&s->meta[13], 0);
 	check_consistent(s);
 }
 

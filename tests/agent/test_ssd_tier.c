@@ -1,0 +1,491 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_ssd_tier.c - the SSD tier end to end with a real agent: demotion,
+ * reads through the staging arena in parts, promotion, ranged reads that
+ * read only their extents, resolve counters, restart and rebuild from
+ * disk, corruption, and a full SSD giving back whole segments.
+ */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "tests/agent/harness.h"
+#include "tiers/kvp_ssd.h"
+
+static char ssd_dir[256];
+
+static int
+dir_setup(void **state)
+{
+	(void)state;
+	snprintf(ssd_dir, sizeof(ssd_dir), "/var/tmp/kvpt-ssd-%d-XXXXXX", (int)getpid());
+	return mkdtemp(ssd_dir) ? 0 : -1;
+}
+
+static int
+dir_teardown(void **state)
+{
+	char cmd[300];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+/* A fresh store directory per test. */
+static void
+fresh_dir(void)
+{
+	char cmd[600];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", ssd_dir, ssd_dir);
+	assert_int_equal(system(cmd), 0);
+}
+
+static uint32_t
+key_of(char *k, int i)
+{
+	return (uint32_t)snprintf(k, 100, "%064x_ssd_%d", (unsigned)i * 2654435761u, i);
+}
+
+struct ssd_cond {
+	struct kvp_seg *s;
+	struct kvp_client *c;
+	int n;
+};
+
+/* true when key i of n is SSD-resident for every i */
+static bool
+all_on_ssd(void *p)
+{
+	struct ssd_cond *sc = p;
+	char k[100];
+	int i;
+
+	for (i = 0; i < sc->n; i++) {
+		uint32_t kl = key_of(k, i);
+		uint64_t w;
+		int64_t slot = kvp_ix_find(sc->s, sc->c->ns_id, kvp_key_hash(sc->c->ns_id, k, kl),
+					   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+		if (slot < 0)
+			return false;
+		if (KVP_LOC_TIER(kvp_load_relaxed(&sc->s->entries[slot].e_loc)) != KVP_TIER_SSD)
+			return false;
+	}
+	return true;
+}
+
+static uint64_t
+actr(struct kvp_seg *s, enum kvp_actr k)
+{
+	return kvp_load_relaxed(&s->hdr->h_actr[k]);
+}
+
+static unsigned
+spans_in_use(struct kvp_seg *s)
+{
+	unsigned n = 0;
+	uint64_t k;
+
+	for (k = 0; k < s->hdr->h_staging_slots; k++)
+		n += KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) != KVP_SP_FREE;
+	return n;
+}
+
+/* Put n values of vsize, then let the agent demote all of them (a DRAM
+ * high watermark of 0 keeps it demoting). */
+static void
+put_and_demote(struct kvp_client *c, struct kvp_seg *s, int n, uint64_t vsize)
+{
+	unsigned char *v = malloc(vsize);
+	struct ssd_cond sc = { s, c, n };
+	char k[100];
+	int i, rc;
+
+	for (i = 0; i < n; i++) {
+		uint32_t kl = key_of(k, i);
+		kvpt_fill(v, vsize, k, kl, 5);
+		while ((rc = kvp_put(c, k, kl, v, vsize)) == -EBUSY)
+			;
+		assert_int_equal(rc, 0);
+	}
+	free(v);
+	assert_true(kvpt_wait_until(all_on_ssd, &sc, 30000) >= 0);
+}
+
+#define AGENT_SSD(a)                                                            \
+	kvpt_agent_start(a, "--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", \
+			 "--dram-low", "0", "--ssd-dir", ssd_dir, "--ssd-segment", "8M", \
+			 "--staging", "8M", "--staging-slot", "1M", NULL)
+
+/* 2,000 SSD-resident keys in one batch through an 8-slot arena: served in
+ * parts, every key OK with its bytes; BUSY answers are not outcomes;
+ * nothing staged is left behind, without waiting for any timer. */
+static void
+test_batch_through_small_arena(void **state)
+{
+	enum { N = 2000, SZ = 64 << 10 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	struct kvp_op *ops = calloc(N, sizeof(*ops));
+	char (*keys)[100] = calloc(N, 100);
+	unsigned char *out = malloc((size_t)N * SZ);
+	int i;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(AGENT_SSD(&a), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_and_demote(c, &s, N, SZ);
+	for (i = 0; i < N; i++) {
+		ops[i].klen = key_of(keys[i], i);
+		ops[i].key = keys[i];
+		ops[i].buf = out + (size_t)i * SZ;
+		ops[i].len = SZ;
+	}
+	assert_int_equal(kvp_batch_exists_prefix(c, ops, N), N);
+	assert_int_equal(spans_in_use(&s), 0); /* the probe staged nothing */
+	assert_int_equal(kvp_batch_get(c, ops, N), N);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(ops[i].status, 0);
+		assert_int_equal(ops[i].len, SZ);
+		assert_true(kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 5));
+	}
+	/* staging lives exactly as long as its holds */
+	assert_int_equal(spans_in_use(&s), 0);
+	assert_int_equal(kvpt_holds_total(&s), 0);
+	/* final answers only: N ok, BUSY parts counted apart */
+	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_OK), N);
+	assert_true(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_BUSY) > 0);
+	assert_true(actr(&s, KVP_ACTR_BUSY_REJECT) > 0);
+	assert_true(kvp_load_relaxed(&s.hdr->h_staging_peak) <= 8);
+	print_message("  2000 keys: %llu busy answers, staging peak %llu of 8 slots\n",
+		      (unsigned long long)actr(&s, KVP_ACTR_BUSY_REJECT),
+		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_staging_peak));
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	free(ops);
+	free(keys);
+	free(out);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* Ranged gets of 20 objects through the 8-slot arena read only their
+ * 4 KiB-rounded extents from the device; a value larger than the whole
+ * arena is TOO_LARGE before any I/O. */
+static void
+test_ranged_extents(void **state)
+{
+	enum { N = 20, SZ = 1 << 20 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *whole = malloc(SZ), part[20000];
+	uint64_t before, expect = 0;
+	char k[100];
+	int i;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(AGENT_SSD(&a), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_and_demote(c, &s, N, SZ);
+	before = actr(&s, KVP_ACTR_SSD_READ_BYTES);
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+		uint64_t off = (uint64_t)i * 40000 + 100, len = 10000 + (uint64_t)i;
+		uint32_t skip;
+		ssize_t n = kvp_get_range(c, k, kl, off, part, len);
+
+		assert_int_equal(n, (ssize_t)len);
+		kvpt_fill(whole, SZ, k, kl, 5);
+		assert_memory_equal(part, whole + off, len);
+		expect += kvp_ssd_extent(off, len, &skip);
+	}
+	assert_int_equal(actr(&s, KVP_ACTR_SSD_READ_BYTES) - before, expect);
+	print_message("  20 ranged gets read %llu bytes (whole values: %u)\n",
+		      (unsigned long long)expect, N * SZ);
+	assert_int_equal(spans_in_use(&s), 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	free(whole);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* Promotion: with DRAM below its high watermark, a whole-value read lands
+ * in DRAM (the SSD copy stays) and later reads are DRAM hits. */
+static void
+test_promotion(void **state)
+{
+	enum { N = 8, SZ = 256 << 10 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *out = malloc(SZ);
+	struct ssd_cond sc;
+	char k[100];
+	int i;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(AGENT_SSD(&a), 0);
+	{
+		char msg[256];
+		assert_int_equal(kvp_seg_map(a.pool, true, &s, msg, sizeof(msg)), 0);
+	}
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_and_demote(c, &s, N, SZ);
+	/* raise the watermark (the agent reads it live): DRAM is now
+	 * below high */
+	s.hdr->h_dram_high_pct = 90;
+	s.hdr->h_dram_low_pct = 80;
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
+		assert_true(kvpt_check(out, SZ, k, kl, 5));
+	}
+	assert_int_equal(actr(&s, KVP_ACTR_PROMOTE), N);
+	sc.s = &s;
+	sc.c = c;
+	sc.n = N;
+	assert_false(all_on_ssd(&sc));
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
+	}
+	assert_int_equal(actr(&s, KVP_ACTR_PROMOTE), N); /* DRAM hits now */
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	free(out);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* Restart: demoted keys survive kill -9 of the agent and the loss of the
+ * segment (a reboot): the new agent rebuilds the index from disk; deleted
+ * keys stay deleted. */
+static void
+test_restart_rebuild(void **state)
+{
+	enum { N = 200, SZ = 32 << 10 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *out = malloc(SZ);
+	char k[100];
+	int i;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(AGENT_SSD(&a), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_and_demote(c, &s, N, SZ);
+	for (i = 0; i < N; i += 10) {
+		uint32_t kl = key_of(k, i);
+		assert_int_equal(kvp_delete(c, k, kl), 0);
+	}
+	/* the tombstones are written when the agent reclaims the deletes */
+	while (kvpt_count_state(&s, KVP_IX_DELETED))
+		kvp_futex_wait(&s.hdr->h_space_seq, kvp_iload_acquire(&s.hdr->h_space_seq),
+			       10000000ull);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	kvpt_agent_kill(&a);
+	kvpt_pool_remove(a.pool); /* a reboot: only the disk is left */
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit", "4K",
+					    "--dram-high", "0", "--dram-low", "0",
+					    "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					    "--staging", "8M", "--staging-slot", "1M", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+		ssize_t n = kvp_get(c, k, kl, out, SZ);
+		if (i % 10 == 0) {
+			assert_int_equal(n, -ENOENT);
+			continue;
+		}
+		assert_int_equal(n, SZ);
+		assert_true(kvpt_check(out, SZ, k, kl, 5));
+	}
+	kvp_close(c);
+	free(out);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* Find the segment file holding key i's record and flip one value byte. */
+static void
+corrupt_value_byte(struct kvp_seg *s, struct kvp_client *c, int i)
+{
+	char k[100], path[512];
+	uint32_t kl = key_of(k, i);
+	uint64_t w, loc;
+	int64_t slot;
+	unsigned char b;
+	int fd;
+	off_t at;
+
+	slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+			   KVP_IX_M(KVP_IX_READY), &w);
+	assert_true(slot >= 0);
+	loc = kvp_load_relaxed(&s->entries[slot].e_ssd);
+	assert_true(loc != 0);
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", ssd_dir, KVP_SSD_LOC_SEG(loc));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	at = (off_t)KVP_SSD_LOC_BLOCK(loc) * 4096 + 4096 + 777;
+	assert_int_equal(pread(fd, &b, 1, at), 1);
+	b ^= 0x40;
+	assert_int_equal(pwrite(fd, &b, 1, at), 1);
+	fsync(fd);
+	close(fd);
+}
+
+/* A flipped byte on disk: that key is FAILED (-EBADMSG), never a miss,
+ * never wrong bytes; the others read fine. */
+static void
+test_corruption(void **state)
+{
+	enum { N = 16, SZ = 128 << 10 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *out = malloc(SZ);
+	char k[100];
+	int i;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(AGENT_SSD(&a), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_and_demote(c, &s, N, SZ);
+	corrupt_value_byte(&s, c, 3);
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+		ssize_t n = kvp_get(c, k, kl, out, SZ);
+		if (i == 3) {
+			assert_int_equal(n, -EBADMSG);
+			continue;
+		}
+		assert_int_equal(n, SZ);
+		assert_true(kvpt_check(out, SZ, k, kl, 5));
+	}
+	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_FAILED), 1);
+	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_MISS), 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	free(out);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* A small --ssd-size: demotion keeps going by giving back whole oldest
+ * segments; values whose segment went are gone (a miss), the rest read
+ * right. */
+static void
+test_ssd_full(void **state)
+{
+	enum { N = 600, SZ = 64 << 10 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *v = malloc(SZ);
+	char k[100];
+	int i, hits = 0, miss = 0, rc;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
+					  "--dram-high", "0", "--dram-low", "0",
+					  "--ssd-dir", ssd_dir, "--ssd-segment", "4M",
+					  "--ssd-size", "16M", "--staging", "8M",
+					  "--staging-slot", "1M", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+		kvpt_fill(v, SZ, k, kl, 5);
+		while ((rc = kvp_put(c, k, kl, v, SZ)) == -EBUSY)
+			;
+		assert_int_equal(rc, 0);
+	}
+	/* 600 x 68 KiB on disk = ~40 MiB through a 16 MiB budget */
+	while (actr(&s, KVP_ACTR_DEMOTE) < N / 2)
+		kvp_futex_wait(&s.hdr->h_space_seq, kvp_iload_acquire(&s.hdr->h_space_seq),
+			       10000000ull);
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+		ssize_t n = kvp_get(c, k, kl, v, SZ);
+		if (n == -ENOENT) {
+			miss++;
+			continue;
+		}
+		assert_int_equal(n, SZ);
+		assert_true(kvpt_check(v, SZ, k, kl, 5));
+		hits++;
+	}
+	print_message("  %d hits, %d gone with their segments, %llu segments given back\n",
+		      hits, miss, (unsigned long long)actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
+	assert_true(actr(&s, KVP_ACTR_SEGMENT_RECLAIM) > 0);
+	assert_true(miss > 0 && hits > 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	free(v);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* With the agent down, SSD reads answer UNAVAILABLE within 10 ms while
+ * DRAM hits keep working. */
+static void
+test_agent_down(void **state)
+{
+	enum { N = 4, SZ = 64 << 10 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *out = malloc(SZ);
+	char k[100];
+	uint64_t t0;
+	uint32_t kl;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(AGENT_SSD(&a), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_and_demote(c, &s, N, SZ);
+	kvpt_fill(out, SZ, "dram", 4, 1);
+	kvpt_agent_kill(&a); /* nothing demotes the next put now */
+	assert_int_equal(kvp_put(c, "dram", 4, out, SZ), 0);
+	assert_int_equal(kvp_get(c, "dram", 4, out, SZ), SZ);
+	kl = key_of(k, 1);
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	assert_int_equal(kvp_get(c, k, kl, out, SZ), -ENOTCONN);
+	assert_true(kvp_now_ns(CLOCK_MONOTONIC) - t0 < 10000000ull);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	free(out);
+	kvpt_pool_remove(a.pool);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_batch_through_small_arena),
+		cmocka_unit_test(test_ranged_extents),
+		cmocka_unit_test(test_promotion),
+		cmocka_unit_test(test_restart_rebuild),
+		cmocka_unit_test(test_corruption),
+		cmocka_unit_test(test_ssd_full),
+		cmocka_unit_test(test_agent_down),
+	};
+
+	return cmocka_run_group_tests(tests, dir_setup, dir_teardown);
+}

@@ -1,0 +1,410 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvp_ssd.h - the agent's SSD store: log-structured segment files.
+ *
+ * Only kvpoold uses this (every function is _agent); it lives on the
+ * agent's private heap and talks to the disk through io_uring (liburing),
+ * or, where io_uring is refused, through a small pread/pwrite thread pool
+ * with the same API.  Workers never see it: they post requests to the agent,
+ * the agent's I/O thread turns them into calls below.
+ *
+ * On disk (docs/ssd.md has the picture): a directory of segment files
+ * seg-XXXXXXXX.kvs (fixed size, --ssd-segment, preallocated), appended by
+ * one writer in 4 KiB blocks:
+ *
+ *   block 0            file header (magic, format, segment id, create seq)
+ *   records            [4 KiB record header][value blocks, 4 KiB aligned] ...
+ *   summary            (sealed segments) one entry per record
+ *   last block         (sealed segments) trailer: where the summary is, CRCs
+ *
+ * A record is a value or a tombstone with a 64-bit global sequence number
+ * (the generation: later wins at recovery; a tombstone wins a tie).  A
+ * location ("loc") is (segment id << 32 | block of the record header);
+ * 0 is never a valid location.
+ *
+ * Threading: a struct kvp_ssd is used by one thread at a time (the agent's
+ * I/O thread).  No call blocks on the device except open, recover, close,
+ * segment_foreach, segment_drop and a write that has to start a new
+ * segment (file creation, and, when --ssd-size is reached, giving a
+ * segment back).  Completions are delivered by kvp_ssd_poll_agent() only.
+ *
+ * Status codes: 0 or -errno, as everywhere in kvpool.  In completions:
+ *   0         done
+ *   -ENOSPC   the file system is full, or --ssd-size is reached and every
+ *             segment that could be given back was vetoed
+ *   -EIO      the device failed, a read or write came back short, an
+ *             fdatasync failed (strict durability)
+ *   -EBADMSG  a read found a bad header, a checksum mismatch, or a record
+ *             that is not the one asked for
+ *   -ENOENT   a read of a segment that was dropped
+ */
+#ifndef KVP_SSD_H
+#define KVP_SSD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define KVP_SSD_BLOCK 4096u
+#define KVP_SSD_SEGMENT_DEFAULT (256ull << 20)
+#define KVP_SSD_SEGMENT_MIN (256ull << 10)
+#define KVP_SSD_SEGMENT_MAX (64ull << 30)
+#define KVP_SSD_KEY_MAX 255u
+
+/* Location packing: segment id (1..2^32-1) and the 4 KiB block index of
+ * the record header inside the segment file. */
+#define KVP_SSD_LOC(seg, blk) (((uint64_t)(seg) << 32) | (uint32_t)(blk))
+#define KVP_SSD_LOC_SEG(loc) ((uint32_t)((loc) >> 32))
+#define KVP_SSD_LOC_BLOCK(loc) ((uint32_t)(loc))
+
+enum kvp_ssd_durability {
+	KVP_SSD_RELAXED = 0, /* never fsync per write (default) */
+	KVP_SSD_STRICT = 1,  /* a write completes once fdatasync'd (batched) */
+};
+
+enum kvp_ssd_rec_type {
+	KVP_SSD_REC_VALUE = 1,
+	KVP_SSD_REC_TOMBSTONE = 2,
+};
+
+enum kvp_ssd_op {
+	KVP_SSD_OP_WRITE = 1,
+	KVP_SSD_OP_TOMBSTONE = 2,
+	KVP_SSD_OP_READ = 3,
+};
+
+/* kvp_ssd_write_agent() flags */
+#define KVP_SSD_SRC_PADDED 0x1u /* the memory after the last source iovec
+				 * up to the next 4 KiB boundary may be read
+				 * (and written to disk as padding): lets a
+				 * value whose last run is 4 KiB aligned go
+				 * to disk without any copy */
+
+struct kvp_ssd;
+
+/*
+ * Owner's say before a segment is given back to make room (--ssd-size).
+ * Called on the I/O thread, inside a write that needs a new segment, with
+ * the id of the oldest segment not yet asked in this round.  The owner may
+ * call kvp_ssd_segment_foreach_agent() (and the read-only calls: usage,
+ * stats, segment_info) to learn which of its records live there and
+ * forget them; it must not submit I/O.  Return 0 to let the segment go,
+ * anything else to veto it (it is kept; the next oldest is asked).
+ */
+typedef int (*kvp_ssd_evict_fn)(void *arg, struct kvp_ssd *s, uint32_t seg_id);
+
+struct kvp_ssd_cfg {
+	const char *dir;           /* created (0700) if missing */
+	uint64_t segment_bytes;    /* --ssd-segment; 0 = 256 MiB; multiple of 4 KiB */
+	uint64_t capacity_bytes;   /* --ssd-size; 0 = no limit but the disk's */
+	enum kvp_ssd_durability durability;
+	uint32_t queue_depth;      /* device ops in flight; 0 = 128 */
+	uint32_t max_requests;     /* outstanding requests; 0 = 4096 */
+	uint32_t threads;          /* pread fallback workers; 0 = 4 */
+	bool wipe;                 /* delete every segment at open */
+	kvp_ssd_evict_fn evict_cb; /* NULL: give back the oldest, no veto */
+	void *evict_arg;
+};
+
+/* A record as found on disk (recovery, segment_foreach).  key is valid
+ * for the duration of the callback only. */
+struct kvp_ssd_rec {
+	uint64_t loc;
+	uint64_t seq;
+	uint64_t ns;
+	uint64_t vlen;    /* 0 for tombstones */
+	const void *key;
+	uint32_t klen;
+	uint32_t type;    /* enum kvp_ssd_rec_type */
+};
+
+/* Recovery callback: 0 = keep (the record is live, its bytes count as
+ * live), KVP_SSD_DECLINE = the owner cannot take it (the store writes a
+ * tombstone so it never comes back), < 0 = abort recovery with that code. */
+#define KVP_SSD_DECLINE 1
+typedef int (*kvp_ssd_rec_fn)(void *arg, const struct kvp_ssd_rec *r);
+
+/* One read: value bytes [off, off + len) of the record at loc. */
+struct kvp_ssd_read {
+	uint64_t loc;
+	uint64_t vlen;            /* the record's value length (as written) */
+	uint64_t off;
+	uint64_t len;             /* 0 = to the end of the value */
+	uint64_t ns;              /* expected identity, checked when key != NULL */
+	const void *key;
+	uint32_t klen;
+	unsigned ndst;
+	const struct iovec *dst;  /* 4 KiB aligned bases and lengths; total
+				   * >= kvp_ssd_extent(off, len, NULL) */
+};
+
+struct kvp_ssd_cqe {
+	uint64_t tag;
+	uint64_t loc;     /* write, tombstone: the record's location */
+	uint64_t seq;     /* write, tombstone: its sequence number */
+	int32_t status;   /* 0 or -errno (see the top of this file) */
+	uint32_t dst_off; /* read: the requested bytes start at dst + dst_off */
+	uint32_t op;      /* enum kvp_ssd_op */
+	uint32_t pad;
+};
+
+struct kvp_ssd_usage {
+	uint64_t capacity_bytes; /* 0 = unlimited */
+	uint64_t used_bytes;     /* on-disk bytes: segments * segment size */
+	uint64_t live_bytes;     /* record bytes not reported dead */
+	uint64_t segment_bytes;
+	uint32_t nsegments;
+	uint32_t oldest_id;      /* 0 = none */
+	uint32_t active_id;      /* 0 = none */
+	uint32_t pad;
+};
+
+struct kvp_ssd_seg_info {
+	uint64_t live_bytes;
+	uint64_t nrecords;
+	uint64_t size;
+	bool sealed;
+	bool active;
+};
+
+struct kvp_ssd_stats {
+	uint64_t writes, tombstones, write_bytes;    /* completed OK; value bytes */
+	uint64_t dev_write_bytes;                    /* bytes written to files */
+	uint64_t copied_bytes;                       /* value bytes staged through
+						      * an aligned bounce buffer */
+	uint64_t reads, read_bytes;                  /* completed OK; requested bytes */
+	uint64_t dev_read_bytes;                     /* bytes read for reads
+						      * (record header + extent) */
+	uint64_t recover_read_bytes;                 /* bytes read by recovery */
+	uint64_t chunks_verified, crc_errors, io_errors, enospc;
+	uint64_t fsyncs;
+	uint64_t fixed_ops;                          /* ops on registered buffers */
+	uint64_t segs_created, segs_sealed, segs_dropped, segs_vetoed;
+	uint64_t carried_tombstones;                 /* written by out-of-order drops */
+	uint64_t recovered, recover_ns;              /* last recovery */
+	uint32_t inflight_requests, inflight_ops;
+	bool uring;          /* false: pread/pwrite thread pool */
+	bool direct;         /* false: O_DIRECT refused, buffered I/O */
+	bool registered;     /* buffers registered with io_uring */
+};
+
+/* Bytes of destination needed to read [off, off + len) of a value, and
+ * where the first requested byte lands (*dst_off).  len 0 reads nothing. */
+static inline uint64_t
+kvp_ssd_extent(uint64_t off, uint64_t len, uint32_t *dst_off)
+{
+	uint64_t a = off & ~(uint64_t)(KVP_SSD_BLOCK - 1);
+	uint64_t b = (off + len + KVP_SSD_BLOCK - 1) & ~(uint64_t)(KVP_SSD_BLOCK - 1);
+
+	if (dst_off)
+		*dst_off = (uint32_t)(off - a);
+	return len ? b - a : 0;
+}
+
+/* On-disk bytes of a record with a value of vlen bytes (header included). */
+static inline uint64_t
+kvp_ssd_record_bytes(uint64_t vlen)
+{
+	return KVP_SSD_BLOCK + ((vlen + KVP_SSD_BLOCK - 1) & ~(uint64_t)(KVP_SSD_BLOCK - 1));
+}
+
+/*
+ * Open (create) the store in cfg->dir: take its lock file, list the
+ * segments, validate their file headers, pick io_uring or the thread pool,
+ * O_DIRECT or buffered.  Nothing is reported and nothing can be written
+ * until kvp_ssd_recover_agent() has run.  Blocks (file I/O).
+ * Returns 0, -EINVAL (bad configuration), -EBUSY (another agent holds the
+ * directory), -EPROTO (a segment of another format version: move the
+ * directory away or start with wipe), -ENOMEM, or a file system error.
+ */
+int kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out);
+
+/*
+ * Rebuild: read every sealed segment's summary, scan the unsealed ones
+ * record by record (verifying every checksum), repair torn tails
+ * (truncate after the last good record) and seal them, then report each
+ * live record (the latest sequence per (ns, key); keys whose latest record
+ * is a tombstone are not reported) to cb, in no particular order.  Call
+ * once after open.  Blocks.  Returns the number of records kept (>= 0), or
+ * the callback's negative code, or -errno.
+ */
+int64_t kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg);
+
+/*
+ * Drain every request (completions not yet polled are discarded), seal the
+ * active segment, close.  Blocks.
+ */
+void kvp_ssd_close_agent(struct kvp_ssd *s);
+
+/*
+ * Queue a write of a value (the concatenation of src[0..nsrc), 1 byte to
+ * kvp_ssd_max_value_agent()) under (ns, key).  The source memory must stay
+ * valid and unchanged until the completion: whole 4 KiB blocks of 4 KiB
+ * aligned sources go to the device without a copy (docs/ssd.md).  The
+ * completion carries the location and sequence number, or the error
+ * (-ENOSPC, -EIO).  Returns 0 (queued; call submit), -EINVAL, -E2BIG,
+ * -EBUSY (max_requests outstanding: poll first), -ENOMEM.
+ */
+int kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
+			uint32_t klen, const struct iovec *src, unsigned nsrc, unsigned flags);
+
+/* Queue a tombstone for (ns, key): after a restart, no older record of
+ * the key is reported.  Returns as kvp_ssd_write_agent(). */
+int kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
+			    uint32_t klen);
+
+/*
+ * Queue a read (see struct kvp_ssd_read).  The device reads the record's
+ * header block and the 4 KiB-rounded extent of [off, off + len) only.
+ * Whole-value reads verify every chunk CRC; ranged reads verify the chunks
+ * the extent fully covers.  Returns 0 (queued), -EINVAL (bad range or
+ * destination), -ENOENT (no such segment), -EBUSY, -ENOMEM.
+ */
+int kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag, const struct kvp_ssd_read *rd);
+
+/* Hand queued operations to the kernel (or the pool).  0 or -errno. */
+int kvp_ssd_submit_agent(struct kvp_ssd *s);
+
+/*
+ * Reap up to max completions into cqes.  timeout_ms: 0 = do not wait,
+ * < 0 = wait until at least one completion (returns 0 at once if nothing
+ * is outstanding), > 0 = wait at most that long.  Also submits whatever
+ * is queued.  Returns the number of completions (>= 0) or -errno.
+ */
+int kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *cqes, unsigned max,
+		       int timeout_ms);
+
+/* Requests not yet handed back by poll. */
+unsigned kvp_ssd_outstanding_agent(const struct kvp_ssd *s);
+
+/* The record at loc (value of vlen bytes) is superseded, deleted or
+ * evicted: its bytes no longer count as live in its segment.
+ * 0, -ENOENT (segment gone), -EINVAL. */
+int kvp_ssd_record_dead_agent(struct kvp_ssd *s, uint64_t loc, uint64_t vlen);
+
+/* The oldest sealed segment with id > after (0 = the very oldest):
+ * 0 and *id, or -ENOENT. */
+int kvp_ssd_oldest_segment_agent(const struct kvp_ssd *s, uint32_t after, uint32_t *id);
+
+/* Every record of segment id (values and tombstones, live or not, from
+ * its summary, or its headers when the summary is unreadable).  Stops at
+ * the first nonzero return of cb and returns it.  Blocks (reads the
+ * summary).  0, cb's code, -ENOENT, -EIO, -ENOMEM. */
+int kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id, kvp_ssd_rec_fn cb,
+				  void *arg);
+
+/*
+ * Give segment id back to the file system now.  If older segments remain
+ * (a veto kept them), tombstones are first written (and fdatasync'd) for
+ * its records whose keys also appear in those older segments, so that no
+ * older record comes back after a restart (docs/ssd.md, "Giving space
+ * back").  Reads already in flight finish; later reads of it get -ENOENT.
+ * 0, -ENOENT, -EBUSY (the active or a sealing segment), -EIO, -ENOSPC.
+ */
+int kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id);
+
+int kvp_ssd_segment_info_agent(const struct kvp_ssd *s, uint32_t id,
+			       struct kvp_ssd_seg_info *info);
+void kvp_ssd_usage_agent(const struct kvp_ssd *s, struct kvp_ssd_usage *u);
+void kvp_ssd_stats_agent(const struct kvp_ssd *s, struct kvp_ssd_stats *st);
+
+/* Largest value this store accepts (depends on the segment size). */
+uint64_t kvp_ssd_max_value_agent(const struct kvp_ssd *s);
+
+/*
+ * Register memory regions (e.g. the DRAM arena, the staging arena) with
+ * io_uring so that single-buffer reads and writes inside them use
+ * READ_FIXED/WRITE_FIXED (no per-I/O page pinning).  Replaces earlier
+ * registrations; only while nothing is in flight.  Pinned memory counts
+ * against RLIMIT_MEMLOCK unless the agent has CAP_IPC_LOCK.  On failure
+ * the store logs one line and keeps using plain reads and writes.
+ * 0, -EBUSY (I/O in flight), -EOPNOTSUPP (thread pool), or the kernel's
+ * error (-ENOMEM: memlock limit).
+ */
+int kvp_ssd_register_buffers_agent(struct kvp_ssd *s, const struct iovec *regions,
+				   unsigned n);
+
+/* CRC-32C (Castagnoli), tiers/crc32c.c.  crc = 0 to start; chaining
+ * kvp_crc32c(kvp_crc32c(0, a), b) equals the CRC of a then b.  The
+ * dispatcher uses the SSE4.2 instruction when the CPU has it. */
+uint32_t kvp_crc32c(uint32_t crc, const void *buf, size_t len);
+uint32_t kvp_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+uint32_t kvp_crc32c_hw(uint32_t crc, const void *buf, size_t len); /* sw if no SSE4.2 */
+bool kvp_crc32c_hw_available(void);
+
+/*
+ * On-disk format (version KVP_SSD_FORMAT, little-endian).  Everything
+ * read from disk is validated before use; a mismatch in one record ends
+ * the scan of its file, never the agent.
+ */
+#define KVP_SSD_FORMAT 1
+#define KVP_SSD_MAGIC_FILE 0x5353564bu  /* "KVSS" */
+#define KVP_SSD_MAGIC_REC 0x5252564bu   /* "KVRR" */
+#define KVP_SSD_MAGIC_TRAIL 0x5454564bu /* "KVTT" */
+#define KVP_SSD_CHUNK_SHIFT_MIN 16      /* 64 KiB CRC chunks ... */
+#define KVP_SSD_MAX_CHUNKS 944u         /* ... doubled until they fit */
+
+struct kvp_ssd_file_hdr {
+	uint32_t fh_magic;
+	uint16_t fh_version;
+	uint16_t fh_hdr_size;    /* sizeof(struct kvp_ssd_file_hdr) */
+	uint32_t fh_seg_id;
+	uint32_t fh_crc;         /* CRC-32C of the struct with fh_crc = 0 */
+	uint64_t fh_create_seq;  /* next sequence number when created */
+	uint64_t fh_seg_size;    /* the file's size in bytes */
+	uint64_t fh_ctime_ns;
+};
+
+struct kvp_ssd_rec_hdr {
+	uint32_t rh_magic;
+	uint16_t rh_version;
+	uint8_t rh_type;         /* enum kvp_ssd_rec_type */
+	uint8_t rh_klen;         /* 1..255 */
+	uint32_t rh_crc;         /* CRC-32C of [0, rh_len) with rh_crc = 0 */
+	uint32_t rh_len;         /* header bytes covered by rh_crc */
+	uint32_t rh_seg_id;      /* where it was written: a record found */
+	uint32_t rh_block;       /* anywhere else is not trusted */
+	uint64_t rh_ns;
+	uint64_t rh_seq;
+	uint64_t rh_vlen;
+	uint32_t rh_nchunks;
+	uint8_t rh_chunk_shift;
+	uint8_t rh_pad[3];
+	/* then: key[klen], zeros to a multiple of 4, uint32_t crc[nchunks] */
+};
+
+struct kvp_ssd_sum_ent {
+	uint8_t se_type;
+	uint8_t se_klen;
+	uint16_t se_flags;       /* 0 on disk */
+	uint32_t se_block;
+	uint64_t se_ns;
+	uint64_t se_seq;
+	uint64_t se_vlen;
+	/* then: key[klen], zeros to a multiple of 8 */
+};
+
+struct kvp_ssd_trailer {
+	uint32_t st_magic;
+	uint16_t st_version;
+	uint16_t st_pad;
+	uint32_t st_seg_id;
+	uint32_t st_crc;         /* CRC-32C of the struct with st_crc = 0 */
+	uint64_t st_seg_size;
+	uint64_t st_create_seq;
+	uint64_t st_sum_off;     /* bytes; == end of the last record */
+	uint64_t st_sum_len;     /* bytes of summary entries */
+	uint64_t st_max_seq;
+	uint32_t st_sum_crc;
+	uint32_t st_nrecs;
+};
+
+_Static_assert(sizeof(struct kvp_ssd_file_hdr) == 40, "ssd file header layout");
+_Static_assert(sizeof(struct kvp_ssd_rec_hdr) == 56, "ssd record header layout");
+_Static_assert(sizeof(struct kvp_ssd_sum_ent) == 32, "ssd summary entry layout");
+_Static_assert(sizeof(struct kvp_ssd_trailer) == 64, "ssd trailer layout");
+_Static_assert(sizeof(struct kvp_ssd_rec_hdr) + 256 + 4 * KVP_SSD_MAX_CHUNKS <= KVP_SSD_BLOCK,
+	       "chunk CRCs fit the header block");
+
+#endif /* KVP_SSD_H */

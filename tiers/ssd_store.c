@@ -1,0 +1,1540 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ssd_store.c - the agent's SSD store (API and on-disk format in
+ * tiers/kvp_ssd.h; operator notes in docs/ssd.md).
+ *
+ * Design:
+ *  1. Segment files of a fixed size (fallocate'd), appended by one writer:
+ *     block 0 is the file header, records follow; when a record does not
+ *     fit, the segment is sealed (summary of its records written after the
+ *     last record, trailer in the last block) and a new one is started.
+ *  2. A record is a 4 KiB header block (type, ns, key, value length,
+ *     sequence, per-chunk CRC-32C, header CRC) and the value, 4 KiB
+ *     aligned, so O_DIRECT transfers go straight to and from the DRAM
+ *     arena or a staging span (no copy when the source is 4 KiB aligned).
+ *  3. Recovery reads each sealed segment's summary (one sequential read)
+ *     and scans unsealed ones header by header; the first bad header ends
+ *     that file's scan (a torn tail: the block is zeroed and the segment
+ *     sealed there).  The latest sequence per (ns, key) wins; a tombstone
+ *     wins a tie.
+ *  4. Space comes back one whole segment at a time, oldest first, after
+ *     the owner's say (evict_cb).  Dropping a segment while older ones
+ *     remain first rewrites its tombstones into the active segment
+ *     (fdatasync'd), so a deleted key never comes back from an older one.
+ *  5. I/O through io_uring (liburing): a write is one WRITEV, a read a
+ *     header READ plus the extent's READV (READ_FIXED when it lands in a
+ *     registered buffer).  Where io_uring is refused (or
+ *     KVP_SSD_FORCE_PREAD=1), operations run synchronously with
+ *     pwritev/preadv at submission and complete through the same poll.
+ *  6. Everything read from disk is validated before use.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/agent_int.h"
+#include "tiers/kvp_ssd.h"
+
+#define B KVP_SSD_BLOCK
+#define KVP_SSD_MAX_IOV 66
+
+struct kvp_sseg {
+	uint32_t id;
+	int fd;
+	uint64_t size, create_seq, max_seq;
+	uint64_t wpos;        /* next record block (active) */
+	uint64_t live_bytes, nrecs;
+	bool sealed;
+	unsigned char *sum;   /* active: summary entries so far */
+	size_t sum_len, sum_cap;
+};
+
+struct kvp_sreq {
+	uint64_t tag, loc, seq;
+	uint32_t op, dst_off;
+	int status;
+	unsigned nsub;
+	uint64_t want[2];     /* bytes each sub-op must transfer */
+	struct kvp_sseg *seg;
+	void *hdr;            /* header block (aligned) */
+	void *bounce;         /* write: aligned copy of the value */
+	struct kvp_ssd_read rd;
+	struct iovec dst[KVP_SSD_MAX_IOV];
+	unsigned ndst;
+	struct iovec wiov[KVP_SSD_MAX_IOV]; /* write / header iovecs: they must
+					     * outlive submission (the kernel
+					     * reads them then) */
+	unsigned char key[256];
+	struct kvp_sreq *next;
+};
+
+struct kvp_ssd {
+	struct kvp_ssd_cfg cfg;
+	char dir[1024];
+	int lockfd;
+	struct kvp_sseg **segs; /* sorted by id */
+	unsigned nsegs, capsegs;
+	struct kvp_sseg *active;
+	uint64_t next_seq;
+	uint32_t next_id;
+	struct io_uring ring;
+	bool uring, direct, registered;
+	struct iovec reg[2];
+	unsigned nreg;
+	struct kvp_sreq *done_head, *done_tail;
+	unsigned outstanding, queued;
+	struct kvp_ssd_stats st;
+	bool in_evict;
+};
+
+static uint64_t
+kvp_rup(uint64_t v)
+{
+	return (v + B - 1) & ~(uint64_t)(B - 1);
+}
+
+static void *
+kvp_aligned(size_t n)
+{
+	void *p = NULL;
+
+	if (posix_memalign(&p, B, n ? n : B))
+		return NULL;
+	memset(p, 0, n ? n : B);
+	return p;
+}
+
+uint64_t
+kvp_ssd_max_value_agent(const struct kvp_ssd *s)
+{
+	uint64_t blocks = s->cfg.segment_bytes / B;
+
+	/* file header, record header, one summary block, the trailer */
+	return blocks > 4 ? (blocks - 4) * B : 0;
+}
+
+static unsigned
+kvp_chunk_shift(uint64_t vlen, uint32_t *nchunks)
+{
+	unsigned sh = KVP_SSD_CHUNK_SHIFT_MIN;
+
+	while (((vlen + (1ull << sh) - 1) >> sh) > KVP_SSD_MAX_CHUNKS)
+		sh++;
+	*nchunks = (uint32_t)((vlen + (1ull << sh) - 1) >> sh);
+	return sh;
+}
+
+static size_t
+kvp_sum_ent_size(unsigned klen)
+{
+	return (sizeof(struct kvp_ssd_sum_ent) + klen + 7) & ~(size_t)7;
+}
+
+/* ---- segments ---- */
+
+static void
+kvp_seg_path(const struct kvp_ssd *s, uint32_t id, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/seg-%08x.kvs", s->dir, id);
+}
+
+static int
+kvp_open_file(struct kvp_ssd *s, const char *path, int flags)
+{
+	int fd = -1;
+
+	if (s->direct) {
+		fd = open(path, flags | O_DIRECT | O_CLOEXEC, 0600);
+		if (fd < 0 && errno == EINVAL) {
+			kvp_log(KVP_LOG_WARN, "ssd", "O_DIRECT refused in %s: buffered I/O",
+				s->dir);
+			s->direct = false;
+		}
+	}
+	if (fd < 0 && !s->direct)
+		fd = open(path, flags | O_CLOEXEC, 0600);
+	return fd < 0 ? -errno : fd;
+}
+
+static struct kvp_sseg *
+kvp_seg_find(const struct kvp_ssd *s, uint32_t id)
+{
+	unsigned k;
+
+	for (k = 0; k < s->nsegs; k++)
+		if (s->segs[k]->id == id)
+			return s->segs[k];
+	return NULL;
+}
+
+static int
+kvp_seg_insert(struct kvp_ssd *s, struct kvp_sseg *g)
+{
+	unsigned k;
+
+	if (s->nsegs == s->capsegs) {
+		unsigned cap = s->capsegs ? s->capsegs * 2 : 16;
+		struct kvp_sseg **n = realloc(s->segs, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		s->segs = n;
+		s->capsegs = cap;
+	}
+	for (k = s->nsegs; k > 0 && s->segs[k - 1]->id > g->id; k--)
+		s->segs[k] = s->segs[k - 1];
+	s->segs[k] = g;
+	s->nsegs++;
+	return 0;
+}
+
+static void
+kvp_seg_free(struct kvp_sseg *g)
+{
+	if (g->fd >= 0)
+		close(g->fd);
+	free(g->sum);
+	free(g);
+}
+
+/* Write the active segment's summary and trailer: it is sealed. */
+static int
+kvp_seg_seal(struct kvp_ssd *s, struct kvp_sseg *g)
+{
+	struct kvp_ssd_trailer *tr;
+	uint64_t sum_off = g->wpos * B, sum_bytes = kvp_rup(g->sum_len);
+	unsigned char *buf;
+	int rc = 0;
+
+	if (g->sealed)
+		return 0;
+	if (sum_off + sum_bytes > g->size - B)
+		return -ENOSPC; /* cannot happen: space is reserved */
+	buf = kvp_aligned(sum_bytes + B);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, g->sum, g->sum_len);
+	if (sum_bytes && pwrite(g->fd, buf, sum_bytes, (off_t)sum_off) != (ssize_t)sum_bytes)
+		rc = -EIO;
+	tr = (struct kvp_ssd_trailer *)(buf + sum_bytes);
+	tr->st_magic = KVP_SSD_MAGIC_TRAIL;
+	tr->st_version = KVP_SSD_FORMAT;
+	tr->st_seg_id = g->id;
+	tr->st_seg_size = g->size;
+	tr->st_create_seq = g->create_seq;
+	tr->st_sum_off = sum_off;
+	tr->st_sum_len = g->sum_len;
+	tr->st_max_seq = g->max_seq;
+	tr->st_sum_crc = kvp_crc32c(0, g->sum, g->sum_len);
+	tr->st_nrecs = (uint32_t)g->nrecs;
+	tr->st_crc = 0;
+	tr->st_crc = kvp_crc32c(0, tr, sizeof(*tr));
+	if (!rc && pwrite(g->fd, buf + sum_bytes, B, (off_t)(g->size - B)) != (ssize_t)B)
+		rc = -EIO;
+	if (!rc && s->cfg.durability == KVP_SSD_STRICT && fdatasync(g->fd))
+		rc = -EIO;
+	free(buf);
+	if (rc) {
+		s->st.io_errors++;
+		return rc;
+	}
+	g->sealed = true;
+	free(g->sum);
+	g->sum = NULL;
+	g->sum_len = g->sum_cap = 0;
+	s->st.segs_sealed++;
+	if (s->active == g)
+		s->active = NULL;
+	return 0;
+}
+
+static int kvp_make_room(struct kvp_ssd *s);
+
+/* Start a new active segment (sealing the old one). */
+static int
+kvp_seg_new(struct kvp_ssd *s)
+{
+	struct kvp_ssd_file_hdr *fh;
+	struct kvp_sseg *g;
+	char path[1300];
+	int rc;
+
+	if (s->active) {
+		rc = kvp_seg_seal(s, s->active);
+		if (rc)
+			return rc;
+	}
+	rc = kvp_make_room(s);
+	if (rc)
+		return rc;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->id = s->next_id++;
+	g->size = s->cfg.segment_bytes;
+	g->create_seq = s->next_seq;
+	g->wpos = 1;
+	kvp_seg_path(s, g->id, path, sizeof(path));
+	g->fd = kvp_open_file(s, path, O_RDWR | O_CREAT | O_EXCL);
+	if (g->fd < 0) {
+		rc = g->fd;
+		free(g);
+		return rc;
+	}
+	rc = posix_fallocate(g->fd, 0, (off_t)g->size);
+	if (rc) {
+		close(g->fd);
+		unlink(path);
+		free(g);
+		if (rc == ENOSPC)
+			s->st.enospc++;
+		return -rc;
+	}
+	fh = kvp_aligned(B);
+	if (!fh) {
+		rc = -ENOMEM;
+		goto err;
+	}
+	fh->fh_magic = KVP_SSD_MAGIC_FILE;
+	fh->fh_version = KVP_SSD_FORMAT;
+	fh->fh_hdr_size = sizeof(*fh);
+	fh->fh_seg_id = g->id;
+	fh->fh_create_seq = g->create_seq;
+	fh->fh_seg_size = g->size;
+	fh->fh_ctime_ns = kvp_now_ns(CLOCK_REALTIME);
+	fh->fh_crc = 0;
+	fh->fh_crc = kvp_crc32c(0, fh, sizeof(*fh));
+	if (pwrite(g->fd, fh, B, 0) != (ssize_t)B) {
+		free(fh);
+		rc = -EIO;
+		goto err;
+	}
+	free(fh);
+	rc = kvp_seg_insert(s, g);
+	if (rc)
+		goto err;
+	s->active = g;
+	s->st.segs_created++;
+	return 0;
+err:
+	close(g->fd);
+	unlink(path);
+	free(g);
+	return rc;
+}
+
+/*
+ * --ssd-size: give back whole segments until one more fits.  Strictly
+ * oldest first: a tombstone then always outlives the older records it
+ * shadows, so nothing deleted can come back.  If the owner vetoes the
+ * oldest (a key in it is held or pinned), the room is deferred: -ENOSPC
+ * now, asked again on the next write.
+ */
+static int
+kvp_make_room(struct kvp_ssd *s)
+{
+	if (!s->cfg.capacity_bytes)
+		return 0;
+	while ((uint64_t)(s->nsegs + 1) * s->cfg.segment_bytes > s->cfg.capacity_bytes) {
+		struct kvp_sseg *g = s->nsegs ? s->segs[0] : NULL;
+		int veto;
+
+		if (!g || !g->sealed || g == s->active) {
+			s->st.enospc++;
+			return -ENOSPC;
+		}
+		s->in_evict = true;
+		veto = s->cfg.evict_cb ? s->cfg.evict_cb(s->cfg.evict_arg, s, g->id) : 0;
+		s->in_evict = false;
+		if (veto) {
+			s->st.segs_vetoed++;
+			s->st.enospc++;
+			return -ENOSPC;
+		}
+		if (kvp_ssd_segment_drop_agent(s, g->id))
+			return -EIO;
+	}
+	return 0;
+}
+
+/* ---- requests ---- */
+
+static struct kvp_sreq *
+kvp_req_new(struct kvp_ssd *s, uint64_t tag, uint32_t op)
+{
+	struct kvp_sreq *r;
+
+	if (s->cfg.max_requests && s->outstanding >= s->cfg.max_requests)
+		return NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->tag = tag;
+	r->op = op;
+	r->hdr = kvp_aligned(B);
+	if (!r->hdr) {
+		free(r);
+		return NULL;
+	}
+	s->outstanding++;
+	return r;
+}
+
+static void
+kvp_req_free(struct kvp_sreq *r)
+{
+	free(r->hdr);
+	free(r->bounce);
+	free(r);
+}
+
+static void
+kvp_req_done(struct kvp_ssd *s, struct kvp_sreq *r)
+{
+	r->next = NULL;
+	if (s->done_tail)
+		s->done_tail->next = r;
+	else
+		s->done_head = r;
+	s->done_tail = r;
+}
+
+/* Run one transfer now (the pread/pwrite path). */
+static ssize_t
+kvp_sync_rw(int fd, bool wr, const struct iovec *iov, unsigned n, uint64_t off)
+{
+	ssize_t got = wr ? pwritev(fd, iov, (int)n, (off_t)off) : preadv(fd, iov, (int)n, (off_t)off);
+
+	return got < 0 ? -errno : got;
+}
+
+static int kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r);
+
+/* Queue (or, without io_uring, perform) sub-operation idx of r. */
+static int
+kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
+	     const struct iovec *iov, unsigned n, uint64_t off)
+{
+	uint64_t total = 0;
+	unsigned k;
+
+	for (k = 0; k < n; k++)
+		total += iov[k].iov_len;
+	r->want[idx] = total;
+	r->nsub++;
+	if (!s->uring) {
+		ssize_t got = kvp_sync_rw(r->seg->fd, wr, iov, n, off);
+		if (got != (ssize_t)total && !r->status)
+			r->status = got < 0 ? (got == -ENOSPC ? -ENOSPC : -EIO) : -EIO;
+		r->nsub--;
+		return 0;
+	}
+	{
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+		int bi = -1;
+
+		if (!sqe) {
+			io_uring_submit(&s->ring);
+			sqe = io_uring_get_sqe(&s->ring);
+			if (!sqe) {
+				r->nsub--;
+				return -EBUSY;
+			}
+		}
+		if (s->registered && n == 1)
+			for (k = 0; k < s->nreg; k++)
+				if ((char *)iov[0].iov_base >= (char *)s->reg[k].iov_base &&
+				    (char *)iov[0].iov_base + iov[0].iov_len <=
+					    (char *)s->reg[k].iov_base + s->reg[k].iov_len)
+					bi = (int)k;
+		if (bi >= 0 && wr)
+			io_uring_prep_write_fixed(sqe, r->seg->fd, iov[0].iov_base,
+						  (unsigned)iov[0].iov_len, off, bi);
+		else if (bi >= 0)
+			io_uring_prep_read_fixed(sqe, r->seg->fd, iov[0].iov_base,
+						 (unsigned)iov[0].iov_len, off, bi);
+		else if (wr)
+			io_uring_prep_writev(sqe, r->seg->fd, iov, n, off);
+		else
+			io_uring_prep_readv(sqe, r->seg->fd, iov, n, off);
+		if (bi >= 0)
+			s->st.fixed_ops++;
+		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)r | idx);
+		s->queued++;
+	}
+	return 0;
+}
+
+/* Reserve space for a record of vlen bytes (and its summary entry) in
+ * the active segment; start a new one when it does not fit. */
+static int
+kvp_reserve(struct kvp_ssd *s, uint64_t vlen, unsigned klen, uint64_t *blk)
+{
+	uint64_t need = 1 + kvp_rup(vlen) / B;
+	int rc, tries;
+
+	for (tries = 0; tries < 2; tries++) {
+		struct kvp_sseg *g = s->active;
+
+		if (g) {
+			uint64_t sum = kvp_rup(g->sum_len + kvp_sum_ent_size(klen)) / B;
+			if (g->wpos + need + sum + 1 <= g->size / B) {
+				*blk = g->wpos;
+				g->wpos += need;
+				return 0;
+			}
+		}
+		rc = kvp_seg_new(s);
+		if (rc)
+			return rc;
+	}
+	return -E2BIG;
+}
+
+static int
+kvp_sum_append(struct kvp_sseg *g, uint8_t type, uint32_t blk, uint64_t ns, uint64_t seq,
+	       uint64_t vlen, const void *key, unsigned klen)
+{
+	size_t n = kvp_sum_ent_size(klen);
+	struct kvp_ssd_sum_ent *e;
+
+	if (g->sum_len + n > g->sum_cap) {
+		size_t cap = g->sum_cap ? g->sum_cap * 2 : 4096;
+		unsigned char *p;
+		while (cap < g->sum_len + n)
+			cap *= 2;
+		p = realloc(g->sum, cap);
+		if (!p)
+			return -ENOMEM;
+		g->sum = p;
+		g->sum_cap = cap;
+	}
+	e = (struct kvp_ssd_sum_ent *)(g->sum + g->sum_len);
+	memset(e, 0, n);
+	e->se_type = type;
+	e->se_klen = (uint8_t)klen;
+	e->se_block = blk;
+	e->se_ns = ns;
+	e->se_seq = seq;
+	e->se_vlen = vlen;
+	memcpy(e + 1, key, klen);
+	g->sum_len += n;
+	return 0;
+}
+
+/* Build a record header in r->hdr. */
+static void
+kvp_build_hdr(struct kvp_sreq *r, uint8_t type, uint64_t ns, const void *key, unsigned klen,
+	      uint64_t vlen, uint64_t seq, uint32_t seg, uint32_t blk,
+	      const struct iovec *src, unsigned nsrc)
+{
+	struct kvp_ssd_rec_hdr *h = r->hdr;
+	uint32_t nchunks = 0, *crc;
+	unsigned sh = type == KVP_SSD_REC_VALUE ? kvp_chunk_shift(vlen, &nchunks) : 16;
+	size_t koff = (sizeof(*h) + klen + 3) & ~(size_t)3;
+	uint64_t cs = 1ull << sh, done = 0;
+	unsigned c, i = 0;
+	size_t in = 0;
+
+	memset(h, 0, B);
+	h->rh_magic = KVP_SSD_MAGIC_REC;
+	h->rh_version = KVP_SSD_FORMAT;
+	h->rh_type = type;
+	h->rh_klen = (uint8_t)klen;
+	h->rh_seg_id = seg;
+	h->rh_block = blk;
+	h->rh_ns = ns;
+	h->rh_seq = seq;
+	h->rh_vlen = vlen;
+	h->rh_nchunks = nchunks;
+	h->rh_chunk_shift = (uint8_t)sh;
+	memcpy(h + 1, key, klen);
+	crc = (uint32_t *)((char *)h + koff);
+	for (c = 0; c < nchunks; c++) {
+		uint64_t end = (c + 1) * cs < vlen ? (c + 1) * cs : vlen;
+		uint32_t v = 0;
+
+		while (done < end && i < nsrc) {
+			size_t take = src[i].iov_len - in;
+			if (take > end - done)
+				take = (size_t)(end - done);
+			v = kvp_crc32c(v, (const char *)src[i].iov_base + in, take);
+			in += take;
+			done += take;
+			if (in == src[i].iov_len) {
+				i++;
+				in = 0;
+			}
+		}
+		crc[c] = v;
+	}
+	h->rh_len = (uint32_t)(koff + 4u * nchunks);
+	h->rh_crc = kvp_crc32c(0, h, h->rh_len);
+}
+
+static int
+kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
+		 const void *key, uint32_t klen, const struct iovec *src, unsigned nsrc,
+		 unsigned flags)
+{
+	struct iovec *iov;
+	uint64_t vlen = 0, blk;
+	struct kvp_sreq *r;
+	bool zero_copy = s->direct ? (flags & KVP_SSD_SRC_PADDED) : true;
+	unsigned k, n = 0;
+	int rc;
+
+	if (!key || klen == 0 || klen > KVP_SSD_KEY_MAX || nsrc > KVP_SSD_MAX_IOV - 2)
+		return -EINVAL;
+	for (k = 0; k < nsrc; k++) {
+		vlen += src[k].iov_len;
+		if (((uintptr_t)src[k].iov_base % B) ||
+		    (k + 1 < nsrc && src[k].iov_len % B))
+			zero_copy = false;
+	}
+	if (type == KVP_SSD_REC_VALUE && (vlen == 0 || vlen > kvp_ssd_max_value_agent(s)))
+		return vlen ? -E2BIG : -EINVAL;
+	r = kvp_req_new(s, tag, type == KVP_SSD_REC_VALUE ? KVP_SSD_OP_WRITE : KVP_SSD_OP_TOMBSTONE);
+	if (!r)
+		return -EBUSY;
+	rc = kvp_reserve(s, vlen, klen, &blk);
+	if (rc) {
+		s->outstanding--;
+		kvp_req_free(r);
+		return rc;
+	}
+	iov = r->wiov;
+	r->seg = s->active;
+	r->seq = s->next_seq++;
+	r->loc = KVP_SSD_LOC(r->seg->id, blk);
+	kvp_build_hdr(r, type, ns, key, klen, vlen, r->seq, r->seg->id, (uint32_t)blk, src, nsrc);
+	iov[n].iov_base = r->hdr;
+	iov[n++].iov_len = B;
+	if (vlen && zero_copy) {
+		for (k = 0; k < nsrc; k++) {
+			iov[n].iov_base = src[k].iov_base;
+			iov[n++].iov_len = k + 1 < nsrc || !s->direct ? src[k].iov_len
+								     : kvp_rup(src[k].iov_len);
+		}
+	} else if (vlen) {
+		unsigned char *b = kvp_aligned(kvp_rup(vlen));
+		uint64_t at = 0;
+
+		if (!b) {
+			s->outstanding--;
+			kvp_req_free(r);
+			return -ENOMEM;
+		}
+		for (k = 0; k < nsrc; k++) {
+			memcpy(b + at, src[k].iov_base, src[k].iov_len);
+			at += src[k].iov_len;
+		}
+		r->bounce = b;
+		iov[n].iov_base = b;
+		iov[n++].iov_len = kvp_rup(vlen);
+		s->st.copied_bytes += vlen;
+	}
+	kvp_sum_append(r->seg, type, (uint32_t)blk, ns, r->seq, vlen, key, klen);
+	r->seg->nrecs++;
+	r->seg->live_bytes += kvp_ssd_record_bytes(vlen);
+	if (r->seq > r->seg->max_seq)
+		r->seg->max_seq = r->seq;
+	rc = kvp_queue_rw(s, r, 0, true, iov, n, blk * B);
+	if (rc) {
+		s->outstanding--;
+		kvp_req_free(r);
+		return rc;
+	}
+	if (!s->uring)
+		kvp_req_done(s, r);
+	return 0;
+}
+
+int
+kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
+		    uint32_t klen, const struct iovec *src, unsigned nsrc, unsigned flags)
+{
+	return kvp_queue_record(s, tag, KVP_SSD_REC_VALUE, ns, key, klen, src, nsrc, flags);
+}
+
+int
+kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
+			uint32_t klen)
+{
+	return kvp_queue_record(s, tag, KVP_SSD_REC_TOMBSTONE, ns, key, klen, NULL, 0, 0);
+}
+
+int
+kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag, const struct kvp_ssd_read *rd)
+{
+	struct kvp_sseg *g;
+	struct kvp_sreq *r;
+	uint64_t len, extent, astart, have = 0;
+	uint32_t dst_off;
+	unsigned k;
+	int rc;
+
+	if (!rd || !rd->vlen || rd->off > rd->vlen || rd->ndst == 0 ||
+	    rd->ndst > KVP_SSD_MAX_IOV || !rd->dst)
+		return -EINVAL;
+	g = kvp_seg_find(s, KVP_SSD_LOC_SEG(rd->loc));
+	if (!g)
+		return -ENOENT;
+	len = rd->len ? rd->len : rd->vlen - rd->off;
+	if (len > rd->vlen - rd->off)
+		return -EINVAL;
+	extent = kvp_ssd_extent(rd->off, len, &dst_off);
+	astart = rd->off - dst_off;
+	if ((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1 + (astart + extent) / B > g->size / B)
+		return -EINVAL;
+	r = kvp_req_new(s, tag, KVP_SSD_OP_READ);
+	if (!r)
+		return -EBUSY;
+	r->seg = g;
+	r->rd = *rd;
+	r->rd.len = len;
+	r->dst_off = dst_off;
+	if (rd->key && rd->klen <= KVP_SSD_KEY_MAX) {
+		memcpy(r->key, rd->key, rd->klen);
+		r->rd.key = r->key;
+	}
+	/* the destination, trimmed to the extent */
+	for (k = 0; k < rd->ndst && have < extent; k++) {
+		if ((uintptr_t)rd->dst[k].iov_base % B) {
+			kvp_req_free(r);
+			s->outstanding--;
+			return -EINVAL;
+		}
+		r->dst[k] = rd->dst[k];
+		if (r->dst[k].iov_len > extent - have)
+			r->dst[k].iov_len = (size_t)(extent - have);
+		have += r->dst[k].iov_len;
+	}
+	r->ndst = k;
+	if (have < extent) {
+		kvp_req_free(r);
+		s->outstanding--;
+		return -EINVAL;
+	}
+	r->rd.dst = r->dst;
+	r->rd.ndst = r->ndst;
+	r->wiov[0].iov_base = r->hdr;
+	r->wiov[0].iov_len = B;
+	rc = kvp_queue_rw(s, r, 0, false, r->wiov, 1, (uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) * B);
+	if (!rc && extent)
+		rc = kvp_queue_rw(s, r, 1, false, r->dst, r->ndst,
+				  ((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1) * B + astart);
+	if (rc) {
+		/* what was queued completes and reports the error */
+		r->status = -EIO;
+	}
+	s->st.dev_read_bytes += B + extent;
+	if (!s->uring) {
+		if (!r->status)
+			r->status = kvp_finish_read(s, r);
+		kvp_req_done(s, r);
+	}
+	return 0;
+}
+
+/* Verify a read's header and the chunks its extent fully covers. */
+static int
+kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
+{
+	const struct kvp_ssd_rec_hdr *h = r->hdr;
+	uint64_t off = r->rd.off, len = r->rd.len, cs, c, nch;
+	uint32_t saved, *crc;
+	size_t koff;
+
+	if (h->rh_magic != KVP_SSD_MAGIC_REC || h->rh_version != KVP_SSD_FORMAT ||
+	    h->rh_len < sizeof(*h) || h->rh_len > B || h->rh_type != KVP_SSD_REC_VALUE ||
+	    h->rh_seg_id != KVP_SSD_LOC_SEG(r->rd.loc) ||
+	    h->rh_block != KVP_SSD_LOC_BLOCK(r->rd.loc) || h->rh_vlen != r->rd.vlen ||
+	    h->rh_chunk_shift < KVP_SSD_CHUNK_SHIFT_MIN || h->rh_chunk_shift > 40)
+		goto bad;
+	saved = h->rh_crc;
+	((struct kvp_ssd_rec_hdr *)r->hdr)->rh_crc = 0;
+	if (kvp_crc32c(0, h, h->rh_len) != saved)
+		goto bad;
+	if (r->rd.key && (h->rh_ns != r->rd.ns || h->rh_klen != r->rd.klen ||
+			  memcmp(h + 1, r->rd.key, r->rd.klen)))
+		goto bad;
+	cs = 1ull << h->rh_chunk_shift;
+	nch = (h->rh_vlen + cs - 1) / cs;
+	koff = (sizeof(*h) + h->rh_klen + 3) & ~(size_t)3;
+	if (nch != h->rh_nchunks || koff + 4 * nch > h->rh_len)
+		goto bad;
+	crc = (uint32_t *)((char *)r->hdr + koff);
+	for (c = off / cs; c < nch && c * cs < off + len; c++) {
+		uint64_t a = c * cs, e = a + cs < h->rh_vlen ? a + cs : h->rh_vlen;
+		uint64_t pos = r->dst_off + (a - off), left = e - a;
+		uint32_t v = 0;
+		unsigned k = 0;
+
+		if (a < off || e > off + len)
+			continue; /* partly covered: not verifiable */
+		/* walk the destination iovecs from byte pos */
+		while (k < r->ndst && pos >= r->dst[k].iov_len)
+			pos -= r->dst[k++].iov_len;
+		while (left && k < r->ndst) {
+			size_t take = r->dst[k].iov_len - pos;
+			if (take > left)
+				take = (size_t)left;
+			v = kvp_crc32c(v, (char *)r->dst[k].iov_base + pos, take);
+			left -= take;
+			pos = 0;
+			k++;
+		}
+		if (left || v != crc[c])
+			goto bad;
+		s->st.chunks_verified++;
+	}
+	return 0;
+bad:
+	s->st.crc_errors++;
+	return -EBADMSG;
+}
+
+int
+kvp_ssd_submit_agent(struct kvp_ssd *s)
+{
+	int rc;
+
+	if (!s->uring || !s->queued)
+		return 0;
+	rc = io_uring_submit(&s->ring);
+	if (rc < 0)
+		return rc;
+	s->queued = 0;
+	return 0;
+}
+
+static void
+kvp_reap_cqe(struct kvp_ssd *s, struct io_uring_cqe *cqe)
+{
+	uint64_t ud = io_uring_cqe_get_data64(cqe);
+	struct kvp_sreq *r = (struct kvp_sreq *)(uintptr_t)(ud & ~1ull);
+	unsigned idx = (unsigned)(ud & 1);
+
+	if (!r)
+		return;
+	if (cqe->res < 0) {
+		if (!r->status)
+			r->status = cqe->res == -ENOSPC ? -ENOSPC : -EIO;
+		s->st.io_errors++;
+	} else if ((uint64_t)cqe->res != r->want[idx] && !r->status) {
+		r->status = -EIO; /* short transfer */
+		s->st.io_errors++;
+	}
+	if (--r->nsub)
+		return;
+	if (r->op == KVP_SSD_OP_READ && !r->status)
+		r->status = kvp_finish_read(s, r);
+	kvp_req_done(s, r);
+}
+
+int
+kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max, int timeout_ms)
+{
+	unsigned n = 0;
+	bool synced = false;
+
+	kvp_ssd_submit_agent(s);
+	if (s->uring) {
+		struct io_uring_cqe *cqe;
+
+		if (!s->done_head && timeout_ms != 0 && s->outstanding) {
+			struct __kernel_timespec ts = { timeout_ms / 1000,
+							(long long)(timeout_ms % 1000) * 1000000 };
+			if (io_uring_wait_cqe_timeout(&s->ring, &cqe, timeout_ms > 0 ? &ts : NULL) == 0) {
+				kvp_reap_cqe(s, cqe);
+				io_uring_cqe_seen(&s->ring, cqe);
+			}
+		}
+		while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
+			kvp_reap_cqe(s, cqe);
+			io_uring_cqe_seen(&s->ring, cqe);
+		}
+	}
+	while (s->done_head && n < max) {
+		struct kvp_sreq *r = s->done_head;
+
+		if (r->op != KVP_SSD_OP_READ && !r->status &&
+		    s->cfg.durability == KVP_SSD_STRICT && !synced) {
+			/* batch-level durability: one fdatasync per poll
+			 * for every segment written in the batch */
+			unsigned k;
+			for (k = 0; k < s->nsegs; k++)
+				if (!s->segs[k]->sealed && fdatasync(s->segs[k]->fd))
+					r->status = -EIO;
+			s->st.fsyncs++;
+			synced = true;
+		}
+		s->done_head = r->next;
+		if (!s->done_head)
+			s->done_tail = NULL;
+		out[n].tag = r->tag;
+		out[n].loc = r->op == KVP_SSD_OP_READ ? r->rd.loc : r->loc;
+		out[n].seq = r->seq;
+		out[n].status = r->status;
+		out[n].dst_off = r->dst_off;
+		out[n].op = r->op;
+		out[n].pad = 0;
+		if (!r->status) {
+			if (r->op == KVP_SSD_OP_READ) {
+				s->st.reads++;
+				s->st.read_bytes += r->rd.len;
+			} else if (r->op == KVP_SSD_OP_WRITE) {
+				s->st.writes++;
+				s->st.write_bytes += ((struct kvp_ssd_rec_hdr *)r->hdr)->rh_vlen;
+				s->st.dev_write_bytes += kvp_ssd_record_bytes(
+					((struct kvp_ssd_rec_hdr *)r->hdr)->rh_vlen);
+			} else {
+				s->st.tombstones++;
+				s->st.dev_write_bytes += B;
+			}
+		} else if (r->status == -ENOSPC) {
+			s->st.enospc++;
+		}
+		s->outstanding--;
+		kvp_req_free(r);
+		n++;
+	}
+	return (int)n;
+}
+
+unsigned
+kvp_ssd_outstanding_agent(const struct kvp_ssd *s)
+{
+	return s->outstanding;
+}
+
+/* ---- recovery ---- */
+
+struct kvp_rrec {          /* a record seen during recovery */
+	uint64_t loc, seq, ns, vlen;
+	uint32_t koff;     /* into the key arena */
+	uint8_t klen, type;
+};
+
+struct kvp_rtab {
+	struct kvp_rrec *r;
+	size_t n, cap;
+	unsigned char *keys;
+	size_t klen, kcap;
+	uint32_t *slot;    /* open addressing: record index + 1 */
+	size_t nslot;
+};
+
+static int
+kvp_rtab_grow(struct kvp_rtab *t)
+{
+	size_t ns = t->nslot ? t->nslot * 2 : 1 << 16, k;
+	uint32_t *n = calloc(ns, sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	for (k = 0; k < t->nslot; k++) {
+		uint32_t v = t->slot[k];
+		if (v) {
+			const struct kvp_rrec *x = &t->r[v - 1];
+			size_t h = kvp_hash(x->ns, t->keys + x->koff, x->klen) & (ns - 1);
+			while (n[h])
+				h = (h + 1) & (ns - 1);
+			n[h] = v;
+		}
+	}
+	free(t->slot);
+	t->slot = n;
+	t->nslot = ns;
+	return 0;
+}
+
+/* Keep the latest record of (ns, key); a tombstone wins a tie. */
+static int
+kvp_rtab_add(struct kvp_rtab *t, uint8_t type, uint64_t loc, uint64_t seq, uint64_t ns,
+	     uint64_t vlen, const unsigned char *key, unsigned klen)
+{
+	size_t h;
+
+	if ((t->n + 1) * 2 > t->nslot && kvp_rtab_grow(t))
+		return -ENOMEM;
+	h = kvp_hash(ns, key, klen) & (t->nslot - 1);
+	for (; t->slot[h]; h = (h + 1) & (t->nslot - 1)) {
+		struct kvp_rrec *x = &t->r[t->slot[h] - 1];
+		if (x->ns != ns || x->klen != klen || memcmp(t->keys + x->koff, key, klen))
+			continue;
+		if (seq > x->seq || (seq == x->seq && type == KVP_SSD_REC_TOMBSTONE)) {
+			x->loc = loc;
+			x->seq = seq;
+			x->vlen = vlen;
+			x->type = type;
+		}
+		return 0;
+	}
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 4096;
+		struct kvp_rrec *n = realloc(t->r, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		t->r = n;
+		t->cap = cap;
+	}
+	if (t->klen + klen > t->kcap) {
+		size_t cap = t->kcap ? t->kcap * 2 : 1 << 20;
+		unsigned char *n;
+		while (cap < t->klen + klen)
+			cap *= 2;
+		n = realloc(t->keys, cap);
+		if (!n)
+			return -ENOMEM;
+		t->keys = n;
+		t->kcap = cap;
+	}
+	memcpy(t->keys + t->klen, key, klen);
+	t->r[t->n] = (struct kvp_rrec){ loc, seq, ns, vlen, (uint32_t)t->klen, (uint8_t)klen, type };
+	t->klen += klen;
+	t->slot[h] = (uint32_t)++t->n;
+	return 0;
+}
+
+/* Validate a record header read from block blk of segment g. */
+static bool
+kvp_hdr_valid(const struct kvp_sseg *g, const struct kvp_ssd_rec_hdr *h, uint64_t blk)
+{
+	struct kvp_ssd_rec_hdr tmp;
+	uint32_t crc;
+
+	if (h->rh_magic != KVP_SSD_MAGIC_REC || h->rh_version != KVP_SSD_FORMAT ||
+	    h->rh_len < sizeof(*h) || h->rh_len > B || h->rh_seg_id != g->id ||
+	    h->rh_block != blk || h->rh_klen == 0 ||
+	    (h->rh_type != KVP_SSD_REC_VALUE && h->rh_type != KVP_SSD_REC_TOMBSTONE) ||
+	    (h->rh_type == KVP_SSD_REC_VALUE && h->rh_vlen == 0) ||
+	    blk + 1 + kvp_rup(h->rh_vlen) / B > g->size / B)
+		return false;
+	memcpy(&tmp, h, sizeof(tmp));
+	crc = tmp.rh_crc;
+	((struct kvp_ssd_rec_hdr *)(uintptr_t)h)->rh_crc = 0;
+	tmp.rh_crc = kvp_crc32c(0, h, h->rh_len);
+	((struct kvp_ssd_rec_hdr *)(uintptr_t)h)->rh_crc = crc;
+	return tmp.rh_crc == crc;
+}
+
+/* Call cb for every record of g (summary when sealed, else headers). */
+static int
+kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb, void *arg,
+		bool repair)
+{
+	unsigned char *buf = kvp_aligned(B);
+	struct kvp_ssd_trailer tr;
+	int rc = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	/* sealed: the trailer points at the summary */
+	if (pread(g->fd, buf, B, (off_t)(g->size - B)) == (ssize_t)B) {
+		uint32_t crc;
+
+		memcpy(&tr, buf, sizeof(tr));
+		crc = tr.st_crc;
+		tr.st_crc = 0;
+		if (tr.st_magic == KVP_SSD_MAGIC_TRAIL && tr.st_seg_id == g->id &&
+		    kvp_crc32c(0, &tr, sizeof(tr)) == crc && tr.st_sum_off % B == 0 &&
+		    tr.st_sum_off + tr.st_sum_len <= g->size - B) {
+			uint64_t bytes = kvp_rup(tr.st_sum_len), p = 0;
+			unsigned char *sum = kvp_aligned(bytes);
+
+			if (!sum) {
+				free(buf);
+				return -ENOMEM;
+			}
+			if ((bytes && pread(g->fd, sum, bytes, (off_t)tr.st_sum_off) != (ssize_t)bytes) ||
+			    kvp_crc32c(0, sum, tr.st_sum_len) != tr.st_sum_crc) {
+				kvp_log(KVP_LOG_WARN, "ssd", "segment %08x: bad summary; "
+					"scanning its records", g->id);
+				free(sum);
+				goto scan;
+			}
+			s->st.recover_read_bytes += bytes + B;
+			g->sealed = true;
+			g->wpos = tr.st_sum_off / B;
+			g->max_seq = tr.st_max_seq;
+			while (p + sizeof(struct kvp_ssd_sum_ent) <= tr.st_sum_len && !rc) {
+				struct kvp_ssd_sum_ent e;
+				struct kvp_ssd_rec rec;
+
+				memcpy(&e, sum + p, sizeof(e));
+				if (e.se_klen == 0 ||
+				    p + kvp_sum_ent_size(e.se_klen) > tr.st_sum_len ||
+				    (uint64_t)e.se_block * B >= tr.st_sum_off)
+					break;
+				rec.loc = KVP_SSD_LOC(g->id, e.se_block);
+				rec.seq = e.se_seq;
+				rec.ns = e.se_ns;
+				rec.vlen = e.se_vlen;
+				rec.key = sum + p + sizeof(e);
+				rec.klen = e.se_klen;
+				rec.type = e.se_type;
+				rc = cb(arg, &rec);
+				p += kvp_sum_ent_size(e.se_klen);
+			}
+			free(sum);
+			free(buf);
+			return rc;
+		}
+	}
+scan:
+	{
+		uint64_t blk = 1;
+
+		while (blk + 1 < g->size / B) {
+			const struct kvp_ssd_rec_hdr *h = (const void *)buf;
+			struct kvp_ssd_rec rec;
+
+			if (pread(g->fd, buf, B, (off_t)(blk * B)) != (ssize_t)B)
+				break;
+			s->st.recover_read_bytes += B;
+			if (!kvp_hdr_valid(g, h, blk)) {
+				bool zero = true;
+				unsigned k;
+				for (k = 0; k < B && zero; k++)
+					zero = buf[k] == 0;
+				if (!zero)
+					kvp_log(KVP_LOG_WARN, "ssd", "segment %08x: bad record at "
+						"block %llu: the rest of the file is not served",
+						g->id, (unsigned long long)blk);
+				break;
+			}
+			rec.loc = KVP_SSD_LOC(g->id, blk);
+			rec.seq = h->rh_seq;
+			rec.ns = h->rh_ns;
+			rec.vlen = h->rh_type == KVP_SSD_REC_VALUE ? h->rh_vlen : 0;
+			rec.key = h + 1;
+			rec.klen = h->rh_klen;
+			rec.type = h->rh_type;
+			if (h->rh_seq > g->max_seq)
+				g->max_seq = h->rh_seq;
+			if (repair)
+				kvp_sum_append(g, h->rh_type, (uint32_t)blk, h->rh_ns, h->rh_seq,
+					       rec.vlen, rec.key, rec.klen);
+			g->nrecs++;
+			rc = cb(arg, &rec);
+			if (rc)
+				break;
+			blk += 1 + kvp_rup(rec.vlen) / B;
+		}
+		if (repair && !rc) {
+			/* torn tail: clear the first bad block, then seal here
+			 * (the summary must fit before the trailer) */
+			memset(buf, 0, B);
+			if (blk + 1 < g->size / B && pwrite(g->fd, buf, B, (off_t)(blk * B)) != (ssize_t)B)
+				rc = -EIO;
+			g->wpos = blk;
+			while (g->wpos * B + kvp_rup(g->sum_len) > g->size - B && g->nrecs) {
+				/* no room for the summary: cannot happen with
+				 * reserved space; drop the last record's entry */
+				rc = -EUCLEAN;
+				break;
+			}
+			if (!rc)
+				rc = kvp_seg_seal(s, g);
+		}
+	}
+	free(buf);
+	return rc;
+}
+
+static int
+kvp_collect_cb(void *arg, const struct kvp_ssd_rec *r)
+{
+	return kvp_rtab_add(arg, (uint8_t)r->type, r->loc, r->seq, r->ns, r->vlen, r->key,
+			    r->klen);
+}
+
+int64_t
+kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
+{
+	struct kvp_rtab t;
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), kept = 0, declined = 0;
+	size_t k;
+	unsigned g;
+	int rc = 0;
+
+	memset(&t, 0, sizeof(t));
+	for (g = 0; g < s->nsegs && !rc; g++)
+		rc = kvp_seg_records(s, s->segs[g], kvp_collect_cb, &t, true);
+	if (rc)
+		goto out;
+	for (g = 0; g < s->nsegs; g++) {
+		if (s->segs[g]->max_seq >= s->next_seq)
+			s->next_seq = s->segs[g]->max_seq + 1;
+		s->segs[g]->live_bytes = 0;
+	}
+	for (k = 0; k < t.n && rc >= 0; k++) {
+		struct kvp_rrec *x = &t.r[k];
+		struct kvp_sseg *sg = kvp_seg_find(s, KVP_SSD_LOC_SEG(x->loc));
+		struct kvp_ssd_rec rec;
+
+		if (x->type == KVP_SSD_REC_TOMBSTONE) {
+			if (sg)
+				sg->live_bytes += B; /* it shadows older records */
+			continue;
+		}
+		rec.loc = x->loc;
+		rec.seq = x->seq;
+		rec.ns = x->ns;
+		rec.vlen = x->vlen;
+		rec.key = t.keys + x->koff;
+		rec.klen = x->klen;
+		rec.type = x->type;
+		rc = cb(arg, &rec);
+		if (rc == KVP_SSD_DECLINE) {
+			declined++;
+			rc = kvp_ssd_tombstone_agent(s, 0, x->ns, rec.key, x->klen);
+			continue;
+		}
+		if (rc == 0) {
+			kept++;
+			if (sg)
+				sg->live_bytes += kvp_ssd_record_bytes(x->vlen);
+		}
+	}
+	/* the tombstones of declined records, on disk before we go on */
+	while (rc >= 0 && s->outstanding) {
+		struct kvp_ssd_cqe cq[32];
+		if (kvp_ssd_poll_agent(s, cq, 32, -1) < 0)
+			break;
+	}
+out:
+	s->st.recovered = kept;
+	s->st.recover_ns = kvp_now_ns(CLOCK_MONOTONIC) - t0;
+	if (rc >= 0)
+		kvp_log(KVP_LOG_INFO, "ssd", "recovered %llu records (%zu keys seen, %llu "
+			"declined) from %u segments in %.3f s", (unsigned long long)kept, t.n,
+			(unsigned long long)declined, s->nsegs, (double)s->st.recover_ns / 1e9);
+	free(t.r);
+	free(t.keys);
+	free(t.slot);
+	return rc < 0 ? rc : (int64_t)kept;
+}
+
+/* ---- open / close ---- */
+
+int
+kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
+{
+	struct kvp_ssd *s;
+	char path[1300];
+	struct dirent *de;
+	DIR *d;
+	int rc;
+
+	if (!cfg || !cfg->dir || !*cfg->dir || strlen(cfg->dir) >= sizeof(s->dir))
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cfg = *cfg;
+	if (!s->cfg.segment_bytes)
+		s->cfg.segment_bytes = KVP_SSD_SEGMENT_DEFAULT;
+	if (s->cfg.segment_bytes < KVP_SSD_SEGMENT_MIN || s->cfg.segment_bytes > KVP_SSD_SEGMENT_MAX ||
+	    s->cfg.segment_bytes % B ||
+	    (s->cfg.capacity_bytes && s->cfg.capacity_bytes < 2 * s->cfg.segment_bytes)) {
+		free(s);
+		return -EINVAL;
+	}
+	if (!s->cfg.queue_depth)
+		s->cfg.queue_depth = 128;
+	if (!s->cfg.max_requests)
+		s->cfg.max_requests = 4096;
+	snprintf(s->dir, sizeof(s->dir), "%s", cfg->dir);
+	s->lockfd = -1;
+	s->next_seq = 1;
+	s->next_id = 1;
+	s->direct = true;
+	if (mkdir(s->dir, 0700) && errno != EEXIST) {
+		rc = -errno;
+		goto err;
+	}
+	snprintf(path, sizeof(path), "%s/LOCK", s->dir);
+	s->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (s->lockfd < 0 || flock(s->lockfd, LOCK_EX | LOCK_NB)) {
+		rc = s->lockfd < 0 ? -errno : -EBUSY;
+		goto err;
+	}
+	d = opendir(s->dir);
+	if (!d) {
+		rc = -errno;
+		goto err;
+	}
+	while ((de = readdir(d))) {
+		unsigned id;
+		char tail[8];
+		struct kvp_sseg *g;
+		struct kvp_ssd_file_hdr *fh;
+		struct stat st;
+		uint32_t crc;
+
+		if (sscanf(de->d_name, "seg-%8x.kv%1s", &id, tail) != 2 || id == 0)
+			continue;
+		if (cfg->wipe) {
+			snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
+			unlink(path);
+			continue;
+		}
+		g = calloc(1, sizeof(*g));
+		fh = kvp_aligned(B);
+		if (!g || !fh) {
+			free(g);
+			free(fh);
+			closedir(d);
+			rc = -ENOMEM;
+			goto err;
+		}
+		snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
+		g->fd = kvp_open_file(s, path, O_RDWR);
+		if (g->fd < 0 || fstat(g->fd, &st) || pread(g->fd, fh, B, 0) != (ssize_t)B) {
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: unreadable: skipped", path);
+			goto skip;
+		}
+		crc = fh->fh_crc;
+		fh->fh_crc = 0;
+		if (fh->fh_magic != KVP_SSD_MAGIC_FILE || fh->fh_seg_id != id ||
+		    kvp_crc32c(0, fh, sizeof(*fh)) != crc || fh->fh_seg_size != (uint64_t)st.st_size ||
+		    fh->fh_seg_size % B || fh->fh_seg_size < KVP_SSD_SEGMENT_MIN) {
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: bad file header: skipped, never served",
+				path);
+			goto skip;
+		}
+		if (fh->fh_version != KVP_SSD_FORMAT) {
+			kvp_log(KVP_LOG_ERROR, "ssd", "%s: format %u, this build reads %u: move "
+				"the directory away", path, fh->fh_version, KVP_SSD_FORMAT);
+			free(fh);
+			kvp_seg_free(g);
+			closedir(d);
+			rc = -EPROTO;
+			goto err;
+		}
+		g->id = id;
+		g->size = fh->fh_seg_size;
+		g->create_seq = fh->fh_create_seq;
+		if (g->create_seq > s->next_seq)
+			s->next_seq = g->create_seq;
+		if (id >= s->next_id)
+			s->next_id = id + 1;
+		free(fh);
+		if (kvp_seg_insert(s, g)) {
+			kvp_seg_free(g);
+			closedir(d);
+			rc = -ENOMEM;
+			goto err;
+		}
+		continue;
+skip:
+		free(fh);
+		if (id >= s->next_id)
+			s->next_id = id + 1;
+		kvp_seg_free(g);
+	}
+	closedir(d);
+	if (getenv("KVP_SSD_FORCE_PREAD")) {
+		kvp_log(KVP_LOG_INFO, "ssd", "KVP_SSD_FORCE_PREAD: synchronous pread/pwrite path");
+	} else if ((rc = io_uring_queue_init(s->cfg.queue_depth, &s->ring, 0)) == 0) {
+		s->uring = true;
+	} else {
+		kvp_log(KVP_LOG_WARN, "ssd", "io_uring refused (%s): synchronous "
+			"pread/pwrite path", strerror(-rc));
+	}
+	s->st.uring = s->uring;
+	s->st.direct = s->direct;
+	*out = s;
+	return 0;
+err:
+	if (s->lockfd >= 0)
+		close(s->lockfd);
+	while (s->nsegs)
+		kvp_seg_free(s->segs[--s->nsegs]);
+	free(s->segs);
+	free(s);
+	return rc;
+}
+
+void
+kvp_ssd_close_agent(struct kvp_ssd *s)
+{
+	struct kvp_ssd_cqe cq[32];
+
+	if (!s)
+		return;
+	while (s->outstanding && kvp_ssd_poll_agent(s, cq, 32, -1) >= 0)
+		;
+	if (s->active)
+		kvp_seg_seal(s, s->active);
+	if (s->uring)
+		io_uring_queue_exit(&s->ring);
+	while (s->nsegs)
+		kvp_seg_free(s->segs[--s->nsegs]);
+	free(s->segs);
+	if (s->lockfd >= 0)
+		close(s->lockfd);
+	free(s);
+}
+
+/* ---- segments for the owner ---- */
+
+int
+kvp_ssd_record_dead_agent(struct kvp_ssd *s, uint64_t loc, uint64_t vlen)
+{
+	struct kvp_sseg *g = kvp_seg_find(s, KVP_SSD_LOC_SEG(loc));
+	uint64_t b = kvp_ssd_record_bytes(vlen);
+
+	if (!g)
+		return -ENOENT;
+	g->live_bytes = g->live_bytes > b ? g->live_bytes - b : 0;
+	return 0;
+}
+
+int
+kvp_ssd_oldest_segment_agent(const struct kvp_ssd *s, uint32_t after, uint32_t *id)
+{
+	unsigned k;
+
+	for (k = 0; k < s->nsegs; k++)
+		if (s->segs[k]->sealed && s->segs[k]->id > after) {
+			*id = s->segs[k]->id;
+			return 0;
+		}
+	return -ENOENT;
+}
+
+int
+kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id, kvp_ssd_rec_fn cb, void *arg)
+{
+	struct kvp_sseg *g = kvp_seg_find(s, id);
+
+	if (!g)
+		return -ENOENT;
+	if (!g->sealed && g->sum) {
+		/* the active segment: its summary is in memory */
+		size_t p = 0;
+		int rc = 0;
+		while (p + sizeof(struct kvp_ssd_sum_ent) <= g->sum_len && !rc) {
+			struct kvp_ssd_sum_ent e;
+			struct kvp_ssd_rec rec;
+
+			memcpy(&e, g->sum + p, sizeof(e));
+			rec.loc = KVP_SSD_LOC(g->id, e.se_block);
+			rec.seq = e.se_seq;
+			rec.ns = e.se_ns;
+			rec.vlen = e.se_vlen;
+			rec.key = g->sum + p + sizeof(e);
+			rec.klen = e.se_klen;
+			rec.type = e.se_type;
+			rc = cb(arg, &rec);
+			p += kvp_sum_ent_size(e.se_klen);
+		}
+		return rc;
+	}
+	return kvp_seg_records(s, g, cb, arg, false);
+}
+
+int
+kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id)
+{
+	struct kvp_sseg *g = kvp_seg_find(s, id);
+	char path[1300];
+	unsigned k;
+
+	if (!g)
+		return -ENOENT;
+	if (g == s->active)
+		return -EBUSY;
+	kvp_seg_path(s, id, path, sizeof(path));
+	if (unlink(path) && errno != ENOENT)
+		return -errno;
+	for (k = 0; k < s->nsegs; k++)
+		if (s->segs[k] == g) {
+			memmove(&s->segs[k], &s->segs[k + 1],
+				(s->nsegs - k - 1) * sizeof(s->segs[0]));
+			s->nsegs--;
+			break;
+		}
+	/* reads in flight hold their own reference to the file */
+	kvp_seg_free(g);
+	s->st.segs_dropped++;
+	return 0;
+}
+
+int
+kvp_ssd_segment_info_agent(const struct kvp_ssd *s, uint32_t id, struct kvp_ssd_seg_info *info)
+{
+	const struct kvp_sseg *g = kvp_seg_find(s, id);
+
+	if (!g)
+		return -ENOENT;
+	info->live_bytes = g->live_bytes;
+	info->nrecords = g->nrecs;
+	info->size = g->size;
+	info->sealed = g->sealed;
+	info->active = g == s->active;
+	return 0;
+}
+
+void
+kvp_ssd_usage_agent(const struct kvp_ssd *s, struct kvp_ssd_usage *u)
+{
+	unsigned k;
+
+	memset(u, 0, sizeof(*u));
+	u->capacity_bytes = s->cfg.capacity_bytes;
+	u->segment_bytes = s->cfg.segment_bytes;
+	u->nsegments = s->nsegs;
+	for (k = 0; k < s->nsegs; k++) {
+		u->used_bytes += s->segs[k]->size;
+		u->live_bytes += s->segs[k]->live_bytes;
+	}
+	u->oldest_id = s->nsegs ? s->segs[0]->id : 0;
+	u->active_id = s->active ? s->active->id : 0;
+}
+
+void
+kvp_ssd_stats_agent(const struct kvp_ssd *s, struct kvp_ssd_stats *st)
+{
+	*st = s->st;
+	st->inflight_requests = s->outstanding;
+	st->registered = s->registered;
+}
+
+int
+kvp_ssd_register_buffers_agent(struct kvp_ssd *s, const struct iovec *regions, unsigned n)
+{
+	int rc;
+
+	if (!s->uring)
+		return -EOPNOTSUPP;
+	if (s->outstanding)
+		return -EBUSY;
+	if (n > 2)
+		n = 2;
+	if (s->registered) {
+		io_uring_unregister_buffers(&s->ring);
+		s->registered = false;
+	}
+	rc = io_uring_register_buffers(&s->ring, regions, n);
+	if (rc) {
+		kvp_log(KVP_LOG_INFO, "ssd", "buffer registration refused (%s): plain "
+			"reads and writes", strerror(-rc));
+		return rc;
+	}
+	memcpy(s->reg, regions, n * sizeof(*regions));
+	s->nreg = n;
+	s->registered = true;
+	return 0;
+}

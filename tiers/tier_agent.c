@@ -1,0 +1,1052 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_agent.c - the agent's tier thread: everything slow between DRAM
+ * and SSD.  One thread owns the SSD store, the staging allocator, every
+ * DRAM free and every location change, so none of those race each other.
+ *
+ *  - Demotion: above the DRAM high watermark the evictor hands cold,
+ *    unheld values here; their DRAM runs are written to SSD (copy first),
+ *    the entry remembers the SSD copy (e_ssd), and the next eviction pass
+ *    relocates it (CHECK protocol: DRAM freed only when unheld).
+ *  - Reads off SSD: clients post requests into their ring (kvp_req) and
+ *    sleep on their futex.  A whole-value read while DRAM is below the
+ *    high watermark is promoted (read into new DRAM runs; the SSD copy
+ *    stays); anything else is read into a staging span.  One resolve call
+ *    gets at most half of the staging arena; its first key always fits (a
+ *    value larger than the whole arena is -E2BIG); the rest is -EBUSY and
+ *    the client asks again after copying.  Requests for bytes already in
+ *    flight join that read (single flight).
+ *  - Everything a client wrote (ring entries) is untrusted: slots, ranges
+ *    and generations are validated; answers go back with a CAS on the
+ *    exact request word, so a reused or withdrawn entry is never written.
+ *
+ * Location changes keep the generation (holds fence by slot), DRAM runs
+ * being promoted into are marked busy so the orphan sweep (which runs on
+ * this thread too) keeps them.
+ */
+#include <sys/uio.h>
+
+#include "agent/agent_int.h"
+#include "tiers/kvp_ssd.h"
+
+#define KVP_TIER_MAX_OPS 1024u
+#define KVP_TIER_MAX_DEMOTING 32u
+#define KVP_AGENT_OWNER 0xfffeu /* claims made by the agent (recovery) */
+
+enum { TOP_FREE = 0, TOP_STAGE, TOP_PROMOTE, TOP_DEMOTE, TOP_TOMB };
+
+struct kvp_waiter {
+	uint32_t client, ring;
+	uint64_t word;  /* the TAKEN word we answer with a CAS */
+	uint64_t cgen;  /* the client slot's state word when taken */
+	uint64_t skip;  /* where its bytes start in the span */
+};
+
+struct kvp_top {
+	int kind;
+	uint64_t slot, gen, vlen;
+	uint64_t astart, alen; /* STAGE: value extent read (4 KiB aligned) */
+	uint32_t head, nslots; /* STAGE: span */
+	uint32_t first;        /* PROMOTE, DEMOTE: DRAM first unit */
+	struct kvp_waiter *w;
+	unsigned nw, capw;
+	struct iovec iov[64];
+	unsigned niov;
+};
+
+struct kvp_tier {
+	struct kvp_ssd *ssd;
+	struct kvp_top ops[KVP_TIER_MAX_OPS];
+	uint32_t freeops[KVP_TIER_MAX_OPS];
+	uint32_t nfree;
+	uint8_t *busy;          /* per index slot: ops in flight on it */
+	unsigned demoting;
+	uint64_t write_fail_until; /* after an SSD write error: drop, not demote */
+	bool *wake;             /* per client: answered this round */
+};
+
+bool
+kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot)
+{
+	return a->tier && a->tier->busy[slot];
+}
+
+bool
+kvp_tier_demoting_agent(struct kvp_agent *a)
+{
+	return a->tier && a->tier->demoting;
+}
+
+static struct kvp_top *
+kvp_top_get(struct kvp_tier *t, int kind, uint64_t *tag)
+{
+	struct kvp_top *op;
+	uint32_t k;
+
+	if (!t->nfree)
+		return NULL;
+	k = t->freeops[--t->nfree];
+	op = &t->ops[k];
+	memset(op, 0, offsetof(struct kvp_top, iov));
+	op->kind = kind;
+	*tag = k + 1;
+	return op;
+}
+
+static void
+kvp_top_put(struct kvp_tier *t, struct kvp_top *op)
+{
+	free(op->w);
+	op->w = NULL;
+	op->kind = TOP_FREE;
+	t->freeops[t->nfree++] = (uint32_t)(op - t->ops);
+}
+
+static int
+kvp_top_add_waiter(struct kvp_top *op, const struct kvp_waiter *w)
+{
+	if (op->nw == op->capw) {
+		unsigned cap = op->capw ? op->capw * 2 : 4;
+		struct kvp_waiter *n = realloc(op->w, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		op->w = n;
+		op->capw = cap;
+	}
+	op->w[op->nw++] = *w;
+	return 0;
+}
+
+/* Fill iovecs with the DRAM run chain of [first..) covering bytes. */
+static unsigned
+kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes, struct iovec *iov,
+	     unsigned max)
+{
+	uint32_t p = first, next;
+	unsigned n = 0;
+
+	while (bytes && n < max && p < s->hdr->h_dram_pages) {
+		uint64_t rb;
+		unsigned char *a = kvp_dram_run(s, p, &rb, &next);
+
+		iov[n].iov_base = a;
+		iov[n].iov_len = rb < bytes ? rb : ((bytes + 4095) & ~4095ull);
+		if (iov[n].iov_len > rb)
+			iov[n].iov_len = rb;
+		bytes -= rb < bytes ? rb : bytes;
+		n++;
+		if (!next)
+			break;
+		p = next - 1;
+	}
+	return bytes ? 0 : n;
+}
+
+/* ---- spans ---- */
+
+static void
+kvp_span_set_holder(struct kvp_span *sp, uint32_t client)
+{
+	uint64_t bit = 1ull << (client % 64), old;
+
+	do /* relaxed: the CAS decides */
+		old = kvp_load_relaxed(&sp->sp_holders[client / 64]);
+	while (!kvp_cas(&sp->sp_holders[client / 64], old, old | bit)); /* full CAS */
+}
+
+static void
+kvp_span_clear_holder(struct kvp_span *sp, uint32_t client)
+{
+	uint64_t bit = 1ull << (client % 64), old;
+
+	do /* relaxed: the CAS decides */
+		old = kvp_load_relaxed(&sp->sp_holders[client / 64]);
+	while ((old & bit) && !kvp_cas(&sp->sp_holders[client / 64], old, old & ~bit));
+}
+
+static bool
+kvp_span_unheld(const struct kvp_span *sp)
+{
+	unsigned k;
+
+	for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
+		if (kvp_load_acquire(&sp->sp_holders[k])) /* acquire: holders' CAS */
+			return false;
+	return true;
+}
+
+/* Free a READY or FREEING span nobody holds (any thread; idempotent). */
+static bool
+kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head, bool count_expired)
+{
+	struct kvp_span *sp = &s->spans[head];
+	/* acquire: pairs with the state CASes */
+	uint64_t w = kvp_load_acquire(&sp->sp_state);
+	unsigned n = KVP_SP_N(w), k;
+
+	if (KVP_SP_STATE(w) == KVP_SP_READY) {
+		if (!kvp_span_unheld(sp) ||
+		    /* full CAS: one freer */
+		    !kvp_cas(&sp->sp_state, w, KVP_SP_WORD(KVP_SP_GEN(w), n, KVP_SP_FREEING)))
+			return false;
+	} else if (KVP_SP_STATE(w) != KVP_SP_FREEING) {
+		return false;
+	}
+	for (k = 1; k < n && head + k < s->hdr->h_staging_slots; k++)
+		kvp_store_release(&s->spans[head + k].sp_state, 0); /* release: free */
+	/* release: free for the next allocation */
+	kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
+	if (count_expired)
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGING_EXPIRED], 1); /* stat */
+	kvp_ifetch_add(&s->hdr->h_staging_seq, 1); /* full: wake BUSY waiters */
+	kvp_futex_wake(&s->hdr->h_staging_seq);
+	return true;
+}
+
+/* A dead client's span bits go (reaper thread); spans left unheld are
+ * freed.  Idempotent. */
+void
+kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client)
+{
+	uint64_t k;
+
+	if (!s->spans)
+		return;
+	for (k = 0; k < s->hdr->h_staging_slots; k++) {
+		struct kvp_span *sp = &s->spans[k];
+		uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
+
+		if (KVP_SP_STATE(w) != KVP_SP_READY && KVP_SP_STATE(w) != KVP_SP_READING)
+			continue;
+		kvp_span_clear_holder(sp, client);
+		kvp_span_free_if_unheld(s, (uint32_t)k, true);
+	}
+}
+
+/* Reclaim spans whose holders are gone (dead clients' bits included) and
+ * finish frees a dying client left half-done.  Returns spans freed. */
+unsigned
+kvp_staging_sweep_agent(struct kvp_seg *s)
+{
+	unsigned n = 0;
+	uint64_t k;
+	uint32_t c;
+
+	if (!s->spans)
+		return 0;
+	for (k = 0; k < s->hdr->h_staging_slots; k++) {
+		struct kvp_span *sp = &s->spans[k];
+		uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
+
+		if (KVP_SP_STATE(w) == KVP_SP_FREEING) {
+			n += kvp_span_free_if_unheld(s, (uint32_t)k, true);
+			continue;
+		}
+		if (KVP_SP_STATE(w) != KVP_SP_READY)
+			continue;
+		/* bits of clients that are not LIVE any more */
+		for (c = 0; c < s->hdr->h_max_clients; c++) {
+			uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state); /* acquire */
+			if ((cw & 0xff) != KVP_CS_LIVE ||
+			    ((kvp_load_relaxed(&sp->sp_holders[c / 64]) >> (c % 64)) & 1 &&
+			     !kvp_shm_client_alive(s, c)))
+				kvp_span_clear_holder(sp, c);
+		}
+		n += kvp_span_free_if_unheld(s, (uint32_t)k, true);
+	}
+	return n;
+}
+
+/* First fit of 'need' contiguous free slots; UINT32_MAX if none. */
+static uint32_t
+kvp_staging_find(struct kvp_seg *s, unsigned need)
+{
+	uint64_t S = s->hdr->h_staging_slots, k, run = 0;
+
+	for (k = 0; k < S; k++) {
+		/* acquire: pairs with the freer's release */
+		uint64_t w = kvp_load_acquire(&s->spans[k].sp_state);
+
+		run = KVP_SP_STATE(w) == KVP_SP_FREE ? run + 1 : 0;
+		if (run == need)
+			return (uint32_t)(k + 1 - need);
+	}
+	return UINT32_MAX;
+}
+
+/* After an allocation (the only moment occupancy grows, and only this
+ * thread allocates): count the slots in use, keep the exact peak. */
+static void
+kvp_staging_account(struct kvp_seg *s)
+{
+	struct kvp_shm_header *h = s->hdr;
+	uint64_t k, used = 0;
+
+	for (k = 0; k < h->h_staging_slots; k++)
+		/* relaxed: a count; frees only lower it */
+		used += KVP_SP_STATE(kvp_load_relaxed(&s->spans[k].sp_state)) != KVP_SP_FREE;
+	/* relaxed: written by this thread only; read by tools */
+	kvp_store_relaxed(&h->h_staging_used, used);
+	if (used > kvp_load_relaxed(&h->h_staging_peak))
+		kvp_store_relaxed(&h->h_staging_peak, used);
+}
+
+/* ---- answers ---- */
+
+/* Answer one waiter.  A CAS on the exact TAKEN word: if the client
+ * withdrew the request, or its slot was reaped and reused, nothing is
+ * written (and a span bit given to it is taken back). */
+static void
+kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res, uint64_t where,
+	   int span_head)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->hdr->h_ring_entries + w->ring];
+	/* acquire: the slot must still be the client that asked */
+	bool same = kvp_load_acquire(&s->clients[w->client].cs_state) == w->cgen;
+
+	/* relaxed: published by the DONE CAS */
+	kvp_store_relaxed(&q->rq_result, (uint64_t)res);
+	kvp_store_relaxed(&q->rq_where, where);
+	/* full CAS: TAKEN(seq) -> DONE(seq); pairs with the client's acquire */
+	if (!same || !kvp_cas(&q->rq_state, w->word, (w->word & ~0xffull) | KVP_RQ_DONE)) {
+		if (span_head >= 0) {
+			kvp_span_clear_holder(&s->spans[span_head], w->client);
+			kvp_span_free_if_unheld(s, (uint32_t)span_head, true);
+		}
+		return;
+	}
+	a->tier->wake[w->client] = true;
+}
+
+static void
+kvp_wake_clients(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	uint32_t c;
+
+	for (c = 0; c < s->hdr->h_max_clients; c++) {
+		if (!a->tier->wake[c])
+			continue;
+		a->tier->wake[c] = false;
+		kvp_ifetch_add(&s->clients[c].cs_io_futex, 1); /* full: then wake */
+		kvp_futex_wake(&s->clients[c].cs_io_futex);
+	}
+}
+
+/* ---- requests ---- */
+
+struct kvp_callstate {
+	uint32_t client;
+	uint64_t call;
+	uint64_t used; /* staging slots given to this call */
+};
+
+/* Join a read already in flight for these bytes (single flight). */
+static bool
+kvp_try_join(struct kvp_agent *a, uint64_t slot, uint64_t off, uint64_t len,
+	     struct kvp_waiter *w)
+{
+	struct kvp_tier *t = a->tier;
+	unsigned k;
+
+	if (!t->busy[slot])
+		return false;
+	for (k = 0; k < KVP_TIER_MAX_OPS; k++) {
+		struct kvp_top *op = &t->ops[k];
+
+		if (op->slot != slot)
+			continue;
+		if (op->kind == TOP_PROMOTE ||
+		    (op->kind == TOP_STAGE && off >= op->astart &&
+		     off + len <= op->astart + op->alen)) {
+			if (op->kind == TOP_STAGE) {
+				w->skip = off - op->astart;
+				kvp_span_set_holder(&a->seg.spans[op->head], w->client);
+			}
+			if (kvp_top_add_waiter(op, w))
+				return false;
+			kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_SINGLE_FLIGHT], 1); /* stat */
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Handle one TAKEN request.  Answers at once, or leaves it to an I/O. */
+static void
+kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->hdr->h_ring_entries + w->ring];
+	/* relaxed: published by the client's POSTED release, acquired by
+	 * our CAS to TAKEN; untrusted, validated below */
+	uint64_t slot = kvp_load_relaxed(&q->rq_slot), gen = kvp_load_relaxed(&q->rq_gen);
+	uint64_t off = kvp_load_relaxed(&q->rq_off), len = kvp_load_relaxed(&q->rq_len);
+	uint64_t call = kvp_load_relaxed(&q->rq_call), mw, loc, ssd, vlen, S, sb;
+	struct kvp_entry *e;
+	struct kvp_top *op;
+	uint64_t tag = 0, extent;
+	uint32_t dst_off = 0;
+	unsigned need;
+	int rc;
+
+	if (call & KVP_RQ_FIRST || cs->client != w->client ||
+	    cs->call != (call & 0xffffffffull)) {
+		cs->client = w->client;
+		cs->call = call & 0xffffffffull;
+		cs->used = 0;
+	}
+	if (slot >= s->hdr->h_index_slots) {
+		kvp_answer(a, w, -EINVAL, 0, -1);
+		return;
+	}
+	e = &s->entries[slot];
+	/* acquire: pairs with the publish CAS */
+	mw = kvp_load_acquire(&s->meta[slot]);
+	if (KVP_IX_GEN(mw) != (gen & KVP_IX_GEN_MASK) ||
+	    (KVP_IX_STATE(mw) != KVP_IX_READY && KVP_IX_STATE(mw) != KVP_IX_DELETED)) {
+		kvp_log(KVP_LOG_DEBUG, "io", "request for slot %llu gen %llu: slot is at "
+			"gen %u state %u", (unsigned long long)slot, (unsigned long long)gen,
+			KVP_IX_GEN(mw), KVP_IX_STATE(mw));
+		kvp_answer(a, w, -ENOENT, 0, -1);
+		return;
+	}
+	/* relaxed: this thread is the only writer of locations */
+	loc = kvp_load_relaxed(&e->e_loc);
+	ssd = kvp_load_relaxed(&e->e_ssd);
+	vlen = kvp_load_relaxed(&e->e_len);
+	if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM) {
+		kvp_answer(a, w, 0, KVP_WHERE_DRAM, -1);
+		return;
+	}
+	if (off > vlen || !ssd) {
+		kvp_answer(a, w, off > vlen ? -EINVAL : -EIO, 0, -1);
+		return;
+	}
+	if (len > vlen - off)
+		len = vlen - off;
+	if (kvp_try_join(a, slot, off, len, w))
+		return;
+	/* promotion: the whole value into DRAM, if DRAM has room */
+	if ((call & KVP_RQ_WHOLE) && off == 0 && len == vlen && !kvp__above_high(s)) {
+		uint32_t first = 0;
+
+		op = kvp_top_get(t, TOP_PROMOTE, &tag);
+		if (op && kvp_dram_alloc(s, vlen, slot, KVP_IX_GEN(mw), &first) == 0) {
+			struct kvp_ssd_read rd;
+
+			op->slot = slot;
+			op->gen = KVP_IX_GEN(mw);
+			op->vlen = vlen;
+			op->first = first;
+			op->niov = kvp_runs_iov(s, first, vlen, op->iov, 64);
+			memset(&rd, 0, sizeof(rd));
+			rd.loc = ssd;
+			rd.vlen = vlen;
+			rd.off = 0;
+			rd.len = vlen;
+			rd.ndst = op->niov;
+			rd.dst = op->iov;
+			if (op->niov && kvp_top_add_waiter(op, w) == 0 &&
+			    kvp_ssd_read_agent(t->ssd, tag, &rd) == 0) {
+				t->busy[slot]++;
+				return;
+			}
+			kvp_dram_free_chain(s, first, slot, KVP_IX_GEN(mw));
+		}
+		if (op)
+			kvp_top_put(t, op);
+	}
+	/* staging: the extent only; at most half the arena per call */
+	S = s->hdr->h_staging_slots;
+	sb = s->hdr->h_staging_slot_bytes;
+	extent = kvp_ssd_extent(off, len, &dst_off);
+	need = (unsigned)((extent + sb - 1) / sb);
+	if (need == 0)
+		need = 1;
+	if (need > S) {
+		kvp_answer(a, w, -E2BIG, 0, -1);
+		return;
+	}
+	if (cs->used && cs->used + need > S / 2) {
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_BUSY_REJECT], 1); /* stat */
+		kvp_answer(a, w, -EBUSY, 0, -1);
+		return;
+	}
+	op = kvp_top_get(t, TOP_STAGE, &tag);
+	{
+		uint32_t head = kvp_staging_find(s, need);
+		struct kvp_ssd_read rd;
+		unsigned k;
+
+		if (head == UINT32_MAX && kvp_staging_sweep_agent(s))
+			head = kvp_staging_find(s, need);
+		if (!op || head == UINT32_MAX) {
+			if (op)
+				kvp_top_put(t, op);
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_BUSY_REJECT], 1); /* stat */
+			kvp_answer(a, w, -EBUSY, 0, -1);
+			return;
+		}
+		for (k = 1; k < need; k++)
+			/* release: a body slot, not free */
+			kvp_store_release(&s->spans[head + k].sp_state,
+					  KVP_SP_WORD(0, 0, KVP_SP_BODY));
+		for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
+			kvp_store_relaxed(&s->spans[head].sp_holders[k], 0); /* relaxed: ours */
+		kvp_store_relaxed(&s->spans[head].sp_slot, slot + 1);
+		kvp_store_relaxed(&s->spans[head].sp_off, off - dst_off);
+		kvp_store_relaxed(&s->spans[head].sp_len, extent);
+		{
+			/* acquire: the free state we allocate from */
+			uint64_t sw = kvp_load_acquire(&s->spans[head].sp_state);
+			/* release: a span in flight */
+			kvp_store_release(&s->spans[head].sp_state,
+					  KVP_SP_WORD(KVP_SP_GEN(sw), need, KVP_SP_READING));
+		}
+		w->skip = dst_off;
+		kvp_span_set_holder(&s->spans[head], w->client);
+		op->slot = slot;
+		op->gen = KVP_IX_GEN(mw);
+		op->vlen = vlen;
+		op->head = head;
+		op->nslots = need;
+		op->astart = off - dst_off;
+		op->alen = extent;
+		op->iov[0].iov_base = s->staging + (uint64_t)head * sb;
+		op->iov[0].iov_len = (size_t)((uint64_t)need * sb);
+		op->niov = 1;
+		memset(&rd, 0, sizeof(rd));
+		rd.loc = ssd;
+		rd.vlen = vlen;
+		rd.off = off;
+		rd.len = len;
+		rd.ndst = 1;
+		rd.dst = op->iov;
+		cs->used += need;
+		kvp_staging_account(s);
+		rc = kvp_top_add_waiter(op, w);
+		if (rc == 0)
+			rc = kvp_ssd_read_agent(t->ssd, tag, &rd);
+		if (rc) {
+			kvp_span_clear_holder(&s->spans[head], w->client);
+			/* release: READY with no holder frees it below */
+			kvp_store_release(&s->spans[head].sp_state,
+					  KVP_SP_WORD(KVP_SP_GEN(kvp_load_relaxed(&s->spans[head].sp_state)),
+						      need, KVP_SP_READY));
+			kvp_span_free_if_unheld(s, head, false);
+			kvp_top_put(t, op);
+			kvp_answer(a, w, rc == -EBUSY ? -EBUSY : -EIO, 0, -1);
+			return;
+		}
+		t->busy[slot]++;
+	}
+}
+
+/* Take every POSTED request of every live client. */
+static unsigned
+kvp_serve_rings(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_callstate cs = { UINT32_MAX, 0, 0 };
+	uint32_t c, r, n = 0;
+
+	for (c = 0; c < s->hdr->h_max_clients; c++) {
+		/* acquire: pairs with the claim CAS */
+		uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state);
+		struct kvp_req *ring = &s->rings[(uint64_t)c * s->hdr->h_ring_entries];
+
+		if ((cw & 0xff) != KVP_CS_LIVE)
+			continue;
+		for (r = 0; r < s->hdr->h_ring_entries; r++) {
+			/* acquire: pairs with the client's POSTED release */
+			uint64_t w = kvp_load_acquire(&ring[r].rq_state);
+			struct kvp_waiter wt;
+
+			if ((w & 0xff) != KVP_RQ_POSTED)
+				continue;
+			wt.client = c;
+			wt.ring = r;
+			wt.cgen = cw;
+			wt.skip = 0;
+			wt.word = (w & ~0xffull) | KVP_RQ_TAKEN;
+			/* full CAS: the request is ours */
+			if (!kvp_cas(&ring[r].rq_state, w, wt.word))
+				continue;
+			kvp_serve_one(a, &wt, &cs);
+			n++;
+		}
+	}
+	return n;
+}
+
+/* ---- completions ---- */
+
+static void
+kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	struct kvp_top *op;
+	unsigned k;
+
+	if (cq->tag == 0 || cq->tag > KVP_TIER_MAX_OPS)
+		return;
+	op = &t->ops[cq->tag - 1];
+	if (cq->status && cq->status != -ENOSPC)
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_ERRORS], 1); /* stat */
+	switch (op->kind) {
+	case TOP_STAGE: {
+		struct kvp_span *sp = &s->spans[op->head];
+		/* acquire: our own READING word */
+		uint64_t w = kvp_load_acquire(&sp->sp_state);
+
+		/* release: the bytes before READY; pairs with holders */
+		kvp_store_release(&sp->sp_state,
+				  KVP_SP_WORD(KVP_SP_GEN(w), op->nslots, KVP_SP_READY));
+		for (k = 0; k < op->nw; k++) {
+			if (cq->status) {
+				kvp_span_clear_holder(sp, op->w[k].client);
+				kvp_answer(a, &op->w[k], cq->status == -ENOENT ? -EIO : cq->status,
+					   0, -1);
+			} else {
+				kvp_answer(a, &op->w[k], 0,
+					   (uint64_t)(op->head + 1) | (op->w[k].skip << 32),
+					   (int)op->head);
+			}
+		}
+		if (!cq->status) {
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGED], 1); /* stat */
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->alen);
+		}
+		kvp_span_free_if_unheld(s, op->head, false);
+		t->busy[op->slot]--;
+		break;
+	}
+	case TOP_PROMOTE:
+		if (!cq->status) {
+			struct kvp_entry *e = &s->entries[op->slot];
+			/* relaxed: published by the e_loc release below */
+			kvp_store_relaxed(&e->e_run, s->pages[op->first].pg_npages);
+			/* release: the DRAM copy is complete before anyone
+			 * reads this location */
+			kvp_store_release(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, op->first));
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_PROMOTE], 1); /* stat */
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->vlen);
+		} else {
+			kvp_dram_free_chain(s, op->first, op->slot, (uint32_t)op->gen);
+		}
+		for (k = 0; k < op->nw; k++)
+			kvp_answer(a, &op->w[k], cq->status ? (cq->status == -ENOENT ? -EIO
+							       : cq->status) : 0,
+				   cq->status ? 0 : KVP_WHERE_DRAM, -1);
+		t->busy[op->slot]--;
+		break;
+	case TOP_DEMOTE:
+		if (!cq->status) {
+			/* relaxed: read only for SSD-resident entries, which
+			 * this one becomes through a later CHECK CAS */
+			kvp_store_relaxed(&s->entries[op->slot].e_ssd, cq->loc);
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE], 1); /* stat */
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE_BYTES], op->vlen);
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_WRITE_BYTES], op->vlen);
+		} else {
+			if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
+				kvp_log(KVP_LOG_WARN, "ssd", "demotion failed: %s; evicting "
+					"without demotion for 1 s", strerror(-cq->status));
+			t->write_fail_until = kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+		}
+		t->busy[op->slot]--;
+		t->demoting--;
+		break;
+	case TOP_TOMB:
+		break;
+	default:
+		return;
+	}
+	kvp_top_put(t, op);
+}
+
+/* ---- demotion and forgetting ---- */
+
+void
+kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	struct kvp_entry *e = &s->entries[slot];
+	unsigned char key[256];
+	struct kvp_top *op;
+	uint64_t tag, loc, vlen, klen, k;
+
+	(void)word;
+	if (t->busy[slot] || t->demoting >= KVP_TIER_MAX_DEMOTING ||
+	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_fail_until)
+		return;
+	/* relaxed: READY entry, this thread changes locations */
+	loc = kvp_load_relaxed(&e->e_loc);
+	vlen = kvp_load_relaxed(&e->e_len);
+	klen = kvp_load_relaxed(&e->e_klen);
+	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM || klen == 0 || klen > KVP_KEY_MAX ||
+	    vlen > kvp_ssd_max_value_agent(t->ssd))
+		return;
+	for (k = 0; k < 32; k++) {
+		uint64_t wd = kvp_load_relaxed(&e->e_key[k]); /* relaxed: stable */
+		memcpy(key + k * 8, &wd, 8);
+	}
+	op = kvp_top_get(t, TOP_DEMOTE, &tag);
+	if (!op)
+		return;
+	op->slot = slot;
+	op->vlen = vlen;
+	op->first = (uint32_t)KVP_LOC_VAL(loc);
+	op->niov = kvp_runs_iov(s, op->first, vlen, op->iov, 64);
+	/* the last iovec must end at the value's end */
+	if (op->niov) {
+		uint64_t tot = 0;
+		for (k = 0; k + 1 < op->niov; k++)
+			tot += op->iov[k].iov_len;
+		op->iov[op->niov - 1].iov_len = (size_t)(vlen - tot);
+	}
+	if (!op->niov ||
+	    kvp_ssd_write_agent(t->ssd, tag, kvp_load_relaxed(&e->e_ns), key, (uint32_t)klen,
+				op->iov, op->niov, KVP_SSD_SRC_PADDED)) {
+		kvp_top_put(t, op);
+		return;
+	}
+	t->busy[slot]++;
+	t->demoting++;
+}
+
+/* An entry with an SSD copy is going away (deleted or evicted from the
+ * index): its record is dead and a tombstone keeps it from coming back
+ * after a restart.  Called under CHECK, before the slot is emptied. */
+void
+kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc, uint64_t vlen)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_entry *e = &s->entries[slot];
+	unsigned char key[256];
+	struct kvp_top *op;
+	uint64_t tag, klen = kvp_load_relaxed(&e->e_klen), k; /* relaxed: stable */
+
+	kvp_ssd_record_dead_agent(a->tier->ssd, ssd_loc, vlen);
+	if (klen == 0 || klen > KVP_KEY_MAX)
+		return;
+	for (k = 0; k < 32; k++) {
+		uint64_t wd = kvp_load_relaxed(&e->e_key[k]); /* relaxed: stable */
+		memcpy(key + k * 8, &wd, 8);
+	}
+	op = kvp_top_get(a->tier, TOP_TOMB, &tag);
+	if (!op)
+		return;
+	if (kvp_ssd_tombstone_agent(a->tier->ssd, tag, kvp_load_relaxed(&e->e_ns), key,
+				    (uint32_t)klen))
+		kvp_top_put(a->tier, op);
+}
+
+/* ---- recovery and giving SSD space back ---- */
+
+/* A live record found on disk at start: make it visible to every worker
+ * (a fresh segment), or check it against the entry that survived. */
+static int
+kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
+{
+	struct kvp_agent *a = arg;
+	struct kvp_seg *s = &a->seg;
+	uint64_t hash, w;
+	int64_t i;
+
+	if (r->type != KVP_SSD_REC_VALUE || r->klen == 0 || r->klen > KVP_KEY_MAX)
+		return KVP_SSD_DECLINE;
+	hash = kvp_key_hash(r->ns, r->key, r->klen);
+	i = kvp_ix_find(s, r->ns, hash, r->key, r->klen,
+			KVP_IX_M(KVP_IX_READY) | KVP_IX_M(KVP_IX_DELETED), &w);
+	if (i >= 0) {
+		/* the segment outlived the agent: same record, nothing to do */
+		if (kvp_load_relaxed(&s->entries[i].e_ssd) == r->loc)
+			return 0;
+		return KVP_SSD_DECLINE; /* the entry knows better */
+	}
+	i = kvp_ix_claim(s, KVP_AGENT_OWNER, r->ns, hash, r->key, r->klen, &w);
+	if (i < 0)
+		return KVP_SSD_DECLINE; /* index full: tombstoned, never served */
+	/* relaxed: published by the READY CAS */
+	kvp_store_relaxed(&s->entries[i].e_len, r->vlen);
+	kvp_store_relaxed(&s->entries[i].e_ssd, r->loc);
+	kvp_store_relaxed(&s->entries[i].e_run, 0);
+	kvp_store_relaxed(&s->entries[i].e_ref, 0);
+	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
+	return kvp_ix_publish(s, (uint64_t)i, w) ? KVP_SSD_DECLINE : 0;
+}
+
+struct kvp_drop_ctx {
+	struct kvp_agent *a;
+	uint64_t *slots;
+	unsigned n, cap;
+	bool veto;
+};
+
+static int
+kvp_drop_collect(void *arg, const struct kvp_ssd_rec *r)
+{
+	struct kvp_drop_ctx *d = arg;
+	struct kvp_seg *s = &d->a->seg;
+	uint64_t w, loc;
+	int64_t i;
+
+	if (r->type != KVP_SSD_REC_VALUE || r->klen == 0 || r->klen > KVP_KEY_MAX)
+		return 0;
+	i = kvp_ix_find(s, r->ns, kvp_key_hash(r->ns, r->key, r->klen), r->key, r->klen,
+			KVP_IX_M(KVP_IX_READY) | KVP_IX_M(KVP_IX_DELETED), &w);
+	if (i < 0 || kvp_load_relaxed(&s->entries[i].e_ssd) != r->loc)
+		return 0; /* not the entry's copy any more */
+	if (d->a->tier->busy[i]) {
+		d->veto = true; /* a read or promotion of it is in flight */
+		return 1;
+	}
+	loc = kvp_load_relaxed(&s->entries[i].e_loc); /* relaxed: ours to change */
+	if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM) {
+		/* DRAM-resident: it just loses its SSD copy */
+		kvp_store_relaxed(&s->entries[i].e_ssd, 0);
+		return 0;
+	}
+	if (d->n == d->cap) {
+		unsigned cap = d->cap ? d->cap * 2 : 256;
+		uint64_t *n = realloc(d->slots, cap * sizeof(*n));
+		if (!n) {
+			d->veto = true;
+			return 1;
+		}
+		d->slots = n;
+		d->cap = cap;
+	}
+	d->slots[d->n++] = (uint64_t)i;
+	return 0;
+}
+
+/*
+ * The store needs room (--ssd-size): may segment seg go?  Its SSD-only
+ * values leave the index (CHECK protocol, one hold scan); if any is held
+ * or being read, the segment is vetoed (a pinned or in-use key keeps its
+ * segment) and the store asks about the next oldest.
+ */
+static int
+kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
+{
+	struct kvp_agent *a = arg;
+	struct kvp_seg *s = &a->seg;
+	struct kvp_drop_ctx d = { a, NULL, 0, 0, false };
+	struct kvp_cand *cand;
+	unsigned k, n = 0;
+
+	if (kvp_ssd_segment_foreach_agent(ssd, seg, kvp_drop_collect, &d) < 0 || d.veto) {
+		free(d.slots);
+		return 1;
+	}
+	cand = calloc(d.n + 1, sizeof(*cand));
+	if (!cand) {
+		free(d.slots);
+		return 1;
+	}
+	for (k = 0; k < d.n; k++) {
+		/* acquire: pairs with the publish CAS */
+		uint64_t w = kvp_load_acquire(&s->meta[d.slots[k]]);
+
+		if (KVP_IX_FLAGS(w) ||
+		    (KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
+		    /* full CAS: step 1 of the CHECK protocol */
+		    !kvp_cas(&s->meta[d.slots[k]], w, w | KVP_IX_CHECK)) {
+			d.veto = true;
+			continue;
+		}
+		cand[n].slot = d.slots[k];
+		cand[n].word = w | KVP_IX_CHECK;
+		n++;
+	}
+	/* full fence: step 2 */
+	kvp_fence_full();
+	kvp_dram_holds_scan_agent(s, cand, n);
+	for (k = 0; k < n; k++)
+		d.veto |= cand[k].held;
+	for (k = 0; k < n; k++) {
+		uint64_t w = cand[k].word;
+		if (d.veto) /* full CAS: release every CHECK */
+			kvp_cas(&s->meta[cand[k].slot], w, w & ~(uint64_t)KVP_IX_CHECK);
+		else /* full CAS: gone with its segment (no tombstone needed) */
+			kvp_cas(&s->meta[cand[k].slot], w,
+				KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+	}
+	if (!d.veto) {
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM], 1); /* stat */
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT], n);
+	}
+	free(cand);
+	free(d.slots);
+	return d.veto;
+}
+
+/* ---- lifecycle ---- */
+
+int
+kvp_tier_open_agent(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_ssd_cfg cfg;
+	struct kvp_tier *t;
+	struct iovec reg[2];
+	int64_t n;
+	uint32_t k;
+	int rc;
+
+	if (!a->cfg.ssd_dir[0]) {
+		s->hdr->h_ssd_enabled = 0;
+		return 0;
+	}
+	if (!s->rings) {
+		kvp_log(KVP_LOG_ERROR, "ssd", "this segment was created without an SSD tier "
+			"(no staging arena): stop the workers, remove /dev/shm/kvpool.%s and "
+			"restart with --ssd-dir", a->cfg.pool);
+		return -EPROTO;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->busy = calloc(s->hdr->h_index_slots, 1);
+	t->wake = calloc(s->hdr->h_max_clients, sizeof(bool));
+	if (!t->busy || !t->wake) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	for (k = 0; k < KVP_TIER_MAX_OPS; k++)
+		t->freeops[k] = KVP_TIER_MAX_OPS - 1 - k;
+	t->nfree = KVP_TIER_MAX_OPS;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = a->cfg.ssd_dir;
+	cfg.segment_bytes = a->cfg.ssd_segment;
+	cfg.capacity_bytes = a->cfg.ssd_size;
+	cfg.durability = a->cfg.durability_strict ? KVP_SSD_STRICT : KVP_SSD_RELAXED;
+	cfg.evict_cb = kvp_evict_segment_cb;
+	cfg.evict_arg = a;
+	rc = kvp_ssd_open_agent(&cfg, &t->ssd);
+	if (rc) {
+		kvp_log(KVP_LOG_ERROR, "ssd", "cannot open the SSD store in %s: %s",
+			a->cfg.ssd_dir, strerror(-rc));
+		goto err_free;
+	}
+	a->tier = t;
+	n = kvp_ssd_recover_agent(t->ssd, kvp_recover_cb, a);
+	if (n < 0) {
+		rc = (int)n;
+		kvp_log(KVP_LOG_ERROR, "ssd", "recovery failed: %s", strerror(-rc));
+		goto err_close;
+	}
+	/* entries whose SSD copy did not survive (segment gone) */
+	{
+		uint64_t i, lost = 0;
+		struct kvp_ssd_seg_info si;
+
+		for (i = 0; i < s->hdr->h_index_slots; i++) {
+			uint64_t w = kvp_load_acquire(&s->meta[i]); /* acquire */
+			uint64_t ssd = kvp_load_relaxed(&s->entries[i].e_ssd);
+
+			if ((KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
+			    !ssd || kvp_ssd_segment_info_agent(t->ssd, KVP_SSD_LOC_SEG(ssd), &si) == 0)
+				continue;
+			if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM)
+				kvp_store_relaxed(&s->entries[i].e_ssd, 0);
+			else if (kvp_cas(&s->meta[i], w, /* full CAS: no holders at start */
+					 KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY)))
+				lost++;
+		}
+		if (lost)
+			kvp_log(KVP_LOG_WARN, "ssd", "%llu entries lost their SSD segment",
+				(unsigned long long)lost);
+	}
+	reg[0].iov_base = s->arena;
+	reg[0].iov_len = s->hdr->h_dram_pages * s->hdr->h_dram_unit;
+	reg[1].iov_base = s->staging;
+	reg[1].iov_len = s->hdr->h_staging_slots * s->hdr->h_staging_slot_bytes;
+	kvp_ssd_register_buffers_agent(t->ssd, reg, 2);
+	s->hdr->h_ssd_enabled = 1;
+	kvp_log(KVP_LOG_INFO, "ssd", "SSD tier in %s: %lld records recovered; staging %llu "
+		"x %llu KiB", a->cfg.ssd_dir, (long long)n,
+		(unsigned long long)s->hdr->h_staging_slots,
+		(unsigned long long)(s->hdr->h_staging_slot_bytes >> 10));
+	return 0;
+
+err_close:
+	kvp_ssd_close_agent(t->ssd);
+	a->tier = NULL;
+err_free:
+	free(t->busy);
+	free(t->wake);
+	free(t);
+	return rc;
+}
+
+void
+kvp_tier_close_agent(struct kvp_agent *a)
+{
+	struct kvp_tier *t = a->tier;
+
+	if (!t)
+		return;
+	a->seg.hdr->h_ssd_enabled = 0;
+	kvp_ssd_close_agent(t->ssd);
+	a->tier = NULL;
+	free(t->busy);
+	free(t->wake);
+	free(t);
+}
+
+/* The tier thread. */
+void *
+kvp_tier_main_agent(void *arg)
+{
+	struct kvp_agent *a = arg;
+	struct kvp_shm_header *h = a->seg.hdr;
+	struct kvp_ssd_cqe cq[64];
+
+	while (!kvp_load_acquire(&a->stop)) { /* acquire: main's release */
+		unsigned int seq = kvp_iload_acquire(&h->h_evict_wake);
+		struct kvp_tier *t = a->tier;
+		int n, k;
+
+		if (t) {
+			while ((n = kvp_ssd_poll_agent(t->ssd, cq, 64, 0)) > 0)
+				for (k = 0; k < n; k++)
+					kvp_complete(a, &cq[k]);
+			kvp_serve_rings(a);
+		}
+		/* full CAS: a sweep the reaper asked for */
+		if (kvp_cas(&a->gc_request, 1, 0)) {
+			uint64_t freed = kvp_dram_gc_agent(a);
+			kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], freed); /* stat */
+			if (freed)
+				kvp_log(KVP_LOG_INFO, "reaper", "%llu units of unfinished puts "
+					"freed", (unsigned long long)freed);
+		}
+		kvp_dram_round_agent(a);
+		if (t) {
+			kvp_ssd_submit_agent(t->ssd);
+			kvp_wake_clients(a);
+			if (kvp_ssd_outstanding_agent(t->ssd)) {
+				/* I/O in flight: wait for it, 1 ms at a time,
+				 * so new requests are not left waiting */
+				n = kvp_ssd_poll_agent(t->ssd, cq, 64, 1);
+				for (k = 0; k < n; k++)
+					kvp_complete(a, &cq[k]);
+				kvp_wake_clients(a);
+				continue;
+			}
+		}
+		if (kvp_load_acquire(&a->stop)) /* acquire: main's release */
+			break;
+		/* sleep until a client kicks or posts, or 100 ms */
+		kvp_futex_wait(&h->h_evict_wake, seq, 100ull * 1000 * 1000);
+	}
+	return NULL;
+}
