@@ -1171,6 +1171,97 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 	return (ssize_t)k;
 }
 
+/* ---- timed leases ---- */
+
+/* A lease handle, and what a remote reader needs to know of the value. */
+struct kvp_lease {
+	uint32_t idx;      /* lease table slot */
+	uint32_t gen;      /* its generation (release is idempotent) */
+	uint64_t len;      /* value length */
+	int tier;          /* KVP_TIER_DRAM or KVP_TIER_SSD when leased */
+	uint64_t seg_off;  /* DRAM, one run: the value's offset in the segment
+			    * (for RDMA registration); 0 otherwise */
+};
+
+/*
+ * kvp_lease_acquire - pin key's value for ttl_ms (1 ms .. 1 hour) for a
+ * reader that cannot take a hold (a remote reader, a NIC doing DMA): the
+ * value is neither evicted nor moved nor its SSD segment reclaimed until
+ * the lease is released or expires; the agent's reaper frees expired
+ * leases.  A lease outlives the holds of the process that took it, even
+ * its death.  Returns 0 and *out, -ENOENT, -EBUSY (lease table full, or
+ * the value is being moved), -EINVAL.
+ */
+KVP_INLINE int
+kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t ttl_ms,
+		  struct kvp_lease *out)
+{
+	struct kvp_seg *s;
+	uint64_t i = 0, len = 0, n, k, loc;
+	int h;
+
+	if (!c || !kvp__key_ok(key, klen) || !out || ttl_ms == 0 || ttl_ms > 3600000)
+		return -EINVAL;
+	s = &c->seg;
+	n = s->hdr->h_max_leases;
+	h = kvp__lookup_hold(c, key, klen, &i, &len);
+	if (h < 0)
+		return h;
+	for (k = 0; k < n; k++) {
+		uint64_t j = (c->slot * 131 + k) % n;
+		struct kvp_lease_slot *ls = &s->leases[j];
+		/* relaxed: a hint; the CAS decides */
+		uint64_t w = kvp_load_relaxed(&ls->ls_state);
+		uint64_t gen = (w >> 8) + 1;
+
+		if ((w & 0xff) != KVP_LS_FREE ||
+		    /* full CAS: the lease slot is ours to fill in */
+		    !kvp_cas(&ls->ls_state, w, (gen << 8) | KVP_LS_RESERVED))
+			continue;
+		kvp_store_relaxed(&ls->ls_slot, i);       /* relaxed: published below */
+		kvp_store_relaxed(&ls->ls_owner, c->slot + 1);
+		kvp_store_relaxed(&ls->ls_expiry,
+				  kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)ttl_ms * 1000000ull);
+		/* release: the fields before LIVE; the agent's hold scan
+		 * acquires it; our hold is still up, so the value is safe
+		 * until the lease is visible */
+		kvp_store_release(&ls->ls_state, (gen << 8) | KVP_LS_LIVE);
+		/* acquire: the location under our hold */
+		loc = kvp_load_acquire(&s->entries[i].e_loc);
+		out->idx = (uint32_t)j;
+		out->gen = (uint32_t)gen;
+		out->len = len;
+		out->tier = (int)KVP_LOC_TIER(loc);
+		out->seg_off = 0;
+		if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM &&
+		    /* relaxed: stable while held */
+		    kvp_load_relaxed(&s->entries[i].e_run) * s->hdr->h_dram_unit >= len)
+			out->seg_off = s->hdr->h_arena_off +
+				       KVP_LOC_VAL(loc) * s->hdr->h_dram_unit;
+		kvp__drop(c, h);
+		return 0;
+	}
+	kvp__drop(c, h);
+	return -EBUSY;
+}
+
+/* kvp_lease_release - end a lease now.  Releasing twice, or after it
+ * expired and was reclaimed, is harmless.  Returns 0 or -EINVAL. */
+KVP_INLINE int
+kvp_lease_release(struct kvp_client *c, const struct kvp_lease *l)
+{
+	struct kvp_lease_slot *ls;
+
+	if (!c || !l || l->idx >= c->seg.hdr->h_max_leases)
+		return -EINVAL;
+	ls = &c->seg.leases[l->idx];
+	/* full CAS: only the lease of this generation; pairs with the
+	 * agent's acquire in its hold scan */
+	kvp_cas(&ls->ls_state, ((uint64_t)l->gen << 8) | KVP_LS_LIVE,
+		((uint64_t)(l->gen + 1) << 8) | KVP_LS_FREE);
+	return 0;
+}
+
 #ifdef __cplusplus
 }
 #endif

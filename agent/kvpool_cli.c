@@ -34,7 +34,7 @@ static const char *const kvp_actr_names[] = {
 	"orphan_units_freed", "allocator_recoveries", "evictions_index_full",
 	"demotions", "demoted_bytes", "promotions", "staged_reads", "busy_rejects",
 	"staging_expired_reclaim", "segment_reclaims", "ssd_read_bytes",
-	"ssd_write_bytes", "ssd_errors", "single_flight_merges",
+	"ssd_write_bytes", "ssd_errors", "single_flight_merges", "leases_expired",
 };
 _Static_assert(sizeof(kvp_ctr_names) / sizeof(kvp_ctr_names[0]) == KVP_CTR__N, "names");
 _Static_assert(sizeof(kvp_actr_names) / sizeof(kvp_actr_names[0]) == KVP_ACTR_RETIRED0,

@@ -97,6 +97,36 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	return 1;
 }
 
+/* Free leases past their expiry, and half-taken ones whose taker died. */
+static unsigned
+kvp_lease_sweep_agent(struct kvp_seg *s)
+{
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), k;
+	unsigned n = 0;
+
+	for (k = 0; k < s->hdr->h_max_leases; k++) {
+		struct kvp_lease_slot *ls = &s->leases[k];
+		/* acquire: pairs with the taker's release */
+		uint64_t w = kvp_load_acquire(&ls->ls_state);
+		uint64_t owner = kvp_load_relaxed(&ls->ls_owner); /* relaxed: validated */
+		bool dead;
+
+		if ((w & 0xff) == KVP_LS_LIVE)
+			dead = kvp_load_relaxed(&ls->ls_expiry) <= now; /* relaxed */
+		else if ((w & 0xff) == KVP_LS_RESERVED)
+			dead = owner == 0 || owner > s->hdr->h_max_clients ||
+			       !kvp_shm_client_alive(s, (uint32_t)(owner - 1));
+		else
+			continue;
+		/* full CAS: the taker may release it at the same moment */
+		if (dead && kvp_cas(&ls->ls_state, w, (((w >> 8) + 1) << 8) | KVP_LS_FREE)) {
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_LEASE_EXPIRED], 1); /* stat */
+			n++;
+		}
+	}
+	return n;
+}
+
 /* Check every client slot; reap the dead.  Returns how many were reaped. */
 unsigned
 kvp_reaper_round_agent(struct kvp_agent *a)
@@ -105,6 +135,7 @@ kvp_reaper_round_agent(struct kvp_agent *a)
 	unsigned n = 0;
 	uint32_t i;
 
+	kvp_lease_sweep_agent(s);
 	for (i = 0; i < s->hdr->h_max_clients; i++) {
 		/* acquire: pairs with the claim CAS / FREE store */
 		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);

@@ -124,6 +124,7 @@ _Static_assert(sizeof(struct kvp_client_slot) == 384, "client slot size");
 _Static_assert(offsetof(struct kvp_client_slot, cs_ctr) == 128, "ctr offset");
 
 #define KVP_HINTS 16
+#define KVP_MAX_LEASES 4096
 
 /* Agent-wide counters kept in the header (agent threads add atomically). */
 enum kvp_actr {
@@ -149,6 +150,7 @@ enum kvp_actr {
 	KVP_ACTR_SSD_WRITE_BYTES,
 	KVP_ACTR_SSD_ERRORS,
 	KVP_ACTR_SINGLE_FLIGHT, /* requests that joined a read in flight */
+	KVP_ACTR_LEASE_EXPIRED, /* leases reclaimed after their expiry */
 	KVP_ACTR_RETIRED0,      /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
@@ -208,6 +210,10 @@ struct kvp_shm_header {
 	kvp_aint_t h_staging_seq;  /* futex: bumped when spans are freed */
 	kvp_aword_t h_staging_used;  /* slots in use (agent) */
 	kvp_aword_t h_staging_peak;  /* highest slots in use since creation */
+
+	/* timed leases for readers that cannot hold (remote, DMA) */
+	kvp_off_t h_leases_off;    /* struct kvp_lease[max_leases] */
+	uint64_t h_max_leases;
 
 	kvp_aword_t h_actr[KVP_ACTR__N];
 };
@@ -275,6 +281,25 @@ _Static_assert(sizeof(struct kvp_span) == 64, "span size");
 #define KVP_SP_STATE(w) ((unsigned)((w)&0xff))
 #define KVP_SP_N(w) ((unsigned)(((w) >> 8) & 0xffff))
 #define KVP_SP_GEN(w) ((uint32_t)((w) >> 32))
+
+/*
+ * A timed lease: pins an entry (no eviction, relocation or reclaim of its
+ * segment) until ls_expiry (CLOCK_MONOTONIC ns) or release, whoever holds
+ * or does not hold it.  For readers that cannot take a hold: a remote
+ * reader, a NIC doing DMA.  The reaper frees expired leases.
+ */
+enum kvp_ls_state {
+	KVP_LS_FREE = 0,
+	KVP_LS_LIVE = 1,
+	KVP_LS_RESERVED = 2, /* being filled in by its taker */
+};
+struct kvp_lease_slot {
+	kvp_aword_t ls_state;  /* [gen:32][state:8] */
+	kvp_aword_t ls_slot;   /* index slot */
+	kvp_aword_t ls_expiry; /* CLOCK_MONOTONIC ns */
+	kvp_aword_t ls_owner;  /* client slot + 1 that took it (for humans) */
+};
+_Static_assert(sizeof(struct kvp_lease_slot) == 32, "lease size");
 
 /* Tier tags in the top bits of an entry's location word. */
 #define KVP_TIER_SHIFT 60
@@ -347,7 +372,8 @@ struct kvp_dram_hdr {
 	 ((uint64_t)sizeof(struct kvp_page) << 16) ^                         \
 	 ((uint64_t)sizeof(struct kvp_dram_hdr) << 4) ^                      \
 	 ((uint64_t)sizeof(struct kvp_req) << 40) ^                          \
-	 ((uint64_t)sizeof(struct kvp_span) << 28) ^ (uint64_t)KVP_CTR_SLOTS)
+	 ((uint64_t)sizeof(struct kvp_span) << 28) ^                         \
+	 ((uint64_t)sizeof(struct kvp_lease_slot) << 20) ^ (uint64_t)KVP_CTR_SLOTS)
 
 /* A mapped segment as one process sees it (private memory). */
 struct kvp_seg {
@@ -362,6 +388,7 @@ struct kvp_seg {
 	struct kvp_dram_hdr *dram;
 	struct kvp_page *pages;
 	unsigned char *arena;
+	struct kvp_lease_slot *leases;
 	struct kvp_req *rings;     /* NULL without an SSD tier */
 	struct kvp_span *spans;
 	unsigned char *staging;
@@ -520,6 +547,9 @@ kvp_shm_bind(struct kvp_seg *s)
 	s->rings = NULL;
 	s->spans = NULL;
 	s->staging = NULL;
+	s->leases = kvp_shm_ptr(s, h->h_leases_off, h->h_max_leases * sizeof(*s->leases));
+	if (!s->leases || !h->h_max_leases)
+		return -EPROTO;
 	if (h->h_ring_entries) {
 		s->rings = kvp_shm_ptr(s, h->h_rings_off, (uint64_t)h->h_max_clients *
 				       h->h_ring_entries * sizeof(struct kvp_req));

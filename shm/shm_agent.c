@@ -42,6 +42,7 @@ kvp_shm_layout_size(const struct kvp_agent_cfg *cfg, uint64_t *nslots, uint64_t 
 	off += kvp_align(*nslots * sizeof(struct kvp_entry), KVP_PAGE);
 	off += kvp_align(sizeof(struct kvp_dram_hdr), KVP_PAGE);
 	off += kvp_align(*npages * sizeof(struct kvp_page), KVP_PAGE);
+	off += kvp_align(KVP_MAX_LEASES * sizeof(struct kvp_lease_slot), KVP_PAGE);
 	off = kvp_align(off, 2u << 20);
 	off += *npages * cfg->dram_unit;
 	if (cfg->ssd_dir[0]) {
@@ -94,6 +95,9 @@ kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg, uint64_t nslots
 	off += kvp_align(sizeof(struct kvp_dram_hdr), KVP_PAGE);
 	h->h_pagemap_off = off;
 	off += kvp_align(npages * sizeof(struct kvp_page), KVP_PAGE);
+	h->h_leases_off = off;
+	h->h_max_leases = KVP_MAX_LEASES;
+	off += kvp_align(KVP_MAX_LEASES * sizeof(struct kvp_lease_slot), KVP_PAGE);
 	h->h_arena_off = kvp_align(off, 2u << 20);
 	off = h->h_arena_off + npages * cfg->dram_unit;
 	if (cfg->ssd_dir[0]) {

@@ -36,6 +36,30 @@ kvp_dram_holds_scan_agent(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 			b = (b + 1) & (HSIZE - 1);
 		table[b] = (int16_t)k;
 	}
+	/* live leases pin their slot like holds (an expired one does not) */
+	{
+		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), l;
+
+		for (l = 0; l < s->hdr->h_max_leases; l++) {
+			const struct kvp_lease_slot *ls = &s->leases[l];
+			/* acquire: pairs with the taker's LIVE release */
+			uint64_t w = kvp_load_acquire(&ls->ls_state), slot;
+			uint32_t b;
+
+			if ((w & 0xff) == KVP_LS_FREE)
+				continue;
+			/* relaxed: published by the LIVE release */
+			if ((w & 0xff) == KVP_LS_LIVE && kvp_load_relaxed(&ls->ls_expiry) <= now)
+				continue;
+			slot = kvp_load_relaxed(&ls->ls_slot);
+			b = (uint32_t)(slot * 0x9e3779b1u) >> (32 - HBITS);
+			while (table[b] >= 0) {
+				if (c[table[b]].slot == slot)
+					c[table[b]].held = true;
+				b = (b + 1) & (HSIZE - 1);
+			}
+		}
+	}
 	for (i = 0; i < s->hdr->h_max_clients; i++) {
 		/* acquire: pairs with the reader's hwm store, ordered before
 		 * its fence; our fence (step 2) precedes this load */

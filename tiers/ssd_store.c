@@ -53,6 +53,8 @@ struct kvp_sseg {
 	uint64_t wpos;        /* next record block (active) */
 	uint64_t live_bytes, nrecs;
 	bool sealed;
+	uint64_t valid_end;   /* bytes found on disk at open (a truncated
+			       * file's records past it are torn) */
 	unsigned char *sum;   /* active: summary entries so far */
 	size_t sum_len, sum_cap;
 };
@@ -279,6 +281,7 @@ kvp_seg_new(struct kvp_ssd *s)
 		return -ENOMEM;
 	g->id = s->next_id++;
 	g->size = s->cfg.segment_bytes;
+	g->valid_end = g->size;
 	g->create_seq = s->next_seq;
 	g->wpos = 1;
 	kvp_seg_path(s, g->id, path, sizeof(path));
@@ -1101,7 +1104,9 @@ scan:
 			if (pread(g->fd, buf, B, (off_t)(blk * B)) != (ssize_t)B)
 				break;
 			s->st.recover_read_bytes += B;
-			if (!kvp_hdr_valid(g, h, blk)) {
+			if (!kvp_hdr_valid(g, h, blk) ||
+			    (blk + 1) * B + kvp_rup(h->rh_type == KVP_SSD_REC_VALUE ? h->rh_vlen : 0) >
+				    g->valid_end) {
 				bool zero = true;
 				unsigned k;
 				for (k = 0; k < B && zero; k++)
@@ -1306,6 +1311,18 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		}
 		crc = fh->fh_crc;
 		fh->fh_crc = 0;
+		if (fh->fh_magic == KVP_SSD_MAGIC_FILE && fh->fh_seg_id == id &&
+		    kvp_crc32c(0, fh, sizeof(*fh)) == crc &&
+		    fh->fh_seg_size > (uint64_t)st.st_size && fh->fh_seg_size % B == 0 &&
+		    fh->fh_seg_size <= KVP_SSD_SEGMENT_MAX) {
+			/* truncated (a torn tail of another kind): give the file
+			 * its size back; the scan stops at the first bad record */
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: truncated to %lld bytes: repairing",
+				path, (long long)st.st_size);
+			g->valid_end = (uint64_t)st.st_size;
+			if (ftruncate(g->fd, (off_t)fh->fh_seg_size) == 0)
+				st.st_size = (off_t)fh->fh_seg_size;
+		}
 		if (fh->fh_magic != KVP_SSD_MAGIC_FILE || fh->fh_seg_id != id ||
 		    kvp_crc32c(0, fh, sizeof(*fh)) != crc || fh->fh_seg_size != (uint64_t)st.st_size ||
 		    fh->fh_seg_size % B || fh->fh_seg_size < KVP_SSD_SEGMENT_MIN) {
@@ -1324,6 +1341,8 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		}
 		g->id = id;
 		g->size = fh->fh_seg_size;
+		if (!g->valid_end)
+			g->valid_end = g->size;
 		g->create_seq = fh->fh_create_seq;
 		if (g->create_seq > s->next_seq)
 			s->next_seq = g->create_seq;

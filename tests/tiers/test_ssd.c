@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_ssd.c - the SSD store on its own: CRC-32C, round trips, ranged
+ * reads that read only their extents, restart with tombstones, damaged
+ * headers, truncated files, a full file system, and the pread path.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include "agent/agent_int.h"
+#include "tiers/kvp_ssd.h"
+
+static char dir[256];
+
+static int
+setup(void **state)
+{
+	(void)state;
+	kvp_log_set_level(KVP_LOG_ERROR);
+	snprintf(dir, sizeof(dir), "/var/tmp/kvpt-store-%d-XXXXXX", (int)getpid());
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+static int
+teardown(void **state)
+{
+	char cmd[300];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static struct kvp_ssd *
+open_store(bool wipe, uint64_t seg, uint64_t cap)
+{
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd *s;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = dir;
+	cfg.segment_bytes = seg;
+	cfg.capacity_bytes = cap;
+	cfg.wipe = wipe;
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	return s;
+}
+
+static void
+fill(unsigned char *b, uint64_t n, unsigned seed)
+{
+	uint64_t i;
+
+	for (i = 0; i < n; i++)
+		b[i] = (unsigned char)(seed * 31 + i * 7 + (i >> 9));
+}
+
+static int
+wait_one(struct kvp_ssd *s, struct kvp_ssd_cqe *cq)
+{
+	int n;
+
+	while ((n = kvp_ssd_poll_agent(s, cq, 1, -1)) == 0)
+		;
+	assert_int_equal(n, 1);
+	return cq->status;
+}
+
+static uint64_t
+put(struct kvp_ssd *s, const char *key, const unsigned char *v, uint64_t len)
+{
+	struct kvp_ssd_cqe cq;
+	struct iovec iov = { (void *)(uintptr_t)v, len };
+
+	assert_int_equal(kvp_ssd_write_agent(s, 1, 42, key, (uint32_t)strlen(key), &iov, 1, 0), 0);
+	assert_int_equal(wait_one(s, &cq), 0);
+	return cq.loc;
+}
+
+static int
+get(struct kvp_ssd *s, uint64_t loc, uint64_t vlen, uint64_t off, uint64_t len,
+    unsigned char *dst, uint32_t *dst_off)
+{
+	struct kvp_ssd_cqe cq;
+	struct iovec iov = { dst, kvp_ssd_extent(off, len, NULL) };
+	struct kvp_ssd_read rd;
+
+	memset(&rd, 0, sizeof(rd));
+	rd.loc = loc;
+	rd.vlen = vlen;
+	rd.off = off;
+	rd.len = len;
+	rd.ndst = 1;
+	rd.dst = &iov;
+	assert_int_equal(kvp_ssd_read_agent(s, 2, &rd), 0);
+	wait_one(s, &cq);
+	*dst_off = cq.dst_off;
+	return cq.status;
+}
+
+static void
+test_crc32c(void **state)
+{
+	unsigned char big[10000];
+
+	(void)state;
+	assert_int_equal(kvp_crc32c_sw(0, "123456789", 9), 0xE3069283);
+	assert_int_equal(kvp_crc32c_hw(0, "123456789", 9), 0xE3069283);
+	fill(big, sizeof(big), 3);
+	assert_int_equal(kvp_crc32c_hw(0, big, sizeof(big)), kvp_crc32c_sw(0, big, sizeof(big)));
+	assert_int_equal(kvp_crc32c(kvp_crc32c(0, big, 1234), big + 1234, sizeof(big) - 1234),
+			 kvp_crc32c(0, big, sizeof(big)));
+}
+
+/* Values of many sizes go to disk and come back byte for byte; ranged
+ * reads read the header block and their 4 KiB-rounded extent only. */
+static void
+test_round_trip(void **state)
+{
+	static const uint64_t sizes[] = { 1, 100, 4095, 4096, 4097, 65536, 100000,
+					  1 << 20, (8 << 20) - 12345 };
+	struct kvp_ssd *s = open_store(true, 32 << 20, 0);
+	unsigned char *v = malloc(8 << 20), *d;
+	struct kvp_ssd_stats st0, st1;
+	uint32_t doff;
+	unsigned k;
+
+	(void)state;
+	assert_int_equal(posix_memalign((void **)&d, 4096, (8 << 20) + 8192), 0);
+	assert_true(kvp_ssd_recover_agent(s, NULL, NULL) == 0 || 1);
+	for (k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		char key[32];
+		uint64_t loc;
+
+		snprintf(key, sizeof(key), "rt-%u", k);
+		fill(v, sizes[k], k);
+		loc = put(s, key, v, sizes[k]);
+		memset(d, 0, sizes[k]);
+		assert_int_equal(get(s, loc, sizes[k], 0, sizes[k], d, &doff), 0);
+		assert_int_equal(doff, 0);
+		assert_memory_equal(d, v, sizes[k]);
+		if (sizes[k] > 20000) {
+			kvp_ssd_stats_agent(s, &st0);
+			assert_int_equal(get(s, loc, sizes[k], 10000, 5000, d, &doff), 0);
+			kvp_ssd_stats_agent(s, &st1);
+			assert_memory_equal(d + doff, v + 10000, 5000);
+			assert_int_equal(st1.dev_read_bytes - st0.dev_read_bytes,
+					 4096 + kvp_ssd_extent(10000, 5000, NULL));
+		}
+	}
+	kvp_ssd_close_agent(s);
+	free(v);
+	free(d);
+}
+
+struct seen {
+	unsigned n;
+	char keys[64][32];
+	uint64_t locs[64], vlen[64];
+};
+
+static int
+collect(void *arg, const struct kvp_ssd_rec *r)
+{
+	struct seen *sn = arg;
+
+	if (sn->n < 64) {
+		memcpy(sn->keys[sn->n], r->key, r->klen);
+		sn->keys[sn->n][r->klen] = 0;
+		sn->locs[sn->n] = r->loc;
+		sn->vlen[sn->n] = r->vlen;
+		sn->n++;
+	}
+	return 0;
+}
+
+static bool
+seen_has(const struct seen *sn, const char *key)
+{
+	unsigned k;
+
+	for (k = 0; k < sn->n; k++)
+		if (!strcmp(sn->keys[k], key))
+			return true;
+	return false;
+}
+
+/* Restart: live records come back, tombstoned ones do not; a damaged
+ * header ends its file's scan (never served); a truncated file is
+ * repaired and its earlier records kept. */
+static void
+test_restart_and_damage(void **state)
+{
+	struct kvp_ssd *s = open_store(true, 4 << 20, 0);
+	unsigned char v[20000];
+	struct kvp_ssd_cqe cq;
+	struct seen sn;
+	uint64_t loc[10];
+	char key[32], path[400];
+	int k, fd;
+
+	(void)state;
+	assert_int_equal(kvp_ssd_recover_agent(s, NULL, NULL), 0);
+	for (k = 0; k < 10; k++) {
+		snprintf(key, sizeof(key), "k%d", k);
+		fill(v, sizeof(v), (unsigned)k);
+		loc[k] = put(s, key, v, sizeof(v));
+	}
+	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "k2", 2), 0);
+	assert_int_equal(wait_one(s, &cq), 0);
+	kvp_ssd_close_agent(s); /* seals: recovery reads the summary */
+	s = open_store(false, 4 << 20, 0);
+	memset(&sn, 0, sizeof(sn));
+	assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 9);
+	assert_false(seen_has(&sn, "k2"));
+	assert_true(seen_has(&sn, "k9"));
+	/* damage record 5's header in an unsealed segment: write more
+	 * records without closing, then flip a byte */
+	for (k = 10; k < 20; k++) {
+		snprintf(key, sizeof(key), "k%d", k);
+		fill(v, sizeof(v), (unsigned)k);
+		loc[k % 10] = put(s, key, v, sizeof(v));
+	}
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", dir, KVP_SSD_LOC_SEG(loc[5]));
+	/* no close: the segment stays unsealed, as after a crash */
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	{
+		unsigned char b = 0;
+		off_t at = (off_t)KVP_SSD_LOC_BLOCK(loc[5]) * 4096 + 20;
+		assert_int_equal(pread(fd, &b, 1, at), 1);
+		b ^= 1;
+		assert_int_equal(pwrite(fd, &b, 1, at), 1);
+	}
+	close(fd);
+	/* simulate the crash: drop the store without sealing */
+	{
+		struct kvp_ssd *dead = s;
+		(void)dead; /* its files stay as they are on disk */
+	}
+	kvp_ssd_close_agent(s); /* close seals: undo by flipping the trailer */
+	fd = open(path, O_RDWR);
+	{
+		unsigned char z[4096] = { 0 };
+		struct stat st;
+		assert_int_equal(fstat(fd, &st), 0);
+		assert_int_equal(pwrite(fd, z, 4096, st.st_size - 4096), 4096);
+	}
+	close(fd);
+	s = open_store(false, 4 << 20, 0);
+	memset(&sn, 0, sizeof(sn));
+	kvp_ssd_recover_agent(s, collect, &sn);
+	assert_true(seen_has(&sn, "k14"));   /* before the damage */
+	assert_false(seen_has(&sn, "k15"));  /* the damaged record */
+	assert_false(seen_has(&sn, "k19"));  /* after it, same file */
+	assert_true(seen_has(&sn, "k9"));    /* other segment */
+	kvp_ssd_close_agent(s);
+
+	/* truncate the last segment in the middle of a record */
+	s = open_store(true, 4 << 20, 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	for (k = 0; k < 5; k++) {
+		snprintf(key, sizeof(key), "t%d", k);
+		fill(v, sizeof(v), (unsigned)k);
+		loc[k] = put(s, key, v, sizeof(v));
+	}
+	kvp_ssd_close_agent(s);
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", dir, KVP_SSD_LOC_SEG(loc[4]));
+	assert_int_equal(truncate(path, (off_t)KVP_SSD_LOC_BLOCK(loc[4]) * 4096 + 8192), 0);
+	s = open_store(false, 4 << 20, 0);
+	memset(&sn, 0, sizeof(sn));
+	assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 4);
+	assert_true(seen_has(&sn, "t3"));
+	assert_false(seen_has(&sn, "t4"));
+	{
+		unsigned char *d;
+		uint32_t doff;
+		assert_int_equal(posix_memalign((void **)&d, 4096, 32768), 0);
+		for (k = 0; k < (int)sn.n; k++)
+			if (!strcmp(sn.keys[k], "t3")) {
+				assert_int_equal(get(s, sn.locs[k], sn.vlen[k], 0, sn.vlen[k], d, &doff), 0);
+				fill(v, sizeof(v), 3);
+				assert_memory_equal(d, v, sizeof(v));
+			}
+		free(d);
+	}
+	kvp_ssd_close_agent(s);
+}
+
+/* A flipped value byte: that read is -EBADMSG; a ranged read that does
+ * not cover the damaged chunk still succeeds. */
+static void
+test_corrupt_value(void **state)
+{
+	struct kvp_ssd *s = open_store(true, 8 << 20, 0);
+	unsigned char *v = malloc(300000), *d;
+	char path[400];
+	uint64_t loc;
+	uint32_t doff;
+	unsigned char b;
+	int fd;
+
+	(void)state;
+	assert_int_equal(posix_memalign((void **)&d, 4096, 303104), 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	fill(v, 300000, 9);
+	loc = put(s, "v", v, 300000);
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", dir, KVP_SSD_LOC_SEG(loc));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1, (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000), 1);
+	b ^= 0x80;
+	assert_int_equal(pwrite(fd, &b, 1, (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000), 1);
+	close(fd);
+	assert_int_equal(get(s, loc, 300000, 0, 300000, d, &doff), -EBADMSG);
+	assert_int_equal(get(s, loc, 300000, 0, 65536, d, &doff), 0);
+	assert_memory_equal(d, v, 65536);
+	kvp_ssd_close_agent(s);
+	free(v);
+	free(d);
+}
+
+/* A small --ssd-size: whole oldest segments are given back; a veto
+ * defers it (-ENOSPC for now), never drops a vetoed segment. */
+static int veto_all;
+static int
+veto_cb(void *arg, struct kvp_ssd *s, uint32_t seg)
+{
+	(void)arg;
+	(void)s;
+	(void)seg;
+	return veto_all;
+}
+
+static void
+test_capacity(void **state)
+{
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd *s;
+	struct kvp_ssd_usage u;
+	unsigned char v[100000];
+	struct iovec iov = { v, sizeof(v) };
+	struct kvp_ssd_cqe cq;
+	int k, rc = 0;
+
+	(void)state;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = dir;
+	cfg.segment_bytes = 1 << 20;
+	cfg.capacity_bytes = 3 << 20;
+	cfg.wipe = true;
+	cfg.evict_cb = veto_cb;
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	fill(v, sizeof(v), 1);
+	veto_all = 0;
+	for (k = 0; k < 100; k++) {
+		assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "c", 1, &iov, 1, 0), 0);
+		assert_int_equal(wait_one(s, &cq), 0);
+	}
+	kvp_ssd_usage_agent(s, &u);
+	assert_true(u.used_bytes <= cfg.capacity_bytes);
+	assert_true(u.oldest_id > 1);
+	veto_all = 1;
+	for (k = 0; k < 100 && rc == 0; k++) {
+		rc = kvp_ssd_write_agent(s, 1, 1, "c", 1, &iov, 1, 0);
+		if (rc == 0)
+			rc = wait_one(s, &cq);
+	}
+	assert_int_equal(rc, -ENOSPC);
+	kvp_ssd_usage_agent(s, &u);
+	assert_true(u.used_bytes <= cfg.capacity_bytes);
+	kvp_ssd_close_agent(s);
+}
+
+/* The file system itself fills up: -ENOSPC comes back as a status, and
+ * the store still works after space is freed. */
+static void
+test_fs_enospc(void **state)
+{
+	char mnt[300];
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd *s;
+	unsigned char v[200000];
+	struct iovec iov = { v, sizeof(v) };
+	struct kvp_ssd_cqe cq;
+	int k, rc = 0;
+
+	(void)state;
+	snprintf(mnt, sizeof(mnt), "%s/small", dir);
+	mkdir(mnt, 0700);
+	if (mount("tmpfs", mnt, "tmpfs", 0, "size=3m")) {
+		print_message("  SKIP: cannot mount a small tmpfs here (%s)\n", strerror(errno));
+		return;
+	}
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = mnt;
+	cfg.segment_bytes = 1 << 20;
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	fill(v, sizeof(v), 2);
+	for (k = 0; k < 100 && rc == 0; k++) {
+		rc = kvp_ssd_write_agent(s, 1, 1, "f", 1, &iov, 1, 0);
+		if (rc == 0)
+			rc = wait_one(s, &cq);
+	}
+	assert_int_equal(rc, -ENOSPC);
+	kvp_ssd_close_agent(s);
+	assert_int_equal(umount(mnt), 0);
+}
+
+/* The pread/pwrite path (io_uring refused) behaves the same. */
+static void
+test_pread_path(void **state)
+{
+	struct kvp_ssd *s;
+	unsigned char v[50000], *d;
+	struct kvp_ssd_stats st;
+	uint64_t loc;
+	uint32_t doff;
+
+	(void)state;
+	setenv("KVP_SSD_FORCE_PREAD", "1", 1);
+	s = open_store(true, 4 << 20, 0);
+	unsetenv("KVP_SSD_FORCE_PREAD");
+	kvp_ssd_stats_agent(s, &st);
+	assert_false(st.uring);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	assert_int_equal(posix_memalign((void **)&d, 4096, 53248), 0);
+	fill(v, sizeof(v), 5);
+	loc = put(s, "p", v, sizeof(v));
+	assert_int_equal(get(s, loc, sizeof(v), 0, sizeof(v), d, &doff), 0);
+	assert_memory_equal(d, v, sizeof(v));
+	kvp_ssd_close_agent(s);
+	free(d);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_crc32c),
+		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_restart_and_damage),
+		cmocka_unit_test(test_corrupt_value),
+		cmocka_unit_test(test_capacity),
+		cmocka_unit_test(test_fs_enospc),
+		cmocka_unit_test(test_pread_path),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
