@@ -799,7 +799,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 	while (left) {
 		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
 		unsigned int sseq = kvp_iload_acquire(&s->hdr->h_staging_seq);
-		unsigned pending = 0, progress = 0;
+		unsigned pending = 0, progress = 0, last_progress = 0;
 		uint64_t call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
 
 		kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
@@ -849,6 +849,23 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				/* release: the entry is ours to post again */
 				kvp_store_release(&q->rq_state, (w & ~0xffull) | KVP_RQ_FREE);
 				p[k].ring = -1;
+			}
+			/* keys came back done, so their spans are free again:
+			 * ask again at once for the ones that were BUSY, as a
+			 * new call, while the rest are still in flight (keeps
+			 * the arena busy instead of waiting for every answer) */
+			if (progress > last_progress && pending && left > pending) {
+				unsigned posted;
+
+				last_progress = progress;
+				call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+				kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
+				posted = kvp__post(c, p, m, call & 0xffffffffull);
+				if (posted) {
+					pending += posted;
+					kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full */
+					kvp_futex_wake(&s->hdr->h_evict_wake);
+				}
 			}
 			if (!pending)
 				break;
@@ -1052,8 +1069,11 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 		    /* full CAS: READY(g) -> DELETED(g); pairs with the
 		     * agent's CAS that sets CHECK */
 		    kvp_cas(&c->seg.meta[i], w,
-			    (w & ~0xfull) | KVP_IX_DELETED))
+			    (w & ~0xfull) | KVP_IX_DELETED)) {
+			/* full: tells the agent a reclaim pass has work */
+			kvp_fetch_add(&c->seg.hdr->h_delete_seq, 1);
 			return 0; /* the evictor reclaims it on its next pass */
+		}
 		if (!t0)
 			t0 = kvp_now_ns(CLOCK_MONOTONIC);
 		else if (kvp_now_ns(CLOCK_MONOTONIC) - t0 > KVP_CHECK_WAIT_NS)

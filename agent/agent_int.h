@@ -34,13 +34,18 @@ struct kvp_agent_cfg {
 	uint64_t staging_bytes;
 	uint64_t staging_slot;
 	bool durability_strict;
+	bool no_promote;    /* SSD reads never land in DRAM (staging only) */
 };
 
 struct kvp_agent {
 	struct kvp_agent_cfg cfg;
 	struct kvp_seg seg;
 	kvp_aword_t stop;    /* set by main on SIGTERM; read by the threads */
-	uint64_t clock_hand; /* evictor's CLOCK hand (evictor thread only) */
+	uint64_t clock_hand; /* evictor's CLOCK hand (tier thread only) */
+	uint64_t noprogress_scanned; /* slots scanned since room was last made */
+	bool evict_urgent;   /* this round: a putter is waiting for room */
+	uint64_t idle_used;  /* DRAM use when a pass last found nothing (+1) */
+	uint64_t delete_seq_seen, last_reclaim_ns; /* reclaim-only passes */
 	int *pidfd;          /* per client slot, -1 = none (reaper thread) */
 	uint64_t *pidfd_pid;
 	struct kvp_tier *tier; /* SSD tier state (tiers/tier_agent.c); NULL: DRAM only */
@@ -76,7 +81,8 @@ void kvp_dram_round_agent(struct kvp_agent *a);
 int kvp_tier_open_agent(struct kvp_agent *a);
 bool kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot);
 bool kvp_tier_demoting_agent(struct kvp_agent *a);
-void kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word);
+bool kvp_tier_demote_full_agent(struct kvp_agent *a);
+unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word);
 void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 			   uint64_t vlen);
 void *kvp_tier_main_agent(void *arg);

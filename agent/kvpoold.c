@@ -37,6 +37,7 @@ kvp_usage(FILE *f)
 		"  --staging SIZE          staging arena for SSD reads (default 64M)\n"
 		"  --staging-slot SIZE     staging slot (default 1M, at most staging/8)\n"
 		"  --durability MODE       relaxed (default) or strict (batch fdatasync)\n"
+		"  --no-promote            SSD reads go through staging only, never into DRAM\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
 		"  --log FILE              log file when daemonized (default /tmp/kvpoold.NAME.log)\n"
@@ -110,6 +111,7 @@ main(int argc, char **argv)
 		{ "staging", required_argument, NULL, 'T' },
 		{ "staging-slot", required_argument, NULL, 'U' },
 		{ "durability", required_argument, NULL, 'D' },
+		{ "no-promote", no_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -181,6 +183,7 @@ main(int argc, char **argv)
 			bad = strcmp(optarg, "relaxed") && strcmp(optarg, "strict");
 			cfg->durability_strict = !strcmp(optarg, "strict");
 			break;
+		case 'P': cfg->no_promote = true; break;
 		case 'k': cfg->keep_on_exit = true; break;
 		case 'f': cfg->foreground = true; break;
 		case 'l': logfile = optarg; break;

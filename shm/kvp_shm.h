@@ -195,7 +195,8 @@ struct kvp_shm_header {
 	kvp_aword_t h_evict_req;   /* 1: a wake is already pending */
 	kvp_aword_t h_evict_need;  /* largest unit count a putter waits for */
 	kvp_aword_t h_hint_seq;    /* index-pressure hints: next ring slot */
-	kvp_aword_t h_pad1[3];
+	kvp_aword_t h_delete_seq;  /* bumped by every delete: work for the agent */
+	kvp_aword_t h_pad1[2];
 	kvp_aword_t h_hint[KVP_HINTS]; /* key hashes whose buckets are full */
 
 	/* SSD tier (0 slots / 0 ssd_enabled when the agent has no --ssd-dir) */

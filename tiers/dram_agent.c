@@ -223,10 +223,16 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 	struct kvp_shm_header *h = s->hdr;
 	uint64_t nslots = h->h_index_slots, scanned = 0, freed = 0;
 	struct kvp_cand cand[KVP_EVICT_BATCH];
-	uint64_t limit = want_free_pages ? 2 * nslots : nslots;
+	/* up to two turns of the clock; a pass that found nothing to do
+	 * is not repeated until DRAM use changes or a putter asks (so an
+	 * idle tier thread does not rescan the index every round) */
+	uint64_t limit = 2 * nslots, used = kvp_load_relaxed(&s->dram->dh_used_mirror);
+	unsigned found = 0;
 	bool need;
 
 	*stuck = false;
+	if (want_free_pages && !a->evict_urgent && a->idle_used == used + 1)
+		return 0;
 	for (;;) {
 		unsigned n = 0, k;
 
@@ -252,12 +258,17 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 				if (kvp_load_relaxed(&e->e_ref)) {
 					/* relaxed: CLOCK second chance */
 					kvp_store_relaxed(&e->e_ref, 0);
+					found++; /* a victim on the next turn */
 					continue;
 				}
 				/* with an SSD tier a cold value is written
 				 * there first (copy first, free after) */
 				if (a->tier && !kvp_load_relaxed(&e->e_ssd)) {
+					/* a value still to write counts as
+					 * work found, even when the writes in
+					 * flight are at their limit */
 					kvp_tier_demote_agent(a, i, w);
+					found++;
 					continue;
 				}
 			} else if (st != KVP_IX_DELETED) {
@@ -271,6 +282,7 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 			cand[n].held = false;
 			n++;
 		}
+		found += n;
 		if (n == 0)
 			break;
 		/* full fence: step 2, CHECK stores before hold-slot loads */
@@ -287,7 +299,14 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 			break;
 	}
 	/* a hint for putters that gave up: nothing could be evicted */
-	if (s->dram->dh_free_pages < want_free_pages && freed == 0)
+	/* remember an idle pass (+1: 0 means none) */
+	a->idle_used = found || freed ? 0 : used + 1;
+	if (freed || s->dram->dh_free_pages >= want_free_pages)
+		a->noprogress_scanned = 0;
+	else
+		a->noprogress_scanned += scanned;
+	/* stuck: two whole turns of the clock freed nothing */
+	if (s->dram->dh_free_pages < want_free_pages && a->noprogress_scanned >= 2 * nslots)
 		*stuck = true;
 	return freed;
 }
@@ -393,8 +412,22 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	kvp_store_relaxed(&h->h_evict_need, 0);
 	if (need > want)
 		want = need;
-	if (!kicked && !kvp__above_high(&a->seg))
-		want = 0; /* only reclaim deleted values */
+	if (!kicked && !kvp__above_high(&a->seg)) {
+		/* only reclaim deleted values: when there were deletes, or
+		 * once a second (a delete's counter bump is a hint) */
+		uint64_t dseq = kvp_load_relaxed(&h->h_delete_seq); /* relaxed: hint */
+		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
+
+		if (dseq == a->delete_seq_seen && now - a->last_reclaim_ns < 1000000000ull)
+			want = UINT64_MAX; /* nothing to do this round */
+		else
+			want = 0;
+		if (!want) {
+			a->delete_seq_seen = dseq;
+			a->last_reclaim_ns = now;
+		}
+	}
+	a->evict_urgent = kicked; /* a putter waits: scan as far as it takes */
 	for (k = 0; k < KVP_HINTS; k++) {
 		/* acquire: pairs with the putter's release */
 		uint64_t hint = kvp_load_acquire(&h->h_hint[k]);
@@ -402,7 +435,8 @@ kvp_dram_round_agent(struct kvp_agent *a)
 		if (hint && kvp_cas(&h->h_hint[k], hint, 0))
 			freed += (uint64_t)kvp_ix_evict_for_hash_agent(a, hint);
 	}
-	freed += kvp_dram_evict_pass_agent(a, want, &stuck);
+	if (want != UINT64_MAX)
+		freed += kvp_dram_evict_pass_agent(a, want, &stuck);
 	/* with demotions in flight, room is coming: not stuck */
 	if (stuck && a->tier && kvp_tier_demoting_agent(a))
 		stuck = false;

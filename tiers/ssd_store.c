@@ -730,10 +730,19 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag, const struct kvp_ssd_read *r
 	r->rd.ndst = r->ndst;
 	r->wiov[0].iov_base = r->hdr;
 	r->wiov[0].iov_len = B;
-	rc = kvp_queue_rw(s, r, 0, false, r->wiov, 1, (uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) * B);
-	if (!rc && extent)
-		rc = kvp_queue_rw(s, r, 1, false, r->dst, r->ndst,
-				  ((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1) * B + astart);
+	if (astart == 0 && r->ndst + 1 < KVP_SSD_MAX_IOV) {
+		/* the extent starts at the value: header and bytes are one
+		 * contiguous transfer, one device operation */
+		memcpy(&r->wiov[1], r->dst, r->ndst * sizeof(r->dst[0]));
+		rc = kvp_queue_rw(s, r, 0, false, r->wiov, r->ndst + 1,
+				  (uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) * B);
+	} else {
+		rc = kvp_queue_rw(s, r, 0, false, r->wiov, 1,
+				  (uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) * B);
+		if (!rc && extent)
+			rc = kvp_queue_rw(s, r, 1, false, r->dst, r->ndst,
+					  ((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1) * B + astart);
+	}
 	if (rc) {
 		/* what was queued completes and reports the error */
 		r->status = -EIO;

@@ -71,6 +71,14 @@ kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot)
 	return a->tier && a->tier->busy[slot];
 }
 
+/* Demotion writes in flight are at their limit (or SSD writes are
+ * failing and eviction drops instead). */
+bool
+kvp_tier_demote_full_agent(struct kvp_agent *a)
+{
+	return a->tier && a->tier->demoting >= KVP_TIER_MAX_DEMOTING;
+}
+
 bool
 kvp_tier_demoting_agent(struct kvp_agent *a)
 {
@@ -244,12 +252,13 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 		}
 		if (KVP_SP_STATE(w) != KVP_SP_READY)
 			continue;
-		/* bits of clients that are not LIVE any more */
+		/* bits of clients that are not LIVE any more (a LIVE one
+		 * that died is the reaper's: it clears its bits) */
 		for (c = 0; c < s->hdr->h_max_clients; c++) {
 			uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state); /* acquire */
-			if ((cw & 0xff) != KVP_CS_LIVE ||
-			    ((kvp_load_relaxed(&sp->sp_holders[c / 64]) >> (c % 64)) & 1 &&
-			     !kvp_shm_client_alive(s, c)))
+			if ((cw & 0xff) != KVP_CS_LIVE &&
+			    /* relaxed: a hint; the clear is a CAS */
+			    (kvp_load_relaxed(&sp->sp_holders[c / 64]) >> (c % 64)) & 1)
 				kvp_span_clear_holder(sp, c);
 		}
 		n += kvp_span_free_if_unheld(s, (uint32_t)k, true);
@@ -430,7 +439,8 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 	if (kvp_try_join(a, slot, off, len, w))
 		return;
 	/* promotion: the whole value into DRAM, if DRAM has room */
-	if ((call & KVP_RQ_WHOLE) && off == 0 && len == vlen && !kvp__above_high(s)) {
+	if ((call & KVP_RQ_WHOLE) && off == 0 && len == vlen && !a->cfg.no_promote &&
+	    !kvp__above_high(s)) {
 		uint32_t first = 0;
 
 		op = kvp_top_get(t, TOP_PROMOTE, &tag);
@@ -595,6 +605,8 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 	if (cq->tag == 0 || cq->tag > KVP_TIER_MAX_OPS)
 		return;
 	op = &t->ops[cq->tag - 1];
+	if (op->kind == TOP_DEMOTE)
+		a->idle_used = 0; /* its DRAM can go now: work for the evictor */
 	if (cq->status && cq->status != -ENOSPC)
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_ERRORS], 1); /* stat */
 	switch (op->kind) {
@@ -671,7 +683,7 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 
 /* ---- demotion and forgetting ---- */
 
-void
+unsigned
 kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 {
 	struct kvp_seg *s = &a->seg;
@@ -684,21 +696,21 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	(void)word;
 	if (t->busy[slot] || t->demoting >= KVP_TIER_MAX_DEMOTING ||
 	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_fail_until)
-		return;
+		return 0;
 	/* relaxed: READY entry, this thread changes locations */
 	loc = kvp_load_relaxed(&e->e_loc);
 	vlen = kvp_load_relaxed(&e->e_len);
 	klen = kvp_load_relaxed(&e->e_klen);
 	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM || klen == 0 || klen > KVP_KEY_MAX ||
 	    vlen > kvp_ssd_max_value_agent(t->ssd))
-		return;
+		return 0;
 	for (k = 0; k < 32; k++) {
 		uint64_t wd = kvp_load_relaxed(&e->e_key[k]); /* relaxed: stable */
 		memcpy(key + k * 8, &wd, 8);
 	}
 	op = kvp_top_get(t, TOP_DEMOTE, &tag);
 	if (!op)
-		return;
+		return 0;
 	op->slot = slot;
 	op->vlen = vlen;
 	op->first = (uint32_t)KVP_LOC_VAL(loc);
@@ -714,10 +726,11 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	    kvp_ssd_write_agent(t->ssd, tag, kvp_load_relaxed(&e->e_ns), key, (uint32_t)klen,
 				op->iov, op->niov, KVP_SSD_SRC_PADDED)) {
 		kvp_top_put(t, op);
-		return;
+		return 0;
 	}
 	t->busy[slot]++;
 	t->demoting++;
+	return 1;
 }
 
 /* An entry with an SSD copy is going away (deleted or evicted from the

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -474,6 +475,91 @@ test_agent_down(void **state)
 	kvpt_pool_remove(a.pool);
 }
 
+struct sf_arg {
+	const char *pool;
+	int i;
+	ssize_t got;
+	bool ok;
+};
+
+static void *
+sf_reader(void *p)
+{
+	struct sf_arg *x = p;
+	struct kvp_client *c;
+	unsigned char *out = malloc(256 << 10);
+	char k[100];
+	uint32_t kl = key_of(k, x->i);
+
+	if (kvp_open(x->pool, "ns", &c) == 0) {
+		x->got = kvp_get(c, k, kl, out, 256 << 10);
+		x->ok = x->got == (256 << 10) && kvpt_check(out, 256 << 10, k, kl, 5);
+		kvp_close(c);
+	}
+	free(out);
+	return NULL;
+}
+
+struct posted_cond {
+	struct kvp_seg *s;
+	unsigned want;
+};
+
+static bool
+requests_posted(void *p)
+{
+	struct posted_cond *pc = p;
+	uint64_t k, n = 0, total = (uint64_t)pc->s->hdr->h_max_clients * pc->s->hdr->h_ring_entries;
+
+	for (k = 0; k < total; k++)
+		n += (kvp_load_acquire(&pc->s->rings[k].rq_state) & 0xff) == KVP_RQ_POSTED;
+	return n >= pc->want;
+}
+
+/* Sibling ranks asking for the same SSD key at the same moment share one
+ * device read (the agent is stopped while both post, so they meet). */
+static void
+test_single_flight(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	struct sf_arg x[3];
+	struct posted_cond pc;
+	pthread_t t[3];
+	uint64_t staged0;
+	int k;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(AGENT_SSD(&a), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_and_demote(c, &s, 2, 256 << 10);
+	staged0 = actr(&s, KVP_ACTR_STAGED) + actr(&s, KVP_ACTR_PROMOTE);
+	kill(a.pid, SIGSTOP);
+	for (k = 0; k < 3; k++) {
+		x[k].pool = a.pool;
+		x[k].i = 1;
+		x[k].ok = false;
+		assert_int_equal(pthread_create(&t[k], NULL, sf_reader, &x[k]), 0);
+	}
+	pc.s = &s;
+	pc.want = 3;
+	assert_true(kvpt_wait_until(requests_posted, &pc, 5000) >= 0);
+	kill(a.pid, SIGCONT);
+	for (k = 0; k < 3; k++) {
+		pthread_join(t[k], NULL);
+		assert_true(x[k].ok);
+	}
+	assert_int_equal(actr(&s, KVP_ACTR_STAGED) + actr(&s, KVP_ACTR_PROMOTE) - staged0, 1);
+	assert_int_equal(actr(&s, KVP_ACTR_SINGLE_FLIGHT), 2);
+	assert_int_equal(spans_in_use(&s), 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 int
 main(void)
 {
@@ -484,6 +570,7 @@ main(void)
 		cmocka_unit_test(test_restart_rebuild),
 		cmocka_unit_test(test_corruption),
 		cmocka_unit_test(test_ssd_full),
+		cmocka_unit_test(test_single_flight),
 		cmocka_unit_test(test_agent_down),
 	};
 

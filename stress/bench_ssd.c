@@ -1,0 +1,305 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_ssd - the SSD tier against the device's own limits, in one run:
+ *   1. fio sequential write and read (1 MiB, O_DIRECT, io_uring) on the
+ *      same file system as --ssd-dir;
+ *   2. demotion throughput (values demoted to SSD per second) vs fio write;
+ *   3. cold SSD kvp_get of 1 MiB values (O_DIRECT, no page cache) vs fio
+ *      read, through staging and through promotion;
+ *   4. a 2,000-key batch of 64 KiB SSD values through an 8-slot arena vs
+ *      the bandwidth bound (bytes / fio 64 KiB read bandwidth);
+ *   5. index rebuild at agent start: entries per second.
+ * Not a test: nothing is asserted.  --quick for CI (< 1 min).
+ *
+ *   bench_ssd [--dir DIR] [--quick] [--json FILE]
+ */
+#include <getopt.h>
+#include <sys/stat.h>
+
+#include "tests/agent/harness.h"
+
+static char dir[512] = "/var/tmp";
+static char sdir[600];
+static bool quick;
+static FILE *json;
+
+static double
+now_s(void)
+{
+	return (double)kvp_now_ns(CLOCK_MONOTONIC) / 1e9;
+}
+
+/* fio: bandwidth in bytes/s of one job, or 0 without fio. */
+static double
+fio_bw(const char *rw, const char *bs, unsigned mib)
+{
+	char cmd[1024], buf[1 << 16];
+	size_t n;
+	FILE *f;
+	const char *p;
+
+	snprintf(cmd, sizeof(cmd),
+		 "fio --name=kvpb --directory=%s --direct=1 --ioengine=io_uring --rw=%s "
+		 "--bs=%s --size=%uM --iodepth=16 --output-format=json 2>/dev/null",
+		 sdir, rw, bs, mib);
+	f = popen(cmd, "r");
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	pclose(f);
+	p = strstr(buf, strcmp(rw, "write") ? "\"read\" : {" : "\"write\" : {");
+	p = p ? strstr(p, "\"bw_bytes\"") : NULL;
+	return p ? strtod(strchr(p, ':') + 1, NULL) : 0;
+}
+
+static void
+rm_rf(const char *d)
+{
+	char cmd[700];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	if (system(cmd))
+		fprintf(stderr, "bench_ssd: cannot remove %s\n", d);
+}
+
+static uint32_t
+key_of(char *k, int i)
+{
+	return (uint32_t)snprintf(k, 100, "%064x_bench_%d", (unsigned)i * 2654435761u, i);
+}
+
+static void
+report(const char *name, double v, const char *unit, double ref, const char *refname)
+{
+	if (ref > 0)
+		printf("  %-44s %10.2f %-6s  %.2fx %s\n", name, v, unit, v / ref, refname);
+	else
+		printf("  %-44s %10.2f %-6s\n", name, v, unit);
+	if (json)
+		fprintf(json, "%s\"%s\":{\"value\":%.4f,\"unit\":\"%s\",\"ratio\":%.4f}",
+			ftell(json) > 1 ? "," : "", name, v, unit, ref > 0 ? v / ref : 0);
+}
+
+static bool
+demoted(void *p)
+{
+	struct kvp_seg *s = p;
+	uint64_t i, dram = 0;
+
+	for (i = 0; i < s->hdr->h_index_slots; i++)
+		if (KVP_IX_STATE(kvp_load_acquire(&s->meta[i])) == KVP_IX_READY &&
+		    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM)
+			dram++;
+	return dram == 0;
+}
+
+/* Put n values of sz, measure until every one is on SSD. */
+static double
+fill_and_demote(struct kvp_client *c, struct kvp_seg *s, int n, uint64_t sz)
+{
+	unsigned char *v = malloc(sz);
+	double t0 = now_s();
+	char k[100];
+	int i, rc;
+
+	memset(v, 0x5a, sz);
+	for (i = 0; i < n; i++) {
+		uint32_t kl = key_of(k, i);
+		v[0] = (unsigned char)i;
+		while ((rc = kvp_put(c, k, kl, v, sz)) == -EBUSY)
+			;
+		if (rc)
+			fprintf(stderr, "bench_ssd: put: %s\n", kvp_strerror(rc));
+	}
+	kvpt_wait_until(demoted, s, 600000);
+	free(v);
+	return (double)n * (double)sz / (now_s() - t0);
+}
+
+static double
+cold_gets(struct kvp_client *c, int n, uint64_t sz, int batch)
+{
+	struct kvp_op *ops = calloc((size_t)batch, sizeof(*ops));
+	char (*keys)[100] = calloc((size_t)batch, 100);
+	unsigned char *out = malloc((size_t)batch * sz);
+	double t0 = now_s();
+	int i, k;
+
+	for (i = 0; i < n; i += batch) {
+		int m = n - i < batch ? n - i : batch;
+		for (k = 0; k < m; k++) {
+			ops[k].klen = key_of(keys[k], i + k);
+			ops[k].key = keys[k];
+			ops[k].buf = out + (size_t)k * sz;
+			ops[k].off = 0;
+			ops[k].len = sz;
+		}
+		if (kvp_batch_get(c, ops, (size_t)m) != m)
+			fprintf(stderr, "bench_ssd: batch get: not all ok\n");
+	}
+	free(ops);
+	free(keys);
+	free(out);
+	return (double)n * (double)sz / (now_s() - t0);
+}
+
+int
+main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dir", required_argument, NULL, 'd' },
+		{ "quick", no_argument, NULL, 'q' },
+		{ "json", required_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	double fio_w, fio_r, fio_r64, bw;
+	int opt, n1m, nrec;
+
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'd': snprintf(dir, sizeof(dir), "%s", optarg); break;
+		case 'q': quick = true; break;
+		case 'j': json = fopen(optarg, "w"); break;
+		default: return 2;
+		}
+	}
+	setvbuf(stdout, NULL, _IONBF, 0); /* the harness forks */
+	if (json)
+		fputc('{', json);
+	n1m = quick ? 256 : 1024;
+	nrec = quick ? 20000 : 100000;
+	snprintf(sdir, sizeof(sdir), "%s/kvpool-bench-ssd.%d", dir, (int)getpid());
+	mkdir(sdir, 0700);
+	printf("bench_ssd: %s in %s (%s)\n", quick ? "quick" : "full", sdir,
+	       "2 vCPU; same file system for fio and kvpool");
+
+	fio_w = fio_bw("write", "1M", (unsigned)n1m);
+	fio_r = fio_bw("read", "1M", (unsigned)n1m);
+	fio_r64 = fio_bw("read", "64k", quick ? 128 : 512);
+	rm_rf(sdir);
+	mkdir(sdir, 0700);
+	report("fio seq write 1MiB (O_DIRECT, io_uring)", fio_w / 1e9, "GB/s", 0, "");
+	report("fio seq read 1MiB", fio_r / 1e9, "GB/s", 0, "");
+	report("fio seq read 64KiB", fio_r64 / 1e9, "GB/s", 0, "");
+
+	{
+		struct kvpt_agent a;
+		struct kvp_client *c;
+		struct kvp_seg s;
+		char ssd[700];
+
+		snprintf(ssd, sizeof(ssd), "%s/store", sdir);
+		if (kvpt_agent_start(&a, "--dram", "2G", "--dram-high", "0", "--dram-low", "0",
+				     "--ssd-dir", ssd, "--staging", "64M", "--staging-slot", "1M",
+				     "--no-promote", NULL) ||
+		    kvpt_seg_map(a.pool, &s) || kvp_open(a.pool, "bench", &c)) {
+			printf("cannot start the agent\n");
+			return 1;
+		}
+		bw = fill_and_demote(c, &s, n1m, 1 << 20);
+		report("demotion 1MiB (put + write to SSD)", bw / 1e9, "GB/s", fio_w / 1e9,
+		       "fio write");
+		bw = cold_gets(c, n1m, 1 << 20, 16);
+		report("cold SSD batch_get 1MiB via staging", bw / 1e9, "GB/s", fio_r / 1e9,
+		       "fio read");
+		kvp_close(c);
+		kvp__seg_unmap(&s);
+		kvpt_agent_stop(&a);
+		rm_rf(ssd);
+	}
+	{
+		struct kvpt_agent a;
+		struct kvp_client *c;
+		struct kvp_seg s;
+		char ssd[700];
+		double t0, secs, bound;
+
+		snprintf(ssd, sizeof(ssd), "%s/store64", sdir);
+		if (kvpt_agent_start(&a, "--dram", "1G", "--dram-unit", "4K", "--dram-high", "0",
+				     "--dram-low", "0", "--ssd-dir", ssd, "--staging", "512K",
+				     "--staging-slot", "64K", "--no-promote", NULL) ||
+		    kvpt_seg_map(a.pool, &s) || kvp_open(a.pool, "bench", &c)) {
+			printf("cannot start the agent\n");
+			return 1;
+		}
+		fill_and_demote(c, &s, 2000, 64 << 10);
+		t0 = now_s();
+		bw = cold_gets(c, 2000, 64 << 10, 2000);
+		secs = now_s() - t0;
+		bound = 2000.0 * 65536 / fio_r64;
+		printf("  2000 x 64KiB through an 8-slot arena: %.3f s (bandwidth bound %.3f s)\n",
+		       secs, bound);
+		report("2000-key batch time / bandwidth bound", secs / bound, "x", 0, "");
+		kvp_close(c);
+		kvp__seg_unmap(&s);
+		kvpt_agent_stop(&a);
+		rm_rf(ssd);
+	}
+	{
+		struct kvpt_agent a;
+		struct kvp_client *c;
+		struct kvp_seg s;
+		char ssd[700];
+		unsigned char one = 1;
+		double t0, secs;
+		int i;
+
+		snprintf(ssd, sizeof(ssd), "%s/rebuild", sdir);
+		if (kvpt_agent_start(&a, "--dram", "256M", "--dram-unit", "4K", "--dram-high", "0",
+				     "--dram-low", "0", "--index-entries", "200000",
+				     "--ssd-dir", ssd, "--ssd-segment", "64M", NULL) ||
+		    kvpt_seg_map(a.pool, &s) || kvp_open(a.pool, "bench", &c)) {
+			printf("cannot start the agent\n");
+			return 1;
+		}
+		for (i = 0; i < nrec; i++) {
+			char k[100];
+			uint32_t kl = key_of(k, i);
+			while (kvp_put(c, k, kl, &one, 1) == -EBUSY)
+				;
+		}
+		kvpt_wait_until(demoted, &s, 600000);
+		kvp_close(c);
+		kvp__seg_unmap(&s);
+		kvpt_agent_stop(&a); /* seals the active segment */
+		t0 = now_s();
+		kvpt_agent_restart(&a, "--dram", "256M", "--dram-unit", "4K", "--index-entries",
+				   "200000", "--ssd-dir", ssd, "--ssd-segment", "64M", NULL);
+		secs = now_s() - t0;
+		report("agent restart with the index rebuilt", (double)nrec / secs / 1e6, "M/s",
+		       0, "");
+		kvpt_agent_stop(&a);
+		{
+			/* the store's part alone, from the agent's own log line */
+			char path[200], line[512];
+			FILE *f;
+			double rec_s = 0;
+			unsigned long long nr = 0;
+
+			snprintf(path, sizeof(path), "/tmp/kvpt.%s.log", a.pool);
+			f = fopen(path, "r");
+			while (f && fgets(line, sizeof(line), f)) {
+				const char *r = strstr(line, "recovered ");
+				const char *in = strstr(line, " in ");
+				if (r && in && strstr(line, "segments")) {
+					nr = strtoull(r + 10, NULL, 10);
+					rec_s = strtod(in + 4, NULL);
+				}
+			}
+			if (f)
+				fclose(f);
+			if (nr && rec_s > 0)
+				report("SSD index rebuild (recovery, from the log)",
+				       (double)nr / rec_s / 1e6, "M/s", 0, "");
+		}
+		rm_rf(ssd);
+	}
+	rm_rf(sdir);
+	if (json) {
+		fputs("}\n", json);
+		fclose(json);
+	}
+	printf("bench_ssd: done\n");
+	return 0;
+}
