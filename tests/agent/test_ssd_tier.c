@@ -560,6 +560,88 @@ test_single_flight(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+/* A local hold on a staging span fences it: while one client has not
+ * copied (its holder bit is set), a batch from another client that needs
+ * the whole arena goes around it, and its bytes stay intact; once dropped,
+ * the span is free at once. */
+static void
+test_span_hold_fences(void **state)
+{
+	enum { SZ = 256 << 10 };
+	struct kvpt_agent a;
+	struct kvp_client *c, *other;
+	struct kvp_seg s;
+	struct kvp__pend p;
+	struct kvp_op op;
+	struct kvp_req *q;
+	unsigned char *out = malloc(SZ), *v = malloc(SZ);
+	uint64_t idx = 0, len = 0, where, head, skip;
+	char k[100];
+	uint32_t kl;
+	int h, i;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
+					  "--dram-high", "0", "--dram-low", "0",
+					  "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					  "--staging", "2M", "--staging-slot", "256K",
+					  "--no-promote", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &other), 0);
+	put_and_demote(c, &s, 24, SZ);
+	/* client c resolves key 0 by hand and stops before copying */
+	kl = key_of(k, 0);
+	h = kvp__lookup_hold(c, k, kl, &idx, &len);
+	assert_true(h >= 0);
+	memset(&op, 0, sizeof(op));
+	op.key = k;
+	op.klen = kl;
+	op.buf = out;
+	op.len = SZ;
+	p.op = &op;
+	p.slot = idx;
+	p.gen = KVP_IX_GEN(kvp_load_acquire(&s.meta[idx]));
+	p.off = 0;
+	p.len = SZ;
+	p.hold = h;
+	p.ring = -1;
+	assert_int_equal(kvp__post(c, &p, 1, 77), 1);
+	kvp_ifetch_add(&c->seg.hdr->h_evict_wake, 1);
+	kvp_futex_wake(&c->seg.hdr->h_evict_wake);
+	q = &c->seg.rings[(uint64_t)c->slot * s.hdr->h_ring_entries + (unsigned)p.ring];
+	while ((kvp_load_acquire(&q->rq_state) & 0xff) != KVP_RQ_DONE)
+		kvp_futex_wait(&c->seg.clients[c->slot].cs_io_futex,
+			       kvp_iload_acquire(&c->seg.clients[c->slot].cs_io_futex), 2000000);
+	assert_int_equal((int64_t)kvp_load_relaxed(&q->rq_result), 0);
+	where = kvp_load_relaxed(&q->rq_where);
+	head = (where & 0xffffffffull) - 1;
+	skip = where >> 32;
+	/* another client reads the other 23 through the 7 slots left */
+	for (i = 1; i < 24; i++) {
+		kl = key_of(k, i);
+		assert_int_equal(kvp_get(other, k, kl, out, SZ), SZ);
+		assert_true(kvpt_check(out, SZ, k, kl, 5));
+	}
+	/* c's span was never reused: its bytes are still key 0's */
+	kl = key_of(k, 0);
+	kvpt_fill(v, SZ, k, kl, 5);
+	assert_memory_equal(s.staging + head * s.hdr->h_staging_slot_bytes + skip, v, SZ);
+	assert_int_equal(KVP_SP_STATE(kvp_load_acquire(&s.spans[head].sp_state)), KVP_SP_READY);
+	/* dropped: free at once, no timer */
+	kvp_store_release(&q->rq_state, (kvp_load_acquire(&q->rq_state) & ~0xffull) | KVP_RQ_FREE);
+	kvp__span_release(c, (uint32_t)head);
+	kvp__drop(c, h);
+	assert_int_equal(spans_in_use(&s), 0);
+	kvp_close(c);
+	kvp_close(other);
+	kvp__seg_unmap(&s);
+	free(out);
+	free(v);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 int
 main(void)
 {
@@ -571,6 +653,7 @@ main(void)
 		cmocka_unit_test(test_corruption),
 		cmocka_unit_test(test_ssd_full),
 		cmocka_unit_test(test_single_flight),
+		cmocka_unit_test(test_span_hold_fences),
 		cmocka_unit_test(test_agent_down),
 	};
 
