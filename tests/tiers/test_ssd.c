@@ -439,6 +439,37 @@ test_pread_path(void **state)
 	free(d);
 }
 
+/* --durability strict: a write completes only after an fdatasync. */
+static void
+test_strict_durability(void **state)
+{
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd *s;
+	struct kvp_ssd_stats st;
+	unsigned char v[9000];
+
+	(void)state;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = dir;
+	cfg.segment_bytes = 4 << 20;
+	cfg.wipe = true;
+	cfg.durability = KVP_SSD_STRICT;
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	fill(v, sizeof(v), 7);
+	put(s, "d", v, sizeof(v));
+	kvp_ssd_stats_agent(s, &st);
+	assert_true(st.fsyncs >= 1);
+	kvp_ssd_close_agent(s);
+	/* relaxed (the default) never syncs per write */
+	s = open_store(true, 4 << 20, 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	put(s, "d", v, sizeof(v));
+	kvp_ssd_stats_agent(s, &st);
+	assert_int_equal(st.fsyncs, 0);
+	kvp_ssd_close_agent(s);
+}
+
 int
 main(void)
 {
@@ -450,6 +481,7 @@ main(void)
 		cmocka_unit_test(test_capacity),
 		cmocka_unit_test(test_fs_enospc),
 		cmocka_unit_test(test_pread_path),
+		cmocka_unit_test(test_strict_durability),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
