@@ -68,6 +68,7 @@ struct kvp_client {
 	uint32_t hold_nfree;
 	uint32_t hold_hwm;
 	uint64_t put_wait_ns; /* how long a put waits for the evictor */
+	uint64_t pinned_bytes; /* held by this client's pinsets */
 	char ns[KVP_NS_NAME_MAX + 1];
 };
 
@@ -376,7 +377,7 @@ kvp_close(struct kvp_client *c)
  * client has no free hold slot.
  */
 KVP_INLINE int
-kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w)
+kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 {
 	uint64_t base = w & ~(uint64_t)KVP_IX_CHECK, w2, t0 = 0;
 	uint32_t h;
@@ -390,7 +391,7 @@ kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w)
 		kvp_store_relaxed(&c->seg.clients[c->slot].cs_hold_hwm, c->hold_hwm);
 	}
 	/* relaxed: ordered by the fence below */
-	kvp_store_relaxed(&c->holds[h], KVP_HOLD_MAKE(i, KVP_IX_GEN(base)));
+	kvp_store_relaxed(&c->holds[h], KVP_HOLD_MAKE(i, KVP_IX_GEN(base)) | flags);
 	/* full fence: hold store before the state reload; pairs with the
 	 * agent's CHECK CAS + fence + hold scan (store-load, both sides) */
 	kvp_fence_full();
@@ -434,8 +435,8 @@ kvp__drop(struct kvp_client *c, int h)
  * *idx, *len; -ENOENT on a miss.  Retries when the slot changes under us.
  */
 KVP_INLINE int
-kvp__lookup_hold(struct kvp_client *c, const void *key, uint32_t klen,
-		 uint64_t *idx, uint64_t *len)
+kvp__lookup_hold_flags(struct kvp_client *c, const void *key, uint32_t klen,
+		       uint64_t *idx, uint64_t *len, uint64_t flags)
 {
 	uint64_t hash = kvp_key_hash(c->ns_id, key, klen), w;
 	int tries, h = -ENOENT;
@@ -445,7 +446,7 @@ kvp__lookup_hold(struct kvp_client *c, const void *key, uint32_t klen,
 					KVP_IX_M(KVP_IX_READY), &w);
 		if (i < 0)
 			return -ENOENT;
-		h = kvp__hold(c, (uint64_t)i, w);
+		h = kvp__hold(c, (uint64_t)i, w, flags);
 		if (h == -ENOENT)
 			continue;
 		if (h < 0)
@@ -460,6 +461,13 @@ kvp__lookup_hold(struct kvp_client *c, const void *key, uint32_t klen,
 		return h;
 	}
 	return h;
+}
+
+KVP_INLINE int
+kvp__lookup_hold(struct kvp_client *c, const void *key, uint32_t klen,
+		 uint64_t *idx, uint64_t *len)
+{
+	return kvp__lookup_hold_flags(c, key, klen, idx, len, 0);
 }
 
 /* Copy [off, off+n) of held value i into dst. */
@@ -661,6 +669,7 @@ struct kvp__pend {
 	uint64_t slot, gen;
 	uint64_t off, len; /* clipped range */
 	int hold;
+	bool pinned;       /* a pinset's hold: the pinset drops it, not us */
 	int ring;          /* ring entry while posted, -1 otherwise */
 	uint64_t rqword;   /* our POSTED state word (seq) */
 };
@@ -704,6 +713,16 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 	kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
 	kvp_ifetch_add(&s->hdr->h_staging_seq, 1); /* full: wake BUSY waiters */
 	kvp_futex_wake(&s->hdr->h_staging_seq);
+}
+
+/* A key of a read call is settled: its hold goes, unless a pinset owns it. */
+KVP_INLINE void
+kvp__settle(struct kvp_client *c, struct kvp__pend *p, int status)
+{
+	p->op->status = status;
+	if (!p->pinned)
+		kvp__drop(c, p->hold);
+	p->hold = -1;
 }
 
 /* Post up to m pending keys as one resolve call; returns how many. */
@@ -805,11 +824,8 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 		kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
 		if (!s->rings || !s->hdr->h_ssd_enabled || !kvp_shm_agent_alive(s)) {
 			for (k = 0; k < m; k++)
-				if (p[k].hold >= 0) {
-					p[k].op->status = -ENOTCONN;
-					kvp__drop(c, p[k].hold);
-					p[k].hold = -1;
-				}
+				if (p[k].hold >= 0)
+					kvp__settle(c, &p[k], -ENOTCONN);
 			return;
 		}
 		kvp__post(c, p, m, call & 0xffffffffull);
@@ -837,12 +853,10 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				} else {
 					int st = kvp__finish(c, &p[k], res,
 							     kvp_load_relaxed(&q->rq_where));
-					p[k].op->status = st;
 					kvp__ctr(c, st == 0 ? KVP_CTR_RESOLVE_OK
 							    : st == -ENOENT ? KVP_CTR_RESOLVE_MISS
 							    : KVP_CTR_RESOLVE_FAILED, 1);
-					kvp__drop(c, p[k].hold);
-					p[k].hold = -1;
+					kvp__settle(c, &p[k], st);
 					left--;
 					progress++;
 				}
@@ -892,11 +906,8 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 					kvp_cas(&q->rq_state, w, (w & ~0xffull) | KVP_RQ_FREE);
 					p[k].ring = -1;
 				}
-				if (p[k].hold >= 0) {
-					p[k].op->status = -ENOTCONN;
-					kvp__drop(c, p[k].hold);
-					p[k].hold = -1;
-				}
+				if (p[k].hold >= 0)
+					kvp__settle(c, &p[k], -ENOTCONN);
 			}
 			return;
 		}
@@ -910,11 +921,8 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 		 * span is freed (bounded), then ask again */
 		if (kvp_now_ns(CLOCK_MONOTONIC) - t_busy > KVP_RESOLVE_BUSY_NS) {
 			for (k = 0; k < m; k++)
-				if (p[k].hold >= 0) {
-					p[k].op->status = -EBUSY;
-					kvp__drop(c, p[k].hold);
-					p[k].hold = -1;
-				}
+				if (p[k].hold >= 0)
+					kvp__settle(c, &p[k], -EBUSY);
 			return;
 		}
 		kvp_futex_wait(&s->hdr->h_staging_seq, sseq, KVP_RESOLVE_SLICE_NS);
@@ -978,6 +986,7 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 		pend[m].off = off;
 		pend[m].len = len;
 		pend[m].hold = h;
+		pend[m].pinned = false;
 		if (++m == KVP_RING_ENTRIES || (c->seg.rings &&
 					       m == c->seg.hdr->h_ring_entries)) {
 			kvp__resolve(c, pend, m);
@@ -1189,6 +1198,204 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 	}
 	kvp__ctr(c, KVP_CTR_EXISTS_HIT, k);
 	return (ssize_t)k;
+}
+
+/* ---- lookup-and-pin ---- */
+
+/* A pinset: the holds of the leading present keys of one lookup (private
+ * memory).  Each is an ordinary attributable hold (the reaper releases it
+ * if the process dies; it never expires while the process lives). */
+struct kvp_pinset {
+	size_t count;     /* keys pinned (a prefix of the lookup) */
+	bool released;
+	bool capped;      /* the pinned-bytes cap cut the prefix short */
+	uint64_t *slot, *gen, *len;
+	int *hold;
+	uint8_t *tier;    /* tier when pinned (KVP_TIER_DRAM / KVP_TIER_SSD) */
+};
+
+/* Drop every hold of a pinset.  Releasing twice is harmless. */
+KVP_INLINE void
+kvp_pinset_release(struct kvp_client *c, struct kvp_pinset *ps)
+{
+	size_t k;
+
+	if (!c || !ps || ps->released)
+		return;
+	for (k = 0; k < ps->count; k++) {
+		kvp__drop(c, ps->hold[k]);
+		kvp__ctr(c, ps->tier[k] == KVP_TIER_DRAM ? KVP_CTR_PINNED_DRAM
+							  : KVP_CTR_PINNED_SSD,
+			 (uint64_t)0 - ps->len[k]);
+		c->pinned_bytes -= ps->len[k];
+	}
+	ps->released = true;
+}
+
+/* Release (if needed) and free a pinset. */
+KVP_INLINE void
+kvp_pinset_free(struct kvp_client *c, struct kvp_pinset *ps)
+{
+	if (!ps)
+		return;
+	kvp_pinset_release(c, ps);
+	free(ps->slot);
+	free(ps);
+}
+
+KVP_INLINE size_t
+kvp_pinset_count(const struct kvp_pinset *ps)
+{
+	return ps && !ps->released ? ps->count : 0;
+}
+
+/* The tier a pinned key lives in now (KVP_TIER_DRAM or KVP_TIER_SSD; it
+ * may move between tiers while pinned, never away), or -EINVAL. */
+KVP_INLINE int
+kvp_pinset_tier(struct kvp_client *c, const struct kvp_pinset *ps, size_t k)
+{
+	if (!c || !ps || ps->released || k >= ps->count)
+		return -EINVAL;
+	/* acquire: pairs with the agent's release when it moves it */
+	return (int)KVP_LOC_TIER(kvp_load_acquire(&c->seg.entries[ps->slot[k]].e_loc));
+}
+
+/* Value length of pinned key k (or 0). */
+KVP_INLINE uint64_t
+kvp_pinset_len(const struct kvp_pinset *ps, size_t k)
+{
+	return ps && !ps->released && k < ps->count ? ps->len[k] : 0;
+}
+
+/*
+ * kvp_batch_lookup_pin - how many keys, from the start, are present, and
+ * a hold on each of them in the same pass: the count is a promise.  The
+ * pinned values are neither evicted, nor freed, nor their SSD segment
+ * reclaimed until kvp_pinset_release (or the process dies and the reaper
+ * releases them).  If pinning the next key would take this client past
+ * the pool's --max-pinned-per-client bytes, the prefix stops there (the
+ * call still succeeds; ps->capped says so).  Sets ops[k].status like
+ * kvp_batch_exists_prefix.  Returns the count pinned (>= 0) and *out, or
+ * -EINVAL, -ENOMEM.  The plain probe, kvp_batch_exists_prefix, is
+ * unchanged: it holds nothing.
+ */
+KVP_INLINE ssize_t
+kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		     struct kvp_pinset **out)
+{
+	struct kvp_pinset *ps;
+	uint64_t cap;
+	size_t k;
+
+	if (!c || (!ops && n) || !out)
+		return -EINVAL;
+	*out = NULL;
+	ps = calloc(1, sizeof(*ps));
+	if (!ps)
+		return -ENOMEM;
+	ps->slot = malloc((n ? n : 1) * (3 * sizeof(uint64_t) + sizeof(int) + 1));
+	if (!ps->slot) {
+		free(ps);
+		return -ENOMEM;
+	}
+	ps->gen = ps->slot + n;
+	ps->len = ps->gen + n;
+	ps->hold = (int *)(ps->len + n);
+	ps->tier = (uint8_t *)(ps->hold + n);
+	cap = c->seg.hdr->h_max_pinned;
+	for (k = 0; k < n; k++) {
+		uint64_t i = 0, len = 0;
+		int h;
+
+		if (!kvp__key_ok(ops[k].key, ops[k].klen)) {
+			ops[k].status = -EINVAL;
+			break;
+		}
+		h = kvp__lookup_hold_flags(c, ops[k].key, ops[k].klen, &i, &len, KVP_HOLD_PIN);
+		if (h < 0) {
+			ops[k].status = h == -ENOBUFS ? -EBUSY : h;
+			break;
+		}
+		if (cap && c->pinned_bytes + len > cap) {
+			kvp__drop(c, h);
+			ops[k].status = -EBUSY;
+			ps->capped = true;
+			kvp__ctr(c, KVP_CTR_PIN_CAPPED, 1);
+			break;
+		}
+		ps->slot[k] = i;
+		/* acquire: the generation the hold was validated against */
+		ps->gen[k] = KVP_IX_GEN(kvp_load_acquire(&c->seg.meta[i]));
+		ps->len[k] = len;
+		ps->hold[k] = h;
+		/* acquire: stable enough while held (see kvp__read) */
+		ps->tier[k] = (uint8_t)KVP_LOC_TIER(kvp_load_acquire(&c->seg.entries[i].e_loc));
+		c->pinned_bytes += len;
+		kvp__ctr(c, ps->tier[k] == KVP_TIER_DRAM ? KVP_CTR_PINNED_DRAM : KVP_CTR_PINNED_SSD,
+			 len);
+		ops[k].status = 0;
+		ps->count = k + 1;
+	}
+	kvp__ctr(c, KVP_CTR_PIN, ps->count);
+	*out = ps;
+	return (ssize_t)ps->count;
+}
+
+/*
+ * kvp_pinset_get - load pinned keys: ops[k] (k < n <= count) reads pinned
+ * key k, [off, off+len) clipped at the value's end (len set to the bytes
+ * copied; off 0 with a buffer of the value's size reads it whole).  Never
+ * a MISS: an SSD-resident key is staged (in parts when the arena is busy)
+ * or promoted.  Returns the number of keys with status 0, or -EINVAL.
+ * The holds stay until kvp_pinset_release.
+ */
+KVP_INLINE ssize_t
+kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, size_t n)
+{
+	struct kvp__pend pend[KVP_RING_ENTRIES];
+	unsigned m = 0;
+	size_t k, ok = 0;
+
+	if (!c || !ps || ps->released || (!ops && n) || n > ps->count)
+		return -EINVAL;
+	for (k = 0; k < n; k++) {
+		struct kvp_op *op = &ops[k];
+		uint64_t i = ps->slot[k], vlen = ps->len[k], off = op->off, len, loc;
+
+		kvp__ctr(c, KVP_CTR_GET, 1);
+		if (!op->buf || off > vlen) {
+			op->status = -EINVAL;
+			continue;
+		}
+		len = vlen - off < op->len ? vlen - off : op->len;
+		/* acquire: pairs with the agent's release when it moves it */
+		loc = kvp_load_acquire(&c->seg.entries[i].e_loc);
+		if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM || len == 0) {
+			kvp__copy_out(c, i, off, op->buf, len);
+			op->len = len;
+			op->status = 0;
+			kvp__ctr(c, KVP_CTR_GET_HIT, 1);
+			kvp__ctr(c, KVP_CTR_GET_BYTES, len);
+			continue;
+		}
+		op->len = len;
+		pend[m].op = op;
+		pend[m].slot = i;
+		pend[m].gen = ps->gen[k];
+		pend[m].off = off;
+		pend[m].len = len;
+		pend[m].hold = ps->hold[k];
+		pend[m].pinned = true;
+		if (++m == KVP_RING_ENTRIES || m == c->seg.hdr->h_ring_entries) {
+			kvp__resolve(c, pend, m);
+			m = 0;
+		}
+	}
+	if (m)
+		kvp__resolve(c, pend, m);
+	for (k = 0; k < n; k++)
+		ok += ops[k].status == 0;
+	return (ssize_t)ok;
 }
 
 /* ---- timed leases ---- */

@@ -35,6 +35,7 @@ struct kvp_agent_cfg {
 	uint64_t staging_slot;
 	bool durability_strict;
 	bool no_promote;    /* SSD reads never land in DRAM (staging only) */
+	uint64_t max_pinned; /* --max-pinned-per-client; 0 = no cap */
 };
 
 struct kvp_agent {
@@ -82,6 +83,7 @@ int kvp_tier_open_agent(struct kvp_agent *a);
 bool kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot);
 bool kvp_tier_demoting_agent(struct kvp_agent *a);
 bool kvp_tier_demote_full_agent(struct kvp_agent *a);
+bool kvp_tier_write_failing_agent(struct kvp_agent *a);
 unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word);
 void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 			   uint64_t vlen);

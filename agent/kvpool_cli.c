@@ -26,6 +26,7 @@ static const char *const kvp_ctr_names[] = {
 	"put", "put_bytes", "put_exists", "put_busy", "put_nospc", "get", "get_hit",
 	"get_miss", "get_bytes", "exists", "exists_hit", "delete", "hold_retry",
 	"resolve_ok", "resolve_miss", "resolve_failed", "resolve_busy_parts",
+	"pins", "pins_capped", "pinned_bytes_dram", "pinned_bytes_ssd",
 };
 
 static const char *const kvp_actr_names[] = {
@@ -35,6 +36,7 @@ static const char *const kvp_actr_names[] = {
 	"demotions", "demoted_bytes", "promotions", "staged_reads", "busy_rejects",
 	"staging_expired_reclaim", "segment_reclaims", "ssd_read_bytes",
 	"ssd_write_bytes", "ssd_errors", "single_flight_merges", "leases_expired",
+	"pins_reaped",
 };
 _Static_assert(sizeof(kvp_ctr_names) / sizeof(kvp_ctr_names[0]) == KVP_CTR__N, "names");
 _Static_assert(sizeof(kvp_actr_names) / sizeof(kvp_actr_names[0]) == KVP_ACTR_RETIRED0,

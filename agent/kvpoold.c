@@ -38,6 +38,7 @@ kvp_usage(FILE *f)
 		"  --staging-slot SIZE     staging slot (default 1M, at most staging/8)\n"
 		"  --durability MODE       relaxed (default) or strict (batch fdatasync)\n"
 		"  --no-promote            SSD reads go through staging only, never into DRAM\n"
+		"  --max-pinned-per-client SIZE  cap on the bytes one client pins (default: none)\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
 		"  --log FILE              log file when daemonized (default /tmp/kvpoold.NAME.log)\n"
@@ -112,6 +113,7 @@ main(int argc, char **argv)
 		{ "staging-slot", required_argument, NULL, 'U' },
 		{ "durability", required_argument, NULL, 'D' },
 		{ "no-promote", no_argument, NULL, 'P' },
+		{ "max-pinned-per-client", required_argument, NULL, 'X' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -184,6 +186,7 @@ main(int argc, char **argv)
 			cfg->durability_strict = !strcmp(optarg, "strict");
 			break;
 		case 'P': cfg->no_promote = true; break;
+		case 'X': bad = kvp_parse_size(optarg, &cfg->max_pinned) != 0; break;
 		case 'k': cfg->keep_on_exit = true; break;
 		case 'f': cfg->foreground = true; break;
 		case 'l': logfile = optarg; break;
@@ -303,6 +306,7 @@ main(int argc, char **argv)
 			kvp_log(KVP_LOG_INFO, "agent", "recovery: %u dead clients reaped, "
 				"%llu orphan units freed", reaped, (unsigned long long)orphans);
 	}
+	a->seg.hdr->h_max_pinned = cfg->max_pinned; /* read by clients as they pin */
 	/* for humans and tools: the agent is serving (recovery is done) */
 	kvp_store_relaxed(&a->seg.hdr->h_agent_start_ns, kvp_now_ns(CLOCK_REALTIME));
 	kvp_store_release(&a->seg.hdr->h_agent_pid, (uint64_t)getpid()); /* release */

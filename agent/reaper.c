@@ -37,7 +37,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	struct kvp_client_slot *cs = &s->clients[i];
 	struct kvp_shm_header *h = s->hdr;
 	uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: pairs with claim CAS */
-	uint64_t holds = 0, pending = 0, pages, k, pid;
+	uint64_t holds = 0, pins = 0, pending = 0, pages, k, pid;
 	uint32_t hpc = h->h_holds_per_client;
 	kvp_aword_t *hs = &s->holds[(uint64_t)i * hpc];
 
@@ -52,9 +52,12 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	pid = kvp_load_relaxed(&cs->cs_pid); /* relaxed: for the log line */
 	for (k = 0; k < hpc; k++) {
 		/* relaxed: the owner is dead; nobody else writes these */
-		if (kvp_load_relaxed(&hs[k])) {
+		uint64_t hv = kvp_load_relaxed(&hs[k]);
+
+		if (hv) {
 			kvp_store_release(&hs[k], 0); /* release: step 2 */
 			holds++;
+			pins += (hv & KVP_HOLD_PIN) != 0;
 		}
 	}
 	kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds remain */
@@ -77,6 +80,9 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	kvp_store_release(&a->gc_request, 1); /* release: pairs with its CAS */
 	kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake it */
 	kvp_futex_wake(&s->hdr->h_evict_wake);
+	/* a dead client pins nothing any more: its gauges go to zero */
+	kvp_store_relaxed(&cs->cs_ctr[KVP_CTR_PINNED_DRAM], 0); /* relaxed: stats */
+	kvp_store_relaxed(&cs->cs_ctr[KVP_CTR_PINNED_SSD], 0);
 	for (k = 0; k < KVP_CTR_SLOTS; k++) {
 		uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]); /* relaxed: stats */
 		if (v)
@@ -85,6 +91,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	}
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_CLIENTS], 1); /* stats */
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_HOLDS], holds);
+	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PINS], pins);
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PENDING], pending);
 	kvp_store_relaxed(&cs->cs_pid, 0);
 	kvp_store_relaxed(&cs->cs_start_time, 0);

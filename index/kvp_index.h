@@ -77,9 +77,12 @@
 	 (uint64_t)(st))
 #define KVP_IX_NEXTGEN(w) (((uint32_t)KVP_IX_GEN(w) + 1) & KVP_IX_GEN_MASK)
 
-/* A hold slot value: (gen << 40) | (slot + 1); 0 = free. */
+/* A hold slot value: (gen << 40) | [pin:1] | (slot + 1); 0 = free.  The
+ * pin bit marks holds taken by kvp_batch_lookup_pin (for the reaper's
+ * count); it does not change what a hold protects. */
+#define KVP_HOLD_PIN (1ull << 39)
 #define KVP_HOLD_MAKE(slot, gen) (((uint64_t)(gen) << 40) | ((uint64_t)(slot) + 1))
-#define KVP_HOLD_SLOT(h) (((h) & ((1ull << 40) - 1)) - 1)
+#define KVP_HOLD_SLOT(h) (((h) & ((1ull << 39) - 1)) - 1)
 #define KVP_HOLD_GEN(h) ((uint32_t)((h) >> 40))
 
 #define KVP_IX_WAYS 8u

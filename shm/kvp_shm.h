@@ -101,6 +101,10 @@ enum kvp_ctr {
 	KVP_CTR_RESOLVE_MISS,
 	KVP_CTR_RESOLVE_FAILED,
 	KVP_CTR_RESOLVE_BUSY,   /* BUSY answers of one part (not outcomes) */
+	KVP_CTR_PIN,            /* keys pinned by kvp_batch_lookup_pin */
+	KVP_CTR_PIN_CAPPED,     /* lookups cut short by the pinned-bytes cap */
+	KVP_CTR_PINNED_DRAM,    /* gauge: bytes pinned, DRAM-resident at pin time */
+	KVP_CTR_PINNED_SSD,     /* gauge: bytes pinned, SSD-resident at pin time */
 	KVP_CTR__N,
 };
 #define KVP_CTR_SLOTS 32
@@ -151,6 +155,7 @@ enum kvp_actr {
 	KVP_ACTR_SSD_ERRORS,
 	KVP_ACTR_SINGLE_FLIGHT, /* requests that joined a read in flight */
 	KVP_ACTR_LEASE_EXPIRED, /* leases reclaimed after their expiry */
+	KVP_ACTR_REAP_PINS,     /* pins (pinset holds) released by the reaper */
 	KVP_ACTR_RETIRED0,      /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
@@ -196,7 +201,8 @@ struct kvp_shm_header {
 	kvp_aword_t h_evict_need;  /* largest unit count a putter waits for */
 	kvp_aword_t h_hint_seq;    /* index-pressure hints: next ring slot */
 	kvp_aword_t h_delete_seq;  /* bumped by every delete: work for the agent */
-	kvp_aword_t h_pad1[2];
+	uint64_t h_max_pinned;     /* --max-pinned-per-client bytes; 0: no cap */
+	kvp_aword_t h_pad1[1];
 	kvp_aword_t h_hint[KVP_HINTS]; /* key hashes whose buckets are full */
 
 	/* SSD tier (0 slots / 0 ssd_enabled when the agent has no --ssd-dir) */

@@ -174,6 +174,47 @@ main(int argc, char **argv)
 	printf("bench_ssd: %s in %s (%s)\n", quick ? "quick" : "full", sdir,
 	       "2 vCPU; same file system for fio and kvpool");
 
+	{
+		/* the cost of the promise: lookup_pin vs the plain probe */
+		enum { N = 2000 };
+		struct kvpt_agent a;
+		struct kvp_client *c;
+		struct kvp_op *ops = calloc(N, sizeof(*ops));
+		char (*keys)[100] = calloc(N, 100);
+		unsigned char one = 1;
+		double t0, tp, tl;
+		int i, r, rounds = quick ? 200 : 1000;
+
+		if (kvpt_agent_start(&a, "--dram", "256M", "--dram-unit", "4K",
+				     "--index-entries", "262144", NULL) ||
+		    kvp_open(a.pool, "bench", &c)) {
+			printf("cannot start the agent\n");
+			return 1;
+		}
+		for (i = 0; i < N; i++) {
+			ops[i].klen = key_of(keys[i], i);
+			ops[i].key = keys[i];
+			kvp_put(c, keys[i], ops[i].klen, &one, 1);
+		}
+		t0 = now_s();
+		for (r = 0; r < rounds; r++)
+			kvp_batch_exists_prefix(c, ops, N);
+		tp = (now_s() - t0) / rounds;
+		t0 = now_s();
+		for (r = 0; r < rounds; r++) {
+			struct kvp_pinset *ps = NULL;
+			kvp_batch_lookup_pin(c, ops, N, &ps);
+			kvp_pinset_free(c, ps);
+		}
+		tl = (now_s() - t0) / rounds;
+		report("exists_prefix of 2000 keys", tp * 1e6, "us", 0, "");
+		report("lookup_pin + release of 2000 keys", tl * 1e6, "us", tp * 1e6,
+		       "exists_prefix");
+		kvp_close(c);
+		kvpt_agent_stop(&a);
+		free(ops);
+		free(keys);
+	}
 	fio_w = fio_bw("write", "1M", (unsigned)n1m);
 	fio_r = fio_bw("read", "1M", (unsigned)n1m);
 	fio_r64 = fio_bw("read", "64k", quick ? 128 : 512);

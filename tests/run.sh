@@ -49,7 +49,7 @@ run() { # name, command...
 	rm -f "$log"
 }
 
-UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier"
+UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in

@@ -263,7 +263,8 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 				}
 				/* with an SSD tier a cold value is written
 				 * there first (copy first, free after) */
-				if (a->tier && !kvp_load_relaxed(&e->e_ssd)) {
+				if (a->tier && !kvp_load_relaxed(&e->e_ssd) &&
+				    !kvp_tier_write_failing_agent(a)) {
 					/* a value still to write counts as
 					 * work found, even when the writes in
 					 * flight are at their limit */

@@ -71,8 +71,15 @@ kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot)
 	return a->tier && a->tier->busy[slot];
 }
 
-/* Demotion writes in flight are at their limit (or SSD writes are
- * failing and eviction drops instead). */
+/* SSD writes failed a moment ago (full, vetoed, I/O error): eviction
+ * drops cold values instead of demoting them, for a second. */
+bool
+kvp_tier_write_failing_agent(struct kvp_agent *a)
+{
+	return a->tier && kvp_now_ns(CLOCK_MONOTONIC) < a->tier->write_fail_until;
+}
+
+/* Demotion writes in flight are at their limit. */
 bool
 kvp_tier_demote_full_agent(struct kvp_agent *a)
 {
@@ -722,11 +729,26 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 			tot += op->iov[k].iov_len;
 		op->iov[op->niov - 1].iov_len = (size_t)(vlen - tot);
 	}
-	if (!op->niov ||
-	    kvp_ssd_write_agent(t->ssd, tag, kvp_load_relaxed(&e->e_ns), key, (uint32_t)klen,
-				op->iov, op->niov, KVP_SSD_SRC_PADDED)) {
+	if (!op->niov) {
 		kvp_top_put(t, op);
 		return 0;
+	}
+	{
+		int rc = kvp_ssd_write_agent(t->ssd, tag, kvp_load_relaxed(&e->e_ns), key,
+					     (uint32_t)klen, op->iov, op->niov,
+					     KVP_SSD_SRC_PADDED);
+		if (rc) {
+			kvp_top_put(t, op);
+			if (rc != -EBUSY) {
+				/* no room on SSD (or worse): drop instead */
+				if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
+					kvp_log(KVP_LOG_WARN, "ssd", "demotion refused: %s; "
+						"evicting without demotion for 1 s",
+						strerror(-rc));
+				t->write_fail_until = kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+			}
+			return 0;
+		}
 	}
 	t->busy[slot]++;
 	t->demoting++;

@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_pin.c - lookup-and-pin: the count a lookup returns is a promise
+ * (every pinned key loads, whatever eviction and SSD reclaim do meanwhile),
+ * pins die with their process, and the per-client pinned-bytes cap holds.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "tests/agent/harness.h"
+
+static char ssd_dir[256];
+
+static int
+setup(void **state)
+{
+	(void)state;
+	snprintf(ssd_dir, sizeof(ssd_dir), "/var/tmp/kvpt-pin-%d-XXXXXX", (int)getpid());
+	return mkdtemp(ssd_dir) ? 0 : -1;
+}
+
+static int
+teardown(void **state)
+{
+	char cmd[300];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static uint32_t
+key_of(char *k, int who, int i)
+{
+	return (uint32_t)snprintf(k, 100, "%064x_w%d_%d", (unsigned)i * 2654435761u, who, i);
+}
+
+static void
+put_all(struct kvp_client *c, int who, int from, int n, uint64_t sz)
+{
+	unsigned char *v = malloc(sz);
+	char k[100];
+	int i, rc;
+
+	for (i = from; i < from + n; i++) {
+		uint32_t kl = key_of(k, who, i);
+		kvpt_fill(v, sz, k, kl, 3);
+		while ((rc = kvp_put(c, k, kl, v, sz)) == -EBUSY)
+			;
+		assert_true(rc == 0 || rc == -ENOSPC);
+	}
+	free(v);
+}
+
+/* Keys of 'who' that are still DRAM-resident. */
+static int
+count_in_dram(struct kvp_client *c, struct kvp_seg *s, int who, int n)
+{
+	char k[100];
+	int i, p = 0;
+
+	for (i = 0; i < n; i++) {
+		uint32_t kl = key_of(k, who, i);
+		uint64_t w;
+		int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+					   KVP_IX_M(KVP_IX_READY), &w);
+		p += slot >= 0 &&
+		     KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) == KVP_TIER_DRAM;
+	}
+	return p;
+}
+
+/* Pin 2,000 keys; other processes then write enough to force eviction,
+ * demotion and SSD segment reclaim; every pinned key still loads with
+ * its bytes; after release the pool evicts them like any other. */
+static void
+test_probe_then_evict(void **state)
+{
+	enum { N = 2000, SZ = 16 << 10 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	struct kvp_op *ops = calloc(N, sizeof(*ops));
+	char (*keys)[100] = calloc(N, 100);
+	unsigned char *out = malloc((size_t)N * SZ);
+	struct kvp_pinset *ps;
+	pid_t w[2];
+	int i, k, ssd_pinned = 0, dram_pinned;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K",
+					  "--dram-high", "50", "--dram-low", "30",
+					  "--ssd-dir", ssd_dir, "--ssd-segment", "4M",
+					  "--ssd-size", "64M", "--staging", "2M",
+					  "--staging-slot", "256K", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_all(c, 0, 0, N, SZ);
+	for (i = 0; i < N; i++) {
+		ops[i].klen = key_of(keys[i], 0, i);
+		ops[i].key = keys[i];
+	}
+	assert_int_equal(kvp_batch_lookup_pin(c, ops, N, &ps), N);
+	for (i = 0; i < N; i++)
+		ssd_pinned += kvp_pinset_tier(c, ps, (size_t)i) == KVP_TIER_SSD;
+	print_message("  2000 pinned (%d SSD-resident)\n", ssd_pinned);
+	assert_true(ssd_pinned > 0);
+	dram_pinned = count_in_dram(c, &s, 0, N);
+	assert_true(dram_pinned > 0);
+	/* two writers churn 6x the DRAM and the SSD budget */
+	for (k = 0; k < 2; k++) {
+		w[k] = fork();
+		if (w[k] == 0) {
+			struct kvp_client *wc;
+			if (kvp_open(a.pool, "ns", &wc))
+				_exit(2);
+			put_all(wc, k + 1, 0, 3000, SZ);
+			kvp_close(wc);
+			_exit(0);
+		}
+	}
+	for (k = 0; k < 2; k++) {
+		int st;
+		assert_int_equal(waitpid(w[k], &st, 0), w[k]);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT]) > 0);
+	print_message("  churned: %llu evictions, %llu demotions, %llu segments reclaimed\n",
+		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT]),
+		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_DEMOTE]),
+		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM]));
+	for (i = 0; i < N; i++) {
+		ops[i].buf = out + (size_t)i * SZ;
+		ops[i].off = 0;
+		ops[i].len = SZ;
+	}
+	assert_int_equal(kvp_pinset_get(c, ps, ops, N), N);
+	for (i = 0; i < N; i++) {
+		assert_int_equal(ops[i].status, 0);
+		assert_true(kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 3));
+	}
+	kvp_pinset_release(c, ps);
+	kvp_pinset_release(c, ps); /* twice: harmless */
+	assert_int_equal(kvp_pinset_count(ps), 0);
+	kvp_pinset_free(c, ps);
+	assert_int_equal(kvpt_holds_total(&s), 0);
+	/* while pinned, the churn could not move them out of DRAM */
+	assert_int_equal(count_in_dram(c, &s, 0, N), dram_pinned);
+	/* released: the next wave evicts them (out of DRAM) normally */
+	put_all(c, 3, 0, 3000, SZ);
+	assert_true(count_in_dram(c, &s, 0, N) < dram_pinned / 2);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	free(ops);
+	free(keys);
+	free(out);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+struct pin_cond {
+	struct kvp_seg *s;
+};
+
+static bool
+no_holds(void *p)
+{
+	struct kvp_seg *s = ((struct pin_cond *)p)->s;
+	return kvpt_holds_total(s) == 0 && kvpt_clients_nonfree(s) == 0;
+}
+
+/* A process killed while holding a pinset: its pins go within 1 s. */
+static void
+test_killed_with_pinset(void **state)
+{
+	enum { N = 500 };
+	struct kvpt_agent a;
+	struct kvp_seg s;
+	struct pin_cond pc;
+	long long ns;
+	pid_t pid;
+	int pfd[2];
+	char b;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
+					  "--reap-ms", "1000", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(pipe(pfd), 0);
+	pid = fork();
+	if (pid == 0) {
+		struct kvp_client *c;
+		struct kvp_op ops[N];
+		char keys[N][100];
+		struct kvp_pinset *ps;
+		int i;
+
+		if (kvp_open(a.pool, "ns", &c))
+			_exit(2);
+		put_all(c, 0, 0, N, 4096);
+		for (i = 0; i < N; i++) {
+			ops[i].klen = key_of(keys[i], 0, i);
+			ops[i].key = keys[i];
+		}
+		if (kvp_batch_lookup_pin(c, ops, N, &ps) != N || write(pfd[1], "r", 1) != 1)
+			_exit(3);
+		for (;;)
+			pause();
+	}
+	assert_int_equal(read(pfd[0], &b, 1), 1);
+	assert_int_equal(kvpt_holds_total(&s), N);
+	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_PINNED_DRAM), (uint64_t)N * 4096);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	pc.s = &s;
+	ns = kvpt_wait_until(no_holds, &pc, 1000);
+	assert_true(ns >= 0);
+	print_message("  %d pins released %.1f ms after SIGKILL\n", N, (double)ns / 1e6);
+	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_PINS]), N);
+	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_PINNED_DRAM), 0);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+struct cap_arg {
+	const char *pool;
+	int who;
+	ssize_t pinned;
+	bool capped;
+	uint64_t bytes;
+};
+
+static void *
+cap_worker(void *p)
+{
+	struct cap_arg *x = p;
+	struct kvp_client *c;
+	struct kvp_op ops[100];
+	char keys[100][100];
+	struct kvp_pinset *ps = NULL;
+	int i, r;
+
+	if (kvp_open(x->pool, "ns", &c))
+		return NULL;
+	for (r = 0; r < 20; r++) {
+		for (i = 0; i < 100; i++) {
+			ops[i].klen = key_of(keys[i], 0, i);
+			ops[i].key = keys[i];
+		}
+		x->pinned = kvp_batch_lookup_pin(c, ops, 100, &ps);
+		x->capped = ps && ps->capped;
+		x->bytes = c->pinned_bytes;
+		if (r < 19)
+			kvp_pinset_free(c, ps);
+	}
+	kvp_pinset_free(c, ps);
+	kvp_close(c);
+	return NULL;
+}
+
+/* --max-pinned-per-client: concurrent lookups by several clients each pin
+ * a shorter prefix, never more than the cap, and say so. */
+static void
+test_pinned_cap(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct cap_arg x[3];
+	pthread_t t[3];
+	int k;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
+					  "--max-pinned-per-client", "1M", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_all(c, 0, 0, 100, 16 << 10);
+	for (k = 0; k < 3; k++) {
+		x[k].pool = a.pool;
+		x[k].who = k;
+		assert_int_equal(pthread_create(&t[k], NULL, cap_worker, &x[k]), 0);
+	}
+	for (k = 0; k < 3; k++) {
+		pthread_join(t[k], NULL);
+		assert_int_equal(x[k].pinned, 64); /* 1 MiB / 16 KiB */
+		assert_true(x[k].capped);
+		assert_true(x[k].bytes <= (1u << 20));
+	}
+	kvp_close(c);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_pinned_cap),
+		cmocka_unit_test(test_killed_with_pinset),
+		cmocka_unit_test(test_probe_then_evict),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
