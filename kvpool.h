@@ -930,6 +930,44 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 }
 
 /*
+ * One held key of a read call: a DRAM hit is copied now (the hold dropped
+ * unless a pinset owns it); an SSD-resident key joins pend[], resolved
+ * when the ring's worth is full.  Returns the new pend count.
+ */
+KVP_INLINE unsigned
+kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen,
+	       uint64_t off, uint64_t len, int h, bool pinned, struct kvp__pend *pend,
+	       unsigned m)
+{
+	/* acquire: pairs with the agent's release when it moves the value;
+	 * any location read under the hold stays valid until it drops */
+	uint64_t loc = kvp_load_acquire(&c->seg.entries[i].e_loc);
+
+	op->len = len;
+	if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM || len == 0) {
+		kvp__copy_out(c, i, off, op->buf, len);
+		if (!pinned)
+			kvp__drop(c, h);
+		op->status = 0;
+		kvp__ctr(c, KVP_CTR_GET_HIT, 1);
+		kvp__ctr(c, KVP_CTR_GET_BYTES, len);
+		return m;
+	}
+	pend[m].op = op;
+	pend[m].slot = i;
+	pend[m].gen = gen;
+	pend[m].off = off;
+	pend[m].len = len;
+	pend[m].hold = h;
+	pend[m].pinned = pinned;
+	if (++m == KVP_RING_ENTRIES || (c->seg.rings && m == c->seg.hdr->h_ring_entries)) {
+		kvp__resolve(c, pend, m);
+		m = 0;
+	}
+	return m;
+}
+
+/*
  * The read engine behind every get.  exact: kvp_get semantics (the whole
  * value, -EMSGSIZE when ops->len is too small); else [off, off+len)
  * clipped.  DRAM hits are copied at once; SSD-resident keys are resolved
@@ -944,7 +982,7 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 
 	for (j = 0; j < n; j++) {
 		struct kvp_op *op = &ops[j];
-		uint64_t i = 0, vlen = 0, loc, off = exact ? 0 : op->off, len;
+		uint64_t i = 0, vlen = 0, off = exact ? 0 : op->off, len;
 		int h;
 
 		kvp__ctr(c, KVP_CTR_GET, 1);
@@ -965,33 +1003,8 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 			continue;
 		}
 		len = exact ? vlen : (vlen - off < op->len ? vlen - off : op->len);
-		/* acquire: pairs with the agent's release when it moves the
-		 * value; stable enough while held (any location we read
-		 * stays valid until our hold drops) */
-		loc = kvp_load_acquire(&c->seg.entries[i].e_loc);
-		if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM || len == 0) {
-			kvp__copy_out(c, i, off, op->buf, len);
-			kvp__drop(c, h);
-			op->len = len;
-			op->status = 0;
-			kvp__ctr(c, KVP_CTR_GET_HIT, 1);
-			kvp__ctr(c, KVP_CTR_GET_BYTES, len);
-			continue;
-		}
-		op->len = len;
-		pend[m].op = op;
-		pend[m].slot = i;
-		/* acquire: the generation our hold was validated against */
-		pend[m].gen = KVP_IX_GEN(kvp_load_acquire(&c->seg.meta[i]));
-		pend[m].off = off;
-		pend[m].len = len;
-		pend[m].hold = h;
-		pend[m].pinned = false;
-		if (++m == KVP_RING_ENTRIES || (c->seg.rings &&
-					       m == c->seg.hdr->h_ring_entries)) {
-			kvp__resolve(c, pend, m);
-			m = 0;
-		}
+		m = kvp__read_held(c, op, i, KVP_IX_GEN(kvp_load_acquire(&c->seg.meta[i])),
+				   off, len, h, false, pend, m);
 	}
 	if (m)
 		kvp__resolve(c, pend, m);
@@ -1360,7 +1373,7 @@ kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, 
 		return -EINVAL;
 	for (k = 0; k < n; k++) {
 		struct kvp_op *op = &ops[k];
-		uint64_t i = ps->slot[k], vlen = ps->len[k], off = op->off, len, loc;
+		uint64_t i = ps->slot[k], vlen = ps->len[k], off = op->off, len;
 
 		kvp__ctr(c, KVP_CTR_GET, 1);
 		if (!op->buf || off > vlen) {
@@ -1368,28 +1381,7 @@ kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, 
 			continue;
 		}
 		len = vlen - off < op->len ? vlen - off : op->len;
-		/* acquire: pairs with the agent's release when it moves it */
-		loc = kvp_load_acquire(&c->seg.entries[i].e_loc);
-		if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM || len == 0) {
-			kvp__copy_out(c, i, off, op->buf, len);
-			op->len = len;
-			op->status = 0;
-			kvp__ctr(c, KVP_CTR_GET_HIT, 1);
-			kvp__ctr(c, KVP_CTR_GET_BYTES, len);
-			continue;
-		}
-		op->len = len;
-		pend[m].op = op;
-		pend[m].slot = i;
-		pend[m].gen = ps->gen[k];
-		pend[m].off = off;
-		pend[m].len = len;
-		pend[m].hold = ps->hold[k];
-		pend[m].pinned = true;
-		if (++m == KVP_RING_ENTRIES || m == c->seg.hdr->h_ring_entries) {
-			kvp__resolve(c, pend, m);
-			m = 0;
-		}
+		m = kvp__read_held(c, op, i, ps->gen[k], off, len, ps->hold[k], true, pend, m);
 	}
 	if (m)
 		kvp__resolve(c, pend, m);

@@ -690,6 +690,19 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 
 /* ---- demotion and forgetting ---- */
 
+/* The key of an entry this thread owns (READY or under CHECK). */
+static uint64_t
+kvp_entry_key(const struct kvp_entry *e, unsigned char key[256])
+{
+	uint64_t k;
+
+	for (k = 0; k < 32; k++) {
+		uint64_t wd = kvp_load_relaxed(&e->e_key[k]); /* relaxed: stable */
+		memcpy(key + k * 8, &wd, 8);
+	}
+	return kvp_load_relaxed(&e->e_klen); /* relaxed: stable */
+}
+
 unsigned
 kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 {
@@ -707,14 +720,10 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	/* relaxed: READY entry, this thread changes locations */
 	loc = kvp_load_relaxed(&e->e_loc);
 	vlen = kvp_load_relaxed(&e->e_len);
-	klen = kvp_load_relaxed(&e->e_klen);
+	klen = kvp_entry_key(e, key);
 	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM || klen == 0 || klen > KVP_KEY_MAX ||
 	    vlen > kvp_ssd_max_value_agent(t->ssd))
 		return 0;
-	for (k = 0; k < 32; k++) {
-		uint64_t wd = kvp_load_relaxed(&e->e_key[k]); /* relaxed: stable */
-		memcpy(key + k * 8, &wd, 8);
-	}
 	op = kvp_top_get(t, TOP_DEMOTE, &tag);
 	if (!op)
 		return 0;
@@ -765,15 +774,11 @@ kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc, uint
 	struct kvp_entry *e = &s->entries[slot];
 	unsigned char key[256];
 	struct kvp_top *op;
-	uint64_t tag, klen = kvp_load_relaxed(&e->e_klen), k; /* relaxed: stable */
+	uint64_t tag, klen = kvp_entry_key(e, key);
 
 	kvp_ssd_record_dead_agent(a->tier->ssd, ssd_loc, vlen);
 	if (klen == 0 || klen > KVP_KEY_MAX)
 		return;
-	for (k = 0; k < 32; k++) {
-		uint64_t wd = kvp_load_relaxed(&e->e_key[k]); /* relaxed: stable */
-		memcpy(key + k * 8, &wd, 8);
-	}
 	op = kvp_top_get(a->tier, TOP_TOMB, &tag);
 	if (!op)
 		return;
