@@ -55,12 +55,14 @@ for v in $variants; do
 		case $v in
 		# TSan sees the threaded workloads; forked children are
 		# covered by the other variants
-		tsan) case $t in test_pool) ;; *) continue ;; esac ;;
+		tsan) case $t in test_pool|test_ssd) ;; *) continue ;; esac ;;
 		esac
 		run "$v/$t" env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 			ASAN_OPTIONS="detect_leaks=1" "build/$v/$t"
 	done
 done
+# the SSD tier end to end on the pread/pwrite thread path (io_uring refused)
+run "release/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 build/release/test_ssd_tier
 run "release/stress_pool procs" build/release/stress_pool --procs 4 --seconds 20 --seed 1
 run "release/stress_pool kill" build/release/stress_pool --procs 4 --seconds 20 --seed 2 --kill-every 300
 if [ $quick = 0 ]; then

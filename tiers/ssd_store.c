@@ -21,17 +21,19 @@
  *     the owner's say (evict_cb).  Dropping a segment while older ones
  *     remain first rewrites its tombstones into the active segment
  *     (fdatasync'd), so a deleted key never comes back from an older one.
- *  5. I/O through io_uring (liburing): a write is one WRITEV, a read a
- *     header READ plus the extent's READV (READ_FIXED when it lands in a
- *     registered buffer).  Where io_uring is refused (or
- *     KVP_SSD_FORCE_PREAD=1), operations run synchronously with
- *     pwritev/preadv at submission and complete through the same poll.
+ *  5. I/O through io_uring (liburing): a write is one WRITEV, a read one
+ *     READV of header and value, or a header READ plus the extent's READV
+ *     (READ_FIXED when it lands in a registered buffer).  Where io_uring
+ *     is refused (or KVP_SSD_FORCE_PREAD=1), two worker threads run the
+ *     same operations with pwritev/preadv and complete them through the
+ *     same poll.
  *  6. Everything read from disk is validated before use.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,7 @@
 
 #define B KVP_SSD_BLOCK
 #define KVP_SSD_MAX_IOV 66
+#define KVP_SSD_WORKERS 2
 
 struct kvp_sseg {
 	uint32_t id;
@@ -95,6 +98,23 @@ struct kvp_ssd {
 	unsigned outstanding, queued;
 	struct kvp_ssd_stats st;
 	bool in_evict;
+	/* the pread/pwrite path: worker threads take jobs, finish requests
+	 * and put them on the done list (both under mu) */
+	pthread_t workers[KVP_SSD_WORKERS];
+	unsigned nworkers;
+	pthread_mutex_t mu;
+	pthread_cond_t cv_work, cv_done;
+	struct kvp_job *jobs_head, *jobs_tail;
+	bool stopping;
+};
+
+struct kvp_job {
+	struct kvp_sreq *r;
+	unsigned idx, n;
+	bool wr;
+	const struct iovec *iov; /* lives in the request */
+	uint64_t off, total;
+	struct kvp_job *next;
 };
 
 static uint64_t
@@ -420,6 +440,65 @@ kvp_sync_rw(int fd, bool wr, const struct iovec *iov, unsigned n, uint64_t off)
 
 static int kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r);
 
+/* Thread path (mu held): one sub-operation of r is over. */
+static void
+kvp_sub_done_locked(struct kvp_ssd *s, struct kvp_sreq *r)
+{
+	if (--r->nsub)
+		return;
+	if (r->op == KVP_SSD_OP_READ && !r->status)
+		r->status = kvp_finish_read(s, r);
+	kvp_req_done(s, r);
+	pthread_cond_broadcast(&s->cv_done);
+}
+
+static void *
+kvp_worker(void *arg)
+{
+	struct kvp_ssd *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		struct kvp_job *j;
+		ssize_t got;
+
+		while (!s->jobs_head && !s->stopping)
+			pthread_cond_wait(&s->cv_work, &s->mu);
+		if (!s->jobs_head)
+			break;
+		j = s->jobs_head;
+		s->jobs_head = j->next;
+		if (!s->jobs_head)
+			s->jobs_tail = NULL;
+		pthread_mutex_unlock(&s->mu);
+		got = kvp_sync_rw(j->r->seg->fd, j->wr, j->iov, j->n, j->off);
+		pthread_mutex_lock(&s->mu);
+		if (got != (ssize_t)j->total && !j->r->status) {
+			j->r->status = got == -ENOSPC ? -ENOSPC : -EIO;
+			s->st.io_errors++;
+		}
+		kvp_sub_done_locked(s, j->r);
+		free(j);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* Thread path: hold a request open while its sub-operations are queued
+ * (a guard count), then let go. */
+static void
+kvp_guard(struct kvp_ssd *s, struct kvp_sreq *r, bool take)
+{
+	if (s->uring)
+		return;
+	pthread_mutex_lock(&s->mu);
+	if (take)
+		r->nsub++;
+	else
+		kvp_sub_done_locked(s, r);
+	pthread_mutex_unlock(&s->mu);
+}
+
 /* Queue (or, without io_uring, perform) sub-operation idx of r. */
 static int
 kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
@@ -431,14 +510,30 @@ kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
 	for (k = 0; k < n; k++)
 		total += iov[k].iov_len;
 	r->want[idx] = total;
-	r->nsub++;
 	if (!s->uring) {
-		ssize_t got = kvp_sync_rw(r->seg->fd, wr, iov, n, off);
-		if (got != (ssize_t)total && !r->status)
-			r->status = got < 0 ? (got == -ENOSPC ? -ENOSPC : -EIO) : -EIO;
-		r->nsub--;
+		struct kvp_job *j = calloc(1, sizeof(*j));
+
+		if (!j)
+			return -ENOMEM;
+		j->r = r;
+		j->idx = idx;
+		j->wr = wr;
+		j->iov = iov;
+		j->n = n;
+		j->off = off;
+		j->total = total;
+		pthread_mutex_lock(&s->mu);
+		r->nsub++;
+		if (s->jobs_tail)
+			s->jobs_tail->next = j;
+		else
+			s->jobs_head = j;
+		s->jobs_tail = j;
+		pthread_cond_signal(&s->cv_work);
+		pthread_mutex_unlock(&s->mu);
 		return 0;
 	}
+	r->nsub++;
 	{
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
 		int bi = -1;
@@ -649,14 +744,16 @@ kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 	r->seg->live_bytes += kvp_ssd_record_bytes(vlen);
 	if (r->seq > r->seg->max_seq)
 		r->seg->max_seq = r->seq;
+	kvp_guard(s, r, true);
 	rc = kvp_queue_rw(s, r, 0, true, iov, n, blk * B);
-	if (rc) {
+	if (rc)
+		r->status = rc; /* reported by the completion */
+	kvp_guard(s, r, false);
+	if (rc && s->uring) {
 		s->outstanding--;
 		kvp_req_free(r);
 		return rc;
 	}
-	if (!s->uring)
-		kvp_req_done(s, r);
 	return 0;
 }
 
@@ -730,6 +827,7 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag, const struct kvp_ssd_read *r
 	r->rd.ndst = r->ndst;
 	r->wiov[0].iov_base = r->hdr;
 	r->wiov[0].iov_len = B;
+	kvp_guard(s, r, true);
 	if (astart == 0 && r->ndst + 1 < KVP_SSD_MAX_IOV) {
 		/* the extent starts at the value: header and bytes are one
 		 * contiguous transfer, one device operation */
@@ -746,13 +844,11 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag, const struct kvp_ssd_read *r
 	if (rc) {
 		/* what was queued completes and reports the error */
 		r->status = -EIO;
+		if (s->uring && r->nsub == 0)
+			kvp_req_done(s, r); /* nothing was queued */
 	}
 	s->st.dev_read_bytes += B + extent;
-	if (!s->uring) {
-		if (!r->status)
-			r->status = kvp_finish_read(s, r);
-		kvp_req_done(s, r);
-	}
+	kvp_guard(s, r, false);
 	return 0;
 }
 
@@ -875,6 +971,21 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max, int
 			io_uring_cqe_seen(&s->ring, cqe);
 		}
 	}
+	if (!s->uring) {
+		pthread_mutex_lock(&s->mu);
+		if (!s->done_head && timeout_ms != 0 && s->outstanding) {
+			if (timeout_ms < 0) {
+				pthread_cond_wait(&s->cv_done, &s->mu);
+			} else {
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+				ts.tv_sec += timeout_ms / 1000 + ts.tv_nsec / 1000000000L;
+				ts.tv_nsec %= 1000000000L;
+				pthread_cond_timedwait(&s->cv_done, &s->mu, &ts);
+			}
+		}
+	}
 	while (s->done_head && n < max) {
 		struct kvp_sreq *r = s->done_head;
 
@@ -919,6 +1030,8 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max, int
 		kvp_req_free(r);
 		n++;
 	}
+	if (!s->uring)
+		pthread_mutex_unlock(&s->mu);
 	return (int)n;
 }
 
@@ -1373,12 +1486,24 @@ skip:
 	}
 	closedir(d);
 	if (getenv("KVP_SSD_FORCE_PREAD")) {
-		kvp_log(KVP_LOG_INFO, "ssd", "KVP_SSD_FORCE_PREAD: synchronous pread/pwrite path");
+		kvp_log(KVP_LOG_INFO, "ssd", "KVP_SSD_FORCE_PREAD: pread/pwrite thread path");
 	} else if ((rc = io_uring_queue_init(s->cfg.queue_depth, &s->ring, 0)) == 0) {
 		s->uring = true;
 	} else {
-		kvp_log(KVP_LOG_WARN, "ssd", "io_uring refused (%s): synchronous "
-			"pread/pwrite path", strerror(-rc));
+		kvp_log(KVP_LOG_WARN, "ssd", "io_uring refused (%s): pread/pwrite thread "
+			"path", strerror(-rc));
+	}
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv_work, NULL);
+	pthread_cond_init(&s->cv_done, NULL);
+	if (!s->uring) {
+		for (s->nworkers = 0; s->nworkers < KVP_SSD_WORKERS; s->nworkers++)
+			if (pthread_create(&s->workers[s->nworkers], NULL, kvp_worker, s))
+				break;
+		if (!s->nworkers) {
+			rc = -EAGAIN;
+			goto err;
+		}
 	}
 	s->st.uring = s->uring;
 	s->st.direct = s->direct;
@@ -1407,6 +1532,12 @@ kvp_ssd_close_agent(struct kvp_ssd *s)
 		kvp_seg_seal(s, s->active);
 	if (s->uring)
 		io_uring_queue_exit(&s->ring);
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true;
+	pthread_cond_broadcast(&s->cv_work);
+	pthread_mutex_unlock(&s->mu);
+	while (s->nworkers)
+		pthread_join(s->workers[--s->nworkers], NULL);
 	while (s->nsegs)
 		kvp_seg_free(s->segs[--s->nsegs]);
 	free(s->segs);
