@@ -1005,6 +1005,41 @@ kvp_tier_open_agent(struct kvp_agent *a)
 			kvp_log(KVP_LOG_WARN, "ssd", "%llu entries lost their SSD segment",
 				(unsigned long long)lost);
 	}
+	/* what a dead predecessor left in flight: its reads died with it
+	 * (spans READING -> free; a holder still waiting re-posts), and the
+	 * requests it took are handed back to us (TAKEN -> POSTED, same
+	 * sequence, so the waiting client's word still matches) */
+	{
+		uint64_t j, handed = 0, total = (uint64_t)s->hdr->h_max_clients *
+						 s->hdr->h_ring_entries;
+
+		for (j = 0; j < s->hdr->h_staging_slots; j++) {
+			struct kvp_span *sp = &s->spans[j];
+			uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
+			unsigned b, ns = KVP_SP_N(w);
+
+			if (KVP_SP_STATE(w) != KVP_SP_READING)
+				continue;
+			for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
+				kvp_store_relaxed(&sp->sp_holders[b], 0); /* relaxed: ours */
+			for (b = 1; b < ns && j + b < s->hdr->h_staging_slots; b++)
+				kvp_store_release(&s->spans[j + b].sp_state, 0); /* release */
+			/* release: free again */
+			kvp_store_release(&sp->sp_state,
+					  KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
+		}
+		for (j = 0; j < total; j++) {
+			/* acquire: the last word written on the entry */
+			uint64_t w = kvp_load_acquire(&s->rings[j].rq_state);
+			/* full CAS: the client may withdraw it at the same time */
+			if ((w & 0xff) == KVP_RQ_TAKEN &&
+			    kvp_cas(&s->rings[j].rq_state, w, (w & ~0xffull) | KVP_RQ_POSTED))
+				handed++;
+		}
+		if (handed)
+			kvp_log(KVP_LOG_INFO, "ssd", "%llu requests taken by the previous agent "
+				"are served again", (unsigned long long)handed);
+	}
 	reg[0].iov_base = s->arena;
 	reg[0].iov_len = s->hdr->h_dram_pages * s->hdr->h_dram_unit;
 	reg[1].iov_base = s->staging;
