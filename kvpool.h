@@ -69,10 +69,12 @@ struct kvp_client {
 	uint32_t hold_hwm;
 	uint64_t put_wait_ns; /* how long a put waits for the evictor */
 	uint64_t pinned_bytes; /* held by this client's pinsets */
+	uint64_t agent_grace_ns; /* SSD reads wait this long for a dead agent */
 	char ns[KVP_NS_NAME_MAX + 1];
 };
 
 #define KVP_PUT_WAIT_NS_DEFAULT (50ull * 1000 * 1000)
+#define KVP_RESOLVE_DEAD_NS (8ull * 1000 * 1000) /* -ENOTCONN after (default) */
 #define KVP_CHECK_WAIT_NS (1000ull * 1000 * 1000)
 
 KVP_INLINE const char *
@@ -314,6 +316,13 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 			/* release: a fresh sequence, FREE */
 			kvp_store_release(&ring[k].rq_state, (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
 		}
+	}
+	{
+		/* KVP_AGENT_GRACE_MS: how long an SSD read waits for an agent
+		 * that went away (a restart within it is served); default 8 ms,
+		 * so UNAVAILABLE comes back within 10 ms */
+		const char *e = getenv("KVP_AGENT_GRACE_MS");
+		c->agent_grace_ns = e ? strtoull(e, NULL, 10) * 1000000ull : KVP_RESOLVE_DEAD_NS;
 	}
 	{
 		const char *e = getenv("KVP_PUT_WAIT_MS");
@@ -675,7 +684,6 @@ struct kvp__pend {
 };
 
 #define KVP_RESOLVE_SLICE_NS (2ull * 1000 * 1000)     /* agent check period */
-#define KVP_RESOLVE_DEAD_NS (8ull * 1000 * 1000)      /* -ENOTCONN after */
 #define KVP_RESOLVE_BUSY_NS (30ull * 1000 * 1000 * 1000) /* give up on BUSY */
 
 /* Release our bit of staging span 'head'; the last holder frees it. */
@@ -894,7 +902,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				dead_since = kvp_now_ns(CLOCK_MONOTONIC);
 				continue;
 			}
-			if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since < KVP_RESOLVE_DEAD_NS)
+			if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since < c->agent_grace_ns)
 				continue;
 			/* the agent is gone: withdraw what is left (a CAS on
 			 * the exact word, so a late answer cannot land in a

@@ -642,6 +642,60 @@ test_span_hold_fences(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+/* An agent dies holding a taken request; a client configured to wait
+ * (KVP_AGENT_GRACE_MS) gets its bytes from the restarted agent, which
+ * serves the taken request again. */
+static void
+test_restart_serves_taken(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	struct posted_cond pc;
+	struct sf_arg x;
+	pthread_t t;
+	uint64_t k, total;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(AGENT_SSD(&a), 0);
+	{
+		char msg[256];
+		assert_int_equal(kvp_seg_map(a.pool, true, &s, msg, sizeof(msg)), 0);
+	}
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_and_demote(c, &s, 2, 256 << 10);
+	kvp_close(c);
+	setenv("KVP_AGENT_GRACE_MS", "20000", 1);
+	kill(a.pid, SIGSTOP);
+	x.pool = a.pool;
+	x.i = 1;
+	x.ok = false;
+	assert_int_equal(pthread_create(&t, NULL, sf_reader, &x), 0);
+	pc.s = &s;
+	pc.want = 1;
+	assert_true(kvpt_wait_until(requests_posted, &pc, 5000) >= 0);
+	/* as if the agent had taken it just before it died */
+	total = (uint64_t)s.hdr->h_max_clients * s.hdr->h_ring_entries;
+	for (k = 0; k < total; k++) {
+		uint64_t w = kvp_load_acquire(&s.rings[k].rq_state);
+		if ((w & 0xff) == KVP_RQ_POSTED)
+			assert_true(kvp_cas(&s.rings[k].rq_state, w, (w & ~0xffull) | KVP_RQ_TAKEN));
+	}
+	kill(a.pid, SIGKILL);
+	waitpid(a.pid, NULL, 0);
+	a.pid = -1;
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit", "4K",
+					    "--dram-high", "0", "--dram-low", "0",
+					    "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					    "--staging", "8M", "--staging-slot", "1M", NULL), 0);
+	pthread_join(t, NULL);
+	unsetenv("KVP_AGENT_GRACE_MS");
+	assert_true(x.ok);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 int
 main(void)
 {
@@ -655,6 +709,7 @@ main(void)
 		cmocka_unit_test(test_single_flight),
 		cmocka_unit_test(test_span_hold_fences),
 		cmocka_unit_test(test_agent_down),
+		cmocka_unit_test(test_restart_serves_taken),
 	};
 
 	return cmocka_run_group_tests(tests, dir_setup, dir_teardown);
