@@ -72,6 +72,8 @@ struct kvp_cand {      /* a slot under CHECK, waiting for the hold scan */
 	bool held;
 };
 void kvp_dram_holds_scan_agent(struct kvp_seg *s, struct kvp_cand *c, unsigned n);
+unsigned kvp_dram_check_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w,
+				   struct kvp_cand *c);
 uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 				   bool *stuck);
 uint64_t kvp_dram_gc_agent(struct kvp_agent *a);

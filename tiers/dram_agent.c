@@ -91,6 +91,21 @@ kvp_dram_holds_scan_agent(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 	}
 }
 
+/* Step 1: CAS slot i from w to w|CHECK and record it as a candidate.
+ * Returns 1 if taken, 0 if the slot changed meanwhile. */
+unsigned
+kvp_dram_check_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w, struct kvp_cand *c)
+{
+	/* full CAS: from here no reader trusts a new hold on the slot and no
+	 * client can delete it; pairs with the reader's fence in kvp__hold */
+	if (!kvp_cas(&s->meta[i], w, w | KVP_IX_CHECK))
+		return 0;
+	c->slot = i;
+	c->word = w | KVP_IX_CHECK;
+	c->held = false;
+	return 1;
+}
+
 /* A held candidate: clear CHECK; readers may trust their holds again. */
 static void
 kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c)
@@ -174,13 +189,7 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 		if (KVP_IX_FLAGS(w) || (st != KVP_IX_READY && st != KVP_IX_DELETED) ||
 		    kvp_tier_busy_agent(a, i))
 			continue;
-		/* full CAS: step 1 */
-		if (!kvp_cas(&s->meta[i], w, w | KVP_IX_CHECK))
-			continue;
-		cand[n].slot = i;
-		cand[n].word = w | KVP_IX_CHECK;
-		cand[n].held = false;
-		n++;
+		n += kvp_dram_check_take_agent(s, i, w, &cand[n]);
 	}
 	if (n == 0)
 		return 0;
@@ -275,13 +284,7 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 			} else if (st != KVP_IX_DELETED) {
 				continue;
 			}
-			/* full CAS: step 1 */
-			if (!kvp_cas(&s->meta[i], w, w | KVP_IX_CHECK))
-				continue;
-			cand[n].slot = i;
-			cand[n].word = w | KVP_IX_CHECK;
-			cand[n].held = false;
-			n++;
+			n += kvp_dram_check_take_agent(s, i, w, &cand[n]);
 		}
 		found += n;
 		if (n == 0)

@@ -897,13 +897,10 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 
 		if (KVP_IX_FLAGS(w) ||
 		    (KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
-		    /* full CAS: step 1 of the CHECK protocol */
-		    !kvp_cas(&s->meta[d.slots[k]], w, w | KVP_IX_CHECK)) {
+		    !kvp_dram_check_take_agent(s, d.slots[k], w, &cand[n])) {
 			d.veto = true;
 			continue;
 		}
-		cand[n].slot = d.slots[k];
-		cand[n].word = w | KVP_IX_CHECK;
 		n++;
 	}
 	/* full fence: step 2 */
