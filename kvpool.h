@@ -249,6 +249,7 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		if (kvp_cas(&cs->cs_state, w, ((w >> 8) + 1) << 8 | KVP_CS_LIVE)) {
 			c->slot = i;
 			c->slot_word = ((w >> 8) + 1) << 8 | KVP_CS_LIVE;
+			kvp_crashpoint(C_OPEN_CLAIMED);
 			break;
 		}
 		{
@@ -330,6 +331,7 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 				   : KVP_PUT_WAIT_NS_DEFAULT;
 	}
 	*out = c;
+	kvp_crashpoint(C_OPEN_DONE);
 	return 0;
 
 err_slot:
@@ -361,6 +363,7 @@ kvp_close(struct kvp_client *c)
 			/* release: our copies are done before the slot clears */
 			kvp_store_release(&c->holds[k], 0);
 		kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds left */
+		kvp_crashpoint(C_CLOSE_HALF);
 		for (k = 0; k < KVP_CTR_SLOTS; k++) {
 			/* relaxed: statistics; the add is atomic */
 			uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]);
@@ -401,14 +404,17 @@ kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 	}
 	/* relaxed: ordered by the fence below */
 	kvp_store_relaxed(&c->holds[h], KVP_HOLD_MAKE(i, KVP_IX_GEN(base)) | flags);
+	kvp_crashpoint(C_HOLD_STORED);
 	/* full fence: hold store before the state reload; pairs with the
 	 * agent's CHECK CAS + fence + hold scan (store-load, both sides) */
 	kvp_fence_full();
 	for (;;) {
 		/* acquire: pairs with the agent's CAS that clears CHECK */
 		w2 = kvp_load_acquire(&c->seg.meta[i]);
-		if (w2 == base)
+		if (w2 == base) {
+			kvp_crashpoint(C_HOLD_TAKEN);
 			return (int)h;
+		}
 		if (w2 != (base | KVP_IX_CHECK))
 			break;
 		/* the agent is deciding; it either sees our hold and backs
@@ -615,6 +621,7 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, u
 		kvp__ctr(c, i == -EEXIST ? KVP_CTR_PUT_EXISTS : KVP_CTR_PUT_NOSPC, 1);
 		return (int)i;
 	}
+	kvp_crashpoint(C_PUT_CLAIMED);
 	for (;;) {
 		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
 		uint64_t now;
@@ -645,6 +652,7 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, u
 		kvp__ctr(c, rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY, 1);
 		return rc;
 	}
+	kvp_crashpoint(C_PUT_ALLOCATED);
 	if (kvp__above_high(s))
 		kvp__kick_evictor(c, 0);
 	/* relaxed: published by the READY CAS in kvp_ix_publish */
@@ -664,7 +672,9 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, u
 			break;
 		p = next - 1;
 	}
+	kvp_crashpoint(C_PUT_COPIED);
 	rc = kvp_ix_publish(s, (uint64_t)i, w);
+	kvp_crashpoint(C_PUT_PUBLISHED);
 	if (rc == 0)
 		kvp__ctr(c, KVP_CTR_PUT_BYTES, (uint64_t)(src - (const unsigned char *)val));
 	return rc;
@@ -692,7 +702,7 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_span *sp = &s->spans[head];
-	uint64_t bit = 1ull << (c->slot % 64), w, k, n;
+	uint64_t bit = 1ull << (c->slot % 64), w, k;
 	unsigned word = c->slot / 64;
 
 	for (;;) {
@@ -703,6 +713,7 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 		if (kvp_cas(&sp->sp_holders[word], old, old & ~bit))
 			break;
 	}
+	kvp_crashpoint(C_SPAN_BIT_CLEARED);
 	for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
 		/* acquire: pairs with the other holders' CAS */
 		if (kvp_load_acquire(&sp->sp_holders[k]))
@@ -711,16 +722,14 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 	w = kvp_load_acquire(&sp->sp_state);
 	if (KVP_SP_STATE(w) != KVP_SP_READY)
 		return;
-	n = KVP_SP_N(w);
-	/* full CAS: exactly one last holder frees it; body slots first */
-	if (!kvp_cas(&sp->sp_state, w, KVP_SP_WORD(KVP_SP_GEN(w), n, KVP_SP_FREEING)))
+	/* full CAS: exactly one freer, named in the word (if we die now
+	 * the reaper finishes the free for us) */
+	if (!kvp_cas(&sp->sp_state, w,
+		     KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, c->slot + 1)))
 		return;
-	for (k = 1; k < n && head + k < s->hdr->h_staging_slots; k++)
-		kvp_store_release(&s->spans[head + k].sp_state, 0); /* release: free */
-	/* release: the span is free for the agent's next allocation */
-	kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
-	kvp_ifetch_add(&s->hdr->h_staging_seq, 1); /* full: wake BUSY waiters */
-	kvp_futex_wake(&s->hdr->h_staging_seq);
+	w = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, c->slot + 1);
+	kvp_crashpoint(C_SPAN_FREEING);
+	kvp_span_finish_free(s, head, w);
 }
 
 /* A key of a read call is settled: its hold goes, unless a pinset owns it. */
@@ -799,6 +808,7 @@ kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res, uint64_t whe
 		if (head >= s->hdr->h_staging_slots ||
 		    (head * sb + skip + p->len) > s->hdr->h_staging_slots * sb)
 			return -EIO; /* a damaged answer: never copy out of bounds */
+		kvp_crashpoint(C_RESOLVE_ANSWERED);
 		memcpy(p->op->buf, s->staging + head * sb + skip, p->len);
 		kvp__span_release(c, (uint32_t)head);
 		return 0;
@@ -837,6 +847,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 			return;
 		}
 		kvp__post(c, p, m, call & 0xffffffffull);
+		kvp_crashpoint(C_RESOLVE_POSTED);
 		kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake the agent */
 		kvp_futex_wake(&s->hdr->h_evict_wake);
 		for (;;) {
@@ -954,6 +965,7 @@ kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen
 	op->len = len;
 	if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM || len == 0) {
 		kvp__copy_out(c, i, off, op->buf, len);
+		kvp_crashpoint(C_COPY_DONE);
 		if (!pinned)
 			kvp__drop(c, h);
 		op->status = 0;
@@ -1100,6 +1112,7 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 		     * agent's CAS that sets CHECK */
 		    kvp_cas(&c->seg.meta[i], w,
 			    (w & ~0xfull) | KVP_IX_DELETED)) {
+			kvp_crashpoint(C_DELETE_MARKED);
 			/* full: tells the agent a reclaim pass has work */
 			kvp_fetch_add(&c->seg.hdr->h_delete_seq, 1);
 			return 0; /* the evictor reclaims it on its next pass */
@@ -1356,6 +1369,8 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 			 len);
 		ops[k].status = 0;
 		ps->count = k + 1;
+		if (k == 1)
+			kvp_crashpoint(C_PIN_TAKEN);
 	}
 	kvp__ctr(c, KVP_CTR_PIN, ps->count);
 	*out = ps;
@@ -1439,12 +1454,14 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 		struct kvp_lease_slot *ls = &s->leases[j];
 		/* relaxed: a hint; the CAS decides */
 		uint64_t w = kvp_load_relaxed(&ls->ls_state);
-		uint64_t gen = (w >> 8) + 1;
+		uint32_t gen = KVP_LS_GEN(w) + 1;
 
-		if ((w & 0xff) != KVP_LS_FREE ||
-		    /* full CAS: the lease slot is ours to fill in */
-		    !kvp_cas(&ls->ls_state, w, (gen << 8) | KVP_LS_RESERVED))
+		if (KVP_LS_STATE(w) != KVP_LS_FREE ||
+		    /* full CAS: the lease slot is ours to fill in; the word
+		     * names us, so the reaper can free it if we die now */
+		    !kvp_cas(&ls->ls_state, w, KVP_LS_WORD(gen, c->slot + 1, KVP_LS_RESERVED)))
 			continue;
+		kvp_crashpoint(C_LEASE_RESERVED);
 		kvp_store_relaxed(&ls->ls_slot, i);       /* relaxed: published below */
 		kvp_store_relaxed(&ls->ls_owner, c->slot + 1);
 		kvp_store_relaxed(&ls->ls_expiry,
@@ -1452,7 +1469,8 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 		/* release: the fields before LIVE; the agent's hold scan
 		 * acquires it; our hold is still up, so the value is safe
 		 * until the lease is visible */
-		kvp_store_release(&ls->ls_state, (gen << 8) | KVP_LS_LIVE);
+		kvp_store_release(&ls->ls_state, KVP_LS_WORD(gen, 0, KVP_LS_LIVE));
+		kvp_crashpoint(C_LEASE_LIVE);
 		/* acquire: the location under our hold */
 		loc = kvp_load_acquire(&s->entries[i].e_loc);
 		out->idx = (uint32_t)j;
@@ -1484,8 +1502,8 @@ kvp_lease_release(struct kvp_client *c, const struct kvp_lease *l)
 	ls = &c->seg.leases[l->idx];
 	/* full CAS: only the lease of this generation; pairs with the
 	 * agent's acquire in its hold scan */
-	kvp_cas(&ls->ls_state, ((uint64_t)l->gen << 8) | KVP_LS_LIVE,
-		((uint64_t)(l->gen + 1) << 8) | KVP_LS_FREE);
+	kvp_cas(&ls->ls_state, KVP_LS_WORD(l->gen, 0, KVP_LS_LIVE),
+		KVP_LS_WORD(l->gen + 1, 0, KVP_LS_FREE));
 	return 0;
 }
 

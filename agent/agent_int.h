@@ -92,6 +92,7 @@ void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 void *kvp_tier_main_agent(void *arg);
 void kvp_tier_close_agent(struct kvp_agent *a);
 void kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client);
+unsigned kvp_span_adopt_agent(struct kvp_seg *s, uint32_t head, unsigned dead_freer);
 unsigned kvp_staging_sweep_agent(struct kvp_seg *s);
 
 /* agent/reaper.c */

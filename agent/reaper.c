@@ -61,6 +61,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 		}
 	}
 	kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds remain */
+	kvp_crashpoint(A_REAP_HOLDS);
 	for (k = 0; k < h->h_index_slots; k++) {
 		/* acquire: pairs with the owner's claim CAS */
 		uint64_t e = kvp_load_acquire(&s->meta[k]);
@@ -75,6 +76,16 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 			pending++;
 	}
 	kvp_span_release_client_agent(s, i); /* its staging spans */
+	/* leases it was still filling in (its LIVE leases outlive it) */
+	for (k = 0; k < h->h_max_leases; k++) {
+		/* acquire: pairs with the taker's reserving CAS */
+		uint64_t lw = kvp_load_acquire(&s->leases[k].ls_state);
+
+		if (KVP_LS_STATE(lw) == KVP_LS_RESERVED && KVP_LS_OWNER(lw) == i + 1)
+			/* full CAS: the taker is dead; a sweep may race */
+			kvp_cas(&s->leases[k].ls_state, lw,
+				KVP_LS_WORD(KVP_LS_GEN(lw) + 1, 0, KVP_LS_FREE));
+	}
 	/* step 4 runs on the tier thread, which owns every DRAM free */
 	pages = 0;
 	kvp_store_release(&a->gc_request, 1); /* release: pairs with its CAS */
@@ -95,6 +106,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PENDING], pending);
 	kvp_store_relaxed(&cs->cs_pid, 0);
 	kvp_store_relaxed(&cs->cs_start_time, 0);
+	kvp_crashpoint(A_REAP_FREEING);
 	/* release: step 6, after every step above */
 	kvp_store_release(&cs->cs_state, (w & ~0xffull) | KVP_CS_FREE);
 	kvp_log(KVP_LOG_INFO, "reaper", "reaped client %u (pid %llu): %llu holds, "
@@ -115,18 +127,21 @@ kvp_lease_sweep_agent(struct kvp_seg *s)
 		struct kvp_lease_slot *ls = &s->leases[k];
 		/* acquire: pairs with the taker's release */
 		uint64_t w = kvp_load_acquire(&ls->ls_state);
-		uint64_t owner = kvp_load_relaxed(&ls->ls_owner); /* relaxed: validated */
+		uint64_t owner = KVP_LS_OWNER(w);
 		bool dead;
 
-		if ((w & 0xff) == KVP_LS_LIVE)
+		if (KVP_LS_STATE(w) == KVP_LS_LIVE)
 			dead = kvp_load_relaxed(&ls->ls_expiry) <= now; /* relaxed */
-		else if ((w & 0xff) == KVP_LS_RESERVED)
+		else if (KVP_LS_STATE(w) == KVP_LS_RESERVED)
 			dead = owner == 0 || owner > s->hdr->h_max_clients ||
 			       !kvp_shm_client_alive(s, (uint32_t)(owner - 1));
 		else
 			continue;
 		/* full CAS: the taker may release it at the same moment */
-		if (dead && kvp_cas(&ls->ls_state, w, (((w >> 8) + 1) << 8) | KVP_LS_FREE)) {
+		if (dead)
+			kvp_crashpoint(A_LEASE_SWEEP);
+		if (dead && kvp_cas(&ls->ls_state, w,
+				    KVP_LS_WORD(KVP_LS_GEN(w) + 1, 0, KVP_LS_FREE))) {
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_LEASE_EXPIRED], 1); /* stat */
 			n++;
 		}

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "shm/kvp_atomic.h"
+#include "shm/kvp_crash.h"
 
 /* Linux values, for builds that did not define _GNU_SOURCE before
  * including <fcntl.h> (the rest of the client needs _DEFAULT_SOURCE). */
@@ -271,7 +272,7 @@ enum kvp_sp_state {
 	KVP_SP_READING = 1, /* agent I/O in flight; holders being added */
 	KVP_SP_READY = 2,
 	KVP_SP_BODY = 3,    /* a non-head slot of a multi-slot span */
-	KVP_SP_FREEING = 4, /* its last holder is freeing it */
+	KVP_SP_FREEING = 4, /* its freer (in the word) is freeing it */
 };
 #define KVP_SPAN_HOLDER_WORDS 4 /* 256 clients */
 #define KVP_MAX_CLIENTS_STAGING (KVP_SPAN_HOLDER_WORDS * 64)
@@ -284,10 +285,23 @@ struct kvp_span {
 	kvp_aword_t sp_len;   /* bytes staged */
 };
 _Static_assert(sizeof(struct kvp_span) == 64, "span size");
-#define KVP_SP_WORD(gen, n, st) (((uint64_t)(gen) << 32) | ((uint64_t)(n) << 8) | (st))
+/* [gen:24][freer:16][nslots:16][state:8]; freer (FREEING only) is the
+ * client slot + 1 that is freeing the span, or KVP_SP_AGENT: only the
+ * freer finishes the free, or whoever takes it over once the freer is
+ * known dead (reaper, sweep, an attaching agent). */
+#define KVP_SP_AGENT 0xffffu
+#define KVP_SP_WORDF(gen, n, st, freer)                                      \
+	((((uint64_t)(gen)&0xffffffu) << 40) | ((uint64_t)((freer)&0xffffu) << 24) | \
+	 ((uint64_t)((n)&0xffffu) << 8) | (st))
+#define KVP_SP_WORD(gen, n, st) KVP_SP_WORDF(gen, n, st, 0)
+#define KVP_SP_FREER(w) ((unsigned)(((w) >> 24) & 0xffffu))
+/* A body slot names its head and the head's generation (staging slots
+ * are at most 65535): freeing a body is a CAS from exactly this word, so
+ * a late or repeated free never frees a slot that was reused. */
+#define KVP_SP_BODYW(gen, head) KVP_SP_WORDF(gen, head, KVP_SP_BODY, 0)
 #define KVP_SP_STATE(w) ((unsigned)((w)&0xff))
 #define KVP_SP_N(w) ((unsigned)(((w) >> 8) & 0xffff))
-#define KVP_SP_GEN(w) ((uint32_t)((w) >> 32))
+#define KVP_SP_GEN(w) ((uint32_t)((w) >> 40))
 
 /*
  * A timed lease: pins an entry (no eviction, relocation or reclaim of its
@@ -301,12 +315,19 @@ enum kvp_ls_state {
 	KVP_LS_RESERVED = 2, /* being filled in by its taker */
 };
 struct kvp_lease_slot {
-	kvp_aword_t ls_state;  /* [gen:32][state:8] */
+	kvp_aword_t ls_state;  /* [gen:32][owner:16][0:8][state:8] */
 	kvp_aword_t ls_slot;   /* index slot */
 	kvp_aword_t ls_expiry; /* CLOCK_MONOTONIC ns */
 	kvp_aword_t ls_owner;  /* client slot + 1 that took it (for humans) */
 };
 _Static_assert(sizeof(struct kvp_lease_slot) == 32, "lease size");
+/* A RESERVED word names its taker (client slot + 1) in the word itself,
+ * so a taker that dies before writing anything else is still known. */
+#define KVP_LS_WORD(gen, owner, st)                                          \
+	(((uint64_t)(uint32_t)(gen) << 32) | ((uint64_t)((owner)&0xffff) << 16) | (st))
+#define KVP_LS_GEN(w) ((uint32_t)((w) >> 32))
+#define KVP_LS_OWNER(w) ((uint32_t)(((w) >> 16) & 0xffff))
+#define KVP_LS_STATE(w) ((unsigned)((w)&0xff))
 
 /* Tier tags in the top bits of an entry's location word. */
 #define KVP_TIER_SHIFT 60
@@ -498,6 +519,25 @@ kvp_shm_lock_take(int fd, off_t byte)
 	if (fcntl(fd, F_OFD_SETLK, &fl) < 0)
 		return -errno;
 	return 0;
+}
+
+/* Finish freeing span 'head' whose FREEING word w the caller owns: body
+ * slots first, then the head (a new generation), then wake the putters
+ * and readers waiting for room.  Client and agent alike. */
+KVP_INLINE void
+kvp_span_finish_free(struct kvp_seg *s, uint32_t head, uint64_t w)
+{
+	struct kvp_span *sp = &s->spans[head];
+	uint64_t n = KVP_SP_N(w), k;
+
+	for (k = 1; k < n && head + k < s->hdr->h_staging_slots; k++)
+		/* full CAS: only a body of this span (a dead freer may have
+		 * freed it, and the agent reused it, already) */
+		kvp_cas(&s->spans[head + k].sp_state, KVP_SP_BODYW(KVP_SP_GEN(w), head), 0);
+	/* release: the span is free for the agent's next allocation */
+	kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
+	kvp_ifetch_add(&s->hdr->h_staging_seq, 1); /* full: wake BUSY waiters */
+	kvp_futex_wake(&s->hdr->h_staging_seq);
 }
 
 /* Is the agent alive?  A syscall: slow paths only. */

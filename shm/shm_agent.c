@@ -244,6 +244,7 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 	}
 	/* full: the incarnation tells workers an agent restarted */
 	inc = kvp_fetch_add(&s->hdr->h_incarnation, 1) + 1;
+	kvp_crashpoint(A_ATTACH);
 	rc = kvp_dram_lock(s);
 	if (rc == 0) {
 		rc = kvp_dram_rebuild_locked(s);

@@ -100,6 +100,7 @@ kvp_dram_check_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w, struct kvp_
 	 * client can delete it; pairs with the reader's fence in kvp__hold */
 	if (!kvp_cas(&s->meta[i], w, w | KVP_IX_CHECK))
 		return 0;
+	kvp_crashpoint(A_EVICT_CHECK);
 	c->slot = i;
 	c->word = w | KVP_IX_CHECK;
 	c->held = false;
@@ -143,6 +144,7 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr w
 		kvp_store_relaxed(&e->e_run, 0);
 		/* full CAS: readers see the SSD location from now on */
 		kvp_cas(&s->meta[i], w, w & ~(uint64_t)KVP_IX_CHECK);
+		kvp_crashpoint(A_DEMOTE_SWITCHED);
 		got = kvp_dram_free_chain(s, (uint32_t)KVP_LOC_VAL(loc), i, KVP_IX_GEN(w));
 		return got > 0 ? (uint64_t)got : 0;
 	}
@@ -157,6 +159,7 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr w
 		kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_BYTES], len);
 	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
 		return 0;
+	kvp_crashpoint(A_EVICT_FREED);
 	/* I9: only runs tagged (i, gen) are freed */
 	got = kvp_dram_free_chain(s, (uint32_t)KVP_LOC_VAL(loc), i, KVP_IX_GEN(w));
 	return got > 0 ? (uint64_t)got : 0;
@@ -379,6 +382,7 @@ kvp_dram_gc_agent(struct kvp_agent *a)
 					  kvp_tier_busy_agent(a, slot))));
 			}
 			if (!keep) {
+				kvp_crashpoint(A_GC_FREE);
 				freed += len;
 				kvp__dram_free_run_locked(s, (uint32_t)p);
 				/* the freed run may have merged backwards:

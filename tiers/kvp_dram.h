@@ -208,6 +208,7 @@ kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot,
 	if (head) {
 		kvp__dram_take(s, head - 1, want, owner, gen);
 		*first = head - 1;
+		kvp_crashpoint(C_ALLOC_LOCKED);
 		kvp_dram_unlock(s);
 		return 0;
 	}

@@ -190,32 +190,44 @@ kvp_span_unheld(const struct kvp_span *sp)
 	return true;
 }
 
-/* Free a READY or FREEING span nobody holds (any thread; idempotent). */
+/* Free a READY span nobody holds (any agent thread; idempotent).  A span
+ * already FREEING belongs to its freer and is left alone here. */
 static bool
 kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head, bool count_expired)
 {
 	struct kvp_span *sp = &s->spans[head];
 	/* acquire: pairs with the state CASes */
 	uint64_t w = kvp_load_acquire(&sp->sp_state);
-	unsigned n = KVP_SP_N(w), k;
+	uint64_t fw = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, KVP_SP_AGENT);
 
-	if (KVP_SP_STATE(w) == KVP_SP_READY) {
-		if (!kvp_span_unheld(sp) ||
-		    /* full CAS: one freer */
-		    !kvp_cas(&sp->sp_state, w, KVP_SP_WORD(KVP_SP_GEN(w), n, KVP_SP_FREEING)))
-			return false;
-	} else if (KVP_SP_STATE(w) != KVP_SP_FREEING) {
+	if (KVP_SP_STATE(w) != KVP_SP_READY || !kvp_span_unheld(sp) ||
+	    /* full CAS: one freer */
+	    !kvp_cas(&sp->sp_state, w, fw))
 		return false;
-	}
-	for (k = 1; k < n && head + k < s->hdr->h_staging_slots; k++)
-		kvp_store_release(&s->spans[head + k].sp_state, 0); /* release: free */
-	/* release: free for the next allocation */
-	kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
+	kvp_span_finish_free(s, head, fw);
 	if (count_expired)
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGING_EXPIRED], 1); /* stat */
-	kvp_ifetch_add(&s->hdr->h_staging_seq, 1); /* full: wake BUSY waiters */
-	kvp_futex_wake(&s->hdr->h_staging_seq);
 	return true;
+}
+
+/* Finish the free of a FREEING span whose freer is dead (freer named in
+ * the word: client slot + 1, or KVP_SP_AGENT for a dead predecessor).
+ * Takes the span over with a CAS first, so two adopters cannot both
+ * finish it.  Returns 1 if it freed the span. */
+unsigned
+kvp_span_adopt_agent(struct kvp_seg *s, uint32_t head, unsigned dead_freer)
+{
+	struct kvp_span *sp = &s->spans[head];
+	/* acquire: pairs with the freer's CAS */
+	uint64_t w = kvp_load_acquire(&sp->sp_state);
+	uint64_t fw = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, KVP_SP_AGENT);
+
+	if (KVP_SP_STATE(w) != KVP_SP_FREEING || KVP_SP_FREER(w) != dead_freer ||
+	    /* full CAS: the span is ours to finish */
+	    !kvp_cas(&sp->sp_state, w, fw))
+		return 0;
+	kvp_span_finish_free(s, head, fw);
+	return 1;
 }
 
 /* A dead client's span bits go (reaper thread); spans left unheld are
@@ -231,6 +243,11 @@ kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client)
 		struct kvp_span *sp = &s->spans[k];
 		uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
 
+		if (KVP_SP_STATE(w) == KVP_SP_FREEING) {
+			/* it died freeing this span */
+			kvp_span_adopt_agent(s, (uint32_t)k, client + 1);
+			continue;
+		}
 		if (KVP_SP_STATE(w) != KVP_SP_READY && KVP_SP_STATE(w) != KVP_SP_READING)
 			continue;
 		kvp_span_clear_holder(sp, client);
@@ -254,7 +271,12 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 		uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
 
 		if (KVP_SP_STATE(w) == KVP_SP_FREEING) {
-			n += kvp_span_free_if_unheld(s, (uint32_t)k, true);
+			/* a client freer that died (not yet reaped); a live
+			 * one finishes its own free */
+			unsigned f = KVP_SP_FREER(w);
+			if (f && f <= s->hdr->h_max_clients &&
+			    !kvp_shm_client_alive(s, f - 1))
+				n += kvp_span_adopt_agent(s, (uint32_t)k, f);
 			continue;
 		}
 		if (KVP_SP_STATE(w) != KVP_SP_READY)
@@ -469,6 +491,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 			if (op->niov && kvp_top_add_waiter(op, w) == 0 &&
 			    kvp_ssd_read_agent(t->ssd, tag, &rd) == 0) {
 				t->busy[slot]++;
+				kvp_crashpoint(A_PROMOTE_SUBMITTED);
 				return;
 			}
 			kvp_dram_free_chain(s, first, slot, KVP_IX_GEN(mw));
@@ -496,6 +519,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 	{
 		uint32_t head = kvp_staging_find(s, need);
 		struct kvp_ssd_read rd;
+		uint64_t hw0;
 		unsigned k;
 
 		if (head == UINT32_MAX && kvp_staging_sweep_agent(s))
@@ -507,10 +531,12 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 			kvp_answer(a, w, -EBUSY, 0, -1);
 			return;
 		}
+		/* acquire: the free word we allocate from (its generation) */
+		hw0 = kvp_load_acquire(&s->spans[head].sp_state);
 		for (k = 1; k < need; k++)
-			/* release: a body slot, not free */
+			/* release: a body slot of this span, not free */
 			kvp_store_release(&s->spans[head + k].sp_state,
-					  KVP_SP_WORD(0, 0, KVP_SP_BODY));
+					  KVP_SP_BODYW(KVP_SP_GEN(hw0), head));
 		for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
 			kvp_store_relaxed(&s->spans[head].sp_holders[k], 0); /* relaxed: ours */
 		kvp_store_relaxed(&s->spans[head].sp_slot, slot + 1);
@@ -559,6 +585,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 			return;
 		}
 		t->busy[slot]++;
+		kvp_crashpoint(A_STAGE_SUBMITTED);
 	}
 }
 
@@ -592,6 +619,7 @@ kvp_serve_rings(struct kvp_agent *a)
 			/* full CAS: the request is ours */
 			if (!kvp_cas(&ring[r].rq_state, w, wt.word))
 				continue;
+			kvp_crashpoint(A_REQ_TAKEN);
 			kvp_serve_one(a, &wt, &cs);
 			n++;
 		}
@@ -625,6 +653,7 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 		/* release: the bytes before READY; pairs with holders */
 		kvp_store_release(&sp->sp_state,
 				  KVP_SP_WORD(KVP_SP_GEN(w), op->nslots, KVP_SP_READY));
+		kvp_crashpoint(A_STAGE_READY);
 		for (k = 0; k < op->nw; k++) {
 			if (cq->status) {
 				kvp_span_clear_holder(sp, op->w[k].client);
@@ -652,6 +681,7 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 			/* release: the DRAM copy is complete before anyone
 			 * reads this location */
 			kvp_store_release(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, op->first));
+			kvp_crashpoint(A_PROMOTE_SWITCHED);
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_PROMOTE], 1); /* stat */
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->vlen);
 		} else {
@@ -761,6 +791,7 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	}
 	t->busy[slot]++;
 	t->demoting++;
+	kvp_crashpoint(A_DEMOTE_SUBMITTED);
 	return 1;
 }
 
@@ -777,6 +808,7 @@ kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc, uint
 	uint64_t tag, klen = kvp_entry_key(e, key);
 
 	kvp_ssd_record_dead_agent(a->tier->ssd, ssd_loc, vlen);
+	kvp_crashpoint(A_TOMBSTONE);
 	if (klen == 0 || klen > KVP_KEY_MAX)
 		return;
 	op = kvp_top_get(a->tier, TOP_TOMB, &tag);
@@ -917,6 +949,7 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 				KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
 	}
 	if (!d.veto) {
+		kvp_crashpoint(A_SEG_RECLAIM);
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM], 1); /* stat */
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT], n);
 	}
@@ -1015,6 +1048,11 @@ kvp_tier_open_agent(struct kvp_agent *a)
 			uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
 			unsigned b, ns = KVP_SP_N(w);
 
+			if (KVP_SP_STATE(w) == KVP_SP_FREEING) {
+				/* a free our predecessor was doing */
+				kvp_span_adopt_agent(s, (uint32_t)j, KVP_SP_AGENT);
+				continue;
+			}
 			if (KVP_SP_STATE(w) != KVP_SP_READING)
 				continue;
 			for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
