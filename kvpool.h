@@ -660,6 +660,9 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, u
 	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, first));
 	/* the run's length is ours to read: we own it until publish */
 	kvp_store_relaxed(&s->entries[i].e_run, s->pages[first].pg_npages);
+	/* no SSD copy yet: the slot's previous value may have had one, and
+	 * an eviction would otherwise point this key at that record */
+	kvp_store_relaxed(&s->entries[i].e_ssd, 0);
 	for (p = first;;) {
 		uint64_t rb, k;
 		unsigned char *dst = kvp_dram_run(s, p, &rb, &next);

@@ -411,6 +411,21 @@ kvp_try_join(struct kvp_agent *a, uint64_t slot, uint64_t off, uint64_t len,
 	return false;
 }
 
+/* The key a read must find in the record's header: a location that names
+ * another key's record (or an older value of this key's slot) is then
+ * -EBADMSG, never someone else's bytes.  The entry's key is stable while
+ * the read is in flight (the slot is busy: not removable). */
+static void
+kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd)
+{
+	/* relaxed: written before the READY publish, stable while READY */
+	uint64_t klen = kvp_load_relaxed(&e->e_klen);
+
+	rd->ns = kvp_load_relaxed(&e->e_ns);
+	rd->klen = klen <= KVP_KEY_MAX ? (uint32_t)klen : 0;
+	rd->key = rd->klen ? (const void *)e->e_key : NULL;
+}
+
 /* Handle one TAKEN request.  Answers at once, or leaves it to an I/O. */
 static void
 kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs)
@@ -488,6 +503,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 			rd.len = vlen;
 			rd.ndst = op->niov;
 			rd.dst = op->iov;
+			kvp_read_identity(e, &rd);
 			if (op->niov && kvp_top_add_waiter(op, w) == 0 &&
 			    kvp_ssd_read_agent(t->ssd, tag, &rd) == 0) {
 				t->busy[slot]++;
@@ -568,6 +584,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 		rd.len = len;
 		rd.ndst = 1;
 		rd.dst = op->iov;
+		kvp_read_identity(e, &rd);
 		cs->used += need;
 		kvp_staging_account(s);
 		rc = kvp_top_add_waiter(op, w);
