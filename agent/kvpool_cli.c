@@ -13,6 +13,7 @@
 #include <getopt.h>
 
 #include "agent/agent_int.h"
+#include "agent/kvp_check.h"
 
 struct kvp_stat {
 	uint64_t ready, pending, deleted, claiming, checking;
@@ -218,7 +219,11 @@ kvp_cli_usage(void)
 		"  exists KEY...      print 1/0 per key; exit 0 if all present\n"
 		"  del KEY            delete KEY\n"
 		"  stat [--json]      entries, DRAM use, clients, counters\n"
-		"  clients            client slots: pid, start time, alive, holds\n");
+		"  clients            client slots: pid, start time, alive, holds\n"
+		"  check [--wait MS]  verify the pool's invariants (read-only; agent up\n"
+		"                     or down); re-checks for MS (default 3000) what a\n"
+		"                     busy pool may show for a moment; exit 1 names them\n"
+		"  crashpoints        list the crash points (KVP_CRASH_AT=NAME)\n");
 }
 
 int
@@ -246,6 +251,36 @@ main(int argc, char **argv)
 		return 2;
 	}
 	cmd = argv[optind++];
+	if (!strcmp(cmd, "crashpoints")) {
+		unsigned k;
+
+		for (k = 0; k < KVP_CP__N; k++)
+			printf("%2u %-20s %-6s %s\n", k, kvp_crash_name(k),
+			       kvp_crash_is_agent(k) ? "agent" : "client", kvp_crash_what(k));
+		return 0;
+	}
+	if (!strcmp(cmd, "check")) {
+		struct kvp_check_report r;
+		struct kvp_seg s;
+		unsigned wait_ms = 3000;
+		char msg[512];
+
+		if (optind + 1 < argc && !strcmp(argv[optind], "--wait"))
+			wait_ms = (unsigned)strtoul(argv[optind + 1], NULL, 10);
+		else if (optind < argc) {
+			kvp_cli_usage();
+			return 2;
+		}
+		rc = kvp_seg_map(pool, false, &s, msg, sizeof(msg));
+		if (rc) {
+			fprintf(stderr, "kvpool: %s\n", msg);
+			return 2;
+		}
+		kvp_check_wait(&s, wait_ms, stdout, &r);
+		kvp_check_summary(&r, stdout);
+		kvp__seg_unmap(&s);
+		return r.violations ? 1 : 0;
+	}
 	if (!strcmp(cmd, "stat") || !strcmp(cmd, "clients")) {
 		struct kvp_seg s;
 		char msg[512];

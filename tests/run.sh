@@ -49,7 +49,7 @@ run() { # name, command...
 	rm -f "$log"
 }
 
-UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin"
+UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
@@ -76,6 +76,15 @@ if [ $long = 1 ]; then
 	run "release/stress_pool long kill" build/release/stress_pool --procs 8 --seconds 600 --seed 5 --kill-every 2000
 	run "tsan/stress_pool long threads" env TSAN_OPTIONS="halt_on_error=1" \
 		build/tsan/stress_pool --threads --procs 4 --seconds 120 --seed 6
+fi
+# agents run by the tests log to /tmp/kvpt.<pool>.log: a sanitizer report
+# there is a failure even when the test itself coped with the dead agent
+sanlogs=$(grep -l "runtime error\|ERROR: AddressSanitizer\|WARNING: ThreadSanitizer" \
+	/tmp/kvpt.t*.log 2>/dev/null || true)
+if [ -n "$sanlogs" ]; then
+	echo "FAIL sanitizer reports in agent logs:"
+	for f in $sanlogs; do grep -h -A12 "runtime error\|ERROR: AddressSanitizer\|WARNING: ThreadSanitizer" "$f" | sed 's/^/     | /' | head -40; done
+	failed=$((failed + 1))
 fi
 leftover=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' | grep -vxF "$before" || true)
 [ -z "$before" ] && leftover=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' || true)

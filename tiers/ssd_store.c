@@ -242,7 +242,8 @@ kvp_seg_seal(struct kvp_ssd *s, struct kvp_sseg *g)
 	buf = kvp_aligned(sum_bytes + B);
 	if (!buf)
 		return -ENOMEM;
-	memcpy(buf, g->sum, g->sum_len);
+	if (g->sum_len) /* a segment sealed empty (recovered with no records) */
+		memcpy(buf, g->sum, g->sum_len);
 	if (sum_bytes && pwrite(g->fd, buf, sum_bytes, (off_t)sum_off) != (ssize_t)sum_bytes)
 		rc = -EIO;
 	tr = (struct kvp_ssd_trailer *)(buf + sum_bytes);
