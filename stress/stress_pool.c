@@ -1,26 +1,36 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stress_pool - N workers hammer one pool on a tiny DRAM tier so that
- * eviction never stops: batch puts, batch gets, prefix-exists, ranged
- * gets and deletes over a shared key space, every byte verified.  Workers
- * are processes (default; optionally SIGKILLed at random and respawned)
- * or threads of one process (--threads, for ThreadSanitizer).
+ * stress_pool - the chaos stress: one agent and N workers hammer one pool
+ * whose DRAM tier, staging arena and SSD budget are tiny, so eviction,
+ * demotion, promotion, partial staging and SSD segment reclaim never stop.
+ * Workers do batch puts, batch gets, prefix probes, ranged gets, deletes
+ * and leases over a shared key space; every value embeds its key, version
+ * and length and every byte depends on them, so torn, stale or foreign
+ * reads are caught.  A chaos loop SIGKILLs random workers (and respawns
+ * them) and kill -9s the agent and restarts it; during each outage the
+ * workers count the DRAM hits they still get and time the SSD reads that
+ * answer UNAVAILABLE.  At the end the pool must pass the invariant checker
+ * with nothing held, staged, leased or half-put.
  *
  *   stress_pool --procs N --seconds S --seed X [--threads] [--kill-every MS]
+ *               [--agent-restart-every MS] [--no-ssd]
  *
- * Prints the seed first; ends with "N passed, N failed" (one check per
- * worker run plus the end-of-run pool checks).
+ * Workers are processes (default) or threads of one process (--threads,
+ * for ThreadSanitizer; no worker kills then).  Prints the seed first;
+ * ends with "N passed, N failed".
  */
 #include <getopt.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 
+#include "agent/kvp_check.h"
 #include "tests/agent/harness.h"
 
 #define KEYSPACE 4000
 #define BATCH 64
 #define MAXVAL (96u << 10)
+#define MAXW 64
 
 struct shared {
 	kvp_aword_t wrong;    /* wrong bytes seen (must stay 0) */
@@ -28,6 +38,15 @@ struct shared {
 	kvp_aword_t ops;
 	kvp_aword_t errors;   /* unexpected statuses */
 	kvp_aword_t killed;
+	kvp_aword_t agent_down;     /* 1 while the chaos loop has the agent dead */
+	kvp_aword_t outage_hits;    /* DRAM hits served while the agent was dead */
+	kvp_aword_t outage_unavail; /* reads answered -ENOTCONN while it was dead */
+	kvp_aword_t unavail_max_ns; /* slowest -ENOTCONN answer */
+	kvp_aword_t unavail_slow;   /* -ENOTCONN answers slower than 10 ms */
+	kvp_aword_t leases;
+	kvp_aword_t slot_word[MAXW]; /* each worker's client slot word (reap timing) */
+	kvp_aword_t slot_idx[MAXW];  /* and its slot + 1 */
+	kvp_aword_t last_error;
 };
 
 static struct shared *sh;
@@ -35,7 +54,6 @@ static const char *pool;
 static unsigned seconds;
 static uint64_t t_end_all; /* CLOCK_MONOTONIC deadline of the whole run */
 static volatile int stop_flag;
-
 struct val_hdr {
 	uint64_t magic, version, len, keyhash;
 };
@@ -85,26 +103,95 @@ add(kvp_aword_t *w, uint64_t d)
 	kvp_fetch_add(w, d); /* full: statistics shared between workers */
 }
 
-static void *
-worker(void *arg)
+static void
+note_error(int st)
 {
-	uint64_t seed = (uint64_t)(uintptr_t)arg * 0x9e3779b97f4a7c15ull + 1;
+	add(&sh->errors, 1);
+	kvp_store_relaxed(&sh->last_error, (uint64_t)(int64_t)st); /* relaxed: a report */
+}
+
+static void
+atomic_max(kvp_aword_t *w, uint64_t v)
+{
+	uint64_t cur;
+
+	/* relaxed: a statistic; the CAS keeps the largest */
+	while ((cur = kvp_load_relaxed(w)) < v && !kvp_cas(w, cur, v))
+		;
+}
+
+/* While the chaos loop has the agent dead: single gets of random keys.
+ * DRAM hits must still be served (counted); SSD-resident keys must
+ * answer UNAVAILABLE promptly (timed). */
+#define RECENT 32
+
+static void
+outage_probe(struct kvp_client *c, uint64_t *seed, unsigned char *buf, const uint64_t *recent)
+{
+	int k;
+
+	for (k = 0; k < 16 && kvp_load_acquire(&sh->agent_down); k++) { /* acquire */
+		char key[100];
+		/* keys this worker put lately (likely DRAM-resident) and
+		 * random ones (likely on SSD) */
+		uint32_t kl = mk(key, k & 1 ? rnd(seed) % KEYSPACE : recent[rnd(seed) % RECENT]);
+		uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), dt;
+		ssize_t n = kvp_get(c, key, kl, buf, MAXVAL);
+
+		dt = kvp_now_ns(CLOCK_MONOTONIC) - t0;
+		if (!kvp_load_acquire(&sh->agent_down)) /* acquire: restarted meanwhile */
+			break;
+		if (n >= 0) {
+			if (check_val(buf, (uint64_t)n, key, kl))
+				add(&sh->wrong, 1);
+			else
+				add(&sh->outage_hits, 1), add(&sh->verified, (uint64_t)n);
+		} else if (n == -ENOTCONN) {
+			add(&sh->outage_unavail, 1);
+			atomic_max(&sh->unavail_max_ns, dt);
+			if (dt > 10000000ull)
+				add(&sh->unavail_slow, 1);
+		} else if (n != -ENOENT && n != -EBUSY) {
+			note_error((int)n);
+		}
+	}
+}
+
+/* Statuses a read may answer under chaos; anything else is a failure. */
+static bool
+read_ok_status(int st)
+{
+	return st == -ENOENT || st == -EBUSY || st == -ENOTCONN;
+}
+
+static void
+worker(unsigned idx, uint64_t seed)
+{
 	uint64_t t_end = t_end_all;
 	struct kvp_client *c;
 	struct kvp_op ops[BATCH];
 	char keys[BATCH][100];
 	unsigned char *bufs = malloc((size_t)BATCH * MAXVAL);
-	int k;
+	uint64_t recent[RECENT] = { 0 };
+	unsigned nrecent = 0;
+	int k, rc;
 
-	if (!bufs || kvp_open(pool, "stress", &c)) {
-		add(&sh->errors, 1);
+	seed = seed * 0x9e3779b97f4a7c15ull + 1;
+	if (!bufs || (rc = kvp_open(pool, "stress", &c))) {
+		note_error(bufs ? rc : -ENOMEM);
 		free(bufs);
-		return NULL;
+		return;
+	}
+	if (idx < MAXW) {
+		kvp_store_relaxed(&sh->slot_word[idx], c->slot_word); /* relaxed: before... */
+		kvp_store_release(&sh->slot_idx[idx], c->slot + 1);  /* release: ...this */
 	}
 	while (!stop_flag && kvp_now_ns(CLOCK_MONOTONIC) < t_end) {
 		uint64_t op = rnd(&seed) % 100, base = rnd(&seed) % KEYSPACE;
 		ssize_t n;
 
+		if (kvp_load_acquire(&sh->agent_down)) /* acquire: the chaos loop's flag */
+			outage_probe(c, &seed, bufs, recent);
 		for (k = 0; k < BATCH; k++) {
 			ops[k].klen = mk(keys[k], (base + (uint64_t)k) % KEYSPACE);
 			ops[k].key = keys[k];
@@ -113,65 +200,104 @@ worker(void *arg)
 			ops[k].len = MAXVAL;
 		}
 		add(&sh->ops, 1);
-		if (op < 35) { /* batch put of fresh versions */
+		if (op < 30) { /* batch put of fresh versions */
 			for (k = 0; k < BATCH; k++) {
 				ops[k].len = 64 + rnd(&seed) % (MAXVAL - 64);
 				make_val(ops[k].buf, ops[k].len, keys[k], ops[k].klen, rnd(&seed));
 			}
 			kvp_batch_put(c, ops, BATCH);
 			for (k = 0; k < BATCH; k++)
-				if (ops[k].status && ops[k].status != -EEXIST &&
-				    ops[k].status != -EBUSY && ops[k].status != -ENOSPC)
-					add(&sh->errors, 1);
-		} else if (op < 75) { /* batch get, verify whole values */
+				if (ops[k].status == 0)
+					recent[nrecent++ % RECENT] = (base + (uint64_t)k) % KEYSPACE;
+				else if (ops[k].status != -EEXIST &&
+				    ops[k].status != -EBUSY && ops[k].status != -ENOSPC &&
+				    ops[k].status != -ENOTCONN)
+					note_error(ops[k].status);
+		} else if (op < 65) { /* batch get (through the staging arena in parts) */
+			/* acquire: the chaos loop's flag, before and after */
+			bool down = kvp_load_acquire(&sh->agent_down);
+
 			kvp_batch_get(c, ops, BATCH);
+			down = down && kvp_load_acquire(&sh->agent_down);
 			for (k = 0; k < BATCH; k++) {
 				if (ops[k].status == 0) {
 					if (check_val(ops[k].buf, ops[k].len, keys[k], ops[k].klen))
 						add(&sh->wrong, 1);
 					else
 						add(&sh->verified, ops[k].len);
-				} else if (ops[k].status != -ENOENT && ops[k].status != -EBUSY) {
-					add(&sh->errors, 1);
+					if (down)
+						add(&sh->outage_hits, 1);
+				} else if (!read_ok_status(ops[k].status)) {
+					note_error(ops[k].status);
 				}
 			}
-		} else if (op < 85) { /* prefix probe, then ranged gets */
+		} else if (op < 78) { /* prefix probe, then whole and ranged gets */
 			n = kvp_batch_exists_prefix(c, ops, BATCH);
 			if (n < 0)
-				add(&sh->errors, 1);
+				note_error((int)n);
 			for (k = 0; k < n && k < 8; k++) {
-				unsigned char whole[MAXVAL];
+				unsigned char *whole = bufs, *part = bufs + MAXVAL;
 				ssize_t len = kvp_get(c, keys[k], ops[k].klen, whole, MAXVAL);
+
+				if (len < 0 && !read_ok_status((int)len))
+					note_error((int)len);
 				if (len > 64) {
-					unsigned char part[MAXVAL];
 					uint64_t off = rnd(&seed) % (uint64_t)len;
 					ssize_t m;
+
 					if (check_val(whole, (uint64_t)len, keys[k], ops[k].klen)) {
 						add(&sh->wrong, 1);
 						continue;
 					}
-					/* ranged read must equal the slice, unless the key was
-					 * replaced meanwhile (then it must be a valid value) */
+					/* the ranged read must equal the slice, unless the
+					 * key was replaced meanwhile (then the new value
+					 * must itself be valid) */
 					m = kvp_get_range(c, keys[k], ops[k].klen, off, part, 4096);
 					if (m > 0 && memcmp(part, whole + off, (size_t)m)) {
 						ssize_t l2 = kvp_get(c, keys[k], ops[k].klen, whole, MAXVAL);
-						if (l2 >= 0 && check_val(whole, (uint64_t)l2, keys[k], ops[k].klen))
+						if (l2 >= 0 && check_val(whole, (uint64_t)l2, keys[k],
+									 ops[k].klen))
 							add(&sh->wrong, 1);
 					} else if (m > 0) {
 						add(&sh->verified, (uint64_t)m);
+					} else if (m < 0 && !read_ok_status((int)m) && m != -EINVAL) {
+						note_error((int)m);
 					}
+				}
+			}
+		} else if (op < 88) { /* leases: half released, half left to expire */
+			for (k = 0; k < 4; k++) {
+				struct kvp_lease l;
+				rc = kvp_lease_acquire(c, keys[k], ops[k].klen,
+						       5 + (uint32_t)(rnd(&seed) % 45), &l);
+				if (rc == 0) {
+					add(&sh->leases, 1);
+					if (k & 1)
+						kvp_lease_release(c, &l);
+				} else if (rc != -ENOENT && rc != -EBUSY) {
+					note_error(rc);
 				}
 			}
 		} else { /* deletes */
 			for (k = 0; k < 4; k++) {
-				int rc = kvp_delete(c, keys[k], ops[k].klen);
+				rc = kvp_delete(c, keys[k], ops[k].klen);
 				if (rc && rc != -ENOENT && rc != -EBUSY)
-					add(&sh->errors, 1);
+					note_error(rc);
 			}
 		}
 	}
 	kvp_close(c);
 	free(bufs);
+}
+
+static unsigned nthreads_arg;
+
+static void *
+worker_thread(void *arg)
+{
+	uint64_t seed = (uint64_t)(uintptr_t)arg;
+
+	worker((unsigned)(seed % MAXW), seed);
 	return NULL;
 }
 
@@ -188,6 +314,87 @@ pool_quiet(void *p)
 	       kvpt_count_state(s, KVP_IX_PENDING) == 0;
 }
 
+static bool
+no_leases(void *p)
+{
+	struct kvp_seg *s = ((struct pool_cond *)p)->s;
+	uint64_t k;
+
+	for (k = 0; k < s->hdr->h_max_leases; k++)
+		/* acquire: pairs with the sweep's CAS */
+		if (KVP_LS_STATE(kvp_load_acquire(&s->leases[k].ls_state)) != KVP_LS_FREE)
+			return false;
+	return true;
+}
+
+static char ssd_dir[256];
+static bool use_ssd = true;
+
+static int
+agent_up(struct kvpt_agent *a, bool first)
+{
+	if (use_ssd) {
+		if (first)
+			return kvpt_agent_start(a, "--dram", "8M", "--dram-unit", "4K",
+						"--index-entries", "8192", "--dram-high", "85",
+						"--dram-low", "60", "--ssd-dir", ssd_dir,
+						"--ssd-segment", "4M", "--ssd-size", "24M",
+						"--staging", "1M", "--staging-slot", "64K", NULL);
+		return kvpt_agent_restart(a, "--dram", "8M", "--dram-unit", "4K",
+					  "--index-entries", "8192", "--dram-high", "85",
+					  "--dram-low", "60", "--ssd-dir", ssd_dir,
+					  "--ssd-segment", "4M", "--ssd-size", "24M",
+					  "--staging", "1M", "--staging-slot", "64K", NULL);
+	}
+	if (first)
+		return kvpt_agent_start(a, "--dram", "8M", "--dram-unit", "4K", "--index-entries",
+					"8192", "--dram-high", "85", "--dram-low", "60", NULL);
+	return kvpt_agent_restart(a, "--dram", "8M", "--dram-unit", "4K", "--index-entries",
+				  "8192", "--dram-high", "85", "--dram-low", "60", NULL);
+}
+
+static void
+sleep_until(uint64_t t)
+{
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
+
+	if (t > now) {
+		struct timespec ts = { (time_t)((t - now) / 1000000000ull),
+				       (long)((t - now) % 1000000000ull) };
+		nanosleep(&ts, NULL); /* the chaos schedule, not a synchronisation */
+	}
+}
+
+static pid_t
+spawn(unsigned i, uint64_t seed)
+{
+	pid_t p;
+
+	kvp_store_relaxed(&sh->slot_idx[i], 0); /* relaxed: before the fork */
+	p = fork();
+	if (p == 0) {
+		worker(i, seed);
+		_exit(0);
+	}
+	return p;
+}
+
+/* The killed worker's client slot is reaped when its word changes. */
+struct reap_cond {
+	struct kvp_seg *s;
+	uint32_t slot;
+	uint64_t word;
+};
+
+static bool
+reaped(void *p)
+{
+	struct reap_cond *rc = p;
+
+	/* acquire: pairs with the reaper's FREE store-release */
+	return kvp_load_acquire(&rc->s->clients[rc->slot].cs_state) != rc->word;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -197,14 +404,22 @@ main(int argc, char **argv)
 		{ "seed", required_argument, NULL, 'x' },
 		{ "threads", no_argument, NULL, 't' },
 		{ "kill-every", required_argument, NULL, 'k' },
+		{ "agent-restart-every", required_argument, NULL, 'a' },
+		{ "no-ssd", no_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
-	unsigned procs = 4, kill_ms = 0, passed = 0, failed = 0, i;
-	uint64_t seed = (uint64_t)time(NULL), rs;
+	unsigned procs = 4, kill_ms = 0, restart_ms = 0, passed = 0, failed = 0, i;
+	unsigned restarts = 0, reaps_timed = 0, kills_in_outage = 0;
+	uint64_t seed = (uint64_t)time(NULL), rs, reap_worst = 0, reap_sum = 0;
+	uint64_t outage_reap_worst = 0;
 	bool threads = false;
 	struct kvpt_agent a;
 	struct kvp_seg s;
 	struct pool_cond pc;
+	struct kvp_check_report rep;
+	pthread_t *th = NULL;
+	pid_t *pid = NULL;
+	uint64_t next_kill, next_restart, t_end;
 	int opt;
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -214,9 +429,12 @@ main(int argc, char **argv)
 		case 'x': seed = strtoull(optarg, NULL, 0); break;
 		case 't': threads = true; break;
 		case 'k': kill_ms = (unsigned)atoi(optarg); break;
+		case 'a': restart_ms = (unsigned)atoi(optarg); break;
+		case 'n': use_ssd = false; break;
 		default:
 			fprintf(stderr, "usage: stress_pool --procs N --seconds S --seed X "
-				"[--threads] [--kill-every MS]\n");
+				"[--threads] [--kill-every MS] [--agent-restart-every MS] "
+				"[--no-ssd]\n");
 			return 2;
 		}
 	}
@@ -224,63 +442,136 @@ main(int argc, char **argv)
 		seconds = 10;
 	if (!procs)
 		procs = 1;
+	if (procs > MAXW)
+		procs = MAXW;
+	nthreads_arg = procs;
 	printf("seed %llu\n", (unsigned long long)seed);
-	printf("stress_pool: %u %s, %u s%s\n", procs, threads ? "threads" : "processes",
-	       seconds, kill_ms ? ", random SIGKILLs" : "");
+	printf("stress_pool: %u %s, %u s, %s%s%s\n", procs, threads ? "threads" : "processes",
+	       seconds, use_ssd ? "DRAM 8 MiB + SSD 24 MiB, staging 1 MiB" : "DRAM 8 MiB only",
+	       kill_ms && !threads ? ", random SIGKILLs" : "",
+	       restart_ms ? ", agent kill -9 + restart" : "");
 	fflush(stdout);
 	rs = seed | 1;
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 1;
-	if (kvpt_agent_start(&a, "--dram", "8M", "--dram-unit", "4K", "--index-entries", "8192",
-			     "--dram-high", "85", "--dram-low", "60", NULL)) {
+	snprintf(ssd_dir, sizeof(ssd_dir), "/var/tmp/kvp-stress-%d-XXXXXX", (int)getpid());
+	if (use_ssd && !mkdtemp(ssd_dir)) {
+		printf("cannot create %s\n0 passed, 1 failed\n", ssd_dir);
+		return 1;
+	}
+	if (agent_up(&a, true)) {
 		printf("cannot start the agent\n0 passed, 1 failed\n");
 		return 1;
 	}
 	pool = a.pool;
+	if (kvpt_seg_map(a.pool, &s)) {
+		printf("cannot map the pool\n0 passed, 1 failed\n");
+		return 1;
+	}
 	t_end_all = kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)seconds * 1000000000ull;
+	t_end = t_end_all;
 	if (threads) {
-		pthread_t *t = calloc(procs, sizeof(*t));
+		th = calloc(procs, sizeof(*th));
 		for (i = 0; i < procs; i++)
-			pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(seed + i));
-		for (i = 0; i < procs; i++) {
-			pthread_join(t[i], NULL);
-			passed++;
-		}
-		free(t);
+			pthread_create(&th[i], NULL, worker_thread, (void *)(uintptr_t)(seed * MAXW + i));
 	} else {
-		pid_t *pid = calloc(procs, sizeof(*pid));
-		uint64_t t_end = t_end_all;
-		unsigned alive = procs, gen = 0;
+		pid = calloc(procs, sizeof(*pid));
+		for (i = 0; i < procs; i++)
+			pid[i] = spawn(i, seed * 1000 + i);
+	}
+	/* the chaos loop */
+	if (threads)
+		kill_ms = 0;
+	next_kill = kill_ms ? kvp_now_ns(CLOCK_MONOTONIC) + kill_ms * 1000000ull : UINT64_MAX;
+	next_restart = restart_ms ? kvp_now_ns(CLOCK_MONOTONIC) + restart_ms * 1000000ull
+				  : UINT64_MAX;
+	for (;;) {
+		uint64_t next = next_kill < next_restart ? next_kill : next_restart;
 
-		for (i = 0; i < procs; i++) {
-			pid[i] = fork();
-			if (pid[i] == 0) {
-				worker((void *)(uintptr_t)(seed + i));
-				_exit(0);
+		if (next >= t_end)
+			break;
+		sleep_until(next);
+		if (next == next_kill) {
+			uint32_t slot;
+			uint64_t word;
+
+			next_kill += kill_ms * 1000000ull;
+			i = (unsigned)(rnd(&rs) % procs);
+			if (pid[i] <= 0 || kill(pid[i], SIGKILL))
+				continue;
+			waitpid(pid[i], NULL, 0);
+			add(&sh->killed, 1);
+			/* acquire: pairs with the worker's release */
+			slot = (uint32_t)kvp_load_acquire(&sh->slot_idx[i]);
+			word = kvp_load_relaxed(&sh->slot_word[i]);
+			if (slot && !kvp_load_relaxed(&sh->agent_down)) {
+				struct reap_cond rc = { &s, slot - 1, word };
+				long long ns = kvpt_wait_until(reaped, &rc, 3000);
+				uint64_t v = ns < 0 ? 3000000000ull : (uint64_t)ns;
+
+				reaps_timed++;
+				reap_sum += v;
+				if (v > reap_worst)
+					reap_worst = v;
+			} else if (slot) {
+				kills_in_outage++;
 			}
-		}
-		while (alive) {
-			int st;
-			pid_t w;
-
-			if (kill_ms && kvp_now_ns(CLOCK_MONOTONIC) < t_end) {
-				struct timespec ts = { (time_t)(kill_ms / 1000),
-						       (long)(kill_ms % 1000) * 1000000L };
-				nanosleep(&ts, NULL); /* the chaos period, not a sync */
+			pid[i] = spawn(i, seed * 1000 + procs + (uint64_t)kvp_load_relaxed(&sh->killed));
+		} else {
+			next_restart += restart_ms * 1000000ull;
+			kvpt_agent_kill(&a);
+			kvp_store_release(&sh->agent_down, 1); /* release: workers probe */
+			restarts++;
+			/* the outage: workers keep serving DRAM hits; one of
+			 * them dies meanwhile (the restarted agent reaps it) and
+			 * its replacement opens the pool with no agent */
+			sleep_until(kvp_now_ns(CLOCK_MONOTONIC) + 150ull * 1000000);
+			struct reap_cond orc = { &s, 0, 0 };
+			if (!threads) {
 				i = (unsigned)(rnd(&rs) % procs);
 				if (pid[i] > 0 && kill(pid[i], SIGKILL) == 0) {
 					waitpid(pid[i], NULL, 0);
 					add(&sh->killed, 1);
-					pid[i] = fork(); /* respawn */
-					if (pid[i] == 0) {
-						worker((void *)(uintptr_t)(seed + procs + ++gen));
-						_exit(0);
-					}
+					/* acquire: pairs with the worker's release */
+					orc.slot = (uint32_t)kvp_load_acquire(&sh->slot_idx[i]);
+					orc.word = kvp_load_relaxed(&sh->slot_word[i]);
+					pid[i] = spawn(i, seed * 1000 + procs +
+						       (uint64_t)kvp_load_relaxed(&sh->killed));
 				}
-				continue;
 			}
-			w = wait(&st);
+			sleep_until(kvp_now_ns(CLOCK_MONOTONIC) + 150ull * 1000000);
+			if (agent_up(&a, false) || a.pid <= 0) {
+				printf("FAIL: the agent did not restart\n");
+				failed++;
+				kvp_store_release(&sh->agent_down, 0); /* release */
+				break;
+			}
+			kvp_store_release(&sh->agent_down, 0); /* release */
+			if (orc.slot) {
+				long long ns;
+
+				orc.slot--;
+				ns = kvpt_wait_until(reaped, &orc, 3000);
+				kills_in_outage++;
+				if (ns < 0 || (uint64_t)ns > outage_reap_worst)
+					outage_reap_worst = ns < 0 ? 3000000000ull : (uint64_t)ns;
+			}
+		}
+	}
+	if (threads) {
+		for (i = 0; i < procs; i++) {
+			pthread_join(th[i], NULL);
+			passed++;
+		}
+		free(th);
+	} else {
+		unsigned alive = procs;
+
+		while (alive) {
+			int st;
+			pid_t w = wait(&st);
+
 			if (w < 0)
 				break;
 			for (i = 0; i < procs; i++)
@@ -290,21 +581,36 @@ main(int argc, char **argv)
 					if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 						passed++;
 					else
-						failed++;
+						failed++, printf("FAIL: worker %u exited with %#x\n", i, st);
 				}
 		}
 		free(pid);
 	}
-	/* end of run: nobody holds anything, nothing half-put, all reaped */
-	kvpt_seg_map(a.pool, &s);
+	(void)nthreads_arg;
+	/* end of run: nobody holds anything, nothing half-put, all reaped,
+	 * every lease expired or released and swept */
 	pc.s = &s;
-	if (kvpt_wait_until(pool_quiet, &pc, 2000) >= 0)
+	if (kvpt_wait_until(pool_quiet, &pc, 3000) >= 0)
 		passed++;
 	else
 		failed++, printf("FAIL: pool not quiet: %llu clients, %llu holds, %llu pending\n",
 				 (unsigned long long)kvpt_clients_nonfree(&s),
 				 (unsigned long long)kvpt_holds_total(&s),
 				 (unsigned long long)kvpt_count_state(&s, KVP_IX_PENDING));
+	if (kvpt_wait_until(no_leases, &pc, 3000) >= 0)
+		passed++;
+	else
+		failed++, printf("FAIL: leases left after their expiry\n");
+	if (kvp_check_wait(&s, 3000, stdout, &rep) == 0 && rep.holds == 0 &&
+	    rep.spans_in_use == 0 && rep.leases_live == 0 && rep.entries_pending == 0)
+		passed++;
+	else
+		failed++, printf("FAIL: invariant check (%u violations, %llu holds, %llu staging "
+				 "slots, %llu leases)\n", rep.violations,
+				 (unsigned long long)rep.holds,
+				 (unsigned long long)rep.spans_in_use,
+				 (unsigned long long)rep.leases_live);
+	kvp_check_summary(&rep, stdout);
 	if (kvp_load_relaxed(&sh->wrong) == 0)
 		passed++;
 	else
@@ -313,19 +619,58 @@ main(int argc, char **argv)
 	if (kvp_load_relaxed(&sh->errors) == 0)
 		passed++;
 	else
-		failed++, printf("FAIL: %llu unexpected statuses\n",
-				 (unsigned long long)kvp_load_relaxed(&sh->errors));
-	printf("ops %llu batches, %.1f MiB verified, %llu evictions, %llu workers killed, "
-	       "%llu reaped\n", (unsigned long long)kvp_load_relaxed(&sh->ops),
+		failed++, printf("FAIL: %llu unexpected statuses (last: %s)\n",
+				 (unsigned long long)kvp_load_relaxed(&sh->errors),
+				 kvp_strerror((int)(int64_t)kvp_load_relaxed(&sh->last_error)));
+	if (reaps_timed || kills_in_outage) {
+		if (reap_worst <= 1000000000ull && outage_reap_worst <= 1000000000ull)
+			passed++;
+		else
+			failed++, printf("FAIL: a killed worker was reaped only after %.0f ms\n",
+					 (double)(reap_worst > outage_reap_worst ? reap_worst
+						  : outage_reap_worst) / 1e6);
+	}
+	if (restarts) {
+		/* DRAM hits kept coming while the agent was dead */
+		if (kvp_load_relaxed(&sh->outage_hits) > 0)
+			passed++;
+		else
+			failed++, printf("FAIL: no DRAM hit was served during %u agent outages\n",
+					 restarts);
+	}
+	printf("ops %llu batches, %.1f MiB verified, %llu leases; %llu evictions, %llu "
+	       "demotions, %llu promotions, %llu staged, %llu busy rejects, %llu SSD segments "
+	       "reclaimed\n",
+	       (unsigned long long)kvp_load_relaxed(&sh->ops),
 	       (double)kvp_load_relaxed(&sh->verified) / 1048576.0,
+	       (unsigned long long)kvp_load_relaxed(&sh->leases),
 	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT]),
-	       (unsigned long long)kvp_load_relaxed(&sh->killed),
-	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_CLIENTS]));
+	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_DEMOTE]),
+	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_PROMOTE]),
+	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_STAGED]),
+	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_BUSY_REJECT]),
+	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM]));
+	printf("chaos: %llu workers killed (%u with the agent up: reaped in %.1f ms worst, "
+	       "%.1f ms mean; %u during outages: reaped %.1f ms after the restart at worst), "
+	       "%u agent restarts; during outages %llu DRAM hits served, "
+	       "%llu reads UNAVAILABLE (slowest %.1f ms, %llu over 10 ms)\n",
+	       (unsigned long long)kvp_load_relaxed(&sh->killed), reaps_timed,
+	       (double)reap_worst / 1e6, reaps_timed ? (double)reap_sum / reaps_timed / 1e6 : 0.0,
+	       kills_in_outage, (double)outage_reap_worst / 1e6, restarts, (unsigned long long)kvp_load_relaxed(&sh->outage_hits),
+	       (unsigned long long)kvp_load_relaxed(&sh->outage_unavail),
+	       (double)kvp_load_relaxed(&sh->unavail_max_ns) / 1e6,
+	       (unsigned long long)kvp_load_relaxed(&sh->unavail_slow));
 	kvp__seg_unmap(&s);
 	if (kvpt_agent_stop(&a) != 0)
 		failed++, printf("FAIL: agent did not stop cleanly\n");
 	else
 		passed++;
+	if (use_ssd) {
+		char cmd[300];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd_dir);
+		if (system(cmd) != 0)
+			printf("warning: could not remove %s\n", ssd_dir);
+	}
 	printf("%u passed, %u failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

@@ -63,19 +63,27 @@ for v in $variants; do
 done
 # the SSD tier end to end on the pread/pwrite thread path (io_uring refused)
 run "release/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 build/release/test_ssd_tier
-run "release/stress_pool procs" build/release/stress_pool --procs 4 --seconds 20 --seed 1
-run "release/stress_pool kill" build/release/stress_pool --procs 4 --seconds 20 --seed 2 --kill-every 300
+run "release/stress_pool DRAM only, kills" build/release/stress_pool --no-ssd --procs 4 \
+	--seconds 15 --seed 1 --kill-every 300
+# the chaos stress of issue 4: 8 workers, 60 s, a worker killed every 2 s,
+# the agent kill -9'd and restarted twice
+run "release/stress_pool chaos" build/release/stress_pool --procs 8 --seconds 60 --seed 2 \
+	--kill-every 2000 --agent-restart-every 20000
 if [ $quick = 0 ]; then
-	run "asan/stress_pool kill" build/asan/stress_pool --procs 3 --seconds 10 --seed 3 --kill-every 500
-	run "tsan/stress_pool threads" env TSAN_OPTIONS="halt_on_error=1" \
-		build/tsan/stress_pool --threads --procs 3 --seconds 10 --seed 4
+	run "asan/stress_pool chaos" build/asan/stress_pool --procs 3 --seconds 15 --seed 3 \
+		--kill-every 700 --agent-restart-every 6000
+	run "tsan/stress_pool threads chaos" env TSAN_OPTIONS="halt_on_error=1" \
+		build/tsan/stress_pool --threads --procs 3 --seconds 12 --seed 4 \
+		--agent-restart-every 5000
 	run "release/bench_core --quick (not asserted)" build/release/bench_core --quick
 	run "release/bench_ssd --quick (not asserted)" build/release/bench_ssd --quick
 fi
 if [ $long = 1 ]; then
-	run "release/stress_pool long kill" build/release/stress_pool --procs 8 --seconds 600 --seed 5 --kill-every 2000
-	run "tsan/stress_pool long threads" env TSAN_OPTIONS="halt_on_error=1" \
-		build/tsan/stress_pool --threads --procs 4 --seconds 120 --seed 6
+	run "release/stress_pool long chaos" build/release/stress_pool --procs 8 --seconds 600 \
+		--seed 5 --kill-every 2000 --agent-restart-every 60000
+	run "tsan/stress_pool long threads chaos" env TSAN_OPTIONS="halt_on_error=1" \
+		build/tsan/stress_pool --threads --procs 4 --seconds 120 --seed 6 \
+		--agent-restart-every 30000
 fi
 # agents run by the tests log to /tmp/kvpt.<pool>.log: a sanitizer report
 # there is a failure even when the test itself coped with the dead agent
