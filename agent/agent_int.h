@@ -89,6 +89,7 @@ bool kvp_tier_write_failing_agent(struct kvp_agent *a);
 unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word);
 void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 			   uint64_t vlen);
+bool kvp_tier_step_agent(struct kvp_agent *a, int wait_ms);
 void *kvp_tier_main_agent(void *arg);
 void kvp_tier_close_agent(struct kvp_agent *a);
 void kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client);

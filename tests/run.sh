@@ -49,7 +49,7 @@ run() { # name, command...
 	rm -f "$log"
 }
 
-UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints"
+UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
@@ -77,6 +77,31 @@ if [ $quick = 0 ]; then
 		--agent-restart-every 5000
 	run "release/bench_core --quick (not asserted)" build/release/bench_core --quick
 	run "release/bench_ssd --quick (not asserted)" build/release/bench_ssd --quick
+fi
+# a hostile worker against the agent's parsers (tests/fuzz/fuzz_ring.c):
+# the structured random driver under ASan/UBSan, and libFuzzer when clang is
+# installed (.ci/run installs it)
+if [ $quick = 0 ]; then
+	run "asan/fuzz_ring (random scripts)" build/asan/fuzz_ring --seconds 10 --seed 7
+	fuzz_secs=20
+	[ $long = 1 ] && fuzz_secs=600
+	if command -v clang >/dev/null 2>&1; then
+		mkdir -p build/fuzz
+		if clang -std=gnu11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+			-fno-sanitize-recover=undefined -DKVP_LIBFUZZER -I. tests/fuzz/fuzz_ring.c \
+			agent/log.c agent/reaper.c shm/shm_agent.c tiers/dram_agent.c \
+			tiers/tier_agent.c tiers/ssd_store.c tiers/crc32c.c -o build/fuzz/fuzz_ring \
+			-luring -latomic_ops -lpthread >build/fuzz/build.log 2>&1; then
+			mkdir -p build/fuzz/corpus
+			run "libFuzzer fuzz_ring (${fuzz_secs} s)" build/fuzz/fuzz_ring \
+				-max_total_time=$fuzz_secs -max_len=1024 -seed=7 build/fuzz/corpus \
+				tests/fuzz/seeds
+		else
+			echo "SKIP libFuzzer fuzz_ring: clang cannot build it (build/fuzz/build.log)"
+		fi
+	else
+		echo "SKIP libFuzzer fuzz_ring: clang not installed"
+	fi
 fi
 if [ $long = 1 ]; then
 	run "release/stress_pool long chaos" build/release/stress_pool --procs 8 --seconds 600 \

@@ -1129,47 +1129,61 @@ kvp_tier_close_agent(struct kvp_agent *a)
 	free(t);
 }
 
+/* One round of the tier thread: SSD completions, requests from the rings,
+ * the orphan sweep the reaper asked for, the DRAM round (eviction,
+ * demotion, reclaim), submissions and wake-ups.  Waits at most wait_ms
+ * (0: not at all) for I/O in flight.  Returns true when I/O is still in
+ * flight (the caller should come back at once). */
+bool
+kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
+{
+	struct kvp_shm_header *h = a->seg.hdr;
+	struct kvp_tier *t = a->tier;
+	struct kvp_ssd_cqe cq[64];
+	int n, k;
+
+	if (t) {
+		while ((n = kvp_ssd_poll_agent(t->ssd, cq, 64, 0)) > 0)
+			for (k = 0; k < n; k++)
+				kvp_complete(a, &cq[k]);
+		kvp_serve_rings(a);
+	}
+	/* full CAS: a sweep the reaper asked for */
+	if (kvp_cas(&a->gc_request, 1, 0)) {
+		uint64_t freed = kvp_dram_gc_agent(a);
+		kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], freed); /* stat */
+		if (freed)
+			kvp_log(KVP_LOG_INFO, "reaper", "%llu units of unfinished puts "
+				"freed", (unsigned long long)freed);
+	}
+	kvp_dram_round_agent(a);
+	if (!t)
+		return false;
+	kvp_ssd_submit_agent(t->ssd);
+	kvp_wake_clients(a);
+	if (!kvp_ssd_outstanding_agent(t->ssd))
+		return false;
+	/* I/O in flight: wait for it, wait_ms at a time, so new requests
+	 * are not left waiting */
+	n = kvp_ssd_poll_agent(t->ssd, cq, 64, wait_ms);
+	for (k = 0; k < n; k++)
+		kvp_complete(a, &cq[k]);
+	kvp_wake_clients(a);
+	return true;
+}
+
 /* The tier thread. */
 void *
 kvp_tier_main_agent(void *arg)
 {
 	struct kvp_agent *a = arg;
 	struct kvp_shm_header *h = a->seg.hdr;
-	struct kvp_ssd_cqe cq[64];
 
 	while (!kvp_load_acquire(&a->stop)) { /* acquire: main's release */
 		unsigned int seq = kvp_iload_acquire(&h->h_evict_wake);
-		struct kvp_tier *t = a->tier;
-		int n, k;
 
-		if (t) {
-			while ((n = kvp_ssd_poll_agent(t->ssd, cq, 64, 0)) > 0)
-				for (k = 0; k < n; k++)
-					kvp_complete(a, &cq[k]);
-			kvp_serve_rings(a);
-		}
-		/* full CAS: a sweep the reaper asked for */
-		if (kvp_cas(&a->gc_request, 1, 0)) {
-			uint64_t freed = kvp_dram_gc_agent(a);
-			kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], freed); /* stat */
-			if (freed)
-				kvp_log(KVP_LOG_INFO, "reaper", "%llu units of unfinished puts "
-					"freed", (unsigned long long)freed);
-		}
-		kvp_dram_round_agent(a);
-		if (t) {
-			kvp_ssd_submit_agent(t->ssd);
-			kvp_wake_clients(a);
-			if (kvp_ssd_outstanding_agent(t->ssd)) {
-				/* I/O in flight: wait for it, 1 ms at a time,
-				 * so new requests are not left waiting */
-				n = kvp_ssd_poll_agent(t->ssd, cq, 64, 1);
-				for (k = 0; k < n; k++)
-					kvp_complete(a, &cq[k]);
-				kvp_wake_clients(a);
-				continue;
-			}
-		}
+		if (kvp_tier_step_agent(a, 1))
+			continue;
 		if (kvp_load_acquire(&a->stop)) /* acquire: main's release */
 			break;
 		/* sleep until a client kicks or posts, or 100 ms */
