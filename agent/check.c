@@ -507,7 +507,7 @@ kvp_chk_staging(struct kvp_chk *k)
 						   (unsigned long long)j,
 						   k->r->agent_up ? "the agent" : "a dead agent");
 			else if (f == 0 || f > s->hdr->h_max_clients || k->alive[f - 1] != 1)
-				kvp_chk_repairable(k, 17, "span %llu is being freed by dead "
+				kvp_chk_repairable(k, 23, "span %llu is being freed by dead "
 						   "client %u", (unsigned long long)j, f ? f - 1 : 0);
 		}
 		for (q = 0; q < KVP_MAX_CLIENTS_STAGING && q < s->hdr->h_max_clients; q++) {
@@ -592,7 +592,7 @@ kvp_chk_leases(struct kvp_chk *k)
 			break;
 		case KVP_LS_RESERVED:
 			if (o == 0 || o > s->hdr->h_max_clients || k->alive[o - 1] != 1)
-				kvp_chk_repairable(k, 22, "lease %llu is half-taken by dead "
+				kvp_chk_repairable(k, 23, "lease %llu is half-taken by dead "
 						   "client %u", (unsigned long long)j, o ? o - 1 : 0);
 			break;
 		default:
