@@ -47,6 +47,18 @@ fresh_dir(void)
 	assert_int_equal(system(cmd), 0);
 }
 
+/* SIGSTOP the agent and wait until it is stopped (the signal is
+ * asynchronous: a request posted meanwhile could still be taken). */
+static void
+stop_agent(struct kvpt_agent *a)
+{
+	int st;
+
+	kill(a->pid, SIGSTOP);
+	assert_int_equal(waitpid(a->pid, &st, WUNTRACED), a->pid);
+	assert_true(WIFSTOPPED(st));
+}
+
 static uint32_t
 key_of(char *k, int i)
 {
@@ -537,7 +549,7 @@ test_single_flight(void **state)
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_and_demote(c, &s, 2, 256 << 10);
 	staged0 = actr(&s, KVP_ACTR_STAGED) + actr(&s, KVP_ACTR_PROMOTE);
-	kill(a.pid, SIGSTOP);
+	stop_agent(&a);
 	for (k = 0; k < 3; k++) {
 		x[k].pool = a.pool;
 		x[k].i = 1;
@@ -667,7 +679,7 @@ test_restart_serves_taken(void **state)
 	put_and_demote(c, &s, 2, 256 << 10);
 	kvp_close(c);
 	setenv("KVP_AGENT_GRACE_MS", "20000", 1);
-	kill(a.pid, SIGSTOP);
+	stop_agent(&a);
 	x.pool = a.pool;
 	x.i = 1;
 	x.ok = false;
