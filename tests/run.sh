@@ -71,6 +71,7 @@ if [ $quick = 0 ]; then
 		build/tsan/stress_pool --threads --procs 3 --seconds 10 --seed 4
 	run "release/bench_core --quick (not asserted)" build/release/bench_core --quick
 	run "release/bench_ssd --quick (not asserted)" build/release/bench_ssd --quick
+	run "stress/bench --quick (peers; not asserted, JSON checked)" stress/bench --quick
 fi
 if [ $long = 1 ]; then
 	run "release/stress_pool long kill" build/release/stress_pool --procs 8 --seconds 600 --seed 5 --kill-every 2000
