@@ -2059,6 +2059,7 @@ main(int argc, char **argv)
 	double t0 = kvpb_now_s(), t;
 	int opt, rc = 0;
 
+	signal(SIGPIPE, SIG_IGN); /* a server that dies is an error, not a kill */
 	cfg.pin = true;
 	snprintf(cfg.ssd_dir, sizeof(cfg.ssd_dir), "/var/tmp");
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
