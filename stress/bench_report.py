@@ -86,6 +86,11 @@ def machine(ssd_dir):
     except (OSError, AttributeError):
         pass
     m["kernel"] = platform.system() + " " + platform.release()
+    try:
+        with open("/proc/loadavg") as f:
+            m["loadavg"] = " ".join(f.read().split()[:3])
+    except OSError:
+        pass
     fs = run(["findmnt", "-T", ssd_dir, "-no", "FSTYPE,SOURCE,OPTIONS"]).split()
     m["ssd_dir"] = ssd_dir
     m["ssd_fs"] = " ".join(fs[:2]) if fs else "?"
@@ -268,11 +273,26 @@ def why(d, g):
             rp = med(d.fig("get", "rpc", sz, 1, "GB/s"))
             if mc and rp:
                 parts.append("%s: %.2fx" % (size_name(sz), mc / rp))
+        beat, tot = 0, 0
+        for (sec, sysn, sz, p), rs in d.m.items():
+            if sec != "get" or sysn != "rpc" or p < 2:
+                continue
+            for r in rs:
+                m = d.get("get", "memcpy", sz, p, "GB/s", r)
+                if m is not None:
+                    tot += 1
+                    beat += rs[r]["v"]["GB/s"] > m
+        art = ""
+        if beat:
+            art = (" With 2 processes the RPC shape beat the 2-process memcpy itself in %d "
+                   "of %d rounds: other load slowed the pinned workers while the unpinned "
+                   "server threads moved away from it (see Method), so those ratios say "
+                   "more about this machine's load than about either design." % (beat, tot))
         return ("the RPC shape makes one copy too (server -> registered buffer), and with "
                 "one worker its server runs on the other core: for values of 64 KiB and "
                 "more its throughput is close to memcpy's, so even a free get could only "
                 "be memcpy/RPC faster (1 process: %s). The 3x can only show where the "
-                "round trip dominates the copy (small values)." % ", ".join(parts))
+                "round trip dominates the copy (small values).%s" % (", ".join(parts), art))
     if gid == "overhead_rpc":
         kv, rp = med(overhead(d, "kvpool", 65536)), med(overhead(d, "rpc", 65536))
         txt = ""
@@ -292,13 +312,33 @@ def why(d, g):
         return ("each lookup of an index larger than the cache pays dependent DRAM misses "
                 "(state word, then entry) that the batch pipeline hides only in part; "
                 "missed for %s (core figures and analysis above)." % ", ".join(missed))
+    if gid == "ssd_write":
+        per = []
+        for e in g["rows"]:
+            if e["met"] is not False:
+                continue
+            sz = next((k[2] for k in d.m if k[0] == "ssd_write" and size_name(k[2]) == e["label"]), None)
+            kv = med(d.fig("ssd_write", "kvpool", sz, 1, "GB/s")) if sz else None
+            fi = med(d.fig("ssd_write", "fio", sz, 1, "GB/s")) if sz else None
+            if kv and fi:
+                per.append("%s: %.0f us per value demoted against %.0f us per fio block"
+                           % (e["label"], sz / kv / 1e3, sz / fi / 1e3))
+        if per:
+            return ("per-value cost, not bandwidth: %s (ratios are close to 1 for large "
+                    "values). The agent finds values to demote with its CLOCK pass over the "
+                    "index (a value used since the last pass gets a second chance first), "
+                    "then writes a 4 KiB header block with each value and at most 32 at a "
+                    "time; small values pay that per value." % "; ".join(per))
     if gid in ("ssd_read", "ssd_write"):
         sec = gid
         f = [v for sz in sorted({k[2] for k in d.m if k[0] == sec})
              for v in (d.fig(sec, "fio", sz, 1, "GB/s") or {"samples": []})["samples"]]
         rng = " (fio ranged %.2f-%.2f GB/s in this run)" % (min(f), max(f)) if f else ""
         what = ("cold gets go through the agent (request ring, O_DIRECT io_uring reads "
-                "into the staging arena) and the client's copy out"
+                "into the staging arena) and the client's copy out; one kvp_batch_get "
+                "keeps at most its batch in flight (16 values; 8 at 4 MiB, half the 64 MiB "
+                "arena) and the next call starts after this one has copied its values "
+                "out, while fio keeps 16 blocks in flight without gaps"
                 if sec == "ssd_read" else
                 "demotion counts from the first put to the last value on disk (the "
                 "agent's pass, the write, the index update)")
@@ -354,6 +394,9 @@ def markdown(d, cfg, info, mach, G, meta, img_rel):
         ["caches", "L2 %s, L3 %s" % (mach.get("L2 cache", "?"), mach.get("L3 cache", "?"))],
         ["memory", "%s; /dev/shm is %s" % (mach.get("memory", "?"), mach.get("dev_shm"))],
         ["kernel", mach.get("kernel", "?")],
+        ["load average", "%s at start, %s at the end (1, 5, 15 min; other processes "
+         "share this machine when it is above 0)" % (meta.get("load_start", "?"),
+                                                   mach.get("loadavg", "?"))],
         ["SSD dir", "`%s` on %s" % (mach.get("ssd_dir"), mach.get("ssd_fs"))],
         ["software", "%s; %s; %s; LMDB %s; hiredis %s" % (
             mach.get("compiler", "?"), mach.get("fio", "fio ?"), mach.get("redis", "redis ?"),
@@ -373,6 +416,9 @@ def markdown(d, cfg, info, mach, G, meta, img_rel):
   finish. Servers (kvpoold, redis-server, the RPC server) are not pinned: with one
   worker they get the other core to themselves; with two they share the cores
   with the workers (that is the cost of the server shape on this machine).
+  Under load from other processes, pinned workers cannot move off a busy CPU
+  while unpinned server threads can: figures from a busy machine favour the
+  server shapes (check the load average in the machine table).
 * **Batches.** %s keys per batch at 64 KiB, 1 at 1 MiB and 4 MiB (1 MiB per batch,
   at most 16 keys), the same for every system: kvpool `kvp_batch_get` (`kvp_get`
   for one key); LMDB one read transaction per batch (reset/renew) and a copy out
@@ -614,6 +660,7 @@ def main():
     ap.add_argument("--ssd-dir", default="/var/tmp")
     ap.add_argument("--elapsed", default="?")
     ap.add_argument("--command", default="stress/bench")
+    ap.add_argument("--load-start", default="?")
     a = ap.parse_args()
 
     cfg, info, rows = load(a.raw)
@@ -623,7 +670,7 @@ def main():
     mach = machine(cfg.get("ssd_dir", a.ssd_dir))
     G = goals(d, cfg)
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "elapsed": "%s s" % a.elapsed, "command": a.command}
+            "elapsed": "%s s" % a.elapsed, "command": a.command, "load_start": a.load_start}
     img = a.img or os.path.join(a.out, "img")
     have_plots = plots(d, cfg, img, a.out)
     img_rel = a.img_rel or ("img" if have_plots else None)
