@@ -383,6 +383,18 @@ def markdown(d, cfg, info, mach, G, meta, img_rel):
         L.append("**Quick mode: small working sets and few rounds; these numbers are a "
                  "smoke test, not figures of record.**")
         L.append("")
+    busy = []
+    for la in (meta.get("load_start"), mach.get("loadavg")):
+        try:
+            busy.append(float(la.split()[0]))
+        except (AttributeError, ValueError, IndexError):
+            pass
+    if busy and max(busy) > 0.5:
+        L.append("**This run shared the machine with other work (1-minute load average "
+                 "up to %.1f on %s CPUs): the min-max ranges are wide and the medians "
+                 "move between runs. Rerun on an idle machine for figures of record.**"
+                 % (max(busy), cfg.get("nproc", "?")))
+        L.append("")
     L.append("## Machine")
     L.append("")
     L.append(table(["", ""], left=2, rows=[
@@ -661,6 +673,7 @@ def main():
     ap.add_argument("--elapsed", default="?")
     ap.add_argument("--command", default="stress/bench")
     ap.add_argument("--load-start", default="?")
+    ap.add_argument("--load-end", help="load average when the measurements ended")
     a = ap.parse_args()
 
     cfg, info, rows = load(a.raw)
@@ -668,6 +681,8 @@ def main():
         sys.exit("bench_report: %s holds no measurements" % a.raw)
     d = Data(rows)
     mach = machine(cfg.get("ssd_dir", a.ssd_dir))
+    if a.load_end:
+        mach["loadavg"] = a.load_end
     G = goals(d, cfg)
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "elapsed": "%s s" % a.elapsed, "command": a.command, "load_start": a.load_start}
