@@ -16,7 +16,7 @@
 #include <getopt.h>
 #include <sys/stat.h>
 
-#include "tests/agent/harness.h"
+#include "stress/bench_util.h"
 
 static char dir[512] = "/var/tmp";
 static char sdir[600];
@@ -26,47 +26,14 @@ static FILE *json;
 static double
 now_s(void)
 {
-	return (double)kvp_now_ns(CLOCK_MONOTONIC) / 1e9;
+	return kvpb_now_s();
 }
 
-/* fio: bandwidth in bytes/s of one job, or 0 without fio. */
+/* fio on this run's directory: bandwidth in bytes/s, or 0 without fio. */
 static double
 fio_bw(const char *rw, const char *bs, unsigned mib)
 {
-	char cmd[1024], buf[1 << 16];
-	size_t n;
-	FILE *f;
-	const char *p;
-
-	snprintf(cmd, sizeof(cmd),
-		 "fio --name=kvpb --directory=%s --direct=1 --ioengine=io_uring --rw=%s "
-		 "--bs=%s --size=%uM --iodepth=16 --output-format=json 2>/dev/null",
-		 sdir, rw, bs, mib);
-	f = popen(cmd, "r");
-	if (!f)
-		return 0;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	pclose(f);
-	p = strstr(buf, strcmp(rw, "write") ? "\"read\" : {" : "\"write\" : {");
-	p = p ? strstr(p, "\"bw_bytes\"") : NULL;
-	return p ? strtod(strchr(p, ':') + 1, NULL) : 0;
-}
-
-static void
-rm_rf(const char *d)
-{
-	char cmd[700];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
-	if (system(cmd))
-		fprintf(stderr, "bench_ssd: cannot remove %s\n", d);
-}
-
-static uint32_t
-key_of(char *k, int i)
-{
-	return (uint32_t)snprintf(k, 100, "%064x_bench_%d", (unsigned)i * 2654435761u, i);
+	return kvpb_fio_bw(sdir, rw, bs, mib, 16);
 }
 
 static void
@@ -79,69 +46,6 @@ report(const char *name, double v, const char *unit, double ref, const char *ref
 	if (json)
 		fprintf(json, "%s\"%s\":{\"value\":%.4f,\"unit\":\"%s\",\"ratio\":%.4f}",
 			ftell(json) > 1 ? "," : "", name, v, unit, ref > 0 ? v / ref : 0);
-}
-
-static bool
-demoted(void *p)
-{
-	struct kvp_seg *s = p;
-	uint64_t i, dram = 0;
-
-	for (i = 0; i < s->hdr->h_index_slots; i++)
-		if (KVP_IX_STATE(kvp_load_acquire(&s->meta[i])) == KVP_IX_READY &&
-		    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM)
-			dram++;
-	return dram == 0;
-}
-
-/* Put n values of sz, measure until every one is on SSD. */
-static double
-fill_and_demote(struct kvp_client *c, struct kvp_seg *s, int n, uint64_t sz)
-{
-	unsigned char *v = malloc(sz);
-	double t0 = now_s();
-	char k[100];
-	int i, rc;
-
-	memset(v, 0x5a, sz);
-	for (i = 0; i < n; i++) {
-		uint32_t kl = key_of(k, i);
-		v[0] = (unsigned char)i;
-		while ((rc = kvp_put(c, k, kl, v, sz)) == -EBUSY)
-			;
-		if (rc)
-			fprintf(stderr, "bench_ssd: put: %s\n", kvp_strerror(rc));
-	}
-	kvpt_wait_until(demoted, s, 600000);
-	free(v);
-	return (double)n * (double)sz / (now_s() - t0);
-}
-
-static double
-cold_gets(struct kvp_client *c, int n, uint64_t sz, int batch)
-{
-	struct kvp_op *ops = calloc((size_t)batch, sizeof(*ops));
-	char (*keys)[100] = calloc((size_t)batch, 100);
-	unsigned char *out = malloc((size_t)batch * sz);
-	double t0 = now_s();
-	int i, k;
-
-	for (i = 0; i < n; i += batch) {
-		int m = n - i < batch ? n - i : batch;
-		for (k = 0; k < m; k++) {
-			ops[k].klen = key_of(keys[k], i + k);
-			ops[k].key = keys[k];
-			ops[k].buf = out + (size_t)k * sz;
-			ops[k].off = 0;
-			ops[k].len = sz;
-		}
-		if (kvp_batch_get(c, ops, (size_t)m) != m)
-			fprintf(stderr, "bench_ssd: batch get: not all ok\n");
-	}
-	free(ops);
-	free(keys);
-	free(out);
-	return (double)n * (double)sz / (now_s() - t0);
 }
 
 int
@@ -192,7 +96,7 @@ main(int argc, char **argv)
 			return 1;
 		}
 		for (i = 0; i < N; i++) {
-			ops[i].klen = key_of(keys[i], i);
+			ops[i].klen = kvpb_ssd_key(keys[i], i);
 			ops[i].key = keys[i];
 			kvp_put(c, keys[i], ops[i].klen, &one, 1);
 		}
@@ -218,7 +122,7 @@ main(int argc, char **argv)
 	fio_w = fio_bw("write", "1M", (unsigned)n1m);
 	fio_r = fio_bw("read", "1M", (unsigned)n1m);
 	fio_r64 = fio_bw("read", "64k", quick ? 128 : 512);
-	rm_rf(sdir);
+	kvpb_rm_rf(sdir);
 	mkdir(sdir, 0700);
 	report("fio seq write 1MiB (O_DIRECT, io_uring)", fio_w / 1e9, "GB/s", 0, "");
 	report("fio seq read 1MiB", fio_r / 1e9, "GB/s", 0, "");
@@ -238,16 +142,16 @@ main(int argc, char **argv)
 			printf("cannot start the agent\n");
 			return 1;
 		}
-		bw = fill_and_demote(c, &s, n1m, 1 << 20);
+		bw = kvpb_ssd_fill_and_demote(c, &s, n1m, 1 << 20);
 		report("demotion 1MiB (put + write to SSD)", bw / 1e9, "GB/s", fio_w / 1e9,
 		       "fio write");
-		bw = cold_gets(c, n1m, 1 << 20, 16);
+		bw = kvpb_ssd_cold_gets(c, n1m, 1 << 20, 16, NULL);
 		report("cold SSD batch_get 1MiB via staging", bw / 1e9, "GB/s", fio_r / 1e9,
 		       "fio read");
 		kvp_close(c);
 		kvp__seg_unmap(&s);
 		kvpt_agent_stop(&a);
-		rm_rf(ssd);
+		kvpb_rm_rf(ssd);
 	}
 	{
 		struct kvpt_agent a;
@@ -264,9 +168,9 @@ main(int argc, char **argv)
 			printf("cannot start the agent\n");
 			return 1;
 		}
-		fill_and_demote(c, &s, 2000, 64 << 10);
+		kvpb_ssd_fill_and_demote(c, &s, 2000, 64 << 10);
 		t0 = now_s();
-		bw = cold_gets(c, 2000, 64 << 10, 2000);
+		bw = kvpb_ssd_cold_gets(c, 2000, 64 << 10, 2000, NULL);
 		secs = now_s() - t0;
 		bound = 2000.0 * 65536 / fio_r64;
 		printf("  2000 x 64KiB through an 8-slot arena: %.3f s (bandwidth bound %.3f s)\n",
@@ -275,7 +179,7 @@ main(int argc, char **argv)
 		kvp_close(c);
 		kvp__seg_unmap(&s);
 		kvpt_agent_stop(&a);
-		rm_rf(ssd);
+		kvpb_rm_rf(ssd);
 	}
 	{
 		struct kvpt_agent a;
@@ -296,11 +200,11 @@ main(int argc, char **argv)
 		}
 		for (i = 0; i < nrec; i++) {
 			char k[100];
-			uint32_t kl = key_of(k, i);
+			uint32_t kl = kvpb_ssd_key(k, i);
 			while (kvp_put(c, k, kl, &one, 1) == -EBUSY)
 				;
 		}
-		kvpt_wait_until(demoted, &s, 600000);
+		kvpt_wait_until(kvpb_ssd_demoted, &s, 600000);
 		kvp_close(c);
 		kvp__seg_unmap(&s);
 		kvpt_agent_stop(&a); /* seals the active segment */
@@ -334,9 +238,9 @@ main(int argc, char **argv)
 				report("SSD index rebuild (recovery, from the log)",
 				       (double)nr / rec_s / 1e6, "M/s", 0, "");
 		}
-		rm_rf(ssd);
+		kvpb_rm_rf(ssd);
 	}
-	rm_rf(sdir);
+	kvpb_rm_rf(sdir);
 	if (json) {
 		fputs("}\n", json);
 		fclose(json);

@@ -77,6 +77,7 @@ if [ $quick = 0 ]; then
 		--agent-restart-every 5000
 	run "release/bench_core --quick (not asserted)" build/release/bench_core --quick
 	run "release/bench_ssd --quick (not asserted)" build/release/bench_ssd --quick
+	run "stress/bench --quick (peers; not asserted, JSON checked)" stress/bench --quick
 fi
 # a hostile worker against the agent's parsers (tests/fuzz/fuzz_ring.c):
 # the structured random driver under ASan/UBSan, and libFuzzer when clang is
