@@ -32,7 +32,12 @@
  *            over AF_UNIX by copying each value into the worker's
  *            registered buffer (a memfd sent once with SCM_RIGHTS); puts
  *            are copied out of that buffer.  One request and one reply
- *            per batch.
+ *            per batch (N keys per request: the batch size below).
+ *   rpc1     the same server, protocol and connection, but one request
+ *            and one reply per key: the shape of engines that call
+ *            get(key) per page, so every value pays a whole round trip.
+ *            Not run in the prefix section (that would be 2,000 round
+ *            trips per batch; the rtt section gives the cost of one).
  *
  * Workloads (sizes and process counts from the command line):
  *   get      pure hits over a working set larger than the L3 cache, in
@@ -48,7 +53,12 @@
  *            --ssd-dir, against kvpool's demotion rate and its cold
  *            (O_DIRECT, through the staging arena) batch gets; and a
  *            2,000-key batch of 64 KiB SSD values through an 8-slot
- *            staging arena against bytes / fio's 64 KiB read bandwidth.
+ *            staging arena against bytes / fio's 64 KiB read bandwidth;
+ *   rtt      the latency of a 1-key get of a 4 KiB value (one worker,
+ *            each call timed alone, the median and the 99th percentile
+ *            over many calls, keys cycled over a 16 MiB set): kvp_get
+ *            (the copy is small, so this is kvpool's own overhead), one
+ *            rpc1 round trip, and memcpy of the same 4 KiB (the copy).
  *
  * Method.  Worker processes are forked once, at start, each pinned to
  * one CPU (worker w on CPU w mod nproc, like taskset -c); they open every
@@ -62,8 +72,8 @@
  * last finish.  GB/s are 10^9 bytes/s.
  *
  * usage: bench_peers [--quick] [--rounds N] [--sizes 64K,1M,4M]
- *        [--procs 1,2] [--systems memcpy,kvpool,lmdb,redis,rpc]
- *        [--sections get,mixed,prefix,ssd] [--ws SIZE] [--batch N]
+ *        [--procs 1,2] [--systems memcpy,kvpool,lmdb,redis,rpc,rpc1]
+ *        [--sections get,mixed,prefix,ssd,rtt] [--ws SIZE] [--batch N]
  *        [--ssd-dir DIR] [--no-pin]
  */
 #include <getopt.h>
@@ -88,19 +98,22 @@
 #define KVPB_PREFIX 2000u
 #define KVPB_RPC_KMAX 96u
 #define KVPB_RPC_MAXN 4096u
+#define KVPB_RTT KVPB_MAX_SIZES /* the rtt value set's index in kvpb_vs */
+#define KVPB_RTT_SIZE 4096u
+#define KVPB_RTT_KEYS 4096u     /* 16 MiB of values */
 
 #define KVPB_TAG_GET 0x676574ull
 #define KVPB_TAG_IX 0x6978ull
 #define KVPB_TAG_MIX (0x6d6978ull << 32)
 
-enum { SYS_MEMCPY, SYS_KVPOOL, SYS_LMDB, SYS_REDIS, SYS_RPC, KVPB_NSYS };
+enum { SYS_MEMCPY, SYS_KVPOOL, SYS_LMDB, SYS_REDIS, SYS_RPC, SYS_RPC1, KVPB_NSYS };
 static const char *const kvpb_sys_name[KVPB_NSYS] = {
-	"memcpy", "kvpool", "lmdb", "redis", "rpc",
+	"memcpy", "kvpool", "lmdb", "redis", "rpc", "rpc1",
 };
 
-enum { SEC_GET, SEC_MIXED, SEC_PREFIX, SEC_EXISTS, SEC_SSD, KVPB_NSEC };
+enum { SEC_GET, SEC_MIXED, SEC_PREFIX, SEC_EXISTS, SEC_SSD, SEC_RTT, KVPB_NSEC };
 static const char *const kvpb_sec_name[KVPB_NSEC] = {
-	"get", "mixed", "prefix", "exists", "ssd",
+	"get", "mixed", "prefix", "exists", "ssd", "rtt",
 };
 
 struct kvpb_cfg {
@@ -118,6 +131,7 @@ struct kvpb_cfg {
 	uint64_t ix_entries[KVPB_MAX_IX];
 	unsigned prefix_batches; /* 2,000-key batches per system and round */
 	uint64_t exists_ops;
+	uint64_t rtt_ops;       /* timed 1-key gets per system and round */
 	char ssd_dir[512];
 	unsigned nssd;
 	uint64_t ssd_sizes[KVPB_MAX_SIZES];
@@ -136,7 +150,7 @@ struct kvpb_vset {
 	unsigned char *mc;   /* the memcpy baseline's copy (tmpfs) */
 };
 
-static struct kvpb_vset kvpb_vs[KVPB_MAX_SIZES];
+static struct kvpb_vset kvpb_vs[KVPB_MAX_SIZES + 1]; /* + the rtt set */
 
 /*
  * Shared with the workers (MAP_SHARED | MAP_ANONYMOUS, made before the
@@ -146,6 +160,7 @@ static struct kvpb_vset kvpb_vs[KVPB_MAX_SIZES];
  */
 struct kvpb_wres {
 	uint64_t t0, t1, ops, bytes, bad, busy_ns, sum_ns, worst_ns;
+	uint64_t p50_ns, p99_ns; /* rtt: of the single calls */
 };
 
 struct kvpb_ctl {
@@ -178,6 +193,34 @@ static pid_t kvpb_wpid[KVPB_MAX_PROCS];
 static int kvpb_ack_rd = -1, kvpb_ack_wr = -1;
 
 /* ---- small helpers ---- */
+
+static bool
+kvpb_sys_on(unsigned sys)
+{
+	return cfg.sys_mask & (1u << sys);
+}
+
+/* Is the RPC server needed?  rpc and rpc1 share it (and its contents). */
+static bool
+kvpb_rpc_on(void)
+{
+	return kvpb_sys_on(SYS_RPC) || kvpb_sys_on(SYS_RPC1);
+}
+
+static bool
+kvpb_sec_on(unsigned sec)
+{
+	return cfg.sec_mask & (1u << sec);
+}
+
+/* The largest value any section stores (the parent's RPC put half). */
+static uint64_t
+kvpb_prpc_half(void)
+{
+	uint64_t m = cfg.sizes[cfg.nsizes - 1];
+
+	return m > KVPB_RTT_SIZE ? m : KVPB_RTT_SIZE;
+}
 
 static void kvpb_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -842,6 +885,8 @@ struct kvpb_worker {
 	struct kvp_op *ops;
 	struct kvp_op *ixops[KVPB_MAX_IX];
 	const unsigned char *kp[KVPB_RPC_MAXN];
+	uint64_t *lat;        /* rtt: one time per call */
+	uint64_t lat_cap;
 };
 
 /* Open system sys's client in this worker, once. */
@@ -870,6 +915,7 @@ kvpb_w_open(struct kvpb_worker *W, unsigned sys, unsigned pool)
 		rc = W->rc ? 0 : -EIO;
 		break;
 	case SYS_RPC:
+	case SYS_RPC1: /* the same connection: a worker has one client */
 		if (!W->rpc_up) {
 			rc = kvpb_rpc_connect(&W->rpc, W->maxbb, W->src, cfg.sizes[0]);
 			W->rpc_up = rc == 0;
@@ -957,6 +1003,18 @@ kvpb_w_get(struct kvpb_worker *W, unsigned sys, const struct kvpb_vset *v,
 			bad += W->rpc.st[k] != (int64_t)sz;
 		first = W->rpc.buf; /* gets land in the registered buffer */
 		break;
+	case SYS_RPC1:
+		/* get(key) per page: a round trip per value, each landing
+		 * where the batched request would have put it */
+		for (k = 0; k < m; k++) {
+			kvpb_rpc_setop(&W->rpc.ops[0], RPC_GET, v->keys + idx[k] * KVPB_KLEN,
+				       k * sz, sz);
+			if (kvpb_rpc_call(&W->rpc, 1, NULL))
+				return bad + m - k;
+			bad += W->rpc.st[0] != (int64_t)sz;
+		}
+		first = W->rpc.buf;
+		break;
 	default:
 		return m;
 	}
@@ -1030,6 +1088,15 @@ kvpb_w_put(struct kvpb_worker *W, unsigned sys, const unsigned char *keys, unsig
 			return m;
 		for (k = 0; k < m; k++)
 			bad += W->rpc.st[k] != 0;
+		break;
+	case SYS_RPC1:
+		for (k = 0; k < m; k++) {
+			kvpb_rpc_setop(&W->rpc.ops[0], RPC_PUT, keys + k * KVPB_KLEN,
+				       W->rpc.half + (k * sz) % (W->rpc.half - sz + 1), sz);
+			if (kvpb_rpc_call(&W->rpc, 1, NULL))
+				return bad + m - k;
+			bad += W->rpc.st[0] != 0;
+		}
 		break;
 	default:
 		return m;
@@ -1112,10 +1179,19 @@ kvpb_mixed_puts(const struct kvpb_vset *v, uint64_t iters)
 }
 
 static int
+kvpb_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static int
 kvpb_w_run(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 {
 	struct kvpb_wres *res = &ctl->res[W->w];
-	const struct kvpb_vset *v = cmd->sec <= SEC_MIXED ? &kvpb_vs[cmd->s] : NULL;
+	const struct kvpb_vset *v = cmd->sec <= SEC_MIXED || cmd->sec == SEC_RTT
+				    ? &kvpb_vs[cmd->s] : NULL;
 	uint64_t idx[KVPB_RPC_MAXN], j = 0, done = 0, bad = 0, nput = 0, bytes = 0;
 	uint64_t sum = 0, worst = 0;
 	unsigned ix = cmd->s;
@@ -1160,6 +1236,15 @@ kvpb_w_run(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 		}
 		if (!W->ixops[ix])
 			rc = -ENOMEM;
+	}
+	if (!rc && cmd->sec == SEC_RTT && cmd->iters > W->lat_cap) {
+		free(W->lat);
+		W->lat_cap = cmd->iters;
+		W->lat = malloc(W->lat_cap * sizeof(*W->lat));
+		if (!W->lat) {
+			W->lat_cap = 0;
+			rc = -ENOMEM;
+		}
 	}
 	/* ready; then wait for the start */
 	if (kvpb_write_full(kvpb_ack_wr, &ack, 1))
@@ -1218,6 +1303,23 @@ kvpb_w_run(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 			worst = t > worst ? t : worst;
 			done += KVPB_PREFIX;
 		}
+	} else if (cmd->sec == SEC_RTT) {
+		/* every call timed alone: the clock reads (tens of ns) are
+		 * inside each sample, the same for every system */
+		for (done = 0; done < cmd->iters; done++) {
+			uint64_t t0, t;
+
+			idx[0] = j;
+			if (++j == v->n)
+				j = 0;
+			t0 = kvpb_now_ns();
+			bad += kvpb_w_get(W, cmd->sys, v, idx, 1, cmd->round == 0);
+			t = kvpb_now_ns() - t0;
+			W->lat[done] = t;
+			sum += t;
+			worst = t > worst ? t : worst;
+		}
+		bytes = done * v->size;
 	} else if (cmd->sec == SEC_EXISTS && cmd->sys == SYS_KVPOOL) {
 		uint64_t n = ctl->ix_n[ix];
 
@@ -1229,6 +1331,11 @@ kvpb_w_run(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 		}
 	}
 	res->t1 = kvpb_now_ns();
+	if (cmd->sec == SEC_RTT && done) {
+		qsort(W->lat, done, sizeof(*W->lat), kvpb_cmp_u64);
+		res->p50_ns = W->lat[done / 2];
+		res->p99_ns = W->lat[done * 99 / 100];
+	}
 	res->ops = done;
 	res->bytes = bytes;
 	res->bad = bad;
@@ -1249,6 +1356,7 @@ kvpb_worker_main(unsigned w, int cmd_fd)
 	W.cmd_fd = cmd_fd;
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	kvpb_pin(w);
+	W.maxbb = KVPB_RTT_SIZE;
 	for (s = 0; s < cfg.nsizes; s++)
 		if (kvpb_vs[s].batch * kvpb_vs[s].size > W.maxbb)
 			W.maxbb = kvpb_vs[s].batch * kvpb_vs[s].size;
@@ -1336,7 +1444,7 @@ kvpb_acks(unsigned n)
  * aggregate: wall time (first start to last finish), busy time summed
  * over the workers, operations, bytes, failures. */
 struct kvpb_agg {
-	double wall_s, busy_s, sum_ns, worst_ns;
+	double wall_s, busy_s, sum_ns, worst_ns, p50_ns, p99_ns;
 	uint64_t ops, bytes, bad;
 };
 
@@ -1373,6 +1481,9 @@ kvpb_measure(struct kvpb_cmd *cmd, struct kvpb_agg *a)
 		a->bad += r->bad;
 		a->sum_ns += (double)r->sum_ns;
 		a->worst_ns = (double)r->worst_ns > a->worst_ns ? (double)r->worst_ns : a->worst_ns;
+		/* rtt runs on one worker; with more, the slowest one's */
+		a->p50_ns = (double)r->p50_ns > a->p50_ns ? (double)r->p50_ns : a->p50_ns;
+		a->p99_ns = (double)r->p99_ns > a->p99_ns ? (double)r->p99_ns : a->p99_ns;
 	}
 	a->wall_s = (double)(t1 - t0) / 1e9;
 	return 0;
@@ -1486,7 +1597,7 @@ kvpb_rpc_fill(const unsigned char *keys, uint64_t n, uint64_t len, unsigned kind
 {
 	uint64_t k = 0, bad = 0;
 
-	if (!(cfg.sys_mask & (1u << SYS_RPC)))
+	if (!kvpb_rpc_on())
 		return 0;
 	while (k < n) {
 		uint32_t m = n - k < 1024 ? (uint32_t)(n - k) : 1024, i;
@@ -1503,19 +1614,22 @@ kvpb_rpc_fill(const unsigned char *keys, uint64_t n, uint64_t len, unsigned kind
 	return bad;
 }
 
+/* The value sets of the get and mixed sections, and the rtt set. */
 static int
 kvpb_fill_values(void)
 {
 	unsigned s;
 	uint64_t bad = 0, i;
-	unsigned char *buf = kvpb_alloc(cfg.sizes[cfg.nsizes - 1]);
+	unsigned char *buf = kvpb_alloc(kvpb_prpc_half());
 
 	if (!buf)
 		return -ENOMEM;
-	for (s = 0; s < cfg.nsizes; s++) {
+	for (s = 0; s <= KVPB_RTT; s++) {
 		struct kvpb_vset *v = &kvpb_vs[s];
 		MDB_txn *t = NULL;
 
+		if (!v->keys)
+			continue; /* sizes not given; or no rtt section */
 		for (i = 0; i < v->n; i++) {
 			const unsigned char *key = v->keys + i * KVPB_KLEN;
 
@@ -1525,7 +1639,7 @@ kvpb_fill_values(void)
 			memcpy(v->mc + i * v->size, buf, v->size);
 			bad += (uint64_t)kvpb_fill_one(0, key, buf, v->size, t);
 			bad += kvpb_redis_drain(1);
-			if (cfg.sys_mask & (1u << SYS_RPC)) {
+			if (kvpb_rpc_on()) {
 				memcpy(kvpb_prpc.buf + kvpb_prpc.half, buf, v->size);
 				bad += kvpb_rpc_fill(key, 1, v->size, RPC_PUT);
 			}
@@ -1635,7 +1749,7 @@ kvpb_fill_index(unsigned ix)
 				bad += kvpb_redis_drain(k % 1024 + 1);
 		}
 	}
-	if (cfg.sys_mask & (1u << SYS_RPC)) {
+	if (kvpb_rpc_on()) {
 		kvpb_prpc.buf[kvpb_prpc.half] = one;
 		bad += kvpb_rpc_fill(keys, n, 1, RPC_PUT);
 	}
@@ -1663,7 +1777,7 @@ kvpb_mixed_cleanup(const struct kvpb_cmd *cmd, uint64_t used_before)
 
 		if (cmd->sys == SYS_LMDB && mdb_txn_begin(kvpb_penv, NULL, 0, &t))
 			return;
-		if (cmd->sys == SYS_RPC)
+		if (cmd->sys == SYS_RPC || cmd->sys == SYS_RPC1)
 			keys = malloc(nput * KVPB_KLEN);
 		for (k = 0; k < nput; k++) {
 			kvpb_key(key, kvpb_mix_tag(cmd->round, w, cmd->s), k);
@@ -1682,6 +1796,7 @@ kvpb_mixed_cleanup(const struct kvpb_cmd *cmd, uint64_t used_before)
 						   (size_t)KVPB_KLEN);
 				break;
 			case SYS_RPC:
+			case SYS_RPC1:
 				if (keys)
 					memcpy(keys + k * KVPB_KLEN, key, KVPB_KLEN);
 				break;
@@ -1706,12 +1821,6 @@ kvpb_mixed_cleanup(const struct kvpb_cmd *cmd, uint64_t used_before)
 }
 
 /* ==== the sections ==== */
-
-static bool
-kvpb_sys_on(unsigned sys)
-{
-	return cfg.sys_mask & (1u << sys);
-}
 
 static int
 kvpb_run_values(unsigned r)
@@ -1770,8 +1879,9 @@ kvpb_run_values(unsigned r)
 							 (unsigned long long)a.bad);
 					if (r == 0)
 						continue;
+					/* batch: keys per call (rpc1: per request) */
 					kvpb_emit(r, kvpb_sec_name[sec], kvpb_sys_name[sys], v->size,
-						  procs, v->batch, a.bad,
+						  procs, sys == SYS_RPC1 ? 1 : v->batch, a.bad,
 						  "GB/s", (double)a.bytes / a.wall_s / 1e9,
 						  "Mop/s", (double)a.ops / a.wall_s / 1e6,
 						  "ns/op", a.busy_s * 1e9 / (double)a.ops,
@@ -1794,7 +1904,8 @@ kvpb_run_index(unsigned r)
 			struct kvpb_cmd cmd;
 			struct kvpb_agg a;
 
-			if (!kvpb_sys_on(sys) || sys == SYS_MEMCPY)
+			/* rpc1 would make 2,000 round trips a batch (see rtt) */
+			if (!kvpb_sys_on(sys) || sys == SYS_MEMCPY || sys == SYS_RPC1)
 				continue;
 			memset(&cmd, 0, sizeof(cmd));
 			cmd.sec = SEC_PREFIX;
@@ -1826,6 +1937,50 @@ kvpb_run_index(unsigned r)
 					  "load", (double)ctl->ix_n[ix] / (double)ctl->ix_slots[ix],
 					  (const char *)NULL);
 		}
+	}
+	return 0;
+}
+
+/*
+ * The round trip: a 1-key get of a 4 KiB value, one worker, every call
+ * timed.  kvpool (kvp_get), rpc1 (one request, one reply) and memcpy of
+ * the same bytes out of tmpfs (the copy both of them include).
+ */
+static int
+kvpb_run_rtt(unsigned r)
+{
+	static const unsigned sys_rtt[] = { SYS_MEMCPY, SYS_KVPOOL, SYS_RPC1 };
+	unsigned k;
+
+	for (k = 0; k < 3; k++) {
+		unsigned sys = sys_rtt[(k + r) % 3]; /* rotate the order */
+		struct kvpb_cmd cmd;
+		struct kvpb_agg a;
+		int rc;
+
+		if (!kvpb_sys_on(sys))
+			continue;
+		memset(&cmd, 0, sizeof(cmd));
+		cmd.sec = SEC_RTT;
+		cmd.sys = sys;
+		cmd.s = KVPB_RTT;
+		cmd.procs = 1;
+		cmd.round = r;
+		cmd.iters = cfg.rtt_ops;
+		rc = kvpb_measure(&cmd, &a);
+		if (rc) {
+			kvpb_log("bench_peers: a worker stopped answering (%s)\n", strerror(-rc));
+			return rc;
+		}
+		if (a.bad)
+			kvpb_log("bench_peers: rtt %s: %llu failed\n", kvpb_sys_name[sys],
+				 (unsigned long long)a.bad);
+		if (r == 0 || !a.ops)
+			continue;
+		kvpb_emit(r, "rtt", kvpb_sys_name[sys], KVPB_RTT_SIZE, 1, 1, a.bad,
+			  "us p50", a.p50_ns / 1e3, "us p99", a.p99_ns / 1e3,
+			  "us mean", a.sum_ns / 1e3 / (double)a.ops,
+			  "us worst", a.worst_ns / 1e3, (const char *)NULL);
 	}
 	return 0;
 }
@@ -1985,8 +2140,8 @@ kvpb_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: bench_peers [--quick] [--rounds N] [--sizes 64K,1M,4M] [--procs 1,2]\n"
-		"         [--systems memcpy,kvpool,lmdb,redis,rpc]\n"
-		"         [--sections get,mixed,prefix,ssd] [--ws SIZE] [--batch N]\n"
+		"         [--systems memcpy,kvpool,lmdb,redis,rpc,rpc1]\n"
+		"         [--sections get,mixed,prefix,ssd,rtt] [--ws SIZE] [--batch N]\n"
 		"         [--ssd-dir DIR] [--ssd-sizes 1M,...] [--no-pin]\n"
 		"Prints one JSON object per measurement on stdout (stress/bench\n"
 		"aggregates them); progress on stderr.\n");
@@ -2051,7 +2206,9 @@ main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	static const char *const secs[] = { "get", "mixed", "prefix", "ssd" };
+	/* the selectable sections ("exists" comes with "prefix") */
+	static const char *const secs[] = { "get", "mixed", "prefix", "ssd", "rtt" };
+	static const unsigned sec_bit[] = { SEC_GET, SEC_MIXED, SEC_PREFIX, SEC_SSD, SEC_RTT };
 	const char *a_sizes = NULL, *a_procs = NULL, *a_sys = NULL, *a_sec = NULL;
 	const char *a_ssd = NULL;
 	uint64_t a_ws = 0, u64[8];
@@ -2092,6 +2249,7 @@ main(int argc, char **argv)
 	cfg.ix_entries[1] = 200000; /* 262,144 slots: ~82 MiB, beyond it */
 	cfg.prefix_batches = cfg.quick ? 40 : 200;
 	cfg.exists_ops = cfg.quick ? 200000 : 1000000;
+	cfg.rtt_ops = cfg.quick ? 10000 : 50000;
 	cfg.nssd = 1;
 	cfg.ssd_sizes[0] = 1u << 20;
 	if (!cfg.quick) {
@@ -2109,7 +2267,8 @@ main(int argc, char **argv)
 	cfg.procs[0] = 1;
 	cfg.procs[1] = 2;
 	cfg.sys_mask = (1u << KVPB_NSYS) - 1;
-	cfg.sec_mask = (1u << SEC_GET) | (1u << SEC_MIXED) | (1u << SEC_PREFIX) | (1u << SEC_SSD);
+	cfg.sec_mask = (1u << SEC_GET) | (1u << SEC_MIXED) | (1u << SEC_PREFIX) | (1u << SEC_SSD) |
+		       (1u << SEC_RTT);
 	if (rounds)
 		cfg.rounds = rounds;
 	if (a_ws)
@@ -2119,7 +2278,7 @@ main(int argc, char **argv)
 	    (a_ssd && kvpb_parse_u64s(a_ssd, cfg.ssd_sizes, KVPB_MAX_SIZES, &cfg.nssd, true)) ||
 	    (a_procs && kvpb_parse_u64s(a_procs, u64, 8, &n, false)) ||
 	    (a_sys && kvpb_parse_list(a_sys, kvpb_sys_name, KVPB_NSYS, &cfg.sys_mask)) ||
-	    (a_sec && kvpb_parse_list(a_sec, secs, 4, &mask)) ||
+	    (a_sec && kvpb_parse_list(a_sec, secs, 5, &mask)) ||
 	    cfg.rounds < 1 || cfg.rounds > 100 || batch > KVPB_RPC_MAXN / 2) {
 		kvpb_usage(stderr);
 		return 2;
@@ -2129,8 +2288,12 @@ main(int argc, char **argv)
 		for (k = 0; k < n; k++)
 			cfg.procs[k] = u64[k] < KVPB_MAX_PROCS ? (unsigned)u64[k] : KVPB_MAX_PROCS;
 	}
-	if (a_sec) /* "ssd" is the 4th name, SEC_SSD the 5th section */
-		cfg.sec_mask = (mask & 7u) | (mask & 8u ? 1u << SEC_SSD : 0);
+	if (a_sec) {
+		cfg.sec_mask = 0;
+		for (k = 0; k < 5; k++)
+			if (mask & (1u << k))
+				cfg.sec_mask |= 1u << sec_bit[k];
+	}
 	cfg.nproc = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 	cfg.nworkers = cfg.procs[cfg.nprocs - 1];
 	if (cfg.nworkers < cfg.nproc && kvpb_sys_on(SYS_MEMCPY))
@@ -2143,10 +2306,12 @@ main(int argc, char **argv)
 	memset(ctl, 0, sizeof(*ctl));
 	printf("{\"config\": {\"mode\": \"%s\", \"rounds\": %u, \"ws_bytes\": %llu, "
 	       "\"passes\": %u, \"nproc\": %u, \"pinned\": %s, \"ssd_dir\": \"%s\", "
-	       "\"ssd_bytes\": %llu, \"prefix_batches\": %u, \"sizes\": [",
+	       "\"ssd_bytes\": %llu, \"prefix_batches\": %u, \"rtt_ops\": %llu, "
+	       "\"rtt_size\": %u, \"rtt_keys\": %u, \"sizes\": [",
 	       cfg.quick ? "quick" : "full", cfg.rounds, (unsigned long long)cfg.ws,
 	       cfg.passes, cfg.nproc, cfg.pin ? "true" : "false", cfg.ssd_dir,
-	       (unsigned long long)cfg.ssd_bytes, cfg.prefix_batches);
+	       (unsigned long long)cfg.ssd_bytes, cfg.prefix_batches,
+	       (unsigned long long)cfg.rtt_ops, KVPB_RTT_SIZE, KVPB_RTT_KEYS);
 	for (s = 0; s < cfg.nsizes; s++)
 		printf("%s%llu", s ? ", " : "", (unsigned long long)cfg.sizes[s]);
 	printf("], \"procs\": [");
@@ -2183,6 +2348,23 @@ main(int argc, char **argv)
 		for (i = 0; i < v->n; i++)
 			kvpb_key(v->keys + i * KVPB_KLEN, KVPB_TAG_GET + s, i);
 	}
+	if (kvpb_sec_on(SEC_RTT)) {
+		struct kvpb_vset *v = &kvpb_vs[KVPB_RTT];
+		uint64_t i;
+
+		v->size = KVPB_RTT_SIZE;
+		v->n = KVPB_RTT_KEYS;
+		v->batch = 1;
+		v->keys = malloc(v->n * KVPB_KLEN);
+		v->mc = kvpb_sys_on(SYS_MEMCPY) ? kvpb_shm_region(v->n * v->size)
+						: malloc(v->n * v->size);
+		if (!v->keys || !v->mc) {
+			kvpb_log("bench_peers: out of memory for the rtt set\n");
+			return 1;
+		}
+		for (i = 0; i < v->n; i++)
+			kvpb_key(v->keys + i * KVPB_KLEN, KVPB_TAG_GET + KVPB_RTT, i);
+	}
 	for (k = 0; k < cfg.nix; k++) {
 		uint64_t e = cfg.ix_entries[k];
 
@@ -2198,9 +2380,8 @@ main(int argc, char **argv)
 	}
 
 	/* the servers (before kvpool, so that they inherit nothing of it) */
-	if (kvpb_sys_on(SYS_RPC) && (kvpb_rpc_start() ||
-				     kvpb_rpc_connect(&kvpb_prpc, cfg.sizes[cfg.nsizes - 1],
-						      NULL, 0))) {
+	if (kvpb_rpc_on() && (kvpb_rpc_start() ||
+			      kvpb_rpc_connect(&kvpb_prpc, kvpb_prpc_half(), NULL, 0))) {
 		rc = 1;
 		goto out;
 	}
@@ -2211,7 +2392,7 @@ main(int argc, char **argv)
 	if (kvpb_sys_on(SYS_LMDB)) {
 		uint64_t total = 0;
 
-		for (s = 0; s < cfg.nsizes; s++)
+		for (s = 0; s <= KVPB_RTT; s++)
 			total += kvpb_vs[s].n * kvpb_vs[s].size;
 		snprintf(ctl->lmdb_dir, sizeof(ctl->lmdb_dir), "/dev/shm/kvpb-lmdb.%d",
 			 (int)getpid());
@@ -2222,10 +2403,10 @@ main(int argc, char **argv)
 			goto out;
 		}
 	}
-	if (cfg.sec_mask & ((1u << SEC_GET) | (1u << SEC_MIXED))) {
+	if (cfg.sec_mask & ((1u << SEC_GET) | (1u << SEC_MIXED) | (1u << SEC_RTT))) {
 		uint64_t dram = 64ull << 20;
 
-		for (s = 0; s < cfg.nsizes; s++) /* the sets + one mixed round */
+		for (s = 0; s <= KVPB_RTT; s++) /* the sets + one mixed round */
 			dram += kvpb_vs[s].n * kvpb_vs[s].size;
 		dram += (uint64_t)cfg.procs[cfg.nprocs - 1] * (cfg.ws / 2 + 16 * cfg.sizes[cfg.nsizes - 1]);
 		if (kvpb_sys_on(SYS_KVPOOL) && kvpb_pool_start(0, dram, "16K", 65536)) {
@@ -2250,7 +2431,7 @@ main(int argc, char **argv)
 	for (k = 0; k <= cfg.rounds; k++) {
 		double tr = kvpb_now_s();
 
-		if (kvpb_run_values(k) ||
+		if (kvpb_run_values(k) || (kvpb_sec_on(SEC_RTT) && kvpb_run_rtt(k)) ||
 		    ((cfg.sec_mask & (1u << SEC_PREFIX)) && kvpb_run_index(k))) {
 			rc = 1;
 			goto out;
