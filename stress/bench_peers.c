@@ -1250,9 +1250,17 @@ kvpb_w_run(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 	if (kvpb_write_full(kvpb_ack_wr, &ack, 1))
 		return -EPIPE;
 	/* acquire: pairs with the parent's release of go; spinning is brief
-	 * (the parent stores go once every worker is ready) */
-	while (kvp_load_acquire(&ctl->go) != cmd->seq)
-		kvpb_cpu_relax();
+	 * (the parent stores go once every worker is ready), and yields every
+	 * 1,024 polls: the parent may be waiting for this very CPU */
+	{
+		unsigned spins = 0;
+
+		while (kvp_load_acquire(&ctl->go) != cmd->seq)
+			if (++spins % 1024)
+				kvpb_cpu_relax();
+			else
+				sched_yield();
+	}
 	res->t0 = kvpb_now_ns();
 	if (rc) {
 		bad = 1;
