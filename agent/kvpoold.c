@@ -39,6 +39,8 @@ kvp_usage(FILE *f)
 		"  --durability MODE       relaxed (default) or strict (batch fdatasync)\n"
 		"  --no-promote            SSD reads go through staging only, never into DRAM\n"
 		"  --max-pinned-per-client SIZE  cap on the bytes one client pins (default: none)\n"
+		"  --metrics-addr HOST:PORT  Prometheus /metrics endpoint (default 127.0.0.1:9464;\n"
+		"                          [::1]:PORT for IPv6, port 0 picks one, off disables)\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
 		"  --log FILE              log file when daemonized (default /tmp/kvpoold.NAME.log)\n"
@@ -114,6 +116,7 @@ main(int argc, char **argv)
 		{ "durability", required_argument, NULL, 'D' },
 		{ "no-promote", no_argument, NULL, 'P' },
 		{ "max-pinned-per-client", required_argument, NULL, 'X' },
+		{ "metrics-addr", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -134,6 +137,7 @@ main(int argc, char **argv)
 	cfg->dram_high_pct = 90;
 	cfg->dram_low_pct = 80;
 	cfg->reap_ms = 100;
+	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "127.0.0.1:9464");
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		bool bad = false;
 
@@ -187,6 +191,11 @@ main(int argc, char **argv)
 			break;
 		case 'P': cfg->no_promote = true; break;
 		case 'X': bad = kvp_parse_size(optarg, &cfg->max_pinned) != 0; break;
+		case 'A':
+			bad = strlen(optarg) >= sizeof(cfg->metrics_addr) || !*optarg;
+			snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "%s", optarg);
+			cfg->metrics_addr_given = true;
+			break;
 		case 'k': cfg->keep_on_exit = true; break;
 		case 'f': cfg->foreground = true; break;
 		case 'l': logfile = optarg; break;
@@ -307,6 +316,13 @@ main(int argc, char **argv)
 				"%llu orphan units freed", reaped, (unsigned long long)orphans);
 	}
 	a->seg.hdr->h_max_pinned = cfg->max_pinned; /* read by clients as they pin */
+	/* the /metrics endpoint on its own thread, before the agent announces
+	 * itself (tools find its port in the header) */
+	if (kvp_metrics_http_start_agent(a)) {
+		kvp_tier_close_agent(a);
+		kvp__seg_unmap(&a->seg);
+		return 1;
+	}
 	/* for humans and tools: the agent is serving (recovery is done) */
 	kvp_store_relaxed(&a->seg.hdr->h_agent_start_ns, kvp_now_ns(CLOCK_REALTIME));
 	kvp_store_release(&a->seg.hdr->h_agent_pid, (uint64_t)getpid()); /* release */
@@ -326,6 +342,7 @@ main(int argc, char **argv)
 	while (!kvp_got_signal)
 		pause();
 	kvp_log(KVP_LOG_INFO, "agent", "signal %d: stopping", (int)kvp_got_signal);
+	kvp_metrics_http_stop_agent(a);
 	kvp_store_release(&a->stop, 1); /* release: threads acquire it */
 	kvp_ifetch_add(&a->seg.hdr->h_evict_wake, 1); /* full: wake the evictor */
 	kvp_futex_wake(&a->seg.hdr->h_evict_wake);
