@@ -143,7 +143,7 @@ kvp_metrics_http_start_agent(struct kvp_agent *a)
 {
 	struct kvp_agent_cfg *cfg = &a->cfg;
 	struct addrinfo hints, *ai = NULL;
-	char addr[sizeof(cfg->metrics_addr)], *host, *port, msg[256];
+	char addr[sizeof(cfg->metrics_addr)], *host, *port, msg[512];
 	const union MHD_DaemonInfo *di;
 	struct kvp_http *h;
 	sigset_t block, old;
@@ -192,7 +192,6 @@ kvp_metrics_http_start_agent(struct kvp_agent *a)
 				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
 				MHD_OPTION_CONNECTION_LIMIT, 64u,
 				MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-				MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
 				MHD_OPTION_END);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	freeaddrinfo(ai);
