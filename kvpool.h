@@ -597,16 +597,8 @@ kvp__above_high(const struct kvp_seg *s)
 	return used * 100 > s->hdr->h_dram_pages * s->hdr->h_dram_high_pct;
 }
 
-/*
- * kvp_put - store a value under key if the key is absent.
- *
- * Exactly one of several concurrent putters of one key copies; the others
- * get -EEXIST at once.  The value is invisible until its bytes are all in
- * place.  When DRAM is full the put wakes the agent's evictor and waits
- * for room at most KVP_PUT_WAIT_MS (default 50 ms), then answers -EBUSY
- * (-ENOSPC when everything left is held, -ENOTCONN when no agent runs).
- * len must be 1..max_value (zero-length values are refused: -EINVAL).
- */
+/* The body of kvp_put (below); *counted is set once the call counts as a
+ * put (it passed validation), so the caller times it.  No clock read. */
 KVP_INLINE int
 kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len,
 	 bool *counted)
@@ -708,6 +700,16 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 	return rc;
 }
 
+/*
+ * kvp_put - store a value under key if the key is absent.
+ *
+ * Exactly one of several concurrent putters of one key copies; the others
+ * get -EEXIST at once.  The value is invisible until its bytes are all in
+ * place.  When DRAM is full the put wakes the agent's evictor and waits
+ * for room at most KVP_PUT_WAIT_MS (default 50 ms), then answers -EBUSY
+ * (-ENOSPC when everything left is held, -ENOTCONN when no agent runs).
+ * len must be 1..max_value (zero-length values are refused: -EINVAL).
+ */
 KVP_INLINE int
 kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len)
 {

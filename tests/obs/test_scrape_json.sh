@@ -1,14 +1,14 @@
 #!/bin/sh
 # tests/obs/test_scrape_json.sh - `kvpool stat --json` parses (jq) and
 # says what /metrics says, for a known workload through the CLI on a pool
-# with an SSD tier; the scrape passes `promtool check metrics`; `kvpool
+# with an SSD tier; the scrape passes `promtool check metrics` (where the
+# prometheus package is installed); `kvpool
 # top --count 2` prints two frames; `kvpool clients` lists a live client.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/obs/lib.sh
 need jq jq
 need curl curl
-need promtool prometheus
 
 mkdir -p "$T/ssd"
 start_agent --dram 64M --dram-unit 4K --dram-high 0 --dram-low 0 \
@@ -30,7 +30,11 @@ done
 "$B/kvpool" --pool "$POOL" stat --json >"$T/stat.json" || fail "stat --json"
 jq -e . "$T/stat.json" >/dev/null || fail "stat --json does not parse"
 curl -sf "http://127.0.0.1:$MPORT/metrics" >"$T/scrape" || fail "scrape"
-promtool check metrics <"$T/scrape" || fail "promtool check metrics"
+if command -v promtool >/dev/null 2>&1; then
+	promtool check metrics <"$T/scrape" || fail "promtool check metrics"
+else
+	echo "SKIP promtool check: promtool not installed (apt-get install prometheus)"
+fi
 
 # key in the JSON = series in the scrape (the pool is idle: same numbers)
 bad=0
