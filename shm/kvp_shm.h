@@ -60,8 +60,8 @@
 typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
-#define KVP_ABI_MAJOR 1
-#define KVP_ABI_MINOR 1 /* 1.1: latency histograms, SSD usage, metrics port */
+#define KVP_ABI_MAJOR 2 /* 2.0: latency histograms (client slot 2432 B), SSD usage, metrics port */
+#define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
 #define KVP_PAGE 4096u
@@ -270,7 +270,7 @@ struct kvp_shm_header {
 
 	kvp_aword_t h_actr[KVP_ACTR__N];
 
-	/* observability (ABI 1.1): written by the agent, read by tools */
+	/* observability (ABI 2.0): written by the agent, read by tools */
 	kvp_aword_t h_hist_retired[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* gone clients */
 	kvp_aword_t h_ssd_used_bytes;  /* SSD on-disk bytes (segments) */
 	kvp_aword_t h_ssd_live_bytes;  /* SSD bytes of live records */
