@@ -126,6 +126,7 @@ main(int argc, char **argv)
 	const char *logfile = NULL;
 	pthread_t evictor, reaper;
 	struct sigaction sa;
+	sigset_t stopset, waitset;
 	int opt, rc, ready[2] = { -1, -1 };
 	uint64_t v;
 
@@ -289,6 +290,16 @@ main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* SIGTERM/SIGINT stay blocked (held pending) except inside the
+	 * sigsuspend below: every thread started from here inherits the
+	 * block, so main takes them, and a signal that comes between the
+	 * flag test and the wait is not lost (pause() could sleep forever) */
+	sigemptyset(&stopset);
+	sigaddset(&stopset, SIGTERM);
+	sigaddset(&stopset, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stopset, &waitset);
+	sigdelset(&waitset, SIGTERM);
+	sigdelset(&waitset, SIGINT);
 
 	rc = kvp_shm_create_or_attach_agent(a);
 	if (rc) {
@@ -320,6 +331,9 @@ main(int argc, char **argv)
 	 * itself (tools find its port in the header) */
 	if (kvp_metrics_http_start_agent(a)) {
 		kvp_tier_close_agent(a);
+		/* nothing served yet: leave no segment behind unless it is used */
+		if (!cfg->keep_on_exit && !kvp_any_client_alive(&a->seg))
+			kvp_shm_remove_agent(a);
 		kvp__seg_unmap(&a->seg);
 		return 1;
 	}
@@ -340,7 +354,7 @@ main(int argc, char **argv)
 		close(ready[1]);
 	}
 	while (!kvp_got_signal)
-		pause();
+		sigsuspend(&waitset);
 	kvp_log(KVP_LOG_INFO, "agent", "signal %d: stopping", (int)kvp_got_signal);
 	kvp_metrics_http_stop_agent(a);
 	kvp_store_release(&a->stop, 1); /* release: threads acquire it */

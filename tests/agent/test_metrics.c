@@ -328,6 +328,29 @@ test_scrape_dram(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+/* A series of a fresh scrape reaches want (a condition with a deadline). */
+struct series_cond {
+	unsigned port;
+	const char *series;
+	uint64_t want;
+};
+
+static bool
+series_reaches(void *p)
+{
+	struct series_cond *rc = p;
+	struct http_reply r;
+	double v;
+
+	if (http_get(rc->port, "/metrics", &r) || r.status != 200) {
+		http_free(&r);
+		return false;
+	}
+	v = prom_value(r.body, rc->series);
+	http_free(&r);
+	return !isnan(v) && (uint64_t)v >= rc->want;
+}
+
 #define AGENT_SSD_METRICS(a)                                                       \
 	kvpt_agent_start(a, "--dram", "64M", "--dram-unit", "4K", "--dram-high", "0",   \
 			 "--dram-low", "0", "--ssd-dir", ssd_dir, "--ssd-segment", "16M",  \
@@ -391,6 +414,7 @@ test_scrape_ssd_busy(void **state)
 	struct kvp_op *ops = calloc(N, sizeof(*ops));
 	char (*keys)[100] = calloc(N, 100), *body;
 	unsigned char *out = malloc((size_t)N * SZ);
+	struct series_cond uc;
 	unsigned port;
 	uint64_t peak;
 	int i;
@@ -411,6 +435,11 @@ test_scrape_ssd_busy(void **state)
 	assert_int_equal(kvp_batch_get(c, ops, N), N);
 	for (i = 0; i < N; i++)
 		assert_true(kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 9));
+	/* the tier thread publishes the SSD store's usage every 50 ms */
+	uc.port = port;
+	uc.series = "kvpool_medium_state{tier=\"SSD\",state=\"bytes_used\"}";
+	uc.want = (uint64_t)N * SZ;
+	assert_true(kvpt_wait_until(series_reaches, &uc, 10000) >= 0);
 
 	body = scrape(port);
 	check_exposition(body);
@@ -431,8 +460,6 @@ test_scrape_ssd_busy(void **state)
 			 0);
 	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"entries\"}"), N);
 	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"DRAM\",state=\"entries\"}"), 0);
-	assert_true(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"bytes_used\"}") >=
-		    (uint64_t)N * SZ);
 	assert_true(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"bytes_total\"}") > 0);
 	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_total\"}"),
 			 8);
@@ -560,28 +587,6 @@ test_failed_not_miss(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
-struct reap_cond {
-	unsigned port;
-	const char *series;
-	uint64_t want;
-};
-
-static bool
-series_reaches(void *p)
-{
-	struct reap_cond *rc = p;
-	struct http_reply r;
-	double v;
-
-	if (http_get(rc->port, "/metrics", &r) || r.status != 200) {
-		http_free(&r);
-		return false;
-	}
-	v = prom_value(r.body, rc->series);
-	http_free(&r);
-	return !isnan(v) && (uint64_t)v >= rc->want;
-}
-
 /* A client that dies holding pins: reaped, its holds and pins released,
  * its counters kept; an expired lease released by the reaper. */
 static void
@@ -591,7 +596,7 @@ test_reaper_metrics(void **state)
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_lease l;
-	struct reap_cond rc;
+	struct series_cond rc;
 	unsigned char v[SZ];
 	char k[100], *body;
 	unsigned port;
