@@ -282,6 +282,13 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 					continue;
 				}
 			} else if (st != KVP_IX_DELETED) {
+				/* a value being put is work for a later pass:
+				 * this one is not idle (its units are counted
+				 * already, so DRAM use will not change when it
+				 * is published, and an idle evictor would never
+				 * look at it again) */
+				if (st == KVP_IX_PENDING && need)
+					found++;
 				continue;
 			}
 			n += kvp_dram_check_take_agent(s, i, w, &cand[n]);

@@ -19,7 +19,11 @@ for i in 1 2 3 4 5 6; do
 done
 # every value demoted (--dram-high 0): DRAM entries go to 0
 demoted() { [ "$(prom 'kvpool_medium_state{tier="SSD",state="entries"}')" = 6 ]; }
-wait_for 30 demoted || fail "values were not demoted"
+wait_for 30 demoted || {
+	cat "$T/agent.log"
+	"$B/kvpool" --pool "$POOL" stat
+	fail "values were not demoted"
+}
 for i in 1 2 3; do
 	"$B/kvpool" --pool "$POOL" get "k$i" "$T/out" || fail "get k$i"
 	cmp -s "$T/v" "$T/out" || fail "k$i read back wrong"
