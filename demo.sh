@@ -5,6 +5,7 @@
 set -eu
 cd "$(dirname "$0")"
 PKGS="build-essential ninja-build liburing-dev libatomic-ops-dev libjemalloc-dev libcmocka-dev"
+PKGS="$PKGS libmicrohttpd-dev" # the agent's /metrics endpoint
 if ! dpkg -s $PKGS >/dev/null 2>&1; then
 	SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 	$SUDO apt-get update -qq

@@ -70,6 +70,7 @@ struct kvp_client {
 	uint64_t put_wait_ns; /* how long a put waits for the evictor */
 	uint64_t pinned_bytes; /* held by this client's pinsets */
 	uint64_t agent_grace_ns; /* SSD reads wait this long for a dead agent */
+	uint32_t call_ssd;    /* keys of the current read call sent to SSD */
 	char ns[KVP_NS_NAME_MAX + 1];
 };
 
@@ -108,6 +109,47 @@ kvp__ctr(struct kvp_client *c, enum kvp_ctr k, uint64_t d)
 
 	/* relaxed: statistics; only this client writes its shard */
 	kvp_store_relaxed(w, kvp_load_relaxed(w) + d);
+}
+
+/*
+ * One call's latency into histogram h of our shard: t0 is the call's
+ * first clock read (CLOCK_MONOTONIC), this is its second.  Single writer.
+ */
+KVP_INLINE void
+kvp__hist(struct kvp_client *c, enum kvp_hist h, uint64_t t0)
+{
+	uint64_t ns = kvp_now_ns(CLOCK_MONOTONIC) - t0;
+	kvp_aword_t *hw = c->seg.clients[c->slot].cs_hist[h];
+	unsigned b = kvp_hist_bucket(ns);
+
+	/* relaxed: statistics; only this client writes its shard */
+	kvp_store_relaxed(&hw[b], kvp_load_relaxed(&hw[b]) + 1);
+	kvp_store_relaxed(&hw[KVP_HIST_SUM], kvp_load_relaxed(&hw[KVP_HIST_SUM]) + ns);
+}
+
+/* Fold a shard (counters and histograms) into the pool's retired totals
+ * and zero it: kvp_close, and the reaper for a dead client. */
+KVP_INLINE void
+kvp__shard_retire(struct kvp_shm_header *h, struct kvp_client_slot *cs)
+{
+	uint32_t k, j;
+
+	for (k = 0; k < KVP_CTR_SLOTS; k++) {
+		/* relaxed: statistics; the add is atomic */
+		uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]);
+		if (v)
+			kvp_fetch_add(&h->h_actr[KVP_ACTR_RETIRED0 + k], v);
+		kvp_store_relaxed(&cs->cs_ctr[k], 0);
+	}
+	for (k = 0; k < KVP_HIST_SLOTS; k++) {
+		for (j = 0; j < KVP_HIST_WORDS; j++) {
+			/* relaxed: statistics; the add is atomic */
+			uint64_t v = kvp_load_relaxed(&cs->cs_hist[k][j]);
+			if (v)
+				kvp_fetch_add(&h->h_hist_retired[k][j], v);
+			kvp_store_relaxed(&cs->cs_hist[k][j], 0);
+		}
+	}
 }
 
 KVP_INLINE int
@@ -364,13 +406,7 @@ kvp_close(struct kvp_client *c)
 			kvp_store_release(&c->holds[k], 0);
 		kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds left */
 		kvp_crashpoint(C_CLOSE_HALF);
-		for (k = 0; k < KVP_CTR_SLOTS; k++) {
-			/* relaxed: statistics; the add is atomic */
-			uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]);
-			if (v)
-				kvp_fetch_add(&c->seg.hdr->h_actr[KVP_ACTR_RETIRED0 + k], v);
-			kvp_store_relaxed(&cs->cs_ctr[k], 0);
-		}
+		kvp__shard_retire(c->seg.hdr, cs);
 		kvp_store_relaxed(&cs->cs_pid, 0);
 		kvp_store_relaxed(&cs->cs_start_time, 0);
 		/* full CAS: FREE before our lock drops (fd close), so the
@@ -567,18 +603,11 @@ kvp__above_high(const struct kvp_seg *s)
 	return used * 100 > s->hdr->h_dram_pages * s->hdr->h_dram_high_pct;
 }
 
-/*
- * kvp_put - store a value under key if the key is absent.
- *
- * Exactly one of several concurrent putters of one key copies; the others
- * get -EEXIST at once.  The value is invisible until its bytes are all in
- * place.  When DRAM is full the put wakes the agent's evictor and waits
- * for room at most KVP_PUT_WAIT_MS (default 50 ms), then answers -EBUSY
- * (-ENOSPC when everything left is held, -ENOTCONN when no agent runs).
- * len must be 1..max_value (zero-length values are refused: -EINVAL).
- */
+/* The body of kvp_put (below); *counted is set once the call counts as a
+ * put (it passed validation), so the caller times it.  No clock read. */
 KVP_INLINE int
-kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len)
+kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len,
+	 bool *counted)
 {
 	struct kvp_seg *s;
 	uint64_t hash, w, deadline = 0, unit;
@@ -599,6 +628,7 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, u
 	if (rc)
 		return rc;
 	kvp__ctr(c, KVP_CTR_PUT, 1);
+	*counted = true;
 	hash = kvp_key_hash(c->ns_id, key, klen);
 	for (;;) {
 		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
@@ -683,6 +713,28 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, u
 	return rc;
 }
 
+/*
+ * kvp_put - store a value under key if the key is absent.
+ *
+ * Exactly one of several concurrent putters of one key copies; the others
+ * get -EEXIST at once.  The value is invisible until its bytes are all in
+ * place.  When DRAM is full the put wakes the agent's evictor and waits
+ * for room at most KVP_PUT_WAIT_MS (default 50 ms), then answers -EBUSY
+ * (-ENOSPC when everything left is held, -ENOTCONN when no agent runs).
+ * len must be 1..max_value (zero-length values are refused: -EINVAL).
+ */
+KVP_INLINE int
+kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len)
+{
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	bool counted = false;
+	int rc = kvp__put(c, key, klen, val, len, &counted);
+
+	if (counted) /* a call that reached the index: timed */
+		kvp__hist(c, KVP_HIST_PUT_DRAM, t0);
+	return rc;
+}
+
 /* ---- reads: DRAM hits inline, SSD-resident values through the agent ---- */
 
 /* One SSD-resident key of a read call, held while it is resolved. */
@@ -731,6 +783,11 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 		     KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, c->slot + 1)))
 		return;
 	w = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, c->slot + 1);
+	/* full: occupancy goes down by the span's slots (the winner of the
+	 * FREEING CAS only, so once; an adopter does not subtract again);
+	 * before the FREE stores, so an agent that sees the span FREE
+	 * (acquire) sees this too */
+	kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - KVP_SP_N(w));
 	kvp_crashpoint(C_SPAN_FREEING);
 	kvp_span_finish_free(s, head, w);
 }
@@ -875,9 +932,15 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				} else {
 					int st = kvp__finish(c, &p[k], res,
 							     kvp_load_relaxed(&q->rq_where));
+					/* the key is held, so it exists: an
+					 * answer that cannot find it is a
+					 * failed read, never a miss */
+					if (st == -ENOENT)
+						st = -EIO;
 					kvp__ctr(c, st == 0 ? KVP_CTR_RESOLVE_OK
-							    : st == -ENOENT ? KVP_CTR_RESOLVE_MISS
 							    : KVP_CTR_RESOLVE_FAILED, 1);
+					if (st == 0)
+						kvp__ctr(c, KVP_CTR_GET_SSD_BYTES, p[k].len);
 					kvp__settle(c, &p[k], st);
 					left--;
 					progress++;
@@ -976,6 +1039,7 @@ kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen
 		kvp__ctr(c, KVP_CTR_GET_BYTES, len);
 		return m;
 	}
+	c->call_ssd++;
 	pend[m].op = op;
 	pend[m].slot = i;
 	pend[m].gen = gen;
@@ -1000,9 +1064,11 @@ KVP_INLINE size_t
 kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 {
 	struct kvp__pend pend[KVP_RING_ENTRIES];
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	unsigned m = 0;
 	size_t j, ok = 0;
 
+	c->call_ssd = 0;
 	for (j = 0; j < n; j++) {
 		struct kvp_op *op = &ops[j];
 		uint64_t i = 0, vlen = 0, off = exact ? 0 : op->off, len;
@@ -1033,6 +1099,8 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 		kvp__resolve(c, pend, m);
 	for (j = 0; j < n; j++)
 		ok += ops[j].status == 0;
+	if (n)
+		kvp__hist(c, c->call_ssd ? KVP_HIST_GET_SSD : KVP_HIST_GET_DRAM, t0);
 	return ok;
 }
 
@@ -1071,22 +1139,38 @@ kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen, uint64_t off
 	return op.status ? op.status : (ssize_t)op.len;
 }
 
+/* Is the value in slot i (just found READY) SSD-resident?  For the
+ * per-tier counters only: the entry's first line was read by the lookup. */
+KVP_INLINE bool
+kvp__resident_ssd(const struct kvp_client *c, uint64_t i)
+{
+	/* relaxed: a statistic; the location may change right after */
+	return KVP_LOC_TIER(kvp_load_relaxed(&c->seg.entries[i].e_loc)) == KVP_TIER_SSD;
+}
+
 /* kvp_exists - 1 if key has a readable value, 0 if not, -EINVAL.
  * Holds nothing, stages nothing, writes nothing shared but a counter. */
 KVP_INLINE int
 kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 {
-	uint64_t w;
+	uint64_t w, t0;
 	int64_t i;
+	bool ssd;
 
 	if (!c || !kvp__key_ok(key, klen))
 		return -EINVAL;
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	kvp__ctr(c, KVP_CTR_EXISTS, 1);
 	i = kvp_ix_find(&c->seg, c->ns_id, kvp_key_hash(c->ns_id, key, klen), key,
 			klen, KVP_IX_M(KVP_IX_READY), &w);
-	if (i < 0)
+	if (i < 0) {
+		kvp__hist(c, KVP_HIST_EXISTS_DRAM, t0);
 		return 0;
+	}
+	ssd = kvp__resident_ssd(c, (uint64_t)i);
 	kvp__ctr(c, KVP_CTR_EXISTS_HIT, 1);
+	kvp__ctr(c, ssd ? KVP_CTR_EXISTS_HIT_SSD : KVP_CTR_EXISTS_HIT_DRAM, 1);
+	kvp__hist(c, ssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM, t0);
 	return 1;
 }
 
@@ -1171,14 +1255,20 @@ kvp__prefetch_entry(struct kvp_client *c, uint64_t h)
 KVP_INLINE ssize_t
 kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
+	uint64_t t0;
+	bool counted = false;
 	size_t k, ok = 0;
 
 	if (!c || (!ops && n))
 		return -EINVAL;
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	for (k = 0; k < n; k++) {
-		ops[k].status = kvp_put(c, ops[k].key, ops[k].klen, ops[k].buf, ops[k].len);
+		ops[k].status = kvp__put(c, ops[k].key, ops[k].klen, ops[k].buf, ops[k].len,
+					 &counted);
 		ok += ops[k].status == 0;
 	}
+	if (counted) /* one observation for the whole batch */
+		kvp__hist(c, KVP_HIST_PUT_DRAM, t0);
 	return (ssize_t)ok;
 }
 
@@ -1207,16 +1297,18 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 	 * both candidate buckets; NEAR keys ahead, find the fingerprint
 	 * match in the (now cached) state words and prefetch its entry */
 	enum { FAR = 16, NEAR = 8, RING = 32 };
-	uint64_t hashes[RING];
+	uint64_t hashes[RING], t0, nssd = 0;
 	size_t k;
 
 	if (!c || (!ops && n))
 		return -EINVAL;
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	kvp__ctr(c, KVP_CTR_EXISTS, n);
 	for (k = 0; k < n && k < FAR; k++)
 		kvp__prefetch_buckets(c, ops, k, hashes, RING);
 	for (k = 0; k < n; k++) {
 		uint64_t w;
+		int64_t i;
 
 		if (!kvp__key_ok(ops[k].key, ops[k].klen)) {
 			ops[k].status = -EINVAL;
@@ -1226,14 +1318,20 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 			kvp__prefetch_buckets(c, ops, k + FAR, hashes, RING);
 		if (k + NEAR < n && kvp__key_ok(ops[k + NEAR].key, ops[k + NEAR].klen))
 			kvp__prefetch_entry(c, hashes[(k + NEAR) % RING]);
-		if (kvp_ix_find(&c->seg, c->ns_id, hashes[k % RING], ops[k].key, ops[k].klen,
-				KVP_IX_M(KVP_IX_READY), &w) < 0) {
+		i = kvp_ix_find(&c->seg, c->ns_id, hashes[k % RING], ops[k].key, ops[k].klen,
+				KVP_IX_M(KVP_IX_READY), &w);
+		if (i < 0) {
 			ops[k].status = -ENOENT;
 			break;
 		}
+		nssd += kvp__resident_ssd(c, (uint64_t)i);
 		ops[k].status = 0;
 	}
 	kvp__ctr(c, KVP_CTR_EXISTS_HIT, k);
+	kvp__ctr(c, KVP_CTR_EXISTS_HIT_DRAM, k - nssd);
+	kvp__ctr(c, KVP_CTR_EXISTS_HIT_SSD, nssd);
+	if (n)
+		kvp__hist(c, nssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM, t0);
 	return (ssize_t)k;
 }
 
@@ -1392,11 +1490,14 @@ KVP_INLINE ssize_t
 kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, size_t n)
 {
 	struct kvp__pend pend[KVP_RING_ENTRIES];
+	uint64_t t0;
 	unsigned m = 0;
 	size_t k, ok = 0;
 
 	if (!c || !ps || ps->released || (!ops && n) || n > ps->count)
 		return -EINVAL;
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	c->call_ssd = 0;
 	for (k = 0; k < n; k++) {
 		struct kvp_op *op = &ops[k];
 		uint64_t i = ps->slot[k], vlen = ps->len[k], off = op->off, len;
@@ -1413,6 +1514,8 @@ kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, 
 		kvp__resolve(c, pend, m);
 	for (k = 0; k < n; k++)
 		ok += ops[k].status == 0;
+	if (n)
+		kvp__hist(c, c->call_ssd ? KVP_HIST_GET_SSD : KVP_HIST_GET_DRAM, t0);
 	return (ssize_t)ok;
 }
 

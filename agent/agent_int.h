@@ -36,6 +36,8 @@ struct kvp_agent_cfg {
 	bool durability_strict;
 	bool no_promote;    /* SSD reads never land in DRAM (staging only) */
 	uint64_t max_pinned; /* --max-pinned-per-client; 0 = no cap */
+	char metrics_addr[128]; /* --metrics-addr HOST:PORT, or "off" */
+	bool metrics_addr_given; /* given on the command line (a bind failure is fatal) */
 };
 
 struct kvp_agent {
@@ -51,6 +53,7 @@ struct kvp_agent {
 	uint64_t *pidfd_pid;
 	struct kvp_tier *tier; /* SSD tier state (tiers/tier_agent.c); NULL: DRAM only */
 	kvp_aword_t gc_request; /* reaper -> tier thread: sweep orphan runs */
+	struct kvp_http *http; /* the /metrics endpoint (agent/metrics_http.c) */
 };
 
 /* log.c */
@@ -58,6 +61,42 @@ void kvp_log(enum kvp_log_level lvl, const char *subsys, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void kvp_log_set_level(enum kvp_log_level lvl);
 int kvp_parse_size(const char *s, uint64_t *out);
+
+/* agent/metrics.c: a snapshot of a pool read from its segment (read only) */
+enum { KVP_MTIER_DRAM, KVP_MTIER_SSD, KVP_MTIER_HBM, KVP_MTIERS };
+struct kvp_metrics {
+	char pool[KVP_POOL_NAME_MAX];
+	uint32_t abi_major, abi_minor;
+	bool agent_alive;
+	uint64_t agent_pid, incarnation, agent_start_ns, create_ns, metrics_port;
+	uint64_t index_slots, index_limit;
+	uint64_t ix_ready, ix_pending, ix_deleted, ix_claiming, ix_checking;
+	uint64_t probe_sum, probe_max;       /* over ready entries, 1..16 */
+	uint64_t entries[KVP_MTIERS];        /* ready entries by resident tier */
+	uint64_t value_bytes[KVP_MTIERS];
+	uint64_t dram_used, dram_total;
+	uint64_t ssd_enabled, ssd_used, ssd_live, ssd_total;
+	uint64_t staging_in_use, staging_peak, staging_total, staging_slot_bytes;
+	uint64_t clients_live, clients_dead, max_clients, holds, leases;
+	uint64_t ctr[KVP_CTR_SLOTS];         /* every shard + retired */
+	uint64_t actr[KVP_ACTR_RETIRED0];
+	uint64_t hist[KVP_HIST_SLOTS][KVP_HIST_WORDS];
+	uint64_t collect_ns;                 /* how long the snapshot took */
+};
+extern const char *const kvp_tier_names[KVP_MTIERS];
+extern const char *const kvp_ctr_names[KVP_CTR__N];
+extern const char *const kvp_actr_names[KVP_ACTR_RETIRED0];
+void kvp_metrics_collect(const struct kvp_seg *s, struct kvp_metrics *m);
+uint64_t kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h);
+uint64_t kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q);
+int kvp_metrics_prom(const struct kvp_metrics *m, FILE *f);
+void kvp_metrics_json(const struct kvp_metrics *m, FILE *f);
+void kvp_metrics_table(const struct kvp_metrics *m, FILE *f);
+void kvp_metrics_clients(const struct kvp_seg *s, FILE *f);
+
+/* agent/metrics_http.c: the Prometheus endpoint (libmicrohttpd thread) */
+int kvp_metrics_http_start_agent(struct kvp_agent *a);
+void kvp_metrics_http_stop_agent(struct kvp_agent *a);
 
 /* shm/shm_agent.c */
 int kvp_shm_create_or_attach_agent(struct kvp_agent *a);

@@ -9,179 +9,148 @@
  *   kvpool [--pool NAME] [--ns NS] del KEY
  *   kvpool [--pool NAME] stat [--json]
  *   kvpool [--pool NAME] clients
+ *   kvpool [--pool NAME] top [--count N] [--interval SECONDS]
  */
 #include <getopt.h>
 
 #include "agent/agent_int.h"
 #include "agent/kvp_check.h"
 
-struct kvp_stat {
-	uint64_t ready, pending, deleted, claiming, checking;
-	uint64_t bytes_used, bytes_total, value_bytes, unit_used;
-	uint64_t clients_live, clients_dead, holds;
-	uint64_t ctr[KVP_CTR_SLOTS];
-	bool agent_alive;
-};
-
-static const char *const kvp_ctr_names[] = {
-	"put", "put_bytes", "put_exists", "put_busy", "put_nospc", "get", "get_hit",
-	"get_miss", "get_bytes", "exists", "exists_hit", "delete", "hold_retry",
-	"resolve_ok", "resolve_miss", "resolve_failed", "resolve_busy_parts",
-	"pins", "pins_capped", "pinned_bytes_dram", "pinned_bytes_ssd",
-};
-
-static const char *const kvp_actr_names[] = {
-	"evictions", "evicted_bytes", "evict_backoff_held", "deletes_reclaimed",
-	"reaped_clients", "reaped_holds", "reaped_pending_puts", "reaped_units",
-	"orphan_units_freed", "allocator_recoveries", "evictions_index_full",
-	"demotions", "demoted_bytes", "promotions", "staged_reads", "busy_rejects",
-	"staging_expired_reclaim", "segment_reclaims", "ssd_read_bytes",
-	"ssd_write_bytes", "ssd_errors", "single_flight_merges", "leases_expired",
-	"pins_reaped",
-};
-_Static_assert(sizeof(kvp_ctr_names) / sizeof(kvp_ctr_names[0]) == KVP_CTR__N, "names");
-_Static_assert(sizeof(kvp_actr_names) / sizeof(kvp_actr_names[0]) == KVP_ACTR_RETIRED0,
-	       "names");
-
-static uint32_t
-kvp_count_holds(const struct kvp_seg *s, uint32_t i)
-{
-	uint32_t hpc = s->hdr->h_holds_per_client, k, n = 0;
-	/* relaxed: a snapshot for humans */
-	uint64_t hwm = kvp_load_relaxed(&s->clients[i].cs_hold_hwm);
-
-	if (hwm > hpc)
-		hwm = hpc;
-	for (k = 0; k < hwm; k++)
-		n += kvp_load_relaxed(&s->holds[(uint64_t)i * hpc + k]) != 0;
-	return n;
-}
-
-static void
-kvp_collect(const struct kvp_seg *s, struct kvp_stat *st)
-{
-	uint64_t i;
-	uint32_t c, k;
-
-	memset(st, 0, sizeof(*st));
-	for (i = 0; i < s->hdr->h_index_slots; i++) {
-		/* acquire: pairs with the publishing CAS */
-		uint64_t w = kvp_load_acquire(&s->meta[i]);
-
-		if (KVP_IX_FLAGS(w))
-			st->checking++;
-		switch (KVP_IX_STATE(w)) {
-		case KVP_IX_READY:
-			st->ready++;
-			st->value_bytes += kvp_load_relaxed(&s->entries[i].e_len);
-			break;
-		case KVP_IX_PENDING: st->pending++; break;
-		case KVP_IX_DELETED: st->deleted++; break;
-		case KVP_IX_RESERVED:
-		case KVP_IX_CLAIM: st->claiming++; break;
-		default: break;
-		}
-	}
-	/* relaxed: a statistic mirrored under the allocator lock */
-	st->unit_used = kvp_load_relaxed(&s->dram->dh_used_mirror);
-	st->bytes_used = st->unit_used * s->hdr->h_dram_unit;
-	st->bytes_total = s->hdr->h_dram_pages * s->hdr->h_dram_unit;
-	for (c = 0; c < s->hdr->h_max_clients; c++) {
-		uint64_t w = kvp_load_acquire(&s->clients[c].cs_state); /* acquire: claim */
-
-		if ((w & 0xff) != KVP_CS_FREE) {
-			if (kvp_shm_client_alive(s, c))
-				st->clients_live++;
-			else
-				st->clients_dead++;
-			st->holds += kvp_count_holds(s, c);
-		}
-		for (k = 0; k < KVP_CTR_SLOTS; k++)
-			st->ctr[k] += kvp_load_relaxed(&s->clients[c].cs_ctr[k]);
-	}
-	for (k = 0; k < KVP_CTR_SLOTS; k++)
-		st->ctr[k] += kvp_load_relaxed(&s->hdr->h_actr[KVP_ACTR_RETIRED0 + k]);
-	st->agent_alive = kvp_shm_agent_alive(s);
-}
-
 static int
 kvp_cmd_stat(const struct kvp_seg *s, bool json)
 {
-	struct kvp_stat st;
-	const struct kvp_shm_header *h = s->hdr;
-	unsigned k;
+	struct kvp_metrics m;
 
-	kvp_collect(s, &st);
-	if (json) {
-		printf("{\"pool\":\"%s\",\"agent_alive\":%s,\"agent_pid\":%llu,"
-		       "\"incarnation\":%llu,\"entries\":%llu,\"pending\":%llu,"
-		       "\"deleted\":%llu,\"dram_bytes_used\":%llu,\"dram_bytes_total\":%llu,"
-		       "\"value_bytes\":%llu,\"index_slots\":%llu,\"clients\":%llu,"
-		       "\"clients_dead\":%llu,\"holds\":%llu",
-		       h->h_pool, st.agent_alive ? "true" : "false",
-		       (unsigned long long)kvp_load_relaxed(&h->h_agent_pid),
-		       (unsigned long long)kvp_load_relaxed(&h->h_incarnation),
-		       (unsigned long long)st.ready, (unsigned long long)st.pending,
-		       (unsigned long long)st.deleted, (unsigned long long)st.bytes_used,
-		       (unsigned long long)st.bytes_total, (unsigned long long)st.value_bytes,
-		       (unsigned long long)h->h_index_slots,
-		       (unsigned long long)st.clients_live, (unsigned long long)st.clients_dead,
-		       (unsigned long long)st.holds);
-		for (k = 0; k < KVP_CTR__N; k++)
-			printf(",\"%s\":%llu", kvp_ctr_names[k], (unsigned long long)st.ctr[k]);
-		for (k = 0; k < KVP_ACTR_RETIRED0; k++)
-			printf(",\"%s\":%llu", kvp_actr_names[k],
-			       (unsigned long long)kvp_load_relaxed(&h->h_actr[k]));
-		printf("}\n");
-		return 0;
-	}
-	printf("pool %s: agent %s (pid %llu, incarnation %llu)\n", h->h_pool,
-	       st.agent_alive ? "up" : "DOWN",
-	       (unsigned long long)kvp_load_relaxed(&h->h_agent_pid),
-	       (unsigned long long)kvp_load_relaxed(&h->h_incarnation));
-	printf("  entries      %llu (pending %llu, deleted %llu) in %llu index slots\n",
-	       (unsigned long long)st.ready, (unsigned long long)st.pending,
-	       (unsigned long long)st.deleted, (unsigned long long)h->h_index_slots);
-	printf("  dram         %.1f / %.1f MiB used (%.1f%%), values %.1f MiB\n",
-	       (double)st.bytes_used / 1048576.0, (double)st.bytes_total / 1048576.0,
-	       st.bytes_total ? 100.0 * (double)st.bytes_used / (double)st.bytes_total : 0.0,
-	       (double)st.value_bytes / 1048576.0);
-	printf("  clients      %llu live, %llu dead (not yet reaped), %llu holds\n",
-	       (unsigned long long)st.clients_live, (unsigned long long)st.clients_dead,
-	       (unsigned long long)st.holds);
-	for (k = 0; k < KVP_CTR__N; k++)
-		printf("  %-20s %llu\n", kvp_ctr_names[k], (unsigned long long)st.ctr[k]);
-	for (k = 0; k < KVP_ACTR_RETIRED0; k++)
-		printf("  %-20s %llu\n", kvp_actr_names[k],
-		       (unsigned long long)kvp_load_relaxed(&h->h_actr[k]));
-	return 0;
+	kvp_metrics_collect(s, &m);
+	if (json)
+		kvp_metrics_json(&m, stdout);
+	else
+		kvp_metrics_table(&m, stdout);
+	return fflush(stdout) ? -EIO : 0;
 }
 
-static int
-kvp_cmd_clients(const struct kvp_seg *s)
+static double
+kvp_rate(uint64_t now, uint64_t before, double secs)
 {
-	uint32_t i;
+	return now >= before && secs > 0 ? (double)(now - before) / secs : 0.0;
+}
 
-	printf("%5s %8s %20s %6s %6s %s\n", "slot", "pid", "start", "alive", "holds", "ns");
-	for (i = 0; i < s->hdr->h_max_clients; i++) {
-		const struct kvp_client_slot *cs = &s->clients[i];
-		uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: claim CAS */
-		time_t t;
-		char when[32];
-		struct tm tm;
+/* One frame of kvpool top: rates over the last interval, occupancy now. */
+static void
+kvp_top_frame(const struct kvp_metrics *m, const struct kvp_metrics *p, double secs,
+	      bool tty)
+{
+	const uint64_t *c = m->ctr, *pc = p->ctr, *a = m->actr, *pa = p->actr;
+	uint64_t gets = c[KVP_CTR_GET] - pc[KVP_CTR_GET];
+	uint64_t hits = c[KVP_CTR_GET_HIT] + c[KVP_CTR_RESOLVE_OK] - pc[KVP_CTR_GET_HIT] -
+			pc[KVP_CTR_RESOLVE_OK];
+	uint64_t dh = c[KVP_CTR_GET_HIT] - pc[KVP_CTR_GET_HIT];
+	time_t t = time(NULL);
+	struct tm tm;
+	char when[32];
 
-		if ((w & 0xff) == KVP_CS_FREE)
-			continue;
-		t = (time_t)(kvp_load_relaxed(&cs->cs_open_ns) / 1000000000ull);
-		gmtime_r(&t, &tm);
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-		printf("%5u %8llu %20s %6s %6u %.64s\n", i,
-		       (unsigned long long)kvp_load_relaxed(&cs->cs_pid), when,
-		       (w & 0xff) == KVP_CS_REAPING ? "reap"
-		       : kvp_shm_client_alive(s, i) ? "yes" : "no",
-		       kvp_count_holds(s, i), cs->cs_ns);
+	localtime_r(&t, &tm);
+	strftime(when, sizeof(when), "%H:%M:%S", &tm);
+	if (tty)
+		printf("\033[H\033[2J");
+	printf("kvpool top - pool %s - %s - agent %s - every %.1fs\n", m->pool, when,
+	       m->agent_alive ? "up" : "DOWN", secs);
+	printf("ops/s     put %10.0f  get %10.0f  exists %10.0f  delete %8.0f\n",
+	       kvp_rate(c[KVP_CTR_PUT], pc[KVP_CTR_PUT], secs), kvp_rate(gets, 0, secs),
+	       kvp_rate(c[KVP_CTR_EXISTS], pc[KVP_CTR_EXISTS], secs),
+	       kvp_rate(c[KVP_CTR_DELETE], pc[KVP_CTR_DELETE], secs));
+	printf("MB/s      put %10.1f  get %10.1f  ssd read %8.1f  ssd write %6.1f\n",
+	       kvp_rate(c[KVP_CTR_PUT_BYTES], pc[KVP_CTR_PUT_BYTES], secs) / 1e6,
+	       kvp_rate(c[KVP_CTR_GET_BYTES] + c[KVP_CTR_GET_SSD_BYTES],
+			pc[KVP_CTR_GET_BYTES] + pc[KVP_CTR_GET_SSD_BYTES], secs) / 1e6,
+	       kvp_rate(a[KVP_ACTR_SSD_READ_BYTES], pa[KVP_ACTR_SSD_READ_BYTES], secs) / 1e6,
+	       kvp_rate(a[KVP_ACTR_SSD_WRITE_BYTES], pa[KVP_ACTR_SSD_WRITE_BYTES], secs) / 1e6);
+	if (gets)
+		printf("hit ratio %5.1f%%  (DRAM %5.1f%%, SSD %5.1f%%)\n",
+		       100.0 * (double)hits / (double)gets, 100.0 * (double)dh / (double)gets,
+		       100.0 * (double)(hits - dh) / (double)gets);
+	else
+		printf("hit ratio     -   (no gets)\n");
+	printf("events/s  demote %7.0f  promote %7.0f  evict %7.0f  busy %7.0f  reaped %5.0f\n",
+	       kvp_rate(a[KVP_ACTR_DEMOTE], pa[KVP_ACTR_DEMOTE], secs),
+	       kvp_rate(a[KVP_ACTR_PROMOTE], pa[KVP_ACTR_PROMOTE], secs),
+	       kvp_rate(a[KVP_ACTR_EVICT] + a[KVP_ACTR_EVICT_SSD],
+			pa[KVP_ACTR_EVICT] + pa[KVP_ACTR_EVICT_SSD], secs),
+	       kvp_rate(a[KVP_ACTR_BUSY_REJECT] + c[KVP_CTR_PUT_BUSY],
+			pa[KVP_ACTR_BUSY_REJECT] + pc[KVP_CTR_PUT_BUSY], secs),
+	       kvp_rate(a[KVP_ACTR_REAP_CLIENTS], pa[KVP_ACTR_REAP_CLIENTS], secs));
+	printf("DRAM      %6.1f%% of %.0f MiB, %llu entries\n",
+	       m->dram_total ? 100.0 * (double)m->dram_used / (double)m->dram_total : 0.0,
+	       (double)m->dram_total / 1048576.0, (unsigned long long)m->entries[KVP_MTIER_DRAM]);
+	if (m->ssd_enabled)
+		printf("SSD       %6.1f%% of %.0f MiB, %llu entries; staging %llu/%llu pages "
+		       "(peak %llu)\n",
+		       m->ssd_total ? 100.0 * (double)m->ssd_used / (double)m->ssd_total : 0.0,
+		       (double)m->ssd_total / 1048576.0,
+		       (unsigned long long)m->entries[KVP_MTIER_SSD],
+		       (unsigned long long)m->staging_in_use, (unsigned long long)m->staging_total,
+		       (unsigned long long)m->staging_peak);
+	printf("clients   %llu alive, %llu dead; %llu holds, %llu leases\n\n",
+	       (unsigned long long)m->clients_live, (unsigned long long)m->clients_dead,
+	       (unsigned long long)m->holds, (unsigned long long)m->leases);
+	fflush(stdout);
+}
+
+/* kvpool top [--count N] [--interval SECONDS]: a frame every interval
+ * (default 1 s), N frames (default: until interrupted). */
+static int
+kvp_cmd_top(const struct kvp_seg *s, int argc, char **argv)
+{
+	struct kvp_metrics *m = malloc(2 * sizeof(*m)), *cur, *prev;
+	double interval = 1.0;
+	long count = -1, k;
+	bool tty = isatty(STDOUT_FILENO);
+	uint64_t t_prev;
+	int i;
+
+	for (i = 0; i < argc; i++) {
+		char *end = NULL;
+
+		if (!strcmp(argv[i], "--count") && i + 1 < argc) {
+			count = strtol(argv[++i], &end, 10);
+			if (*end || count < 1)
+				goto usage;
+		} else if (!strcmp(argv[i], "--interval") && i + 1 < argc) {
+			interval = strtod(argv[++i], &end);
+			if (*end || !(interval >= 0.01 && interval <= 3600))
+				goto usage;
+		} else {
+			goto usage;
+		}
 	}
+	if (!m)
+		return -ENOMEM;
+	prev = &m[0];
+	cur = &m[1];
+	kvp_metrics_collect(s, prev);
+	t_prev = kvp_now_ns(CLOCK_MONOTONIC);
+	for (k = 0; count < 0 || k < count; k++) {
+		struct timespec ts = { (time_t)interval,
+				       (long)((interval - (double)(time_t)interval) * 1e9) };
+		struct kvp_metrics *tmp;
+		uint64_t now;
+
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			; /* the refresh period of an interactive view */
+		kvp_metrics_collect(s, cur);
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		kvp_top_frame(cur, prev, (double)(now - t_prev) / 1e9, tty);
+		t_prev = now;
+		tmp = prev;
+		prev = cur;
+		cur = tmp;
+	}
+	free(m);
 	return 0;
+usage:
+	free(m);
+	fprintf(stderr, "usage: kvpool top [--count N] [--interval SECONDS]\n");
+	return -EINVAL;
 }
 
 static int
@@ -218,8 +187,9 @@ kvp_cli_usage(void)
 		"  get KEY FILE|-     write KEY's value to FILE (or stdout)\n"
 		"  exists KEY...      print 1/0 per key; exit 0 if all present\n"
 		"  del KEY            delete KEY\n"
-		"  stat [--json]      entries, DRAM use, clients, counters\n"
-		"  clients            client slots: pid, start time, alive, holds\n"
+		"  stat [--json]      tiers, index, clients, operations, latency, counters\n"
+		"  clients            client slots: pid, start time, alive, holds, leases\n"
+		"  top [--count N] [--interval S]  rates, occupancy, hit ratio every S (1) s\n"
 		"  check [--wait MS]  verify the pool's invariants (read-only; agent up\n"
 		"                     or down); re-checks for MS (default 3000) what a\n"
 		"                     busy pool may show for a moment; exit 1 names them\n"
@@ -281,7 +251,7 @@ main(int argc, char **argv)
 		kvp__seg_unmap(&s);
 		return r.violations ? 1 : 0;
 	}
-	if (!strcmp(cmd, "stat") || !strcmp(cmd, "clients")) {
+	if (!strcmp(cmd, "stat") || !strcmp(cmd, "clients") || !strcmp(cmd, "top")) {
 		struct kvp_seg s;
 		char msg[512];
 
@@ -290,10 +260,15 @@ main(int argc, char **argv)
 			fprintf(stderr, "kvpool: %s\n", msg);
 			return 1;
 		}
-		if (!strcmp(cmd, "stat"))
-			rc = kvp_cmd_stat(&s, optind < argc && !strcmp(argv[optind], "--json"));
+		if (!strcmp(cmd, "stat") && (optind == argc ||
+					     (optind + 1 == argc && !strcmp(argv[optind], "--json"))))
+			rc = kvp_cmd_stat(&s, optind < argc);
+		else if (!strcmp(cmd, "clients") && optind == argc)
+			kvp_metrics_clients(&s, stdout);
+		else if (!strcmp(cmd, "top"))
+			rc = kvp_cmd_top(&s, argc - optind, argv + optind);
 		else
-			rc = kvp_cmd_clients(&s);
+			rc = -EINVAL, kvp_cli_usage();
 		kvp__seg_unmap(&s);
 		return rc ? 1 : 0;
 	}

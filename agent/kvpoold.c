@@ -39,6 +39,8 @@ kvp_usage(FILE *f)
 		"  --durability MODE       relaxed (default) or strict (batch fdatasync)\n"
 		"  --no-promote            SSD reads go through staging only, never into DRAM\n"
 		"  --max-pinned-per-client SIZE  cap on the bytes one client pins (default: none)\n"
+		"  --metrics-addr HOST:PORT  Prometheus /metrics endpoint (default 127.0.0.1:9464;\n"
+		"                          [::1]:PORT for IPv6, port 0 picks one, off disables)\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
 		"  --log FILE              log file when daemonized (default /tmp/kvpoold.NAME.log)\n"
@@ -114,6 +116,7 @@ main(int argc, char **argv)
 		{ "durability", required_argument, NULL, 'D' },
 		{ "no-promote", no_argument, NULL, 'P' },
 		{ "max-pinned-per-client", required_argument, NULL, 'X' },
+		{ "metrics-addr", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -123,6 +126,7 @@ main(int argc, char **argv)
 	const char *logfile = NULL;
 	pthread_t evictor, reaper;
 	struct sigaction sa;
+	sigset_t stopset, waitset;
 	int opt, rc, ready[2] = { -1, -1 };
 	uint64_t v;
 
@@ -134,6 +138,7 @@ main(int argc, char **argv)
 	cfg->dram_high_pct = 90;
 	cfg->dram_low_pct = 80;
 	cfg->reap_ms = 100;
+	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "127.0.0.1:9464");
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		bool bad = false;
 
@@ -187,6 +192,11 @@ main(int argc, char **argv)
 			break;
 		case 'P': cfg->no_promote = true; break;
 		case 'X': bad = kvp_parse_size(optarg, &cfg->max_pinned) != 0; break;
+		case 'A':
+			bad = strlen(optarg) >= sizeof(cfg->metrics_addr) || !*optarg;
+			snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "%s", optarg);
+			cfg->metrics_addr_given = true;
+			break;
 		case 'k': cfg->keep_on_exit = true; break;
 		case 'f': cfg->foreground = true; break;
 		case 'l': logfile = optarg; break;
@@ -280,6 +290,16 @@ main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* SIGTERM/SIGINT stay blocked (held pending) except inside the
+	 * sigsuspend below: every thread started from here inherits the
+	 * block, so main takes them, and a signal that comes between the
+	 * flag test and the wait is not lost (pause() could sleep forever) */
+	sigemptyset(&stopset);
+	sigaddset(&stopset, SIGTERM);
+	sigaddset(&stopset, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stopset, &waitset);
+	sigdelset(&waitset, SIGTERM);
+	sigdelset(&waitset, SIGINT);
 
 	rc = kvp_shm_create_or_attach_agent(a);
 	if (rc) {
@@ -307,6 +327,16 @@ main(int argc, char **argv)
 				"%llu orphan units freed", reaped, (unsigned long long)orphans);
 	}
 	a->seg.hdr->h_max_pinned = cfg->max_pinned; /* read by clients as they pin */
+	/* the /metrics endpoint on its own thread, before the agent announces
+	 * itself (tools find its port in the header) */
+	if (kvp_metrics_http_start_agent(a)) {
+		kvp_tier_close_agent(a);
+		/* nothing served yet: leave no segment behind unless it is used */
+		if (!cfg->keep_on_exit && !kvp_any_client_alive(&a->seg))
+			kvp_shm_remove_agent(a);
+		kvp__seg_unmap(&a->seg);
+		return 1;
+	}
 	/* for humans and tools: the agent is serving (recovery is done) */
 	kvp_store_relaxed(&a->seg.hdr->h_agent_start_ns, kvp_now_ns(CLOCK_REALTIME));
 	kvp_store_release(&a->seg.hdr->h_agent_pid, (uint64_t)getpid()); /* release */
@@ -324,8 +354,9 @@ main(int argc, char **argv)
 		close(ready[1]);
 	}
 	while (!kvp_got_signal)
-		pause();
+		sigsuspend(&waitset);
 	kvp_log(KVP_LOG_INFO, "agent", "signal %d: stopping", (int)kvp_got_signal);
+	kvp_metrics_http_stop_agent(a);
 	kvp_store_release(&a->stop, 1); /* release: threads acquire it */
 	kvp_ifetch_add(&a->seg.hdr->h_evict_wake, 1); /* full: wake the evictor */
 	kvp_futex_wake(&a->seg.hdr->h_evict_wake);

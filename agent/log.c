@@ -1,5 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* log.c - one line per event: time, level, subsystem, message. */
+/*
+ * log.c - one line per event: UTC time, level (DEBUG, INFO, WARN, ERROR),
+ * subsystem (agent, shm, dram, ssd, io, reaper, metrics), message.  A
+ * normal run logs INFO and, for conditions an operator may act on, WARN;
+ * ERROR means the agent could not do what it was asked (and usually stops).
+ */
 #include <ctype.h>
 #include <stdio.h>
 #include <sys/time.h>
@@ -18,7 +23,7 @@ void
 kvp_log(enum kvp_log_level lvl, const char *subsys, const char *fmt, ...)
 {
 	static const char *const names[] = { "DEBUG", "INFO", "WARN", "ERROR" };
-	char line[1024], ts[32];
+	char line[1024], ts[32], *p;
 	struct timeval tv;
 	struct tm tm;
 	va_list ap;
@@ -34,6 +39,11 @@ kvp_log(enum kvp_log_level lvl, const char *subsys, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 	va_end(ap);
+	/* one line per event, whatever the message carried (a library's
+	 * text, a path): control characters become spaces */
+	for (p = line + n; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = ' ';
 	fprintf(stderr, "%s\n", line);
 }
 

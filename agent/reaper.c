@@ -15,7 +15,7 @@
  *  4. release its staging span bits; ask the tier thread (which owns
  *     every DRAM free) to sweep the page map: runs whose owner slot
  *     moved on (its half-written allocation) are freed
- *  5. fold its counters into the retired totals, zero them
+ *  5. fold its counters and histograms into the retired totals, zero them
  *  6. store FREE(g)                                  (slot reusable)
  * Step 5 may count twice if the agent dies between the fold and the
  * zeroing; counters are statistics, never used for correctness.
@@ -94,12 +94,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	/* a dead client pins nothing any more: its gauges go to zero */
 	kvp_store_relaxed(&cs->cs_ctr[KVP_CTR_PINNED_DRAM], 0); /* relaxed: stats */
 	kvp_store_relaxed(&cs->cs_ctr[KVP_CTR_PINNED_SSD], 0);
-	for (k = 0; k < KVP_CTR_SLOTS; k++) {
-		uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]); /* relaxed: stats */
-		if (v)
-			kvp_fetch_add(&h->h_actr[KVP_ACTR_RETIRED0 + k], v);
-		kvp_store_relaxed(&cs->cs_ctr[k], 0);
-	}
+	kvp__shard_retire(h, cs); /* counters and histograms */
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_CLIENTS], 1); /* stats */
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_HOLDS], holds);
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PINS], pins);

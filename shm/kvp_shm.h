@@ -61,7 +61,7 @@
 typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
-#define KVP_ABI_MAJOR 1
+#define KVP_ABI_MAJOR 2 /* 2.0: latency histograms (client slot 2432 B), SSD usage, metrics port */
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -106,12 +106,54 @@ enum kvp_ctr {
 	KVP_CTR_PIN_CAPPED,     /* lookups cut short by the pinned-bytes cap */
 	KVP_CTR_PINNED_DRAM,    /* gauge: bytes pinned, DRAM-resident at pin time */
 	KVP_CTR_PINNED_SSD,     /* gauge: bytes pinned, SSD-resident at pin time */
+	KVP_CTR_GET_SSD_BYTES,  /* bytes copied out of SSD reads (staged/promoted) */
+	KVP_CTR_EXISTS_HIT_DRAM, /* exists hits by the tier the value was in */
+	KVP_CTR_EXISTS_HIT_SSD,
 	KVP_CTR__N,
 };
 #define KVP_CTR_SLOTS 32
 _Static_assert(KVP_CTR__N <= KVP_CTR_SLOTS, "counter shard too small");
 
-/* One client slot: 6 cache lines, never shared hot with another client. */
+/*
+ * Latency histograms: one per (operation, tier), a shard per client like
+ * the counters (single writer, relaxed load + store).  One observation per
+ * call (a batch is one call), timed with one clock read pair; the tier of
+ * a call is the slowest tier it touched.  Bucket b counts calls that took
+ * at most 2^(b + KVP_HIST_SHIFT) ns (256 ns .. 68.7 s); the last bucket
+ * is +Inf.  Buckets are not cumulative in the segment (readers sum them);
+ * word KVP_HIST_SUM is the sum of the durations in ns, and the call count
+ * is the sum of the buckets.
+ */
+enum kvp_hist {
+	KVP_HIST_PUT_DRAM = 0,
+	KVP_HIST_GET_DRAM,
+	KVP_HIST_GET_SSD,
+	KVP_HIST_EXISTS_DRAM,
+	KVP_HIST_EXISTS_SSD,
+	KVP_HIST__N,
+};
+#define KVP_HIST_SLOTS 8      /* room for the HBM tier */
+#define KVP_HIST_WORDS 32
+#define KVP_HIST_BUCKETS 30   /* 29 bounded + Inf */
+#define KVP_HIST_SUM 30       /* word: sum of durations (ns) */
+#define KVP_HIST_SHIFT 8      /* bucket 0: <= 256 ns */
+_Static_assert(KVP_HIST__N <= KVP_HIST_SLOTS, "histogram shard too small");
+_Static_assert(KVP_HIST_SUM >= KVP_HIST_BUCKETS && KVP_HIST_SUM < KVP_HIST_WORDS, "hist");
+
+/* The bucket of a duration of ns nanoseconds. */
+KVP_INLINE unsigned
+kvp_hist_bucket(uint64_t ns)
+{
+	unsigned b;
+
+	if (ns <= (1ull << KVP_HIST_SHIFT))
+		return 0;
+	b = 64u - (unsigned)__builtin_clzll(ns - 1) - KVP_HIST_SHIFT; /* ceil(log2) */
+	return b < KVP_HIST_BUCKETS - 1 ? b : KVP_HIST_BUCKETS - 1;
+}
+
+/* One client slot: 38 cache lines (6 of state and counters, 32 of
+ * histograms), never shared hot with another client. */
 struct kvp_client_slot {
 	kvp_aword_t cs_state;      /* [gen:56][state:8]                   */
 	kvp_aword_t cs_pid;        /* for humans and the fork check        */
@@ -124,9 +166,11 @@ struct kvp_client_slot {
 	kvp_aword_t cs_call_seq;   /* client-private call numbering (informative) */
 	char cs_ns[64];            /* namespace name, truncated, for humans */
 	kvp_aword_t cs_ctr[KVP_CTR_SLOTS];
+	kvp_aword_t cs_hist[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* enum kvp_hist */
 };
-_Static_assert(sizeof(struct kvp_client_slot) == 384, "client slot size");
+_Static_assert(sizeof(struct kvp_client_slot) == 2432, "client slot size");
 _Static_assert(offsetof(struct kvp_client_slot, cs_ctr) == 128, "ctr offset");
+_Static_assert(offsetof(struct kvp_client_slot, cs_hist) == 384, "hist offset");
 
 #define KVP_HINTS 16
 #define KVP_MAX_LEASES 4096
@@ -157,6 +201,7 @@ enum kvp_actr {
 	KVP_ACTR_SINGLE_FLIGHT, /* requests that joined a read in flight */
 	KVP_ACTR_LEASE_EXPIRED, /* leases reclaimed after their expiry */
 	KVP_ACTR_REAP_PINS,     /* pins (pinset holds) released by the reaper */
+	KVP_ACTR_EVICT_SSD,     /* SSD-only values that left with their segment */
 	KVP_ACTR_RETIRED0,      /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
@@ -216,20 +261,29 @@ struct kvp_shm_header {
 	uint64_t h_staging_slot_bytes;
 	kvp_aint_t h_io_wake;      /* futex: clients bump after posting */
 	kvp_aint_t h_staging_seq;  /* futex: bumped when spans are freed */
-	kvp_aword_t h_staging_used;  /* slots in use (agent) */
-	kvp_aword_t h_staging_peak;  /* highest slots in use since creation */
+	kvp_aword_t h_staging_used;  /* slots in use: the agent adds at allocation,
+				      * the freer of a span subtracts (exact) */
+	kvp_aword_t h_staging_peak;  /* highest h_staging_used since creation */
 
 	/* timed leases for readers that cannot hold (remote, DMA) */
 	kvp_off_t h_leases_off;    /* struct kvp_lease[max_leases] */
 	uint64_t h_max_leases;
 
 	kvp_aword_t h_actr[KVP_ACTR__N];
+
+	/* observability (ABI 2.0): written by the agent, read by tools */
+	kvp_aword_t h_hist_retired[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* gone clients */
+	kvp_aword_t h_ssd_used_bytes;  /* SSD on-disk bytes (segments) */
+	kvp_aword_t h_ssd_live_bytes;  /* SSD bytes of live records */
+	kvp_aword_t h_ssd_total_bytes; /* --ssd-size, or the file system's size */
+	kvp_aword_t h_metrics_port;    /* the agent's /metrics TCP port; 0 = off */
 };
 _Static_assert(sizeof(struct kvp_shm_header) <= KVP_PAGE, "header is one page");
 _Static_assert(offsetof(struct kvp_shm_header, h_magic) == 0, "magic first");
 _Static_assert(offsetof(struct kvp_shm_header, h_abi_major) == 8, "abi at 8");
 _Static_assert(offsetof(struct kvp_shm_header, h_layout_sig) == 16, "sig");
 _Static_assert(offsetof(struct kvp_shm_header, h_incarnation) % 8 == 0, "aligned");
+_Static_assert(offsetof(struct kvp_shm_header, h_hist_retired) % 8 == 0, "aligned");
 
 /*
  * SSD read requests: one ring per client.  The client fills a FREE entry
@@ -401,7 +455,8 @@ struct kvp_dram_hdr {
 	 ((uint64_t)sizeof(struct kvp_dram_hdr) << 4) ^                      \
 	 ((uint64_t)sizeof(struct kvp_req) << 40) ^                          \
 	 ((uint64_t)sizeof(struct kvp_span) << 28) ^                         \
-	 ((uint64_t)sizeof(struct kvp_lease_slot) << 20) ^ (uint64_t)KVP_CTR_SLOTS)
+	 ((uint64_t)sizeof(struct kvp_lease_slot) << 20) ^ (uint64_t)KVP_CTR_SLOTS ^ \
+	 ((uint64_t)KVP_HIST_SLOTS << 8) ^ ((uint64_t)KVP_HIST_WORDS << 12))
 
 /* A mapped segment as one process sees it (private memory). */
 struct kvp_seg {

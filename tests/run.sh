@@ -50,6 +50,7 @@ run() { # name, command...
 }
 
 UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
+UNIT="$UNIT test_metrics"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
@@ -63,6 +64,10 @@ for v in $variants; do
 done
 # the SSD tier end to end on the pread/pwrite thread path (io_uring refused)
 run "release/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 build/release/test_ssd_tier
+# observability: stat --json = /metrics (jq, promtool); a real Prometheus scrapes the agent
+run "release/obs stat --json matches /metrics" tests/obs/test_scrape_json.sh
+run "release/obs prometheus server scrapes kvpoold" tests/obs/test_prometheus.sh
+[ $quick = 1 ] || run "tsan/test_metrics" env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build/tsan/test_metrics
 run "release/stress_pool DRAM only, kills" build/release/stress_pool --no-ssd --procs 4 \
 	--seconds 15 --seed 1 --kill-every 300
 # the chaos stress of issue 4: 8 workers, 60 s, a worker killed every 2 s,

@@ -21,9 +21,22 @@
 
 #define KVP_EVICT_BATCH 256u
 
-/* Mark candidates held if any client's hold slot names them. */
+static void kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n);
+
+/* Mark candidates held if any client's hold slot or a live lease names
+ * them.  Any number of candidates (an SSD segment's reclaim may bring
+ * thousands): scanned in chunks that keep the lookup table half empty. */
 void
 kvp_dram_holds_scan_agent(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
+{
+	unsigned k;
+
+	for (k = 0; k < n; k += 512u)
+		kvp__holds_scan_chunk(s, c + k, n - k < 512u ? n - k : 512u);
+}
+
+static void
+kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 {
 	enum { HBITS = 10, HSIZE = 1u << HBITS };
 	int16_t table[HSIZE];
@@ -285,6 +298,13 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 					continue;
 				}
 			} else if (st != KVP_IX_DELETED) {
+				/* a value being put is work for a later pass:
+				 * this one is not idle (its units are counted
+				 * already, so DRAM use will not change when it
+				 * is published, and an idle evictor would never
+				 * look at it again) */
+				if (st == KVP_IX_PENDING && need)
+					found++;
 				continue;
 			}
 			n += kvp_dram_check_take_agent(s, i, w, &cand[n]);

@@ -24,6 +24,7 @@
  * being promoted into are marked busy so the orphan sweep (which runs on
  * this thread too) keeps them.
  */
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 
 #include "agent/agent_int.h"
@@ -63,7 +64,11 @@ struct kvp_tier {
 	unsigned demoting;
 	uint64_t write_fail_until; /* after an SSD write error: drop, not demote */
 	bool *wake;             /* per client: answered this round */
+	uint64_t total_bytes;   /* --ssd-size, or the file system's size */
+	uint64_t published_ns;  /* last SSD usage published to the header */
 };
+
+static void kvp_tier_publish(struct kvp_agent *a);
 
 bool
 kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot)
@@ -204,6 +209,11 @@ kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head, bool count_expired)
 	    /* full CAS: one freer */
 	    !kvp_cas(&sp->sp_state, w, fw))
 		return false;
+	/* full: occupancy, by the FREEING CAS winner only; an adopter of a
+	 * dead freer's span does not subtract again (a freer killed between
+	 * its CAS and this leaves the count high until the arena is idle:
+	 * kvp_staging_reconcile) */
+	kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - KVP_SP_N(w));
 	kvp_span_finish_free(s, head, fw);
 	if (count_expired)
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGING_EXPIRED], 1); /* stat */
@@ -312,21 +322,52 @@ kvp_staging_find(struct kvp_seg *s, unsigned need)
 	return UINT32_MAX;
 }
 
-/* After an allocation (the only moment occupancy grows, and only this
- * thread allocates): count the slots in use, keep the exact peak. */
+/*
+ * Staging occupancy, kept exactly: h_staging_used goes up by a span's
+ * slots here, before the span leaves FREE (this thread is the only
+ * allocator), and down by the same count from whoever wins the span's
+ * READY -> FREEING CAS (a holder, or this thread), before the FREE
+ * stores.  Occupancy only grows here, so the highest value returned here
+ * is the exact peak; no sampling can miss it.
+ */
 static void
-kvp_staging_account(struct kvp_seg *s)
+kvp_staging_account(struct kvp_seg *s, unsigned need)
 {
 	struct kvp_shm_header *h = s->hdr;
-	uint64_t k, used = 0;
+	/* full: the count goes up before the span's state stores */
+	uint64_t used = kvp_fetch_add(&h->h_staging_used, need) + need;
 
-	for (k = 0; k < h->h_staging_slots; k++)
-		/* relaxed: a count; frees only lower it */
-		used += KVP_SP_STATE(kvp_load_relaxed(&s->spans[k].sp_state)) != KVP_SP_FREE;
 	/* relaxed: written by this thread only; read by tools */
-	kvp_store_relaxed(&h->h_staging_used, used);
 	if (used > kvp_load_relaxed(&h->h_staging_peak))
 		kvp_store_relaxed(&h->h_staging_peak, used);
+}
+
+/*
+ * A freer killed between its FREEING CAS and its subtraction leaves the
+ * count high by its span.  When every slot is FREE (acquire: each freer
+ * subtracted before its FREE store, and nothing leaves FREE but through
+ * this thread), the true occupancy is 0: put the count right.  Returns
+ * the slots that were unaccounted for.
+ */
+static uint64_t
+kvp_staging_reconcile(struct kvp_seg *s)
+{
+	struct kvp_shm_header *h = s->hdr;
+	uint64_t k, used;
+
+	/* relaxed: a hint; the scan below decides */
+	if (!s->spans || !kvp_load_relaxed(&h->h_staging_used))
+		return 0;
+	for (k = 0; k < h->h_staging_slots; k++)
+		/* acquire: pairs with the freers' FREE release */
+		if (KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) != KVP_SP_FREE)
+			return 0;
+	/* relaxed: ordered after the acquire loads above */
+	used = kvp_load_relaxed(&h->h_staging_used);
+	/* full CAS: nobody else changes it while every slot is free */
+	if (used && kvp_cas(&h->h_staging_used, used, 0))
+		return used;
+	return 0;
 }
 
 /* ---- answers ---- */
@@ -549,6 +590,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 		}
 		/* acquire: the free word we allocate from (its generation) */
 		hw0 = kvp_load_acquire(&s->spans[head].sp_state);
+		kvp_staging_account(s, need);
 		for (k = 1; k < need; k++)
 			/* release: a body slot of this span, not free */
 			kvp_store_release(&s->spans[head + k].sp_state,
@@ -586,7 +628,6 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 		rd.dst = op->iov;
 		kvp_read_identity(e, &rd);
 		cs->used += need;
-		kvp_staging_account(s);
 		rc = kvp_top_add_waiter(op, w);
 		if (rc == 0)
 			rc = kvp_ssd_read_agent(t->ssd, tag, &rd);
@@ -968,7 +1009,7 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 	if (!d.veto) {
 		kvp_crashpoint(A_SEG_RECLAIM);
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM], 1); /* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT], n);
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_SSD], n);
 	}
 	free(cand);
 	free(d.slots);
@@ -1024,6 +1065,13 @@ kvp_tier_open_agent(struct kvp_agent *a)
 		goto err_free;
 	}
 	a->tier = t;
+	t->total_bytes = a->cfg.ssd_size;
+	if (!t->total_bytes) {
+		struct statvfs sv;
+
+		if (statvfs(a->cfg.ssd_dir, &sv) == 0)
+			t->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
+	}
 	n = kvp_ssd_recover_agent(t->ssd, kvp_recover_cb, a);
 	if (n < 0) {
 		rc = (int)n;
@@ -1072,6 +1120,8 @@ kvp_tier_open_agent(struct kvp_agent *a)
 			}
 			if (KVP_SP_STATE(w) != KVP_SP_READING)
 				continue;
+			/* full: its slots were counted when it was allocated */
+			kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - ns);
 			for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
 				kvp_store_relaxed(&sp->sp_holders[b], 0); /* relaxed: ours */
 			for (b = 1; b < ns && j + b < s->hdr->h_staging_slots; b++)
@@ -1098,6 +1148,7 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	reg[1].iov_len = s->hdr->h_staging_slots * s->hdr->h_staging_slot_bytes;
 	kvp_ssd_register_buffers_agent(t->ssd, reg, 2);
 	s->hdr->h_ssd_enabled = 1;
+	kvp_tier_publish(a);
 	kvp_log(KVP_LOG_INFO, "ssd", "SSD tier in %s: %lld records recovered; staging %llu "
 		"x %llu KiB", a->cfg.ssd_dir, (long long)n,
 		(unsigned long long)s->hdr->h_staging_slots,
@@ -1129,6 +1180,30 @@ kvp_tier_close_agent(struct kvp_agent *a)
 	free(t);
 }
 
+/* SSD usage into the header for tools and /metrics (at most every 50 ms),
+ * and the staging count put right when the arena is idle. */
+static void
+kvp_tier_publish(struct kvp_agent *a)
+{
+	struct kvp_tier *t = a->tier;
+	struct kvp_shm_header *h = a->seg.hdr;
+	struct kvp_ssd_usage u;
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), lost;
+
+	if (now - t->published_ns < 50ull * 1000 * 1000)
+		return;
+	t->published_ns = now;
+	kvp_ssd_usage_agent(t->ssd, &u);
+	/* relaxed: statistics for readers of the header */
+	kvp_store_relaxed(&h->h_ssd_used_bytes, u.used_bytes);
+	kvp_store_relaxed(&h->h_ssd_live_bytes, u.live_bytes);
+	kvp_store_relaxed(&h->h_ssd_total_bytes, t->total_bytes);
+	lost = kvp_staging_reconcile(&a->seg);
+	if (lost)
+		kvp_log(KVP_LOG_INFO, "ssd", "staging count corrected by %llu slots (a "
+			"client died while freeing a span)", (unsigned long long)lost);
+}
+
 /* One round of the tier thread: SSD completions, requests from the rings,
  * the orphan sweep the reaper asked for, the DRAM round (eviction,
  * demotion, reclaim), submissions and wake-ups.  Waits at most wait_ms
@@ -1147,6 +1222,7 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 			for (k = 0; k < n; k++)
 				kvp_complete(a, &cq[k]);
 		kvp_serve_rings(a);
+		kvp_tier_publish(a);
 	}
 	/* full CAS: a sweep the reaper asked for */
 	if (kvp_cas(&a->gc_request, 1, 0)) {

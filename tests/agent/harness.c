@@ -78,7 +78,8 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 		/* child: build argv here, so the parent allocates nothing */
 		char *argv[64];
 		char path[4200], fg[] = "--foreground", po[] = "--pool",
-			rm[] = "--reap-ms", rv[] = "50";
+			rm[] = "--reap-ms", rv[] = "50", ma[] = "--metrics-addr",
+			mo[] = "off";
 		const char *arg;
 		int n = 0;
 
@@ -89,6 +90,9 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 		argv[n++] = a->pool;
 		argv[n++] = rm;
 		argv[n++] = rv;
+		/* no /metrics unless the test asks (a later flag wins) */
+		argv[n++] = ma;
+		argv[n++] = mo;
 		for (arg = first; arg && n < 62; arg = va_arg(ap, const char *))
 			argv[n++] = strdup(arg);
 		argv[n] = NULL;

@@ -526,7 +526,7 @@ test_cli(void **state)
 	kvp_close(c);
 	run_cmd(out, sizeof(out), "%s/kvpool --pool %s --ns cli del k1", bin, a.pool);
 	run_cmd(out, sizeof(out), "%s/kvpool --pool %s stat", bin, a.pool);
-	assert_non_null(strstr(out, "entries      0"));
+	assert_non_null(strstr(out, "index    0 entries"));
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 

@@ -401,6 +401,63 @@ test_corruption(void **state)
 /* A small --ssd-size: demotion keeps going by giving back whole oldest
  * segments; values whose segment went are gone (a miss), the rest read
  * right. */
+/* An SSD segment of small values brings thousands of candidates to one
+ * reclaim (one hold scan for all of them): reclaim must go through, and
+ * what is left must read back. */
+static bool
+reclaimed_twice(void *p)
+{
+	return actr(p, KVP_ACTR_SEGMENT_RECLAIM) >= 2;
+}
+
+static void
+test_reclaim_many_small(void **state)
+{
+	enum { N = 9000, SZ = 2048 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *v = malloc(SZ);
+	char k[100];
+	int i, rc, hits = 0;
+
+	(void)state;
+	fresh_dir();
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
+					  "--dram-high", "0", "--dram-low", "0",
+					  "--index-entries", "16384", "--ssd-dir", ssd_dir,
+					  "--ssd-segment", "16M", "--ssd-size", "40M",
+					  "--staging", "1M", "--staging-slot", "64K", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	/* 9,000 x 8 KiB on disk = ~70 MiB through a 40 MiB budget of 16 MiB
+	 * segments of ~2,000 records each */
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+		kvpt_fill(v, SZ, k, kl, 5);
+		while ((rc = kvp_put(c, k, kl, v, SZ)) == -EBUSY)
+			;
+		assert_int_equal(rc, 0);
+	}
+	assert_true(kvpt_wait_until(reclaimed_twice, &s, 60000) >= 0);
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+		ssize_t n = kvp_get(c, k, kl, v, SZ);
+		if (n == -ENOENT)
+			continue;
+		assert_int_equal(n, SZ);
+		assert_true(kvpt_check(v, SZ, k, kl, 5));
+		hits++;
+	}
+	print_message("  %d of %d still readable after %llu segment reclaims\n", hits, N,
+		      (unsigned long long)actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
+	assert_true(hits > 0);
+	free(v);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 static void
 test_ssd_full(void **state)
 {
@@ -718,6 +775,7 @@ main(void)
 		cmocka_unit_test(test_restart_rebuild),
 		cmocka_unit_test(test_corruption),
 		cmocka_unit_test(test_ssd_full),
+		cmocka_unit_test(test_reclaim_many_small),
 		cmocka_unit_test(test_single_flight),
 		cmocka_unit_test(test_span_hold_fences),
 		cmocka_unit_test(test_agent_down),

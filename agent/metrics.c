@@ -1,0 +1,683 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * metrics.c - one snapshot of a pool, read from its segment, and its three
+ * renderings: Prometheus text exposition 0.0.4 (the agent's /metrics),
+ * JSON and a human table (kvpool stat, kvpool top).
+ *
+ * Everything here only reads the segment (callers pass a read-only
+ * mapping): relaxed loads of counters that their writers keep with single
+ * writer stores (client shards) or atomic adds (agent counters), and a
+ * scan of the index state words.  Nothing takes a lock, so a scrape never
+ * waits for, nor stalls, a client, the tier thread or the reaper.  The
+ * numbers of one snapshot are read at slightly different moments: each
+ * is exact, their sums are not atomic.
+ *
+ * Counters are summed over every client shard plus the retired totals of
+ * clients that closed or were reaped, so they never go down while the
+ * segment lives (a Prometheus counter reset only when it is recreated).
+ */
+#include <math.h>
+
+#include "agent/agent_int.h"
+
+const char *const kvp_tier_names[KVP_MTIERS] = { "DRAM", "SSD", "HBM" };
+
+/* JSON names of enum kvp_ctr and enum kvp_actr (kvpool stat --json). */
+const char *const kvp_ctr_names[KVP_CTR__N] = {
+	"put", "put_bytes", "put_exists", "put_busy", "put_nospc", "get", "get_hit",
+	"get_miss", "get_bytes", "exists", "exists_hit", "delete", "hold_retry",
+	"resolve_ok", "resolve_miss", "resolve_failed", "resolve_busy_parts",
+	"pins", "pins_capped", "pinned_bytes_dram", "pinned_bytes_ssd",
+	"get_ssd_bytes", "exists_hit_dram", "exists_hit_ssd",
+};
+
+const char *const kvp_actr_names[KVP_ACTR_RETIRED0] = {
+	"evictions", "evicted_bytes", "evict_backoff_held", "deletes_reclaimed",
+	"reaped_clients", "reaped_holds", "reaped_pending_puts", "reaped_units",
+	"orphan_units_freed", "allocator_recoveries", "evictions_index_full",
+	"demotions", "demoted_bytes", "promotions", "staged_reads", "busy_rejects",
+	"staging_expired_reclaim", "segment_reclaims", "ssd_read_bytes",
+	"ssd_write_bytes", "ssd_errors", "single_flight_merges", "leases_expired",
+	"pins_reaped", "evictions_ssd",
+};
+
+/* enum kvp_hist: operation and tier of each histogram */
+static const struct {
+	const char *op;
+	unsigned tier;
+} kvp_hist_id[KVP_HIST__N] = {
+	[KVP_HIST_PUT_DRAM] = { "put", KVP_MTIER_DRAM },
+	[KVP_HIST_GET_DRAM] = { "get", KVP_MTIER_DRAM },
+	[KVP_HIST_GET_SSD] = { "get", KVP_MTIER_SSD },
+	[KVP_HIST_EXISTS_DRAM] = { "exists", KVP_MTIER_DRAM },
+	[KVP_HIST_EXISTS_SSD] = { "exists", KVP_MTIER_SSD },
+};
+
+static uint32_t
+kvp_count_holds(const struct kvp_seg *s, uint32_t i)
+{
+	uint32_t hpc = s->hdr->h_holds_per_client, k, n = 0;
+	/* relaxed: a snapshot for humans */
+	uint64_t hwm = kvp_load_relaxed(&s->clients[i].cs_hold_hwm);
+
+	if (hwm > hpc)
+		hwm = hpc;
+	for (k = 0; k < hwm; k++)
+		/* relaxed: a snapshot */
+		n += kvp_load_relaxed(&s->holds[(uint64_t)i * hpc + k]) != 0;
+	return n;
+}
+
+/* Live leases taken by client slot 'owner' (UINT32_MAX: every lease). */
+static uint32_t
+kvp_count_leases(const struct kvp_seg *s, uint32_t owner)
+{
+	uint64_t k;
+	uint32_t n = 0;
+
+	for (k = 0; k < s->hdr->h_max_leases; k++) {
+		/* acquire: pairs with the taker's LIVE release */
+		uint64_t w = kvp_load_acquire(&s->leases[k].ls_state);
+
+		if ((w & 0xff) != KVP_LS_LIVE)
+			continue;
+		/* relaxed: written before LIVE */
+		if (owner == UINT32_MAX || kvp_load_relaxed(&s->leases[k].ls_owner) == owner + 1ull)
+			n++;
+	}
+	return n;
+}
+
+static unsigned
+kvp_mtier_of_loc(uint64_t loc)
+{
+	switch (KVP_LOC_TIER(loc)) {
+	case KVP_TIER_SSD: return KVP_MTIER_SSD;
+	case KVP_TIER_HBM: return KVP_MTIER_HBM;
+	default: return KVP_MTIER_DRAM;
+	}
+}
+
+void
+kvp_metrics_collect(const struct kvp_seg *s, struct kvp_metrics *m)
+{
+	const struct kvp_shm_header *h = s->hdr;
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), i;
+	uint32_t c, k, j;
+
+	memset(m, 0, sizeof(*m));
+	snprintf(m->pool, sizeof(m->pool), "%.*s", (int)sizeof(h->h_pool) - 1, h->h_pool);
+	m->abi_major = h->h_abi_major;
+	m->abi_minor = h->h_abi_minor;
+	/* relaxed: for humans; liveness is the OFD lock */
+	m->agent_pid = kvp_load_relaxed(&h->h_agent_pid);
+	m->incarnation = kvp_load_relaxed(&h->h_incarnation);
+	m->agent_start_ns = kvp_load_relaxed(&h->h_agent_start_ns);
+	m->metrics_port = kvp_load_relaxed(&h->h_metrics_port);
+	m->create_ns = h->h_create_ns;
+	m->agent_alive = kvp_shm_agent_alive(s);
+
+	/* the index: states, entries and bytes by tier, probe lengths */
+	m->index_slots = h->h_index_slots;
+	m->index_limit = h->h_index_limit;
+	for (i = 0; i < h->h_index_slots; i++) {
+		/* acquire: pairs with the publishing CAS */
+		uint64_t w = kvp_load_acquire(&s->meta[i]);
+		const struct kvp_entry *e;
+		uint64_t hash, pos;
+		unsigned t;
+
+		if (KVP_IX_FLAGS(w))
+			m->ix_checking++;
+		switch (KVP_IX_STATE(w)) {
+		case KVP_IX_READY: break;
+		case KVP_IX_PENDING: m->ix_pending++; continue;
+		case KVP_IX_DELETED: m->ix_deleted++; continue;
+		case KVP_IX_RESERVED:
+		case KVP_IX_CLAIM: m->ix_claiming++; continue;
+		default: continue;
+		}
+		m->ix_ready++;
+		e = &s->entries[i];
+		/* relaxed: stable while READY; a torn read skews one sample */
+		t = kvp_mtier_of_loc(kvp_load_relaxed(&e->e_loc));
+		m->entries[t]++;
+		m->value_bytes[t] += kvp_load_relaxed(&e->e_len);
+		hash = kvp_load_relaxed(&e->e_hash);
+		/* probe length: the slot's place among its key's 16
+		 * candidates, plus one (1..8 first bucket, 9..16 second) */
+		pos = (i / KVP_IX_WAYS == (hash & s->bucket_mask) ? 0 : KVP_IX_WAYS) +
+		      i % KVP_IX_WAYS + 1;
+		m->probe_sum += pos;
+		if (pos > m->probe_max)
+			m->probe_max = pos;
+	}
+
+	/* media */
+	/* relaxed: a statistic mirrored under the allocator lock */
+	m->dram_used = kvp_load_relaxed(&s->dram->dh_used_mirror) * h->h_dram_unit;
+	m->dram_total = h->h_dram_pages * h->h_dram_unit;
+	m->ssd_enabled = h->h_ssd_enabled;
+	/* relaxed: published by the tier thread for tools */
+	m->ssd_used = kvp_load_relaxed(&h->h_ssd_used_bytes);
+	m->ssd_live = kvp_load_relaxed(&h->h_ssd_live_bytes);
+	m->ssd_total = kvp_load_relaxed(&h->h_ssd_total_bytes);
+	m->staging_total = s->spans ? h->h_staging_slots : 0;
+	m->staging_slot_bytes = s->spans ? h->h_staging_slot_bytes : 0;
+	/* relaxed: exact counts kept by atomic adds; sampled now */
+	m->staging_in_use = kvp_load_relaxed(&h->h_staging_used);
+	m->staging_peak = kvp_load_relaxed(&h->h_staging_peak);
+
+	/* clients: liveness, holds, and every shard summed */
+	m->max_clients = h->h_max_clients;
+	for (c = 0; c < h->h_max_clients; c++) {
+		const struct kvp_client_slot *cs = &s->clients[c];
+		uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: claim CAS */
+
+		if ((w & 0xff) != KVP_CS_FREE) {
+			if ((w & 0xff) == KVP_CS_LIVE && kvp_shm_client_alive(s, c))
+				m->clients_live++;
+			else
+				m->clients_dead++;
+			m->holds += kvp_count_holds(s, c);
+		}
+		for (k = 0; k < KVP_CTR_SLOTS; k++)
+			/* relaxed: statistics (single writer per shard) */
+			m->ctr[k] += kvp_load_relaxed(&cs->cs_ctr[k]);
+		for (k = 0; k < KVP_HIST__N; k++)
+			for (j = 0; j < KVP_HIST_WORDS; j++)
+				m->hist[k][j] += kvp_load_relaxed(&cs->cs_hist[k][j]);
+	}
+	for (k = 0; k < KVP_CTR_SLOTS; k++)
+		/* relaxed: statistics (atomic adds) */
+		m->ctr[k] += kvp_load_relaxed(&h->h_actr[KVP_ACTR_RETIRED0 + k]);
+	for (k = 0; k < KVP_HIST__N; k++)
+		for (j = 0; j < KVP_HIST_WORDS; j++)
+			m->hist[k][j] += kvp_load_relaxed(&h->h_hist_retired[k][j]);
+	for (k = 0; k < KVP_ACTR_RETIRED0; k++)
+		m->actr[k] = kvp_load_relaxed(&h->h_actr[k]); /* relaxed: statistics */
+	m->leases = kvp_count_leases(s, UINT32_MAX);
+	m->collect_ns = kvp_now_ns(CLOCK_MONOTONIC) - t0;
+}
+
+uint64_t
+kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h)
+{
+	uint64_t n = 0;
+	unsigned b;
+
+	for (b = 0; b < KVP_HIST_BUCKETS; b++)
+		n += m->hist[h][b];
+	return n;
+}
+
+/* Latency at quantile q (0..1) of histogram h, in ns: the upper bound of
+ * the bucket it falls in (0 when empty; the last bound for +Inf). */
+uint64_t
+kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q)
+{
+	uint64_t n = kvp_metrics_hist_count(m, h), seen = 0, want;
+	unsigned b;
+
+	if (!n)
+		return 0;
+	want = (uint64_t)ceil(q * (double)n);
+	if (want == 0)
+		want = 1;
+	for (b = 0; b < KVP_HIST_BUCKETS - 1; b++) {
+		seen += m->hist[h][b];
+		if (seen >= want)
+			break;
+	}
+	if (b == KVP_HIST_BUCKETS - 1)
+		b--;
+	return 1ull << (b + KVP_HIST_SHIFT);
+}
+
+/* ---- Prometheus text exposition format 0.0.4 ---- */
+
+static void
+kvp_fam(FILE *f, const char *name, const char *type, const char *help)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void
+kvp_val(FILE *f, const char *name, uint64_t v)
+{
+	fprintf(f, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void
+kvp_val1(FILE *f, const char *name, const char *label, const char *lv, uint64_t v)
+{
+	fprintf(f, "%s{%s=\"%s\"} %llu\n", name, label, lv, (unsigned long long)v);
+}
+
+static void
+kvp_val2(FILE *f, const char *name, const char *l1, const char *v1, const char *l2,
+	 const char *v2, uint64_t v)
+{
+	fprintf(f, "%s{%s=\"%s\",%s=\"%s\"} %llu\n", name, l1, v1, l2, v2,
+		(unsigned long long)v);
+}
+
+/* Pool names are [A-Za-z0-9_.-]: nothing to escape in a label value. */
+int
+kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
+{
+	const char *D = "DRAM", *S = "SSD", *H = "HBM";
+	const uint64_t *a = m->actr, *c = m->ctr;
+	unsigned h, b;
+
+	kvp_fam(f, "kvpool_info", "gauge", "Pool served by this agent and its segment ABI (always 1).");
+	fprintf(f, "kvpool_info{pool=\"%s\",abi=\"%u.%u\"} 1\n", m->pool, m->abi_major,
+		m->abi_minor);
+	kvp_fam(f, "kvpool_agent_up", "gauge", "1 while the agent holds the pool's segment lock.");
+	kvp_val(f, "kvpool_agent_up", m->agent_alive);
+	kvp_fam(f, "kvpool_agent_incarnation", "gauge",
+		"Agents that attached to this segment (bumped by every start).");
+	kvp_val(f, "kvpool_agent_incarnation", m->incarnation);
+	kvp_fam(f, "kvpool_agent_start_time_seconds", "gauge",
+		"Unix time the agent began serving.");
+	fprintf(f, "kvpool_agent_start_time_seconds %.3f\n", (double)m->agent_start_ns / 1e9);
+
+	kvp_fam(f, "kvpool_medium_state", "gauge",
+		"Tier occupancy: bytes used and total, entries resident, staging arena "
+		"pages (slots) in use now, at their peak since creation, and in all.");
+	kvp_val2(f, "kvpool_medium_state", "tier", D, "state", "bytes_used", m->dram_used);
+	kvp_val2(f, "kvpool_medium_state", "tier", D, "state", "bytes_total", m->dram_total);
+	kvp_val2(f, "kvpool_medium_state", "tier", D, "state", "entries",
+		 m->entries[KVP_MTIER_DRAM]);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_used", m->ssd_used);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_total", m->ssd_total);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_live", m->ssd_live);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "entries",
+		 m->entries[KVP_MTIER_SSD]);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "staging_pages_in_use",
+		 m->staging_in_use);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "staging_pages_peak",
+		 m->staging_peak);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "staging_pages_total",
+		 m->staging_total);
+	kvp_val2(f, "kvpool_medium_state", "tier", H, "state", "bytes_used", 0);
+	kvp_val2(f, "kvpool_medium_state", "tier", H, "state", "bytes_total", 0);
+	kvp_val2(f, "kvpool_medium_state", "tier", H, "state", "entries",
+		 m->entries[KVP_MTIER_HBM]);
+	kvp_fam(f, "kvpool_staging_page_bytes", "gauge", "Bytes of one staging arena page (slot).");
+	kvp_val(f, "kvpool_staging_page_bytes", m->staging_slot_bytes);
+
+	kvp_fam(f, "kvpool_medium_events_total", "counter",
+		"Tier events: values demoted out of DRAM, promoted out of SSD, evicted "
+		"(their last copy dropped), SSD segments given back, staging spans "
+		"freed by a sweep after their holders were gone, requests refused BUSY.");
+	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event", "demotion",
+		 a[KVP_ACTR_DEMOTE]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event", "eviction",
+		 a[KVP_ACTR_EVICT]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event", "busy_reject",
+		 c[KVP_CTR_PUT_BUSY]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event", "promotion",
+		 a[KVP_ACTR_PROMOTE]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event", "eviction",
+		 a[KVP_ACTR_EVICT_SSD]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event", "segment_reclaim",
+		 a[KVP_ACTR_SEGMENT_RECLAIM]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
+		 "staging_expired_reclaim", a[KVP_ACTR_STAGING_EXPIRED]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event", "busy_reject",
+		 a[KVP_ACTR_BUSY_REJECT]);
+
+	kvp_fam(f, "kvpool_resolve_total", "counter",
+		"Final answers for keys read: DRAM ok = copied from DRAM, DRAM miss = "
+		"not in the index; SSD = reads through the agent (a held key that "
+		"cannot be read is failed, never a miss; BUSY parts are not answers).");
+	kvp_val2(f, "kvpool_resolve_total", "tier", D, "status", "ok", c[KVP_CTR_GET_HIT]);
+	kvp_val2(f, "kvpool_resolve_total", "tier", D, "status", "miss", c[KVP_CTR_GET_MISS]);
+	kvp_val2(f, "kvpool_resolve_total", "tier", D, "status", "failed", 0);
+	kvp_val2(f, "kvpool_resolve_total", "tier", S, "status", "ok", c[KVP_CTR_RESOLVE_OK]);
+	kvp_val2(f, "kvpool_resolve_total", "tier", S, "status", "miss",
+		 c[KVP_CTR_RESOLVE_MISS]);
+	kvp_val2(f, "kvpool_resolve_total", "tier", S, "status", "failed",
+		 c[KVP_CTR_RESOLVE_FAILED]);
+	kvp_fam(f, "kvpool_resolve_busy_total", "counter",
+		"SSD read requests answered BUSY (asked again; not outcomes).");
+	kvp_val(f, "kvpool_resolve_busy_total", c[KVP_CTR_RESOLVE_BUSY]);
+
+	kvp_fam(f, "kvpool_ops_total", "counter", "Keys asked of each operation (a batch counts its keys).");
+	kvp_val1(f, "kvpool_ops_total", "op", "put", c[KVP_CTR_PUT]);
+	kvp_val1(f, "kvpool_ops_total", "op", "get", c[KVP_CTR_GET]);
+	kvp_val1(f, "kvpool_ops_total", "op", "exists", c[KVP_CTR_EXISTS]);
+	kvp_val1(f, "kvpool_ops_total", "op", "delete", c[KVP_CTR_DELETE]);
+	kvp_fam(f, "kvpool_op_hits_total", "counter",
+		"Keys found, by the tier their value was in (get: copied; exists: present).");
+	kvp_val2(f, "kvpool_op_hits_total", "op", "get", "tier", D, c[KVP_CTR_GET_HIT]);
+	kvp_val2(f, "kvpool_op_hits_total", "op", "get", "tier", S, c[KVP_CTR_RESOLVE_OK]);
+	kvp_val2(f, "kvpool_op_hits_total", "op", "exists", "tier", D,
+		 c[KVP_CTR_EXISTS_HIT_DRAM]);
+	kvp_val2(f, "kvpool_op_hits_total", "op", "exists", "tier", S,
+		 c[KVP_CTR_EXISTS_HIT_SSD]);
+	kvp_fam(f, "kvpool_op_bytes_total", "counter", "Value bytes stored (put) and copied out (get) by tier.");
+	kvp_val2(f, "kvpool_op_bytes_total", "op", "put", "tier", D, c[KVP_CTR_PUT_BYTES]);
+	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", D, c[KVP_CTR_GET_BYTES]);
+	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", S, c[KVP_CTR_GET_SSD_BYTES]);
+	kvp_fam(f, "kvpool_put_rejects_total", "counter",
+		"Puts refused: key exists (or being put), BUSY (DRAM full, evictor behind), no space.");
+	kvp_val1(f, "kvpool_put_rejects_total", "reason", "exists", c[KVP_CTR_PUT_EXISTS]);
+	kvp_val1(f, "kvpool_put_rejects_total", "reason", "busy", c[KVP_CTR_PUT_BUSY]);
+	kvp_val1(f, "kvpool_put_rejects_total", "reason", "nospc", c[KVP_CTR_PUT_NOSPC]);
+
+	kvp_fam(f, "kvpool_op_duration_seconds", "histogram",
+		"Client call latency (one observation per call; a batch is one call), "
+		"by the slowest tier the call touched.");
+	for (h = 0; h < KVP_HIST__N; h++) {
+		uint64_t cum = 0;
+		const char *op = kvp_hist_id[h].op, *tier = kvp_tier_names[kvp_hist_id[h].tier];
+
+		for (b = 0; b < KVP_HIST_BUCKETS; b++) {
+			cum += m->hist[h][b];
+			if (b == KVP_HIST_BUCKETS - 1)
+				fprintf(f, "kvpool_op_duration_seconds_bucket{op=\"%s\",tier=\"%s\","
+					"le=\"+Inf\"} %llu\n", op, tier, (unsigned long long)cum);
+			else
+				fprintf(f, "kvpool_op_duration_seconds_bucket{op=\"%s\",tier=\"%s\","
+					"le=\"%.9g\"} %llu\n", op, tier,
+					(double)(1ull << (b + KVP_HIST_SHIFT)) / 1e9,
+					(unsigned long long)cum);
+		}
+		fprintf(f, "kvpool_op_duration_seconds_sum{op=\"%s\",tier=\"%s\"} %.9f\n", op,
+			tier, (double)m->hist[h][KVP_HIST_SUM] / 1e9);
+		fprintf(f, "kvpool_op_duration_seconds_count{op=\"%s\",tier=\"%s\"} %llu\n", op,
+			tier, (unsigned long long)cum);
+	}
+
+	kvp_fam(f, "kvpool_index_slots", "gauge", "Slots in the index (two buckets of 8 per key).");
+	kvp_val(f, "kvpool_index_slots", m->index_slots);
+	kvp_fam(f, "kvpool_index_capacity", "gauge", "Live entries the index allows (--index-entries).");
+	kvp_val(f, "kvpool_index_capacity", m->index_limit);
+	kvp_fam(f, "kvpool_index_entries", "gauge", "Index slots by state.");
+	kvp_val1(f, "kvpool_index_entries", "state", "ready", m->ix_ready);
+	kvp_val1(f, "kvpool_index_entries", "state", "pending", m->ix_pending);
+	kvp_val1(f, "kvpool_index_entries", "state", "deleted", m->ix_deleted);
+	kvp_val1(f, "kvpool_index_entries", "state", "claiming", m->ix_claiming);
+	kvp_fam(f, "kvpool_index_occupancy_ratio", "gauge", "Ready entries over the index capacity.");
+	fprintf(f, "kvpool_index_occupancy_ratio %.6f\n",
+		m->index_limit ? (double)m->ix_ready / (double)m->index_limit : 0.0);
+	kvp_fam(f, "kvpool_index_probe_length_mean", "gauge",
+		"Mean probe length of stored keys (candidate slots examined: 1..16).");
+	fprintf(f, "kvpool_index_probe_length_mean %.4f\n",
+		m->ix_ready ? (double)m->probe_sum / (double)m->ix_ready : 0.0);
+	kvp_fam(f, "kvpool_index_probe_length_max", "gauge", "Longest probe length of a stored key.");
+	kvp_val(f, "kvpool_index_probe_length_max", m->probe_max);
+	kvp_fam(f, "kvpool_index_evictions_total", "counter",
+		"Entries evicted to make room in a full bucket pair.");
+	kvp_val(f, "kvpool_index_evictions_total", a[KVP_ACTR_EVICT_INDEX]);
+
+	kvp_fam(f, "kvpool_clients", "gauge", "Client slots in use: alive, or dead and not yet reaped.");
+	kvp_val1(f, "kvpool_clients", "state", "alive", m->clients_live);
+	kvp_val1(f, "kvpool_clients", "state", "dead", m->clients_dead);
+	kvp_fam(f, "kvpool_client_slots", "gauge", "Client slots in the segment (--max-clients).");
+	kvp_val(f, "kvpool_client_slots", m->max_clients);
+	kvp_fam(f, "kvpool_holds", "gauge", "Holds in place now (readers copying, pinned keys).");
+	kvp_val(f, "kvpool_holds", m->holds);
+	kvp_fam(f, "kvpool_leases", "gauge", "Live timed leases.");
+	kvp_val(f, "kvpool_leases", m->leases);
+	kvp_fam(f, "kvpool_pinned_bytes", "gauge", "Bytes pinned by lookup-and-pin, by tier at pin time.");
+	kvp_val1(f, "kvpool_pinned_bytes", "tier", D, c[KVP_CTR_PINNED_DRAM]);
+	kvp_val1(f, "kvpool_pinned_bytes", "tier", S, c[KVP_CTR_PINNED_SSD]);
+	kvp_fam(f, "kvpool_pins_total", "counter", "Keys pinned by lookup-and-pin.");
+	kvp_val(f, "kvpool_pins_total", c[KVP_CTR_PIN]);
+	kvp_fam(f, "kvpool_pins_capped_total", "counter",
+		"Lookup-and-pin calls cut short by --max-pinned-per-client.");
+	kvp_val(f, "kvpool_pins_capped_total", c[KVP_CTR_PIN_CAPPED]);
+	kvp_fam(f, "kvpool_hold_retries_total", "counter",
+		"Times a reader waited for the agent's verdict on a value (CHECK).");
+	kvp_val(f, "kvpool_hold_retries_total", c[KVP_CTR_HOLD_RETRY]);
+
+	kvp_fam(f, "kvpool_reaper_clients_total", "counter", "Dead clients reaped.");
+	kvp_val(f, "kvpool_reaper_clients_total", a[KVP_ACTR_REAP_CLIENTS]);
+	kvp_fam(f, "kvpool_reaper_released_total", "counter",
+		"What the reaper released: holds and pins of dead clients, expired leases, "
+		"unfinished puts and their DRAM units.");
+	kvp_val1(f, "kvpool_reaper_released_total", "what", "holds", a[KVP_ACTR_REAP_HOLDS]);
+	kvp_val1(f, "kvpool_reaper_released_total", "what", "pins", a[KVP_ACTR_REAP_PINS]);
+	kvp_val1(f, "kvpool_reaper_released_total", "what", "leases", a[KVP_ACTR_LEASE_EXPIRED]);
+	kvp_val1(f, "kvpool_reaper_released_total", "what", "pending_puts",
+		 a[KVP_ACTR_REAP_PENDING]);
+	kvp_val1(f, "kvpool_reaper_released_total", "what", "units", a[KVP_ACTR_REAP_PAGES]);
+
+	kvp_fam(f, "kvpool_ssd_bytes_total", "counter", "Value bytes read from and written to SSD.");
+	kvp_val1(f, "kvpool_ssd_bytes_total", "direction", "read", a[KVP_ACTR_SSD_READ_BYTES]);
+	kvp_val1(f, "kvpool_ssd_bytes_total", "direction", "write", a[KVP_ACTR_SSD_WRITE_BYTES]);
+	kvp_fam(f, "kvpool_ssd_errors_total", "counter", "SSD reads and writes that failed (I/O error, bad checksum).");
+	kvp_val(f, "kvpool_ssd_errors_total", a[KVP_ACTR_SSD_ERRORS]);
+	kvp_fam(f, "kvpool_single_flight_merges_total", "counter",
+		"SSD read requests that joined a read already in flight.");
+	kvp_val(f, "kvpool_single_flight_merges_total", a[KVP_ACTR_SINGLE_FLIGHT]);
+	kvp_fam(f, "kvpool_staged_reads_total", "counter", "SSD reads served through the staging arena.");
+	kvp_val(f, "kvpool_staged_reads_total", a[KVP_ACTR_STAGED]);
+	kvp_fam(f, "kvpool_demoted_bytes_total", "counter", "Value bytes demoted from DRAM to SSD.");
+	kvp_val(f, "kvpool_demoted_bytes_total", a[KVP_ACTR_DEMOTE_BYTES]);
+	kvp_fam(f, "kvpool_evicted_bytes_total", "counter", "Value bytes of values evicted from DRAM or the index.");
+	kvp_val(f, "kvpool_evicted_bytes_total", a[KVP_ACTR_EVICT_BYTES]);
+	kvp_fam(f, "kvpool_evict_backoff_total", "counter", "Eviction victims left alone because they were held.");
+	kvp_val(f, "kvpool_evict_backoff_total", a[KVP_ACTR_EVICT_BACKOFF]);
+	kvp_fam(f, "kvpool_deletes_reclaimed_total", "counter", "Deleted values whose memory was freed.");
+	kvp_val(f, "kvpool_deletes_reclaimed_total", a[KVP_ACTR_DELETE_RECLAIM]);
+	kvp_fam(f, "kvpool_orphan_units_freed_total", "counter",
+		"DRAM units freed by the restart sweep (no entry owned them).");
+	kvp_val(f, "kvpool_orphan_units_freed_total", a[KVP_ACTR_ORPHAN_PAGES]);
+	kvp_fam(f, "kvpool_allocator_recoveries_total", "counter",
+		"DRAM allocator rebuilds after a process died holding its lock.");
+	kvp_val(f, "kvpool_allocator_recoveries_total", a[KVP_ACTR_ALLOC_RECOVER]);
+	kvp_fam(f, "kvpool_scrape_collect_seconds", "gauge", "Time this snapshot took to read.");
+	fprintf(f, "kvpool_scrape_collect_seconds %.6f\n", (double)m->collect_ns / 1e9);
+	return ferror(f) ? -EIO : 0;
+}
+
+/* ---- JSON (kvpool stat --json): flat, the names of kvpool stat ---- */
+
+static void
+kvp_j(FILE *f, const char *k, uint64_t v)
+{
+	fprintf(f, ",\"%s\":%llu", k, (unsigned long long)v);
+}
+
+void
+kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
+{
+	unsigned k, h;
+
+	fprintf(f, "{\"pool\":\"%s\",\"agent_alive\":%s", m->pool,
+		m->agent_alive ? "true" : "false");
+	kvp_j(f, "agent_pid", m->agent_pid);
+	kvp_j(f, "incarnation", m->incarnation);
+	kvp_j(f, "metrics_port", m->metrics_port);
+	kvp_j(f, "entries", m->ix_ready);
+	kvp_j(f, "pending", m->ix_pending);
+	kvp_j(f, "deleted", m->ix_deleted);
+	kvp_j(f, "claiming", m->ix_claiming);
+	kvp_j(f, "index_slots", m->index_slots);
+	kvp_j(f, "index_capacity", m->index_limit);
+	fprintf(f, ",\"probe_length_mean\":%.4f",
+		m->ix_ready ? (double)m->probe_sum / (double)m->ix_ready : 0.0);
+	kvp_j(f, "probe_length_max", m->probe_max);
+	kvp_j(f, "dram_bytes_used", m->dram_used);
+	kvp_j(f, "dram_bytes_total", m->dram_total);
+	kvp_j(f, "dram_entries", m->entries[KVP_MTIER_DRAM]);
+	kvp_j(f, "value_bytes", m->value_bytes[KVP_MTIER_DRAM] + m->value_bytes[KVP_MTIER_SSD] +
+		  m->value_bytes[KVP_MTIER_HBM]);
+	fprintf(f, ",\"ssd_enabled\":%s", m->ssd_enabled ? "true" : "false");
+	kvp_j(f, "ssd_bytes_used", m->ssd_used);
+	kvp_j(f, "ssd_bytes_live", m->ssd_live);
+	kvp_j(f, "ssd_bytes_total", m->ssd_total);
+	kvp_j(f, "ssd_entries", m->entries[KVP_MTIER_SSD]);
+	kvp_j(f, "staging_pages_in_use", m->staging_in_use);
+	kvp_j(f, "staging_pages_peak", m->staging_peak);
+	kvp_j(f, "staging_pages_total", m->staging_total);
+	kvp_j(f, "clients", m->clients_live);
+	kvp_j(f, "clients_dead", m->clients_dead);
+	kvp_j(f, "client_slots", m->max_clients);
+	kvp_j(f, "holds", m->holds);
+	kvp_j(f, "leases", m->leases);
+	for (k = 0; k < KVP_CTR__N; k++)
+		kvp_j(f, kvp_ctr_names[k], m->ctr[k]);
+	for (k = 0; k < KVP_ACTR_RETIRED0; k++)
+		kvp_j(f, kvp_actr_names[k], m->actr[k]);
+	fprintf(f, ",\"latency\":{");
+	for (h = 0; h < KVP_HIST__N; h++)
+		fprintf(f, "%s\"%s_%s\":{\"count\":%llu,\"sum_ns\":%llu,\"p50_ns\":%llu,"
+			"\"p99_ns\":%llu}", h ? "," : "", kvp_hist_id[h].op,
+			kvp_tier_names[kvp_hist_id[h].tier],
+			(unsigned long long)kvp_metrics_hist_count(m, h),
+			(unsigned long long)m->hist[h][KVP_HIST_SUM],
+			(unsigned long long)kvp_metrics_hist_quantile(m, h, 0.5),
+			(unsigned long long)kvp_metrics_hist_quantile(m, h, 0.99));
+	fprintf(f, "}}\n");
+}
+
+/* ---- the human table (kvpool stat) ---- */
+
+static const char *
+kvp_human(uint64_t v, char *buf, size_t cap)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double d = (double)v;
+	unsigned u = 0;
+
+	while (d >= 1024.0 && u < 5) {
+		d /= 1024.0;
+		u++;
+	}
+	snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", d, unit[u]);
+	return buf;
+}
+
+static double
+kvp_pct(uint64_t a, uint64_t b)
+{
+	return b ? 100.0 * (double)a / (double)b : 0.0;
+}
+
+static void
+kvp_latency_cell(const struct kvp_metrics *m, unsigned h, char *buf, size_t cap)
+{
+	uint64_t n = kvp_metrics_hist_count(m, h);
+
+	if (!n) {
+		snprintf(buf, cap, "-");
+		return;
+	}
+	snprintf(buf, cap, "%.1f/%.1f us", (double)kvp_metrics_hist_quantile(m, h, 0.5) / 1e3,
+		 (double)kvp_metrics_hist_quantile(m, h, 0.99) / 1e3);
+}
+
+void
+kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
+{
+	const uint64_t *c = m->ctr, *a = m->actr;
+	char b1[32], b2[32], b3[32], l1[40], l2[40];
+	uint64_t hits = c[KVP_CTR_GET_HIT] + c[KVP_CTR_RESOLVE_OK];
+	unsigned k;
+
+	fprintf(f, "pool %s: agent %s (pid %llu, incarnation %llu), ABI %u.%u, metrics %s",
+		m->pool, m->agent_alive ? "up" : "DOWN", (unsigned long long)m->agent_pid,
+		(unsigned long long)m->incarnation, m->abi_major, m->abi_minor,
+		m->metrics_port ? "" : "off");
+	if (m->metrics_port)
+		fprintf(f, "port %llu", (unsigned long long)m->metrics_port);
+	fprintf(f, "\n\n%-8s %12s %12s %7s %10s\n", "tier", "used", "total", "use%", "entries");
+	fprintf(f, "%-8s %12s %12s %6.1f%% %10llu\n", "DRAM", kvp_human(m->dram_used, b1, 32),
+		kvp_human(m->dram_total, b2, 32), kvp_pct(m->dram_used, m->dram_total),
+		(unsigned long long)m->entries[KVP_MTIER_DRAM]);
+	if (m->ssd_enabled || m->ssd_used || m->entries[KVP_MTIER_SSD])
+		fprintf(f, "%-8s %12s %12s %6.1f%% %10llu   (live %s)\n", "SSD",
+			kvp_human(m->ssd_used, b1, 32), kvp_human(m->ssd_total, b2, 32),
+			kvp_pct(m->ssd_used, m->ssd_total),
+			(unsigned long long)m->entries[KVP_MTIER_SSD], kvp_human(m->ssd_live, b3, 32));
+	else
+		fprintf(f, "%-8s %12s\n", "SSD", "off");
+	if (m->staging_total)
+		fprintf(f, "%-8s %5llu in use, peak %llu, of %llu pages of %s\n", "staging",
+			(unsigned long long)m->staging_in_use, (unsigned long long)m->staging_peak,
+			(unsigned long long)m->staging_total,
+			kvp_human(m->staging_slot_bytes, b1, 32));
+	fprintf(f, "\nindex    %llu entries (%llu pending, %llu deleted, %llu claiming) of "
+		"%llu allowed (%.1f%%), %llu slots; probe length mean %.2f, max %llu\n",
+		(unsigned long long)m->ix_ready, (unsigned long long)m->ix_pending,
+		(unsigned long long)m->ix_deleted, (unsigned long long)m->ix_claiming,
+		(unsigned long long)m->index_limit, kvp_pct(m->ix_ready, m->index_limit),
+		(unsigned long long)m->index_slots,
+		m->ix_ready ? (double)m->probe_sum / (double)m->ix_ready : 0.0,
+		(unsigned long long)m->probe_max);
+	fprintf(f, "clients  %llu alive, %llu dead (not yet reaped) of %llu slots; %llu holds, "
+		"%llu leases\n", (unsigned long long)m->clients_live,
+		(unsigned long long)m->clients_dead, (unsigned long long)m->max_clients,
+		(unsigned long long)m->holds, (unsigned long long)m->leases);
+
+	fprintf(f, "\n%-8s %12s %12s %12s %12s %20s %20s\n", "op", "keys", "DRAM hits",
+		"SSD hits", "bytes", "DRAM p50/p99", "SSD p50/p99");
+	kvp_latency_cell(m, KVP_HIST_PUT_DRAM, l1, sizeof(l1));
+	fprintf(f, "%-8s %12llu %12s %12s %12s %20s %20s\n", "put",
+		(unsigned long long)c[KVP_CTR_PUT], "-", "-",
+		kvp_human(c[KVP_CTR_PUT_BYTES], b1, 32), l1, "-");
+	kvp_latency_cell(m, KVP_HIST_GET_DRAM, l1, sizeof(l1));
+	kvp_latency_cell(m, KVP_HIST_GET_SSD, l2, sizeof(l2));
+	fprintf(f, "%-8s %12llu %12llu %12llu %12s %20s %20s\n", "get",
+		(unsigned long long)c[KVP_CTR_GET], (unsigned long long)c[KVP_CTR_GET_HIT],
+		(unsigned long long)c[KVP_CTR_RESOLVE_OK],
+		kvp_human(c[KVP_CTR_GET_BYTES] + c[KVP_CTR_GET_SSD_BYTES], b1, 32), l1, l2);
+	kvp_latency_cell(m, KVP_HIST_EXISTS_DRAM, l1, sizeof(l1));
+	kvp_latency_cell(m, KVP_HIST_EXISTS_SSD, l2, sizeof(l2));
+	fprintf(f, "%-8s %12llu %12llu %12llu %12s %20s %20s\n", "exists",
+		(unsigned long long)c[KVP_CTR_EXISTS], (unsigned long long)c[KVP_CTR_EXISTS_HIT_DRAM],
+		(unsigned long long)c[KVP_CTR_EXISTS_HIT_SSD], "-", l1, l2);
+	fprintf(f, "%-8s %12llu\n", "delete", (unsigned long long)c[KVP_CTR_DELETE]);
+	fprintf(f, "\nhit ratio %.1f%% (get); misses %llu; SSD reads ok %llu, miss %llu, failed "
+		"%llu, BUSY parts %llu; puts refused: exists %llu, busy %llu, nospc %llu\n",
+		kvp_pct(hits, c[KVP_CTR_GET]), (unsigned long long)c[KVP_CTR_GET_MISS],
+		(unsigned long long)c[KVP_CTR_RESOLVE_OK], (unsigned long long)c[KVP_CTR_RESOLVE_MISS],
+		(unsigned long long)c[KVP_CTR_RESOLVE_FAILED],
+		(unsigned long long)c[KVP_CTR_RESOLVE_BUSY], (unsigned long long)c[KVP_CTR_PUT_EXISTS],
+		(unsigned long long)c[KVP_CTR_PUT_BUSY], (unsigned long long)c[KVP_CTR_PUT_NOSPC]);
+	fprintf(f, "\nagent counters:\n");
+	for (k = 0; k < KVP_ACTR_RETIRED0; k++)
+		fprintf(f, "  %-26s %llu%s", kvp_actr_names[k], (unsigned long long)a[k],
+			k % 3 == 2 || k + 1 == KVP_ACTR_RETIRED0 ? "\n" : "");
+	fprintf(f, "client counters:\n");
+	for (k = 0; k < KVP_CTR__N; k++)
+		fprintf(f, "  %-26s %llu%s", kvp_ctr_names[k], (unsigned long long)c[k],
+			k % 3 == 2 || k + 1 == KVP_CTR__N ? "\n" : "");
+}
+
+/* ---- the client table (kvpool clients), like mdb_stat -r ---- */
+
+void
+kvp_metrics_clients(const struct kvp_seg *s, FILE *f)
+{
+	uint32_t i;
+
+	fprintf(f, "%5s %8s %20s %6s %6s %6s %s\n", "slot", "pid", "start", "alive", "holds",
+		"leases", "ns");
+	for (i = 0; i < s->hdr->h_max_clients; i++) {
+		const struct kvp_client_slot *cs = &s->clients[i];
+		uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: claim CAS */
+		time_t t;
+		char when[32], ns[sizeof(cs->cs_ns) + 1];
+		struct tm tm;
+
+		if ((w & 0xff) == KVP_CS_FREE)
+			continue;
+		/* relaxed: written at open, for humans */
+		t = (time_t)(kvp_load_relaxed(&cs->cs_open_ns) / 1000000000ull);
+		gmtime_r(&t, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		memcpy(ns, cs->cs_ns, sizeof(cs->cs_ns));
+		ns[sizeof(cs->cs_ns)] = '\0';
+		fprintf(f, "%5u %8llu %20s %6s %6u %6u %s\n", i,
+			(unsigned long long)kvp_load_relaxed(&cs->cs_pid), when,
+			(w & 0xff) == KVP_CS_REAPING ? "reap"
+			: kvp_shm_client_alive(s, i) ? "yes" : "no",
+			kvp_count_holds(s, i), kvp_count_leases(s, i), ns);
+	}
+}
