@@ -42,9 +42,8 @@
 #include <sys/sysinfo.h>
 #include <sys/utsname.h>
 
-#include "tests/agent/harness.h"
+#include "stress/bench_util.h"
 
-#define KVPB_KLEN 80u
 #define KVPB_BATCH 2000u
 #define KVPB_MAX_ROUNDS 64u
 #define KVPB_MAX_METRICS 128u
@@ -87,54 +86,12 @@ static struct kvpb_info kvpb_i[KVPB_MAX_INFO];
 static unsigned kvpb_ni;
 static int kvpb_failed; /* sections that could not run */
 
-/* ---- small helpers ---- */
+/* ---- small helpers: stress/bench_util.h ---- */
 
 static uint64_t
 kvpb_now(void)
 {
-	return kvp_now_ns(CLOCK_MONOTONIC);
-}
-
-/* Compiler barrier: the copies into p count as used. */
-static inline void
-kvpb_clobber(void *p)
-{
-	__asm__ volatile("" : : "r"(p) : "memory");
-}
-
-static uint64_t
-kvpb_mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-/* An 80-byte key: (family tag, number) then 64 pseudo-random bytes, like
- * the hash-chain keys of an inference engine. */
-static void
-kvpb_key(unsigned char *k, uint64_t tag, uint64_t i)
-{
-	uint64_t x = kvpb_mix(tag ^ kvpb_mix(i));
-	unsigned off;
-
-	memcpy(k, &tag, 8);
-	memcpy(k + 8, &i, 8);
-	for (off = 16; off < KVPB_KLEN; off += 8) {
-		x = kvpb_mix(x);
-		memcpy(k + off, &x, 8);
-	}
-}
-
-static void *
-kvpb_alloc(uint64_t n)
-{
-	void *p = aligned_alloc(4096, (n + 4095) & ~4095ull);
-
-	if (p)
-		memset(p, 0, n); /* pre-fault: no page fault is ever timed */
-	return p;
+	return kvpb_now_ns();
 }
 
 static struct kvpb_metric *
@@ -592,36 +549,11 @@ out:
 
 /* ---- 3. put ---- */
 
-/* A /dev/shm mapping, pre-faulted and already unlinked. */
-static unsigned char *
-kvpb_shm_buf(uint64_t size)
-{
-	char name[64];
-	void *p;
-	int fd;
-
-	snprintf(name, sizeof(name), "/kvpool-bench.%d", (int)getpid());
-	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return NULL;
-	shm_unlink(name);
-	if (ftruncate(fd, (off_t)size) < 0) {
-		close(fd);
-		return NULL;
-	}
-	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED)
-		return NULL;
-	memset(p, 1, size); /* allocate the tmpfs pages now */
-	return p;
-}
-
 static void
 kvpb_bench_put(const struct kvpb_cfg *cfg, struct kvpb_pool *p)
 {
 	static const uint64_t sizes[2] = { 64u << 10, 1u << 20 };
-	unsigned char *shm = kvpb_shm_buf(cfg->put_ws);
+	unsigned char *shm = kvpb_shm_region(cfg->put_ws);
 	unsigned char *src = kvpb_alloc(1u << 20), *keys = NULL;
 	uint64_t bad = 0, slow_reclaim = 0;
 	unsigned s, r;

@@ -455,8 +455,7 @@ main(int argc, char **argv)
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 1;
-	snprintf(ssd_dir, sizeof(ssd_dir), "/var/tmp/kvp-stress-%d-XXXXXX", (int)getpid());
-	if (use_ssd && !mkdtemp(ssd_dir)) {
+	if (use_ssd && kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "stress")) {
 		printf("cannot create %s\n0 passed, 1 failed\n", ssd_dir);
 		return 1;
 	}
@@ -665,12 +664,8 @@ main(int argc, char **argv)
 		failed++, printf("FAIL: agent did not stop cleanly\n");
 	else
 		passed++;
-	if (use_ssd) {
-		char cmd[300];
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd_dir);
-		if (system(cmd) != 0)
-			printf("warning: could not remove %s\n", ssd_dir);
-	}
+	if (use_ssd && kvpt_tmpdir_remove(ssd_dir))
+		printf("warning: could not remove %s\n", ssd_dir);
 	printf("%u passed, %u failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

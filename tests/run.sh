@@ -26,6 +26,13 @@ for f in /dev/shm/kvpool.t*_*; do
 	pid=${f#/dev/shm/kvpool.t}; pid=${pid%%_*}
 	kill -0 "$pid" 2>/dev/null || rm -f "$f"
 done
+# and SSD directories of test runs that were killed (kvpt_tmpdir names them
+# /var/tmp/kvpt-<tag>-<pid>-XXXXXX)
+for d in /var/tmp/kvpt-*-*-*; do
+	[ -d "$d" ] || continue
+	pid=$(echo "$d" | sed 's/.*-\([0-9][0-9]*\)-[^-]*$/\1/')
+	kill -0 "$pid" 2>/dev/null || rm -rf "$d"
+done
 before=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' || true)
 if [ $quick = 1 ]; then variants="release"; else variants="release asan tsan"; fi
 # shellcheck disable=SC2086

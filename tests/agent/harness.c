@@ -294,3 +294,29 @@ kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen, uint64
 			return false;
 	return true;
 }
+
+int
+kvpt_tmpdir(char *dir, size_t cap, const char *tag)
+{
+	if ((size_t)snprintf(dir, cap, "/var/tmp/kvpt-%s-%d-XXXXXX", tag, (int)getpid()) >= cap)
+		return -1;
+	return mkdtemp(dir) ? 0 : -1;
+}
+
+int
+kvpt_tmpdir_remove(const char *dir)
+{
+	char cmd[1200];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+int
+kvpt_tmpdir_empty(const char *dir)
+{
+	char cmd[2400];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+	return system(cmd) == 0 ? 0 : -1;
+}

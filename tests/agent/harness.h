@@ -46,6 +46,12 @@ void kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t
 bool kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen,
 		uint64_t version);
 
+/* A private directory for a test's SSD store: /var/tmp/kvpt-<tag>-<pid>-XXXXXX
+ * (mkdtemp) into dir; emptied again (rm -rf, mkdir), or removed.  0 or -1. */
+int kvpt_tmpdir(char *dir, size_t cap, const char *tag);
+int kvpt_tmpdir_empty(const char *dir);
+int kvpt_tmpdir_remove(const char *dir);
+
 /* Directory of the running executable (for sibling binaries). */
 const char *kvpt_bindir(void);
 

@@ -26,8 +26,7 @@ setup(void **state)
 	int k;
 
 	(void)state;
-	snprintf(ssd_dir, sizeof(ssd_dir), "/var/tmp/kvpt-chk-%d-XXXXXX", (int)getpid());
-	if (!v || !mkdtemp(ssd_dir) ||
+	if (!v || kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "chk") ||
 	    kvpt_agent_start(&ag, "--dram", "16M", "--dram-unit", "4K", "--index-entries",
 			     "1024", "--ssd-dir", ssd_dir, "--ssd-segment", "4M", "--ssd-size",
 			     "16M", "--staging", "1M", "--staging-slot", "64K", NULL) ||
@@ -48,13 +47,10 @@ setup(void **state)
 static int
 teardown(void **state)
 {
-	char cmd[300];
-
 	(void)state;
 	kvp__seg_unmap(&ws);
 	kvpt_agent_stop(&ag);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd_dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return kvpt_tmpdir_remove(ssd_dir);
 }
 
 static void

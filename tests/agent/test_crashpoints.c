@@ -362,8 +362,7 @@ group_setup(void **state)
 	unsigned r;
 
 	(void)state;
-	snprintf(ssd_dir, sizeof(ssd_dir), "/var/tmp/kvpt-cp-%d-XXXXXX", (int)getpid());
-	if (!mkdtemp(ssd_dir))
+	if (kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "cp"))
 		return -1;
 	if (kvpt_agent_start(&ag, AGENT_ARGS) || kvp_open(ag.pool, "cp", &pc))
 		return -1;
@@ -382,13 +381,10 @@ group_setup(void **state)
 static int
 group_teardown(void **state)
 {
-	char cmd[300];
-
 	(void)state;
 	kvp_close(pc);
 	kvpt_agent_stop(&ag);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd_dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return kvpt_tmpdir_remove(ssd_dir);
 }
 
 int

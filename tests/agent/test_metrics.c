@@ -29,27 +29,20 @@ static int
 dir_setup(void **state)
 {
 	(void)state;
-	snprintf(ssd_dir, sizeof(ssd_dir), "/var/tmp/kvpt-met-%d-XXXXXX", (int)getpid());
-	return mkdtemp(ssd_dir) ? 0 : -1;
+	return kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "met");
 }
 
 static int
 dir_teardown(void **state)
 {
-	char cmd[300];
-
 	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd_dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return kvpt_tmpdir_remove(ssd_dir);
 }
 
 static void
 fresh_dir(void)
 {
-	char cmd[600];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", ssd_dir, ssd_dir);
-	assert_int_equal(system(cmd), 0);
+	assert_int_equal(kvpt_tmpdir_empty(ssd_dir), 0);
 }
 
 /* ---- a tiny HTTP/1.0 GET client ---- */

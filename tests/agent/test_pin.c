@@ -20,18 +20,14 @@ static int
 setup(void **state)
 {
 	(void)state;
-	snprintf(ssd_dir, sizeof(ssd_dir), "/var/tmp/kvpt-pin-%d-XXXXXX", (int)getpid());
-	return mkdtemp(ssd_dir) ? 0 : -1;
+	return kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "pin");
 }
 
 static int
 teardown(void **state)
 {
-	char cmd[300];
-
 	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd_dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return kvpt_tmpdir_remove(ssd_dir);
 }
 
 static uint32_t
