@@ -320,3 +320,80 @@ kvpt_tmpdir_empty(const char *dir)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", dir, dir);
 	return system(cmd) == 0 ? 0 : -1;
 }
+
+bool
+kvpt_all_on_ssd(struct kvp_client *c, const struct kvp_seg *s, int n, kvpt_key_fn key)
+{
+	char k[300];
+	int i;
+
+	for (i = 0; i < n; i++) {
+		uint32_t kl = key(k, i);
+		uint64_t w;
+		int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+					   KVP_IX_M(KVP_IX_READY), &w);
+
+		/* relaxed: a test's look at a READY entry */
+		if (slot < 0 ||
+		    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) != KVP_TIER_SSD)
+			return false;
+	}
+	return true;
+}
+
+struct kvpt_ssd_cond {
+	struct kvp_client *c;
+	const struct kvp_seg *s;
+	int n;
+	kvpt_key_fn key;
+};
+
+static bool
+kvpt_ssd_cond_true(void *p)
+{
+	struct kvpt_ssd_cond *sc = p;
+
+	return kvpt_all_on_ssd(sc->c, sc->s, sc->n, sc->key);
+}
+
+int
+kvpt_put_and_demote(struct kvp_client *c, const struct kvp_seg *s, int n, uint64_t vsize,
+		    kvpt_key_fn key, uint64_t version, unsigned timeout_ms)
+{
+	struct kvpt_ssd_cond sc = { c, s, n, key };
+	unsigned char *v = malloc(vsize);
+	char k[300];
+	int i, rc = 0;
+
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < n && rc == 0; i++) {
+		uint32_t kl = key(k, i);
+
+		kvpt_fill(v, vsize, k, kl, version);
+		while ((rc = kvp_put(c, k, kl, v, vsize)) == -EBUSY)
+			;
+	}
+	free(v);
+	if (rc)
+		return rc;
+	return kvpt_wait_until(kvpt_ssd_cond_true, &sc, timeout_ms) >= 0 ? 0 : -ETIMEDOUT;
+}
+
+uint64_t
+kvpt_actr(const struct kvp_seg *s, enum kvp_actr k)
+{
+	return kvp_load_relaxed(&s->hdr->h_actr[k]); /* relaxed: a statistic */
+}
+
+unsigned
+kvpt_spans_in_use(const struct kvp_seg *s)
+{
+	unsigned n = 0;
+	uint64_t k;
+
+	for (k = 0; k < s->hdr->h_staging_slots; k++)
+		/* acquire: pairs with the freer's FREE release */
+		n += KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) != KVP_SP_FREE;
+	return n;
+}

@@ -41,6 +41,19 @@ uint64_t kvpt_units_used(const struct kvp_seg *s);
 uint64_t kvpt_clients_nonfree(const struct kvp_seg *s);
 uint64_t kvpt_ctr_total(const struct kvp_seg *s, enum kvp_ctr k);
 
+/* The SSD tier, as tests drive it.  A test names its keys with a
+ * kvpt_key_fn (key i into k, returns its length). */
+typedef uint32_t (*kvpt_key_fn)(char *k, int i);
+/* Are keys 0..n-1 all READY and SSD-resident? */
+bool kvpt_all_on_ssd(struct kvp_client *c, const struct kvp_seg *s, int n, kvpt_key_fn key);
+/* Put keys 0..n-1 (vsize bytes, kvpt_fill(version)), retrying -EBUSY, then
+ * wait up to timeout_ms until the agent demoted all of them (run it with
+ * --dram-high 0).  0, a put's error, or -ETIMEDOUT. */
+int kvpt_put_and_demote(struct kvp_client *c, const struct kvp_seg *s, int n, uint64_t vsize,
+			kvpt_key_fn key, uint64_t version, unsigned timeout_ms);
+uint64_t kvpt_actr(const struct kvp_seg *s, enum kvp_actr k); /* an agent counter */
+unsigned kvpt_spans_in_use(const struct kvp_seg *s);          /* staging slots not FREE */
+
 /* Self-verifying payloads: every byte depends on (key, version). */
 void kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t version);
 bool kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen,

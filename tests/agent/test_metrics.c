@@ -350,49 +350,8 @@ series_reaches(void *p)
 			 "--staging", "8M", "--staging-slot", "1M", "--no-promote",        \
 			 "--metrics-addr", "127.0.0.1:0", NULL)
 
-struct ssd_cond {
-	struct kvp_seg *s;
-	struct kvp_client *c;
-	int n;
-};
-
-static bool
-all_on_ssd(void *p)
-{
-	struct ssd_cond *sc = p;
-	char k[100];
-	int i;
-
-	for (i = 0; i < sc->n; i++) {
-		uint32_t kl = key_of(k, i);
-		uint64_t w;
-		int64_t slot = kvp_ix_find(sc->s, sc->c->ns_id, kvp_key_hash(sc->c->ns_id, k, kl),
-					   k, kl, KVP_IX_M(KVP_IX_READY), &w);
-		if (slot < 0 ||
-		    KVP_LOC_TIER(kvp_load_relaxed(&sc->s->entries[slot].e_loc)) != KVP_TIER_SSD)
-			return false;
-	}
-	return true;
-}
-
-static void
-put_and_demote(struct kvp_client *c, struct kvp_seg *s, int n, uint64_t vsize)
-{
-	unsigned char *v = malloc(vsize);
-	struct ssd_cond sc = { s, c, n };
-	char k[100];
-	int i, rc;
-
-	for (i = 0; i < n; i++) {
-		uint32_t kl = key_of(k, i);
-		kvpt_fill(v, vsize, k, kl, 9);
-		while ((rc = kvp_put(c, k, kl, v, vsize)) == -EBUSY)
-			;
-		assert_int_equal(rc, 0);
-	}
-	free(v);
-	assert_true(kvpt_wait_until(all_on_ssd, &sc, 30000) >= 0);
-}
+#define put_and_demote(c, s, n, vsize)                                         \
+	assert_int_equal(kvpt_put_and_demote(c, s, n, vsize, key_of, 9, 30000), 0)
 
 /* An SSD batch larger than half the staging arena: BUSY rejects, every
  * key ok (BUSY is not an outcome), one get call in the SSD histogram,

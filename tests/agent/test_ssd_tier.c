@@ -58,70 +58,10 @@ key_of(char *k, int i)
 	return (uint32_t)snprintf(k, 100, "%064x_ssd_%d", (unsigned)i * 2654435761u, i);
 }
 
-struct ssd_cond {
-	struct kvp_seg *s;
-	struct kvp_client *c;
-	int n;
-};
-
-/* true when key i of n is SSD-resident for every i */
-static bool
-all_on_ssd(void *p)
-{
-	struct ssd_cond *sc = p;
-	char k[100];
-	int i;
-
-	for (i = 0; i < sc->n; i++) {
-		uint32_t kl = key_of(k, i);
-		uint64_t w;
-		int64_t slot = kvp_ix_find(sc->s, sc->c->ns_id, kvp_key_hash(sc->c->ns_id, k, kl),
-					   k, kl, KVP_IX_M(KVP_IX_READY), &w);
-		if (slot < 0)
-			return false;
-		if (KVP_LOC_TIER(kvp_load_relaxed(&sc->s->entries[slot].e_loc)) != KVP_TIER_SSD)
-			return false;
-	}
-	return true;
-}
-
-static uint64_t
-actr(struct kvp_seg *s, enum kvp_actr k)
-{
-	return kvp_load_relaxed(&s->hdr->h_actr[k]);
-}
-
-static unsigned
-spans_in_use(struct kvp_seg *s)
-{
-	unsigned n = 0;
-	uint64_t k;
-
-	for (k = 0; k < s->hdr->h_staging_slots; k++)
-		n += KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) != KVP_SP_FREE;
-	return n;
-}
-
-/* Put n values of vsize, then let the agent demote all of them (a DRAM
- * high watermark of 0 keeps it demoting). */
-static void
-put_and_demote(struct kvp_client *c, struct kvp_seg *s, int n, uint64_t vsize)
-{
-	unsigned char *v = malloc(vsize);
-	struct ssd_cond sc = { s, c, n };
-	char k[100];
-	int i, rc;
-
-	for (i = 0; i < n; i++) {
-		uint32_t kl = key_of(k, i);
-		kvpt_fill(v, vsize, k, kl, 5);
-		while ((rc = kvp_put(c, k, kl, v, vsize)) == -EBUSY)
-			;
-		assert_int_equal(rc, 0);
-	}
-	free(v);
-	assert_true(kvpt_wait_until(all_on_ssd, &sc, 30000) >= 0);
-}
+/* Put n values of vsize (version 5), then let the agent demote them all
+ * (a DRAM high watermark of 0 keeps it demoting). */
+#define put_and_demote(c, s, n, vsize)                                         \
+	assert_int_equal(kvpt_put_and_demote(c, s, n, vsize, key_of, 5, 30000), 0)
 
 #define AGENT_SSD(a)                                                            \
 	kvpt_agent_start(a, "--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", \
@@ -156,7 +96,7 @@ test_batch_through_small_arena(void **state)
 		ops[i].len = SZ;
 	}
 	assert_int_equal(kvp_batch_exists_prefix(c, ops, N), N);
-	assert_int_equal(spans_in_use(&s), 0); /* the probe staged nothing */
+	assert_int_equal(kvpt_spans_in_use(&s), 0); /* the probe staged nothing */
 	assert_int_equal(kvp_batch_get(c, ops, N), N);
 	for (i = 0; i < N; i++) {
 		assert_int_equal(ops[i].status, 0);
@@ -164,15 +104,15 @@ test_batch_through_small_arena(void **state)
 		assert_true(kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 5));
 	}
 	/* staging lives exactly as long as its holds */
-	assert_int_equal(spans_in_use(&s), 0);
+	assert_int_equal(kvpt_spans_in_use(&s), 0);
 	assert_int_equal(kvpt_holds_total(&s), 0);
 	/* final answers only: N ok, BUSY parts counted apart */
 	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_OK), N);
 	assert_true(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_BUSY) > 0);
-	assert_true(actr(&s, KVP_ACTR_BUSY_REJECT) > 0);
+	assert_true(kvpt_actr(&s, KVP_ACTR_BUSY_REJECT) > 0);
 	assert_true(kvp_load_relaxed(&s.hdr->h_staging_peak) <= 8);
 	print_message("  2000 keys: %llu busy answers, staging peak %llu of 8 slots\n",
-		      (unsigned long long)actr(&s, KVP_ACTR_BUSY_REJECT),
+		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_BUSY_REJECT),
 		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_staging_peak));
 	kvp_close(c);
 	kvp__seg_unmap(&s);
@@ -203,7 +143,7 @@ test_ranged_extents(void **state)
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_and_demote(c, &s, N, SZ);
-	before = actr(&s, KVP_ACTR_SSD_READ_BYTES);
+	before = kvpt_actr(&s, KVP_ACTR_SSD_READ_BYTES);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
 		uint64_t off = (uint64_t)i * 40000 + 100, len = 10000 + (uint64_t)i;
@@ -215,10 +155,10 @@ test_ranged_extents(void **state)
 		assert_memory_equal(part, whole + off, len);
 		expect += kvp_ssd_extent(off, len, &skip);
 	}
-	assert_int_equal(actr(&s, KVP_ACTR_SSD_READ_BYTES) - before, expect);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SSD_READ_BYTES) - before, expect);
 	print_message("  20 ranged gets read %llu bytes (whole values: %u)\n",
 		      (unsigned long long)expect, N * SZ);
-	assert_int_equal(spans_in_use(&s), 0);
+	assert_int_equal(kvpt_spans_in_use(&s), 0);
 	kvp_close(c);
 	kvp__seg_unmap(&s);
 	free(whole);
@@ -235,7 +175,6 @@ test_promotion(void **state)
 	struct kvp_client *c;
 	struct kvp_seg s;
 	unsigned char *out = malloc(SZ);
-	struct ssd_cond sc;
 	char k[100];
 	int i;
 
@@ -257,16 +196,13 @@ test_promotion(void **state)
 		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
 		assert_true(kvpt_check(out, SZ, k, kl, 5));
 	}
-	assert_int_equal(actr(&s, KVP_ACTR_PROMOTE), N);
-	sc.s = &s;
-	sc.c = c;
-	sc.n = N;
-	assert_false(all_on_ssd(&sc));
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_PROMOTE), N);
+	assert_false(kvpt_all_on_ssd(c, &s, N, key_of));
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
 		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
 	}
-	assert_int_equal(actr(&s, KVP_ACTR_PROMOTE), N); /* DRAM hits now */
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_PROMOTE), N); /* DRAM hits now */
 	kvp_close(c);
 	kvp__seg_unmap(&s);
 	free(out);
@@ -400,7 +336,7 @@ test_corruption(void **state)
 static bool
 reclaimed_twice(void *p)
 {
-	return actr(p, KVP_ACTR_SEGMENT_RECLAIM) >= 2;
+	return kvpt_actr(p, KVP_ACTR_SEGMENT_RECLAIM) >= 2;
 }
 
 static void
@@ -443,7 +379,7 @@ test_reclaim_many_small(void **state)
 		hits++;
 	}
 	print_message("  %d of %d still readable after %llu segment reclaims\n", hits, N,
-		      (unsigned long long)actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
+		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
 	assert_true(hits > 0);
 	free(v);
 	kvp_close(c);
@@ -479,7 +415,7 @@ test_ssd_full(void **state)
 		assert_int_equal(rc, 0);
 	}
 	/* 600 x 68 KiB on disk = ~40 MiB through a 16 MiB budget */
-	while (actr(&s, KVP_ACTR_DEMOTE) < N / 2)
+	while (kvpt_actr(&s, KVP_ACTR_DEMOTE) < N / 2)
 		kvp_futex_wait(&s.hdr->h_space_seq, kvp_iload_acquire(&s.hdr->h_space_seq),
 			       10000000ull);
 	for (i = 0; i < N; i++) {
@@ -494,8 +430,8 @@ test_ssd_full(void **state)
 		hits++;
 	}
 	print_message("  %d hits, %d gone with their segments, %llu segments given back\n",
-		      hits, miss, (unsigned long long)actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
-	assert_true(actr(&s, KVP_ACTR_SEGMENT_RECLAIM) > 0);
+		      hits, miss, (unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
+	assert_true(kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM) > 0);
 	assert_true(miss > 0 && hits > 0);
 	kvp_close(c);
 	kvp__seg_unmap(&s);
@@ -598,7 +534,7 @@ test_single_flight(void **state)
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_and_demote(c, &s, 2, 256 << 10);
-	staged0 = actr(&s, KVP_ACTR_STAGED) + actr(&s, KVP_ACTR_PROMOTE);
+	staged0 = kvpt_actr(&s, KVP_ACTR_STAGED) + kvpt_actr(&s, KVP_ACTR_PROMOTE);
 	stop_agent(&a);
 	for (k = 0; k < 3; k++) {
 		x[k].pool = a.pool;
@@ -614,9 +550,9 @@ test_single_flight(void **state)
 		pthread_join(t[k], NULL);
 		assert_true(x[k].ok);
 	}
-	assert_int_equal(actr(&s, KVP_ACTR_STAGED) + actr(&s, KVP_ACTR_PROMOTE) - staged0, 1);
-	assert_int_equal(actr(&s, KVP_ACTR_SINGLE_FLIGHT), 2);
-	assert_int_equal(spans_in_use(&s), 0);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_STAGED) + kvpt_actr(&s, KVP_ACTR_PROMOTE) - staged0, 1);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SINGLE_FLIGHT), 2);
+	assert_int_equal(kvpt_spans_in_use(&s), 0);
 	kvp_close(c);
 	kvp__seg_unmap(&s);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
@@ -695,7 +631,7 @@ test_span_hold_fences(void **state)
 	kvp_store_release(&q->rq_state, (kvp_load_acquire(&q->rq_state) & ~0xffull) | KVP_RQ_FREE);
 	kvp__span_release(c, (uint32_t)head);
 	kvp__drop(c, h);
-	assert_int_equal(spans_in_use(&s), 0);
+	assert_int_equal(kvpt_spans_in_use(&s), 0);
 	kvp_close(c);
 	kvp_close(other);
 	kvp__seg_unmap(&s);
