@@ -76,6 +76,7 @@ kvp_chk_clients(struct kvp_chk *k)
 			k->r->clients_live++;
 		} else if (st == KVP_CS_LIVE || st == KVP_CS_REAPING) {
 			k->alive[c] = 2;
+			/* relaxed: cs_pid is for humans (liveness is the lock) */
 			kvp_chk_repairable(k, 11, "client slot %u (pid %llu) is dead and not "
 					   "reaped (state %s)", c,
 					   (unsigned long long)kvp_load_relaxed(&s->clients[c].cs_pid),
@@ -232,6 +233,7 @@ kvp_chk_index(struct kvp_chk *k)
 			uint64_t wd = kvp_load_relaxed(&e->e_key[q]); /* relaxed */
 			memcpy(key + q * 8, &wd, 8);
 		}
+		/* relaxed: e_ns is stable like the fields above */
 		if (kvp_key_hash(kvp_load_relaxed(&e->e_ns), key, klen) != hash ||
 		    KVP_IX_FP(w) != kvp_ix_fp(hash))
 			kvp_chk_viol(k, 1, "slot %llu: stored hash does not match its key",
@@ -583,7 +585,8 @@ kvp_chk_leases(struct kvp_chk *k)
 				kvp_chk_viol(k, 13, "lease %llu names slot %llu",
 					     (unsigned long long)j,
 					     (unsigned long long)kvp_load_relaxed(&ls->ls_slot));
-			/* the reaper frees expired leases within its period */
+			/* the reaper frees expired leases within its period;
+			 * relaxed: ls_expiry published by the LIVE release */
 			if (kvp_load_relaxed(&ls->ls_expiry) + 2000000000ull < now)
 				kvp_chk_repairable(k, 22, "lease %llu expired %llu ms ago and "
 						   "is still LIVE", (unsigned long long)j,

@@ -501,7 +501,9 @@ main(int argc, char **argv)
 				continue;
 			waitpid(pid[i], NULL, 0);
 			add(&sh->killed, 1);
-			/* acquire: pairs with the worker's release */
+			/* acquire: pairs with the worker's release of slot_idx,
+			 * which orders its relaxed store of slot_word before it;
+			 * agent_down is ours (relaxed) */
 			slot = (uint32_t)kvp_load_acquire(&sh->slot_idx[i]);
 			word = kvp_load_relaxed(&sh->slot_word[i]);
 			if (slot && !kvp_load_relaxed(&sh->agent_down)) {
@@ -516,6 +518,7 @@ main(int argc, char **argv)
 			} else if (slot) {
 				kills_in_outage++;
 			}
+			/* relaxed: killed is only written by this thread */
 			pid[i] = spawn(i, seed * 1000 + procs + (uint64_t)kvp_load_relaxed(&sh->killed));
 		} else {
 			next_restart += restart_ms * 1000000ull;
@@ -534,6 +537,8 @@ main(int argc, char **argv)
 					add(&sh->killed, 1);
 					/* acquire: pairs with the worker's release */
 					orc.slot = (uint32_t)kvp_load_acquire(&sh->slot_idx[i]);
+					/* relaxed: ordered by the acquire above;
+					 * killed is only written by this thread */
 					orc.word = kvp_load_relaxed(&sh->slot_word[i]);
 					pid[i] = spawn(i, seed * 1000 + procs +
 						       (uint64_t)kvp_load_relaxed(&sh->killed));
@@ -588,6 +593,9 @@ main(int argc, char **argv)
 	(void)nthreads_arg;
 	/* end of run: nobody holds anything, nothing half-put, all reaped,
 	 * every lease expired or released and swept */
+	/* From here every worker has exited (joined or waited for): the
+	 * statistics in sh are read with relaxed loads, ordered by the
+	 * join/wait; the agent's counters are statistics too (relaxed). */
 	pc.s = &s;
 	if (kvpt_wait_until(pool_quiet, &pc, 3000) >= 0)
 		passed++;
