@@ -216,7 +216,7 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 		rc = -EPROTO;
 		goto err_close;
 	}
-	rc = kvp_shm_check_header(&h, (uint64_t)st.st_size, msg, cap);
+	rc = kvp_shm_check_header(&h, msg, cap);
 	if (rc)
 		goto err_close;
 	s->size = (uint64_t)st.st_size;
@@ -230,11 +230,9 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 		goto err_close;
 	}
 	s->hdr = (struct kvp_shm_header *)s->base;
-	rc = kvp_shm_bind(s);
-	if (rc) {
-		snprintf(msg, cap, "segment layout offsets are out of bounds");
+	rc = kvp_shm_bind(s, msg, cap);
+	if (rc)
 		goto err_unmap;
-	}
 	return 0;
 
 err_unmap:
@@ -277,7 +275,7 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 			fprintf(stderr, "kvpool: %s\n", msg);
 		goto err_free;
 	}
-	n = c->seg.hdr->h_max_clients;
+	n = c->seg.g.g_max_clients;
 	for (i = 0; i < n; i++) {
 		struct kvp_client_slot *cs = &c->seg.clients[i];
 		/* relaxed: a hint; the CAS decides */
@@ -312,15 +310,15 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 
 		snprintf(c->ns, sizeof(c->ns), "%s", ns);
 		c->ns_id = kvp_ns_id(ns);
-		c->holds = &c->seg.holds[(uint64_t)c->slot * c->seg.hdr->h_holds_per_client];
-		c->hold_free = malloc(sizeof(uint32_t) * c->seg.hdr->h_holds_per_client);
+		c->holds = &c->seg.holds[(uint64_t)c->slot * c->seg.g.g_holds_per_client];
+		c->hold_free = malloc(sizeof(uint32_t) * c->seg.g.g_holds_per_client);
 		if (!c->hold_free) {
 			rc = -ENOMEM;
 			goto err_slot;
 		}
-		for (k = 0; k < c->seg.hdr->h_holds_per_client; k++)
-			c->hold_free[k] = c->seg.hdr->h_holds_per_client - 1 - k;
-		c->hold_nfree = c->seg.hdr->h_holds_per_client;
+		for (k = 0; k < c->seg.g.g_holds_per_client; k++)
+			c->hold_free[k] = c->seg.g.g_holds_per_client - 1 - k;
+		c->hold_nfree = c->seg.g.g_holds_per_client;
 		/* relaxed: for humans and the reaper's fork check; the lock
 		 * is the authority while these are still zero */
 		kvp_store_relaxed(&cs->cs_start_time, kvp_proc_start_time((long)getpid()));
@@ -335,9 +333,8 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 	 * memory): lookups then never take a minor fault.  The arena is
 	 * mapped as it is touched, or now with KVP_POPULATE=all. */
 	{
-		struct kvp_shm_header *h = c->seg.hdr;
-		uint64_t a0 = h->h_meta_off & ~(uint64_t)(KVP_PAGE - 1);
-		uint64_t a1 = h->h_dram_off;
+		uint64_t a0 = c->seg.L.off[KVP_R_META];
+		uint64_t a1 = c->seg.L.off[KVP_R_DRAM];
 		const char *e = getenv("KVP_POPULATE");
 
 		if (e && !strcmp(e, "all"))
@@ -350,10 +347,10 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		 * (the agent answers with a CAS on the exact word, so a late
 		 * answer to it cannot land) */
 		struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot *
-						     c->seg.hdr->h_ring_entries];
+						     c->seg.g.g_ring_entries];
 		uint32_t k;
 
-		for (k = 0; k < c->seg.hdr->h_ring_entries; k++) {
+		for (k = 0; k < c->seg.g.g_ring_entries; k++) {
 			/* acquire: the last word the agent or owner wrote */
 			uint64_t w = kvp_load_acquire(&ring[k].rq_state);
 			/* release: a fresh sequence, FREE */
@@ -528,13 +525,13 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst, uint64_
 	/* relaxed: stable while held */
 	uint64_t loc = kvp_load_relaxed(&c->seg.entries[i].e_loc);
 	uint64_t run = kvp_load_relaxed(&c->seg.entries[i].e_run);
-	uint64_t unit = c->seg.hdr->h_dram_unit;
+	uint64_t unit = c->seg.g.g_dram_unit;
 	uint32_t p = (uint32_t)KVP_LOC_VAL(loc), next;
 	unsigned char *d = dst;
 
 	/* one run covers the range (the usual case): no page-map read */
-	if (off + n <= run * unit && p < c->seg.hdr->h_dram_pages &&
-	    run <= c->seg.hdr->h_dram_pages - p) {
+	if (off + n <= run * unit && p < c->seg.g.g_dram_pages &&
+	    run <= c->seg.g.g_dram_pages - p) {
 		memcpy(d, c->seg.arena + (uint64_t)p * unit + off, n);
 		return;
 	}
@@ -599,8 +596,10 @@ kvp__above_high(const struct kvp_seg *s)
 {
 	/* relaxed: a heuristic to wake the evictor early */
 	uint64_t used = kvp_load_relaxed(&s->dram->dh_used_mirror);
+	/* the agent's watermark: a hint (any value only wakes it sooner) */
+	uint64_t high = *(const volatile uint32_t *)&s->hdr->h_dram_high_pct;
 
-	return used * 100 > s->hdr->h_dram_pages * s->hdr->h_dram_high_pct;
+	return used * 100 > s->g.g_dram_pages * (high < 100 ? high : 100);
 }
 
 /* The body of kvp_put (below); *counted is set once the call counts as a
@@ -619,10 +618,10 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 	if (!c || !kvp__key_ok(key, klen) || !val || len == 0)
 		return -EINVAL;
 	s = &c->seg;
-	if (len > s->hdr->h_max_value)
+	if (len > s->g.g_max_value)
 		return -E2BIG;
-	unit = s->hdr->h_dram_unit;
-	if ((len + unit - 1) / unit > s->hdr->h_dram_pages)
+	unit = s->g.g_dram_unit;
+	if ((len + unit - 1) / unit > s->g.g_dram_pages)
 		return -E2BIG;
 	rc = kvp__live(c);
 	if (rc)
@@ -806,22 +805,22 @@ kvp__settle(struct kvp_client *c, struct kvp__pend *p, int status)
 KVP_INLINE unsigned
 kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 {
-	struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot * c->seg.hdr->h_ring_entries];
+	struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot * c->seg.g.g_ring_entries];
 	unsigned r = 0, k, posted = 0;
 
-	for (k = 0; k < m && r < c->seg.hdr->h_ring_entries; k++) {
+	for (k = 0; k < m && r < c->seg.g.g_ring_entries; k++) {
 		struct kvp_req *q;
 		uint64_t w, seq;
 
 		if (p[k].ring >= 0 || p[k].hold < 0)
 			continue; /* posted already, or answered */
-		for (; r < c->seg.hdr->h_ring_entries; r++) {
+		for (; r < c->seg.g.g_ring_entries; r++) {
 			/* acquire: the agent's last word on this entry */
 			w = kvp_load_acquire(&ring[r].rq_state);
 			if ((w & 0xff) == KVP_RQ_FREE)
 				break;
 		}
-		if (r == c->seg.hdr->h_ring_entries)
+		if (r == c->seg.g.g_ring_entries)
 			break;
 		q = &ring[r];
 		seq = (w >> 8) + 1;
@@ -863,10 +862,10 @@ kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res, uint64_t whe
 		return 0;
 	} else {
 		uint64_t head = (where & 0xffffffffull) - 1, skip = (where >> 32) & 0x7fffffff;
-		uint64_t sb = s->hdr->h_staging_slot_bytes;
+		uint64_t sb = s->g.g_staging_slot_bytes;
 
-		if (head >= s->hdr->h_staging_slots ||
-		    (head * sb + skip + p->len) > s->hdr->h_staging_slots * sb)
+		if (head >= s->g.g_staging_slots ||
+		    (head * sb + skip + p->len) > s->g.g_staging_slots * sb)
 			return -EIO; /* a damaged answer: never copy out of bounds */
 		kvp_crashpoint(C_RESOLVE_ANSWERED);
 		memcpy(p->op->buf, s->staging + head * sb + skip, p->len);
@@ -887,7 +886,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_client_slot *cs = &s->clients[c->slot];
-	struct kvp_req *ring = &s->rings[(uint64_t)c->slot * s->hdr->h_ring_entries];
+	struct kvp_req *ring = &s->rings[(uint64_t)c->slot * s->g.g_ring_entries];
 	uint64_t t_busy = kvp_now_ns(CLOCK_MONOTONIC), dead_since = 0;
 	unsigned left = m, k;
 
@@ -1047,7 +1046,7 @@ kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen
 	pend[m].len = len;
 	pend[m].hold = h;
 	pend[m].pinned = pinned;
-	if (++m == KVP_RING_ENTRIES || (c->seg.rings && m == c->seg.hdr->h_ring_entries)) {
+	if (++m == KVP_RING_ENTRIES || (c->seg.rings && m == c->seg.g.g_ring_entries)) {
 		kvp__resolve(c, pend, m);
 		m = 0;
 	}
@@ -1551,7 +1550,7 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 	if (!c || !kvp__key_ok(key, klen) || !out || ttl_ms == 0 || ttl_ms > 3600000)
 		return -EINVAL;
 	s = &c->seg;
-	n = s->hdr->h_max_leases;
+	n = s->g.g_max_leases;
 	h = kvp__lookup_hold(c, key, klen, &i, &len);
 	if (h < 0)
 		return h;
@@ -1586,9 +1585,9 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 		out->seg_off = 0;
 		if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM &&
 		    /* relaxed: stable while held */
-		    kvp_load_relaxed(&s->entries[i].e_run) * s->hdr->h_dram_unit >= len)
-			out->seg_off = s->hdr->h_arena_off +
-				       KVP_LOC_VAL(loc) * s->hdr->h_dram_unit;
+		    kvp_load_relaxed(&s->entries[i].e_run) * s->g.g_dram_unit >= len)
+			out->seg_off = s->L.off[KVP_R_ARENA] +
+				       KVP_LOC_VAL(loc) * s->g.g_dram_unit;
 		kvp__drop(c, h);
 		return 0;
 	}
@@ -1603,7 +1602,7 @@ kvp_lease_release(struct kvp_client *c, const struct kvp_lease *l)
 {
 	struct kvp_lease_slot *ls;
 
-	if (!c || !l || l->idx >= c->seg.hdr->h_max_leases)
+	if (!c || !l || l->idx >= c->seg.g.g_max_leases)
 		return -EINVAL;
 	ls = &c->seg.leases[l->idx];
 	/* full CAS: only the lease of this generation; pairs with the

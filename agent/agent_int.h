@@ -101,8 +101,9 @@ void kvp_metrics_http_stop_agent(struct kvp_agent *a);
 /* shm/shm_agent.c */
 int kvp_shm_create_or_attach_agent(struct kvp_agent *a);
 int kvp_shm_remove_agent(struct kvp_agent *a);
-uint64_t kvp_shm_layout_size(const struct kvp_agent_cfg *cfg, uint64_t *nslots,
-			     uint64_t *npages);
+unsigned kvp_shm_repair_header_agent(struct kvp_agent *a);
+int kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g,
+		     struct kvp_layout *L);
 
 /* tiers/dram_agent.c */
 struct kvp_cand {      /* a slot under CHECK, waiting for the hold scan */
@@ -118,6 +119,7 @@ uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages
 uint64_t kvp_dram_gc_agent(struct kvp_agent *a);
 unsigned kvp_ix_clear_stale_checks_agent(struct kvp_seg *s);
 void kvp_dram_round_agent(struct kvp_agent *a);
+bool kvp_dram_above_high_agent(const struct kvp_agent *a);
 
 /* tiers/tier_agent.c: the tier thread (evictor, demotion, SSD reads) */
 int kvp_tier_open_agent(struct kvp_agent *a);

@@ -64,7 +64,7 @@ kvp_chk_clients(struct kvp_chk *k)
 	const struct kvp_seg *s = k->s;
 	uint32_t c;
 
-	for (c = 0; c < s->hdr->h_max_clients; c++) {
+	for (c = 0; c < s->g.g_max_clients; c++) {
 		/* acquire: pairs with the claim CAS / FREE store */
 		uint64_t w = kvp_load_acquire(&s->clients[c].cs_state);
 		unsigned st = (unsigned)(w & 0xff);
@@ -93,7 +93,7 @@ static void
 kvp_chk_chain(struct kvp_chk *k, uint64_t i, uint32_t gen, uint64_t loc, uint64_t len)
 {
 	const struct kvp_seg *s = k->s;
-	uint64_t np = s->hdr->h_dram_pages, unit = s->hdr->h_dram_unit, total = 0, hops = 0;
+	uint64_t np = s->g.g_dram_pages, unit = s->g.g_dram_unit, total = 0, hops = 0;
 	uint64_t p = KVP_LOC_VAL(loc);
 
 	/* relaxed: stable while the entry is READY and not under CHECK */
@@ -167,7 +167,7 @@ static void
 kvp_chk_index(struct kvp_chk *k)
 {
 	const struct kvp_seg *s = k->s;
-	uint64_t n = s->hdr->h_index_slots, i, nkeys = 0;
+	uint64_t n = s->g.g_index_slots, i, nkeys = 0;
 	struct kvp_chk_key *keys = calloc(n, sizeof(*keys));
 
 	for (i = 0; i < n; i++) {
@@ -195,7 +195,7 @@ kvp_chk_index(struct kvp_chk *k)
 			if (owner == 0xffffu) {
 				kvp_chk_repairable(k, 5, "slot %llu: a claim of a dead agent",
 						   (unsigned long long)i);
-			} else if (owner == 0 || owner > s->hdr->h_max_clients) {
+			} else if (owner == 0 || owner > s->g.g_max_clients) {
 				kvp_chk_viol(k, 1, "slot %llu: claimed by client %u, which does "
 					     "not exist", (unsigned long long)i, owner);
 			} else if (k->alive[owner - 1] != 1) {
@@ -244,7 +244,7 @@ kvp_chk_index(struct kvp_chk *k)
 		if (pos == KVP_IX_CANDS)
 			kvp_chk_viol(k, 1, "slot %llu is not a candidate slot of its key",
 				     (unsigned long long)i);
-		if (len == 0 || len > s->hdr->h_max_value)
+		if (len == 0 || len > s->g.g_max_value)
 			kvp_chk_viol(k, 16, "slot %llu: value length %llu",
 				     (unsigned long long)i, (unsigned long long)len);
 		switch (KVP_LOC_TIER(loc)) {
@@ -259,7 +259,7 @@ kvp_chk_index(struct kvp_chk *k)
 			if (!ssd)
 				kvp_chk_viol(k, 16, "slot %llu is SSD-resident without an SSD "
 					     "location", (unsigned long long)i);
-			if (!s->hdr->h_ring_entries)
+			if (!s->g.g_ring_entries)
 				kvp_chk_viol(k, 16, "slot %llu is SSD-resident in a pool "
 					     "without an SSD tier", (unsigned long long)i);
 			break;
@@ -296,7 +296,7 @@ kvp_chk_dram(struct kvp_chk *k)
 {
 	const struct kvp_seg *s = k->s;
 	const struct kvp_dram_hdr *d = s->dram;
-	uint64_t np = s->hdr->h_dram_pages, p = 0, used = 0, freeu = 0, freeruns = 0, inbins = 0;
+	uint64_t np = s->g.g_dram_pages, p = 0, used = 0, freeu = 0, freeruns = 0, inbins = 0;
 	bool prev_free = false;
 	unsigned b;
 
@@ -328,10 +328,10 @@ kvp_chk_dram(struct kvp_chk *k)
 			prev_free = false;
 			if (!k->reach[p]) {
 				/* not reachable: a put or a promotion in progress */
-				uint64_t w = pg->pg_owner && slot < s->hdr->h_index_slots
+				uint64_t w = pg->pg_owner && slot < s->g.g_index_slots
 						     ? kvp_load_acquire(&s->meta[slot]) : 0; /* acquire */
 				unsigned st = KVP_IX_STATE(w);
-				bool ok = pg->pg_owner && slot < s->hdr->h_index_slots &&
+				bool ok = pg->pg_owner && slot < s->g.g_index_slots &&
 					  KVP_IX_GEN(w) == pg->pg_owner_gen &&
 					  (st == KVP_IX_PENDING ||
 					   ((st == KVP_IX_READY || st == KVP_IX_DELETED) &&
@@ -394,9 +394,9 @@ static void
 kvp_chk_holds(struct kvp_chk *k)
 {
 	const struct kvp_seg *s = k->s;
-	uint32_t hpc = s->hdr->h_holds_per_client, c, j;
+	uint32_t hpc = s->g.g_holds_per_client, c, j;
 
-	for (c = 0; c < s->hdr->h_max_clients; c++) {
+	for (c = 0; c < s->g.g_max_clients; c++) {
 		const kvp_aword_t *hs = &s->holds[(uint64_t)c * hpc];
 		/* relaxed: read together with the holds below */
 		uint64_t hwm = kvp_load_relaxed(&s->clients[c].cs_hold_hwm);
@@ -423,10 +423,10 @@ kvp_chk_holds(struct kvp_chk *k)
 					     "mark %llu (the agent's scan misses it)", c, j,
 					     (unsigned long long)hwm);
 			slot = KVP_HOLD_SLOT(hv);
-			if (slot >= s->hdr->h_index_slots) {
+			if (slot >= s->g.g_index_slots) {
 				kvp_chk_viol(k, 13, "client %u: hold names slot %llu of %llu", c,
 					     (unsigned long long)slot,
-					     (unsigned long long)s->hdr->h_index_slots);
+					     (unsigned long long)s->g.g_index_slots);
 				continue;
 			}
 			w = kvp_load_acquire(&s->meta[slot]); /* acquire */
@@ -450,7 +450,7 @@ static void
 kvp_chk_staging(struct kvp_chk *k)
 {
 	const struct kvp_seg *s = k->s;
-	uint64_t S = s->hdr->h_staging_slots, j, body_left = 0, body_head = 0;
+	uint64_t S = s->g.g_staging_slots, j, body_left = 0, body_head = 0;
 	uint32_t body_gen = 0;
 
 	if (!s->spans)
@@ -508,11 +508,11 @@ kvp_chk_staging(struct kvp_chk *k)
 				kvp_chk_repairable(k, 17, "span %llu is being freed by %s",
 						   (unsigned long long)j,
 						   k->r->agent_up ? "the agent" : "a dead agent");
-			else if (f == 0 || f > s->hdr->h_max_clients || k->alive[f - 1] != 1)
+			else if (f == 0 || f > s->g.g_max_clients || k->alive[f - 1] != 1)
 				kvp_chk_repairable(k, 23, "span %llu is being freed by dead "
 						   "client %u", (unsigned long long)j, f ? f - 1 : 0);
 		}
-		for (q = 0; q < KVP_MAX_CLIENTS_STAGING && q < s->hdr->h_max_clients; q++) {
+		for (q = 0; q < KVP_MAX_CLIENTS_STAGING && q < s->g.g_max_clients; q++) {
 			/* relaxed: read above with acquire */
 			if (!((kvp_load_relaxed(&sp->sp_holders[q / 64]) >> (q % 64)) & 1))
 				continue;
@@ -541,11 +541,11 @@ static void
 kvp_chk_rings(struct kvp_chk *k)
 {
 	const struct kvp_seg *s = k->s;
-	uint64_t c, r, R = s->hdr->h_ring_entries;
+	uint64_t c, r, R = s->g.g_ring_entries;
 
 	if (!s->rings)
 		return;
-	for (c = 0; c < s->hdr->h_max_clients; c++) {
+	for (c = 0; c < s->g.g_max_clients; c++) {
 		if (k->alive[c] != 1)
 			continue;
 		for (r = 0; r < R; r++) {
@@ -570,7 +570,7 @@ kvp_chk_leases(struct kvp_chk *k)
 	const struct kvp_seg *s = k->s;
 	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), j;
 
-	for (j = 0; j < s->hdr->h_max_leases; j++) {
+	for (j = 0; j < s->g.g_max_leases; j++) {
 		const struct kvp_lease_slot *ls = &s->leases[j];
 		uint64_t w = kvp_load_acquire(&ls->ls_state); /* acquire */
 		unsigned o = KVP_LS_OWNER(w);
@@ -581,7 +581,7 @@ kvp_chk_leases(struct kvp_chk *k)
 		case KVP_LS_LIVE:
 			k->r->leases_live++;
 			/* relaxed: published by the LIVE release */
-			if (kvp_load_relaxed(&ls->ls_slot) >= s->hdr->h_index_slots)
+			if (kvp_load_relaxed(&ls->ls_slot) >= s->g.g_index_slots)
 				kvp_chk_viol(k, 13, "lease %llu names slot %llu",
 					     (unsigned long long)j,
 					     (unsigned long long)kvp_load_relaxed(&ls->ls_slot));
@@ -594,7 +594,7 @@ kvp_chk_leases(struct kvp_chk *k)
 						   kvp_load_relaxed(&ls->ls_expiry)) / 1000000));
 			break;
 		case KVP_LS_RESERVED:
-			if (o == 0 || o > s->hdr->h_max_clients || k->alive[o - 1] != 1)
+			if (o == 0 || o > s->g.g_max_clients || k->alive[o - 1] != 1)
 				kvp_chk_repairable(k, 23, "lease %llu is half-taken by dead "
 						   "client %u", (unsigned long long)j, o ? o - 1 : 0);
 			break;
@@ -612,7 +612,7 @@ kvp_chk_ctr_sum(const struct kvp_seg *s, enum kvp_ctr c)
 	uint64_t v = 0;
 	uint32_t i;
 
-	for (i = 0; i < s->hdr->h_max_clients; i++)
+	for (i = 0; i < s->g.g_max_clients; i++)
 		v += kvp_load_acquire(&s->clients[i].cs_ctr[c]); /* acquire: see below */
 	/* acquire: a closing client adds to the retired shard first */
 	return v + kvp_load_acquire(&s->hdr->h_actr[KVP_ACTR_RETIRED0 + c]);
@@ -650,7 +650,7 @@ kvp_chk_counters(struct kvp_chk *k)
 			kvp_chk_viol(k, 26, "%s (%llu > %llu)", rules[r].what,
 				     (unsigned long long)part, (unsigned long long)whole);
 	}
-	for (c = 0; c < s->hdr->h_max_clients; c++) {
+	for (c = 0; c < s->g.g_max_clients; c++) {
 		/* relaxed: statistics */
 		uint64_t g = kvp_load_relaxed(&s->clients[c].cs_ctr[KVP_CTR_PINNED_DRAM]) +
 			     kvp_load_relaxed(&s->clients[c].cs_ctr[KVP_CTR_PINNED_SSD]);
@@ -676,9 +676,9 @@ kvp_check_seg(const struct kvp_seg *s, FILE *out, struct kvp_check_report *r)
 	k.out = out;
 	k.r = r;
 	r->agent_up = kvp_shm_agent_alive(s);
-	k.alive = calloc(s->hdr->h_max_clients, 1);
-	k.reach = calloc(s->hdr->h_dram_pages, 1);
-	k.pinned = calloc(s->hdr->h_max_clients, sizeof(uint64_t));
+	k.alive = calloc(s->g.g_max_clients, 1);
+	k.reach = calloc(s->g.g_dram_pages, 1);
+	k.pinned = calloc(s->g.g_max_clients, sizeof(uint64_t));
 	if (!k.alive || !k.reach || !k.pinned) {
 		kvp_chk_viol(&k, 0, "out of memory");
 		goto out;

@@ -292,7 +292,7 @@ main(int argc, char **argv)
 			fclose(f);
 		free(buf);
 	} else if (!strcmp(cmd, "get") && argc - optind == 2) {
-		uint64_t cap = c->seg.hdr->h_max_value;
+		uint64_t cap = c->seg.g.g_max_value;
 		unsigned char *buf = malloc(cap);
 		ssize_t n = buf ? kvp_get(c, argv[optind], (uint32_t)strlen(argv[optind]),
 					  buf, cap) : -ENOMEM;

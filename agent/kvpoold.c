@@ -80,7 +80,7 @@ kvp_any_client_alive(struct kvp_seg *s)
 {
 	uint32_t i;
 
-	for (i = 0; i < s->hdr->h_max_clients; i++) {
+	for (i = 0; i < s->g.g_max_clients; i++) {
 		/* acquire: pairs with the claim CAS */
 		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
 		if ((w & 0xff) != KVP_CS_FREE && kvp_shm_client_alive(s, i))
@@ -326,7 +326,10 @@ main(int argc, char **argv)
 			kvp_log(KVP_LOG_INFO, "agent", "recovery: %u dead clients reaped, "
 				"%llu orphan units freed", reaped, (unsigned long long)orphans);
 	}
+	/* policy the clients read as hints: the agent itself uses cfg */
 	a->seg.hdr->h_max_pinned = cfg->max_pinned; /* read by clients as they pin */
+	a->seg.hdr->h_dram_high_pct = cfg->dram_high_pct;
+	a->seg.hdr->h_dram_low_pct = cfg->dram_low_pct;
 	/* the /metrics endpoint on its own thread, before the agent announces
 	 * itself (tools find its port in the header) */
 	if (kvp_metrics_http_start_agent(a)) {

@@ -56,7 +56,7 @@ static const struct {
 static uint32_t
 kvp_count_holds(const struct kvp_seg *s, uint32_t i)
 {
-	uint32_t hpc = s->hdr->h_holds_per_client, k, n = 0;
+	uint32_t hpc = s->g.g_holds_per_client, k, n = 0;
 	/* relaxed: a snapshot for humans */
 	uint64_t hwm = kvp_load_relaxed(&s->clients[i].cs_hold_hwm);
 
@@ -75,7 +75,7 @@ kvp_count_leases(const struct kvp_seg *s, uint32_t owner)
 	uint64_t k;
 	uint32_t n = 0;
 
-	for (k = 0; k < s->hdr->h_max_leases; k++) {
+	for (k = 0; k < s->g.g_max_leases; k++) {
 		/* acquire: pairs with the taker's LIVE release */
 		uint64_t w = kvp_load_acquire(&s->leases[k].ls_state);
 
@@ -118,9 +118,9 @@ kvp_metrics_collect(const struct kvp_seg *s, struct kvp_metrics *m)
 	m->agent_alive = kvp_shm_agent_alive(s);
 
 	/* the index: states, entries and bytes by tier, probe lengths */
-	m->index_slots = h->h_index_slots;
-	m->index_limit = h->h_index_limit;
-	for (i = 0; i < h->h_index_slots; i++) {
+	m->index_slots = s->g.g_index_slots;
+	m->index_limit = s->g.g_index_limit;
+	for (i = 0; i < s->g.g_index_slots; i++) {
 		/* acquire: pairs with the publishing CAS */
 		uint64_t w = kvp_load_acquire(&s->meta[i]);
 		const struct kvp_entry *e;
@@ -155,22 +155,22 @@ kvp_metrics_collect(const struct kvp_seg *s, struct kvp_metrics *m)
 
 	/* media */
 	/* relaxed: a statistic mirrored under the allocator lock */
-	m->dram_used = kvp_load_relaxed(&s->dram->dh_used_mirror) * h->h_dram_unit;
-	m->dram_total = h->h_dram_pages * h->h_dram_unit;
+	m->dram_used = kvp_load_relaxed(&s->dram->dh_used_mirror) * s->g.g_dram_unit;
+	m->dram_total = s->g.g_dram_pages * s->g.g_dram_unit;
 	m->ssd_enabled = h->h_ssd_enabled;
 	/* relaxed: published by the tier thread for tools */
 	m->ssd_used = kvp_load_relaxed(&h->h_ssd_used_bytes);
 	m->ssd_live = kvp_load_relaxed(&h->h_ssd_live_bytes);
 	m->ssd_total = kvp_load_relaxed(&h->h_ssd_total_bytes);
-	m->staging_total = s->spans ? h->h_staging_slots : 0;
-	m->staging_slot_bytes = s->spans ? h->h_staging_slot_bytes : 0;
+	m->staging_total = s->spans ? s->g.g_staging_slots : 0;
+	m->staging_slot_bytes = s->spans ? s->g.g_staging_slot_bytes : 0;
 	/* relaxed: exact counts kept by atomic adds; sampled now */
 	m->staging_in_use = kvp_load_relaxed(&h->h_staging_used);
 	m->staging_peak = kvp_load_relaxed(&h->h_staging_peak);
 
 	/* clients: liveness, holds, and every shard summed */
-	m->max_clients = h->h_max_clients;
-	for (c = 0; c < h->h_max_clients; c++) {
+	m->max_clients = s->g.g_max_clients;
+	for (c = 0; c < s->g.g_max_clients; c++) {
 		const struct kvp_client_slot *cs = &s->clients[c];
 		uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: claim CAS */
 
@@ -659,7 +659,7 @@ kvp_metrics_clients(const struct kvp_seg *s, FILE *f)
 
 	fprintf(f, "%5s %8s %20s %6s %6s %6s %s\n", "slot", "pid", "start", "alive", "holds",
 		"leases", "ns");
-	for (i = 0; i < s->hdr->h_max_clients; i++) {
+	for (i = 0; i < s->g.g_max_clients; i++) {
 		const struct kvp_client_slot *cs = &s->clients[i];
 		uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: claim CAS */
 		time_t t;

@@ -38,7 +38,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	struct kvp_shm_header *h = s->hdr;
 	uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: pairs with claim CAS */
 	uint64_t holds = 0, pins = 0, pending = 0, pages, k, pid;
-	uint32_t hpc = h->h_holds_per_client;
+	uint32_t hpc = s->g.g_holds_per_client;
 	kvp_aword_t *hs = &s->holds[(uint64_t)i * hpc];
 
 	if ((w & 0xff) == KVP_CS_LIVE) {
@@ -62,7 +62,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	}
 	kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds remain */
 	kvp_crashpoint(A_REAP_HOLDS);
-	for (k = 0; k < h->h_index_slots; k++) {
+	for (k = 0; k < s->g.g_index_slots; k++) {
 		/* acquire: pairs with the owner's claim CAS */
 		uint64_t e = kvp_load_acquire(&s->meta[k]);
 		unsigned st = KVP_IX_STATE(e);
@@ -77,7 +77,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	}
 	kvp_span_release_client_agent(s, i); /* its staging spans */
 	/* leases it was still filling in (its LIVE leases outlive it) */
-	for (k = 0; k < h->h_max_leases; k++) {
+	for (k = 0; k < s->g.g_max_leases; k++) {
 		/* acquire: pairs with the taker's reserving CAS */
 		uint64_t lw = kvp_load_acquire(&s->leases[k].ls_state);
 
@@ -118,7 +118,7 @@ kvp_lease_sweep_agent(struct kvp_seg *s)
 	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), k;
 	unsigned n = 0;
 
-	for (k = 0; k < s->hdr->h_max_leases; k++) {
+	for (k = 0; k < s->g.g_max_leases; k++) {
 		struct kvp_lease_slot *ls = &s->leases[k];
 		/* acquire: pairs with the taker's release */
 		uint64_t w = kvp_load_acquire(&ls->ls_state);
@@ -128,7 +128,7 @@ kvp_lease_sweep_agent(struct kvp_seg *s)
 		if (KVP_LS_STATE(w) == KVP_LS_LIVE)
 			dead = kvp_load_relaxed(&ls->ls_expiry) <= now; /* relaxed */
 		else if (KVP_LS_STATE(w) == KVP_LS_RESERVED)
-			dead = owner == 0 || owner > s->hdr->h_max_clients ||
+			dead = owner == 0 || owner > s->g.g_max_clients ||
 			       !kvp_shm_client_alive(s, (uint32_t)(owner - 1));
 		else
 			continue;
@@ -152,8 +152,9 @@ kvp_reaper_round_agent(struct kvp_agent *a)
 	unsigned n = 0;
 	uint32_t i;
 
+	kvp_shm_repair_header_agent(a);
 	kvp_lease_sweep_agent(s);
-	for (i = 0; i < s->hdr->h_max_clients; i++) {
+	for (i = 0; i < s->g.g_max_clients; i++) {
 		/* acquire: pairs with the claim CAS / FREE store */
 		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
 		uint64_t pid;
@@ -191,7 +192,7 @@ kvp_reaper_watch_new_agent(struct kvp_agent *a)
 	bool gone = false;
 	uint32_t i;
 
-	for (i = 0; i < s->hdr->h_max_clients; i++) {
+	for (i = 0; i < s->g.g_max_clients; i++) {
 		/* acquire: pairs with the claim CAS */
 		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
 		/* relaxed: a pid for the pidfd; liveness is checked elsewhere */
@@ -212,7 +213,7 @@ void *
 kvp_reaper_main_agent(void *arg)
 {
 	struct kvp_agent *a = arg;
-	uint32_t n = a->seg.hdr->h_max_clients, i;
+	uint32_t n = a->seg.g.g_max_clients, i;
 	struct pollfd *pfd = calloc(n, sizeof(*pfd));
 	uint32_t *who = calloc(n, sizeof(*who));
 	uint64_t next_round = 0;

@@ -46,6 +46,7 @@
 
 #include "shm/kvp_atomic.h"
 #include "shm/kvp_crash.h"
+#include "shm/kvp_hash.h"
 
 /* Linux values, for builds that did not define _GNU_SOURCE before
  * including <fcntl.h> (the rest of the client needs _DEFAULT_SOURCE). */
@@ -61,7 +62,7 @@
 typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
-#define KVP_ABI_MAJOR 2 /* 2.0: latency histograms (client slot 2432 B), SSD usage, metrics port */
+#define KVP_ABI_MAJOR 3 /* 3.0: geometry in two checked copies, one layout table */
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -206,35 +207,46 @@ enum kvp_actr {
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
 
+/*
+ * Geometry: every count, size and bound that locates something in the
+ * segment, fixed when the agent creates it.  The header carries two
+ * copies, each with a checksum, for tools and for the next process that
+ * maps the segment; a process validates one when it maps the segment
+ * (kvp_shm_bind: limits, checksum, and the layout it implies must end at
+ * the file's size) and from then on uses only its private copy (struct
+ * kvp_seg.g).  So nothing a client writes into the header later can move
+ * a bound that the agent or another client relies on (DESIGN-NOTES 9),
+ * and one stray write cannot make the pool unopenable: the other copy
+ * still validates, and the agent rewrites a copy that no longer matches
+ * its own.
+ */
+struct kvp_geom {
+	uint64_t g_seg_size;        /* bytes: the layout's end, the file's size */
+	uint64_t g_index_slots;     /* power of two, 16 .. 2^36 */
+	uint64_t g_index_limit;     /* --index-entries: live entries allowed */
+	uint64_t g_dram_unit;       /* power of two, 4 KiB .. 4 MiB */
+	uint64_t g_dram_pages;      /* arena units, 1 .. 2^32 - 2 */
+	uint64_t g_max_value;       /* 1 .. the arena's bytes */
+	uint64_t g_staging_slots;   /* 0 without an SSD tier, else 1 .. 65535 */
+	uint64_t g_staging_slot_bytes; /* multiple of 4 KiB, <= 1 GiB */
+	uint32_t g_max_clients;     /* 1 .. 65534 (256 with an SSD tier) */
+	uint32_t g_holds_per_client; /* 16 .. 2^20 */
+	uint32_t g_ring_entries;    /* 0 without an SSD tier, else 1 .. 64 */
+	uint32_t g_max_leases;      /* 1 .. 65536 */
+	uint32_t g_pad[2];
+	uint64_t g_sum;             /* kvp_hash of the bytes above */
+};
+_Static_assert(sizeof(struct kvp_geom) == 96, "geometry size");
+
 struct kvp_shm_header {
 	uint64_t h_magic;
 	uint16_t h_abi_major;
 	uint16_t h_abi_minor;
 	uint32_t h_features;
 	uint64_t h_layout_sig;   /* sizes of the shared types: see below */
-	uint64_t h_seg_size;
 	uint64_t h_create_ns;    /* CLOCK_REALTIME at creation */
 	char h_pool[KVP_POOL_NAME_MAX];
-
-	/* geometry, fixed at creation */
-	uint32_t h_max_clients;
-	uint32_t h_holds_per_client;
-	uint64_t h_index_slots;  /* power of two, 8 per bucket */
-	uint64_t h_index_limit;  /* --index-entries: live entries allowed */
-	uint64_t h_dram_unit;    /* allocation unit, power of two */
-	uint64_t h_dram_pages;   /* arena size in units */
-	uint64_t h_max_value;
-	uint32_t h_dram_high_pct;
-	uint32_t h_dram_low_pct;
-
-	/* layout offsets */
-	kvp_off_t h_clients_off;
-	kvp_off_t h_holds_off;
-	kvp_off_t h_meta_off;
-	kvp_off_t h_entries_off;
-	kvp_off_t h_dram_off;    /* struct kvp_dram_hdr */
-	kvp_off_t h_pagemap_off;
-	kvp_off_t h_arena_off;
+	struct kvp_geom h_geom[2]; /* two copies (see struct kvp_geom) */
 
 	/* agent state */
 	kvp_aword_t h_incarnation; /* bumped by every agent that attaches */
@@ -248,30 +260,22 @@ struct kvp_shm_header {
 	kvp_aword_t h_hint_seq;    /* index-pressure hints: next ring slot */
 	kvp_aword_t h_delete_seq;  /* bumped by every delete: work for the agent */
 	uint64_t h_max_pinned;     /* --max-pinned-per-client bytes; 0: no cap */
-	kvp_aword_t h_pad1[1];
+	uint32_t h_dram_high_pct;  /* the agent's watermarks (clients: a hint */
+	uint32_t h_dram_low_pct;   /* to wake the evictor early; set at attach) */
 	kvp_aword_t h_hint[KVP_HINTS]; /* key hashes whose buckets are full */
 
-	/* SSD tier (0 slots / 0 ssd_enabled when the agent has no --ssd-dir) */
+	/* SSD tier (0 when the agent has no --ssd-dir) */
 	uint32_t h_ssd_enabled;    /* set by the agent that attaches */
-	uint32_t h_ring_entries;   /* requests per client ring */
-	kvp_off_t h_rings_off;     /* struct kvp_req[max_clients][ring_entries] */
-	kvp_off_t h_spans_off;     /* struct kvp_span[staging_slots] */
-	kvp_off_t h_staging_off;   /* staging_slots * staging_slot_bytes */
-	uint64_t h_staging_slots;
-	uint64_t h_staging_slot_bytes;
+	uint32_t h_pad2;
 	kvp_aint_t h_io_wake;      /* futex: clients bump after posting */
 	kvp_aint_t h_staging_seq;  /* futex: bumped when spans are freed */
 	kvp_aword_t h_staging_used;  /* slots in use: the agent adds at allocation,
 				      * the freer of a span subtracts (exact) */
 	kvp_aword_t h_staging_peak;  /* highest h_staging_used since creation */
 
-	/* timed leases for readers that cannot hold (remote, DMA) */
-	kvp_off_t h_leases_off;    /* struct kvp_lease[max_leases] */
-	uint64_t h_max_leases;
-
 	kvp_aword_t h_actr[KVP_ACTR__N];
 
-	/* observability (ABI 2.0): written by the agent, read by tools */
+	/* observability: written by the agent, read by tools */
 	kvp_aword_t h_hist_retired[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* gone clients */
 	kvp_aword_t h_ssd_used_bytes;  /* SSD on-disk bytes (segments) */
 	kvp_aword_t h_ssd_live_bytes;  /* SSD bytes of live records */
@@ -282,6 +286,7 @@ _Static_assert(sizeof(struct kvp_shm_header) <= KVP_PAGE, "header is one page");
 _Static_assert(offsetof(struct kvp_shm_header, h_magic) == 0, "magic first");
 _Static_assert(offsetof(struct kvp_shm_header, h_abi_major) == 8, "abi at 8");
 _Static_assert(offsetof(struct kvp_shm_header, h_layout_sig) == 16, "sig");
+_Static_assert(offsetof(struct kvp_shm_header, h_geom) % 8 == 0, "aligned");
 _Static_assert(offsetof(struct kvp_shm_header, h_incarnation) % 8 == 0, "aligned");
 _Static_assert(offsetof(struct kvp_shm_header, h_hist_retired) % 8 == 0, "aligned");
 
@@ -456,13 +461,198 @@ struct kvp_dram_hdr {
 	 ((uint64_t)sizeof(struct kvp_req) << 40) ^                          \
 	 ((uint64_t)sizeof(struct kvp_span) << 28) ^                         \
 	 ((uint64_t)sizeof(struct kvp_lease_slot) << 20) ^ (uint64_t)KVP_CTR_SLOTS ^ \
+	 ((uint64_t)sizeof(struct kvp_geom) << 56) ^                         \
 	 ((uint64_t)KVP_HIST_SLOTS << 8) ^ ((uint64_t)KVP_HIST_WORDS << 12))
 
-/* A mapped segment as one process sees it (private memory). */
+/*
+ * The layout table: the regions of a segment in address order, each
+ * computed from the geometry alone (kvp_layout_compute).  Creation,
+ * binding, the checker, the tests and docs/design.md all use this one
+ * table; nothing else computes an offset.
+ */
+enum kvp_region {
+	KVP_R_HEADER = 0, /* struct kvp_shm_header, one page */
+	KVP_R_CLIENTS,    /* struct kvp_client_slot[max_clients] */
+	KVP_R_HOLDS,      /* kvp_aword_t[max_clients][holds_per_client] */
+	KVP_R_META,       /* kvp_aword_t[index_slots]: index state words */
+	KVP_R_ENTRIES,    /* struct kvp_entry[index_slots] */
+	KVP_R_DRAM,       /* struct kvp_dram_hdr */
+	KVP_R_PAGEMAP,    /* struct kvp_page[dram_pages] */
+	KVP_R_LEASES,     /* struct kvp_lease_slot[max_leases] */
+	KVP_R_ARENA,      /* dram_pages * dram_unit bytes, 2 MiB aligned */
+	KVP_R_RINGS,      /* struct kvp_req[max_clients][ring_entries] (SSD) */
+	KVP_R_SPANS,      /* struct kvp_span[staging_slots] (SSD) */
+	KVP_R_STAGING,    /* staging_slots * staging_slot_bytes, 2 MiB aligned */
+	KVP_R__N,
+};
+
+struct kvp_layout {
+	uint64_t off[KVP_R__N]; /* from the segment base; 0 for an empty region */
+	uint64_t len[KVP_R__N]; /* bytes */
+	uint64_t end;           /* the segment's size */
+};
+
+#define KVP_HUGE_ALIGN (2ull << 20)
+#define KVP_MAX_CLIENTS 65534u /* owner fields are 16 bits; 0xffff is the agent */
+#define KVP_MAX_HOLDS_PER_CLIENT (1u << 20)
+#define KVP_MAX_INDEX_SLOTS (1ull << 36)
+#define KVP_MAX_STAGING_SLOTS 65535u /* span words name a head in 16 bits */
+#define KVP_MAX_LEASE_SLOTS 65536u
+
+KVP_INLINE const char *
+kvp_region_name(unsigned r)
+{
+	static const char *const names[KVP_R__N] = {
+		"header", "clients", "holds", "index meta", "index entries",
+		"dram header", "page map", "leases", "arena", "request rings",
+		"spans", "staging",
+	};
+
+	return r < KVP_R__N ? names[r] : "?";
+}
+
+KVP_INLINE uint64_t
+kvp_geom_sum(const struct kvp_geom *g)
+{
+	return kvp_hash(0x67656f6d6b767031ull, g, offsetof(struct kvp_geom, g_sum));
+}
+
+/* Bytes of region r for geometry g (0: absent); false on overflow. */
+KVP_INLINE bool
+kvp__region_len(const struct kvp_geom *g, unsigned r, uint64_t *len)
+{
+	uint64_t a = 0, b = 1;
+
+	switch (r) {
+	case KVP_R_HEADER: a = KVP_PAGE; break;
+	case KVP_R_CLIENTS: a = g->g_max_clients; b = sizeof(struct kvp_client_slot); break;
+	case KVP_R_HOLDS:
+		a = (uint64_t)g->g_max_clients * g->g_holds_per_client;
+		b = sizeof(kvp_aword_t);
+		break;
+	case KVP_R_META: a = g->g_index_slots; b = sizeof(kvp_aword_t); break;
+	case KVP_R_ENTRIES: a = g->g_index_slots; b = sizeof(struct kvp_entry); break;
+	case KVP_R_DRAM: a = sizeof(struct kvp_dram_hdr); break;
+	case KVP_R_PAGEMAP: a = g->g_dram_pages; b = sizeof(struct kvp_page); break;
+	case KVP_R_LEASES: a = g->g_max_leases; b = sizeof(struct kvp_lease_slot); break;
+	case KVP_R_ARENA: a = g->g_dram_pages; b = g->g_dram_unit; break;
+	case KVP_R_RINGS:
+		a = (uint64_t)g->g_max_clients * g->g_ring_entries;
+		b = sizeof(struct kvp_req);
+		break;
+	case KVP_R_SPANS: a = g->g_staging_slots; b = sizeof(struct kvp_span); break;
+	case KVP_R_STAGING: a = g->g_staging_slots; b = g->g_staging_slot_bytes; break;
+	default: return false;
+	}
+	return !__builtin_mul_overflow(a, b, len);
+}
+
+/*
+ * Check geometry g against the limits of every field and compute the
+ * layout it implies into *L.  0, or -EINVAL with the reason in msg.
+ * The checksum and the file size are checked by kvp_geom_check.
+ */
+KVP_INLINE int
+kvp_layout_compute(const struct kvp_geom *g, struct kvp_layout *L, char *msg, size_t cap)
+{
+	const char *bad = NULL;
+	uint64_t off = 0;
+	bool ssd = g->g_ring_entries != 0;
+	unsigned r;
+
+	if (g->g_max_clients < 1 || g->g_max_clients > KVP_MAX_CLIENTS)
+		bad = "max_clients";
+	else if (g->g_holds_per_client < 16 || g->g_holds_per_client > KVP_MAX_HOLDS_PER_CLIENT)
+		bad = "holds_per_client";
+	else if (g->g_index_slots < 16 || g->g_index_slots > KVP_MAX_INDEX_SLOTS ||
+		 (g->g_index_slots & (g->g_index_slots - 1)))
+		bad = "index_slots";
+	else if (g->g_index_limit < 1 || g->g_index_limit > g->g_index_slots)
+		bad = "index_limit";
+	else if (g->g_dram_unit < 4096 || g->g_dram_unit > (4u << 20) ||
+		 (g->g_dram_unit & (g->g_dram_unit - 1)))
+		bad = "dram_unit";
+	else if (g->g_dram_pages < 1 || g->g_dram_pages > UINT32_MAX - 1)
+		bad = "dram_pages";
+	else if (g->g_max_value < 1 || g->g_max_value > g->g_dram_pages * g->g_dram_unit)
+		bad = "max_value";
+	else if (g->g_max_leases < 1 || g->g_max_leases > KVP_MAX_LEASE_SLOTS)
+		bad = "max_leases";
+	else if (g->g_ring_entries > KVP_RING_ENTRIES)
+		bad = "ring_entries";
+	else if (ssd && (g->g_staging_slots < 1 || g->g_staging_slots > KVP_MAX_STAGING_SLOTS ||
+			 g->g_staging_slot_bytes < KVP_PAGE ||
+			 g->g_staging_slot_bytes > (1ull << 30) ||
+			 g->g_staging_slot_bytes % KVP_PAGE ||
+			 g->g_max_clients > KVP_MAX_CLIENTS_STAGING))
+		bad = "staging";
+	else if (!ssd && (g->g_staging_slots || g->g_staging_slot_bytes))
+		bad = "staging without an SSD tier";
+	if (bad) {
+		snprintf(msg, cap, "segment geometry: %s out of range", bad);
+		return -EINVAL;
+	}
+	for (r = 0; r < KVP_R__N; r++) {
+		uint64_t len, align = KVP_PAGE;
+
+		if (!kvp__region_len(g, r, &len))
+			goto overflow;
+		if (r == KVP_R_ARENA || r == KVP_R_STAGING)
+			align = KVP_HUGE_ALIGN;
+		off = (off + align - 1) & ~(align - 1);
+		L->off[r] = len ? off : 0;
+		L->len[r] = len;
+		if (__builtin_add_overflow(off, len, &off) || off > (1ull << 50))
+			goto overflow;
+	}
+	L->end = (off + KVP_PAGE - 1) & ~(uint64_t)(KVP_PAGE - 1);
+	return 0;
+overflow:
+	snprintf(msg, cap, "segment geometry: the layout overflows");
+	return -EINVAL;
+}
+
+/* Seal a geometry (its checksum). */
+KVP_INLINE void
+kvp_geom_seal(struct kvp_geom *g)
+{
+	g->g_sum = kvp_geom_sum(g);
+}
+
+/*
+ * Is g a sound geometry for a segment file of file_size bytes?  Its
+ * checksum, every field's limits, and its layout's end equal to its
+ * g_seg_size and to the file's size.  0 and the layout in *L, or -EPROTO
+ * with the reason in msg.
+ */
+KVP_INLINE int
+kvp_geom_check(const struct kvp_geom *g, uint64_t file_size, struct kvp_layout *L,
+	       char *msg, size_t cap)
+{
+	if (g->g_sum != kvp_geom_sum(g)) {
+		snprintf(msg, cap, "segment geometry: bad checksum");
+		return -EPROTO;
+	}
+	if (kvp_layout_compute(g, L, msg, cap))
+		return -EPROTO;
+	if (L->end != g->g_seg_size || g->g_seg_size != file_size) {
+		snprintf(msg, cap, "segment geometry: layout of %llu bytes, header says %llu, "
+			 "file has %llu", (unsigned long long)L->end,
+			 (unsigned long long)g->g_seg_size, (unsigned long long)file_size);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/* A mapped segment as one process sees it (private memory).  The
+ * geometry and layout are this process's own validated copies: every
+ * bound below comes from them, never from the header. */
 struct kvp_seg {
 	unsigned char *base;
 	uint64_t size;
 	int fd; /* its own open file description: carries this process's lock */
+	struct kvp_geom g;   /* validated at bind, private */
+	struct kvp_layout L; /* computed from g */
 	struct kvp_shm_header *hdr;
 	struct kvp_client_slot *clients;
 	kvp_aword_t *holds;
@@ -585,7 +775,7 @@ kvp_span_finish_free(struct kvp_seg *s, uint32_t head, uint64_t w)
 	struct kvp_span *sp = &s->spans[head];
 	uint64_t n = KVP_SP_N(w), k;
 
-	for (k = 1; k < n && head + k < s->hdr->h_staging_slots; k++)
+	for (k = 1; k < n && head + k < s->g.g_staging_slots; k++)
 		/* full CAS: only a body of this span (a dead freer may have
 		 * freed it, and the agent reused it, already) */
 		kvp_cas(&s->spans[head + k].sp_state, KVP_SP_BODYW(KVP_SP_GEN(w), head), 0);
@@ -627,44 +817,50 @@ kvp_shm_client_alive(const struct kvp_seg *s, uint32_t i)
 	return now == st;
 }
 
-/* Map the segment's regions from a validated header. */
+/*
+ * Take the segment's geometry from the first header copy that is sound
+ * (kvp_geom_check) into s->g, and map every region from the layout it
+ * implies.  s->base, s->size and s->hdr are set.  0, or -EPROTO with the
+ * reason in msg (both copies damaged: the pool must be recreated).
+ */
 KVP_INLINE int
-kvp_shm_bind(struct kvp_seg *s)
+kvp_shm_bind(struct kvp_seg *s, char *msg, size_t cap)
 {
-	struct kvp_shm_header *h = s->hdr;
-	uint64_t nslots = h->h_index_slots;
+	char why[2][80];
+	unsigned k;
 
-	s->clients = kvp_shm_ptr(s, h->h_clients_off,
-				 (uint64_t)h->h_max_clients * sizeof(*s->clients));
-	s->holds = kvp_shm_ptr(s, h->h_holds_off,
-			       (uint64_t)h->h_max_clients * h->h_holds_per_client * 8);
-	s->meta = kvp_shm_ptr(s, h->h_meta_off, nslots * 8);
-	s->entries = kvp_shm_ptr(s, h->h_entries_off, nslots * sizeof(struct kvp_entry));
-	s->dram = kvp_shm_ptr(s, h->h_dram_off, sizeof(struct kvp_dram_hdr));
-	s->pages = kvp_shm_ptr(s, h->h_pagemap_off, h->h_dram_pages * sizeof(struct kvp_page));
-	s->arena = kvp_shm_ptr(s, h->h_arena_off, h->h_dram_pages * h->h_dram_unit);
-	if (!s->clients || !s->holds || !s->meta || !s->entries || !s->dram ||
-	    !s->pages || !s->arena || nslots < 16 || (nslots & (nslots - 1)))
+	for (k = 0; k < 2; k++) {
+		/* a plain copy: a torn read of a copy being repaired fails
+		 * its checksum and the other copy is used */
+		memcpy(&s->g, &s->hdr->h_geom[k], sizeof(s->g));
+		if (kvp_geom_check(&s->g, s->size, &s->L, why[k], sizeof(why[k])) == 0)
+			break;
+	}
+	if (k == 2) {
+		memset(&s->g, 0, sizeof(s->g));
+		snprintf(msg, cap, "both geometry copies of the segment header are damaged "
+			 "(%s): stop the agent and the workers, remove the segment, restart",
+			 why[0]);
 		return -EPROTO;
+	}
+	s->clients = (struct kvp_client_slot *)(s->base + s->L.off[KVP_R_CLIENTS]);
+	s->holds = (kvp_aword_t *)(s->base + s->L.off[KVP_R_HOLDS]);
+	s->meta = (kvp_aword_t *)(s->base + s->L.off[KVP_R_META]);
+	s->entries = (struct kvp_entry *)(s->base + s->L.off[KVP_R_ENTRIES]);
+	s->dram = (struct kvp_dram_hdr *)(s->base + s->L.off[KVP_R_DRAM]);
+	s->pages = (struct kvp_page *)(s->base + s->L.off[KVP_R_PAGEMAP]);
+	s->leases = (struct kvp_lease_slot *)(s->base + s->L.off[KVP_R_LEASES]);
+	s->arena = s->base + s->L.off[KVP_R_ARENA];
 	s->rings = NULL;
 	s->spans = NULL;
 	s->staging = NULL;
-	s->leases = kvp_shm_ptr(s, h->h_leases_off, h->h_max_leases * sizeof(*s->leases));
-	if (!s->leases || !h->h_max_leases)
-		return -EPROTO;
-	if (h->h_ring_entries) {
-		s->rings = kvp_shm_ptr(s, h->h_rings_off, (uint64_t)h->h_max_clients *
-				       h->h_ring_entries * sizeof(struct kvp_req));
-		s->spans = kvp_shm_ptr(s, h->h_spans_off,
-				       h->h_staging_slots * sizeof(struct kvp_span));
-		s->staging = kvp_shm_ptr(s, h->h_staging_off,
-					 h->h_staging_slots * h->h_staging_slot_bytes);
-		if (!s->rings || !s->spans || !s->staging ||
-		    h->h_max_clients > KVP_MAX_CLIENTS_STAGING)
-			return -EPROTO;
+	if (s->g.g_ring_entries) {
+		s->rings = (struct kvp_req *)(s->base + s->L.off[KVP_R_RINGS]);
+		s->spans = (struct kvp_span *)(s->base + s->L.off[KVP_R_SPANS]);
+		s->staging = s->base + s->L.off[KVP_R_STAGING];
 	}
-	s->slot_mask = nslots - 1;
-	s->bucket_mask = nslots / 8 - 1;
+	s->slot_mask = s->g.g_index_slots - 1;
+	s->bucket_mask = s->g.g_index_slots / 8 - 1;
 	return 0;
 }
 
@@ -691,12 +887,12 @@ kvp_shm_name(const char *pool, char *out, size_t cap)
 }
 
 /*
- * Validate a header read from a segment.  Returns 0, or -EPROTO and a
- * message that says what to do in msg.
+ * Validate the identity of a header read from a segment: magic, ABI and
+ * layout signature (the geometry is checked by kvp_shm_bind).  Returns 0,
+ * or -EPROTO and a message that says what to do in msg.
  */
 KVP_INLINE int
-kvp_shm_check_header(const struct kvp_shm_header *h, uint64_t file_size,
-		     char *msg, size_t cap)
+kvp_shm_check_header(const struct kvp_shm_header *h, char *msg, size_t cap)
 {
 	if (h->h_magic != KVP_SHM_MAGIC) {
 		snprintf(msg, cap, "not a kvpool segment (bad magic); remove it "
@@ -711,13 +907,6 @@ kvp_shm_check_header(const struct kvp_shm_header *h, uint64_t file_size,
 			 h->h_abi_major, h->h_abi_minor,
 			 (unsigned long long)h->h_layout_sig, KVP_ABI_MAJOR,
 			 KVP_ABI_MINOR, (unsigned long long)KVP_LAYOUT_SIG);
-		return -EPROTO;
-	}
-	if (h->h_seg_size != file_size) {
-		snprintf(msg, cap, "segment size %llu does not match its header "
-			 "(%llu): the segment is being created or is damaged",
-			 (unsigned long long)file_size,
-			 (unsigned long long)h->h_seg_size);
 		return -EPROTO;
 	}
 	return 0;

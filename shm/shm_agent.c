@@ -11,12 +11,6 @@
 #include "agent/agent_int.h"
 
 static uint64_t
-kvp_align(uint64_t v, uint64_t a)
-{
-	return (v + a - 1) & ~(a - 1);
-}
-
-static uint64_t
 kvp_pow2_at_least(uint64_t v)
 {
 	uint64_t p = 16;
@@ -26,102 +20,69 @@ kvp_pow2_at_least(uint64_t v)
 	return p;
 }
 
-/* Compute the layout for cfg; returns the segment size. */
-uint64_t
-kvp_shm_layout_size(const struct kvp_agent_cfg *cfg, uint64_t *nslots, uint64_t *npages)
+/*
+ * The geometry of a new segment for cfg, and the layout it implies (the
+ * one layout table, kvp_layout_compute).  0, or -EINVAL with a log line
+ * naming what is out of range.
+ */
+int
+kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g, struct kvp_layout *L)
 {
-	uint64_t off = KVP_PAGE;
+	char msg[160];
 
+	memset(g, 0, sizeof(*g));
 	/* 2-choice buckets of 8 stay below ~95% before a bucket pair fills:
 	 * size the table so the configured entries fit at <= 80% */
-	*nslots = kvp_pow2_at_least(cfg->index_entries + cfg->index_entries / 4);
-	*npages = cfg->dram_bytes / cfg->dram_unit;
-	off += kvp_align((uint64_t)cfg->max_clients * sizeof(struct kvp_client_slot), KVP_PAGE);
-	off += kvp_align((uint64_t)cfg->max_clients * cfg->holds_per_client * 8, KVP_PAGE);
-	off += kvp_align(*nslots * 8, KVP_PAGE);
-	off += kvp_align(*nslots * sizeof(struct kvp_entry), KVP_PAGE);
-	off += kvp_align(sizeof(struct kvp_dram_hdr), KVP_PAGE);
-	off += kvp_align(*npages * sizeof(struct kvp_page), KVP_PAGE);
-	off += kvp_align(KVP_MAX_LEASES * sizeof(struct kvp_lease_slot), KVP_PAGE);
-	off = kvp_align(off, 2u << 20);
-	off += *npages * cfg->dram_unit;
+	g->g_index_slots = kvp_pow2_at_least(cfg->index_entries + cfg->index_entries / 4);
+	g->g_index_limit = cfg->index_entries;
+	g->g_dram_unit = cfg->dram_unit;
+	g->g_dram_pages = cfg->dram_bytes / cfg->dram_unit;
+	g->g_max_value = cfg->max_value;
+	g->g_max_clients = cfg->max_clients;
+	g->g_holds_per_client = cfg->holds_per_client;
+	g->g_max_leases = KVP_MAX_LEASES;
 	if (cfg->ssd_dir[0]) {
-		uint64_t slots = cfg->staging_bytes / cfg->staging_slot;
-
-		off += kvp_align((uint64_t)cfg->max_clients * KVP_RING_ENTRIES *
-				 sizeof(struct kvp_req), KVP_PAGE);
-		off += kvp_align(slots * sizeof(struct kvp_span), KVP_PAGE);
-		off = kvp_align(off, 2u << 20);
-		off += slots * cfg->staging_slot;
+		g->g_ring_entries = KVP_RING_ENTRIES;
+		g->g_staging_slots = cfg->staging_bytes / cfg->staging_slot;
+		g->g_staging_slot_bytes = cfg->staging_slot;
 	}
-	return off;
+	if (kvp_layout_compute(g, L, msg, sizeof(msg))) {
+		kvp_log(KVP_LOG_ERROR, "shm", "%s (from --dram, --dram-unit, --index-entries, "
+			"--max-clients, --holds-per-client, --staging, --staging-slot)", msg);
+		return -EINVAL;
+	}
+	g->g_seg_size = L->end;
+	kvp_geom_seal(g);
+	return 0;
 }
 
 static void
-kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg, uint64_t nslots,
-	     uint64_t npages)
+kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg, const struct kvp_geom *g)
 {
 	struct kvp_shm_header *h = s->hdr;
 	pthread_mutexattr_t ma;
-	uint64_t off = KVP_PAGE;
+	char msg[256];
 
 	memset(h, 0, KVP_PAGE);
 	h->h_abi_major = KVP_ABI_MAJOR;
 	h->h_abi_minor = KVP_ABI_MINOR;
 	h->h_features = KVP_FEATURES;
 	h->h_layout_sig = KVP_LAYOUT_SIG;
-	h->h_seg_size = s->size;
 	h->h_create_ns = kvp_now_ns(CLOCK_REALTIME);
 	snprintf(h->h_pool, sizeof(h->h_pool), "%s", cfg->pool);
-	h->h_max_clients = cfg->max_clients;
-	h->h_holds_per_client = cfg->holds_per_client;
-	h->h_index_slots = nslots;
-	h->h_index_limit = cfg->index_entries;
-	h->h_dram_unit = cfg->dram_unit;
-	h->h_dram_pages = npages;
-	h->h_max_value = cfg->max_value;
-	h->h_dram_high_pct = cfg->dram_high_pct;
-	h->h_dram_low_pct = cfg->dram_low_pct;
-
-	h->h_clients_off = off;
-	off += kvp_align((uint64_t)cfg->max_clients * sizeof(struct kvp_client_slot), KVP_PAGE);
-	h->h_holds_off = off;
-	off += kvp_align((uint64_t)cfg->max_clients * cfg->holds_per_client * 8, KVP_PAGE);
-	h->h_meta_off = off;
-	off += kvp_align(nslots * 8, KVP_PAGE);
-	h->h_entries_off = off;
-	off += kvp_align(nslots * sizeof(struct kvp_entry), KVP_PAGE);
-	h->h_dram_off = off;
-	off += kvp_align(sizeof(struct kvp_dram_hdr), KVP_PAGE);
-	h->h_pagemap_off = off;
-	off += kvp_align(npages * sizeof(struct kvp_page), KVP_PAGE);
-	h->h_leases_off = off;
-	h->h_max_leases = KVP_MAX_LEASES;
-	off += kvp_align(KVP_MAX_LEASES * sizeof(struct kvp_lease_slot), KVP_PAGE);
-	h->h_arena_off = kvp_align(off, 2u << 20);
-	off = h->h_arena_off + npages * cfg->dram_unit;
-	if (cfg->ssd_dir[0]) {
-		h->h_ring_entries = KVP_RING_ENTRIES;
-		h->h_rings_off = off;
-		off += kvp_align((uint64_t)cfg->max_clients * KVP_RING_ENTRIES *
-				 sizeof(struct kvp_req), KVP_PAGE);
-		h->h_staging_slots = cfg->staging_bytes / cfg->staging_slot;
-		h->h_staging_slot_bytes = cfg->staging_slot;
-		h->h_spans_off = off;
-		off += kvp_align(h->h_staging_slots * sizeof(struct kvp_span), KVP_PAGE);
-		h->h_staging_off = kvp_align(off, 2u << 20);
-	}
+	h->h_geom[0] = *g;
+	h->h_geom[1] = *g;
 
 	/* the rest of the segment is zero (fallocate): all client slots
 	 * FREE, all index slots EMPTY, no holds */
-	kvp_shm_bind(s);
+	kvp_shm_bind(s, msg, sizeof(msg)); /* sound: computed just above */
 	pthread_mutexattr_init(&ma);
 	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
 	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
 	pthread_mutex_init(&s->dram->dh_lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 	s->pages[0].pg_state = KVP_PG_FREE;
-	s->pages[0].pg_npages = (uint32_t)npages;
+	s->pages[0].pg_npages = (uint32_t)s->g.g_dram_pages;
 	kvp_dram_rebuild_locked(s); /* nobody else can see it yet */
 	/* release: the magic is the last word written; a reader that checks
 	 * it sees the whole header (the link() below publishes anyway) */
@@ -151,15 +112,15 @@ kvp_shm_create(struct kvp_agent *a, const char *name)
 	struct kvp_agent_cfg *cfg = &a->cfg;
 	struct kvp_seg *s = &a->seg;
 	char tmp[128], path[160], final[160];
-	uint64_t nslots, npages, t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	struct kvp_layout L;
+	struct kvp_geom g;
 	int rc;
 
-	s->size = kvp_shm_layout_size(cfg, &nslots, &npages);
-	if (npages < 1 || npages > UINT32_MAX - 1) {
-		kvp_log(KVP_LOG_ERROR, "shm", "--dram / --dram-unit give %llu units "
-			"(1 .. 2^32-2 allowed)", (unsigned long long)npages);
-		return -EINVAL;
-	}
+	rc = kvp_shm_geometry(cfg, &g, &L);
+	if (rc)
+		return rc;
+	s->size = g.g_seg_size;
 	snprintf(tmp, sizeof(tmp), "%s.new.%ld", name, (long)getpid());
 	s->fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (s->fd < 0) {
@@ -190,7 +151,7 @@ kvp_shm_create(struct kvp_agent *a, const char *name)
 		goto err_unlink;
 	}
 	s->hdr = (struct kvp_shm_header *)s->base;
-	kvp_shm_init(s, cfg, nslots, npages);
+	kvp_shm_init(s, cfg, &g);
 	rc = kvp_shm_lock_take(s->fd, KVP_LOCK_AGENT);
 	if (rc)
 		goto err_unmap;
@@ -202,9 +163,9 @@ kvp_shm_create(struct kvp_agent *a, const char *name)
 	kvp_log(KVP_LOG_INFO, "shm", "created %s: %llu MiB (DRAM %llu MiB in %llu "
 		"units of %llu KiB, index %llu slots, %u clients) in %.2f s",
 		final, (unsigned long long)(s->size >> 20),
-		(unsigned long long)((npages * cfg->dram_unit) >> 20),
-		(unsigned long long)npages, (unsigned long long)(cfg->dram_unit >> 10),
-		(unsigned long long)nslots, cfg->max_clients,
+		(unsigned long long)((g.g_dram_pages * g.g_dram_unit) >> 20),
+		(unsigned long long)g.g_dram_pages, (unsigned long long)(g.g_dram_unit >> 10),
+		(unsigned long long)g.g_index_slots, g.g_max_clients,
 		(double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
 	return 0;
 
@@ -257,8 +218,8 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 		return rc;
 	}
 	cleared = kvp_ix_clear_stale_checks_agent(s);
-	a->cfg.dram_unit = s->hdr->h_dram_unit;
-	a->cfg.max_clients = s->hdr->h_max_clients;
+	a->cfg.dram_unit = s->g.g_dram_unit;
+	a->cfg.max_clients = s->g.g_max_clients;
 	kvp_log(KVP_LOG_INFO, "shm", "re-attached to %s (incarnation %llu, %llu MiB, "
 		"existing geometry kept; %u interrupted checks undone)", name,
 		(unsigned long long)inc, (unsigned long long)(s->size >> 20), cleared);
@@ -289,6 +250,43 @@ kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 	if (a->seg.hdr->h_incarnation == 0)
 		kvp_fetch_add(&a->seg.hdr->h_incarnation, 1); /* first agent: 1 */
 	return 0;
+}
+
+/*
+ * The header's identity and geometry copies are for other processes; the
+ * agent's own are private (a->seg.g).  A copy that no longer matches (a
+ * stray or hostile write) is rewritten, one copy at a time, so a process
+ * mapping the segment meanwhile always finds one sound copy.  Returns the
+ * number of fields repaired.  Reaper thread, every round.
+ */
+unsigned
+kvp_shm_repair_header_agent(struct kvp_agent *a)
+{
+	struct kvp_shm_header *h = a->seg.hdr;
+	unsigned k, n = 0;
+
+	for (k = 0; k < 2; k++) {
+		if (!memcmp(&h->h_geom[k], &a->seg.g, sizeof(a->seg.g)))
+			continue;
+		memcpy(&h->h_geom[k], &a->seg.g, sizeof(a->seg.g));
+		n++;
+	}
+	if (h->h_abi_major != KVP_ABI_MAJOR || h->h_abi_minor != KVP_ABI_MINOR ||
+	    h->h_layout_sig != KVP_LAYOUT_SIG) {
+		h->h_abi_major = KVP_ABI_MAJOR;
+		h->h_abi_minor = KVP_ABI_MINOR;
+		h->h_layout_sig = KVP_LAYOUT_SIG;
+		n++;
+	}
+	/* relaxed: the magic is only ever this value once created */
+	if (kvp_load_relaxed((kvp_aword_t *)&h->h_magic) != KVP_SHM_MAGIC) {
+		kvp_store_release((kvp_aword_t *)&h->h_magic, KVP_SHM_MAGIC); /* release */
+		n++;
+	}
+	if (n)
+		kvp_log(KVP_LOG_WARN, "shm", "the segment header was overwritten by a "
+			"client (%u fields): restored from the agent's own copy", n);
+	return n;
 }
 
 int

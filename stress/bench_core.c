@@ -247,7 +247,7 @@ kvpb_prefault(struct kvpb_pool *p, const char *label)
 {
 	const struct kvp_seg *s = &p->c->seg;
 	uintptr_t b = (uintptr_t)s->meta & ~(uintptr_t)(KVP_PAGE - 1);
-	uintptr_t e = (uintptr_t)(s->entries + s->hdr->h_index_slots);
+	uintptr_t e = (uintptr_t)(s->entries + s->g.g_index_slots);
 	uint64_t t0 = kvpb_now(), pages = (e - b + KVP_PAGE - 1) / KVP_PAGE;
 	char name[80];
 
@@ -795,9 +795,9 @@ kvpb_bench_index(const struct kvpb_cfg *cfg, uint64_t entries)
 		kvpb_failed++;
 		return;
 	}
-	if (p.c->seg.hdr->h_index_slots != ix.nslots) {
+	if (p.c->seg.g.g_index_slots != ix.nslots) {
 		/* the agent sized it differently: follow it */
-		ix.nslots = p.c->seg.hdr->h_index_slots;
+		ix.nslots = p.c->seg.g.g_index_slots;
 		if (ix.cap > ix.nslots * 9 / 10)
 			ix.cap = ix.nslots * 9 / 10;
 	}

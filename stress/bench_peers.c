@@ -1695,7 +1695,7 @@ kvpb_fill_index(unsigned ix)
 	if (kvpb_pool_start(1 + ix, units * 4096, "4K", e))
 		return -EIO;
 	c = kvpb_pc[1 + ix];
-	nslots = c->seg.hdr->h_index_slots;
+	nslots = c->seg.g.g_index_slots;
 	if (cap > nslots * 9 / 10)
 		cap = nslots * 9 / 10;
 	if (cap > kvpb_ixcap[ix])

@@ -176,7 +176,7 @@ kvpb_ssd_demoted(void *p)
 	struct kvp_seg *s = p;
 	uint64_t i, dram = 0;
 
-	for (i = 0; i < s->hdr->h_index_slots; i++)
+	for (i = 0; i < s->g.g_index_slots; i++)
 		if (KVP_IX_STATE(kvp_load_acquire(&s->meta[i])) == KVP_IX_READY &&
 		    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM)
 			dram++;

@@ -320,7 +320,7 @@ no_leases(void *p)
 	struct kvp_seg *s = ((struct pool_cond *)p)->s;
 	uint64_t k;
 
-	for (k = 0; k < s->hdr->h_max_leases; k++)
+	for (k = 0; k < s->g.g_max_leases; k++)
 		/* acquire: pairs with the sweep's CAS */
 		if (KVP_LS_STATE(kvp_load_acquire(&s->leases[k].ls_state)) != KVP_LS_FREE)
 			return false;

@@ -40,7 +40,7 @@ kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 {
 	enum { HBITS = 10, HSIZE = 1u << HBITS };
 	int16_t table[HSIZE];
-	uint32_t i, k, hpc = s->hdr->h_holds_per_client;
+	uint32_t i, k, hpc = s->g.g_holds_per_client;
 
 	memset(table, 0xff, sizeof(table));
 	for (k = 0; k < n; k++) {
@@ -53,7 +53,7 @@ kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 	{
 		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), l;
 
-		for (l = 0; l < s->hdr->h_max_leases; l++) {
+		for (l = 0; l < s->g.g_max_leases; l++) {
 			const struct kvp_lease_slot *ls = &s->leases[l];
 			/* acquire: pairs with the taker's LIVE release */
 			uint64_t w = kvp_load_acquire(&ls->ls_state), slot;
@@ -73,7 +73,7 @@ kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 			}
 		}
 	}
-	for (i = 0; i < s->hdr->h_max_clients; i++) {
+	for (i = 0; i < s->g.g_max_clients; i++) {
 		/* acquire: pairs with the reader's hwm store, ordered before
 		 * its fence; our fence (step 2) precedes this load */
 		uint64_t hwm = kvp_load_acquire(&s->clients[i].cs_hold_hwm);
@@ -245,8 +245,7 @@ uint64_t
 kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *stuck)
 {
 	struct kvp_seg *s = &a->seg;
-	struct kvp_shm_header *h = s->hdr;
-	uint64_t nslots = h->h_index_slots, scanned = 0, freed = 0;
+	uint64_t nslots = s->g.g_index_slots, scanned = 0, freed = 0;
 	struct kvp_cand cand[KVP_EVICT_BATCH];
 	/* up to two turns of the clock; a pass that found nothing to do
 	 * is not repeated until DRAM use changes or a putter asks (so an
@@ -338,6 +337,16 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 	return freed;
 }
 
+/* Is DRAM use above the agent's own high watermark (--dram-high)? */
+bool
+kvp_dram_above_high_agent(const struct kvp_agent *a)
+{
+	/* relaxed: a heuristic; the allocator's counts decide */
+	uint64_t used = kvp_load_relaxed(&a->seg.dram->dh_used_mirror);
+
+	return used * 100 > a->seg.g.g_dram_pages * a->cfg.dram_high_pct;
+}
+
 /* Undo CHECK flags an earlier agent left (it made no decision). */
 unsigned
 kvp_ix_clear_stale_checks_agent(struct kvp_seg *s)
@@ -345,7 +354,7 @@ kvp_ix_clear_stale_checks_agent(struct kvp_seg *s)
 	uint64_t i;
 	unsigned n = 0;
 
-	for (i = 0; i < s->hdr->h_index_slots; i++) {
+	for (i = 0; i < s->g.g_index_slots; i++) {
 		/* acquire: pairs with the CAS that set the flag */
 		uint64_t w = kvp_load_acquire(&s->meta[i]);
 
@@ -374,7 +383,7 @@ uint64_t
 kvp_dram_gc_agent(struct kvp_agent *a)
 {
 	struct kvp_seg *s = &a->seg;
-	uint64_t n = s->hdr->h_dram_pages, p = 0, freed = 0;
+	uint64_t n = s->g.g_dram_pages, p = 0, freed = 0;
 
 	if (kvp_dram_lock(s))
 		return 0;
@@ -388,7 +397,7 @@ kvp_dram_gc_agent(struct kvp_agent *a)
 			uint64_t slot = (uint64_t)pg->pg_owner - 1;
 			bool keep = false;
 
-			if (pg->pg_owner && slot < s->hdr->h_index_slots) {
+			if (pg->pg_owner && slot < s->g.g_index_slots) {
 				/* acquire: pairs with the publish/claim CAS */
 				uint64_t w = kvp_load_acquire(&s->meta[slot]);
 				unsigned st = KVP_IX_STATE(w);
@@ -427,8 +436,8 @@ void
 kvp_dram_round_agent(struct kvp_agent *a)
 {
 	struct kvp_shm_header *h = a->seg.hdr;
-	uint64_t npages = h->h_dram_pages;
-	uint64_t want = npages - npages * h->h_dram_low_pct / 100, freed = 0, need;
+	uint64_t npages = a->seg.g.g_dram_pages;
+	uint64_t want = npages - npages * a->cfg.dram_low_pct / 100, freed = 0, need;
 	bool stuck = false, kicked;
 	unsigned k;
 
@@ -440,7 +449,7 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	kvp_store_relaxed(&h->h_evict_need, 0);
 	if (need > want)
 		want = need;
-	if (!kicked && !kvp__above_high(&a->seg)) {
+	if (!kicked && !kvp_dram_above_high_agent(a)) {
 		/* only reclaim deleted values: when there were deletes, or
 		 * once a second (a delete's counter bump is a hint) */
 		uint64_t dseq = kvp_load_relaxed(&h->h_delete_seq); /* relaxed: hint */

@@ -67,7 +67,7 @@ kvp__dram_bin_link(struct kvp_seg *s, uint32_t p)
 KVP_INLINE int
 kvp_dram_rebuild_locked(struct kvp_seg *s)
 {
-	uint64_t n = s->hdr->h_dram_pages, p = 0, used = 0, last_free = UINT64_MAX;
+	uint64_t n = s->g.g_dram_pages, p = 0, used = 0, last_free = UINT64_MAX;
 	unsigned b;
 
 	for (b = 0; b < KVP_DRAM_BINS; b++)
@@ -176,7 +176,7 @@ KVP_INLINE int
 kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot,
 	       uint32_t gen, uint32_t *first)
 {
-	uint64_t unit = s->hdr->h_dram_unit;
+	uint64_t unit = s->g.g_dram_unit;
 	uint64_t want = (bytes + unit - 1) / unit, got = 0;
 	uint32_t owner = (uint32_t)owner_slot + 1, prev = 0, head = 0;
 	unsigned b;
@@ -234,16 +234,16 @@ kvp_dram_run(const struct kvp_seg *s, uint32_t p, uint64_t *run_bytes, uint32_t 
 {
 	const struct kvp_page *pg = &s->pages[p];
 
-	*run_bytes = (uint64_t)pg->pg_npages * s->hdr->h_dram_unit;
+	*run_bytes = (uint64_t)pg->pg_npages * s->g.g_dram_unit;
 	*next = pg->pg_next;
-	return s->arena + (uint64_t)p * s->hdr->h_dram_unit;
+	return s->arena + (uint64_t)p * s->g.g_dram_unit;
 }
 
 /* Free one run (lock held), merging with free neighbours. */
 KVP_INLINE void
 kvp__dram_free_run_locked(struct kvp_seg *s, uint32_t p)
 {
-	uint64_t n = s->hdr->h_dram_pages;
+	uint64_t n = s->g.g_dram_pages;
 	struct kvp_page *pg = &s->pages[p];
 	uint32_t len = pg->pg_npages;
 
@@ -280,7 +280,7 @@ kvp__dram_free_run_locked(struct kvp_seg *s, uint32_t p)
 KVP_INLINE int64_t
 kvp_dram_free_chain(struct kvp_seg *s, uint32_t first, uint64_t owner_slot, uint32_t gen)
 {
-	uint64_t n = s->hdr->h_dram_pages, freed = 0, guard = 0;
+	uint64_t n = s->g.g_dram_pages, freed = 0, guard = 0;
 	uint32_t p = first, owner = (uint32_t)owner_slot + 1;
 	int rc = kvp_dram_lock(s);
 

@@ -145,7 +145,7 @@ kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes, struct iovec *io
 	uint32_t p = first, next;
 	unsigned n = 0;
 
-	while (bytes && n < max && p < s->hdr->h_dram_pages) {
+	while (bytes && n < max && p < s->g.g_dram_pages) {
 		uint64_t rb;
 		unsigned char *a = kvp_dram_run(s, p, &rb, &next);
 
@@ -249,7 +249,7 @@ kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client)
 
 	if (!s->spans)
 		return;
-	for (k = 0; k < s->hdr->h_staging_slots; k++) {
+	for (k = 0; k < s->g.g_staging_slots; k++) {
 		struct kvp_span *sp = &s->spans[k];
 		uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
 
@@ -276,7 +276,7 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 
 	if (!s->spans)
 		return 0;
-	for (k = 0; k < s->hdr->h_staging_slots; k++) {
+	for (k = 0; k < s->g.g_staging_slots; k++) {
 		struct kvp_span *sp = &s->spans[k];
 		uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
 
@@ -284,7 +284,7 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 			/* a client freer that died (not yet reaped); a live
 			 * one finishes its own free */
 			unsigned f = KVP_SP_FREER(w);
-			if (f && f <= s->hdr->h_max_clients &&
+			if (f && f <= s->g.g_max_clients &&
 			    !kvp_shm_client_alive(s, f - 1))
 				n += kvp_span_adopt_agent(s, (uint32_t)k, f);
 			continue;
@@ -293,7 +293,7 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 			continue;
 		/* bits of clients that are not LIVE any more (a LIVE one
 		 * that died is the reaper's: it clears its bits) */
-		for (c = 0; c < s->hdr->h_max_clients; c++) {
+		for (c = 0; c < s->g.g_max_clients; c++) {
 			uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state); /* acquire */
 			if ((cw & 0xff) != KVP_CS_LIVE &&
 			    /* relaxed: a hint; the clear is a CAS */
@@ -309,7 +309,7 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 static uint32_t
 kvp_staging_find(struct kvp_seg *s, unsigned need)
 {
-	uint64_t S = s->hdr->h_staging_slots, k, run = 0;
+	uint64_t S = s->g.g_staging_slots, k, run = 0;
 
 	for (k = 0; k < S; k++) {
 		/* acquire: pairs with the freer's release */
@@ -358,7 +358,7 @@ kvp_staging_reconcile(struct kvp_seg *s)
 	/* relaxed: a hint; the scan below decides */
 	if (!s->spans || !kvp_load_relaxed(&h->h_staging_used))
 		return 0;
-	for (k = 0; k < h->h_staging_slots; k++)
+	for (k = 0; k < s->g.g_staging_slots; k++)
 		/* acquire: pairs with the freers' FREE release */
 		if (KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) != KVP_SP_FREE)
 			return 0;
@@ -380,7 +380,7 @@ kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res, uint64_
 	   int span_head)
 {
 	struct kvp_seg *s = &a->seg;
-	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->hdr->h_ring_entries + w->ring];
+	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
 	/* acquire: the slot must still be the client that asked */
 	bool same = kvp_load_acquire(&s->clients[w->client].cs_state) == w->cgen;
 
@@ -404,7 +404,7 @@ kvp_wake_clients(struct kvp_agent *a)
 	struct kvp_seg *s = &a->seg;
 	uint32_t c;
 
-	for (c = 0; c < s->hdr->h_max_clients; c++) {
+	for (c = 0; c < s->g.g_max_clients; c++) {
 		if (!a->tier->wake[c])
 			continue;
 		a->tier->wake[c] = false;
@@ -473,7 +473,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_tier *t = a->tier;
-	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->hdr->h_ring_entries + w->ring];
+	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
 	/* relaxed: published by the client's POSTED release, acquired by
 	 * our CAS to TAKEN; untrusted, validated below */
 	uint64_t slot = kvp_load_relaxed(&q->rq_slot), gen = kvp_load_relaxed(&q->rq_gen);
@@ -492,7 +492,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 		cs->call = call & 0xffffffffull;
 		cs->used = 0;
 	}
-	if (slot >= s->hdr->h_index_slots) {
+	if (slot >= s->g.g_index_slots) {
 		kvp_answer(a, w, -EINVAL, 0, -1);
 		return;
 	}
@@ -525,7 +525,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 		return;
 	/* promotion: the whole value into DRAM, if DRAM has room */
 	if ((call & KVP_RQ_WHOLE) && off == 0 && len == vlen && !a->cfg.no_promote &&
-	    !kvp__above_high(s)) {
+	    !kvp_dram_above_high_agent(a)) {
 		uint32_t first = 0;
 
 		op = kvp_top_get(t, TOP_PROMOTE, &tag);
@@ -557,8 +557,8 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 			kvp_top_put(t, op);
 	}
 	/* staging: the extent only; at most half the arena per call */
-	S = s->hdr->h_staging_slots;
-	sb = s->hdr->h_staging_slot_bytes;
+	S = s->g.g_staging_slots;
+	sb = s->g.g_staging_slot_bytes;
 	extent = kvp_ssd_extent(off, len, &dst_off);
 	need = (unsigned)((extent + sb - 1) / sb);
 	if (need == 0)
@@ -655,14 +655,14 @@ kvp_serve_rings(struct kvp_agent *a)
 	struct kvp_callstate cs = { UINT32_MAX, 0, 0 };
 	uint32_t c, r, n = 0;
 
-	for (c = 0; c < s->hdr->h_max_clients; c++) {
+	for (c = 0; c < s->g.g_max_clients; c++) {
 		/* acquire: pairs with the claim CAS */
 		uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state);
-		struct kvp_req *ring = &s->rings[(uint64_t)c * s->hdr->h_ring_entries];
+		struct kvp_req *ring = &s->rings[(uint64_t)c * s->g.g_ring_entries];
 
 		if ((cw & 0xff) != KVP_CS_LIVE)
 			continue;
-		for (r = 0; r < s->hdr->h_ring_entries; r++) {
+		for (r = 0; r < s->g.g_ring_entries; r++) {
 			/* acquire: pairs with the client's POSTED release */
 			uint64_t w = kvp_load_acquire(&ring[r].rq_state);
 			struct kvp_waiter wt;
@@ -1042,8 +1042,8 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
-	t->busy = calloc(s->hdr->h_index_slots, 1);
-	t->wake = calloc(s->hdr->h_max_clients, sizeof(bool));
+	t->busy = calloc(s->g.g_index_slots, 1);
+	t->wake = calloc(s->g.g_max_clients, sizeof(bool));
 	if (!t->busy || !t->wake) {
 		rc = -ENOMEM;
 		goto err_free;
@@ -1083,7 +1083,7 @@ kvp_tier_open_agent(struct kvp_agent *a)
 		uint64_t i, lost = 0;
 		struct kvp_ssd_seg_info si;
 
-		for (i = 0; i < s->hdr->h_index_slots; i++) {
+		for (i = 0; i < s->g.g_index_slots; i++) {
 			uint64_t w = kvp_load_acquire(&s->meta[i]); /* acquire */
 			uint64_t ssd = kvp_load_relaxed(&s->entries[i].e_ssd);
 
@@ -1105,10 +1105,10 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	 * requests it took are handed back to us (TAKEN -> POSTED, same
 	 * sequence, so the waiting client's word still matches) */
 	{
-		uint64_t j, handed = 0, total = (uint64_t)s->hdr->h_max_clients *
-						 s->hdr->h_ring_entries;
+		uint64_t j, handed = 0, total = (uint64_t)s->g.g_max_clients *
+						 s->g.g_ring_entries;
 
-		for (j = 0; j < s->hdr->h_staging_slots; j++) {
+		for (j = 0; j < s->g.g_staging_slots; j++) {
 			struct kvp_span *sp = &s->spans[j];
 			uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
 			unsigned b, ns = KVP_SP_N(w);
@@ -1124,7 +1124,7 @@ kvp_tier_open_agent(struct kvp_agent *a)
 			kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - ns);
 			for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
 				kvp_store_relaxed(&sp->sp_holders[b], 0); /* relaxed: ours */
-			for (b = 1; b < ns && j + b < s->hdr->h_staging_slots; b++)
+			for (b = 1; b < ns && j + b < s->g.g_staging_slots; b++)
 				kvp_store_release(&s->spans[j + b].sp_state, 0); /* release */
 			/* release: free again */
 			kvp_store_release(&sp->sp_state,
@@ -1143,16 +1143,16 @@ kvp_tier_open_agent(struct kvp_agent *a)
 				"are served again", (unsigned long long)handed);
 	}
 	reg[0].iov_base = s->arena;
-	reg[0].iov_len = s->hdr->h_dram_pages * s->hdr->h_dram_unit;
+	reg[0].iov_len = s->g.g_dram_pages * s->g.g_dram_unit;
 	reg[1].iov_base = s->staging;
-	reg[1].iov_len = s->hdr->h_staging_slots * s->hdr->h_staging_slot_bytes;
+	reg[1].iov_len = s->g.g_staging_slots * s->g.g_staging_slot_bytes;
 	kvp_ssd_register_buffers_agent(t->ssd, reg, 2);
 	s->hdr->h_ssd_enabled = 1;
 	kvp_tier_publish(a);
 	kvp_log(KVP_LOG_INFO, "ssd", "SSD tier in %s: %lld records recovered; staging %llu "
 		"x %llu KiB", a->cfg.ssd_dir, (long long)n,
-		(unsigned long long)s->hdr->h_staging_slots,
-		(unsigned long long)(s->hdr->h_staging_slot_bytes >> 10));
+		(unsigned long long)s->g.g_staging_slots,
+		(unsigned long long)(s->g.g_staging_slot_bytes >> 10));
 	return 0;
 
 err_close:

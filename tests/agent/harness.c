@@ -211,7 +211,7 @@ kvpt_count_state(const struct kvp_seg *s, unsigned state)
 {
 	uint64_t i, n = 0;
 
-	for (i = 0; i < s->hdr->h_index_slots; i++)
+	for (i = 0; i < s->g.g_index_slots; i++)
 		/* acquire: pairs with the state CASes */
 		n += KVP_IX_STATE(kvp_load_acquire(&s->meta[i])) == state;
 	return n;
@@ -220,7 +220,7 @@ kvpt_count_state(const struct kvp_seg *s, unsigned state)
 uint64_t
 kvpt_holds_total(const struct kvp_seg *s)
 {
-	uint64_t i, n = 0, total = (uint64_t)s->hdr->h_max_clients * s->hdr->h_holds_per_client;
+	uint64_t i, n = 0, total = (uint64_t)s->g.g_max_clients * s->g.g_holds_per_client;
 
 	for (i = 0; i < total; i++)
 		n += kvp_load_acquire(&s->holds[i]) != 0; /* acquire: drop release */
@@ -240,7 +240,7 @@ kvpt_clients_nonfree(const struct kvp_seg *s)
 	uint64_t n = 0;
 	uint32_t i;
 
-	for (i = 0; i < s->hdr->h_max_clients; i++)
+	for (i = 0; i < s->g.g_max_clients; i++)
 		/* acquire: pairs with the FREE store-release */
 		n += (kvp_load_acquire(&s->clients[i].cs_state) & 0xff) != KVP_CS_FREE;
 	return n;
@@ -252,7 +252,7 @@ kvpt_ctr_total(const struct kvp_seg *s, enum kvp_ctr k)
 	uint64_t n = kvp_load_relaxed(&s->hdr->h_actr[KVP_ACTR_RETIRED0 + k]);
 	uint32_t i;
 
-	for (i = 0; i < s->hdr->h_max_clients; i++)
+	for (i = 0; i < s->g.g_max_clients; i++)
 		n += kvp_load_relaxed(&s->clients[i].cs_ctr[k]); /* relaxed: stats */
 	return n;
 }
@@ -392,7 +392,7 @@ kvpt_spans_in_use(const struct kvp_seg *s)
 	unsigned n = 0;
 	uint64_t k;
 
-	for (k = 0; k < s->hdr->h_staging_slots; k++)
+	for (k = 0; k < s->g.g_staging_slots; k++)
 		/* acquire: pairs with the freer's FREE release */
 		n += KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) != KVP_SP_FREE;
 	return n;

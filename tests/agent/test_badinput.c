@@ -129,7 +129,6 @@ test_open_errors(void **state)
 	h.h_magic = KVP_SHM_MAGIC;
 	h.h_abi_major = KVP_ABI_MAJOR + 1;
 	h.h_layout_sig = KVP_LAYOUT_SIG;
-	h.h_seg_size = 1 << 20;
 	assert_int_equal(ftruncate(fd, 1 << 20), 0);
 	assert_int_equal(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	assert_int_equal(kvp_open(name, "ns", &c), -EPROTO);
@@ -138,6 +137,10 @@ test_open_errors(void **state)
 	assert_int_equal(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	assert_int_equal(kvp_open(name, "ns", &c), -EPROTO);
 	h.h_magic = KVP_SHM_MAGIC;
+	h.h_layout_sig ^= 1;
+	assert_int_equal(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	assert_int_equal(kvp_open(name, "ns", &c), -EPROTO);
+	/* our ABI, but no sound geometry in either copy */
 	h.h_layout_sig ^= 1;
 	assert_int_equal(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	assert_int_equal(kvp_open(name, "ns", &c), -EPROTO);

@@ -82,7 +82,7 @@ some_ready_slot(void)
 {
 	uint64_t i;
 
-	for (i = 0; i < ws.hdr->h_index_slots; i++)
+	for (i = 0; i < ws.g.g_index_slots; i++)
 		if (KVP_IX_STATE(kvp_load_acquire(&ws.meta[i])) == KVP_IX_READY &&
 		    KVP_LOC_TIER(kvp_load_relaxed(&ws.entries[i].e_loc)) == KVP_TIER_DRAM)
 			return i;
@@ -126,9 +126,9 @@ test_allocator_counts(void **state)
 static void
 test_hold_of_free_slot(void **state)
 {
-	uint32_t c = ws.hdr->h_max_clients - 1; /* never claimed here */
+	uint32_t c = ws.g.g_max_clients - 1; /* never claimed here */
 	uint64_t i = some_ready_slot(), w = kvp_load_acquire(&ws.meta[i]);
-	kvp_aword_t *h = &ws.holds[(uint64_t)c * ws.hdr->h_holds_per_client];
+	kvp_aword_t *h = &ws.holds[(uint64_t)c * ws.g.g_holds_per_client];
 
 	(void)state;
 	kvp_store_release(h, KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));

@@ -90,7 +90,7 @@ child_half_put(const char *pool)
 			 "half", 4, &w);
 	if (i < 0 || kvp_dram_alloc(&c->seg, 1 << 20, (uint64_t)i, KVP_IX_GEN(w), &first))
 		_exit(2);
-	memset(c->seg.arena + (uint64_t)first * c->seg.hdr->h_dram_unit, 1, 1 << 19);
+	memset(c->seg.arena + (uint64_t)first * c->seg.g.g_dram_unit, 1, 1 << 19);
 }
 
 static void

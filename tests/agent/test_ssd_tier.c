@@ -187,10 +187,12 @@ test_promotion(void **state)
 	}
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_and_demote(c, &s, N, SZ);
-	/* raise the watermark (the agent reads it live): DRAM is now
-	 * below high */
-	s.hdr->h_dram_high_pct = 90;
-	s.hdr->h_dram_low_pct = 80;
+	/* restart the agent with the usual watermarks (it re-attaches and
+	 * keeps the index): DRAM is now below high */
+	kvpt_agent_kill(&a);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit", "4K",
+					    "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					    "--staging", "8M", "--staging-slot", "1M", NULL), 0);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
 		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
@@ -507,7 +509,7 @@ static bool
 requests_posted(void *p)
 {
 	struct posted_cond *pc = p;
-	uint64_t k, n = 0, total = (uint64_t)pc->s->hdr->h_max_clients * pc->s->hdr->h_ring_entries;
+	uint64_t k, n = 0, total = (uint64_t)pc->s->g.g_max_clients * pc->s->g.g_ring_entries;
 
 	for (k = 0; k < total; k++)
 		n += (kvp_load_acquire(&pc->s->rings[k].rq_state) & 0xff) == KVP_RQ_POSTED;
@@ -608,7 +610,7 @@ test_span_hold_fences(void **state)
 	assert_int_equal(kvp__post(c, &p, 1, 77), 1);
 	kvp_ifetch_add(&c->seg.hdr->h_evict_wake, 1);
 	kvp_futex_wake(&c->seg.hdr->h_evict_wake);
-	q = &c->seg.rings[(uint64_t)c->slot * s.hdr->h_ring_entries + (unsigned)p.ring];
+	q = &c->seg.rings[(uint64_t)c->slot * s.g.g_ring_entries + (unsigned)p.ring];
 	while ((kvp_load_acquire(&q->rq_state) & 0xff) != KVP_RQ_DONE)
 		kvp_futex_wait(&c->seg.clients[c->slot].cs_io_futex,
 			       kvp_iload_acquire(&c->seg.clients[c->slot].cs_io_futex), 2000000);
@@ -625,7 +627,7 @@ test_span_hold_fences(void **state)
 	/* c's span was never reused: its bytes are still key 0's */
 	kl = key_of(k, 0);
 	kvpt_fill(v, SZ, k, kl, 5);
-	assert_memory_equal(s.staging + head * s.hdr->h_staging_slot_bytes + skip, v, SZ);
+	assert_memory_equal(s.staging + head * s.g.g_staging_slot_bytes + skip, v, SZ);
 	assert_int_equal(KVP_SP_STATE(kvp_load_acquire(&s.spans[head].sp_state)), KVP_SP_READY);
 	/* dropped: free at once, no timer */
 	kvp_store_release(&q->rq_state, (kvp_load_acquire(&q->rq_state) & ~0xffull) | KVP_RQ_FREE);
@@ -674,7 +676,7 @@ test_restart_serves_taken(void **state)
 	pc.want = 1;
 	assert_true(kvpt_wait_until(requests_posted, &pc, 5000) >= 0);
 	/* as if the agent had taken it just before it died */
-	total = (uint64_t)s.hdr->h_max_clients * s.hdr->h_ring_entries;
+	total = (uint64_t)s.g.g_max_clients * s.g.g_ring_entries;
 	for (k = 0; k < total; k++) {
 		uint64_t w = kvp_load_acquire(&s.rings[k].rq_state);
 		if ((w & 0xff) == KVP_RQ_POSTED)

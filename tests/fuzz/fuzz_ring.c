@@ -174,10 +174,9 @@ fz_one(const uint8_t *data, size_t size)
 {
 	struct fz_in in = { data, size };
 	struct kvp_seg *s = &fz_c->seg;
-	struct kvp_shm_header *h = s->hdr;
 	uint32_t me = fz_c->slot;
-	struct kvp_req *ring = &s->rings[(uint64_t)me * h->h_ring_entries];
-	kvp_aword_t *holds = &s->holds[(uint64_t)me * h->h_holds_per_client];
+	struct kvp_req *ring = &s->rings[(uint64_t)me * s->g.g_ring_entries];
+	kvp_aword_t *holds = &s->holds[(uint64_t)me * s->g.g_holds_per_client];
 	unsigned steps = 0, r;
 	uint64_t k;
 
@@ -189,10 +188,10 @@ fz_one(const uint8_t *data, size_t size)
 		case 0:
 		case 1:
 		case 2: { /* a request (the common case) */
-			struct kvp_req *q = &ring[fz_u64(&in, 1) % h->h_ring_entries];
+			struct kvp_req *q = &ring[fz_u64(&in, 1) % s->g.g_ring_entries];
 			uint64_t w = kvp_load_relaxed(&q->rq_state); /* relaxed: ours */
 
-			kvp_store_relaxed(&q->rq_slot, fz_field(&in, fz_slot[key], h->h_index_slots));
+			kvp_store_relaxed(&q->rq_slot, fz_field(&in, fz_slot[key], s->g.g_index_slots));
 			kvp_store_relaxed(&q->rq_gen, fz_field(&in, fz_gen[key], 1u << 24));
 			kvp_store_relaxed(&q->rq_off, fz_field(&in, 0, fz_len[key]));
 			kvp_store_relaxed(&q->rq_len, fz_field(&in, fz_len[key], fz_len[key]));
@@ -206,16 +205,16 @@ fz_one(const uint8_t *data, size_t size)
 			break;
 		}
 		case 3: /* hold slots and the high-water mark */
-			kvp_store_release(&holds[fz_u64(&in, 1) % h->h_holds_per_client],
+			kvp_store_release(&holds[fz_u64(&in, 1) % s->g.g_holds_per_client],
 					  fz_u64(&in, 1) & 1 ? KVP_HOLD_MAKE(fz_slot[key], fz_gen[key])
 							     : fz_u64(&in, 8)); /* release */
 			kvp_store_relaxed(&s->clients[me].cs_hold_hwm,
-					  fz_field(&in, h->h_holds_per_client, h->h_holds_per_client));
+					  fz_field(&in, s->g.g_holds_per_client, s->g.g_holds_per_client));
 			break;
 		case 4: { /* a lease record */
-			struct kvp_lease_slot *ls = &s->leases[fz_u64(&in, 2) % h->h_max_leases];
+			struct kvp_lease_slot *ls = &s->leases[fz_u64(&in, 2) % s->g.g_max_leases];
 
-			kvp_store_relaxed(&ls->ls_slot, fz_field(&in, fz_slot[key], h->h_index_slots));
+			kvp_store_relaxed(&ls->ls_slot, fz_field(&in, fz_slot[key], s->g.g_index_slots));
 			kvp_store_relaxed(&ls->ls_expiry, kvp_now_ns(CLOCK_MONOTONIC) +
 					  fz_u64(&in, 4) * 1000);
 			kvp_store_relaxed(&ls->ls_owner, fz_u64(&in, 2));
@@ -225,7 +224,7 @@ fz_one(const uint8_t *data, size_t size)
 			break;
 		}
 		case 5: { /* a staging span word a worker damaged */
-			struct kvp_span *sp = &s->spans[fz_u64(&in, 1) % h->h_staging_slots];
+			struct kvp_span *sp = &s->spans[fz_u64(&in, 1) % s->g.g_staging_slots];
 
 			if (fz_u64(&in, 1) & 1)
 				kvp_store_release(&sp->sp_state, fz_u64(&in, 8)); /* release */
@@ -247,28 +246,28 @@ fz_one(const uint8_t *data, size_t size)
 	kvp_reaper_round_agent(&fz_agent);
 	/* the worker reads its answers the way kvpool.h does, then cleans up
 	 * for the next input: withdraw requests, drop holds, reset spans */
-	for (r = 0; r < h->h_ring_entries; r++) {
+	for (r = 0; r < s->g.g_ring_entries; r++) {
 		uint64_t w = kvp_load_acquire(&ring[r].rq_state); /* acquire */
 		uint64_t where = kvp_load_relaxed(&ring[r].rq_where);
 
 		if ((w & 0xff) == KVP_RQ_DONE && kvp_load_relaxed(&ring[r].rq_result) == 0 &&
 		    !(where & KVP_WHERE_DRAM) && (where & 0xffffffffull) &&
-		    (where & 0xffffffffull) - 1 < h->h_staging_slots)
+		    (where & 0xffffffffull) - 1 < s->g.g_staging_slots)
 			kvp__span_release(fz_c, (uint32_t)((where & 0xffffffffull) - 1));
 		kvp_store_release(&ring[r].rq_state, (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
 	}
-	for (k = 0; k < h->h_holds_per_client; k++)
+	for (k = 0; k < s->g.g_holds_per_client; k++)
 		kvp_store_release(&holds[k], 0); /* release */
 	kvp_store_relaxed(&s->clients[me].cs_hold_hwm, 0);
 	fz_agent_settle();
-	for (k = 0; k < h->h_staging_slots; k++) {
+	for (k = 0; k < s->g.g_staging_slots; k++) {
 		unsigned b;
 
 		for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
 			kvp_store_relaxed(&s->spans[k].sp_holders[b], 0);
 		kvp_store_release(&s->spans[k].sp_state, 0); /* release */
 	}
-	for (k = 0; k < h->h_max_leases; k++)
+	for (k = 0; k < s->g.g_max_leases; k++)
 		kvp_store_release(&s->leases[k].ls_state, 0); /* release */
 	fz_refresh_keys();
 }

@@ -147,7 +147,7 @@ test_full_table(void **state)
 	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K",
 					  "--index-entries", "64", NULL), 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(s.hdr->h_index_slots, 128);
+	assert_int_equal(s.g.g_index_slots, 128);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	for (i = 0; i < 256; i++) {
 		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "full-%d", i);

@@ -45,14 +45,69 @@ test_static_layout(void **state)
 	}
 }
 
+/* Every region of the layout table is page aligned (the arena and the
+ * staging arena 2 MiB), lies after the one before it and inside the
+ * segment, and has the size its geometry implies. */
+static void
+check_layout(const struct kvp_seg *s)
+{
+	const struct kvp_layout *L = &s->L;
+	uint64_t prev_end = 0;
+	unsigned r;
+
+	assert_int_equal(L->off[KVP_R_HEADER], 0);
+	assert_int_equal(L->len[KVP_R_HEADER], KVP_PAGE);
+	for (r = 0; r < KVP_R__N; r++) {
+		if (!L->len[r]) {
+			assert_int_equal(L->off[r], 0);
+			continue;
+		}
+		assert_int_equal(L->off[r] % KVP_PAGE, 0);
+		assert_true(L->off[r] >= prev_end);
+		assert_true(L->off[r] + L->len[r] <= s->size);
+		prev_end = L->off[r] + L->len[r];
+	}
+	assert_int_equal(L->off[KVP_R_ARENA] % KVP_HUGE_ALIGN, 0);
+	assert_int_equal(L->len[KVP_R_CLIENTS],
+			 (uint64_t)s->g.g_max_clients * sizeof(struct kvp_client_slot));
+	assert_int_equal(L->len[KVP_R_HOLDS],
+			 (uint64_t)s->g.g_max_clients * s->g.g_holds_per_client * 8);
+	assert_int_equal(L->len[KVP_R_META], s->g.g_index_slots * 8);
+	assert_int_equal(L->len[KVP_R_ENTRIES], s->g.g_index_slots * sizeof(struct kvp_entry));
+	assert_int_equal(L->len[KVP_R_DRAM], sizeof(struct kvp_dram_hdr));
+	assert_int_equal(L->len[KVP_R_PAGEMAP], s->g.g_dram_pages * sizeof(struct kvp_page));
+	assert_int_equal(L->len[KVP_R_LEASES], s->g.g_max_leases * sizeof(struct kvp_lease_slot));
+	assert_int_equal(L->len[KVP_R_ARENA], s->g.g_dram_pages * s->g.g_dram_unit);
+	assert_int_equal(L->len[KVP_R_RINGS], (uint64_t)s->g.g_max_clients *
+			 s->g.g_ring_entries * sizeof(struct kvp_req));
+	assert_int_equal(L->len[KVP_R_SPANS], s->g.g_staging_slots * sizeof(struct kvp_span));
+	assert_int_equal(L->len[KVP_R_STAGING], s->g.g_staging_slots * s->g.g_staging_slot_bytes);
+	if (L->len[KVP_R_STAGING])
+		assert_int_equal(L->off[KVP_R_STAGING] % KVP_HUGE_ALIGN, 0);
+	assert_int_equal(L->end, s->size);
+	assert_int_equal(s->g.g_seg_size, s->size);
+	/* the pointers of the mapping are the table's offsets */
+	assert_ptr_equal(s->clients, s->base + L->off[KVP_R_CLIENTS]);
+	assert_ptr_equal(s->holds, s->base + L->off[KVP_R_HOLDS]);
+	assert_ptr_equal(s->meta, s->base + L->off[KVP_R_META]);
+	assert_ptr_equal(s->entries, s->base + L->off[KVP_R_ENTRIES]);
+	assert_ptr_equal(s->dram, s->base + L->off[KVP_R_DRAM]);
+	assert_ptr_equal(s->pages, s->base + L->off[KVP_R_PAGEMAP]);
+	assert_ptr_equal(s->leases, s->base + L->off[KVP_R_LEASES]);
+	assert_ptr_equal(s->arena, s->base + L->off[KVP_R_ARENA]);
+	if (s->rings) {
+		assert_ptr_equal(s->rings, s->base + L->off[KVP_R_RINGS]);
+		assert_ptr_equal(s->spans, s->base + L->off[KVP_R_SPANS]);
+		assert_ptr_equal(s->staging, s->base + L->off[KVP_R_STAGING]);
+	}
+}
+
 static void
 test_agent_segment(void **state)
 {
 	struct kvpt_agent a;
 	struct kvp_seg s;
 	const struct kvp_shm_header *h;
-	kvp_off_t offs[7], ends[7];
-	int i;
 
 	(void)state;
 	assert_int_equal(kvpt_agent_start(&a, "--dram", "32M", "--dram-unit", "8K",
@@ -64,29 +119,103 @@ test_agent_segment(void **state)
 	assert_int_equal(h->h_abi_major, KVP_ABI_MAJOR);
 	assert_int_equal(h->h_layout_sig, KVP_LAYOUT_SIG);
 	assert_int_equal(h->h_incarnation, 1);
-	assert_int_equal(h->h_max_clients, 16);
-	assert_int_equal(h->h_holds_per_client, 256);
-	assert_int_equal(h->h_dram_unit, 8192);
-	assert_int_equal(h->h_dram_pages, 4096);
-	assert_int_equal(h->h_index_slots, 2048); /* pow2 >= 1000 * 1.25 */
-	offs[0] = h->h_clients_off; ends[0] = offs[0] + 16 * sizeof(struct kvp_client_slot);
-	offs[1] = h->h_holds_off; ends[1] = offs[1] + 16 * 256 * 8;
-	offs[2] = h->h_meta_off; ends[2] = offs[2] + 2048 * 8;
-	offs[3] = h->h_entries_off; ends[3] = offs[3] + 2048 * sizeof(struct kvp_entry);
-	offs[4] = h->h_dram_off; ends[4] = offs[4] + sizeof(struct kvp_dram_hdr);
-	offs[5] = h->h_pagemap_off; ends[5] = offs[5] + 4096 * sizeof(struct kvp_page);
-	offs[6] = h->h_arena_off; ends[6] = offs[6] + 4096ull * 8192;
-	assert_true(offs[0] >= KVP_PAGE);
-	for (i = 0; i < 7; i++) {
-		assert_int_equal(offs[i] % KVP_PAGE, 0);
-		if (i)
-			assert_true(offs[i] >= ends[i - 1]);
-	}
-	assert_int_equal(h->h_arena_off % (2u << 20), 0);
-	assert_int_equal(ends[6], h->h_seg_size);
-	assert_int_equal(s.size, h->h_seg_size);
+	assert_int_equal(s.g.g_max_clients, 16);
+	assert_int_equal(s.g.g_holds_per_client, 256);
+	assert_int_equal(s.g.g_dram_unit, 8192);
+	assert_int_equal(s.g.g_dram_pages, 4096);
+	assert_int_equal(s.g.g_index_slots, 2048); /* pow2 >= 1000 * 1.25 */
+	assert_int_equal(s.g.g_ring_entries, 0);
+	assert_null(s.rings);
+	/* both header copies are the geometry the process bound */
+	assert_memory_equal(&h->h_geom[0], &s.g, sizeof(s.g));
+	assert_memory_equal(&h->h_geom[1], &s.g, sizeof(s.g));
+	check_layout(&s);
 	kvp__seg_unmap(&s);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+static void
+test_agent_segment_ssd(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_seg s;
+	char dir[128];
+
+	(void)state;
+	assert_int_equal(kvpt_tmpdir(dir, sizeof(dir), "layout"), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-clients", "8",
+					  "--ssd-dir", dir, "--staging", "1M",
+					  "--staging-slot", "64K", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(s.g.g_ring_entries, KVP_RING_ENTRIES);
+	assert_int_equal(s.g.g_staging_slots, 16);
+	assert_int_equal(s.g.g_staging_slot_bytes, 64u << 10);
+	assert_non_null(s.rings);
+	check_layout(&s);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+	kvpt_tmpdir_remove(dir);
+}
+
+/* A geometry that passes, and one field at a time pushed out of range:
+ * kvp_layout_compute refuses each, naming it. */
+static void
+test_geometry_limits(void **state)
+{
+	struct kvp_geom g0, g;
+	struct kvp_layout L;
+	char msg[160];
+
+	(void)state;
+	memset(&g0, 0, sizeof(g0));
+	g0.g_index_slots = 1024;
+	g0.g_index_limit = 800;
+	g0.g_dram_unit = 16384;
+	g0.g_dram_pages = 64;
+	g0.g_max_value = 16384;
+	g0.g_max_clients = 8;
+	g0.g_holds_per_client = 64;
+	g0.g_max_leases = 16;
+	assert_int_equal(kvp_layout_compute(&g0, &L, msg, sizeof(msg)), 0);
+	g0.g_seg_size = L.end;
+	kvp_geom_seal(&g0);
+	assert_int_equal(kvp_geom_check(&g0, L.end, &L, msg, sizeof(msg)), 0);
+	/* the file must be exactly the layout's size */
+	assert_int_equal(kvp_geom_check(&g0, L.end + KVP_PAGE, &L, msg, sizeof(msg)), -EPROTO);
+	/* one flipped bit is caught by the checksum */
+	g = g0;
+	g.g_max_clients ^= 0x100;
+	assert_int_equal(kvp_geom_check(&g, L.end, &L, msg, sizeof(msg)), -EPROTO);
+	assert_non_null(strstr(msg, "checksum"));
+#define BAD(field, v, name)                                                  \
+	do {                                                                 \
+		g = g0;                                                      \
+		g.field = v;                                                 \
+		assert_int_equal(kvp_layout_compute(&g, &L, msg, sizeof(msg)), -EINVAL); \
+		assert_non_null(strstr(msg, name));                          \
+	} while (0)
+	BAD(g_max_clients, 0, "max_clients");
+	BAD(g_max_clients, 4000000000u, "max_clients");
+	BAD(g_holds_per_client, 1u << 21, "holds_per_client");
+	BAD(g_index_slots, 1000, "index_slots");
+	BAD(g_index_slots, 1ull << 40, "index_slots");
+	BAD(g_index_limit, 2048, "index_limit");
+	BAD(g_dram_unit, 12288, "dram_unit");
+	BAD(g_dram_pages, 0, "dram_pages");
+	BAD(g_dram_pages, 0x100000000ull, "dram_pages");
+	BAD(g_max_value, 64 * 16384 + 1, "max_value");
+	BAD(g_max_leases, 0, "max_leases");
+	BAD(g_ring_entries, 65, "ring_entries");
+	BAD(g_staging_slots, 3, "staging"); /* staging without rings */
+	g = g0;
+	g.g_ring_entries = 64;
+	g.g_staging_slots = 70000; /* spans name a head in 16 bits */
+	g.g_staging_slot_bytes = 4096;
+	assert_int_equal(kvp_layout_compute(&g, &L, msg, sizeof(msg)), -EINVAL);
+	g.g_staging_slots = 8;
+	g.g_max_clients = 300; /* span holder bitmaps: 256 clients */
+	assert_int_equal(kvp_layout_compute(&g, &L, msg, sizeof(msg)), -EINVAL);
+#undef BAD
 }
 
 int
@@ -95,6 +224,8 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_static_layout),
 		cmocka_unit_test(test_agent_segment),
+		cmocka_unit_test(test_agent_segment_ssd),
+		cmocka_unit_test(test_geometry_limits),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -48,7 +48,7 @@ seg_teardown(void **state)
 static void
 check_consistent(struct kvp_seg *s)
 {
-	uint64_t n = s->hdr->h_dram_pages, p = 0, used = 0, free_runs = 0, binned = 0;
+	uint64_t n = s->g.g_dram_pages, p = 0, used = 0, free_runs = 0, binned = 0;
 	bool prev_free = false;
 	unsigned b;
 
@@ -90,7 +90,7 @@ static void
 test_fragmentation(void **state)
 {
 	struct kvp_seg *s = &ag.seg;
-	uint64_t n = s->hdr->h_dram_pages, unit = s->hdr->h_dram_unit;
+	uint64_t n = s->g.g_dram_pages, unit = s->g.g_dram_unit;
 	struct live *lv = calloc(n, sizeof(*lv));
 	unsigned nl = 0, round, fails = 0, multi = 0;
 	uint64_t seed = 12345, owner = 1;
