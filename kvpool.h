@@ -1174,9 +1174,81 @@ kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 }
 
 /*
+ * A strict delete: the agent deletes (slot i, generation of w) and answers
+ * once the value's tombstone is durable (kvp_delete, --durability strict).
+ * One request in our ring; we sleep on our futex like a read does, and
+ * withdraw it (a CAS on the exact word) if the agent goes away.
+ */
+KVP_INLINE int
+kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
+{
+	struct kvp_seg *s = &c->seg;
+	struct kvp_client_slot *cs = &s->clients[c->slot];
+	struct kvp_req *ring = &s->rings[(uint64_t)c->slot * s->g.g_ring_entries], *q = NULL;
+	uint64_t rw = 0, word, dead_since = 0, call;
+	unsigned r;
+
+	for (r = 0; r < s->g.g_ring_entries; r++) {
+		/* acquire: the agent's last word on this entry */
+		rw = kvp_load_acquire(&ring[r].rq_state);
+		if ((rw & 0xff) == KVP_RQ_FREE) {
+			q = &ring[r];
+			break;
+		}
+	}
+	if (!q)
+		return -EBUSY; /* cannot happen: our calls are sequential */
+	if (!kvp_shm_agent_alive(s))
+		return -ENOTCONN;
+	call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+	kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
+	/* relaxed: published by the POSTED store-release below */
+	kvp_store_relaxed(&q->rq_slot, i);
+	kvp_store_relaxed(&q->rq_gen, KVP_IX_GEN(w));
+	kvp_store_relaxed(&q->rq_off, 0);
+	kvp_store_relaxed(&q->rq_len, 0);
+	kvp_store_relaxed(&q->rq_call, (call & 0xffffffffull) | KVP_RQ_DELETE);
+	kvp_store_relaxed(&q->rq_result, 0);
+	kvp_store_relaxed(&q->rq_where, 0);
+	word = (((rw >> 8) + 1) << 8) | KVP_RQ_POSTED;
+	/* release: the request's fields before its POSTED state */
+	kvp_store_release(&q->rq_state, word);
+	kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake the agent */
+	kvp_futex_wake(&s->hdr->h_evict_wake);
+	for (;;) {
+		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
+		/* acquire: pairs with the agent's DONE release */
+		uint64_t st = kvp_load_acquire(&q->rq_state);
+
+		if (st == ((word & ~0xffull) | KVP_RQ_DONE)) {
+			int res = (int)(int64_t)kvp_load_relaxed(&q->rq_result);
+			/* release: the entry is ours to post again */
+			kvp_store_release(&q->rq_state, (st & ~0xffull) | KVP_RQ_FREE);
+			return res;
+		}
+		if (kvp_shm_agent_alive(s)) {
+			dead_since = 0;
+		} else if (!dead_since) {
+			dead_since = kvp_now_ns(CLOCK_MONOTONIC);
+		} else if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since >= c->agent_grace_ns &&
+			   /* full CAS: withdraw it unless answered meanwhile */
+			   kvp_cas(&q->rq_state, st, (st & ~0xffull) | KVP_RQ_FREE)) {
+			return -ENOTCONN;
+		}
+		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
+	}
+}
+
+/*
  * kvp_delete - make key unreachable.  Readers holding it finish their
- * copies; the agent frees the bytes once the last hold drops.  Returns 0,
- * -ENOENT, -EBUSY (the agent kept it under CHECK too long), -EINVAL.
+ * copies; the agent frees the bytes once the last hold drops.  With the
+ * agent's --durability strict, the agent does the delete and the call
+ * returns once the value's tombstone is on disk (fdatasync'd), so the key
+ * does not come back after a crash or a restart.  Returns 0, -ENOENT,
+ * -EBUSY (the agent kept it under CHECK too long), -EINVAL; strict only:
+ * -EIO (deleted, but its tombstone could not be written: it may come back
+ * after a restart), -ENOTCONN (no agent: nothing was deleted, or, if the
+ * agent died while answering, the key is deleted but maybe not durably).
  */
 KVP_INLINE int
 kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
@@ -1193,6 +1265,9 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 				KVP_IX_M(KVP_IX_READY), &w);
 		if (i < 0)
 			return -ENOENT;
+		/* the agent's --durability (a hint it publishes at attach) */
+		if (c->seg.rings && *(const volatile uint32_t *)&c->seg.hdr->h_durability == 1)
+			return kvp__delete_durable(c, (uint64_t)i, w);
 		if (!(w & KVP_IX_CHECK) &&
 		    /* full CAS: READY(g) -> DELETED(g); pairs with the
 		     * agent's CAS that sets CHECK */

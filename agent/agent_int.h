@@ -27,6 +27,8 @@ struct kvp_agent_cfg {
 	bool foreground;
 	bool keep_on_exit; /* never unlink the segment on SIGTERM */
 	uint32_t reap_ms;  /* reaper period */
+	uint64_t stop_flush_ms; /* SIGTERM: write DRAM-only values to SSD for at
+				 * most this long (--stop-flush-secs; 0: no) */
 	/* SSD tier: ssd_dir[0] == 0 means DRAM only */
 	char ssd_dir[1024];
 	uint64_t ssd_size;
@@ -131,6 +133,7 @@ unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word
 void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 			   uint64_t vlen);
 bool kvp_tier_step_agent(struct kvp_agent *a, int wait_ms);
+uint64_t kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns);
 void *kvp_tier_main_agent(void *arg);
 void kvp_tier_close_agent(struct kvp_agent *a);
 void kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client);

@@ -551,11 +551,11 @@ kvp_chk_rings(struct kvp_chk *k)
 		for (r = 0; r < R; r++) {
 			/* acquire: the last word on the entry */
 			uint64_t w = kvp_load_acquire(&s->rings[c * R + r].rq_state);
-			if ((w & 0xff) > KVP_RQ_DONE)
+			if ((w & 0xff) > KVP_RQ_ANSWERING)
 				kvp_chk_viol(k, 19, "client %llu request %llu has state %u",
 					     (unsigned long long)c, (unsigned long long)r,
 					     (unsigned)(w & 0xff));
-			else if ((w & 0xff) == KVP_RQ_TAKEN)
+			else if ((w & 0xff) == KVP_RQ_TAKEN || (w & 0xff) == KVP_RQ_ANSWERING)
 				kvp_chk_repairable(k, 19, "client %llu request %llu is taken by "
 						   "%s", (unsigned long long)c, (unsigned long long)r,
 						   k->r->agent_up ? "the agent" : "a dead agent");

@@ -36,7 +36,10 @@ kvp_usage(FILE *f)
 		"  --ssd-segment SIZE      SSD segment file size (default 256M)\n"
 		"  --staging SIZE          staging arena for SSD reads (default 64M)\n"
 		"  --staging-slot SIZE     staging slot (default 1M, at most staging/8)\n"
-		"  --durability MODE       relaxed (default) or strict (batch fdatasync)\n"
+		"  --durability MODE       relaxed (default) or strict (batch fdatasync; a\n"
+		"                          delete returns once its tombstone is durable)\n"
+		"  --stop-flush-secs N     on SIGTERM, write values only in DRAM to SSD for\n"
+		"                          at most N seconds (default 600; 0: drop them)\n"
 		"  --no-promote            SSD reads go through staging only, never into DRAM\n"
 		"  --max-pinned-per-client SIZE  cap on the bytes one client pins (default: none)\n"
 		"  --metrics-addr HOST:PORT  Prometheus /metrics endpoint (default 127.0.0.1:9464;\n"
@@ -117,6 +120,7 @@ main(int argc, char **argv)
 		{ "no-promote", no_argument, NULL, 'P' },
 		{ "max-pinned-per-client", required_argument, NULL, 'X' },
 		{ "metrics-addr", required_argument, NULL, 'A' },
+		{ "stop-flush-secs", required_argument, NULL, 'F' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -138,6 +142,7 @@ main(int argc, char **argv)
 	cfg->dram_high_pct = 90;
 	cfg->dram_low_pct = 80;
 	cfg->reap_ms = 100;
+	cfg->stop_flush_ms = 600 * 1000;
 	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "127.0.0.1:9464");
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		bool bad = false;
@@ -196,6 +201,10 @@ main(int argc, char **argv)
 			bad = strlen(optarg) >= sizeof(cfg->metrics_addr) || !*optarg;
 			snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "%s", optarg);
 			cfg->metrics_addr_given = true;
+			break;
+		case 'F':
+			bad = kvp_parse_size(optarg, &v) || v > 86400;
+			cfg->stop_flush_ms = v * 1000;
 			break;
 		case 'k': cfg->keep_on_exit = true; break;
 		case 'f': cfg->foreground = true; break;
@@ -330,6 +339,7 @@ main(int argc, char **argv)
 	a->seg.hdr->h_max_pinned = cfg->max_pinned; /* read by clients as they pin */
 	a->seg.hdr->h_dram_high_pct = cfg->dram_high_pct;
 	a->seg.hdr->h_dram_low_pct = cfg->dram_low_pct;
+	a->seg.hdr->h_durability = cfg->ssd_dir[0] && cfg->durability_strict;
 	/* the /metrics endpoint on its own thread, before the agent announces
 	 * itself (tools find its port in the header) */
 	if (kvp_metrics_http_start_agent(a)) {

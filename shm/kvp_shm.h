@@ -266,7 +266,8 @@ struct kvp_shm_header {
 
 	/* SSD tier (0 when the agent has no --ssd-dir) */
 	uint32_t h_ssd_enabled;    /* set by the agent that attaches */
-	uint32_t h_pad2;
+	uint32_t h_durability;     /* the agent's --durability: 1 strict (a hint
+				    * that routes deletes through the agent) */
 	kvp_aint_t h_io_wake;      /* futex: clients bump after posting */
 	kvp_aint_t h_staging_seq;  /* futex: bumped when spans are freed */
 	kvp_aword_t h_staging_used;  /* slots in use: the agent adds at allocation,
@@ -291,20 +292,27 @@ _Static_assert(offsetof(struct kvp_shm_header, h_incarnation) % 8 == 0, "aligned
 _Static_assert(offsetof(struct kvp_shm_header, h_hist_retired) % 8 == 0, "aligned");
 
 /*
- * SSD read requests: one ring per client.  The client fills a FREE entry
- * and stores POSTED (release); the agent takes it (TAKEN), answers
- * (result, where) and stores DONE (release), then wakes cs_io_futex.  The
- * client reads the answer after an acquire load of DONE and stores FREE.
+ * Requests to the agent: one ring per client.  The client fills a FREE
+ * entry and stores POSTED (release); the agent takes it (CAS to TAKEN).
+ * To answer, the agent first claims the entry with a CAS from its exact
+ * TAKEN word to ANSWERING (so it writes nothing into an entry that was
+ * withdrawn or reused meanwhile), writes result and where, and stores
+ * DONE (release), then wakes cs_io_futex.  The client reads the answer
+ * after an acquire load of DONE and stores FREE.  Most requests read a
+ * value off SSD; KVP_RQ_DELETE asks the agent to delete a key and answer
+ * once its tombstone is durable (--durability strict).
  */
 enum kvp_rq_state {
 	KVP_RQ_FREE = 0,
 	KVP_RQ_POSTED = 1,
 	KVP_RQ_TAKEN = 2,
 	KVP_RQ_DONE = 3,
+	KVP_RQ_ANSWERING = 4, /* the agent is writing the answer */
 };
 #define KVP_RING_ENTRIES 64
 #define KVP_RQ_FIRST (1ull << 63) /* rq_call: first key of its resolve call */
 #define KVP_RQ_WHOLE (1ull << 62) /* rq_call: whole value (may promote) */
+#define KVP_RQ_DELETE (1ull << 61) /* rq_call: delete (slot, gen), durably */
 #define KVP_WHERE_DRAM (1ull << 63) /* rq_where: promoted; read the entry */
 
 struct kvp_req {

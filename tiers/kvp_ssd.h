@@ -17,10 +17,17 @@
  *   summary            (sealed segments) one entry per record
  *   last block         (sealed segments) trailer: where the summary is, CRCs
  *
- * A record is a value or a tombstone with a 64-bit global sequence number
- * (the generation: later wins at recovery; a tombstone wins a tie).  A
- * location ("loc") is (segment id << 32 | block of the record header);
- * 0 is never a valid location.
+ * A record is a value or a tombstone with a 64-bit global sequence number.
+ * A location ("loc") is (segment id << 32 | block of the record header);
+ * 0 is never a valid location.  A tombstone names the value record it
+ * deletes (its target location): at recovery the latest value record of a
+ * key (highest sequence) is its value, unless a tombstone targets exactly
+ * that record.  So a tombstone written late (the agent writes it when it
+ * reclaims the deleted slot, maybe after the key was put again and the
+ * new value written) never shadows a newer value: what a tombstone kills
+ * is fixed when the delete happens, not when the tombstone is written.
+ * (Format 1 tombstones name no target and kill every record of their key
+ * up to their own sequence; they are still read.)
  *
  * Threading: a struct kvp_ssd is used by one thread at a time (the agent's
  * I/O thread).  No call blocks on the device except open, recover, close,
@@ -114,6 +121,8 @@ struct kvp_ssd_rec {
 	uint64_t seq;
 	uint64_t ns;
 	uint64_t vlen;    /* 0 for tombstones */
+	uint64_t target;  /* tombstones: the location of the value record
+			   * they delete (0: format 1, every older record) */
 	const void *key;
 	uint32_t klen;
 	uint32_t type;    /* enum kvp_ssd_rec_type */
@@ -224,8 +233,8 @@ int kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out);
  * Rebuild: read every sealed segment's summary, scan the unsealed ones
  * record by record (verifying every checksum), repair torn tails
  * (truncate after the last good record) and seal them, then report each
- * live record (the latest sequence per (ns, key); keys whose latest record
- * is a tombstone are not reported) to cb, in no particular order.  Call
+ * live record (the latest value record per (ns, key), unless a tombstone
+ * targets it) to cb, in no particular order.  Call
  * once after open.  Blocks.  Returns the number of records kept (>= 0), or
  * the callback's negative code, or -errno.
  */
@@ -249,10 +258,12 @@ void kvp_ssd_close_agent(struct kvp_ssd *s);
 int kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
 			uint32_t klen, const struct iovec *src, unsigned nsrc, unsigned flags);
 
-/* Queue a tombstone for (ns, key): after a restart, no older record of
- * the key is reported.  Returns as kvp_ssd_write_agent(). */
+/* Queue a tombstone for (ns, key) that deletes the value record at
+ * 'target' (its location, nonzero): after a restart that record is not
+ * reported, nor any older one of the key; a newer value record of the key
+ * is.  Returns as kvp_ssd_write_agent(). */
 int kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
-			    uint32_t klen);
+			    uint32_t klen, uint64_t target);
 
 /*
  * Queue a read (see struct kvp_ssd_read).  The device reads the record's
@@ -338,7 +349,8 @@ bool kvp_crc32c_hw_available(void);
  * read from disk is validated before use; a mismatch in one record ends
  * the scan of its file, never the agent.
  */
-#define KVP_SSD_FORMAT 1
+#define KVP_SSD_FORMAT 2     /* written; 2: tombstones name their target */
+#define KVP_SSD_FORMAT_MIN 1 /* oldest format still read */
 #define KVP_SSD_MAGIC_FILE 0x5353564bu  /* "KVSS" */
 #define KVP_SSD_MAGIC_REC 0x5252564bu   /* "KVRR" */
 #define KVP_SSD_MAGIC_TRAIL 0x5454564bu /* "KVTT" */
@@ -367,7 +379,7 @@ struct kvp_ssd_rec_hdr {
 	uint32_t rh_block;       /* anywhere else is not trusted */
 	uint64_t rh_ns;
 	uint64_t rh_seq;
-	uint64_t rh_vlen;
+	uint64_t rh_vlen;        /* tombstones (format 2): target location */
 	uint32_t rh_nchunks;
 	uint8_t rh_chunk_shift;
 	uint8_t rh_pad[3];
@@ -381,7 +393,7 @@ struct kvp_ssd_sum_ent {
 	uint32_t se_block;
 	uint64_t se_ns;
 	uint64_t se_seq;
-	uint64_t se_vlen;
+	uint64_t se_vlen;        /* tombstones (format 2): target location */
 	/* then: key[klen], zeros to a multiple of 8 */
 };
 

@@ -56,6 +56,7 @@ struct kvp_sseg {
 	uint64_t wpos;        /* next record block (active) */
 	uint64_t live_bytes, nrecs;
 	bool sealed;
+	bool dirty;           /* written since open: synced at close */
 	uint64_t valid_end;   /* bytes found on disk at open (a truncated
 			       * file's records past it are torn) */
 	unsigned char *sum;   /* active: summary entries so far */
@@ -678,10 +679,12 @@ kvp_build_hdr(struct kvp_sreq *r, uint8_t type, uint64_t ns, const void *key, un
 	h->rh_crc = kvp_crc32c(0, h, h->rh_len);
 }
 
+/* Queue a value record (src) or a tombstone (target: the location of
+ * the value record it deletes, written where a value's length goes). */
 static int
 kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 		 const void *key, uint32_t klen, const struct iovec *src, unsigned nsrc,
-		 unsigned flags)
+		 unsigned flags, uint64_t target)
 {
 	struct iovec *iov;
 	uint64_t vlen = 0, blk;
@@ -711,9 +714,11 @@ kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 	}
 	iov = r->wiov;
 	r->seg = s->active;
+	r->seg->dirty = true;
 	r->seq = s->next_seq++;
 	r->loc = KVP_SSD_LOC(r->seg->id, blk);
-	kvp_build_hdr(r, type, ns, key, klen, vlen, r->seq, r->seg->id, (uint32_t)blk, src, nsrc);
+	kvp_build_hdr(r, type, ns, key, klen, type == KVP_SSD_REC_VALUE ? vlen : target, r->seq,
+		      r->seg->id, (uint32_t)blk, src, nsrc);
 	iov[n].iov_base = r->hdr;
 	iov[n++].iov_len = B;
 	if (vlen && zero_copy) {
@@ -740,7 +745,8 @@ kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 		iov[n++].iov_len = kvp_rup(vlen);
 		s->st.copied_bytes += vlen;
 	}
-	kvp_sum_append(r->seg, type, (uint32_t)blk, ns, r->seq, vlen, key, klen);
+	kvp_sum_append(r->seg, type, (uint32_t)blk, ns, r->seq,
+		       type == KVP_SSD_REC_VALUE ? vlen : target, key, klen);
 	r->seg->nrecs++;
 	r->seg->live_bytes += kvp_ssd_record_bytes(vlen);
 	if (r->seq > r->seg->max_seq)
@@ -762,14 +768,17 @@ int
 kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
 		    uint32_t klen, const struct iovec *src, unsigned nsrc, unsigned flags)
 {
-	return kvp_queue_record(s, tag, KVP_SSD_REC_VALUE, ns, key, klen, src, nsrc, flags);
+	return kvp_queue_record(s, tag, KVP_SSD_REC_VALUE, ns, key, klen, src, nsrc, flags, 0);
 }
 
 int
 kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
-			uint32_t klen)
+			uint32_t klen, uint64_t target)
 {
-	return kvp_queue_record(s, tag, KVP_SSD_REC_TOMBSTONE, ns, key, klen, NULL, 0, 0);
+	if (!target)
+		return -EINVAL;
+	return kvp_queue_record(s, tag, KVP_SSD_REC_TOMBSTONE, ns, key, klen, NULL, 0, 0,
+				target);
 }
 
 int
@@ -862,7 +871,8 @@ kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
 	uint32_t saved, *crc;
 	size_t koff;
 
-	if (h->rh_magic != KVP_SSD_MAGIC_REC || h->rh_version != KVP_SSD_FORMAT ||
+	if (h->rh_magic != KVP_SSD_MAGIC_REC || h->rh_version < KVP_SSD_FORMAT_MIN ||
+	    h->rh_version > KVP_SSD_FORMAT ||
 	    h->rh_len < sizeof(*h) || h->rh_len > B || h->rh_type != KVP_SSD_REC_VALUE ||
 	    h->rh_seg_id != KVP_SSD_LOC_SEG(r->rd.loc) ||
 	    h->rh_block != KVP_SSD_LOC_BLOCK(r->rd.loc) || h->rh_vlen != r->rd.vlen ||
@@ -1044,19 +1054,23 @@ kvp_ssd_outstanding_agent(const struct kvp_ssd *s)
 
 /* ---- recovery ---- */
 
-struct kvp_rrec {          /* a record seen during recovery */
-	uint64_t loc, seq, ns, vlen;
+struct kvp_rrec {          /* one key seen during recovery */
+	uint64_t loc, seq, ns, vlen; /* its latest value record (loc 0: none) */
+	uint64_t tseq;     /* its latest format-1 tombstone (0: none) */
 	uint32_t koff;     /* into the key arena */
-	uint8_t klen, type;
+	uint8_t klen;
 };
 
 struct kvp_rtab {
+	struct kvp_ssd *s;
 	struct kvp_rrec *r;
 	size_t n, cap;
 	unsigned char *keys;
 	size_t klen, kcap;
 	uint32_t *slot;    /* open addressing: record index + 1 */
 	size_t nslot;
+	uint64_t *dead;    /* open addressing: locations tombstones target */
+	size_t ndead, deadcap;
 };
 
 static int
@@ -1083,52 +1097,138 @@ kvp_rtab_grow(struct kvp_rtab *t)
 	return 0;
 }
 
-/* Keep the latest record of (ns, key); a tombstone wins a tie. */
+static size_t
+kvp_loc_slot(uint64_t loc, size_t cap)
+{
+	return (size_t)(kvp__fold(loc, 0x9e3779b97f4a7c15ull) & (cap - 1));
+}
+
+/* Remember that a tombstone targets the value record at loc. */
 static int
-kvp_rtab_add(struct kvp_rtab *t, uint8_t type, uint64_t loc, uint64_t seq, uint64_t ns,
-	     uint64_t vlen, const unsigned char *key, unsigned klen)
+kvp_rtab_kill(struct kvp_rtab *t, uint64_t loc)
 {
 	size_t h;
 
+	if ((t->ndead + 1) * 2 > t->deadcap) {
+		size_t cap = t->deadcap ? t->deadcap * 2 : 1 << 12, k;
+		uint64_t *n = calloc(cap, sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		for (k = 0; k < t->deadcap; k++) {
+			if (!t->dead[k])
+				continue;
+			h = kvp_loc_slot(t->dead[k], cap);
+			while (n[h])
+				h = (h + 1) & (cap - 1);
+			n[h] = t->dead[k];
+		}
+		free(t->dead);
+		t->dead = n;
+		t->deadcap = cap;
+	}
+	for (h = kvp_loc_slot(loc, t->deadcap); t->dead[h]; h = (h + 1) & (t->deadcap - 1))
+		if (t->dead[h] == loc)
+			return 0;
+	t->dead[h] = loc;
+	t->ndead++;
+	return 0;
+}
+
+static bool
+kvp_rtab_killed(const struct kvp_rtab *t, uint64_t loc)
+{
+	size_t h;
+
+	if (!t->deadcap)
+		return false;
+	for (h = kvp_loc_slot(loc, t->deadcap); t->dead[h]; h = (h + 1) & (t->deadcap - 1))
+		if (t->dead[h] == loc)
+			return true;
+	return false;
+}
+
+/* Keep the latest value record of (ns, key), and what deletes it: the
+ * targets of format-2 tombstones, the latest format-1 tombstone. */
+static int
+kvp_rtab_add(struct kvp_rtab *t, const struct kvp_ssd_rec *r)
+{
+	const unsigned char *key = r->key;
+	struct kvp_rrec *x = NULL;
+	size_t h;
+
+	if (r->type == KVP_SSD_REC_TOMBSTONE) {
+		struct kvp_sseg *g = kvp_seg_find(t->s, KVP_SSD_LOC_SEG(r->loc));
+
+		if (g)
+			g->live_bytes += B; /* it keeps an older record dead */
+		if (r->target)
+			return kvp_rtab_kill(t, r->target);
+	}
 	if ((t->n + 1) * 2 > t->nslot && kvp_rtab_grow(t))
 		return -ENOMEM;
-	h = kvp_hash(ns, key, klen) & (t->nslot - 1);
+	h = kvp_hash(r->ns, key, r->klen) & (t->nslot - 1);
 	for (; t->slot[h]; h = (h + 1) & (t->nslot - 1)) {
-		struct kvp_rrec *x = &t->r[t->slot[h] - 1];
-		if (x->ns != ns || x->klen != klen || memcmp(t->keys + x->koff, key, klen))
-			continue;
-		if (seq > x->seq || (seq == x->seq && type == KVP_SSD_REC_TOMBSTONE)) {
-			x->loc = loc;
-			x->seq = seq;
-			x->vlen = vlen;
-			x->type = type;
+		struct kvp_rrec *y = &t->r[t->slot[h] - 1];
+		if (y->ns == r->ns && y->klen == r->klen &&
+		    !memcmp(t->keys + y->koff, key, r->klen)) {
+			x = y;
+			break;
 		}
-		return 0;
 	}
-	if (t->n == t->cap) {
-		size_t cap = t->cap ? t->cap * 2 : 4096;
-		struct kvp_rrec *n = realloc(t->r, cap * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		t->r = n;
-		t->cap = cap;
+	if (!x) {
+		if (t->n == t->cap) {
+			size_t cap = t->cap ? t->cap * 2 : 4096;
+			struct kvp_rrec *n = realloc(t->r, cap * sizeof(*n));
+			if (!n)
+				return -ENOMEM;
+			t->r = n;
+			t->cap = cap;
+		}
+		if (t->klen + r->klen > t->kcap) {
+			size_t cap = t->kcap ? t->kcap * 2 : 1 << 20;
+			unsigned char *n;
+			while (cap < t->klen + r->klen)
+				cap *= 2;
+			n = realloc(t->keys, cap);
+			if (!n)
+				return -ENOMEM;
+			t->keys = n;
+			t->kcap = cap;
+		}
+		memcpy(t->keys + t->klen, key, r->klen);
+		x = &t->r[t->n];
+		memset(x, 0, sizeof(*x));
+		x->ns = r->ns;
+		x->koff = (uint32_t)t->klen;
+		x->klen = (uint8_t)r->klen;
+		t->klen += r->klen;
+		t->slot[h] = (uint32_t)++t->n;
 	}
-	if (t->klen + klen > t->kcap) {
-		size_t cap = t->kcap ? t->kcap * 2 : 1 << 20;
-		unsigned char *n;
-		while (cap < t->klen + klen)
-			cap *= 2;
-		n = realloc(t->keys, cap);
-		if (!n)
-			return -ENOMEM;
-		t->keys = n;
-		t->kcap = cap;
+	if (r->type == KVP_SSD_REC_TOMBSTONE) {
+		if (r->seq > x->tseq)
+			x->tseq = r->seq; /* format 1: kills up to its sequence */
+	} else if (!x->loc || r->seq > x->seq) {
+		x->loc = r->loc;
+		x->seq = r->seq;
+		x->vlen = r->vlen;
 	}
-	memcpy(t->keys + t->klen, key, klen);
-	t->r[t->n] = (struct kvp_rrec){ loc, seq, ns, vlen, (uint32_t)t->klen, (uint8_t)klen, type };
-	t->klen += klen;
-	t->slot[h] = (uint32_t)++t->n;
 	return 0;
+}
+
+/* A record as a summary entry describes it (key at key). */
+static void
+kvp_rec_from_sum(const struct kvp_sseg *g, const struct kvp_ssd_sum_ent *e, const void *key,
+		 struct kvp_ssd_rec *rec)
+{
+	rec->loc = KVP_SSD_LOC(g->id, e->se_block);
+	rec->seq = e->se_seq;
+	rec->ns = e->se_ns;
+	rec->vlen = e->se_type == KVP_SSD_REC_VALUE ? e->se_vlen : 0;
+	rec->target = e->se_type == KVP_SSD_REC_TOMBSTONE ? e->se_vlen : 0;
+	rec->key = key;
+	rec->klen = e->se_klen;
+	rec->type = e->se_type;
 }
 
 /* Validate a record header read from block blk of segment g. */
@@ -1138,12 +1238,14 @@ kvp_hdr_valid(const struct kvp_sseg *g, const struct kvp_ssd_rec_hdr *h, uint64_
 	struct kvp_ssd_rec_hdr tmp;
 	uint32_t crc;
 
-	if (h->rh_magic != KVP_SSD_MAGIC_REC || h->rh_version != KVP_SSD_FORMAT ||
+	if (h->rh_magic != KVP_SSD_MAGIC_REC || h->rh_version < KVP_SSD_FORMAT_MIN ||
+	    h->rh_version > KVP_SSD_FORMAT ||
 	    h->rh_len < sizeof(*h) || h->rh_len > B || h->rh_seg_id != g->id ||
 	    h->rh_block != blk || h->rh_klen == 0 ||
 	    (h->rh_type != KVP_SSD_REC_VALUE && h->rh_type != KVP_SSD_REC_TOMBSTONE) ||
-	    (h->rh_type == KVP_SSD_REC_VALUE && h->rh_vlen == 0) ||
-	    blk + 1 + kvp_rup(h->rh_vlen) / B > g->size / B)
+	    (h->rh_type == KVP_SSD_REC_VALUE &&
+	     (h->rh_vlen == 0 || h->rh_vlen > g->size ||
+	      blk + 1 + kvp_rup(h->rh_vlen) / B > g->size / B)))
 		return false;
 	memcpy(&tmp, h, sizeof(tmp));
 	crc = tmp.rh_crc;
@@ -1201,13 +1303,7 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb, void *
 				    p + kvp_sum_ent_size(e.se_klen) > tr.st_sum_len ||
 				    (uint64_t)e.se_block * B >= tr.st_sum_off)
 					break;
-				rec.loc = KVP_SSD_LOC(g->id, e.se_block);
-				rec.seq = e.se_seq;
-				rec.ns = e.se_ns;
-				rec.vlen = e.se_vlen;
-				rec.key = sum + p + sizeof(e);
-				rec.klen = e.se_klen;
-				rec.type = e.se_type;
+				kvp_rec_from_sum(g, &e, sum + p + sizeof(e), &rec);
 				rc = cb(arg, &rec);
 				p += kvp_sum_ent_size(e.se_klen);
 			}
@@ -1244,6 +1340,7 @@ scan:
 			rec.seq = h->rh_seq;
 			rec.ns = h->rh_ns;
 			rec.vlen = h->rh_type == KVP_SSD_REC_VALUE ? h->rh_vlen : 0;
+			rec.target = h->rh_type == KVP_SSD_REC_TOMBSTONE ? h->rh_vlen : 0;
 			rec.key = h + 1;
 			rec.klen = h->rh_klen;
 			rec.type = h->rh_type;
@@ -1251,7 +1348,7 @@ scan:
 				g->max_seq = h->rh_seq;
 			if (repair)
 				kvp_sum_append(g, h->rh_type, (uint32_t)blk, h->rh_ns, h->rh_seq,
-					       rec.vlen, rec.key, rec.klen);
+					       h->rh_vlen, rec.key, rec.klen);
 			g->nrecs++;
 			rc = cb(arg, &rec);
 			if (rc)
@@ -1282,8 +1379,7 @@ scan:
 static int
 kvp_collect_cb(void *arg, const struct kvp_ssd_rec *r)
 {
-	return kvp_rtab_add(arg, (uint8_t)r->type, r->loc, r->seq, r->ns, r->vlen, r->key,
-			    r->klen);
+	return kvp_rtab_add(arg, r);
 }
 
 int64_t
@@ -1296,36 +1392,37 @@ kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 	int rc = 0;
 
 	memset(&t, 0, sizeof(t));
+	t.s = s;
+	for (g = 0; g < s->nsegs; g++)
+		s->segs[g]->live_bytes = 0;
 	for (g = 0; g < s->nsegs && !rc; g++)
 		rc = kvp_seg_records(s, s->segs[g], kvp_collect_cb, &t, true);
 	if (rc)
 		goto out;
-	for (g = 0; g < s->nsegs; g++) {
+	for (g = 0; g < s->nsegs; g++)
 		if (s->segs[g]->max_seq >= s->next_seq)
 			s->next_seq = s->segs[g]->max_seq + 1;
-		s->segs[g]->live_bytes = 0;
-	}
 	for (k = 0; k < t.n && rc >= 0; k++) {
 		struct kvp_rrec *x = &t.r[k];
 		struct kvp_sseg *sg = kvp_seg_find(s, KVP_SSD_LOC_SEG(x->loc));
 		struct kvp_ssd_rec rec;
 
-		if (x->type == KVP_SSD_REC_TOMBSTONE) {
-			if (sg)
-				sg->live_bytes += B; /* it shadows older records */
+		/* no value, a format-1 tombstone at or after it, or a
+		 * tombstone that names it: the key is not live */
+		if (!x->loc || x->tseq >= x->seq || kvp_rtab_killed(&t, x->loc))
 			continue;
-		}
 		rec.loc = x->loc;
 		rec.seq = x->seq;
 		rec.ns = x->ns;
 		rec.vlen = x->vlen;
+		rec.target = 0;
 		rec.key = t.keys + x->koff;
 		rec.klen = x->klen;
-		rec.type = x->type;
+		rec.type = KVP_SSD_REC_VALUE;
 		rc = cb(arg, &rec);
 		if (rc == KVP_SSD_DECLINE) {
 			declined++;
-			rc = kvp_ssd_tombstone_agent(s, 0, x->ns, rec.key, x->klen);
+			rc = kvp_ssd_tombstone_agent(s, 0, x->ns, rec.key, x->klen, x->loc);
 			continue;
 		}
 		if (rc == 0) {
@@ -1350,6 +1447,7 @@ out:
 	free(t.r);
 	free(t.keys);
 	free(t.slot);
+	free(t.dead);
 	return rc < 0 ? rc : (int64_t)kept;
 }
 
@@ -1453,9 +1551,10 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 				path);
 			goto skip;
 		}
-		if (fh->fh_version != KVP_SSD_FORMAT) {
-			kvp_log(KVP_LOG_ERROR, "ssd", "%s: format %u, this build reads %u: move "
-				"the directory away", path, fh->fh_version, KVP_SSD_FORMAT);
+		if (fh->fh_version < KVP_SSD_FORMAT_MIN || fh->fh_version > KVP_SSD_FORMAT) {
+			kvp_log(KVP_LOG_ERROR, "ssd", "%s: format %u, this build reads %u..%u: "
+				"move the directory away", path, fh->fh_version,
+				KVP_SSD_FORMAT_MIN, KVP_SSD_FORMAT);
 			free(fh);
 			kvp_seg_free(g);
 			closedir(d);
@@ -1531,6 +1630,16 @@ kvp_ssd_close_agent(struct kvp_ssd *s)
 		;
 	if (s->active)
 		kvp_seg_seal(s, s->active);
+	/* a clean stop leaves nothing in a cache (buffered I/O, or the
+	 * device's), whatever the durability mode */
+	{
+		unsigned k;
+
+		for (k = 0; k < s->nsegs; k++)
+			if (s->segs[k]->dirty && s->segs[k]->fd >= 0 && fdatasync(s->segs[k]->fd))
+				kvp_log(KVP_LOG_ERROR, "ssd", "segment %08x: fdatasync at close: %s",
+					s->segs[k]->id, strerror(errno));
+	}
 	if (s->uring)
 		io_uring_queue_exit(&s->ring);
 	pthread_mutex_lock(&s->mu);
@@ -1590,13 +1699,7 @@ kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id, kvp_ssd_rec_fn cb,
 			struct kvp_ssd_rec rec;
 
 			memcpy(&e, g->sum + p, sizeof(e));
-			rec.loc = KVP_SSD_LOC(g->id, e.se_block);
-			rec.seq = e.se_seq;
-			rec.ns = e.se_ns;
-			rec.vlen = e.se_vlen;
-			rec.key = g->sum + p + sizeof(e);
-			rec.klen = e.se_klen;
-			rec.type = e.se_type;
+			kvp_rec_from_sum(g, &e, g->sum + p + sizeof(e), &rec);
 			rc = cb(arg, &rec);
 			p += kvp_sum_ent_size(e.se_klen);
 		}

@@ -43,6 +43,12 @@ struct kvp_waiter {
 	uint64_t skip;  /* where its bytes start in the span */
 };
 
+/*
+ * An operation in flight.  Its waiters are requests answered when it
+ * completes: readers (STAGE, PROMOTE), or strict deletes (DEMOTE: the
+ * tombstone follows once the value's location is known; TOMB: answered
+ * when the tombstone is durable).
+ */
 struct kvp_top {
 	int kind;
 	uint64_t slot, gen, vlen;
@@ -55,12 +61,20 @@ struct kvp_top {
 	unsigned niov;
 };
 
+/* Ops in flight on one index slot are counted in 16 bits: each op counts
+ * once, so the count never exceeds KVP_TIER_MAX_OPS, however many reads
+ * of one key clients post (a wrap would let the orphan sweep free DRAM a
+ * promotion is still reading into). */
+_Static_assert(KVP_TIER_MAX_OPS <= UINT16_MAX, "per-slot op count width");
+
 struct kvp_tier {
 	struct kvp_ssd *ssd;
 	struct kvp_top ops[KVP_TIER_MAX_OPS];
 	uint32_t freeops[KVP_TIER_MAX_OPS];
 	uint32_t nfree;
-	uint8_t *busy;          /* per index slot: ops in flight on it */
+	uint16_t *busy;         /* per index slot: ops in flight on it */
+	uint8_t *tombed;        /* per index slot: a DELETED value whose
+				 * tombstone is already written or queued */
 	unsigned demoting;
 	uint64_t write_fail_until; /* after an SSD write error: drop, not demote */
 	bool *wake;             /* per client: answered this round */
@@ -69,6 +83,7 @@ struct kvp_tier {
 };
 
 static void kvp_tier_publish(struct kvp_agent *a);
+static uint64_t kvp_entry_key(const struct kvp_entry *e, unsigned char key[256]);
 
 bool
 kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot)
@@ -372,9 +387,11 @@ kvp_staging_reconcile(struct kvp_seg *s)
 
 /* ---- answers ---- */
 
-/* Answer one waiter.  A CAS on the exact TAKEN word: if the client
- * withdrew the request, or its slot was reaped and reused, nothing is
- * written (and a span bit given to it is taken back). */
+/* Answer one waiter (I19).  The entry is claimed first, with a CAS from
+ * the exact TAKEN word to ANSWERING: if the client withdrew the request,
+ * or its slot was reaped and the entry reused, that CAS fails and nothing
+ * at all is written into it (a span bit given to it is taken back).  Only
+ * then the answer's fields, and DONE with a release. */
 static void
 kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res, uint64_t where,
 	   int span_head)
@@ -384,17 +401,21 @@ kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res, uint64_
 	/* acquire: the slot must still be the client that asked */
 	bool same = kvp_load_acquire(&s->clients[w->client].cs_state) == w->cgen;
 
-	/* relaxed: published by the DONE CAS */
-	kvp_store_relaxed(&q->rq_result, (uint64_t)res);
-	kvp_store_relaxed(&q->rq_where, where);
-	/* full CAS: TAKEN(seq) -> DONE(seq); pairs with the client's acquire */
-	if (!same || !kvp_cas(&q->rq_state, w->word, (w->word & ~0xffull) | KVP_RQ_DONE)) {
+	/* full CAS: TAKEN(seq) -> ANSWERING(seq); the entry is ours to write */
+	if (!same ||
+	    !kvp_cas(&q->rq_state, w->word, (w->word & ~0xffull) | KVP_RQ_ANSWERING)) {
 		if (span_head >= 0) {
 			kvp_span_clear_holder(&s->spans[span_head], w->client);
 			kvp_span_free_if_unheld(s, (uint32_t)span_head, true);
 		}
 		return;
 	}
+	/* relaxed: published by the DONE release below */
+	kvp_store_relaxed(&q->rq_result, (uint64_t)res);
+	kvp_store_relaxed(&q->rq_where, where);
+	kvp_crashpoint(A_REQ_ANSWERING);
+	/* release: the answer before DONE; pairs with the client's acquire */
+	kvp_store_release(&q->rq_state, (w->word & ~0xffull) | KVP_RQ_DONE);
 	a->tier->wake[w->client] = true;
 }
 
@@ -467,6 +488,124 @@ kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd)
 	rd->key = rd->klen ? (const void *)e->e_key : NULL;
 }
 
+/*
+ * Queue a tombstone for the key of index slot 'slot' (READY, DELETED or
+ * under CHECK: its key is stable) that deletes the value record at
+ * 'target'.  The slot is marked tombed (its reclaim writes no second
+ * one).  Waiters (strict deletes) are answered when it completes; on
+ * failure they are answered here.  0 or -errno.
+ */
+static int
+kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target, const struct kvp_waiter *w,
+	       unsigned nw)
+{
+	struct kvp_tier *t = a->tier;
+	struct kvp_entry *e = &a->seg.entries[slot];
+	unsigned char key[256];
+	uint64_t tag, klen = kvp_entry_key(e, key);
+	struct kvp_top *op;
+	unsigned k;
+	int rc = -EINVAL;
+
+	if (klen == 0 || klen > KVP_KEY_MAX)
+		goto fail;
+	rc = -EBUSY;
+	op = kvp_top_get(t, TOP_TOMB, &tag);
+	if (!op)
+		goto fail;
+	op->slot = slot;
+	for (k = 0; k < nw; k++) {
+		rc = kvp_top_add_waiter(op, &w[k]);
+		if (rc) {
+			kvp_top_put(t, op);
+			goto fail;
+		}
+	}
+	/* relaxed: the key fields are stable (see above) */
+	rc = kvp_ssd_tombstone_agent(t->ssd, tag, kvp_load_relaxed(&e->e_ns), key,
+				     (uint32_t)klen, target);
+	if (rc) {
+		kvp_top_put(t, op);
+		goto fail;
+	}
+	t->tombed[slot] = 1;
+	return 0;
+fail:
+	for (k = 0; k < nw; k++)
+		kvp_answer(a, &w[k], -EIO, 0, -1);
+	return rc;
+}
+
+/* The demotion in flight on slot, if any (strict deletes wait for it). */
+static struct kvp_top *
+kvp_demote_in_flight(struct kvp_tier *t, uint64_t slot)
+{
+	unsigned k;
+
+	if (!t->busy[slot])
+		return NULL;
+	for (k = 0; k < KVP_TIER_MAX_OPS; k++)
+		if (t->ops[k].kind == TOP_DEMOTE && t->ops[k].slot == slot)
+			return &t->ops[k];
+	return NULL;
+}
+
+/*
+ * A strict delete (KVP_RQ_DELETE): the client asks the agent to delete
+ * (slot, gen) and to answer once the value's tombstone is durable.  The
+ * agent marks the entry DELETED itself (readers holding it finish their
+ * copies; the evictor reclaims it later), then: a value with an SSD copy
+ * gets its tombstone now, answered when written (strict durability: a
+ * write completes once fdatasync'd); a value being demoted gets it when
+ * the demotion completes; a DRAM-only value is answered at once (nothing
+ * on disk can bring it back).  Answers: 0, -ENOENT (no longer there),
+ * -EIO (deleted, but the tombstone could not be written).
+ */
+static void
+kvp_serve_delete(struct kvp_agent *a, struct kvp_waiter *w, uint64_t slot, uint64_t gen)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_top *dem;
+	uint64_t mw, ssd;
+	int tries;
+
+	if (slot >= s->g.g_index_slots) {
+		kvp_answer(a, w, -EINVAL, 0, -1);
+		return;
+	}
+	for (tries = 0;; tries++) {
+		/* acquire: pairs with the publish CAS */
+		mw = kvp_load_acquire(&s->meta[slot]);
+		if (KVP_IX_STATE(mw) != KVP_IX_READY || KVP_IX_GEN(mw) != (gen & KVP_IX_GEN_MASK) ||
+		    tries > 64) {
+			kvp_answer(a, w, -ENOENT, 0, -1);
+			return;
+		}
+		/* full CAS: READY(g) -> DELETED(g), as a client's delete does;
+		 * no CHECK of ours is pending outside an eviction pass, so a
+		 * flag found here is cleared with it */
+		if (kvp_cas(&s->meta[slot], mw,
+			    (mw & ~(uint64_t)(0xfu | KVP_IX_CHECK)) | KVP_IX_DELETED))
+			break;
+	}
+	/* full: tells the reclaim pass it has work */
+	kvp_fetch_add(&s->hdr->h_delete_seq, 1);
+	dem = kvp_demote_in_flight(a->tier, slot);
+	if (dem) {
+		/* the tombstone needs the record's location: after the write */
+		if (kvp_top_add_waiter(dem, w))
+			kvp_answer(a, w, -EIO, 0, -1);
+		return;
+	}
+	/* relaxed: this thread is the only writer of SSD locations */
+	ssd = kvp_load_relaxed(&s->entries[slot].e_ssd);
+	if (!ssd || a->tier->tombed[slot]) {
+		kvp_answer(a, w, 0, 0, -1);
+		return;
+	}
+	kvp_tomb_queue(a, slot, ssd, w, 1);
+}
+
 /* Handle one TAKEN request.  Answers at once, or leaves it to an I/O. */
 static void
 kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs)
@@ -486,6 +625,10 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 	unsigned need;
 	int rc;
 
+	if (call & KVP_RQ_DELETE) {
+		kvp_serve_delete(a, w, slot, gen);
+		return;
+	}
 	if (call & KVP_RQ_FIRST || cs->client != w->client ||
 	    cs->call != (call & 0xffffffffull)) {
 		cs->client = w->client;
@@ -759,16 +902,26 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE], 1); /* stat */
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE_BYTES], op->vlen);
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_WRITE_BYTES], op->vlen);
+			/* strict deletes that came while it was written: the
+			 * record exists now, so it gets its tombstone (the
+			 * slot is DELETED and busy: nobody reclaimed it) */
+			if (op->nw)
+				kvp_tomb_queue(a, op->slot, cq->loc, op->w, op->nw);
 		} else {
 			if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
 				kvp_log(KVP_LOG_WARN, "ssd", "demotion failed: %s; evicting "
 					"without demotion for 1 s", strerror(-cq->status));
 			t->write_fail_until = kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+			/* nothing reached the disk: a waiting delete is done */
+			for (k = 0; k < op->nw; k++)
+				kvp_answer(a, &op->w[k], 0, 0, -1);
 		}
 		t->busy[op->slot]--;
 		t->demoting--;
 		break;
 	case TOP_TOMB:
+		for (k = 0; k < op->nw; k++)
+			kvp_answer(a, &op->w[k], cq->status ? -EIO : 0, 0, -1);
 		break;
 	default:
 		return;
@@ -801,7 +954,6 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	struct kvp_top *op;
 	uint64_t tag, loc, vlen, klen, k;
 
-	(void)word;
 	if (t->busy[slot] || t->demoting >= KVP_TIER_MAX_DEMOTING ||
 	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_fail_until)
 		return 0;
@@ -816,6 +968,7 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	if (!op)
 		return 0;
 	op->slot = slot;
+	op->gen = KVP_IX_GEN(word);
 	op->vlen = vlen;
 	op->first = (uint32_t)KVP_LOC_VAL(loc);
 	op->niov = kvp_runs_iov(s, op->first, vlen, op->iov, 64);
@@ -859,22 +1012,15 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 void
 kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc, uint64_t vlen)
 {
-	struct kvp_seg *s = &a->seg;
-	struct kvp_entry *e = &s->entries[slot];
-	unsigned char key[256];
-	struct kvp_top *op;
-	uint64_t tag, klen = kvp_entry_key(e, key);
-
 	kvp_ssd_record_dead_agent(a->tier->ssd, ssd_loc, vlen);
 	kvp_crashpoint(A_TOMBSTONE);
-	if (klen == 0 || klen > KVP_KEY_MAX)
+	/* a strict delete (or the stop flush) already wrote it */
+	if (a->tier->tombed[slot]) {
+		a->tier->tombed[slot] = 0;
 		return;
-	op = kvp_top_get(a->tier, TOP_TOMB, &tag);
-	if (!op)
-		return;
-	if (kvp_ssd_tombstone_agent(a->tier->ssd, tag, kvp_load_relaxed(&e->e_ns), key,
-				    (uint32_t)klen))
-		kvp_top_put(a->tier, op);
+	}
+	kvp_tomb_queue(a, slot, ssd_loc, NULL, 0);
+	a->tier->tombed[slot] = 0; /* the slot is emptied next */
 }
 
 /* ---- recovery and giving SSD space back ---- */
@@ -1042,9 +1188,10 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
-	t->busy = calloc(s->g.g_index_slots, 1);
+	t->busy = calloc(s->g.g_index_slots, sizeof(*t->busy));
+	t->tombed = calloc(s->g.g_index_slots, 1);
 	t->wake = calloc(s->g.g_max_clients, sizeof(bool));
-	if (!t->busy || !t->wake) {
+	if (!t->busy || !t->tombed || !t->wake) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -1133,8 +1280,9 @@ kvp_tier_open_agent(struct kvp_agent *a)
 		for (j = 0; j < total; j++) {
 			/* acquire: the last word written on the entry */
 			uint64_t w = kvp_load_acquire(&s->rings[j].rq_state);
-			/* full CAS: the client may withdraw it at the same time */
-			if ((w & 0xff) == KVP_RQ_TAKEN &&
+			/* full CAS: the client may withdraw it at the same time;
+			 * one our predecessor died answering is served again */
+			if (((w & 0xff) == KVP_RQ_TAKEN || (w & 0xff) == KVP_RQ_ANSWERING) &&
 			    kvp_cas(&s->rings[j].rq_state, w, (w & ~0xffull) | KVP_RQ_POSTED))
 				handed++;
 		}
@@ -1160,6 +1308,7 @@ err_close:
 	a->tier = NULL;
 err_free:
 	free(t->busy);
+	free(t->tombed);
 	free(t->wake);
 	free(t);
 	return rc;
@@ -1176,6 +1325,7 @@ kvp_tier_close_agent(struct kvp_agent *a)
 	kvp_ssd_close_agent(t->ssd);
 	a->tier = NULL;
 	free(t->busy);
+	free(t->tombed);
 	free(t->wake);
 	free(t);
 }
@@ -1248,7 +1398,109 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 	return true;
 }
 
-/* The tier thread. */
+/* What a stop flush still has to do: READY values only in DRAM, and
+ * deleted values with an SSD copy but no tombstone. */
+static uint64_t
+kvp_flush_left(struct kvp_agent *a, uint64_t *tombs)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t i, n = 0;
+
+	*tombs = 0;
+	for (i = 0; i < s->g.g_index_slots; i++) {
+		/* acquire: pairs with the publish CAS */
+		uint64_t w = kvp_load_acquire(&s->meta[i]);
+		const struct kvp_entry *e = &s->entries[i];
+
+		/* relaxed: this thread writes locations */
+		if (KVP_IX_STATE(w) == KVP_IX_READY &&
+		    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) == KVP_TIER_DRAM &&
+		    !kvp_load_relaxed(&e->e_ssd))
+			n++;
+		else if (KVP_IX_STATE(w) == KVP_IX_DELETED && kvp_load_relaxed(&e->e_ssd) &&
+			 !a->tier->tombed[i])
+			(*tombs)++;
+	}
+	return n;
+}
+
+/*
+ * A clean stop with an SSD tier (SIGTERM, --stop-flush-secs): every READY
+ * value that lives only in DRAM is written to SSD and every deleted value
+ * with an SSD copy gets its tombstone, so that a restart, with or without
+ * the segment, finds exactly the keys and latest values the pool had.
+ * Held values are written too (a hold keeps bytes from being freed, not
+ * from being read); requests keep being served meanwhile (each wait is a
+ * round of the tier thread).  Bounded by deadline_ns (CLOCK_MONOTONIC).
+ * Returns the number of values and tombstones left unwritten.
+ */
+uint64_t
+kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	uint64_t i, written = 0, tombs = 0, left = 0, ltombs = 0, t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	unsigned pass;
+
+	if (!t)
+		return 0;
+	for (pass = 0; pass < 4; pass++) {
+		for (i = 0; i < s->g.g_index_slots; i++) {
+			/* acquire: pairs with the publish CAS */
+			uint64_t w = kvp_load_acquire(&s->meta[i]);
+			struct kvp_entry *e = &s->entries[i];
+			unsigned st = KVP_IX_STATE(w);
+
+			if (kvp_now_ns(CLOCK_MONOTONIC) >= deadline_ns)
+				goto out;
+			if (st == KVP_IX_DELETED) {
+				/* relaxed: this thread writes SSD locations */
+				uint64_t ssd = kvp_load_relaxed(&e->e_ssd);
+
+				if (!ssd || t->tombed[i] || t->busy[i])
+					continue; /* busy: a demotion; next pass */
+				while (t->nfree < 2 && kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
+					kvp_tier_step_agent(a, 1);
+				tombs += kvp_tomb_queue(a, i, ssd, NULL, 0) == 0;
+				continue;
+			}
+			/* relaxed: stable while READY; this thread moves it */
+			if (st != KVP_IX_READY ||
+			    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) != KVP_TIER_DRAM ||
+			    kvp_load_relaxed(&e->e_ssd) || t->busy[i])
+				continue;
+			while ((t->demoting >= KVP_TIER_MAX_DEMOTING || t->nfree < 2) &&
+			       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
+				kvp_tier_step_agent(a, 1);
+			if (kvp_tier_write_failing_agent(a)) {
+				kvp_log(KVP_LOG_ERROR, "ssd", "stop: SSD writes fail: values only "
+					"in DRAM are lost");
+				goto out;
+			}
+			written += kvp_tier_demote_agent(a, i, w);
+		}
+		/* let every write land (and the evictor relocate) */
+		while (kvp_ssd_outstanding_agent(t->ssd) &&
+		       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
+			kvp_tier_step_agent(a, 5);
+		if (!kvp_flush_left(a, &ltombs) && !ltombs)
+			break;
+	}
+out:
+	while (kvp_ssd_outstanding_agent(t->ssd) && kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
+		kvp_tier_step_agent(a, 5);
+	left = kvp_flush_left(a, &ltombs);
+	kvp_log(left || ltombs ? KVP_LOG_WARN : KVP_LOG_INFO, "ssd", "stop: %llu values written "
+		"to SSD and %llu tombstones in %.2f s; %llu values and %llu tombstones left "
+		"unwritten%s", (unsigned long long)written, (unsigned long long)tombs,
+		(double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9, (unsigned long long)left,
+		(unsigned long long)ltombs,
+		left || ltombs ? " (deadline, SSD full or failing, or values still being put)"
+			       : "");
+	return left + ltombs;
+}
+
+/* The tier thread.  On stop, with an SSD tier, it flushes (above). */
 void *
 kvp_tier_main_agent(void *arg)
 {
@@ -1265,5 +1517,8 @@ kvp_tier_main_agent(void *arg)
 		/* sleep until a client kicks or posts, or 100 ms */
 		kvp_futex_wait(&h->h_evict_wake, seq, 100ull * 1000 * 1000);
 	}
+	if (a->tier && a->cfg.stop_flush_ms)
+		kvp_tier_flush_agent(a, kvp_now_ns(CLOCK_MONOTONIC) +
+					       (uint64_t)a->cfg.stop_flush_ms * 1000000ull);
 	return NULL;
 }

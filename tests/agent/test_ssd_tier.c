@@ -516,6 +516,154 @@ requests_posted(void *p)
 	return n >= pc->want;
 }
 
+/* A reader of test_many_reads_one_key: 64 reads of key 0 in one batch,
+ * 4 KiB blocks [first, first + 64) of it, the last one replaced by the
+ * whole value when 'whole'.  Says on fd 'ready' that it has its client. */
+static int
+mr_reader(const char *pool, int first, bool whole_last, int ready)
+{
+	enum { SZ = 1 << 20 };
+	struct kvp_client *c;
+	struct kvp_op ops[64];
+	unsigned char *whole = malloc(SZ), *ref = malloc(SZ), *blk = malloc(64 * 4096);
+	char k[100];
+	uint32_t kl = key_of(k, 0);
+	int j, bad = 0;
+
+	if (!whole || !ref || !blk || kvp_open(pool, "ns", &c))
+		return 2;
+	if (write(ready, "r", 1) != 1)
+		return 3;
+	kvpt_fill(ref, SZ, k, kl, 5);
+	for (j = 0; j < 64; j++) {
+		int b = whole_last && j == 63 ? -1 : first + j;
+
+		ops[j].key = k;
+		ops[j].klen = kl;
+		if (b < 0) {
+			ops[j].buf = whole;
+			ops[j].off = 0;
+			ops[j].len = SZ;
+		} else {
+			ops[j].buf = blk + (size_t)j * 4096;
+			ops[j].off = (uint64_t)b * 4096;
+			ops[j].len = 4096;
+		}
+	}
+	kvp_batch_get(c, ops, 64);
+	for (j = 0; j < 64; j++) {
+		if (ops[j].status)
+			bad++;
+		else if (whole_last && j == 63)
+			bad += ops[j].len != SZ || memcmp(whole, ref, SZ);
+		else
+			bad += ops[j].len != 4096 ||
+			       memcmp(ops[j].buf, ref + ops[j].off, 4096);
+	}
+	kvp_close(c);
+	return bad ? 1 : 0;
+}
+
+/*
+ * 255 ranged reads and one whole read of one SSD-resident key, all taken
+ * by the agent at once (it was stopped while four clients posted them;
+ * the agent serves client slots in order, so the whole read, served last,
+ * joins none of the ranged ones and each is an operation of its own),
+ * while a fifth client dies (so the reaper asks for the orphan-run sweep
+ * while the reads are in flight).  The agent counts the operations in
+ * flight on the slot: 256 of them must not wrap the count to zero, or the
+ * sweep frees the DRAM the whole read is being promoted into and later
+ * puts reuse it.  Every byte read is right, the key reads right after the
+ * arena turned over, and `kvpool check` is clean.
+ */
+static void
+test_many_reads_one_key(void **state)
+{
+	enum { SZ = 1 << 20 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	struct posted_cond pc;
+	unsigned char *v = malloc(SZ);
+	pid_t kids[4], victim;
+	char k[100], cmd[600];
+	int j, st, pipefd[2];
+	uint32_t kl = key_of(k, 0);
+
+	(void)state;
+	assert_non_null(v);
+	fresh_dir();
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K",
+					  "--dram-high", "0", "--dram-low", "0", "--ssd-dir",
+					  ssd_dir, "--ssd-segment", "8M", "--staging", "4M",
+					  "--staging-slot", "4K", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_and_demote(c, &s, 1, SZ);
+	kvp_close(c);
+	/* the usual watermarks: a whole read is promoted into DRAM */
+	kvpt_agent_kill(&a);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--dram-unit", "4K",
+					    "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					    "--staging", "4M", "--staging-slot", "4K", NULL), 0);
+	stop_agent(&a);
+	assert_int_equal(pipe(pipefd), 0);
+	victim = fork();
+	assert_true(victim >= 0);
+	if (victim == 0) {
+		struct kvp_client *vc;
+		char b = 1;
+
+		if (kvp_open(a.pool, "ns", &vc))
+			_exit(2);
+		if (write(pipefd[1], &b, 1) != 1)
+			_exit(3);
+		for (;;)
+			pause();
+	}
+	assert_int_equal(read(pipefd[0], &st, 1), 1);
+	for (j = 0; j < 4; j++) {
+		kids[j] = fork();
+		assert_true(kids[j] >= 0);
+		if (kids[j] == 0)
+			_exit(mr_reader(a.pool, j * 64, j == 3, pipefd[1]));
+		/* one at a time: client slots in this order */
+		assert_int_equal(read(pipefd[0], &st, 1), 1);
+	}
+	pc.s = &s;
+	pc.want = 256;
+	assert_true(kvpt_wait_until(requests_posted, &pc, 10000) >= 0);
+	kill(victim, SIGKILL);
+	assert_int_equal(waitpid(victim, NULL, 0), victim);
+	kill(a.pid, SIGCONT);
+	for (j = 0; j < 4; j++) {
+		assert_int_equal(waitpid(kids[j], &st, 0), kids[j]);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+	}
+	/* turn the arena over: whatever was freed gets reused */
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	for (j = 0; j < 64; j++) {
+		char k2[100];
+		uint32_t kl2 = (uint32_t)snprintf(k2, sizeof(k2), "churn-%d", j);
+
+		kvpt_fill(v, 256 << 10, k2, kl2, 9);
+		while (kvp_put(c, k2, kl2, v, 256 << 10) == -EBUSY)
+			;
+	}
+	assert_int_equal(kvp_get(c, k, kl, v, SZ), SZ);
+	assert_true(kvpt_check(v, SZ, k, kl, 5));
+	kvp_close(c);
+	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s check --wait 3000 >&2", kvpt_bindir(),
+		 a.pool);
+	assert_int_equal(system(cmd), 0);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	kvp__seg_unmap(&s);
+	free(v);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 /* Sibling ranks asking for the same SSD key at the same moment share one
  * device read (the agent is stopped while both post, so they meet). */
 static void
@@ -708,6 +856,7 @@ main(void)
 		cmocka_unit_test(test_ssd_full),
 		cmocka_unit_test(test_reclaim_many_small),
 		cmocka_unit_test(test_single_flight),
+		cmocka_unit_test(test_many_reads_one_key),
 		cmocka_unit_test(test_span_hold_fences),
 		cmocka_unit_test(test_agent_down),
 		cmocka_unit_test(test_restart_serves_taken),

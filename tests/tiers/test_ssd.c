@@ -189,6 +189,72 @@ seen_has(const struct seen *sn, const char *key)
 	return false;
 }
 
+static uint64_t
+seen_loc(const struct seen *sn, const char *key)
+{
+	unsigned k;
+
+	for (k = 0; k < sn->n; k++)
+		if (!strcmp(sn->keys[k], key))
+			return sn->locs[k];
+	return 0;
+}
+
+/*
+ * A tombstone deletes the record it names, not whatever is newest when it
+ * is written: key "a" is written, deleted (its tombstone not yet written),
+ * written again; the tombstone of the first value lands after the second
+ * value (as when the agent reclaims the deleted slot late).  Recovery
+ * keeps the second value, in the same segment and across segments, and a
+ * tombstone of the second value then deletes the key.
+ */
+static void
+test_late_tombstone(void **state)
+{
+	struct kvp_ssd *s = open_store(true, 1 << 20, 0);
+	unsigned char v[40000];
+	struct kvp_ssd_cqe cq;
+	struct seen sn;
+	uint64_t a0, a1, b0, b1;
+	int k;
+
+	(void)state;
+	assert_int_equal(kvp_ssd_recover_agent(s, NULL, NULL), 0);
+	fill(v, sizeof(v), 1);
+	a0 = put(s, "a", v, sizeof(v));
+	b0 = put(s, "b", v, sizeof(v));
+	/* push "b"'s second value into a later segment */
+	for (k = 0; k < 30; k++) {
+		char key[16];
+		snprintf(key, sizeof(key), "pad%d", k);
+		put(s, key, v, sizeof(v));
+	}
+	fill(v, sizeof(v), 2);
+	a1 = put(s, "a", v, sizeof(v));
+	b1 = put(s, "b", v, sizeof(v));
+	assert_true(KVP_SSD_LOC_SEG(b1) > KVP_SSD_LOC_SEG(b0));
+	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "a", 1, a0), 0);
+	assert_int_equal(wait_one(s, &cq), 0);
+	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "b", 1, b0), 0);
+	assert_int_equal(wait_one(s, &cq), 0);
+	kvp_ssd_close_agent(s);
+	s = open_store(false, 1 << 20, 0);
+	memset(&sn, 0, sizeof(sn));
+	assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 32);
+	assert_int_equal(seen_loc(&sn, "a"), a1);
+	assert_int_equal(seen_loc(&sn, "b"), b1);
+	/* now delete the live value of "a": the key is gone */
+	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "a", 1, a1), 0);
+	assert_int_equal(wait_one(s, &cq), 0);
+	kvp_ssd_close_agent(s);
+	s = open_store(false, 1 << 20, 0);
+	memset(&sn, 0, sizeof(sn));
+	assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 31);
+	assert_false(seen_has(&sn, "a"));
+	assert_int_equal(seen_loc(&sn, "b"), b1);
+	kvp_ssd_close_agent(s);
+}
+
 /* Restart: live records come back, tombstoned ones do not; a damaged
  * header ends its file's scan (never served); a truncated file is
  * repaired and its earlier records kept. */
@@ -210,7 +276,8 @@ test_restart_and_damage(void **state)
 		fill(v, sizeof(v), (unsigned)k);
 		loc[k] = put(s, key, v, sizeof(v));
 	}
-	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "k2", 2), 0);
+	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "k2", 2, 0), -EINVAL);
+	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "k2", 2, loc[2]), 0);
 	assert_int_equal(wait_one(s, &cq), 0);
 	kvp_ssd_close_agent(s); /* seals: recovery reads the summary */
 	s = open_store(false, 4 << 20, 0);
@@ -477,6 +544,7 @@ main(void)
 		cmocka_unit_test(test_crc32c),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_restart_and_damage),
+		cmocka_unit_test(test_late_tombstone),
 		cmocka_unit_test(test_corrupt_value),
 		cmocka_unit_test(test_capacity),
 		cmocka_unit_test(test_fs_enospc),
