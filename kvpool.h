@@ -310,6 +310,10 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 
 		snprintf(c->ns, sizeof(c->ns), "%s", ns);
 		c->ns_id = kvp_ns_id(ns);
+		/* our name to the allocator lock (shm/kvp_shm.h) */
+		c->seg.lock_token = c->slot + 1;
+		c->seg.lock_claim = &cs->cs_alloc_claim;
+		kvp_istore_release(&cs->cs_alloc_claim, 0); /* release: a fresh slot */
 		c->holds = &c->seg.holds[(uint64_t)c->slot * c->seg.g.g_holds_per_client];
 		c->hold_free = malloc(sizeof(uint32_t) * c->seg.g.g_holds_per_client);
 		if (!c->hold_free) {
@@ -518,28 +522,38 @@ kvp__lookup_hold(struct kvp_client *c, const void *key, uint32_t klen,
 	return kvp__lookup_hold_flags(c, key, klen, idx, len, 0);
 }
 
-/* Copy [off, off+n) of held value i into dst. */
-KVP_INLINE void
+/*
+ * Copy [off, off+n) of held value i into dst.  The location and every run
+ * of the chain are checked against our own view of the arena first: a
+ * damaged entry or page map (a hostile or buggy client) makes this return
+ * false (-EIO for the caller: held but unreadable), never a read outside
+ * the arena.
+ */
+KVP_INLINE bool
 kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst, uint64_t n)
 {
 	/* relaxed: stable while held */
 	uint64_t loc = kvp_load_relaxed(&c->seg.entries[i].e_loc);
 	uint64_t run = kvp_load_relaxed(&c->seg.entries[i].e_run);
-	uint64_t unit = c->seg.g.g_dram_unit;
-	uint32_t p = (uint32_t)KVP_LOC_VAL(loc), next;
+	uint64_t unit = c->seg.g.g_dram_unit, np = c->seg.g.g_dram_pages, hops = 0;
+	uint64_t p = KVP_LOC_VAL(loc);
+	uint32_t next = 0;
 	unsigned char *d = dst;
 
 	/* one run covers the range (the usual case): no page-map read */
-	if (off + n <= run * unit && p < c->seg.g.g_dram_pages &&
-	    run <= c->seg.g.g_dram_pages - p) {
-		memcpy(d, c->seg.arena + (uint64_t)p * unit + off, n);
-		return;
+	if (p < np && run <= np - p && off <= run * unit && n <= run * unit - off) {
+		memcpy(d, c->seg.arena + p * unit + off, n);
+		return true;
 	}
-
 	while (n) {
-		uint64_t rb;
-		unsigned char *src = kvp_dram_run(&c->seg, p, &rb, &next);
+		uint64_t rb = 0;
+		unsigned char *src = p < np ? kvp_dram_run(&c->seg, (uint32_t)p, &rb, &next)
+					    : NULL;
 
+		if (!src || ++hops > np) {
+			kvp_dram_report_damage(&c->seg);
+			return false;
+		}
 		if (off < rb) {
 			uint64_t k = rb - off < n ? rb - off : n;
 			memcpy(d, src + off, k);
@@ -549,10 +563,15 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst, uint64_
 		} else {
 			off -= rb;
 		}
-		if (!next)
+		if (!n)
 			break;
+		if (!next) {
+			kvp_dram_report_damage(&c->seg); /* shorter than its length */
+			return false;
+		}
 		p = next - 1;
 	}
+	return true;
 }
 
 /* Wake the evictor (at most one wake in flight); need_units > 0 says
@@ -655,13 +674,21 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
 		uint64_t now;
 
-		rc = kvp_dram_alloc(s, len, (uint64_t)i, KVP_IX_GEN(w), &first);
-		if (rc != -ENOSPC)
+		/* the first try does not wait for the allocator lock (and
+		 * reads no clock); later ones wait until the deadline: a
+		 * holder that is stopped cannot hold this put longer */
+		rc = kvp_dram_alloc_until(s, len, (uint64_t)i, KVP_IX_GEN(w), &first, deadline);
+		if (rc == 0)
 			break;
-		kvp__kick_evictor(c, (len + unit - 1) / unit);
 		now = kvp_now_ns(CLOCK_MONOTONIC);
 		if (!deadline)
 			deadline = now + c->put_wait_ns;
+		if (rc == -EBUSY && now < deadline)
+			continue; /* wait for the lock, until the deadline */
+		if (rc != -ENOSPC && rc != -EUCLEAN)
+			break;
+		/* no room, or a damaged allocator the agent repairs */
+		kvp__kick_evictor(c, (len + unit - 1) / unit);
 		if (now >= deadline)
 			break;
 		/* sleep until the evictor reports progress (no spinning) */
@@ -669,6 +696,8 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 	}
 	if (rc) {
 		kvp_ix_abort(s, (uint64_t)i, w);
+		if (rc == -EUCLEAN)
+			rc = -EBUSY; /* the agent is repairing the allocator */
 		if (rc == -ENOSPC) {
 			if (!kvp_shm_agent_alive(s))
 				rc = -ENOTCONN;
@@ -693,14 +722,23 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 	 * an eviction would otherwise point this key at that record */
 	kvp_store_relaxed(&s->entries[i].e_ssd, 0);
 	for (p = first;;) {
-		uint64_t rb, k;
+		uint64_t rb = 0, k;
 		unsigned char *dst = kvp_dram_run(s, p, &rb, &next);
 
+		if (!dst || (len > rb && !next)) {
+			/* our own chain was damaged under us (a hostile
+			 * client): never write past a run; the agent frees
+			 * the tagged runs and repairs the map */
+			kvp_dram_report_damage(s);
+			kvp_ix_abort(s, (uint64_t)i, w);
+			kvp__ctr(c, KVP_CTR_PUT_BUSY, 1);
+			return -EBUSY;
+		}
 		k = rb < len ? rb : len;
 		memcpy(dst, src, k);
 		src += k;
 		len -= k;
-		if (!len || !next)
+		if (!len)
 			break;
 		p = next - 1;
 	}
@@ -856,9 +894,9 @@ kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res, uint64_t whe
 		/* promoted: the entry is DRAM-resident now, still held */
 		/* acquire: pairs with the agent's release of e_loc */
 		uint64_t loc = kvp_load_acquire(&s->entries[p->slot].e_loc);
-		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
+		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM ||
+		    !kvp__copy_out(c, p->slot, p->off, p->op->buf, p->len))
 			return -EIO;
-		kvp__copy_out(c, p->slot, p->off, p->op->buf, p->len);
 		return 0;
 	} else {
 		uint64_t head = (where & 0xffffffffull) - 1, skip = (where >> 32) & 0x7fffffff;
@@ -1029,10 +1067,18 @@ kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen
 
 	op->len = len;
 	if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM || len == 0) {
-		kvp__copy_out(c, i, off, op->buf, len);
+		bool ok = kvp__copy_out(c, i, off, op->buf, len);
+
 		kvp_crashpoint(C_COPY_DONE);
 		if (!pinned)
 			kvp__drop(c, h);
+		if (!ok) {
+			/* held, but its DRAM location is damaged: FAILED */
+			op->status = -EIO;
+			op->len = 0;
+			kvp__ctr(c, KVP_CTR_RESOLVE_FAILED, 1);
+			return m;
+		}
 		op->status = 0;
 		kvp__ctr(c, KVP_CTR_GET_HIT, 1);
 		kvp__ctr(c, KVP_CTR_GET_BYTES, len);

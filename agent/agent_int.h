@@ -56,6 +56,21 @@ struct kvp_agent {
 	struct kvp_tier *tier; /* SSD tier state (tiers/tier_agent.c); NULL: DRAM only */
 	kvp_aword_t gc_request; /* reaper -> tier thread: sweep orphan runs */
 	struct kvp_http *http; /* the /metrics endpoint (agent/metrics_http.c) */
+	/* the allocator lock, seen from the agent (tier thread): it never
+	 * waits for it (a client holding it may be stopped); frees that
+	 * need it wait here, in private memory, and are retried each round */
+	struct kvp_dfree *dfree;
+	size_t ndfree, capdfree;
+	uint64_t lock_busy_since;  /* held by someone else since (0: not) */
+	uint64_t lock_checked_ns;  /* its holder last checked with the kernel */
+	bool lock_warned;          /* said once that a live holder keeps it */
+	uint64_t last_repair_ns;   /* the last repair of the page map */
+	bool dram_damaged;         /* an agent operation found damage */
+};
+
+struct kvp_dfree {     /* a run chain to free once the lock is ours */
+	uint64_t slot;
+	uint32_t first, gen;
 };
 
 /* log.c */
@@ -119,6 +134,10 @@ unsigned kvp_dram_check_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w,
 uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 				   bool *stuck);
 uint64_t kvp_dram_gc_agent(struct kvp_agent *a);
+int kvp_dram_lock_agent(struct kvp_agent *a);
+uint64_t kvp_dram_free_agent(struct kvp_agent *a, uint32_t first, uint64_t slot, uint32_t gen);
+uint64_t kvp_dram_deferred_agent(struct kvp_agent *a);
+int kvp_dram_repair_agent(struct kvp_agent *a);
 unsigned kvp_ix_clear_stale_checks_agent(struct kvp_seg *s);
 void kvp_dram_round_agent(struct kvp_agent *a);
 bool kvp_dram_above_high_agent(const struct kvp_agent *a);

@@ -57,6 +57,20 @@ kvp_chk_repairable(struct kvp_chk *k, unsigned inv, const char *fmt, ...)
 		fprintf(k->out, "note (I%u, the next agent repairs it): %s\n", inv, buf);
 }
 
+/* I14: both geometry copies of the header are the geometry this process
+ * bound (a copy that differs was overwritten; the agent restores it). */
+static void
+kvp_chk_header(struct kvp_chk *k)
+{
+	const struct kvp_seg *s = k->s;
+	unsigned c;
+
+	for (c = 0; c < 2; c++)
+		if (memcmp(&s->hdr->h_geom[c], &s->g, sizeof(s->g)))
+			kvp_chk_repairable(k, 14, "geometry copy %u of the header was "
+					   "overwritten", c);
+}
+
 /* 1 live, 2 dead, 0 free (by the slot word; liveness by the kernel). */
 static void
 kvp_chk_clients(struct kvp_chk *k)
@@ -686,6 +700,7 @@ kvp_check_seg(const struct kvp_seg *s, FILE *out, struct kvp_check_report *r)
 	/* I15: an agent attached at least once */
 	if (kvp_load_relaxed(&s->hdr->h_incarnation) == 0) /* relaxed */
 		kvp_chk_viol(&k, 15, "incarnation is 0: no agent ever attached");
+	kvp_chk_header(&k);
 	kvp_chk_clients(&k);
 	kvp_chk_index(&k);
 	kvp_chk_dram(&k);

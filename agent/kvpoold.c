@@ -330,6 +330,10 @@ main(int argc, char **argv)
 		reaped = kvp_reaper_round_agent(a);
 		kvp_store_relaxed(&a->gc_request, 0); /* relaxed: no threads yet */
 		orphans = kvp_dram_gc_agent(a);
+		if (orphans == UINT64_MAX) { /* lock held: the tier thread sweeps */
+			kvp_store_relaxed(&a->gc_request, 1); /* relaxed: no threads yet */
+			orphans = 0;
+		}
 		kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_ORPHAN_PAGES], orphans); /* stat */
 		if (reaped || orphans)
 			kvp_log(KVP_LOG_INFO, "agent", "recovery: %u dead clients reaped, "

@@ -163,7 +163,8 @@ struct kvp_client_slot {
 	kvp_aword_t cs_hold_hwm;   /* hold slots in use are below this      */
 	kvp_aword_t cs_ns_id;      /* namespace id (hash of the name)       */
 	kvp_aint_t cs_io_futex;    /* the agent bumps it when a request is done */
-	uint32_t cs_pad32;
+	kvp_aint_t cs_alloc_claim; /* the allocator lock word this client holds
+				    * or is taking (0: none) */
 	kvp_aword_t cs_call_seq;   /* client-private call numbering (informative) */
 	char cs_ns[64];            /* namespace name, truncated, for humans */
 	kvp_aword_t cs_ctr[KVP_CTR_SLOTS];
@@ -268,6 +269,8 @@ struct kvp_shm_header {
 	uint32_t h_ssd_enabled;    /* set by the agent that attaches */
 	uint32_t h_durability;     /* the agent's --durability: 1 strict (a hint
 				    * that routes deletes through the agent) */
+	kvp_aint_t h_agent_alloc_claim; /* the agent's allocator lock claim */
+	uint32_t h_pad3;
 	kvp_aint_t h_io_wake;      /* futex: clients bump after posting */
 	kvp_aint_t h_staging_seq;  /* futex: bumped when spans are freed */
 	kvp_aword_t h_staging_used;  /* slots in use: the agent adds at allocation,
@@ -448,15 +451,36 @@ struct kvp_page {
 _Static_assert(sizeof(struct kvp_page) == 32, "page map entry size");
 
 #define KVP_DRAM_BINS 32
+/*
+ * The allocator lock word (a futex): 0 when free, else the holder's
+ * [waiters:1][seq:15][token:16], token = client slot + 1 or
+ * KVP_LOCK_TOKEN_AGENT.  Before it takes the lock a holder writes the
+ * exact word it is about to install into its claim (cs_alloc_claim, or
+ * h_agent_alloc_claim for the agent), so a word whose token's claim does
+ * not name it was not written by a holder (a stray or hostile write) and
+ * may be taken over; a holder whose process is dead (kernel-checked,
+ * kvp_shm_client_alive) likewise, followed by a rebuild of the bins.  Not
+ * a pthread mutex: glibc trusts the fields of its mutexes (kind, robust
+ * list links), and any byte here can be written by any client.
+ */
+#define KVP_LOCK_WAITERS 0x80000000u
+#define KVP_LOCK_TOKEN_AGENT 0xffffu
+#define KVP_LOCK_TOKEN(w) ((w)&0xffffu)
+#define KVP_LOCK_SEQ_MASK 0x7fff0000u
+
 struct kvp_dram_hdr {
-	pthread_mutex_t dh_lock;     /* process-shared, robust */
-	char dh_pad0[64 - (sizeof(pthread_mutex_t) % 64)];
+	kvp_aint_t dh_lock;          /* see above */
+	uint32_t dh_pad32;
+	kvp_aword_t dh_lock_ns;      /* CLOCK_MONOTONIC when taken (for humans) */
+	char dh_pad0[48];
 	uint64_t dh_used_pages;      /* under dh_lock */
 	uint64_t dh_free_pages;      /* under dh_lock */
 	uint64_t dh_peak_used_pages; /* under dh_lock */
 	uint64_t dh_alloc_fail;      /* under dh_lock */
 	uint32_t dh_bin[KVP_DRAM_BINS]; /* first free run (+1) per log2 class */
 	kvp_aword_t dh_used_mirror;  /* dh_used_pages, readable without lock */
+	kvp_aword_t dh_damaged;      /* 1: someone found the map damaged; the
+				      * agent verifies and repairs it */
 };
 
 /* Signature of the shared type sizes: a build with other sizes refuses. */
@@ -675,6 +699,11 @@ struct kvp_seg {
 	unsigned char *staging;
 	uint64_t slot_mask;  /* index_slots - 1 */
 	uint64_t bucket_mask; /* index_slots / 8 - 1 */
+	/* who this process is to the allocator lock (0: no one; tools) */
+	unsigned int lock_token;
+	unsigned int lock_seq;
+	unsigned int lock_held; /* the word we installed while we hold it */
+	kvp_aint_t *lock_claim;
 };
 
 /* ---- small helpers shared by client, agent and tools ---- */
@@ -711,6 +740,12 @@ KVP_INLINE void
 kvp_futex_wake(volatile kvp_aint_t *w)
 {
 	syscall(SYS_futex, w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+KVP_INLINE void
+kvp_futex_wake_one(volatile kvp_aint_t *w)
+{
+	syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 /* Process start time in clock ticks since boot (field 22 of /proc/pid/stat);

@@ -60,7 +60,6 @@ static void
 kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg, const struct kvp_geom *g)
 {
 	struct kvp_shm_header *h = s->hdr;
-	pthread_mutexattr_t ma;
 	char msg[256];
 
 	memset(h, 0, KVP_PAGE);
@@ -76,17 +75,22 @@ kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg, const struct kv
 	/* the rest of the segment is zero (fallocate): all client slots
 	 * FREE, all index slots EMPTY, no holds */
 	kvp_shm_bind(s, msg, sizeof(msg)); /* sound: computed just above */
-	pthread_mutexattr_init(&ma);
-	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-	pthread_mutex_init(&s->dram->dh_lock, &ma);
-	pthread_mutexattr_destroy(&ma);
 	s->pages[0].pg_state = KVP_PG_FREE;
 	s->pages[0].pg_npages = (uint32_t)s->g.g_dram_pages;
 	kvp_dram_rebuild_locked(s); /* nobody else can see it yet */
 	/* release: the magic is the last word written; a reader that checks
 	 * it sees the whole header (the link() below publishes anyway) */
 	kvp_store_release((kvp_aword_t *)&h->h_magic, KVP_SHM_MAGIC);
+}
+
+/* The agent's name to the allocator lock (its claim lives in the header);
+ * a claim its predecessor left is void. */
+static void
+kvp_shm_agent_token(struct kvp_seg *s)
+{
+	s->lock_token = KVP_LOCK_TOKEN_AGENT;
+	s->lock_claim = &s->hdr->h_agent_alloc_claim;
+	kvp_istore_release(s->lock_claim, 0); /* release: nothing held yet */
 }
 
 static int
@@ -152,6 +156,7 @@ kvp_shm_create(struct kvp_agent *a, const char *name)
 	}
 	s->hdr = (struct kvp_shm_header *)s->base;
 	kvp_shm_init(s, cfg, &g);
+	kvp_shm_agent_token(s);
 	rc = kvp_shm_lock_take(s->fd, KVP_LOCK_AGENT);
 	if (rc)
 		goto err_unmap;
@@ -203,19 +208,28 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 		kvp__seg_unmap(s);
 		return -EADDRINUSE;
 	}
+	kvp_shm_agent_token(s);
 	/* full: the incarnation tells workers an agent restarted */
 	inc = kvp_fetch_add(&s->hdr->h_incarnation, 1) + 1;
 	kvp_crashpoint(A_ATTACH);
-	rc = kvp_dram_lock(s);
+	/* bins a dead predecessor may have left half-updated; a client
+	 * holding the lock (maybe stopped) is not waited for long: the
+	 * bins are sound unless someone died holding it, which the next
+	 * locker repairs anyway */
+	rc = kvp_dram_lock_until(s, kvp_now_ns(CLOCK_MONOTONIC) + 2000000000ull);
 	if (rc == 0) {
 		rc = kvp_dram_rebuild_locked(s);
 		kvp_dram_unlock(s);
 	}
-	if (rc) {
-		kvp_log(KVP_LOG_ERROR, "dram", "allocator damaged (%s): remove %s and "
-			"restart", kvp_strerror(rc), name);
-		kvp__seg_unmap(s);
-		return rc;
+	if (rc == -EBUSY) {
+		kvp_log(KVP_LOG_WARN, "dram", "the allocator lock is held by a live client: "
+			"bins not rebuilt at attach");
+	} else if (rc) {
+		/* a broken run chain: the tier thread rebuilds the map from
+		 * the index (kvp_dram_repair_agent) */
+		kvp_log(KVP_LOG_WARN, "dram", "allocator map damaged (%s): the agent "
+			"repairs it from the index", kvp_strerror(rc));
+		kvp_dram_report_damage(s);
 	}
 	cleared = kvp_ix_clear_stale_checks_agent(s);
 	a->cfg.dram_unit = s->g.g_dram_unit;

@@ -358,8 +358,8 @@ kvpb_vset_fill(struct kvp_client *c, struct kvpb_vset *vs, uint64_t tag)
 				kvp_strerror(rc));
 	}
 	for (k = 0; k < vs->n && !rc; k++) {
-		uint64_t i, len, loc, rb;
-		uint32_t next;
+		uint64_t i, len, loc, rb = 0;
+		uint32_t next = 0;
 		int h = kvp__lookup_hold(c, vs->keys + k * KVPB_KLEN, KVPB_KLEN, &i, &len);
 
 		if (h < 0) {
@@ -376,7 +376,7 @@ kvpb_vset_fill(struct kvp_client *c, struct kvpb_vset *vs, uint64_t tag)
 		 * nobody deletes these keys.  A fresh arena gives one run per
 		 * value; a chained value would need a chained baseline.
 		 */
-		if (len != vs->size || next || rb < len) {
+		if (!vs->src[k] || len != vs->size || next || rb < len) {
 			fprintf(stderr, "bench_core: value %llu is not one run\n",
 				(unsigned long long)k);
 			rc = -EUCLEAN;

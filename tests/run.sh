@@ -57,7 +57,7 @@ run() { # name, command...
 }
 
 UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
-UNIT="$UNIT test_metrics test_durability"
+UNIT="$UNIT test_metrics test_durability test_hostile"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
@@ -102,6 +102,7 @@ if [ $quick = 0 ]; then
 		mkdir -p build/fuzz
 		if clang -std=gnu11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 			-fno-sanitize-recover=undefined -DKVP_LIBFUZZER -I. tests/fuzz/fuzz_ring.c \
+			agent/check.c tests/agent/harness.c \
 			agent/log.c agent/reaper.c shm/shm_agent.c tiers/dram_agent.c \
 			tiers/tier_agent.c tiers/ssd_store.c tiers/crc32c.c -o build/fuzz/fuzz_ring \
 			-luring -latomic_ops -lpthread >build/fuzz/build.log 2>&1; then

@@ -21,6 +21,21 @@
  * EOWNERDEAD rebuilds the bins and counts from the chain and marks the
  * mutex consistent.  A run whose owner died before publishing is found
  * by its owner tag (entry slot + generation) and freed by the agent.
+ *
+ * A client that can write the segment can write any of it (DESIGN-NOTES
+ * 9): every unit number, run length and bin link read from the page map
+ * is checked against this process's private geometry (s->g) before it is
+ * used, each field is read once, and nothing is written until the checks
+ * of an operation passed.  A run taken or merged must also carry its tail
+ * tag, and a header absorbed by a merge is cleared (interior units are
+ * NONE), so a bin link or a length forged outside a value's units cannot
+ * hand out or merge units inside it.  A damaged map makes an operation fail with
+ * -EUCLEAN (never a write out of bounds); the caller sets dh_damaged and
+ * the agent repairs the map (tiers/dram_agent.c, kvp_dram_repair_agent).
+ *
+ * Waiting: a client never waits for the lock longer than its deadline
+ * (a live holder may be stopped: SIGSTOP, a debugger, a frozen cgroup);
+ * the agent never waits at all (it defers what needs the lock).
  */
 #ifndef KVP_DRAM_H
 #define KVP_DRAM_H
@@ -35,54 +50,119 @@ kvp_dram_bin(uint64_t npages)
 	return b < KVP_DRAM_BINS ? b : KVP_DRAM_BINS - 1;
 }
 
-KVP_INLINE void
-kvp__dram_bin_unlink(struct kvp_seg *s, uint32_t p)
+/* Is unit p the header of a well-formed run of *len units (1 .. the rest
+ * of the arena)?  One read of its length. */
+KVP_INLINE bool
+kvp__dram_run_ok(const struct kvp_seg *s, uint64_t p, uint32_t *len)
 {
-	struct kvp_page *pg = &s->pages[p];
+	uint64_t n = s->g.g_dram_pages;
+	uint32_t l;
 
-	if (pg->pg_prev)
-		s->pages[pg->pg_prev - 1].pg_next = pg->pg_next;
-	else
-		s->dram->dh_bin[kvp_dram_bin(pg->pg_npages)] = pg->pg_next;
-	if (pg->pg_next)
-		s->pages[pg->pg_next - 1].pg_prev = pg->pg_prev;
-	pg->pg_next = pg->pg_prev = 0;
+	if (p >= n)
+		return false;
+	l = s->pages[p].pg_npages;
+	*len = l;
+	return l >= 1 && l <= n - p;
 }
 
-KVP_INLINE void
+/* Does run p of len units end with its tail tag (its last unit names p)? */
+KVP_INLINE bool
+kvp__dram_tail_ok(const struct kvp_seg *s, uint64_t p, uint32_t len)
+{
+	return s->pages[p + len - 1].pg_head == p + 1;
+}
+
+/* Unlink free run p from its bin.  Every link it follows or writes is
+ * checked first: -EUCLEAN (nothing written) if the bin list is damaged. */
+KVP_INLINE int
+kvp__dram_bin_unlink(struct kvp_seg *s, uint32_t p)
+{
+	uint64_t n = s->g.g_dram_pages;
+	struct kvp_page *pg = &s->pages[p];
+	uint32_t prev = pg->pg_prev, next = pg->pg_next;
+	unsigned b = kvp_dram_bin(pg->pg_npages);
+
+	if (p >= n || prev > n || next > n || prev == p + 1 || next == p + 1)
+		return -EUCLEAN;
+	if (prev ? s->pages[prev - 1].pg_next != p + 1 : s->dram->dh_bin[b] != p + 1)
+		return -EUCLEAN;
+	if (next && s->pages[next - 1].pg_prev != p + 1)
+		return -EUCLEAN;
+	if (prev)
+		s->pages[prev - 1].pg_next = next;
+	else
+		s->dram->dh_bin[b] = next;
+	if (next)
+		s->pages[next - 1].pg_prev = prev;
+	pg->pg_next = pg->pg_prev = 0;
+	return 0;
+}
+
+/* Link free run p at the head of its bin.  -EUCLEAN if the bin's head is
+ * not a unit. */
+KVP_INLINE int
 kvp__dram_bin_link(struct kvp_seg *s, uint32_t p)
 {
 	struct kvp_page *pg = &s->pages[p];
 	unsigned b = kvp_dram_bin(pg->pg_npages);
+	uint32_t head = s->dram->dh_bin[b];
 
+	if (p >= s->g.g_dram_pages || head > s->g.g_dram_pages)
+		return -EUCLEAN;
 	pg->pg_prev = 0;
-	pg->pg_next = s->dram->dh_bin[b];
-	if (pg->pg_next)
-		s->pages[pg->pg_next - 1].pg_prev = p + 1;
+	pg->pg_next = head;
+	if (head)
+		s->pages[head - 1].pg_prev = p + 1;
 	s->dram->dh_bin[b] = p + 1;
+	return 0;
+}
+
+/* Unit k becomes interior: no header, no tail tag. */
+KVP_INLINE void
+kvp__dram_interior(struct kvp_seg *s, uint64_t k)
+{
+	s->pages[k].pg_state = KVP_PG_NONE;
+	s->pages[k].pg_npages = 0;
+	s->pages[k].pg_head = 0;
 }
 
 /* Rebuild bins and counts from the run chain (lock held).  Adjacent free
- * runs are merged.  Returns -EUCLEAN if the chain itself is broken. */
+ * runs are merged.  Returns -EUCLEAN if the chain itself is broken (then
+ * only the agent's repair from the index can put it right). */
 KVP_INLINE int
 kvp_dram_rebuild_locked(struct kvp_seg *s)
 {
 	uint64_t n = s->g.g_dram_pages, p = 0, used = 0, last_free = UINT64_MAX;
 	unsigned b;
 
-	for (b = 0; b < KVP_DRAM_BINS; b++)
-		s->dram->dh_bin[b] = 0;
 	while (p < n) {
 		struct kvp_page *pg = &s->pages[p];
-		uint64_t len = pg->pg_npages;
+		uint32_t len, st = pg->pg_state;
 
-		if (len == 0 || len > n - p ||
-		    (pg->pg_state != KVP_PG_FREE && pg->pg_state != KVP_PG_USED))
+		if (!kvp__dram_run_ok(s, p, &len) || (st != KVP_PG_FREE && st != KVP_PG_USED))
 			return -EUCLEAN;
+		p += len;
+	}
+	for (b = 0; b < KVP_DRAM_BINS; b++)
+		s->dram->dh_bin[b] = 0;
+	for (p = 0; p < n;) {
+		struct kvp_page *pg = &s->pages[p];
+		uint32_t len = pg->pg_npages;
+
 		if (pg->pg_state == KVP_PG_FREE && last_free != UINT64_MAX) {
-			/* merge into the previous free run: one header write */
-			s->pages[last_free].pg_npages += (uint32_t)len;
+			/* merge into the previous free run: one header write,
+			 * then the absorbed header and the old tail are
+			 * interior */
+			s->pages[last_free].pg_npages += len;
 			s->pages[p + len - 1].pg_head = (uint32_t)last_free + 1;
+			if (p - 1 != last_free)
+				kvp__dram_interior(s, p - 1);
+			else
+				s->pages[last_free].pg_head = 0;
+			pg->pg_state = KVP_PG_NONE; /* its tag, if it is the tail, stays */
+			pg->pg_npages = 0;
+			if (len > 1)
+				pg->pg_head = 0;
 			p += len;
 			continue;
 		}
@@ -97,7 +177,7 @@ kvp_dram_rebuild_locked(struct kvp_seg *s)
 	}
 	for (p = 0; p < n; p += s->pages[p].pg_npages)
 		if (s->pages[p].pg_state == KVP_PG_FREE)
-			kvp__dram_bin_link(s, (uint32_t)p);
+			kvp__dram_bin_link(s, (uint32_t)p); /* bins were just cleared */
 	s->dram->dh_used_pages = used;
 	s->dram->dh_free_pages = n - used;
 	/* relaxed: a statistic for lock-free readers */
@@ -105,45 +185,220 @@ kvp_dram_rebuild_locked(struct kvp_seg *s)
 	return 0;
 }
 
-/* Take the allocator lock, recovering it if its last owner died. */
-KVP_INLINE int
-kvp_dram_lock(struct kvp_seg *s)
+/* The allocator is damaged: ask the agent to repair it (a hint it reads
+ * every round; a stray value only makes it verify the map once more). */
+KVP_INLINE void
+kvp_dram_report_damage(struct kvp_seg *s)
 {
-	int rc = pthread_mutex_lock(&s->dram->dh_lock);
+	/* relaxed: a hint; the agent's repair takes the lock and checks */
+	kvp_store_relaxed(&s->dram->dh_damaged, 1);
+}
 
-	if (rc == EOWNERDEAD) {
-		/* the dead owner may have left the bins half-updated; the
-		 * run chain is always valid (see the top of this file) */
+KVP_INLINE void kvp_dram_unlock(struct kvp_seg *s);
+
+/*
+ * Is lock word v held by no one who can release it?  A token whose claim
+ * does not name the word (a stray or forged write), and, when
+ * check_alive, a holder whose process is dead (kernel-checked: syscalls,
+ * slow paths only).  See the lock word in shm/kvp_shm.h.
+ */
+KVP_INLINE bool
+kvp__dram_lock_orphan(const struct kvp_seg *s, unsigned int v, bool check_alive)
+{
+	unsigned int t = KVP_LOCK_TOKEN(v);
+	const kvp_aint_t *claim;
+
+	if (t == KVP_LOCK_TOKEN_AGENT)
+		claim = &s->hdr->h_agent_alloc_claim;
+	else if (t >= 1 && t <= s->g.g_max_clients)
+		claim = &s->clients[t - 1].cs_alloc_claim;
+	else
+		return true; /* not a token at all */
+	/* acquire: pairs with the holder's claim store, which precedes its
+	 * CAS of the word we read */
+	if (kvp_iload_acquire(claim) != (v & ~KVP_LOCK_WAITERS))
+		return true;
+	if (!check_alive)
+		return false;
+	return t == KVP_LOCK_TOKEN_AGENT ? !kvp_shm_agent_alive(s)
+					 : !kvp_shm_client_alive(s, t - 1);
+}
+
+/*
+ * Take the allocator lock, waiting at most until deadline_ns
+ * (CLOCK_MONOTONIC; 0: do not wait; UINT64_MAX: as long as it takes).  A
+ * word no holder wrote is taken over at once; a holder seen on the same
+ * word for 2 ms is checked with the kernel, and taken over if its
+ * process is dead (the bins are then rebuilt from the chain).  0
+ * (locked), -EBUSY (held by a live process past the deadline: it may be
+ * stopped), -EUCLEAN (a dead holder left the chain broken: not locked,
+ * damage reported), -EPERM (this process has no token: a tool).
+ */
+KVP_INLINE int
+kvp_dram_lock_until(struct kvp_seg *s, uint64_t deadline_ns)
+{
+	volatile kvp_aint_t *w = &s->dram->dh_lock;
+	unsigned int mine, v, seen = 0;
+	uint64_t seen_ns = 0, now = 0;
+	bool stolen = false;
+
+	if (!s->lock_token)
+		return -EPERM;
+	s->lock_seq = (s->lock_seq + 1) & 0x7fffu;
+	mine = (s->lock_seq << 16) | s->lock_token;
+	/* release: our claim, before the word that names it (the CAS) */
+	kvp_istore_release(s->lock_claim, mine);
+	for (;;) {
+		/* full CAS: the lock; acquires what the last holder wrote */
+		if (kvp_icas(w, 0, mine))
+			break;
+		/* acquire: the holder's word, then its claim */
+		v = kvp_iload_acquire(w);
+		if (!v)
+			continue;
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (v != seen) {
+			seen = v;
+			seen_ns = now;
+		}
+		if (kvp__dram_lock_orphan(s, v, now - seen_ns >= 2000000ull)) {
+			/* full CAS: take over exactly that word */
+			if (kvp_icas(w, v, mine | (v & KVP_LOCK_WAITERS))) {
+				stolen = true;
+				break;
+			}
+			continue;
+		}
+		if (deadline_ns != UINT64_MAX && now >= deadline_ns) {
+			/* release: no claim left behind */
+			kvp_istore_release(s->lock_claim, 0);
+			return -EBUSY;
+		}
+		/* full CAS: say a waiter sleeps, so the holder wakes one */
+		if (!(v & KVP_LOCK_WAITERS) && !kvp_icas(w, v, v | KVP_LOCK_WAITERS))
+			continue;
+		kvp_futex_wait(w, v | KVP_LOCK_WAITERS,
+			       deadline_ns - now < 2000000ull ? deadline_ns - now : 2000000ull);
+		/* full CAS: after a sleep others may sleep too: keep the flag */
+		if (kvp_icas(w, 0, mine | KVP_LOCK_WAITERS))
+			break;
+	}
+	s->lock_held = mine;
+	if (stolen) {
+		/* the holder is gone (or never was): the bins may be half
+		 * updated; the run chain is always valid (top of this file) */
 		if (kvp_dram_rebuild_locked(s) < 0) {
-			pthread_mutex_consistent(&s->dram->dh_lock);
-			pthread_mutex_unlock(&s->dram->dh_lock);
+			kvp_dram_unlock(s);
+			kvp_dram_report_damage(s);
 			return -EUCLEAN;
 		}
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER], 1); /* stat */
-		pthread_mutex_consistent(&s->dram->dh_lock);
-		rc = 0;
 	}
-	return -rc;
+	return 0;
 }
 
+/*
+ * Take the lock over from its holder if the kernel says that holder's
+ * process is dead (or no holder wrote the word): the agent, which never
+ * waits for the lock, calls this when a holder has kept it for a while.
+ * 0 (locked; bins rebuilt), -EBUSY (a live holder), -EUCLEAN.
+ */
+KVP_INLINE int
+kvp_dram_lock_takeover(struct kvp_seg *s)
+{
+	volatile kvp_aint_t *w = &s->dram->dh_lock;
+	/* acquire: the holder's word, then its claim */
+	unsigned int v = kvp_iload_acquire(w), mine;
+
+	if (!s->lock_token)
+		return -EPERM;
+	if (!v || !kvp__dram_lock_orphan(s, v, true))
+		return -EBUSY;
+	s->lock_seq = (s->lock_seq + 1) & 0x7fffu;
+	mine = (s->lock_seq << 16) | s->lock_token;
+	kvp_istore_release(s->lock_claim, mine); /* release: claim, then word */
+	/* full CAS: take over exactly that word */
+	if (!kvp_icas(w, v, mine | (v & KVP_LOCK_WAITERS))) {
+		kvp_istore_release(s->lock_claim, 0); /* release */
+		return -EBUSY;
+	}
+	s->lock_held = mine;
+	if (kvp_dram_rebuild_locked(s) < 0) {
+		kvp_dram_unlock(s);
+		kvp_dram_report_damage(s);
+		return -EUCLEAN;
+	}
+	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER], 1); /* stat */
+	return 0;
+}
+
+KVP_INLINE int
+kvp_dram_lock(struct kvp_seg *s)
+{
+	return kvp_dram_lock_until(s, UINT64_MAX);
+}
+
+/* Release the lock this process holds (s->lock_held). */
 KVP_INLINE void
 kvp_dram_unlock(struct kvp_seg *s)
 {
+	volatile kvp_aint_t *w = &s->dram->dh_lock;
+	unsigned int v;
+
 	/* relaxed: a statistic for lock-free readers */
 	kvp_store_relaxed(&s->dram->dh_used_mirror, s->dram->dh_used_pages);
-	pthread_mutex_unlock(&s->dram->dh_lock);
+	for (;;) {
+		/* acquire: our word, perhaps with a waiter's flag added */
+		v = kvp_iload_acquire(w);
+		if ((v & ~KVP_LOCK_WAITERS) != s->lock_held)
+			break; /* not ours any more: nothing to release */
+		/* full CAS (release half): everything we wrote under the lock
+		 * before the next holder's acquiring CAS */
+		if (kvp_icas(w, v, 0))
+			break;
+	}
+	/* release: the claim goes after the word */
+	kvp_istore_release(s->lock_claim, 0);
+	s->lock_held = 0;
+	if (v & KVP_LOCK_WAITERS)
+		kvp_futex_wake_one(w);
 }
 
-/* Carve 'want' units from the free run at p (lock held).  Returns the
- * number taken. */
+/* Are units (p, p + take) interior (no header, no tail tag but the run's
+ * own, at p + len - 1)?  A header or tag there means two runs overlap:
+ * the map is damaged. */
+KVP_INLINE bool
+kvp__dram_interior_ok(const struct kvp_seg *s, uint64_t p, uint32_t take, uint32_t len)
+{
+	uint64_t k;
+
+	for (k = p + 1; k < p + take; k++) {
+		const struct kvp_page *pg = &s->pages[k];
+
+		if (pg->pg_state != KVP_PG_NONE || pg->pg_npages ||
+		    (pg->pg_head && !(k == p + len - 1 && pg->pg_head == p + 1)))
+			return false;
+	}
+	return true;
+}
+
+/* Carve up to 'want' units from the free run at p (lock held).  Returns
+ * the number taken, 0 if p is not a well-formed free run in its bin, or
+ * the units it would hand out are not all interior (damage: nothing
+ * written). */
 KVP_INLINE uint32_t
 kvp__dram_take(struct kvp_seg *s, uint32_t p, uint64_t want, uint32_t owner,
 	       uint32_t gen)
 {
 	struct kvp_page *pg = &s->pages[p];
-	uint32_t len = pg->pg_npages, take = want < len ? (uint32_t)want : len;
+	uint32_t len, take;
 
-	kvp__dram_bin_unlink(s, p);
+	if (!kvp__dram_run_ok(s, p, &len) || pg->pg_state != KVP_PG_FREE ||
+	    !kvp__dram_tail_ok(s, p, len))
+		return 0;
+	take = want < len ? (uint32_t)want : len;
+	if (!kvp__dram_interior_ok(s, p, take, len) || kvp__dram_bin_unlink(s, p))
+		return 0;
 	if (take < len) {
 		/* tail header first: the chain stays valid through FREE(len) */
 		struct kvp_page *t = &s->pages[p + take];
@@ -151,7 +406,7 @@ kvp__dram_take(struct kvp_seg *s, uint32_t p, uint64_t want, uint32_t owner,
 		t->pg_npages = len - take;
 		t->pg_owner = t->pg_owner_gen = 0;
 		s->pages[p + len - 1].pg_head = p + take + 1;
-		kvp__dram_bin_link(s, p + take);
+		kvp__dram_bin_link(s, p + take); /* checked by the unlink above */
 	}
 	pg->pg_owner = owner;
 	pg->pg_owner_gen = gen;
@@ -167,16 +422,18 @@ kvp__dram_take(struct kvp_seg *s, uint32_t p, uint64_t want, uint32_t owner,
 }
 
 /*
- * Allocate 'bytes' for entry slot 'owner_slot' at generation 'gen'.
+ * Allocate 'bytes' for entry slot 'owner_slot' at generation 'gen',
+ * waiting for the lock at most until deadline_ns (see kvp_dram_lock_until).
  * All or nothing.  Returns the first unit of the run chain in *first.
- * -ENOSPC when the free units do not add up; -EUCLEAN if the allocator is
- * damaged.  Any process; takes the allocator lock briefly.
+ * -ENOSPC when the free units do not add up; -EBUSY when the lock stayed
+ * held; -EUCLEAN if the allocator is damaged (reported to the agent; runs
+ * taken before the damage showed are tagged and the agent frees them).
  */
 KVP_INLINE int
-kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot,
-	       uint32_t gen, uint32_t *first)
+kvp_dram_alloc_until(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot, uint32_t gen,
+		     uint32_t *first, uint64_t deadline_ns)
 {
-	uint64_t unit = s->g.g_dram_unit;
+	uint64_t unit = s->g.g_dram_unit, n = s->g.g_dram_pages;
 	uint64_t want = (bytes + unit - 1) / unit, got = 0;
 	uint32_t owner = (uint32_t)owner_slot + 1, prev = 0, head = 0;
 	unsigned b;
@@ -184,7 +441,9 @@ kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot,
 
 	if (want == 0)
 		want = 1;
-	rc = kvp_dram_lock(s);
+	if (want > n)
+		return -ENOSPC;
+	rc = kvp_dram_lock_until(s, deadline_ns);
 	if (rc)
 		return rc;
 	if (s->dram->dh_free_pages < want) {
@@ -198,15 +457,21 @@ kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot,
 		uint32_t q = s->dram->dh_bin[b];
 		int probes = 0;
 
-		for (; q && probes < 32; q = s->pages[q - 1].pg_next, probes++) {
-			if (s->pages[q - 1].pg_npages >= want) {
+		for (; q && probes < 32; probes++) {
+			uint32_t len;
+
+			if (q > n || !kvp__dram_run_ok(s, q - 1, &len))
+				goto damaged;
+			if (len >= want) {
 				head = q;
 				break;
 			}
+			q = s->pages[q - 1].pg_next;
 		}
 	}
 	if (head) {
-		kvp__dram_take(s, head - 1, want, owner, gen);
+		if (!kvp__dram_take(s, head - 1, want, owner, gen))
+			goto damaged;
 		*first = head - 1;
 		kvp_crashpoint(C_ALLOC_LOCKED);
 		kvp_dram_unlock(s);
@@ -215,8 +480,14 @@ kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot,
 	/* fragmented: chain the largest runs until the value fits */
 	for (b = KVP_DRAM_BINS; b-- > 0 && got < want;) {
 		while (s->dram->dh_bin[b] && got < want) {
-			uint32_t q = s->dram->dh_bin[b] - 1;
-			got += kvp__dram_take(s, q, want - got, owner, gen);
+			uint32_t q = s->dram->dh_bin[b] - 1, took;
+
+			if (q >= n)
+				goto damaged;
+			took = kvp__dram_take(s, q, want - got, owner, gen);
+			if (!took)
+				goto damaged;
+			got += took;
 			if (prev)
 				s->pages[prev - 1].pg_next = q + 1;
 			else
@@ -225,82 +496,147 @@ kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot,
 		}
 	}
 	kvp_dram_unlock(s);
-	return got == want ? 0 : -EUCLEAN;
+	if (got == want)
+		return 0;
+	kvp_dram_report_damage(s); /* the counts promised more than the bins */
+	return -EUCLEAN;
+damaged:
+	kvp_dram_unlock(s);
+	kvp_dram_report_damage(s);
+	return -EUCLEAN;
 }
 
-/* Address and length of the run starting at unit p (a held chain). */
-KVP_INLINE unsigned char *
-kvp_dram_run(const struct kvp_seg *s, uint32_t p, uint64_t *run_bytes, uint32_t *next)
+/* kvp_dram_alloc_until without a deadline (tests, tools). */
+KVP_INLINE int
+kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot, uint32_t gen,
+	       uint32_t *first)
 {
-	const struct kvp_page *pg = &s->pages[p];
-
-	*run_bytes = (uint64_t)pg->pg_npages * s->g.g_dram_unit;
-	*next = pg->pg_next;
-	return s->arena + (uint64_t)p * s->g.g_dram_unit;
-}
-
-/* Free one run (lock held), merging with free neighbours. */
-KVP_INLINE void
-kvp__dram_free_run_locked(struct kvp_seg *s, uint32_t p)
-{
-	uint64_t n = s->g.g_dram_pages;
-	struct kvp_page *pg = &s->pages[p];
-	uint32_t len = pg->pg_npages;
-
-	s->dram->dh_used_pages -= len;
-	s->dram->dh_free_pages += len;
-	if (p + len < n && s->pages[p + len].pg_state == KVP_PG_FREE) {
-		uint32_t q = p + len;
-		kvp__dram_bin_unlink(s, q);
-		len += s->pages[q].pg_npages;
-	}
-	pg->pg_owner = pg->pg_owner_gen = 0;
-	pg->pg_next = 0;
-	pg->pg_state = KVP_PG_FREE;
-	pg->pg_npages = len; /* one write grows the run over the neighbour */
-	if (p > 0) {
-		uint32_t h = s->pages[p - 1].pg_head;
-		if (h && h - 1 < p && s->pages[h - 1].pg_state == KVP_PG_FREE &&
-		    h - 1 + s->pages[h - 1].pg_npages == p) {
-			kvp__dram_bin_unlink(s, h - 1);
-			s->pages[h - 1].pg_npages += len;
-			p = h - 1;
-			len = s->pages[p].pg_npages;
-		}
-	}
-	s->pages[p + len - 1].pg_head = p + 1;
-	kvp__dram_bin_link(s, p);
+	return kvp_dram_alloc_until(s, bytes, owner_slot, gen, first, UINT64_MAX);
 }
 
 /*
- * Free the run chain of entry (owner_slot, gen) starting at unit first.
- * Only runs tagged with that owner are freed: a damaged or stale location
- * frees nothing that belongs to someone else.  Returns units freed.
+ * Address and length of the run starting at unit p (a held chain), and
+ * the next run (+1, 0 = last) in *next; NULL if p is not a well-formed
+ * run: the chain was damaged, and the caller stops (never reads or
+ * writes past the arena).
+ */
+KVP_INLINE unsigned char *
+kvp_dram_run(const struct kvp_seg *s, uint32_t p, uint64_t *run_bytes, uint32_t *next)
+{
+	uint32_t len, nx;
+
+	if (!kvp__dram_run_ok(s, p, &len))
+		return NULL;
+	nx = s->pages[p].pg_next;
+	*run_bytes = (uint64_t)len * s->g.g_dram_unit;
+	*next = nx <= s->g.g_dram_pages ? nx : 0;
+	return s->arena + (uint64_t)p * s->g.g_dram_unit;
+}
+
+/* Free the USED run at p (lock held), merging with free neighbours.
+ * -EUCLEAN if p or a neighbour is not well formed (nothing freed; bins
+ * may need the rebuild the caller's report brings).  Headers and tags a
+ * merge makes interior are cleared. */
+KVP_INLINE int
+kvp__dram_free_run_locked(struct kvp_seg *s, uint32_t p)
+{
+	uint64_t n = s->g.g_dram_pages, P = p, L, k;
+	struct kvp_page *pg = &s->pages[p];
+	uint32_t len, qlen = 0, hlen = 0, h = 0;
+	uint64_t stale[4];
+	unsigned ns = 0;
+	bool right = false, left = false;
+
+	if (!kvp__dram_run_ok(s, p, &len) || pg->pg_state != KVP_PG_USED ||
+	    !kvp__dram_tail_ok(s, p, len))
+		return -EUCLEAN;
+	if (p + len < n && s->pages[p + len].pg_state == KVP_PG_FREE) {
+		if (!kvp__dram_run_ok(s, p + len, &qlen) || !kvp__dram_tail_ok(s, p + len, qlen))
+			return -EUCLEAN;
+		right = true;
+	}
+	if (p > 0) {
+		h = s->pages[p - 1].pg_head;
+		left = h && h - 1 < p && s->pages[h - 1].pg_state == KVP_PG_FREE &&
+		       kvp__dram_run_ok(s, h - 1, &hlen) && h - 1 + hlen == p;
+	}
+	/* the bins first: nothing else is written if they are damaged */
+	if ((right && kvp__dram_bin_unlink(s, p + len)) || (left && kvp__dram_bin_unlink(s, h - 1)))
+		return -EUCLEAN;
+	s->dram->dh_used_pages -= len;
+	s->dram->dh_free_pages += len;
+	pg->pg_owner = pg->pg_owner_gen = 0;
+	pg->pg_next = 0;
+	pg->pg_state = KVP_PG_FREE;
+	L = len;
+	if (right) {
+		/* one write grows the run over the neighbour (chain valid) */
+		pg->pg_npages = len + qlen;
+		stale[ns++] = p + len - 1; /* our tail */
+		stale[ns++] = p + len;     /* its header */
+		L += qlen;
+	}
+	if (left) {
+		s->pages[h - 1].pg_npages = (uint32_t)(hlen + L);
+		stale[ns++] = p - 1;       /* its tail */
+		stale[ns++] = p;           /* our header */
+		P = h - 1;
+		L += hlen;
+	}
+	for (k = 0; k < ns; k++) {
+		if (stale[k] == P)
+			continue;
+		kvp__dram_interior(s, stale[k]); /* the tail's tag is set below */
+	}
+	s->pages[P + L - 1].pg_head = (uint32_t)P + 1;
+	return kvp__dram_bin_link(s, (uint32_t)P);
+}
+
+/*
+ * Free the run chain of entry (owner_slot, gen) starting at unit first,
+ * waiting for the lock at most until deadline_ns.  Only runs tagged with
+ * that owner are freed: a damaged or stale location frees nothing that
+ * belongs to someone else.  Returns units freed, -EBUSY (lock held past
+ * the deadline: nothing freed), -EUCLEAN (damage found and reported).
  */
 KVP_INLINE int64_t
-kvp_dram_free_chain(struct kvp_seg *s, uint32_t first, uint64_t owner_slot, uint32_t gen)
+kvp_dram_free_chain_until(struct kvp_seg *s, uint32_t first, uint64_t owner_slot, uint32_t gen,
+			  uint64_t deadline_ns)
 {
 	uint64_t n = s->g.g_dram_pages, freed = 0, guard = 0;
 	uint32_t p = first, owner = (uint32_t)owner_slot + 1;
-	int rc = kvp_dram_lock(s);
+	int rc = kvp_dram_lock_until(s, deadline_ns);
 
 	if (rc)
 		return rc;
 	while (p < n && guard++ < n) {
 		struct kvp_page *pg = &s->pages[p];
-		uint32_t next = pg->pg_next;
+		uint32_t next = pg->pg_next, len;
 
 		if (pg->pg_state != KVP_PG_USED || pg->pg_owner != owner ||
 		    pg->pg_owner_gen != gen)
+			break; /* not (or no longer) this value's: a stale location */
+		if (!kvp__dram_run_ok(s, p, &len) || kvp__dram_free_run_locked(s, p)) {
+			rc = -EUCLEAN;
 			break;
-		freed += pg->pg_npages;
-		kvp__dram_free_run_locked(s, p);
-		if (!next)
+		}
+		freed += len;
+		if (!next || next > n)
 			break;
 		p = next - 1;
 	}
 	kvp_dram_unlock(s);
+	if (rc) {
+		kvp_dram_report_damage(s);
+		return rc;
+	}
 	return (int64_t)freed;
+}
+
+KVP_INLINE int64_t
+kvp_dram_free_chain(struct kvp_seg *s, uint32_t first, uint64_t owner_slot, uint32_t gen)
+{
+	return kvp_dram_free_chain_until(s, first, owner_slot, gen, UINT64_MAX);
 }
 
 #endif /* KVP_DRAM_H */

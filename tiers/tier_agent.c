@@ -161,9 +161,11 @@ kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes, struct iovec *io
 	unsigned n = 0;
 
 	while (bytes && n < max && p < s->g.g_dram_pages) {
-		uint64_t rb;
+		uint64_t rb = 0;
 		unsigned char *a = kvp_dram_run(s, p, &rb, &next);
 
+		if (!a) /* a damaged chain: no I/O (the caller gives up) */
+			return 0;
 		iov[n].iov_base = a;
 		iov[n].iov_len = rb < bytes ? rb : ((bytes + 4095) & ~4095ull);
 		if (iov[n].iov_len > rb)
@@ -672,7 +674,8 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 		uint32_t first = 0;
 
 		op = kvp_top_get(t, TOP_PROMOTE, &tag);
-		if (op && kvp_dram_alloc(s, vlen, slot, KVP_IX_GEN(mw), &first) == 0) {
+		/* never waits for the allocator lock: staged instead */
+		if (op && kvp_dram_alloc_until(s, vlen, slot, KVP_IX_GEN(mw), &first, 0) == 0) {
 			struct kvp_ssd_read rd;
 
 			op->slot = slot;
@@ -694,7 +697,7 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 				kvp_crashpoint(A_PROMOTE_SUBMITTED);
 				return;
 			}
-			kvp_dram_free_chain(s, first, slot, KVP_IX_GEN(mw));
+			kvp_dram_free_agent(a, first, slot, KVP_IX_GEN(mw));
 		}
 		if (op)
 			kvp_top_put(t, op);
@@ -886,7 +889,7 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_PROMOTE], 1); /* stat */
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->vlen);
 		} else {
-			kvp_dram_free_chain(s, op->first, op->slot, (uint32_t)op->gen);
+			kvp_dram_free_agent(a, op->first, op->slot, (uint32_t)op->gen);
 		}
 		for (k = 0; k < op->nw; k++)
 			kvp_answer(a, &op->w[k], cq->status ? (cq->status == -ENOENT ? -EIO
@@ -1377,11 +1380,20 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 	/* full CAS: a sweep the reaper asked for */
 	if (kvp_cas(&a->gc_request, 1, 0)) {
 		uint64_t freed = kvp_dram_gc_agent(a);
-		kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], freed); /* stat */
-		if (freed)
-			kvp_log(KVP_LOG_INFO, "reaper", "%llu units of unfinished puts "
-				"freed", (unsigned long long)freed);
+
+		if (freed == UINT64_MAX) {
+			/* the allocator lock is held: next round */
+			kvp_store_release(&a->gc_request, 1); /* release: our own flag */
+		} else {
+			kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], freed); /* stat */
+			if (freed)
+				kvp_log(KVP_LOG_INFO, "reaper", "%llu units of unfinished "
+					"puts freed", (unsigned long long)freed);
+		}
 	}
+	/* frees that waited for the allocator lock, and a damaged map */
+	kvp_dram_deferred_agent(a);
+	kvp_dram_repair_agent(a);
 	kvp_dram_round_agent(a);
 	if (!t)
 		return false;

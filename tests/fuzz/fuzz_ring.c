@@ -4,13 +4,20 @@
  *
  * Everything a worker can write in the segment is untrusted by the agent:
  * its request ring (slot, generation, offset, length, call flags, state
- * words), its hold slots and hold high-water mark, lease records, and the
- * staging spans it shares.  Each fuzz input is a script of such writes;
- * the harness then runs the agent's tier thread (requests, completions,
- * eviction, demotion), its reaper round and its evictor's hold scan in
- * this process, against a real segment and a real SSD store, and lets the
+ * words), its hold slots and hold high-water mark, lease records, the
+ * staging spans it shares, and, since any process that maps the segment
+ * can write any byte of it, the header's geometry copies, the page map,
+ * the allocator's bins, counts and lock word, every client slot, and the
+ * index (state words and entries).  Each fuzz input is a script of such
+ * writes; the harness then runs the agent's tier thread (requests,
+ * completions, eviction, demotion, repairs), its reaper round and its
+ * evictor's hold scan in this process, against a real segment and a real
+ * SSD store, runs the invariant checker over the damage, and lets the
  * sanitizers judge: the agent must neither crash nor read or write
- * outside the segment.  A worker may ruin its own answers, nothing else.
+ * outside the segment.  A second, innocent client keeps values the script
+ * never touches (their index slots and DRAM units are left alone): after
+ * every script each of them reads back with exactly its bytes, or is a
+ * miss (evicted, as a full pool may), never wrong bytes or FAILED.
  *
  * Two builds of one file:
  *   - libFuzzer (clang -fsanitize=fuzzer,address,undefined
@@ -24,12 +31,19 @@
 #include <getopt.h>
 
 #include "agent/agent_int.h"
+#include "agent/kvp_check.h"
+#include "tests/agent/harness.h"
 
 #define FZ_KEYS 12
 #define FZ_VMAX (200u << 10)
+#define FZ_PROT 8              /* the innocent client's values */
+#define FZ_PSZ (40u << 10)
 
 static struct kvp_agent fz_agent;
 static struct kvp_client *fz_c;
+static struct kvp_client *fz_p; /* innocent: its values must survive */
+static uint64_t fz_pslot[FZ_PROT]; /* their index slots (+1; 0: none now) */
+static uint64_t fz_missed, fz_checked;
 static uint64_t fz_slot[FZ_KEYS], fz_gen[FZ_KEYS], fz_len[FZ_KEYS];
 static char fz_dir[128];
 
@@ -48,6 +62,9 @@ fz_cleanup(void)
 	if (fz_c)
 		kvp_close(fz_c);
 	fz_c = NULL;
+	if (fz_p)
+		kvp_close(fz_p);
+	fz_p = NULL;
 	if (fz_agent.seg.base) {
 		kvp_tier_close_agent(&fz_agent);
 		kvp_shm_remove_agent(&fz_agent);
@@ -85,6 +102,120 @@ fz_refresh_keys(void)
 		fz_gen[k] = i >= 0 ? KVP_IX_GEN(w) : 0;
 		fz_len[k] = i >= 0 ? kvp_load_relaxed(&fz_c->seg.entries[i].e_len) : 0;
 	}
+}
+
+static uint32_t
+fz_pkey(char *k, unsigned i)
+{
+	return (uint32_t)snprintf(k, 64, "innocent-%u", i);
+}
+
+/* Put the innocent values that are missing (evicted), and note the index
+ * slot of each, so that scripts leave those slots alone. */
+static void
+fz_protect(void)
+{
+	unsigned char *v = malloc(FZ_PSZ);
+	unsigned k;
+
+	if (!v)
+		abort();
+	for (k = 0; k < FZ_PROT; k++) {
+		char key[64];
+		uint32_t kl = fz_pkey(key, k);
+		uint64_t w;
+		int64_t i;
+
+		kvpt_fill(v, FZ_PSZ, key, kl, 3);
+		if (kvp_exists(fz_p, key, kl) != 1)
+			kvp_put(fz_p, key, kl, v, FZ_PSZ);
+		i = kvp_ix_find(&fz_p->seg, fz_p->ns_id, kvp_key_hash(fz_p->ns_id, key, kl), key,
+				kl, KVP_IX_M(KVP_IX_READY), &w);
+		fz_pslot[k] = i >= 0 ? (uint64_t)i + 1 : 0;
+	}
+	free(v);
+}
+
+/* Is index slot i one of the innocent values'? */
+static bool
+fz_protected_slot(uint64_t i)
+{
+	unsigned k;
+
+	for (k = 0; k < FZ_PROT; k++)
+		if (fz_pslot[k] == i + 1)
+			return true;
+	return false;
+}
+
+/* Is DRAM unit u inside a run of an innocent value (or its tail tag)? */
+static bool
+fz_protected_unit(uint64_t u)
+{
+	const struct kvp_seg *s = &fz_p->seg;
+	unsigned k;
+
+	for (k = 0; k < FZ_PROT; k++) {
+		uint64_t i = fz_pslot[k], loc, p, hops = 0;
+
+		if (!i--)
+			continue;
+		/* relaxed: the harness's own look between scripts */
+		loc = kvp_load_relaxed(&s->entries[i].e_loc);
+		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
+			continue;
+		for (p = KVP_LOC_VAL(loc); p < s->g.g_dram_pages && hops++ < 64;) {
+			uint32_t len = s->pages[p].pg_npages, next = s->pages[p].pg_next;
+
+			if (!len || len > s->g.g_dram_pages - p)
+				break;
+			if (u >= p && u < p + len)
+				return true;
+			if (!next)
+				break;
+			p = next - 1;
+		}
+	}
+	return false;
+}
+
+/* After a script: every innocent value reads back with its bytes, or is
+ * a miss; anything else is a finding.  An SSD-resident one is read
+ * through the agent, so the agent's tier thread runs meanwhile (as it
+ * would in kvpoold). */
+static void
+fz_verify_protected(void)
+{
+	unsigned char *v = malloc(FZ_PSZ);
+	pthread_t tier;
+	unsigned k;
+
+	if (!v)
+		abort();
+	kvp_store_release(&fz_agent.stop, 0); /* release: the thread's flag */
+	if (pthread_create(&tier, NULL, kvp_tier_main_agent, &fz_agent))
+		abort();
+	for (k = 0; k < FZ_PROT; k++) {
+		char key[64];
+		uint32_t kl = fz_pkey(key, k);
+		ssize_t n = kvp_get(fz_p, key, kl, v, FZ_PSZ);
+
+		fz_checked++;
+		if (n == -ENOENT) {
+			fz_missed++;
+			continue;
+		}
+		if (n != (ssize_t)FZ_PSZ || !kvpt_check(v, FZ_PSZ, key, kl, 3)) {
+			fprintf(stderr, "fuzz_ring: innocent value %u: %s\n", k,
+				n < 0 ? kvp_strerror((int)n) : "wrong bytes");
+			abort();
+		}
+	}
+	kvp_store_release(&fz_agent.stop, 1); /* release: the thread acquires it */
+	kvp_ifetch_add(&fz_agent.seg.hdr->h_evict_wake, 1); /* full: wake it */
+	kvp_futex_wake(&fz_agent.seg.hdr->h_evict_wake);
+	pthread_join(tier, NULL);
+	free(v);
 }
 
 static int
@@ -133,6 +264,13 @@ fz_setup(void)
 	}
 	free(v);
 	fz_agent_settle();
+	/* from now on DRAM keeps values (the innocent ones stay there) */
+	cfg->dram_high_pct = 60;
+	cfg->dram_low_pct = 40;
+	if (kvp_open(cfg->pool, "fuzz", &fz_p))
+		return -1;
+	fz_protect();
+	fz_agent_settle();
 	fz_refresh_keys();
 	return 0;
 }
@@ -174,6 +312,7 @@ fz_one(const uint8_t *data, size_t size)
 {
 	struct fz_in in = { data, size };
 	struct kvp_seg *s = &fz_c->seg;
+	struct kvp_shm_header *h = s->hdr;
 	uint32_t me = fz_c->slot;
 	struct kvp_req *ring = &s->rings[(uint64_t)me * s->g.g_ring_entries];
 	kvp_aword_t *holds = &s->holds[(uint64_t)me * s->g.g_holds_per_client];
@@ -184,7 +323,7 @@ fz_one(const uint8_t *data, size_t size)
 		unsigned op = (unsigned)fz_u64(&in, 1);
 		unsigned key = (unsigned)fz_u64(&in, 1) % FZ_KEYS;
 
-		switch (op % 8) {
+		switch (op % 14) {
 		case 0:
 		case 1:
 		case 2: { /* a request (the common case) */
@@ -236,11 +375,119 @@ fz_one(const uint8_t *data, size_t size)
 		case 6: /* let the agent run in between */
 			fz_agent_settle();
 			break;
-		default: /* the reaper's round and the evictor's scan */
+		case 7: /* the reaper's round and the evictor's scan */
 			kvp_reaper_round_agent(&fz_agent);
 			kvp_dram_round_agent(&fz_agent);
 			break;
+		case 8: { /* a word of a header geometry copy, or its identity */
+			unsigned c = (unsigned)fz_u64(&in, 1);
+			uint64_t *g = (uint64_t *)&h->h_geom[c & 1];
+
+			if (c & 2)
+				g[fz_u64(&in, 1) % (sizeof(struct kvp_geom) / 8)] = fz_u64(&in, 8);
+			else
+				((uint32_t *)g)[fz_u64(&in, 1) % (sizeof(struct kvp_geom) / 4)] =
+					(uint32_t)fz_field(&in, 1, 1u << 20);
+			if (c & 4)
+				h->h_abi_major = (uint16_t)fz_u64(&in, 2);
+			break;
 		}
+		case 9: { /* a field of a page map entry (not an innocent value's) */
+			uint64_t u = fz_field(&in, fz_u64(&in, 2), s->g.g_dram_pages) %
+				     s->g.g_dram_pages;
+			uint32_t *f = (uint32_t *)&s->pages[u];
+
+			if (fz_protected_unit(u))
+				break;
+			f[fz_u64(&in, 1) % 8] = (uint32_t)fz_field(&in, u + 1, s->g.g_dram_pages);
+			break;
+		}
+		case 10: { /* the allocator's bins, counts, damage flag, lock */
+			unsigned what = (unsigned)fz_u64(&in, 1) % 6;
+
+			if (what == 0)
+				s->dram->dh_bin[fz_u64(&in, 1) % KVP_DRAM_BINS] =
+					(uint32_t)fz_field(&in, 1, s->g.g_dram_pages);
+			else if (what == 1)
+				s->dram->dh_free_pages = fz_field(&in, 1, s->g.g_dram_pages);
+			else if (what == 2)
+				s->dram->dh_used_pages = fz_field(&in, 1, s->g.g_dram_pages);
+			else if (what == 3)
+				kvp_store_relaxed(&s->dram->dh_damaged, fz_u64(&in, 1));
+			else if (what == 4) /* a lock word no holder wrote */
+				kvp_istore_release(&s->dram->dh_lock, /* release: hostile */
+						   (unsigned int)fz_field(&in, me + 1, 0x10000));
+			else /* a claim (a forged one makes the lock look held) */
+				kvp_istore_release(fz_u64(&in, 1) & 1 /* release: hostile */
+						   ? &s->hdr->h_agent_alloc_claim
+						   : &s->clients[fz_u64(&in, 1) % s->g.g_max_clients]
+							      .cs_alloc_claim,
+						   (unsigned int)fz_u64(&in, 4));
+			break;
+		}
+		case 11: { /* a field of any client slot */
+			struct kvp_client_slot *cs =
+				&s->clients[fz_u64(&in, 1) % s->g.g_max_clients];
+			unsigned what = (unsigned)fz_u64(&in, 1) % 6;
+
+			if (what == 0) /* relaxed: hostile */
+				kvp_store_relaxed(&cs->cs_state, fz_field(&in, KVP_CS_LIVE, 4));
+			else if (what == 1)
+				kvp_store_relaxed(&cs->cs_pid, fz_u64(&in, 4));
+			else if (what == 2)
+				kvp_store_relaxed(&cs->cs_start_time, fz_u64(&in, 8));
+			else if (what == 3)
+				kvp_store_relaxed(&cs->cs_hold_hwm, fz_u64(&in, 8));
+			else if (what == 4)
+				kvp_store_relaxed(&cs->cs_ctr[fz_u64(&in, 1) % KVP_CTR_SLOTS],
+						  fz_u64(&in, 8));
+			else
+				kvp_store_relaxed(&cs->cs_hist[fz_u64(&in, 1) % KVP_HIST_SLOTS]
+							      [fz_u64(&in, 1) % KVP_HIST_WORDS],
+						  fz_u64(&in, 8));
+			break;
+		}
+		case 12: { /* an index state word (not an innocent value's) */
+			uint64_t i = fz_field(&in, fz_slot[key], s->g.g_index_slots) %
+				     s->g.g_index_slots;
+			uint64_t w = kvp_load_relaxed(&s->meta[i]); /* relaxed: hostile */
+
+			if (fz_protected_slot(i))
+				break;
+			switch (fz_u64(&in, 1) % 4) {
+			case 0: w ^= KVP_IX_CHECK; break;
+			case 1: w = (w & ~0xfull) | (fz_u64(&in, 1) & 0xf); break;
+			case 2: w = KVP_IX_WORD(KVP_IX_GEN(w), KVP_IX_FP(w), fz_u64(&in, 2),
+					       KVP_IX_STATE(w)); break;
+			default: w = fz_u64(&in, 8); break;
+			}
+			kvp_store_release(&s->meta[i], w); /* release: hostile */
+			break;
+		}
+		default: { /* an index entry's field (not an innocent value's) */
+			uint64_t i = fz_field(&in, fz_slot[key], s->g.g_index_slots) %
+				     s->g.g_index_slots;
+			struct kvp_entry *e = &s->entries[i];
+			kvp_aword_t *f[] = { &e->e_loc, &e->e_len, &e->e_ns, &e->e_hash,
+					     &e->e_klen, &e->e_ref, &e->e_ssd, &e->e_run };
+
+			if (fz_protected_slot(i))
+				break;
+			/* relaxed: hostile */
+			kvp_store_relaxed(f[fz_u64(&in, 1) % 8],
+					  fz_u64(&in, 1) & 1
+						  ? KVP_LOC_MAKE(fz_u64(&in, 1) & 3,
+								 fz_field(&in, 0, s->g.g_dram_pages))
+						  : fz_u64(&in, 8));
+			break;
+		}
+		}
+	}
+	/* the damage as it stands: the checker must get through it */
+	{
+		struct kvp_check_report rep;
+
+		kvp_check_seg(s, NULL, &rep);
 	}
 	fz_agent_settle();
 	kvp_reaper_round_agent(&fz_agent);
@@ -269,6 +516,32 @@ fz_one(const uint8_t *data, size_t size)
 	}
 	for (k = 0; k < s->g.g_max_leases; k++)
 		kvp_store_release(&s->leases[k].ls_state, 0); /* release */
+	/* what the agent repairs on its own, now, for the next script: the
+	 * header (reaper round), a lock word nobody owns (after 2 s: here at
+	 * once) and the page map (rate-limited: here at once) */
+	kvp_shm_repair_header_agent(&fz_agent);
+	/* nobody holds the lock between scripts: a word or claims the
+	 * script forged go (a live forged holder is a wedge the agent waits
+	 * out, test_hostile) */
+	kvp_istore_release(&s->dram->dh_lock, 0); /* release */
+	kvp_istore_release(&s->hdr->h_agent_alloc_claim, 0); /* release */
+	for (k = 0; k < s->g.g_max_clients; k++)
+		kvp_istore_release(&s->clients[k].cs_alloc_claim, 0); /* release */
+	fz_agent.dram_damaged = true;
+	fz_agent.last_repair_ns = 0;
+	kvp_dram_repair_agent(&fz_agent);
+	for (k = 0; k < s->g.g_max_clients; k++) {
+		/* client slots nobody owns: the ones the script invented */
+		if (k != fz_c->slot && k != fz_p->slot)
+			kvp_store_release(&s->clients[k].cs_state, 0); /* release */
+	}
+	/* relaxed: the harness's own clients, restored */
+	kvp_store_relaxed(&s->clients[fz_c->slot].cs_state, fz_c->slot_word);
+	kvp_store_relaxed(&s->clients[fz_p->slot].cs_state, fz_p->slot_word);
+	kvp_store_relaxed(&s->clients[fz_c->slot].cs_hold_hwm, 0);
+	fz_agent_settle();
+	fz_verify_protected();
+	fz_protect();
 	fz_refresh_keys();
 }
 

@@ -44,19 +44,27 @@ seg_teardown(void **state)
 }
 
 /* Walk the chain: it covers the arena exactly, no two free runs touch,
- * every free run is in the bin of its size, counts agree. */
+ * every free run is in the bin of its size, counts agree; interior units
+ * carry no header and no tag; nothing reported damage. */
 static void
 check_consistent(struct kvp_seg *s)
 {
-	uint64_t n = s->g.g_dram_pages, p = 0, used = 0, free_runs = 0, binned = 0;
+	uint64_t n = s->g.g_dram_pages, p = 0, used = 0, free_runs = 0, binned = 0, k;
 	bool prev_free = false;
 	unsigned b;
 
 	assert_int_equal(kvp_dram_lock(s), 0);
+	assert_int_equal(kvp_load_relaxed(&s->dram->dh_damaged), 0);
 	while (p < n) {
 		struct kvp_page *pg = &s->pages[p];
 		assert_true(pg->pg_npages > 0 && pg->pg_npages <= n - p);
 		assert_int_equal(s->pages[p + pg->pg_npages - 1].pg_head, p + 1);
+		for (k = p + 1; k < p + pg->pg_npages; k++) {
+			assert_int_equal(s->pages[k].pg_state, KVP_PG_NONE);
+			assert_int_equal(s->pages[k].pg_npages, 0);
+			if (k < p + pg->pg_npages - 1)
+				assert_int_equal(s->pages[k].pg_head, 0);
+		}
 		if (pg->pg_state == KVP_PG_FREE) {
 			assert_false(prev_free);
 			free_runs++;

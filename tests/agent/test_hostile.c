@@ -1,0 +1,520 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_hostile.c - a client that writes the segment cannot kill the agent
+ * or the pool (DESIGN-NOTES 9).
+ *
+ * Each test overwrites what a hostile or buggy process could (the
+ * header's geometry, a run's length in the page map, the free bins, the
+ * allocator's lock word) or stops a process inside the allocator, then
+ * asserts: the agent is alive, the values nobody touched read back with
+ * their bytes, puts work again (or answer -EBUSY within their bound while
+ * a stopped process holds the lock), `kvpool check` names the damage
+ * while it lasts and is clean once the agent repaired it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "tests/agent/harness.h"
+
+#define NV 40
+#define VSZ (48u << 10)
+
+static uint32_t
+key_of(char *k, int i)
+{
+	return (uint32_t)snprintf(k, 100, "%064x-hostile-%d", (unsigned)i * 2654435761u, i);
+}
+
+/* A writable view of the pool: what a hostile process maps. */
+static void
+map_rw(const char *pool, struct kvp_seg *s)
+{
+	char msg[256];
+
+	assert_int_equal(kvp_seg_map(pool, true, s, msg, sizeof(msg)), 0);
+}
+
+static void
+put_all(struct kvp_client *c, int n)
+{
+	unsigned char *v = malloc(VSZ);
+	char k[100];
+	int i;
+
+	assert_non_null(v);
+	for (i = 0; i < n; i++) {
+		uint32_t kl = key_of(k, i);
+		int rc;
+
+		kvpt_fill(v, VSZ, k, kl, 1);
+		while ((rc = kvp_put(c, k, kl, v, VSZ)) == -EBUSY)
+			;
+		assert_int_equal(rc, 0);
+	}
+	free(v);
+}
+
+/* Every value 0..n-1 reads back whole with its bytes. */
+static void
+verify_all(struct kvp_client *c, int n)
+{
+	unsigned char *v = malloc(VSZ);
+	char k[100];
+	int i;
+
+	assert_non_null(v);
+	for (i = 0; i < n; i++) {
+		uint32_t kl = key_of(k, i);
+		ssize_t got;
+
+		while ((got = kvp_get(c, k, kl, v, VSZ)) == -EBUSY)
+			;
+		if (got != VSZ || !kvpt_check(v, VSZ, k, kl, 1))
+			fail_msg("value %d: %zd bytes%s", i, got, got == VSZ ? ", wrong" : "");
+	}
+	free(v);
+}
+
+static bool
+agent_alive(const struct kvpt_agent *a)
+{
+	return a->pid > 0 && waitpid(a->pid, NULL, WNOHANG) == 0;
+}
+
+/* A client process that holds a client slot (and a hold) until told to
+ * die: opened before the header is damaged, it dies after, so the reaper
+ * has a slot to reap with the damaged header in place. */
+struct dier {
+	pid_t pid;
+	int go[2];
+};
+
+static void
+dier_start(struct dier *d, const char *pool)
+{
+	int ready[2];
+	char b;
+
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(d->go), 0);
+	d->pid = fork();
+	assert_true(d->pid >= 0);
+	if (d->pid == 0) {
+		struct kvp_client *c;
+		unsigned char v[64];
+		char k[100];
+		uint32_t kl = key_of(k, 0);
+
+		if (kvp_open(pool, "ns", &c))
+			_exit(2);
+		kvp_get_range(c, k, kl, 0, v, sizeof(v)); /* a hold, dropped */
+		if (write(ready[1], "r", 1) != 1 || read(d->go[0], &b, 1) != 1)
+			_exit(3);
+		_exit(0); /* dies without kvp_close */
+	}
+	assert_int_equal(read(ready[0], &b, 1), 1);
+	close(ready[0]);
+	close(ready[1]);
+}
+
+static void
+dier_die(struct dier *d)
+{
+	int st;
+
+	assert_int_equal(write(d->go[1], "g", 1), 1);
+	assert_int_equal(waitpid(d->pid, &st, 0), d->pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	close(d->go[0]);
+	close(d->go[1]);
+}
+
+static bool
+no_client_but(void *p)
+{
+	return kvpt_clients_nonfree(p) == 1;
+}
+
+struct geom_cond {
+	struct kvp_seg *s;
+	struct kvp_geom want;
+};
+
+static bool
+geom_restored(void *p)
+{
+	struct geom_cond *g = p;
+
+	return !memcmp(&g->s->hdr->h_geom[0], &g->want, sizeof(g->want)) &&
+	       !memcmp(&g->s->hdr->h_geom[1], &g->want, sizeof(g->want));
+}
+
+/* `kvpool check`: its exit status; its output in out (when not NULL). */
+static int
+run_check(const char *pool, unsigned wait_ms, char *out, size_t cap)
+{
+	char cmd[600];
+	FILE *f;
+	size_t n = 0;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s check --wait %u 2>&1", kvpt_bindir(),
+		 pool, wait_ms);
+	f = popen(cmd, "r");
+	assert_non_null(f);
+	if (out && cap) {
+		n = fread(out, 1, cap - 1, f);
+		out[n] = '\0';
+	} else {
+		char sink[4096];
+		while (fread(sink, 1, sizeof(sink), f) > 0)
+			;
+	}
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/*
+ * The geometry in the header: one copy overwritten (h_max_clients = 4e9,
+ * as the issue found), both copies overwritten (200 clients, 2^20 holds
+ * per client), with clients dying meanwhile so the reaper runs: the agent
+ * lives on its private geometry, restores both copies, every value reads
+ * back, a new client can open.  An agent killed right after a copy was
+ * overwritten attaches again from the other copy.
+ */
+static void
+test_geometry_overwritten(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c, *c2;
+	struct kvp_seg ws;
+	struct geom_cond gc;
+	struct dier d;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-clients", "16", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_all(c, NV);
+	map_rw(a.pool, &ws);
+	gc.s = &ws;
+	gc.want = ws.g;
+
+	dier_start(&d, a.pool);
+	ws.hdr->h_geom[0].g_max_clients = 4000000000u;
+	dier_die(&d);
+	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0); /* the other copy */
+	kvp_close(c2);
+	assert_true(kvpt_wait_until(geom_restored, &gc, 5000) >= 0);
+	assert_true(kvpt_wait_until(no_client_but, &ws, 5000) >= 0); /* reaped */
+	assert_true(agent_alive(&a));
+
+	dier_start(&d, a.pool);
+	ws.hdr->h_geom[0].g_max_clients = 200;
+	ws.hdr->h_geom[1].g_max_clients = 200;
+	ws.hdr->h_geom[0].g_holds_per_client = 1u << 20;
+	ws.hdr->h_geom[1].g_holds_per_client = 1u << 20;
+	dier_die(&d);
+	assert_true(kvpt_wait_until(geom_restored, &gc, 5000) >= 0);
+	assert_true(kvpt_wait_until(no_client_but, &ws, 5000) >= 0);
+	assert_true(agent_alive(&a));
+	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0);
+	verify_all(c2, NV);
+	kvp_close(c2);
+	verify_all(c, NV);
+
+	/* the agent dies right after one copy was overwritten: the next
+	 * one attaches from the other copy and restores the first */
+	ws.hdr->h_geom[1].g_index_slots = 3;
+	kvpt_agent_kill(&a);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--max-clients", "16", NULL), 0);
+	assert_true(kvpt_wait_until(geom_restored, &gc, 5000) >= 0);
+	verify_all(c, NV);
+	assert_int_equal(run_check(a.pool, 3000, NULL, 0), 0);
+
+	/* both copies overwritten while no agent runs: nothing can tell the
+	 * true geometry; the agent and clients refuse it, clearly, and
+	 * nothing crashes */
+	kvpt_agent_kill(&a);
+	ws.hdr->h_geom[0].g_dram_pages = 7;
+	ws.hdr->h_geom[1].g_dram_pages = 7;
+	assert_int_equal(kvp_open(a.pool, "ns", &c2), -EPROTO);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--max-clients", "16", NULL),
+			 -ETIMEDOUT);
+	kvp__seg_unmap(&ws);
+	kvp_close(c);
+	kvpt_pool_remove(a.pool);
+}
+
+/* A run's length in the page map overwritten (0x40000000 units) on the
+ * hostile client's own value: `kvpool check` names it (I7); deleting that
+ * value makes the agent's free find the damage; the agent rebuilds the
+ * map from the index; the other values read back, puts work, check is
+ * clean.  The same with a free bin pointing outside the arena. */
+static void
+test_page_map_overwritten(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c, *bad;
+	struct kvp_seg ws;
+	unsigned char *v = malloc(VSZ);
+	char out[8192];
+	uint64_t w, loc;
+	int64_t slot;
+	int rc;
+
+	(void)state;
+	assert_non_null(v);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "16K", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &bad), 0);
+	put_all(c, NV);
+	memset(v, 7, VSZ);
+	assert_int_equal(kvp_put(bad, "mine", 4, v, VSZ), 0);
+	map_rw(a.pool, &ws);
+	slot = kvp_ix_find(&ws, bad->ns_id, kvp_key_hash(bad->ns_id, "mine", 4), "mine", 4,
+			   KVP_IX_M(KVP_IX_READY), &w);
+	assert_true(slot >= 0);
+	loc = kvp_load_relaxed(&ws.entries[slot].e_loc);
+	ws.pages[KVP_LOC_VAL(loc)].pg_npages = 0x40000000u;
+	assert_int_equal(run_check(a.pool, 0, out, sizeof(out)), 1);
+	assert_non_null(strstr(out, "I7"));
+	assert_int_equal(kvp_delete(bad, "mine", 4), 0);
+	if (run_check(a.pool, 5000, out, sizeof(out)))
+		fail_msg("after the repair: %s", out);
+	assert_true(agent_alive(&a));
+	verify_all(c, NV);
+	assert_int_equal(kvp_put(bad, "mine2", 5, v, VSZ), 0);
+
+	/* a bin that leads out of the arena: the next allocation finds it */
+	ws.dram->dh_bin[2] = 0xfffffff0u;
+	ws.dram->dh_bin[KVP_DRAM_BINS - 1] = 0xfffffff0u;
+	do
+		rc = kvp_put(bad, "mine3", 5, v, VSZ);
+	while (rc == -EBUSY);
+	assert_int_equal(rc, 0);
+	assert_true(agent_alive(&a));
+	assert_int_equal(run_check(a.pool, 5000, NULL, 0), 0);
+	verify_all(c, NV);
+	kvp__seg_unmap(&ws);
+	kvp_close(bad);
+	kvp_close(c);
+	free(v);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* A process that takes the allocator lock and stops (a debugger, a
+ * frozen cgroup): puts answer -EBUSY within KVP_PUT_WAIT_MS + 10 ms,
+ * gets are unaffected (DRAM hits, and SSD reads, staged since nothing
+ * can be promoted), the agent reclaims deleted values (their frees wait
+ * in its own memory); once the process goes on, everything is freed and
+ * puts succeed. */
+static void
+test_stopped_lock_holder(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *v = malloc(VSZ);
+	char dir[128], k[100];
+	uint64_t t0, worst = 0;
+	pid_t holder;
+	int i, st, nssd = 0;
+
+	(void)state;
+	assert_non_null(v);
+	assert_int_equal(kvpt_tmpdir(dir, sizeof(dir), "hostile"), 0);
+	setenv("KVP_PUT_WAIT_MS", "50", 1);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "8M", "--dram-unit", "16K",
+					  "--ssd-dir", dir, "--ssd-segment", "4M",
+					  "--staging", "2M", "--staging-slot", "64K", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	/* more than the DRAM tier holds: the oldest are demoted */
+	put_all(c, 200);
+	for (i = 0; i < 200; i++) {
+		uint32_t kl = key_of(k, i);
+		uint64_t w;
+		int64_t sl = kvp_ix_find(&s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+					 KVP_IX_M(KVP_IX_READY), &w);
+		/* relaxed: a test's look */
+		nssd += sl >= 0 && KVP_LOC_TIER(kvp_load_relaxed(&s.entries[sl].e_loc)) ==
+					   KVP_TIER_SSD;
+	}
+	assert_true(nssd >= 20);
+	holder = fork();
+	assert_true(holder >= 0);
+	if (holder == 0) {
+		struct kvp_client *hc;
+
+		if (kvp_open(a.pool, "ns", &hc) || kvp_dram_lock(&hc->seg))
+			_exit(2);
+		raise(SIGSTOP);
+		kvp_dram_unlock(&hc->seg);
+		kvp_close(hc);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(holder, &st, WUNTRACED), holder);
+	assert_true(WIFSTOPPED(st));
+	for (i = 0; i < 5; i++) {
+		char nk[32];
+		int n = snprintf(nk, sizeof(nk), "new-%d", i);
+
+		t0 = kvp_now_ns(CLOCK_MONOTONIC);
+		assert_int_equal(kvp_put(c, nk, (uint32_t)n, v, VSZ), -EBUSY);
+		t0 = kvp_now_ns(CLOCK_MONOTONIC) - t0;
+		if (t0 > worst)
+			worst = t0;
+	}
+	printf("  a put with the allocator lock held by a stopped process: -EBUSY "
+	       "after %.1f ms at worst\n", (double)worst / 1e6);
+	assert_true(worst < 60ull * 1000 * 1000);
+	/* every value reads back: DRAM hits, SSD reads through staging */
+	verify_all(c, 200);
+	/* deletes are reclaimed by the agent meanwhile (frees deferred) */
+	for (i = 0; i < 10; i++) {
+		uint32_t kl = key_of(k, i);
+		assert_int_equal(kvp_delete(c, k, kl), 0);
+	}
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	while (kvpt_count_state(&s, KVP_IX_DELETED) &&
+	       kvp_now_ns(CLOCK_MONOTONIC) - t0 < 5000000000ull)
+		kvp_futex_wait(&s.hdr->h_space_seq, kvp_iload_acquire(&s.hdr->h_space_seq),
+			       10000000ull);
+	assert_int_equal(kvpt_count_state(&s, KVP_IX_DELETED), 0);
+	assert_true(agent_alive(&a));
+	kill(holder, SIGCONT);
+	assert_int_equal(waitpid(holder, &st, 0), holder);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* the deferred frees land; puts succeed again */
+	for (i = 0; i < 5; i++) {
+		char nk[32];
+		int n = snprintf(nk, sizeof(nk), "new-%d", i), rc;
+
+		while ((rc = kvp_put(c, nk, (uint32_t)n, v, VSZ)) == -EBUSY)
+			;
+		assert_int_equal(rc, 0);
+	}
+	assert_int_equal(run_check(a.pool, 5000, NULL, 0), 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	unsetenv("KVP_PUT_WAIT_MS");
+	free(v);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+	kvpt_tmpdir_remove(dir);
+}
+
+/* The allocator's lock word overwritten: with a word no holder claims
+ * (naming a live client, or no client at all), the next locker takes it
+ * over at once; with a word whose claim is forged too (two writes), the
+ * lock looks held by a live client: puts answer -EBUSY within their bound
+ * (never hang) and the agent's frees wait, until the word is released.
+ * Every value reads back throughout; the agent lives. */
+static void
+test_forged_lock_word(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c, *c2;
+	struct kvp_seg ws;
+	unsigned char *v = malloc(VSZ);
+	uint64_t t0;
+	int rc;
+
+	(void)state;
+	assert_non_null(v);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_all(c, NV);
+	map_rw(a.pool, &ws);
+	memset(v, 1, VSZ);
+	/* a word naming our own (live) client, which claims nothing */
+	kvp_istore_release(&ws.dram->dh_lock, (0x1234u << 16) | (c->slot + 1));
+	assert_int_equal(kvp_put(c, "x1", 2, v, VSZ), 0);
+	/* a word that is no token at all */
+	kvp_istore_release(&ws.dram->dh_lock, 0x7654fff0u);
+	assert_int_equal(kvp_put(c, "x2", 2, v, VSZ), 0);
+	/* a word with a forged claim of another live client: held, as far
+	 * as anyone can tell */
+	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0);
+	kvp_istore_release(&ws.clients[c2->slot].cs_alloc_claim, (0x55u << 16) | (c2->slot + 1));
+	kvp_istore_release(&ws.dram->dh_lock, (0x55u << 16) | (c2->slot + 1));
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	rc = kvp_put(c, "x3", 2, v, VSZ);
+	t0 = kvp_now_ns(CLOCK_MONOTONIC) - t0;
+	assert_int_equal(rc, -EBUSY);
+	assert_true(t0 < 200ull * 1000 * 1000);
+	{
+		char k[100];
+		uint32_t kl = key_of(k, NV - 1);
+		assert_int_equal(kvp_delete(c, k, kl), 0); /* its free waits */
+	}
+	verify_all(c, NV - 1);
+	assert_true(agent_alive(&a));
+	kvp_istore_release(&ws.dram->dh_lock, 0);
+	kvp_istore_release(&ws.clients[c2->slot].cs_alloc_claim, 0);
+	kvp_close(c2);
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	while ((rc = kvp_put(c, "x3", 2, v, VSZ)) == -EBUSY &&
+	       kvp_now_ns(CLOCK_MONOTONIC) - t0 < 10000000000ull)
+		;
+	assert_int_equal(rc, 0);
+	assert_true(agent_alive(&a));
+	verify_all(c, NV - 1);
+	assert_int_equal(run_check(a.pool, 5000, NULL, 0), 0);
+	kvp__seg_unmap(&ws);
+	kvp_close(c);
+	free(v);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* Staging geometry overwritten (h_staging_slots = 1e8, both copies),
+ * then a client dies: the tier thread and the reaper use their own
+ * geometry; SSD reads go on. */
+static void
+test_staging_geometry_overwritten(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg ws;
+	struct dier d;
+	char dir[128];
+
+	(void)state;
+	assert_int_equal(kvpt_tmpdir(dir, sizeof(dir), "hostile"), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "8M", "--dram-unit", "16K",
+					  "--dram-high", "0", "--dram-low", "0", "--ssd-dir", dir,
+					  "--ssd-segment", "4M", "--staging", "1M",
+					  "--staging-slot", "64K", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	map_rw(a.pool, &ws);
+	assert_int_equal(kvpt_put_and_demote(c, &ws, NV, VSZ, key_of, 1, 30000), 0);
+	dier_start(&d, a.pool);
+	ws.hdr->h_geom[0].g_staging_slots = 100000000;
+	ws.hdr->h_geom[1].g_staging_slots = 100000000;
+	dier_die(&d);
+	verify_all(c, NV);
+	assert_true(kvpt_wait_until(no_client_but, &ws, 5000) >= 0);
+	assert_true(agent_alive(&a));
+	verify_all(c, NV);
+	kvp__seg_unmap(&ws);
+	kvp_close(c);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+	kvpt_tmpdir_remove(dir);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_geometry_overwritten),
+		cmocka_unit_test(test_page_map_overwritten),
+		cmocka_unit_test(test_stopped_lock_holder),
+		cmocka_unit_test(test_forged_lock_word),
+		cmocka_unit_test(test_staging_geometry_overwritten),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
