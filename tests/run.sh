@@ -34,9 +34,12 @@ for d in /var/tmp/kvpt-*-*-*; do
 	kill -0 "$pid" 2>/dev/null || rm -rf "$d"
 done
 before=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' || true)
-if [ $quick = 1 ]; then variants="release"; else variants="release asan tsan"; fi
+# the default run also builds 'bench' (the peer benchmark: LMDB, hiredis,
+# which .ci/run installs); --quick needs only the README's packages
+if [ $quick = 1 ]; then variants="release" targets="release"
+else variants="release asan tsan" targets="release asan tsan bench"; fi
 # shellcheck disable=SC2086
-ninja $variants || { echo "0 passed, 1 failed"; exit 1; }
+ninja $targets || { echo "0 passed, 1 failed"; exit 1; }
 
 rm -f /tmp/kvpt.t*.log
 passed=0 failed=0
@@ -69,6 +72,8 @@ for v in $variants; do
 			ASAN_OPTIONS="detect_leaks=1" "build/$v/$t"
 	done
 done
+# the README's first command: plain ninja needs only what demo.sh installs
+run "demo: default target needs only demo.sh's packages" tests/demo/test_default_target.sh
 # the SSD tier end to end on the pread/pwrite thread path (io_uring refused)
 run "release/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 build/release/test_ssd_tier
 # observability: stat --json = /metrics (jq, promtool); a real Prometheus scrapes the agent
