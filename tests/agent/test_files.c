@@ -1,0 +1,468 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_files.c - files and other users on the node: what the agent and
+ * its clients adopt is checked before it is used.  A second user (nobody)
+ * squats the segment's name; the squatted segment is refused with a
+ * message that names the path, and nothing is written through.
+ *
+ * Runs as root (the agent's user in these tests) and acts as nobody in
+ * forked children (setgroups, setgid, setuid) and the programs they run.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "tests/agent/harness.h"
+
+#define NOBODY 65534u /* uid nobody, gid nogroup (Debian) */
+#define AS_ROOT 0u
+#define OUT_MAX 16384
+
+static char tmp[256]; /* this test's directory: 0755, root's */
+static char pub[300]; /* tmp/pub: 1777, where nobody makes things (like /tmp) */
+static unsigned npool;
+static char pools[32][64];
+
+static int
+setup(void **state)
+{
+	(void)state;
+	if (geteuid() != 0)
+		return 0; /* every test skips */
+	/* a daemonized kvpoold is reparented to us, so we can reap it */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	if (kvpt_tmpdir(tmp, sizeof(tmp), "files") || chmod(tmp, 0755))
+		return -1;
+	snprintf(pub, sizeof(pub), "%s/pub", tmp);
+	if (mkdir(pub, 0700) || chmod(pub, 01777))
+		return -1;
+	return 0;
+}
+
+static int
+teardown(void **state)
+{
+	unsigned k;
+
+	(void)state;
+	for (k = 0; k < npool; k++)
+		kvpt_pool_remove(pools[k]);
+	return tmp[0] ? kvpt_tmpdir_remove(tmp) : 0;
+}
+
+/* Root, and a user nobody to play the other user. */
+static bool
+can_run(void)
+{
+	struct passwd *pw = getpwuid(NOBODY);
+
+	if (geteuid() == 0 && pw && tmp[0])
+		return true;
+	print_message("  SKIP: needs root and a user nobody (uid %u)\n", NOBODY);
+	return false;
+}
+
+/* A fresh pool name (removed at teardown whatever happens). */
+static void
+new_pool(char *pool, size_t cap)
+{
+	assert_int_equal(kvpt_pool_name(pool, cap, "f%d_%u", (int)getpid(), npool), 0);
+	assert_true(npool < 32);
+	snprintf(pools[npool++], 64, "%s", pool);
+	kvpt_pool_remove(pool);
+}
+
+static void
+seg_path(const char *pool, char *out, size_t cap)
+{
+	snprintf(out, cap, "/dev/shm/kvpool.%s", pool);
+}
+
+/* A word of a segment's header, read as a file (whoever owns it). */
+static uint64_t
+seg_word(const char *pool, size_t off)
+{
+	char path[128];
+	uint64_t v = 0;
+	int fd;
+
+	seg_path(pool, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_NONBLOCK);
+	if (fd < 0)
+		return 0;
+	if (pread(fd, &v, sizeof(v), (off_t)off) != (ssize_t)sizeof(v))
+		v = 0;
+	close(fd);
+	return v;
+}
+
+/* In a forked child: drop to nobody (uid nobody, its groups: gid). */
+static void
+become(uid_t uid, gid_t gid)
+{
+	if (setgroups(0, NULL) || setgid(gid) || setuid(uid))
+		_exit(120);
+}
+
+struct waitc {
+	pid_t pid;
+	int st;
+	bool done;
+};
+
+static bool
+waited(void *p)
+{
+	struct waitc *w = p;
+
+	if (!w->done && waitpid(w->pid, &w->st, WNOHANG) == w->pid)
+		w->done = true;
+	return w->done;
+}
+
+/* Wait for a child (or an orphan reparented to us) up to ms: its exit
+ * status, or -1 (a signal; killed at the deadline). */
+static int
+wait_exit(pid_t pid, unsigned ms)
+{
+	struct waitc w = { pid, 0, false };
+
+	if (kvpt_wait_until(waited, &w, ms) < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &w.st, 0);
+		return -1;
+	}
+	return WIFEXITED(w.st) ? WEXITSTATUS(w.st) : -1;
+}
+
+/*
+ * Start prog (a program of the build directory, or an absolute path) with
+ * the NULL-terminated arguments, as uid (AS_ROOT or NOBODY), with
+ * XDG_RUNTIME_DIR = xdg (NULL: unset); stdout and stderr go to the file
+ * outf.  Returns the pid.
+ */
+static pid_t
+spawn_v(uid_t uid, const char *xdg, const char *outf, const char *prog, va_list ap)
+{
+	char path[4200];
+	const char *argv[32];
+	int n = 0, fd;
+	pid_t pid;
+
+	if (prog[0] == '/')
+		snprintf(path, sizeof(path), "%s", prog);
+	else
+		snprintf(path, sizeof(path), "%s/%s", kvpt_bindir(), prog);
+	argv[n++] = path;
+	while (n < 31 && (argv[n] = va_arg(ap, const char *)))
+		n++;
+	argv[n] = NULL;
+	fd = open(outf, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(fd, 1);
+		dup2(fd, 2);
+		if (xdg)
+			setenv("XDG_RUNTIME_DIR", xdg, 1);
+		else
+			unsetenv("XDG_RUNTIME_DIR");
+		if (uid != AS_ROOT)
+			become(uid, NOBODY);
+		execv(path, (char *const *)(uintptr_t)argv);
+		_exit(127);
+	}
+	close(fd);
+	return pid;
+}
+
+static pid_t
+spawn(uid_t uid, const char *xdg, const char *outf, const char *prog, ...)
+{
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, prog);
+	pid = spawn_v(uid, xdg, outf, prog, ap);
+	va_end(ap);
+	return pid;
+}
+
+static void
+read_file(const char *path, char *out, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	size_t n = 0;
+
+	if (f) {
+		n = fread(out, 1, cap - 1, f);
+		fclose(f);
+	}
+	out[n] = '\0';
+}
+
+/* Run prog to its end (at most 10 s): its exit status (-1: a signal, or
+ * killed at the deadline); what it printed in out. */
+static int
+run(uid_t uid, const char *xdg, char *out, const char *prog, ...)
+{
+	char outf[300];
+	va_list ap;
+	pid_t pid;
+	int rc;
+
+	snprintf(outf, sizeof(outf), "%s/run.out", tmp);
+	va_start(ap, prog);
+	pid = spawn_v(uid, xdg, outf, prog, ap);
+	va_end(ap);
+	rc = wait_exit(pid, 10000);
+	read_file(outf, out, OUT_MAX);
+	unlink(outf);
+	if (rc != 0 && getenv("KVPT_VERBOSE"))
+		print_message("  %s exited %d:\n%s", prog, rc, out);
+	return rc;
+}
+
+struct seg_up {
+	const char *pool;
+	pid_t pid;
+};
+
+static bool
+seg_agent_is(void *p)
+{
+	struct seg_up *u = p;
+
+	return seg_word(u->pool, offsetof(struct kvp_shm_header, h_agent_pid)) ==
+	       (uint64_t)u->pid;
+}
+
+/*
+ * A segment squatted by another user is refused: nobody's agent leaves
+ * its segment behind (--keep) and makes it writable by everyone.  A root
+ * agent on that pool refuses to start, saying what to remove, and writes
+ * nothing to it (same incarnation, same agent pid); root's clients and
+ * tools refuse it.  Made private again (0600), it is still nobody's:
+ * still refused by root, usable by nobody's own client.  A FIFO in the
+ * segment's place is refused without blocking the tool that opens it.
+ */
+static void
+test_squatted_segment(void **state)
+{
+	char pool[64], path[128], outf[300], msg[512];
+	char *out = malloc(OUT_MAX);
+	struct kvp_client *c = NULL;
+	struct seg_up up;
+	struct kvp_seg s;
+	struct stat st;
+	uint64_t inc, apid;
+	pid_t pid;
+
+	(void)state;
+	if (!can_run())
+		goto out;
+	assert_non_null(out);
+	new_pool(pool, sizeof(pool));
+	seg_path(pool, path, sizeof(path));
+	snprintf(outf, sizeof(outf), "%s/nobody-agent.out", tmp);
+	pid = spawn(NOBODY, NULL, outf, "kvpoold", "--foreground", "--keep", "--pool", pool,
+		    "--dram", "16M", "--metrics-addr", "off", NULL);
+	up.pool = pool;
+	up.pid = pid;
+	assert_true(kvpt_wait_until(seg_agent_is, &up, 20000) >= 0);
+	kill(pid, SIGTERM);
+	assert_int_equal(wait_exit(pid, 10000), 0);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_uid, NOBODY);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	/* the squat: nobody makes it writable by everyone */
+	assert_int_equal(run(NOBODY, NULL, out, "/bin/chmod", "0666", path, NULL), 0);
+	inc = seg_word(pool, offsetof(struct kvp_shm_header, h_incarnation));
+	apid = seg_word(pool, offsetof(struct kvp_shm_header, h_agent_pid));
+	assert_int_equal(apid, (uint64_t)pid);
+
+	/* a root agent refuses it, naming the file to remove */
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
+			     "--dram", "16M", "--metrics-addr", "off", NULL), 1);
+	assert_non_null(strstr(out, path));
+	assert_non_null(strstr(out, "writable by everyone"));
+	assert_non_null(strstr(out, "rm "));
+	/* nothing written to it */
+	assert_int_equal(seg_word(pool, offsetof(struct kvp_shm_header, h_incarnation)), inc);
+	assert_int_equal(seg_word(pool, offsetof(struct kvp_shm_header, h_agent_pid)), apid);
+	/* root's clients and tools refuse it */
+	assert_int_equal(kvp_open(pool, "ns", &c), -EACCES);
+	assert_null(c);
+	assert_int_equal(kvp_seg_map(pool, false, &s, msg, sizeof(msg)), -EACCES);
+	assert_non_null(strstr(msg, path));
+	assert_int_not_equal(run(AS_ROOT, NULL, out, "kvpool", "--pool", pool, "stat", NULL), 0);
+	assert_non_null(strstr(out, "writable by everyone"));
+	/* nobody's client refuses a world-writable segment too */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		become(NOBODY, NOBODY);
+		_exit(kvp_open(pool, "ns", &c) == -EACCES ? 0 : 1);
+	}
+	assert_int_equal(wait_exit(pid, 10000), 0);
+
+	/* private again, but nobody's: still not root's to use */
+	assert_int_equal(run(NOBODY, NULL, out, "/bin/chmod", "0600", path, NULL), 0);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
+			     "--dram", "16M", "--metrics-addr", "off", NULL), 1);
+	assert_non_null(strstr(out, "owned by uid 65534"));
+	assert_non_null(strstr(out, path));
+	assert_int_equal(seg_word(pool, offsetof(struct kvp_shm_header, h_incarnation)), inc);
+	assert_int_equal(kvp_open(pool, "ns", &c), -EACCES);
+	assert_int_equal(kvp_seg_map(pool, false, &s, msg, sizeof(msg)), -EACCES);
+	assert_non_null(strstr(msg, "owned by uid 65534"));
+	/* ... and its owner's client may use it */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		become(NOBODY, NOBODY);
+		if (kvp_open(pool, "ns", &c) || kvp_put(c, "k", 1, "v", 1))
+			_exit(1);
+		kvp_close(c);
+		_exit(0);
+	}
+	assert_int_equal(wait_exit(pid, 10000), 0);
+
+	/* a FIFO in the segment's place: refused, and opening it does not
+	 * block (a child, so a hang cannot hang the test) */
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(run(NOBODY, NULL, out, "/usr/bin/mkfifo", "-m", "0666", path, NULL), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(20);
+		_exit(kvp_seg_map(pool, false, &s, msg, sizeof(msg)) == -EACCES &&
+		      kvp_open(pool, "ns", &c) == -EACCES ? 0 : 1);
+	}
+	assert_int_equal(wait_exit(pid, 10000), 0);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
+			     "--dram", "16M", "--metrics-addr", "off", NULL), 1);
+	assert_non_null(strstr(out, "not a regular file"));
+	unlink(path);
+out:
+	free(out);
+}
+
+/*
+ * Root's own segment made writable by everyone (after its agent died) is
+ * refused by the restarted agent and by clients.  A --group segment (mode
+ * 0660, group nogroup) is shared with that group: nobody's client uses
+ * it, a user outside the group cannot; an agent without --group refuses
+ * it (it would not be the segment it was asked for), with --group it
+ * re-attaches.  A group segment another user made is refused by a root
+ * agent started with the same --group, and by root's clients.
+ */
+static void
+test_own_segment_modes(void **state)
+{
+	char path[128], pool[64], outf[300], log[2200], *out = malloc(OUT_MAX);
+	struct kvp_client *c = NULL;
+	struct kvpt_agent a;
+	struct seg_up up;
+	struct stat st;
+	unsigned char v[16];
+	pid_t pid;
+
+	(void)state;
+	if (!can_run())
+		goto out;
+	assert_non_null(out);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
+	seg_path(a.pool, path, sizeof(path));
+	kvpt_agent_log(a.pool, log, sizeof(log));
+	kvpt_agent_kill(&a);
+	assert_int_equal(chmod(path, 0666), 0);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", NULL), -ETIMEDOUT);
+	read_file(log, out, OUT_MAX);
+	assert_non_null(strstr(out, "writable by everyone"));
+	assert_int_equal(kvp_open(a.pool, "ns", &c), -EACCES);
+	assert_int_equal(chmod(path, 0600), 0);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	kvp_close(c);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+
+	/* a --group segment */
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--group", "nogroup", NULL), 0);
+	seg_path(a.pool, path, sizeof(path));
+	kvpt_agent_log(a.pool, log, sizeof(log));
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(st.st_gid, NOBODY);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		become(NOBODY, NOBODY); /* in group nogroup */
+		if (kvp_open(a.pool, "ns", &c) || kvp_put(c, "g", 1, "shared", 6) ||
+		    kvp_get(c, "g", 1, v, sizeof(v)) != 6)
+			_exit(1);
+		kvp_close(c);
+		_exit(0);
+	}
+	assert_int_equal(wait_exit(pid, 10000), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		become(NOBODY, 1); /* not in the group: the kernel says no */
+		_exit(kvp_open(a.pool, "ns", &c) == -EACCES ? 0 : 1);
+	}
+	assert_int_equal(wait_exit(pid, 10000), 0);
+	kvpt_agent_kill(&a);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", NULL), -ETIMEDOUT);
+	read_file(log, out, OUT_MAX);
+	assert_non_null(strstr(out, "--group"));
+	assert_non_null(strstr(out, path));
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--group", "nogroup", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvp_get(c, "g", 1, v, sizeof(v)), 6);
+	kvp_close(c);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+
+	/* a group segment that nobody made */
+	new_pool(pool, sizeof(pool));
+	seg_path(pool, path, sizeof(path));
+	snprintf(outf, sizeof(outf), "%s/nobody-group.out", tmp);
+	pid = spawn(NOBODY, NULL, outf, "kvpoold", "--foreground", "--keep", "--pool", pool,
+		    "--dram", "16M", "--metrics-addr", "off", "--group", "nogroup", NULL);
+	up.pool = pool;
+	up.pid = pid;
+	assert_true(kvpt_wait_until(seg_agent_is, &up, 20000) >= 0);
+	kill(pid, SIGTERM);
+	assert_int_equal(wait_exit(pid, 10000), 0);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(st.st_uid, NOBODY);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
+			     "--dram", "16M", "--metrics-addr", "off", "--group", "nogroup",
+			     NULL), 1);
+	assert_non_null(strstr(out, path));
+	assert_int_equal(kvp_open(pool, "ns", &c), -EACCES);
+	unlink(path);
+out:
+	free(out);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_squatted_segment),
+		cmocka_unit_test(test_own_segment_modes),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
