@@ -2,8 +2,10 @@
 /*
  * test_files.c - files and other users on the node: what the agent and
  * its clients adopt is checked before it is used.  A second user (nobody)
- * squats the segment's name; the squatted segment is refused with a
- * message that names the path, and nothing is written through.
+ * squats the segment's name, plants a symlink or a file where the log
+ * goes; each is refused with a message that names the path, and nothing
+ * is written through.  A pool name is checked before any path is built
+ * from it; the default log lies in a directory only its owner can write.
  *
  * Runs as root (the agent's user in these tests) and acts as nobody in
  * forked children (setgroups, setgid, setuid) and the programs they run.
@@ -84,6 +86,14 @@ static void
 seg_path(const char *pool, char *out, size_t cap)
 {
 	snprintf(out, cap, "/dev/shm/kvpool.%s", pool);
+}
+
+static bool
+exists(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0;
 }
 
 /* A word of a segment's header, read as a file (whoever owns it). */
@@ -230,6 +240,46 @@ run(uid_t uid, const char *xdg, char *out, const char *prog, ...)
 	if (rc != 0 && getenv("KVPT_VERBOSE"))
 		print_message("  %s exited %d:\n%s", prog, rc, out);
 	return rc;
+}
+
+/* A daemonized kvpoold said "ready (pid N)": stop it (SIGTERM, then reap
+ * it: it is reparented to us).  Returns its exit status; 0 if none ran. */
+static int
+daemon_stop(const char *out)
+{
+	const char *p = strstr(out, "(pid ");
+	pid_t pid;
+
+	if (!p)
+		return 0;
+	pid = (pid_t)atoi(p + 5);
+	if (pid <= 0)
+		return 0;
+	kill(pid, SIGTERM);
+	return wait_exit(pid, 10000);
+}
+
+static size_t
+file_size(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 ? (size_t)st.st_size : (size_t)-1;
+}
+
+static unsigned
+dir_entries(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+	unsigned n = 0;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	closedir(d);
+	return n;
 }
 
 struct seg_up {
@@ -456,12 +506,214 @@ out:
 	free(out);
 }
 
+/*
+ * The log: nobody plants a symlink to a root-only file where --log
+ * points (in a sticky, world-writable directory like /tmp): the agent
+ * refuses it (O_NOFOLLOW) and starts nothing; the file is untouched.  A
+ * link planted at the old default, /tmp/kvpoold.<pool>.log, is never
+ * looked at: a root agent logs in /run/kvpool.  A file nobody made where
+ * --log points is refused, not appended to.
+ */
+static void
+test_log_planted(void **state)
+{
+	int rc;
+	char pool[64], path[128], shared[300], secret[300], link[400], deflt[300];
+	char runlog[300], foreign[400], *out = malloc(OUT_MAX);
+	struct stat st;
+	FILE *f;
+
+	(void)state;
+	if (!can_run())
+		goto out;
+	assert_non_null(out);
+	new_pool(pool, sizeof(pool));
+	seg_path(pool, path, sizeof(path));
+	snprintf(shared, sizeof(shared), "%s/shared", tmp);
+	assert_int_equal(mkdir(shared, 0700), 0);
+	assert_int_equal(chmod(shared, 01777), 0);
+	snprintf(secret, sizeof(secret), "%s/secret", tmp);
+	f = fopen(secret, "w");
+	assert_non_null(f);
+	fputs("root only\n", f);
+	fclose(f);
+	assert_int_equal(chmod(secret, 0600), 0);
+
+	/* a symlink where --log points */
+	snprintf(link, sizeof(link), "%s/agent.log", shared);
+	assert_int_equal(run(NOBODY, NULL, out, "/bin/ln", "-s", secret, link, NULL), 0);
+	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", pool, "--dram", "16M",
+		 "--metrics-addr", "off", "--log", link, NULL);
+	assert_int_equal(daemon_stop(out), 0);
+	assert_int_equal(rc, 1);
+	assert_non_null(strstr(out, "symlink"));
+	assert_non_null(strstr(out, link));
+	assert_int_equal(file_size(secret), 10);
+	assert_false(exists(path));
+
+	/* a symlink at the old default: not followed, not even looked at */
+	snprintf(deflt, sizeof(deflt), "/tmp/kvpoold.%s.log", pool);
+	unlink(deflt);
+	assert_int_equal(run(NOBODY, NULL, out, "/bin/ln", "-s", secret, deflt, NULL), 0);
+	snprintf(runlog, sizeof(runlog), "/run/kvpool/kvpoold.%s.log", pool);
+	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", pool, "--dram", "16M",
+		 "--metrics-addr", "off", NULL);
+	assert_int_equal(daemon_stop(out), 0);
+	assert_int_equal(rc, 0);
+	assert_non_null(strstr(out, runlog));
+	unlink(deflt);
+	assert_int_equal(file_size(secret), 10);
+	assert_int_equal(lstat(runlog, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_uid, 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_int_equal(lstat("/run/kvpool", &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(st.st_uid, 0);
+	assert_int_equal(st.st_mode & 022, 0);
+	read_file(runlog, out, OUT_MAX);
+	assert_non_null(strstr(out, "serving pool"));
+	unlink(runlog);
+	assert_false(exists(path));
+
+	/* a file nobody made where --log points */
+	snprintf(foreign, sizeof(foreign), "%s/other.log", shared);
+	assert_int_equal(run(NOBODY, NULL, out, "/usr/bin/touch", foreign, NULL), 0);
+	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", pool, "--dram", "16M",
+		 "--metrics-addr", "off", "--log", foreign, NULL);
+	assert_int_equal(daemon_stop(out), 0);
+	assert_int_equal(rc, 1);
+	assert_non_null(strstr(out, "owned by uid 65534"));
+	assert_int_equal(file_size(foreign), 0);
+	assert_false(exists(path));
+out:
+	free(out);
+}
+
+/*
+ * Another user's default log: $XDG_RUNTIME_DIR/kvpool/kvpoold.<pool>.log,
+ * the directory created 0700 and the file 0600, both the user's.  Without
+ * XDG_RUNTIME_DIR the agent says so and starts nothing.  A kvpool
+ * directory in the runtime directory that someone else made (here: root,
+ * world-writable) is refused.
+ */
+static void
+test_log_runtime_dir(void **state)
+{
+	int rc;
+	char pool[64], path[128], xdg[300], dir[400], log[500], shared[300];
+	char *out = malloc(OUT_MAX);
+	struct stat st;
+
+	(void)state;
+	if (!can_run())
+		goto out;
+	assert_non_null(out);
+	new_pool(pool, sizeof(pool));
+	seg_path(pool, path, sizeof(path));
+	snprintf(xdg, sizeof(xdg), "%s/xdg", tmp);
+	assert_int_equal(mkdir(xdg, 0700), 0);
+	assert_int_equal(chown(xdg, NOBODY, NOBODY), 0);
+	rc = run(NOBODY, xdg, out, "kvpoold", "--pool", pool, "--dram", "16M",
+		 "--metrics-addr", "off", NULL);
+	assert_int_equal(daemon_stop(out), 0);
+	assert_int_equal(rc, 0);
+	snprintf(dir, sizeof(dir), "%s/kvpool", xdg);
+	snprintf(log, sizeof(log), "%s/kvpoold.%s.log", dir, pool);
+	assert_int_equal(lstat(dir, &st), 0);
+	assert_true(S_ISDIR(st.st_mode));
+	assert_int_equal(st.st_uid, NOBODY);
+	assert_int_equal(st.st_mode & 07777, 0700);
+	assert_int_equal(lstat(log, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_uid, NOBODY);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_false(exists(path));
+
+	/* no runtime directory: a clear error, nothing started */
+	rc = run(NOBODY, NULL, out, "kvpoold", "--pool", pool, "--dram", "16M",
+		 "--metrics-addr", "off", NULL);
+	assert_int_equal(daemon_stop(out), 0);
+	assert_int_equal(rc, 1);
+	assert_non_null(strstr(out, "XDG_RUNTIME_DIR"));
+	assert_false(exists(path));
+
+	/* the runtime directory's kvpool directory is someone else's */
+	snprintf(shared, sizeof(shared), "%s/rt", tmp);
+	assert_int_equal(mkdir(shared, 0700), 0);
+	assert_int_equal(chmod(shared, 01777), 0);
+	snprintf(dir, sizeof(dir), "%s/kvpool", shared);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	assert_int_equal(chmod(dir, 0777), 0);
+	rc = run(NOBODY, shared, out, "kvpoold", "--pool", pool, "--dram", "16M",
+		 "--metrics-addr", "off", NULL);
+	assert_int_equal(daemon_stop(out), 0);
+	assert_int_equal(rc, 1);
+	assert_non_null(strstr(out, dir));
+	assert_non_null(strstr(out, "refused"));
+	assert_int_equal(dir_entries(dir), 0);
+	assert_false(exists(path));
+out:
+	free(out);
+}
+
+/*
+ * A pool name is validated before any path is built from it: a name with
+ * a '/' (here one that would lead the old /tmp/kvpoold.<pool>.log out of
+ * /tmp/kvpoold.<x>/ into /tmp) and one over 63 characters (once cut to 63
+ * silently, starting an agent on another pool) exit 2 at once, creating
+ * nothing.
+ */
+static void
+test_pool_name_checked(void **state)
+{
+	int rc;
+	char pool[64], up[300], escaped[300], bad[300], longname[80], cut[64];
+	char path[200], *out = malloc(OUT_MAX);
+
+	(void)state;
+	if (!can_run())
+		goto out;
+	assert_non_null(out);
+	new_pool(pool, sizeof(pool));
+	snprintf(up, sizeof(up), "/tmp/kvpoold.%s", pool);
+	assert_int_equal(mkdir(up, 0755), 0);
+	snprintf(bad, sizeof(bad), "%s/../%s-out", pool, pool);
+	snprintf(escaped, sizeof(escaped), "/tmp/%s-out.log", pool);
+	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", bad, "--dram", "16M",
+		 "--metrics-addr", "off", NULL);
+	assert_int_equal(daemon_stop(out), 0);
+	assert_int_equal(rc, 2);
+	assert_non_null(strstr(out, "bad value"));
+	assert_false(exists(escaped));
+	rmdir(up);
+	unlink(escaped);
+
+	memset(longname, 'x', 64);
+	longname[64] = '\0';
+	memcpy(cut, longname, 63);
+	cut[63] = '\0';
+	snprintf(pools[npool++], 64, "%s", cut); /* removed at teardown if made */
+	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", longname, "--dram", "16M",
+		 "--metrics-addr", "off", NULL);
+	assert_int_equal(daemon_stop(out), 0);
+	assert_int_equal(rc, 2);
+	assert_non_null(strstr(out, "bad value"));
+	seg_path(cut, path, sizeof(path));
+	assert_false(exists(path));
+out:
+	free(out);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_squatted_segment),
 		cmocka_unit_test(test_own_segment_modes),
+		cmocka_unit_test(test_log_planted),
+		cmocka_unit_test(test_log_runtime_dir),
+		cmocka_unit_test(test_pool_name_checked),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
