@@ -221,6 +221,27 @@ kvp_any_client_alive(struct kvp_seg *s)
 	return false;
 }
 
+/*
+ * The start failed after the segment was there.  A segment this agent
+ * created is removed (nothing was served from it; left in place, the next
+ * start would re-attach to it with these sizes), unless a client mapped it
+ * meanwhile; one it re-attached to is kept (its values and its clients
+ * are the previous agent's).
+ */
+static void
+kvp_start_failed(struct kvp_agent *a)
+{
+	if (a->seg_created && !kvp_any_client_alive(&a->seg)) {
+		kvp_shm_remove_agent(a);
+		kvp_log(KVP_LOG_INFO, "agent", "start failed: the segment it created, "
+			"/dev/shm/kvpool.%s, removed", a->cfg.pool);
+	} else {
+		kvp_log(KVP_LOG_INFO, "agent", "start failed: /dev/shm/kvpool.%s kept (%s)",
+			a->cfg.pool, a->seg_created ? "a client maps it" : "re-attached to");
+	}
+	kvp__seg_unmap(&a->seg);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -445,7 +466,7 @@ main(int argc, char **argv)
 	}
 	rc = kvp_tier_open_agent(a);
 	if (rc) {
-		kvp__seg_unmap(&a->seg);
+		kvp_start_failed(a);
 		return 1;
 	}
 	/* restart recovery: reap whoever died meanwhile, then free runs
@@ -470,10 +491,7 @@ main(int argc, char **argv)
 	 * itself (tools find its port in the header) */
 	if (kvp_metrics_http_start_agent(a)) {
 		kvp_tier_close_agent(a);
-		/* nothing served yet: leave no segment behind unless it is used */
-		if (!cfg->keep_on_exit && !kvp_any_client_alive(&a->seg))
-			kvp_shm_remove_agent(a);
-		kvp__seg_unmap(&a->seg);
+		kvp_start_failed(a);
 		return 1;
 	}
 	/* for humans and tools: the agent is serving (recovery is done) */

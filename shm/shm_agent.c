@@ -306,10 +306,13 @@ kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 		kvp_log(KVP_LOG_ERROR, "agent", "bad pool name '%s'", a->cfg.pool);
 		return rc;
 	}
+	a->seg_created = false;
 	for (tries = 0; tries < 3; tries++) {
 		rc = kvp_shm_create(a, name);
-		if (rc != -EEXIST)
+		if (rc != -EEXIST) {
+			a->seg_created = rc == 0;
 			break;
+		}
 		rc = kvp_shm_attach(a, name);
 		if (rc != -ENOTCONN) /* vanished in between: create again */
 			break;

@@ -382,7 +382,7 @@ kvpt_tmpdir_empty(const char *dir)
 {
 	char cmd[2400];
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -m 0700 '%s'", dir, dir);
 	return system(cmd) == 0 ? 0 : -1;
 }
 

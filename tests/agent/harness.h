@@ -79,7 +79,8 @@ bool kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen,
 		uint64_t version);
 
 /* A private directory for a test's SSD store: /var/tmp/kvpt-<tag>-<pid>-XXXXXX
- * (mkdtemp) into dir; emptied again (rm -rf, mkdir), or removed.  0 or -1. */
+ * (mkdtemp, 0700) into dir; emptied again (rm -rf, mkdir 0700: the agent
+ * refuses an SSD directory others can write), or removed.  0 or -1. */
 int kvpt_tmpdir(char *dir, size_t cap, const char *tag);
 int kvpt_tmpdir_empty(const char *dir);
 int kvpt_tmpdir_remove(const char *dir);
