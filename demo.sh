@@ -16,7 +16,13 @@ ninja
 # the agent on built-in defaults (pool "default"); already running is fine
 if ! build/release/kvpool stat >/dev/null 2>&1 || \
    build/release/kvpool stat | grep -q 'agent DOWN'; then
-	build/release/kvpoold
+	# its log: /run/kvpool (root) or $XDG_RUNTIME_DIR/kvpool; a user
+	# without a runtime directory (a container) logs in build/
+	if [ "$(id -u)" != 0 ] && [ -z "${XDG_RUNTIME_DIR:-}" ]; then
+		build/release/kvpoold --log build/kvpoold.default.log
+	else
+		build/release/kvpoold
+	fi
 fi
 build/release/kvpool_demo --procs 4 --seconds 10
 build/release/kvpool stat

@@ -27,6 +27,9 @@
  *   -ENOTCONN  UNAVAILABLE: no agent (and, at open, no segment)
  *   -ESTALE    this client was reaped (declared dead): close and reopen
  *   -EPROTO    the segment's ABI does not match this build
+ *   -EACCES    open: the segment is not safe to use (another user's and not
+ *              a --group segment of ours, or writable by everyone); a
+ *              message on stderr names the file to remove
  *   -EINVAL    bad argument (key NULL, klen 0 or > 255, len 0, ...)
  */
 #ifndef KVPOOL_H
@@ -182,7 +185,9 @@ kvp__seg_unmap(struct kvp_seg *s)
 /*
  * Map a pool's segment without claiming a client slot (tools, the agent).
  * 'writable' maps it read-write.  -ENOTCONN: no segment (no agent ever
- * started, or it was removed); -EPROTO: ABI mismatch (message in msg).
+ * started, or it was removed); -EPROTO: ABI mismatch; -EACCES: a segment
+ * this process must not trust (another user's, or writable by everyone:
+ * kvp_shm_trusted); the message in msg says what to do.
  */
 KVP_INLINE int
 kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_t cap)
@@ -199,7 +204,9 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 		snprintf(msg, cap, "bad pool name (use 1-63 of [A-Za-z0-9_.-])");
 		return rc;
 	}
-	s->fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+	/* O_NONBLOCK: a FIFO squatting the name must not block the open (a
+	 * regular file ignores the flag); shm_open adds O_NOFOLLOW */
+	s->fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0);
 	if (s->fd < 0) {
 		rc = errno;
 		if (rc == ENOENT) {
@@ -210,7 +217,20 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 		snprintf(msg, cap, "cannot open /dev/shm%s: %s", name, strerror(rc));
 		return -rc;
 	}
-	if (fstat(s->fd, &st) < 0 || (uint64_t)st.st_size < sizeof(h) ||
+	if (fstat(s->fd, &st) < 0) {
+		rc = -errno;
+		snprintf(msg, cap, "cannot stat /dev/shm%s: %s", name, strerror(-rc));
+		goto err_close;
+	}
+	{
+		char path[KVP_POOL_NAME_MAX + 32];
+
+		snprintf(path, sizeof(path), "/dev/shm%s", name);
+		rc = kvp_shm_trusted(&st, path, msg, cap);
+		if (rc)
+			goto err_close;
+	}
+	if ((uint64_t)st.st_size < sizeof(h) ||
 	    pread(s->fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
 		snprintf(msg, cap, "segment /dev/shm%s is truncated", name);
 		rc = -EPROTO;
@@ -251,7 +271,8 @@ err_close:
  * kernel.  Works while the agent is down, as long as its segment exists.
  *
  * Returns 0 and *out, or -ENOTCONN (no segment: start kvpoold), -EPROTO
- * (ABI mismatch; a message on stderr says what to do), -EUSERS (all
+ * (ABI mismatch; a message on stderr says what to do), -EACCES (a segment
+ * of another user or writable by everyone, see kvp_seg_map), -EUSERS (all
  * client slots taken), -EINVAL, -ENOMEM.  Any thread; may block briefly
  * (mmap, a few syscalls).
  */
@@ -271,7 +292,7 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		return -ENOMEM;
 	rc = kvp_seg_map(pool ? pool : "default", true, &c->seg, msg, sizeof(msg));
 	if (rc) {
-		if (rc == -EPROTO || getenv("KVP_VERBOSE"))
+		if (rc == -EPROTO || rc == -EACCES || getenv("KVP_VERBOSE"))
 			fprintf(stderr, "kvpool: %s\n", msg);
 		goto err_free;
 	}

@@ -45,6 +45,8 @@ struct kvp_agent_cfg {
 struct kvp_agent {
 	struct kvp_agent_cfg cfg;
 	struct kvp_seg seg;
+	bool seg_created;    /* this agent created the segment (not re-attached):
+			      * a start that fails removes it again */
 	kvp_aword_t stop;    /* set by main on SIGTERM; read by the threads */
 	uint64_t clock_hand; /* evictor's CLOCK hand (tier thread only) */
 	uint64_t noprogress_scanned; /* slots scanned since room was last made */

@@ -8,6 +8,7 @@
  */
 #include <getopt.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysinfo.h>
 
@@ -18,7 +19,8 @@ kvp_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kvpoold [options]\n"
-		"  --pool NAME             pool name (default: default); segment /dev/shm/kvpool.NAME\n"
+		"  --pool NAME             pool name, 1-63 of [A-Za-z0-9_.-] (default: default);\n"
+		"                          segment /dev/shm/kvpool.NAME\n"
 		"  --dram SIZE             DRAM tier size (default: 1/8 of RAM, at most half of\n"
 		"                          /dev/shm's free space, at least 64M)\n"
 		"  --index-entries N       keys the index must hold (default: DRAM / 32K, >= 65536)\n"
@@ -46,7 +48,9 @@ kvp_usage(FILE *f)
 		"                          [::1]:PORT for IPv6, port 0 picks one, off disables)\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
-		"  --log FILE              log file when daemonized (default /tmp/kvpoold.NAME.log)\n"
+		"  --log FILE              log file when daemonized (default\n"
+		"                          /run/kvpool/kvpoold.NAME.log for root,\n"
+		"                          $XDG_RUNTIME_DIR/kvpool/kvpoold.NAME.log otherwise)\n"
 		"  --verbose               debug log lines\n"
 		"sizes take K, M, G, T suffixes (binary).\n");
 }
@@ -70,6 +74,134 @@ kvp_default_dram(void)
 	return d;
 }
 
+/*
+ * Is the log file we opened ours?  A regular file owned by our effective
+ * uid: a file another user made (or a device, a FIFO) is refused, never
+ * appended to.  0, or -1 after a message on stderr.
+ */
+static int
+kvp_log_check(int fd, const char *path)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0) {
+		fprintf(stderr, "kvpoold: %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		fprintf(stderr, "kvpoold: log %s is not a regular file: refused (use "
+			"--foreground to log to stderr)\n", path);
+		return -1;
+	}
+	if (st.st_uid != geteuid()) {
+		fprintf(stderr, "kvpoold: log %s is owned by uid %u, not by this agent's "
+			"uid %u: refused; remove it, or give --log a file of your own\n",
+			path, (unsigned)st.st_uid, (unsigned)geteuid());
+		return -1;
+	}
+	/* O_NONBLOCK only kept a FIFO from blocking the open */
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	return 0;
+}
+
+/*
+ * Open the daemon's log, before it forks (a refusal is said on the
+ * terminal).  Never through a symlink (O_NOFOLLOW: a link planted in the
+ * log's place is refused, not followed), created 0600, appended to only if
+ * it is a regular file of ours.  --log FILE: that file.  Otherwise
+ * <run>/kvpool/kvpoold.<pool>.log, <run> being /run for root and
+ * $XDG_RUNTIME_DIR for other users: the kvpool directory is created 0700
+ * and must be ours and writable by no one else, so no other user can
+ * plant or pre-create the log (in /tmp anyone could do both).  Returns
+ * the fd (path in path), or -1 after a message on stderr.
+ */
+static int
+kvp_log_open(const char *pool, const char *given, char *path, size_t cap)
+{
+	const int flags = O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+	const char *run = geteuid() == 0 ? "/run" : getenv("XDG_RUNTIME_DIR");
+	char dir[512], file[KVP_POOL_NAME_MAX + 16];
+	struct stat st;
+	int dfd, fd;
+
+	if (given) {
+		snprintf(path, cap, "%s", given);
+		fd = open(given, flags, 0600);
+		if (fd < 0) {
+			int err = errno;
+			struct stat lst;
+			bool seen = lstat(given, &lst) == 0;
+
+			/* say why (a kernel may answer EACCES, not ELOOP, for
+			 * a symlink in a sticky directory) */
+			if (seen && S_ISLNK(lst.st_mode)) {
+				fprintf(stderr, "kvpoold: log %s is a symlink: refused (never "
+					"followed); give --log the file itself\n", given);
+				return -1;
+			}
+			/* protected_regular refuses another user's file in a
+			 * sticky directory: say whose it is */
+			if (err == EACCES && seen && lst.st_uid != geteuid()) {
+				fprintf(stderr, "kvpoold: log %s is owned by uid %u, not by "
+					"this agent's uid %u: refused; remove it, or give "
+					"--log a file of your own\n", given,
+					(unsigned)lst.st_uid, (unsigned)geteuid());
+				return -1;
+			}
+			fprintf(stderr, "kvpoold: cannot open the log %s: %s\n", given,
+				strerror(err));
+			return -1;
+		}
+		if (kvp_log_check(fd, given)) {
+			close(fd);
+			return -1;
+		}
+		return fd;
+	}
+	if (!run || run[0] != '/' || strlen(run) > sizeof(dir) - 16) {
+		fprintf(stderr, "kvpoold: no private directory for the log: XDG_RUNTIME_DIR "
+			"is not set (a login session sets it); give --log FILE, or "
+			"--foreground to log to stderr\n");
+		return -1;
+	}
+	snprintf(dir, sizeof(dir), "%s/kvpool", run);
+	snprintf(file, sizeof(file), "kvpoold.%s.log", pool);
+	snprintf(path, cap, "%s/%s", dir, file);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "kvpoold: cannot create %s for the log: %s; give --log FILE, "
+			"or --foreground to log to stderr\n", dir, strerror(errno));
+		return -1;
+	}
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0 || fstat(dfd, &st) < 0) {
+		fprintf(stderr, "kvpoold: %s: %s%s\n", dir, strerror(errno),
+			errno == ELOOP || errno == ENOTDIR ? " (must be a directory, not a "
+			"symlink: remove it)" : "");
+		if (dfd >= 0)
+			close(dfd);
+		return -1;
+	}
+	if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		fprintf(stderr, "kvpoold: %s (uid %u, mode %04o) must be owned by this "
+			"agent's uid %u and writable by no one else: refused for the log; "
+			"remove it (rm -r %s) or chmod go-w %s\n", dir, (unsigned)st.st_uid,
+			(unsigned)(st.st_mode & 07777), (unsigned)geteuid(), dir, dir);
+		close(dfd);
+		return -1;
+	}
+	fd = openat(dfd, file, flags, 0600);
+	close(dfd);
+	if (fd < 0) {
+		fprintf(stderr, "kvpoold: cannot open the log %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	if (kvp_log_check(fd, path)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 static volatile sig_atomic_t kvp_got_signal;
 
 static void
@@ -90,6 +222,27 @@ kvp_any_client_alive(struct kvp_seg *s)
 			return true;
 	}
 	return false;
+}
+
+/*
+ * The start failed after the segment was there.  A segment this agent
+ * created is removed (nothing was served from it; left in place, the next
+ * start would re-attach to it with these sizes), unless a client mapped it
+ * meanwhile; one it re-attached to is kept (its values and its clients
+ * are the previous agent's).
+ */
+static void
+kvp_start_failed(struct kvp_agent *a)
+{
+	if (a->seg_created && !kvp_any_client_alive(&a->seg)) {
+		kvp_shm_remove_agent(a);
+		kvp_log(KVP_LOG_INFO, "agent", "start failed: the segment it created, "
+			"/dev/shm/kvpool.%s, removed", a->cfg.pool);
+	} else {
+		kvp_log(KVP_LOG_INFO, "agent", "start failed: /dev/shm/kvpool.%s kept (%s)",
+			a->cfg.pool, a->seg_created ? "a client maps it" : "re-attached to");
+	}
+	kvp__seg_unmap(&a->seg);
 }
 
 int
@@ -128,10 +281,11 @@ main(int argc, char **argv)
 	struct kvp_agent *a = &agent;
 	struct kvp_agent_cfg *cfg = &a->cfg;
 	const char *logfile = NULL;
+	char logpath[1024], shmname[KVP_POOL_NAME_MAX + 16];
 	pthread_t evictor, reaper;
 	struct sigaction sa;
 	sigset_t stopset, waitset;
-	int opt, rc, ready[2] = { -1, -1 };
+	int opt, optidx = 0, rc, logfd = -1, ready[2] = { -1, -1 };
 	uint64_t v;
 
 	snprintf(cfg->pool, sizeof(cfg->pool), "default");
@@ -144,11 +298,14 @@ main(int argc, char **argv)
 	cfg->reap_ms = 100;
 	cfg->stop_flush_ms = 600 * 1000;
 	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "127.0.0.1:9464");
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "h", opts, &optidx)) != -1) {
 		bool bad = false;
 
 		switch (opt) {
 		case 'p':
+			/* validated before any path is built from it (the
+			 * segment's, the log's) */
+			bad = kvp_shm_name(optarg, shmname, sizeof(shmname)) != 0;
 			snprintf(cfg->pool, sizeof(cfg->pool), "%s", optarg);
 			break;
 		case 'd': bad = kvp_parse_size(optarg, &cfg->dram_bytes) != 0; break;
@@ -214,8 +371,8 @@ main(int argc, char **argv)
 		default: kvp_usage(stderr); return 2;
 		}
 		if (bad) {
-			fprintf(stderr, "kvpoold: bad value '%s' for %s\n", optarg,
-				argv[optind - 1]);
+			fprintf(stderr, "kvpoold: bad value '%s' for --%s\n", optarg,
+				opts[optidx].name);
 			return 2;
 		}
 	}
@@ -262,10 +419,12 @@ main(int argc, char **argv)
 	}
 
 	if (!cfg->foreground) {
-		char path[128];
 		pid_t pid;
 		char byte;
 
+		logfd = kvp_log_open(cfg->pool, logfile, logpath, sizeof(logpath));
+		if (logfd < 0)
+			return 1;
 		if (pipe(ready) < 0)
 			return 1;
 		pid = fork();
@@ -275,20 +434,18 @@ main(int argc, char **argv)
 			/* wait for the child to have its segment ready */
 			close(ready[1]);
 			if (read(ready[0], &byte, 1) != 1) {
-				fprintf(stderr, "kvpoold: failed to start; see the log\n");
+				fprintf(stderr, "kvpoold: failed to start; see %s\n", logpath);
 				return 1;
 			}
-			printf("kvpoold: pool '%s' ready (pid %d)\n", cfg->pool, (int)pid);
+			printf("kvpoold: pool '%s' ready (pid %d), log %s\n", cfg->pool,
+			       (int)pid, logpath);
 			return 0;
 		}
 		close(ready[0]);
 		setsid();
-		if (!logfile) {
-			snprintf(path, sizeof(path), "/tmp/kvpoold.%s.log", cfg->pool);
-			logfile = path;
-		}
-		if (!freopen(logfile, "a", stderr))
+		if (dup2(logfd, STDERR_FILENO) < 0)
 			return 1;
+		close(logfd);
 		setvbuf(stderr, NULL, _IOLBF, 0);
 		if (!freopen("/dev/null", "r", stdin) || !freopen("/dev/null", "w", stdout))
 			return 1;
@@ -318,7 +475,7 @@ main(int argc, char **argv)
 	}
 	rc = kvp_tier_open_agent(a);
 	if (rc) {
-		kvp__seg_unmap(&a->seg);
+		kvp_start_failed(a);
 		return 1;
 	}
 	/* restart recovery: reap whoever died meanwhile, then free runs
@@ -348,10 +505,7 @@ main(int argc, char **argv)
 	 * itself (tools find its port in the header) */
 	if (kvp_metrics_http_start_agent(a)) {
 		kvp_tier_close_agent(a);
-		/* nothing served yet: leave no segment behind unless it is used */
-		if (!cfg->keep_on_exit && !kvp_any_client_alive(&a->seg))
-			kvp_shm_remove_agent(a);
-		kvp__seg_unmap(&a->seg);
+		kvp_start_failed(a);
 		return 1;
 	}
 	/* for humans and tools: the agent is serving (recovery is done) */

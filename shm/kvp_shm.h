@@ -34,12 +34,14 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -927,6 +929,78 @@ kvp_shm_name(const char *pool, char *out, size_t cap)
 	if ((size_t)snprintf(out, cap, "/kvpool.%s", pool) >= cap)
 		return -EINVAL;
 	return 0;
+}
+
+/* A message into a caller's buffer of any size (cut short if it must be). */
+KVP_INLINE void __attribute__((format(printf, 3, 4)))
+kvp_shm_msg(char *msg, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, cap, fmt, ap);
+	va_end(ap);
+}
+
+/* Is gid this process's effective group or one of its supplementary groups? */
+KVP_INLINE bool
+kvp_shm_in_group(gid_t gid)
+{
+	gid_t *v;
+	int n, k;
+	bool in = false;
+
+	if (getegid() == gid)
+		return true;
+	n = getgroups(0, NULL);
+	if (n <= 0)
+		return false;
+	v = (gid_t *)malloc(sizeof(*v) * (size_t)n);
+	if (!v)
+		return false;
+	n = getgroups(n, v);
+	for (k = 0; k < n && !in; k++)
+		in = v[k] == gid;
+	free(v);
+	return in;
+}
+
+/*
+ * May this process use the segment file it opened (st: its fstat)?  Every
+ * process that maps a segment writes it, so whoever else can write the
+ * file reads and forges what the pool's users store.  Trusted: a regular
+ * file owned by our effective uid that others cannot write (only we and
+ * root could have set its mode), or a --group segment: mode 0660 exactly,
+ * its group one of ours (the agent's user owns it).  Refused: anything
+ * writable by everyone, and a segment of another user that is not such a
+ * group segment (someone took the pool's name first).  The agent adds its
+ * own, stricter rule (shm_agent.c).  0, or -EACCES with what to do in msg.
+ */
+KVP_INLINE int
+kvp_shm_trusted(const struct stat *st, const char *path, char *msg, size_t cap)
+{
+	unsigned mode = (unsigned)(st->st_mode & 07777);
+
+	if (!S_ISREG(st->st_mode)) {
+		kvp_shm_msg(msg, cap, "%s is not a regular file: refused; remove it and "
+			    "restart kvpoold", path);
+		return -EACCES;
+	}
+	if (mode & S_IWOTH) {
+		kvp_shm_msg(msg, cap, "%s is writable by everyone (mode %04o): refused; "
+			    "remove it (rm %s) and restart kvpoold", path, mode, path);
+		return -EACCES;
+	}
+	if (st->st_uid == geteuid())
+		return 0;
+	if (mode == 0660 && kvp_shm_in_group(st->st_gid))
+		return 0;
+	kvp_shm_msg(msg, cap, "%s is owned by uid %u, not by you (uid %u), and is not "
+		    "a --group segment (mode 0660) of your groups (mode %04o, gid %u): "
+		    "refused; remove it (rm %s) unless that user's agent serves this pool",
+		    path, (unsigned)st->st_uid, (unsigned)geteuid(), mode,
+		    (unsigned)st->st_gid, path);
+	return -EACCES;
 }
 
 /*

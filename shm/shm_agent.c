@@ -184,6 +184,70 @@ err_unlink:
 	return rc;
 }
 
+/*
+ * The agent's rule for a segment it did not create (on top of the
+ * client's, kvp_shm_trusted): it must be owned by the agent's effective
+ * uid, and writable by group only as --group made it (mode 0660, the
+ * configured group).  A segment someone else created first (squatting the
+ * pool's name) would hand them everything the pool's users store.  Before
+ * anything is written to it.  0, or -EACCES with a log line that says
+ * what to remove.
+ */
+static int
+kvp_shm_check_adopt_agent(struct kvp_agent *a, const char *name)
+{
+	const char *group = a->cfg.group;
+	struct stat st;
+	struct group *gr = NULL;
+	unsigned mode;
+
+	if (fstat(a->seg.fd, &st) < 0)
+		return -errno;
+	mode = (unsigned)(st.st_mode & 07777);
+	if (st.st_uid != geteuid()) {
+		kvp_log(KVP_LOG_ERROR, "shm", "/dev/shm%s is owned by uid %u, not by this "
+			"agent's uid %u: refused (another user created it); remove it "
+			"(rm /dev/shm%s) unless that user's agent serves this pool, and restart",
+			name, (unsigned)st.st_uid, (unsigned)geteuid(), name);
+		return -EACCES;
+	}
+	if (group[0])
+		gr = getgrnam(group);
+	if (group[0] && !gr) {
+		kvp_log(KVP_LOG_ERROR, "shm", "unknown group '%s'", group);
+		return -EINVAL;
+	}
+	if (mode & S_IWOTH) { /* kvp_shm_trusted refused it already */
+		kvp_log(KVP_LOG_ERROR, "shm", "/dev/shm%s is writable by everyone (mode "
+			"%04o): refused; remove it and restart", name, mode);
+		return -EACCES;
+	}
+	if ((mode & S_IWGRP) && !gr) {
+		kvp_log(KVP_LOG_ERROR, "shm", "/dev/shm%s is writable by gid %u (mode %04o) "
+			"and this agent has no --group: refused; restart with the --group it "
+			"was made for, or remove it (rm /dev/shm%s) and restart", name,
+			(unsigned)st.st_gid, mode, name);
+		return -EACCES;
+	}
+	if ((mode & S_IWGRP) && (st.st_gid != gr->gr_gid || mode != 0660)) {
+		kvp_log(KVP_LOG_ERROR, "shm", "/dev/shm%s is writable by gid %u (mode %04o), "
+			"not the 0660 segment of --group %s (gid %u): refused; restart with "
+			"the --group it was made for, or remove it (rm /dev/shm%s) and restart",
+			name, (unsigned)st.st_gid, mode, group, (unsigned)gr->gr_gid, name);
+		return -EACCES;
+	}
+	if (gr && (st.st_gid != gr->gr_gid || mode != 0660)) {
+		/* ours and private: share it as this agent was asked to */
+		int rc = kvp_shm_set_perms(a->seg.fd, group);
+
+		if (rc)
+			return rc;
+		kvp_log(KVP_LOG_INFO, "shm", "/dev/shm%s: mode 0660 for --group %s", name,
+			group);
+	}
+	return 0;
+}
+
 /* Re-attach to a live segment after an agent restart: validate, lock,
  * bump the incarnation, repair what the previous agent left mid-way. */
 static int
@@ -198,6 +262,11 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 	rc = kvp_seg_map(a->cfg.pool, true, s, msg, sizeof(msg));
 	if (rc) {
 		kvp_log(KVP_LOG_ERROR, "shm", "cannot attach to %s: %s", name, msg);
+		return rc;
+	}
+	rc = kvp_shm_check_adopt_agent(a, name);
+	if (rc) {
+		kvp__seg_unmap(s);
 		return rc;
 	}
 	rc = kvp_shm_lock_take(s->fd, KVP_LOCK_AGENT);
@@ -251,10 +320,13 @@ kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 		kvp_log(KVP_LOG_ERROR, "agent", "bad pool name '%s'", a->cfg.pool);
 		return rc;
 	}
+	a->seg_created = false;
 	for (tries = 0; tries < 3; tries++) {
 		rc = kvp_shm_create(a, name);
-		if (rc != -EEXIST)
+		if (rc != -EEXIST) {
+			a->seg_created = rc == 0;
 			break;
+		}
 		rc = kvp_shm_attach(a, name);
 		if (rc != -ENOTCONN) /* vanished in between: create again */
 			break;

@@ -287,9 +287,12 @@ kvpb_pool_start(struct kvpb_pool *p, const char *label, uint64_t dram,
 			      "--index-entries", e, "--dram-high", "100",
 			      "--dram-low", "99", NULL);
 	if (rc) {
+		char log[2200];
+
+		kvpt_agent_log(p->a.pool, log, sizeof(log));
 		fprintf(stderr, "bench_core: cannot start kvpoold (%s/kvpoold, "
-			"--dram %s): %s; its log is /tmp/kvpt.%s.log\n",
-			kvpt_bindir(), d, strerror(-rc), p->a.pool);
+			"--dram %s): %s; its log is %s\n",
+			kvpt_bindir(), d, strerror(-rc), log);
 		kvpt_agent_stop(&p->a);
 		return rc;
 	}

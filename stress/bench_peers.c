@@ -1542,9 +1542,11 @@ kvpb_pool_start(unsigned k, uint64_t dram, const char *unit, uint64_t entries)
 			      "--index-entries", e, "--dram-high", "100", "--dram-low", "99",
 			      NULL);
 	if (rc) {
+		char log[2200];
+
+		kvpt_agent_log(kvpb_agent[k].pool, log, sizeof(log));
 		kvpb_log("bench_peers: cannot start kvpoold (%s/kvpoold --dram %s): %s; "
-			 "log /tmp/kvpt.%s.log\n", kvpt_bindir(), d, strerror(-rc),
-			 kvpb_agent[k].pool);
+			 "log %s\n", kvpt_bindir(), d, strerror(-rc), log);
 		kvpt_agent_stop(&kvpb_agent[k]);
 		return rc;
 	}
@@ -2037,8 +2039,10 @@ kvpb_run_ssd(unsigned r)
 				     "--ssd-dir", store, "--staging", "64M", "--staging-slot", "1M",
 				     "--no-promote", NULL) ||
 		    kvpt_seg_map(a.pool, &seg) || kvp_open(a.pool, "bench", &c)) {
-			kvpb_log("bench_peers: cannot start an SSD agent (log /tmp/kvpt.%s.log)\n",
-				 a.pool);
+			char log[2200];
+
+			kvpt_agent_log(a.pool, log, sizeof(log));
+			kvpb_log("bench_peers: cannot start an SSD agent (log %s)\n", log);
 			kvpt_agent_stop(&a);
 			return;
 		}

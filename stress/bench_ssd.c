@@ -217,12 +217,12 @@ main(int argc, char **argv)
 		kvpt_agent_stop(&a);
 		{
 			/* the store's part alone, from the agent's own log line */
-			char path[200], line[512];
+			char path[2200], line[512];
 			FILE *f;
 			double rec_s = 0;
 			unsigned long long nr = 0;
 
-			snprintf(path, sizeof(path), "/tmp/kvpt.%s.log", a.pool);
+			kvpt_agent_log(a.pool, path, sizeof(path));
 			f = fopen(path, "r");
 			while (f && fgets(line, sizeof(line), f)) {
 				const char *r = strstr(line, "recovered ");

@@ -4,27 +4,46 @@
 #   tests/run.sh            the default run (release + ASan/UBSan + TSan, short stress)
 #   tests/run.sh --long     adds long stress soaks (minutes)
 #   tests/run.sh --quick    release build only (for iterating)
+#   tests/run.sh --only PAT only the runs whose name contains PAT (with the
+#                           checks of what the run left)
 #
 # Ends with "N passed, N failed" and exits non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.."
-long=0 quick=0
-for a in "$@"; do
-	case $a in
+long=0 quick=0 only=
+while [ $# -gt 0 ]; do
+	case $1 in
 	--long) long=1 ;;
 	--quick) quick=1 ;;
-	*) echo "usage: tests/run.sh [--long|--quick]"; exit 2 ;;
+	--only) [ $# -ge 2 ] || { echo "tests/run.sh: --only needs a pattern"; exit 2; }
+		only=$2; shift ;;
+	*) echo "usage: tests/run.sh [--long|--quick] [--only PATTERN]"; exit 2 ;;
 	esac
+	shift
 done
 
 ./configure >/dev/null || exit 1
+# This run's own files: the tests name every pool they create
+# "$KVPT_RUN.<name>" and their agents log in $KVPT_LOG_DIR (see
+# tests/agent/harness.h), so the checks at the end judge only what this
+# run left, never the segments or logs of another run on the machine.
+# The tag carries this shell's pid: a segment whose run is gone is stale.
+KVPT_RUN=r$$
+KVPT_LOG_DIR=$(mktemp -d /tmp/kvpt-run-$$.XXXXXX) || exit 1
+export KVPT_RUN KVPT_LOG_DIR
 # segments of test runs whose process is gone (an interrupted run) are
-# stale: remove them, and remember what exists so the end-of-run check
-# only blames this run
-for f in /dev/shm/kvpool.t*_*; do
+# stale: remove them (tagged r<run pid>.*, or t<test pid>_* of a test run by
+# hand); one tagged with our own pid can only be a dead run's
+for f in /dev/shm/kvpool.r*.* /dev/shm/kvpool.t*_*; do
 	[ -e "$f" ] || continue
-	pid=${f#/dev/shm/kvpool.t}; pid=${pid%%_*}
-	kill -0 "$pid" 2>/dev/null || rm -f "$f"
+	n=${f#/dev/shm/kvpool.}
+	case $n in
+	r[0-9]*.*) pid=${n#r}; pid=${pid%%.*} ;;
+	t[0-9]*_*) pid=${n#t}; pid=${pid%%_*} ;;
+	*) continue ;;
+	esac
+	case $pid in *[!0-9]*) continue ;; esac
+	if [ "$pid" = $$ ] || ! kill -0 "$pid" 2>/dev/null; then rm -f "$f"; fi
 done
 # and SSD directories of test runs that were killed (kvpt_tmpdir names them
 # /var/tmp/kvpt-<tag>-<pid>-XXXXXX)
@@ -33,16 +52,18 @@ for d in /var/tmp/kvpt-*-*-*; do
 	pid=$(echo "$d" | sed 's/.*-\([0-9][0-9]*\)-[^-]*$/\1/')
 	kill -0 "$pid" 2>/dev/null || rm -rf "$d"
 done
-before=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' || true)
-if [ $quick = 1 ]; then variants="release"; else variants="release asan tsan"; fi
+# the default run also builds 'bench' (the peer benchmark: LMDB, hiredis,
+# which .ci/run installs); --quick needs only the README's packages
+if [ $quick = 1 ]; then variants="release" targets="release"
+else variants="release asan tsan" targets="release asan tsan bench"; fi
 # shellcheck disable=SC2086
-ninja $variants || { echo "0 passed, 1 failed"; exit 1; }
+ninja $targets || { echo "0 passed, 1 failed"; exit 1; }
 
-rm -f /tmp/kvpt.t*.log
 passed=0 failed=0
 failures=""
 run() { # name, command...
 	name=$1; shift
+	case $name in *"$only"*) ;; *) return 0 ;; esac
 	start=$(date +%s.%N)
 	log=$(mktemp /tmp/kvpool-test.XXXXXX)
 	if "$@" >"$log" 2>&1; then
@@ -57,7 +78,7 @@ run() { # name, command...
 }
 
 UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
-UNIT="$UNIT test_metrics test_durability test_hostile"
+UNIT="$UNIT test_metrics test_durability test_hostile test_files"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
@@ -69,6 +90,10 @@ for v in $variants; do
 			ASAN_OPTIONS="detect_leaks=1" "build/$v/$t"
 	done
 done
+# a run judges only what it left (not the files of another run meanwhile)
+run "runner: judges only its own segments and logs" tests/runner/test_own_files.sh
+# the README's first command: plain ninja needs only what demo.sh installs
+run "demo: default target needs only demo.sh's packages" tests/demo/test_default_target.sh
 # the SSD tier end to end on the pread/pwrite thread path (io_uring refused)
 run "release/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 build/release/test_ssd_tier
 # observability: stat --json = /metrics (jq, promtool); a real Prometheus scrapes the agent
@@ -124,21 +149,22 @@ if [ $long = 1 ]; then
 		build/tsan/stress_pool --threads --procs 4 --seconds 120 --seed 6 \
 		--agent-restart-every 30000
 fi
-# agents run by the tests log to /tmp/kvpt.<pool>.log: a sanitizer report
-# there is a failure even when the test itself coped with the dead agent
+# agents run by the tests log to $KVPT_LOG_DIR/kvpt.<pool>.log: a sanitizer
+# report there is a failure even when the test itself coped with the dead agent
 sanlogs=$(grep -l "runtime error\|ERROR: AddressSanitizer\|WARNING: ThreadSanitizer" \
-	/tmp/kvpt.t*.log 2>/dev/null || true)
+	"$KVPT_LOG_DIR"/*.log 2>/dev/null || true)
 if [ -n "$sanlogs" ]; then
 	echo "FAIL sanitizer reports in agent logs:"
 	for f in $sanlogs; do grep -h -A12 "runtime error\|ERROR: AddressSanitizer\|WARNING: ThreadSanitizer" "$f" | sed 's/^/     | /' | head -40; done
 	failed=$((failed + 1))
 fi
-leftover=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' | grep -vxF "$before" || true)
-[ -z "$before" ] && leftover=$(ls /dev/shm 2>/dev/null | grep '^kvpool\.' || true)
+leftover=$(ls /dev/shm 2>/dev/null | grep "^kvpool\.$KVPT_RUN\." || true)
 if [ -n "$leftover" ]; then
-	echo "FAIL segments left behind in /dev/shm: $leftover"
+	echo "FAIL segments left behind in /dev/shm:" $leftover
 	failed=$((failed + 1))
 fi
+# the agents' logs are kept for a failed run, removed after a clean one
+if [ $failed = 0 ]; then rm -rf "$KVPT_LOG_DIR"; else echo "agent logs: $KVPT_LOG_DIR"; fi
 [ -n "$failures" ] && echo "failed:$failures"
 echo "$passed passed, $failed failed"
 [ $failed = 0 ]

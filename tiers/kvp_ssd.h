@@ -59,8 +59,13 @@
 #define KVP_SSD_SEGMENT_MAX (64ull << 30)
 #define KVP_SSD_KEY_MAX 255u
 
-/* Location packing: segment id (1..2^32-1) and the 4 KiB block index of
- * the record header inside the segment file. */
+/* Segment ids: 1..KVP_SSD_SEG_ID_MAX, in creation order (the file
+ * seg-%08x.kvs); 0 is "no segment".  The store refuses to create a segment
+ * past the highest id rather than wrap. */
+#define KVP_SSD_SEG_ID_MAX 0xfffffffeu
+
+/* Location packing: segment id (1..KVP_SSD_SEG_ID_MAX) and the 4 KiB block
+ * index of the record header inside the segment file. */
 #define KVP_SSD_LOC(seg, blk) (((uint64_t)(seg) << 32) | (uint32_t)(blk))
 #define KVP_SSD_LOC_SEG(loc) ((uint32_t)((loc) >> 32))
 #define KVP_SSD_LOC_BLOCK(loc) ((uint32_t)(loc))
@@ -102,7 +107,8 @@ struct kvp_ssd;
 typedef int (*kvp_ssd_evict_fn)(void *arg, struct kvp_ssd *s, uint32_t seg_id);
 
 struct kvp_ssd_cfg {
-	const char *dir;           /* created (0700) if missing */
+	const char *dir;           /* created (0700) if missing; must be a directory
+				    * owned by the euid, not group/other-writable */
 	uint64_t segment_bytes;    /* --ssd-segment; 0 = 256 MiB; multiple of 4 KiB */
 	uint64_t capacity_bytes;   /* --ssd-size; 0 = no limit but the disk's */
 	enum kvp_ssd_durability durability;

@@ -84,13 +84,15 @@ struct kvp_sreq {
 
 struct kvp_ssd {
 	struct kvp_ssd_cfg cfg;
-	char dir[1024];
+	char dir[1024];       /* for messages: files are reached through dirfd */
+	int dirfd;            /* the directory checked at open (owner, mode) */
 	int lockfd;
 	struct kvp_sseg **segs; /* sorted by id */
 	unsigned nsegs, capsegs;
 	struct kvp_sseg *active;
 	uint64_t next_seq;
-	uint32_t next_id;
+	uint32_t next_id;     /* never above KVP_SSD_SEG_ID_MAX + 1 */
+	bool ids_exhausted_logged;
 	struct io_uring ring;
 	bool uring, direct, registered;
 	struct iovec reg[2];
@@ -163,19 +165,51 @@ kvp_sum_ent_size(unsigned klen)
 
 /* ---- segments ---- */
 
+/* A segment file's name in the directory: exactly seg-%08x.kvs. */
 static void
-kvp_seg_path(const struct kvp_ssd *s, uint32_t id, char *out, size_t cap)
+kvp_seg_name(uint32_t id, char *out, size_t cap)
 {
-	snprintf(out, cap, "%s/seg-%08x.kvs", s->dir, id);
+	snprintf(out, cap, "seg-%08x.kvs", id);
 }
 
+/*
+ * The id of a segment file's name, or 0 if the name is not exactly
+ * "seg-" 8 lowercase hex digits ".kvs" with an id in
+ * 1..KVP_SSD_SEG_ID_MAX.  (sscanf would take "seg-1.kvs", "seg- +1.kvx"
+ * or "seg-ffffffff.kvs", whose id + 1 wraps to 0.)
+ */
+static uint32_t
+kvp_seg_name_id(const char *name)
+{
+	uint32_t id = 0;
+	unsigned k;
+
+	if (strncmp(name, "seg-", 4) || strlen(name) != 16 || strcmp(name + 12, ".kvs"))
+		return 0;
+	for (k = 4; k < 12; k++) {
+		char ch = name[k];
+		unsigned d;
+
+		if (ch >= '0' && ch <= '9')
+			d = (unsigned)(ch - '0');
+		else if (ch >= 'a' && ch <= 'f')
+			d = (unsigned)(ch - 'a') + 10;
+		else
+			return 0;
+		id = id << 4 | d;
+	}
+	return id <= KVP_SSD_SEG_ID_MAX ? id : 0;
+}
+
+/* Open a file of the store's directory (never through a symlink). */
 static int
-kvp_open_file(struct kvp_ssd *s, const char *path, int flags)
+kvp_open_file(struct kvp_ssd *s, const char *name, int flags)
 {
 	int fd = -1;
 
+	flags |= O_NOFOLLOW | O_CLOEXEC;
 	if (s->direct) {
-		fd = open(path, flags | O_DIRECT | O_CLOEXEC, 0600);
+		fd = openat(s->dirfd, name, flags | O_DIRECT, 0600);
 		if (fd < 0 && errno == EINVAL) {
 			kvp_log(KVP_LOG_WARN, "ssd", "O_DIRECT refused in %s: buffered I/O",
 				s->dir);
@@ -183,8 +217,34 @@ kvp_open_file(struct kvp_ssd *s, const char *path, int flags)
 		}
 	}
 	if (fd < 0 && !s->direct)
-		fd = open(path, flags | O_CLOEXEC, 0600);
+		fd = openat(s->dirfd, name, flags, 0600);
 	return fd < 0 ? -errno : fd;
+}
+
+/*
+ * Is what we opened (or found) in the directory ours alone?  A regular
+ * file owned by our effective uid, writable by no one else: anything else
+ * was put there by someone else (or made writable to them), and serving
+ * it would hand out values we never wrote.  0, or -EACCES with why in msg.
+ */
+static int
+kvp_file_ours(const struct stat *st, char *msg, size_t cap)
+{
+	if (!S_ISREG(st->st_mode)) {
+		snprintf(msg, cap, "not a regular file");
+		return -EACCES;
+	}
+	if (st->st_uid != geteuid()) {
+		snprintf(msg, cap, "owned by uid %u, not this agent's uid %u",
+			 (unsigned)st->st_uid, (unsigned)geteuid());
+		return -EACCES;
+	}
+	if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(msg, cap, "writable by group or others (mode %04o)",
+			 (unsigned)(st->st_mode & 07777));
+		return -EACCES;
+	}
+	return 0;
 }
 
 static struct kvp_sseg *
@@ -287,9 +347,19 @@ kvp_seg_new(struct kvp_ssd *s)
 {
 	struct kvp_ssd_file_hdr *fh;
 	struct kvp_sseg *g;
-	char path[1300];
+	char name[32];
 	int rc;
 
+	if (s->next_id > KVP_SSD_SEG_ID_MAX) {
+		/* never wrap: id 0 is no segment, and a lower id would sort
+		 * as the oldest (reclaimed first, shadowed at recovery) */
+		if (!s->ids_exhausted_logged)
+			kvp_log(KVP_LOG_ERROR, "ssd", "no segment id left in %s (the highest, "
+				"%08x, is taken): move the directory away or empty it",
+				s->dir, KVP_SSD_SEG_ID_MAX);
+		s->ids_exhausted_logged = true;
+		return -ENOSPC;
+	}
 	if (s->active) {
 		rc = kvp_seg_seal(s, s->active);
 		if (rc)
@@ -306,8 +376,8 @@ kvp_seg_new(struct kvp_ssd *s)
 	g->valid_end = g->size;
 	g->create_seq = s->next_seq;
 	g->wpos = 1;
-	kvp_seg_path(s, g->id, path, sizeof(path));
-	g->fd = kvp_open_file(s, path, O_RDWR | O_CREAT | O_EXCL);
+	kvp_seg_name(g->id, name, sizeof(name));
+	g->fd = kvp_open_file(s, name, O_RDWR | O_CREAT | O_EXCL);
 	if (g->fd < 0) {
 		rc = g->fd;
 		free(g);
@@ -316,7 +386,7 @@ kvp_seg_new(struct kvp_ssd *s)
 	rc = posix_fallocate(g->fd, 0, (off_t)g->size);
 	if (rc) {
 		close(g->fd);
-		unlink(path);
+		unlinkat(s->dirfd, name, 0);
 		free(g);
 		if (rc == ENOSPC)
 			s->st.enospc++;
@@ -350,7 +420,7 @@ kvp_seg_new(struct kvp_ssd *s)
 	return 0;
 err:
 	close(g->fd);
-	unlink(path);
+	unlinkat(s->dirfd, name, 0);
 	free(g);
 	return rc;
 }
@@ -687,7 +757,7 @@ kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 		 unsigned flags, uint64_t target)
 {
 	struct iovec *iov;
-	uint64_t vlen = 0, blk;
+	uint64_t vlen = 0, blk = 0; /* set by kvp_reserve (gcc -O1 cannot see it) */
 	struct kvp_sreq *r;
 	bool zero_copy = s->direct ? (flags & KVP_SSD_SRC_PADDED) : true;
 	unsigned k, n = 0;
@@ -1453,6 +1523,54 @@ out:
 
 /* ---- open / close ---- */
 
+/*
+ * Open (creating it 0700 if missing) the store's directory and check that
+ * it is ours alone: a directory owned by our effective uid that no one
+ * else can write.  Another user's directory, or one they can write, could
+ * hold segment files they made, which we would serve as values.  Every
+ * file is then reached through this descriptor (openat), so a rename of
+ * the path afterwards changes nothing.  0, or -errno with a log line.
+ */
+static int
+kvp_ssd_dir_open(struct kvp_ssd *s)
+{
+	struct stat st;
+	int rc;
+
+	if (mkdir(s->dir, 0700) && errno != EEXIST) {
+		rc = -errno;
+		kvp_log(KVP_LOG_ERROR, "ssd", "cannot create %s: %s", s->dir, strerror(-rc));
+		return rc;
+	}
+	s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (s->dirfd < 0) {
+		rc = -errno;
+		kvp_log(KVP_LOG_ERROR, "ssd", "%s: %s", s->dir, rc == -ENOTDIR ?
+			"not a directory (give --ssd-dir a directory, or a path to create)" :
+			strerror(-rc));
+		return rc;
+	}
+	if (fstat(s->dirfd, &st)) {
+		rc = -errno;
+		kvp_log(KVP_LOG_ERROR, "ssd", "%s: %s", s->dir, strerror(-rc));
+		return rc;
+	}
+	if (st.st_uid != geteuid()) {
+		kvp_log(KVP_LOG_ERROR, "ssd", "%s is owned by uid %u, not by this agent's "
+			"uid %u: refused (its files could be anyone's); give --ssd-dir a "
+			"directory of this user, or a path that does not exist yet",
+			s->dir, (unsigned)st.st_uid, (unsigned)geteuid());
+		return -EACCES;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		kvp_log(KVP_LOG_ERROR, "ssd", "%s is writable by group or others (mode "
+			"%04o): refused (anyone could plant segment files); chmod go-w %s",
+			s->dir, (unsigned)(st.st_mode & 07777), s->dir);
+		return -EACCES;
+	}
+	return 0;
+}
+
 int
 kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 {
@@ -1482,37 +1600,67 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		s->cfg.max_requests = 4096;
 	snprintf(s->dir, sizeof(s->dir), "%s", cfg->dir);
 	s->lockfd = -1;
+	s->dirfd = -1;
 	s->next_seq = 1;
 	s->next_id = 1;
 	s->direct = true;
-	if (mkdir(s->dir, 0700) && errno != EEXIST) {
-		rc = -errno;
+	rc = kvp_ssd_dir_open(s);
+	if (rc)
 		goto err;
-	}
-	snprintf(path, sizeof(path), "%s/LOCK", s->dir);
-	s->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	s->lockfd = openat(s->dirfd, "LOCK", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (s->lockfd < 0 || flock(s->lockfd, LOCK_EX | LOCK_NB)) {
 		rc = s->lockfd < 0 ? -errno : -EBUSY;
+		if (rc == -EBUSY)
+			kvp_log(KVP_LOG_ERROR, "ssd", "%s is in use by another kvpoold "
+				"(its LOCK is held)", s->dir);
+		else
+			kvp_log(KVP_LOG_ERROR, "ssd", "%s/LOCK: %s", s->dir, strerror(-rc));
 		goto err;
 	}
-	d = opendir(s->dir);
-	if (!d) {
-		rc = -errno;
-		goto err;
+	{
+		int dfd = dup(s->dirfd);
+
+		d = dfd >= 0 ? fdopendir(dfd) : NULL;
+		if (!d) {
+			rc = -errno;
+			if (dfd >= 0)
+				close(dfd);
+			goto err;
+		}
 	}
 	while ((de = readdir(d))) {
-		unsigned id;
-		char tail[8];
+		uint32_t id = kvp_seg_name_id(de->d_name);
 		struct kvp_sseg *g;
 		struct kvp_ssd_file_hdr *fh;
 		struct stat st;
+		char why[96];
 		uint32_t crc;
 
-		if (sscanf(de->d_name, "seg-%8x.kv%1s", &id, tail) != 2 || id == 0)
+		if (!id) {
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+			    strcmp(de->d_name, "LOCK"))
+				kvp_log(KVP_LOG_WARN, "ssd", "%s/%s: not a segment file name "
+					"(seg-XXXXXXXX.kvs, ids 00000001..%08x): ignored",
+					s->dir, de->d_name, KVP_SSD_SEG_ID_MAX);
 			continue;
+		}
+		/* a new segment never reuses the id of a file that is there,
+		 * served or not (its O_EXCL create would fail for good) */
+		if (id >= s->next_id)
+			s->next_id = id + 1; /* at most KVP_SSD_SEG_ID_MAX + 1 */
+		snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
 		if (cfg->wipe) {
-			snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
-			unlink(path);
+			unlinkat(s->dirfd, de->d_name, 0);
+			continue;
+		}
+		/* look before opening: a FIFO or a device is never opened */
+		if (fstatat(s->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW)) {
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: %s: skipped", path, strerror(errno));
+			continue;
+		}
+		if (kvp_file_ours(&st, why, sizeof(why))) {
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: %s: skipped, never served (remove "
+				"it, or move it away)", path, why);
 			continue;
 		}
 		g = calloc(1, sizeof(*g));
@@ -1524,9 +1672,16 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 			rc = -ENOMEM;
 			goto err;
 		}
-		snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
-		g->fd = kvp_open_file(s, path, O_RDWR);
-		if (g->fd < 0 || fstat(g->fd, &st) || pread(g->fd, fh, B, 0) != (ssize_t)B) {
+		g->fd = kvp_open_file(s, de->d_name, O_RDWR);
+		if (g->fd < 0 || fstat(g->fd, &st)) {
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: unreadable: skipped", path);
+			goto skip;
+		}
+		if (kvp_file_ours(&st, why, sizeof(why))) { /* what we opened */
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: %s: skipped, never served", path, why);
+			goto skip;
+		}
+		if (pread(g->fd, fh, B, 0) != (ssize_t)B) {
 			kvp_log(KVP_LOG_WARN, "ssd", "%s: unreadable: skipped", path);
 			goto skip;
 		}
@@ -1568,8 +1723,6 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		g->create_seq = fh->fh_create_seq;
 		if (g->create_seq > s->next_seq)
 			s->next_seq = g->create_seq;
-		if (id >= s->next_id)
-			s->next_id = id + 1;
 		free(fh);
 		if (kvp_seg_insert(s, g)) {
 			kvp_seg_free(g);
@@ -1580,8 +1733,6 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		continue;
 skip:
 		free(fh);
-		if (id >= s->next_id)
-			s->next_id = id + 1;
 		kvp_seg_free(g);
 	}
 	closedir(d);
@@ -1612,6 +1763,8 @@ skip:
 err:
 	if (s->lockfd >= 0)
 		close(s->lockfd);
+	if (s->dirfd >= 0)
+		close(s->dirfd);
 	while (s->nsegs)
 		kvp_seg_free(s->segs[--s->nsegs]);
 	free(s->segs);
@@ -1653,6 +1806,8 @@ kvp_ssd_close_agent(struct kvp_ssd *s)
 	free(s->segs);
 	if (s->lockfd >= 0)
 		close(s->lockfd);
+	if (s->dirfd >= 0)
+		close(s->dirfd);
 	free(s);
 }
 
@@ -1712,15 +1867,15 @@ int
 kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id)
 {
 	struct kvp_sseg *g = kvp_seg_find(s, id);
-	char path[1300];
+	char name[32];
 	unsigned k;
 
 	if (!g)
 		return -ENOENT;
 	if (g == s->active)
 		return -EBUSY;
-	kvp_seg_path(s, id, path, sizeof(path));
-	if (unlink(path) && errno != ENOENT)
+	kvp_seg_name(id, name, sizeof(name));
+	if (unlinkat(s->dirfd, name, 0) && errno != ENOENT)
 		return -errno;
 	for (k = 0; k < s->nsegs; k++)
 		if (s->segs[k] == g) {

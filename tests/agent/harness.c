@@ -24,6 +24,66 @@ kvpt_bindir(void)
 	return dir;
 }
 
+const char *
+kvpt_run_tag(void)
+{
+	static char tag[17];
+	static bool done;
+
+	if (!done) {
+		const char *t = getenv("KVPT_RUN");
+		size_t i, n = t ? strlen(t) : 0;
+		bool ok = n >= 1 && n < sizeof(tag);
+
+		for (i = 0; ok && i < n; i++)
+			ok = (t[i] >= 'a' && t[i] <= 'z') || (t[i] >= 'A' && t[i] <= 'Z') ||
+			     (t[i] >= '0' && t[i] <= '9');
+		if (ok)
+			memcpy(tag, t, n + 1);
+		else if (t)
+			fprintf(stderr, "harness: KVPT_RUN='%s' ignored (want 1-16 of "
+				"[A-Za-z0-9])\n", t);
+		done = true;
+	}
+	return tag;
+}
+
+const char *
+kvpt_log_dir(void)
+{
+	const char *d = getenv("KVPT_LOG_DIR");
+
+	return d && d[0] == '/' && strlen(d) < 2048 ? d : "/tmp";
+}
+
+int
+kvpt_pool_name(char *out, size_t cap, const char *fmt, ...)
+{
+	const char *tag = kvpt_run_tag();
+	size_t n = 0;
+	va_list ap;
+	int m;
+
+	if (tag[0]) {
+		m = snprintf(out, cap, "%s.", tag);
+		if (m < 0 || (size_t)m >= cap)
+			return -1;
+		n = (size_t)m;
+	}
+	va_start(ap, fmt);
+	m = vsnprintf(out + n, cap - n, fmt, ap);
+	va_end(ap);
+	if (m < 0 || (size_t)m >= cap - n || n + (size_t)m >= KVP_POOL_NAME_MAX)
+		return -1;
+	return 0;
+}
+
+void
+kvpt_agent_log(const char *pool, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/kvpt.%s.log", kvpt_log_dir(), pool);
+}
+
 long long
 kvpt_wait_until(bool (*cond)(void *), void *arg, unsigned timeout_ms)
 {
@@ -99,11 +159,15 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 		/* the agent dies with the test, whatever way the test ends */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (!getenv("KVPT_AGENT_LOG")) {
-			char log[128];
-			FILE *f;
-			snprintf(log, sizeof(log), "/tmp/kvpt.%s.log", a->pool);
-			f = freopen(log, "a", stderr);
-			(void)f;
+			char log[2200];
+			int fd;
+
+			kvpt_agent_log(a->pool, log, sizeof(log));
+			fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
+			if (fd >= 0 && fd != 2) {
+				dup2(fd, 2);
+				close(fd);
+			}
 		}
 		if (!freopen("/dev/null", "w", stdout))
 			_exit(126);
@@ -143,9 +207,10 @@ kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...)
 		kvpt_creator = getpid();
 		atexit(kvpt_cleanup_at_exit);
 	}
+	if (kvpt_pool_name(a->pool, sizeof(a->pool), "t%d_%u", (int)getpid(), seq++))
+		return -ENAMETOOLONG;
 	if (kvpt_npools < 64)
-		snprintf(kvpt_pools[kvpt_npools++], 64, "t%d_%u", (int)getpid(), seq);
-	snprintf(a->pool, sizeof(a->pool), "t%d_%u", (int)getpid(), seq++);
+		snprintf(kvpt_pools[kvpt_npools++], 64, "%s", a->pool);
 	kvpt_pool_remove(a->pool);
 	va_start(ap, arg);
 	rc = kvpt_spawn(a, arg, ap);
@@ -317,7 +382,7 @@ kvpt_tmpdir_empty(const char *dir)
 {
 	char cmd[2400];
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -m 0700 '%s'", dir, dir);
 	return system(cmd) == 0 ? 0 : -1;
 }
 

@@ -18,8 +18,27 @@ struct kvpt_agent {
 
 /* Start kvpoold --foreground --pool <unique> <args...> (NULL terminated)
  * from the directory of the running test binary; returns once the agent
- * holds its segment lock.  0 or -errno. */
+ * holds its segment lock.  The pool is kvpt_pool_name("t<pid>_<n>"); the
+ * agent logs to kvpt_agent_log(pool) (stderr if KVPT_AGENT_LOG is set).
+ * 0 or -errno. */
 int kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...);
+/*
+ * A run's own files.  tests/run.sh sets KVPT_RUN (a tag, [A-Za-z0-9]{1,16})
+ * and KVPT_LOG_DIR (a directory of its own): every pool a test creates is
+ * named "<tag>.<name>" and every agent log lies in that directory, so the
+ * run judges only the segments and logs it left, never those of another
+ * run on the same machine.  Without them (a test run by hand): no tag,
+ * logs in /tmp.
+ */
+const char *kvpt_run_tag(void);   /* "" when KVPT_RUN is unset */
+const char *kvpt_log_dir(void);   /* KVPT_LOG_DIR (absolute) or /tmp */
+/* "<tag>.<fmt...>" (or just fmt... without a tag) into out: 0, or -1 if it
+ * does not fit in cap or KVP_POOL_NAME_MAX */
+int kvpt_pool_name(char *out, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* "<log dir>/kvpt.<pool>.log": where the harness's agent on pool logs */
+void kvpt_agent_log(const char *pool, char *out, size_t cap);
+
 /* Restart on the same pool (after a kill). */
 int kvpt_agent_restart(struct kvpt_agent *a, const char *arg, ...);
 int kvpt_agent_stop(struct kvpt_agent *a);  /* SIGTERM + wait; removes segment */
@@ -60,7 +79,8 @@ bool kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen,
 		uint64_t version);
 
 /* A private directory for a test's SSD store: /var/tmp/kvpt-<tag>-<pid>-XXXXXX
- * (mkdtemp) into dir; emptied again (rm -rf, mkdir), or removed.  0 or -1. */
+ * (mkdtemp, 0700) into dir; emptied again (rm -rf, mkdir 0700: the agent
+ * refuses an SSD directory others can write), or removed.  0 or -1. */
 int kvpt_tmpdir(char *dir, size_t cap, const char *tag);
 int kvpt_tmpdir_empty(const char *dir);
 int kvpt_tmpdir_remove(const char *dir);

@@ -113,15 +113,16 @@ test_open_errors(void **state)
 
 	(void)state;
 	/* no agent, no segment: UNAVAILABLE, with a message */
-	kvpt_pool_remove("kvpt_nobody");
-	assert_int_equal(kvp_open("kvpt_nobody", "ns", &c), -ENOTCONN);
+	assert_int_equal(kvpt_pool_name(name, sizeof(name), "kvpt_nobody_%d", (int)getpid()), 0);
+	kvpt_pool_remove(name);
+	assert_int_equal(kvp_open(name, "ns", &c), -ENOTCONN);
 	assert_null(c);
 	assert_int_equal(kvp_open("bad/name", "ns", &c), -EINVAL);
 	assert_int_equal(kvp_open("x", "", &c), -EINVAL);
 	assert_int_equal(kvp_open("x", "ns", NULL), -EINVAL);
 
 	/* a segment from another ABI: -EPROTO, never mapped as ours */
-	snprintf(name, sizeof(name), "kvpt_abi_%d", (int)getpid());
+	assert_int_equal(kvpt_pool_name(name, sizeof(name), "kvpt_abi_%d", (int)getpid()), 0);
 	snprintf(path, sizeof(path), "/kvpool.%s", name);
 	fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
 	assert_true(fd >= 0);

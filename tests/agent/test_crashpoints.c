@@ -219,14 +219,14 @@ only_us(void *p)
 static void
 verify_pool(const char *what)
 {
-	char cmd[1024], log[128];
+	char cmd[5000], log[2200];
 	unsigned char *buf = malloc(VMAX);
 	uint64_t ok = 0;
 	unsigned i;
 	int rc;
 
 	assert_non_null(buf);
-	snprintf(log, sizeof(log), "/tmp/kvpt.%s.check", ag.pool);
+	snprintf(log, sizeof(log), "%s/kvpt.%s.check", kvpt_log_dir(), ag.pool);
 	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s check --wait 3000 > %s 2>&1",
 		 kvpt_bindir(), ag.pool, log);
 	rc = system(cmd);
@@ -281,11 +281,11 @@ test_client_point(void **state)
 static bool
 agent_log_says(int id)
 {
-	char path[128], line[512];
+	char path[2200], line[512];
 	bool found = false;
 	FILE *f;
 
-	snprintf(path, sizeof(path), "/tmp/kvpt.%s.log", ag.pool);
+	kvpt_agent_log(ag.pool, path, sizeof(path));
 	f = fopen(path, "r");
 	if (!f)
 		return false;
@@ -302,9 +302,9 @@ test_agent_point(void **state)
 	int id = (int)(intptr_t)*state, st = 0, rc;
 	uint64_t t_end;
 	struct wl w;
-	char path[128];
+	char path[2200];
 
-	snprintf(path, sizeof(path), "/tmp/kvpt.%s.log", ag.pool);
+	kvpt_agent_log(ag.pool, path, sizeof(path));
 	unlink(path); /* the log of this run only */
 	kvpt_agent_kill(&ag);
 	setenv("KVP_CRASH_AT", kvp_crash_name(id), 1);

@@ -232,7 +232,8 @@ fz_setup(void)
 	atexit(fz_cleanup);
 	memset(&fz_agent, 0, sizeof(fz_agent));
 	fz_agent.seg.fd = -1;
-	snprintf(cfg->pool, sizeof(cfg->pool), "fz%d", (int)getpid());
+	if (kvpt_pool_name(cfg->pool, sizeof(cfg->pool), "fz%d", (int)getpid()))
+		return -1;
 	cfg->dram_bytes = 4u << 20;
 	cfg->dram_unit = 16u << 10;
 	cfg->index_entries = 256;

@@ -2,12 +2,13 @@
 # kvpoold on a private pool with /metrics on a free port, scrape it,
 # clean up whatever way the test ends.  Sourced, not run.
 #
-# The pool is named t<pid>_obs<n>, the pattern tests/run.sh treats as a
-# test's segment (removed if its process is gone).
+# The pool is named [<KVPT_RUN>.]t<pid>_obs: tests/run.sh's tag (see
+# tests/agent/harness.h) makes it this run's segment, which the run
+# judges at its end (or removes, if its run is gone).
 
 B=${KVP_BIN:-build/release}
 T=$(mktemp -d /tmp/kvpt-obs.XXXXXX)
-POOL=t$$_obs
+POOL=${KVPT_RUN:+$KVPT_RUN.}t$$_obs
 AGENT_PID=
 EXTRA_PIDS=
 

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 
 #include "agent/agent_int.h"
+#include "tests/agent/harness.h"
 
 static struct kvp_agent ag;
 
@@ -21,7 +22,8 @@ seg_setup(void **state)
 {
 	(void)state;
 	memset(&ag, 0, sizeof(ag));
-	snprintf(ag.cfg.pool, sizeof(ag.cfg.pool), "ta%d", (int)getpid());
+	if (kvpt_pool_name(ag.cfg.pool, sizeof(ag.cfg.pool), "ta%d", (int)getpid()))
+		return -1;
 	ag.cfg.dram_bytes = 16u << 20;
 	ag.cfg.dram_unit = 4096;
 	ag.cfg.index_entries = 4096;

@@ -2,7 +2,8 @@
 /*
  * test_ssd.c - the SSD store on its own: CRC-32C, round trips, ranged
  * reads that read only their extents, restart with tombstones, damaged
- * headers, truncated files, a full file system, and the pread path.
+ * headers, truncated files, a full file system, the pread path, and what
+ * the store adopts from its directory (names, owners, modes, links).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -460,7 +461,9 @@ test_fs_enospc(void **state)
 	(void)state;
 	snprintf(mnt, sizeof(mnt), "%s/small", dir);
 	mkdir(mnt, 0700);
-	if (mount("tmpfs", mnt, "tmpfs", 0, "size=3m")) {
+	/* mode 0700: a tmpfs root is 1777 by default, and the store refuses
+	 * a directory that others can write */
+	if (mount("tmpfs", mnt, "tmpfs", 0, "size=3m,mode=0700")) {
 		print_message("  SKIP: cannot mount a small tmpfs here (%s)\n", strerror(errno));
 		return;
 	}
@@ -537,6 +540,233 @@ test_strict_durability(void **state)
 	kvp_ssd_close_agent(s);
 }
 
+/* ---- what the store adopts from its directory ---- */
+
+/* A subdirectory of dir for one test, made 0700. */
+static void
+subdir(char *out, size_t cap, const char *name)
+{
+	snprintf(out, cap, "%s/%s", dir, name);
+	assert_int_equal(mkdir(out, 0700), 0);
+}
+
+static int
+open_in(const char *d, struct kvp_ssd **s)
+{
+	struct kvp_ssd_cfg cfg;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = d;
+	cfg.segment_bytes = KVP_SSD_SEGMENT_MIN;
+	return kvp_ssd_open_agent(&cfg, s);
+}
+
+static int
+count_cb(void *arg, const struct kvp_ssd_rec *r)
+{
+	(void)r;
+	(*(unsigned *)arg)++;
+	return 0;
+}
+
+/* Open the store in d and recover it: the records it serves. */
+static unsigned
+reopen_count(const char *d, struct kvp_ssd **s)
+{
+	unsigned n = 0;
+
+	assert_int_equal(open_in(d, s), 0);
+	assert_true(kvp_ssd_recover_agent(*s, count_cb, &n) >= 0);
+	return n;
+}
+
+static void
+plant(const char *d, const char *name, size_t len)
+{
+	unsigned char junk[8192];
+	char p[600];
+	int fd;
+
+	assert_true(len <= sizeof(junk));
+	memset(junk, 0x5a, len);
+	snprintf(p, sizeof(p), "%s/%s", d, name);
+	fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, junk, len), (ssize_t)len);
+	close(fd);
+}
+
+static bool
+present(const char *d, const char *name)
+{
+	struct stat st;
+	char p[600];
+
+	snprintf(p, sizeof(p), "%s/%s", d, name);
+	return lstat(p, &st) == 0;
+}
+
+/*
+ * Segment file names are parsed strictly (seg- 8 lowercase hex digits
+ * .kvs, ids 1..fffffffe): garbage and extreme names are ignored, left in
+ * place, and never move the next id (a seg-ffffffff.kvs made it wrap to
+ * 0: what was written next was lost at the next open, and with a
+ * seg-00000000.kvs there every write failed with "File exists").  A
+ * directory or a FIFO with a segment's name is not opened.
+ */
+static void
+test_segment_names(void **state)
+{
+	static const char *const junk[] = {
+		"seg-ffffffff.kvs", "seg-00000000.kvs", "seg-1.kvs", "seg-0000000A.kvs",
+		"seg-+0000001.kvs", "seg- 0000001.kvs", "seg-0x000001.kvs",
+		"seg-00000001.kvs.bak", "seg-000000001.kvs", "seg-00000001.kvx",
+		"seg-fffffffff.kvs", "seg-.kvs", "seg-ffffffff.kvs~",
+	};
+	char d[300], p[600], longname[256];
+	unsigned char v[3000];
+	struct kvp_ssd *s;
+	unsigned k;
+
+	(void)state;
+	subdir(d, sizeof(d), "names");
+	assert_int_equal(reopen_count(d, &s), 0);
+	fill(v, sizeof(v), 9);
+	put(s, "a", v, sizeof(v));
+	put(s, "b", v, sizeof(v));
+	put(s, "c", v, sizeof(v));
+	kvp_ssd_close_agent(s);
+
+	for (k = 0; k < sizeof(junk) / sizeof(junk[0]); k++)
+		plant(d, junk[k], 4096);
+	memset(longname, 'f', sizeof(longname) - 1);
+	memcpy(longname, "seg-", 4);
+	longname[sizeof(longname) - 1] = '\0';
+	plant(d, longname, 4096);
+	snprintf(p, sizeof(p), "%s/seg-00000100.kvs", d);
+	assert_int_equal(mkdir(p, 0700), 0);
+	snprintf(p, sizeof(p), "%s/seg-00000101.kvs", d);
+	assert_int_equal(mkfifo(p, 0600), 0);
+
+	/* what was there comes back; new writes land in a new segment */
+	assert_int_equal(reopen_count(d, &s), 3);
+	put(s, "d", v, sizeof(v));
+	put(s, "e", v, sizeof(v));
+	put(s, "f", v, sizeof(v));
+	kvp_ssd_close_agent(s);
+	assert_int_equal(reopen_count(d, &s), 6);
+	kvp_ssd_close_agent(s);
+	assert_true(present(d, "seg-00000102.kvs")); /* past the FIFO's id */
+	for (k = 0; k < sizeof(junk) / sizeof(junk[0]); k++) {
+		struct stat st;
+
+		snprintf(p, sizeof(p), "%s/%s", d, junk[k]);
+		assert_int_equal(stat(p, &st), 0);
+		assert_int_equal(st.st_size, 4096);
+	}
+}
+
+/*
+ * The highest id is taken (a seg-fffffffe.kvs, here garbage): the store
+ * refuses to create past it (-ENOSPC, an ERROR line that says what to do)
+ * and never wraps to seg-ffffffff.kvs or seg-00000000.kvs.
+ */
+static void
+test_segment_id_max(void **state)
+{
+	char d[300];
+	unsigned char v[3000];
+	struct iovec iov = { v, sizeof(v) };
+	struct kvp_ssd *s;
+
+	(void)state;
+	subdir(d, sizeof(d), "idmax");
+	plant(d, "seg-fffffffe.kvs", 4096);
+	assert_int_equal(reopen_count(d, &s), 0);
+	fill(v, sizeof(v), 3);
+	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0), -ENOSPC);
+	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0), -ENOSPC);
+	kvp_ssd_close_agent(s);
+	assert_false(present(d, "seg-ffffffff.kvs"));
+	assert_false(present(d, "seg-00000000.kvs"));
+}
+
+/*
+ * Files the store would serve must be ours alone: a segment file owned by
+ * another user (nobody), one writable by group or others, or a symlink to
+ * a sound segment file elsewhere is skipped, never served (and its id is
+ * never reused).  The directory itself: another user's, or one others can
+ * write, is refused (-EACCES) before anything is written into it; a
+ * regular file is not a directory (-ENOTDIR).
+ */
+static void
+test_planted_files(void **state)
+{
+	char d[300], other[300], p[600], q[600];
+	unsigned char v[3000];
+	struct kvp_ssd *s;
+	int fd;
+
+	(void)state;
+	if (geteuid() != 0) {
+		print_message("  SKIP: needs root (chown to another user)\n");
+		return;
+	}
+	subdir(d, sizeof(d), "planted");
+	assert_int_equal(reopen_count(d, &s), 0);
+	fill(v, sizeof(v), 4);
+	put(s, "p", v, sizeof(v));
+	put(s, "q", v, sizeof(v));
+	kvp_ssd_close_agent(s);
+	snprintf(p, sizeof(p), "%s/seg-00000001.kvs", d);
+
+	assert_int_equal(chown(p, 65534, 65534), 0);
+	assert_int_equal(reopen_count(d, &s), 0);
+	put(s, "r", v, sizeof(v)); /* a new segment, not id 1 again */
+	kvp_ssd_close_agent(s);
+	assert_true(present(d, "seg-00000002.kvs"));
+	assert_int_equal(chown(p, 0, 0), 0);
+	assert_int_equal(chmod(p, 0620), 0);
+	assert_int_equal(reopen_count(d, &s), 1); /* "r" only */
+	kvp_ssd_close_agent(s);
+	assert_int_equal(chmod(p, 0602), 0);
+	assert_int_equal(reopen_count(d, &s), 1);
+	kvp_ssd_close_agent(s);
+	assert_int_equal(chmod(p, 0600), 0);
+	assert_int_equal(reopen_count(d, &s), 3);
+	kvp_ssd_close_agent(s);
+
+	/* a symlink with a segment's name, to a sound segment file */
+	subdir(other, sizeof(other), "planted-other");
+	snprintf(q, sizeof(q), "%s/seg-00000001.kvs", other);
+	assert_int_equal(rename(p, q), 0);
+	assert_int_equal(symlink(q, p), 0);
+	assert_int_equal(reopen_count(d, &s), 1);
+	kvp_ssd_close_agent(s);
+
+	/* the directory */
+	assert_int_equal(chown(d, 65534, 65534), 0);
+	assert_int_equal(unlink(p), 0);
+	snprintf(q, sizeof(q), "%s/LOCK", d);
+	assert_int_equal(unlink(q), 0);
+	assert_int_equal(open_in(d, &s), -EACCES);
+	assert_false(present(d, "LOCK"));
+	assert_int_equal(chown(d, 0, 0), 0);
+	assert_int_equal(chmod(d, 0770), 0);
+	assert_int_equal(open_in(d, &s), -EACCES);
+	assert_int_equal(chmod(d, 0703), 0);
+	assert_int_equal(open_in(d, &s), -EACCES);
+	assert_false(present(d, "LOCK"));
+	assert_int_equal(chmod(d, 0755), 0); /* readable by others is fine */
+	assert_int_equal(reopen_count(d, &s), 1);
+	kvp_ssd_close_agent(s);
+	snprintf(q, sizeof(q), "%s/plain-file", dir);
+	fd = open(q, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(open_in(q, &s), -ENOTDIR);
+}
+
 int
 main(void)
 {
@@ -550,6 +780,9 @@ main(void)
 		cmocka_unit_test(test_fs_enospc),
 		cmocka_unit_test(test_pread_path),
 		cmocka_unit_test(test_strict_durability),
+		cmocka_unit_test(test_segment_names),
+		cmocka_unit_test(test_segment_id_max),
+		cmocka_unit_test(test_planted_files),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
