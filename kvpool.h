@@ -14,20 +14,37 @@
  * Threads: a struct kvp_client is used by one thread at a time.  Open one
  * client per thread that needs the pool (each is a separate client slot).
  *
- * Status codes (0 or negative errno, the same everywhere):
+ * Status codes (0 or negative errno, one meaning everywhere).  Every call
+ * below lists the ones it can return; these are all of them, and
+ * kvp_strerror() names each:
  *   0          OK
  *   -ENOENT    MISS: no such key (in this namespace)
  *   -EEXIST    put: the key exists or another process is putting it
- *   -EBUSY     retry later: DRAM full and the agent is still making room,
- *              or the entry is in the middle of being evicted
- *   -E2BIG     value larger than the pool's --max-value or its whole arena
- *   -ENOSPC    the index is full, or DRAM is full and everything is held
+ *   -EBUSY     BUSY, retry later: DRAM is full and the agent is still
+ *              making room; the entry is in the middle of being evicted;
+ *              the staging arena stayed full; this client's own pinsets
+ *              hold every one of its hold slots (--holds-per-client:
+ *              release a pinset first); pinning more would pass
+ *              --max-pinned-per-client; the lease table is full
+ *   -E2BIG     TOO_LARGE: value larger than the pool's --max-value or its
+ *              whole DRAM arena (put), or than its whole staging arena
+ *              (a read off SSD)
+ *   -ENOSPC    NOSPC: DRAM is full and everything in it is held, or
+ *              both candidate buckets of the key are full
  *   -EMSGSIZE  get: the buffer is smaller than the value (nothing copied)
  *   -EIO, -EBADMSG  FAILED: the key exists but cannot be read
  *   -ENOTCONN  UNAVAILABLE: no agent (and, at open, no segment)
  *   -ESTALE    this client was reaped (declared dead): close and reopen
  *   -EPROTO    the segment's ABI does not match this build
+ *   -EUSERS    open: every client slot is taken (--max-clients)
+ *   -EACCES    open: no permission to map the segment (another user's
+ *              pool: run as its owner, or start the agent with --group)
+ *   -ENOMEM    out of memory (or of file descriptors or address space)
+ *   -EUCLEAN   the pool's DRAM allocator is damaged: recreate the pool
  *   -EINVAL    bad argument (key NULL, klen 0 or > 255, len 0, ...)
+ * A batch call answers per key in ops[k].status, with the statuses of the
+ * single-key call; batches larger than the staging arena or than this
+ * client's hold slots are served in parts, never failed whole.
  */
 #ifndef KVPOOL_H
 #define KVPOOL_H
@@ -94,6 +111,8 @@ kvp_strerror(int status)
 	case -ENOTCONN: return "UNAVAILABLE: agent not running";
 	case -ESTALE: return "STALE: client was reaped or agent restarted";
 	case -EPROTO: return "segment ABI mismatch";
+	case -EUSERS: return "all client slots taken (--max-clients)";
+	case -EACCES: return "permission denied (the pool's segment)";
 	case -EINVAL: return "invalid argument";
 	case -ENOMEM: return "out of memory";
 	case -EUCLEAN: return "pool structure damaged";
@@ -181,8 +200,10 @@ kvp__seg_unmap(struct kvp_seg *s)
 
 /*
  * Map a pool's segment without claiming a client slot (tools, the agent).
- * 'writable' maps it read-write.  -ENOTCONN: no segment (no agent ever
- * started, or it was removed); -EPROTO: ABI mismatch (message in msg).
+ * 'writable' maps it read-write.  0, or -EINVAL (bad pool name),
+ * -ENOTCONN (no segment: no agent ever started, or it was removed),
+ * -EPROTO (ABI mismatch, or a damaged header), -EACCES (permission),
+ * -ENOMEM (descriptors, address space); what happened is in msg.
  */
 KVP_INLINE int
 kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_t cap)
@@ -207,8 +228,11 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 				 "agent first: kvpoold --pool %s", pool, name, pool);
 			return -ENOTCONN;
 		}
-		snprintf(msg, cap, "cannot open /dev/shm%s: %s", name, strerror(rc));
-		return -rc;
+		snprintf(msg, cap, "cannot open /dev/shm%s: %s%s", name, strerror(rc),
+			 rc == EACCES || rc == EPERM ? " (run as the pool's owner, or "
+			 "start the agent with --group)" : "");
+		/* one documented status each: permission, or a resource */
+		return rc == EACCES || rc == EPERM ? -EACCES : -ENOMEM;
 	}
 	if (fstat(s->fd, &st) < 0 || (uint64_t)st.st_size < sizeof(h) ||
 	    pread(s->fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
@@ -223,10 +247,11 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 	s->base = mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0),
 		       MAP_SHARED, s->fd, 0);
 	if (s->base == MAP_FAILED) {
-		rc = -errno;
+		rc = errno;
 		s->base = NULL;
 		snprintf(msg, cap, "mmap of %llu bytes failed: %s",
-			 (unsigned long long)s->size, strerror(-rc));
+			 (unsigned long long)s->size, strerror(rc));
+		rc = rc == EACCES || rc == EPERM ? -EACCES : -ENOMEM;
 		goto err_close;
 	}
 	s->hdr = (struct kvp_shm_header *)s->base;
@@ -251,9 +276,12 @@ err_close:
  * kernel.  Works while the agent is down, as long as its segment exists.
  *
  * Returns 0 and *out, or -ENOTCONN (no segment: start kvpoold), -EPROTO
- * (ABI mismatch; a message on stderr says what to do), -EUSERS (all
- * client slots taken), -EINVAL, -ENOMEM.  Any thread; may block briefly
- * (mmap, a few syscalls).
+ * (ABI mismatch; a message on stderr says what to do), -EUSERS (every
+ * client slot is taken: close a client, or give the agent a larger
+ * --max-clients; kept apart from -EBUSY because waiting alone may never
+ * help), -EACCES (no permission to map the segment; message on stderr),
+ * -EINVAL (bad pool or namespace name, out NULL), -ENOMEM.  Any thread;
+ * may block briefly (mmap, a few syscalls).
  */
 KVP_INLINE int
 kvp_open(const char *pool, const char *ns, struct kvp_client **out)
@@ -271,7 +299,7 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		return -ENOMEM;
 	rc = kvp_seg_map(pool ? pool : "default", true, &c->seg, msg, sizeof(msg));
 	if (rc) {
-		if (rc == -EPROTO || getenv("KVP_VERBOSE"))
+		if (rc == -EPROTO || rc == -EACCES || getenv("KVP_VERBOSE"))
 			fprintf(stderr, "kvpool: %s\n", msg);
 		goto err_free;
 	}
@@ -419,7 +447,9 @@ kvp_close(struct kvp_client *c)
  * Take a hold on slot i whose state word was w (READY).  Returns the hold
  * slot (>= 0), -ENOENT if the value went away (the caller may look again),
  * -EBUSY if the agent kept it under CHECK for too long, -ENOBUFS if this
- * client has no free hold slot.
+ * client has no free hold slot.  -ENOBUFS is internal: it never leaves
+ * the library (a read resolves what it holds and tries again; what is
+ * left is -EBUSY, see kvp__read).
  */
 KVP_INLINE int
 kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
@@ -721,6 +751,10 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
  * for room at most KVP_PUT_WAIT_MS (default 50 ms), then answers -EBUSY
  * (-ENOSPC when everything left is held, -ENOTCONN when no agent runs).
  * len must be 1..max_value (zero-length values are refused: -EINVAL).
+ * Returns 0, -EEXIST, -EBUSY, -ENOSPC (also: both candidate buckets of
+ * the key stayed full), -ENOTCONN, -E2BIG (over --max-value or the whole
+ * arena), -EINVAL, -ESTALE (this client was reaped), -EUCLEAN (the
+ * allocator is damaged).
  */
 KVP_INLINE int
 kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len)
@@ -851,7 +885,9 @@ kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res, uint64_t whe
 	struct kvp_seg *s = &c->seg;
 
 	if (res < 0)
-		return (int)res;
+		/* the agent's answer, told apart only where it means something
+		 * to the caller: anything else is a failed read */
+		return res == -E2BIG || res == -EBADMSG ? (int)res : -EIO;
 	if (where & KVP_WHERE_DRAM) {
 		/* promoted: the entry is DRAM-resident now, still held */
 		/* acquire: pairs with the agent's release of e_loc */
@@ -929,13 +965,12 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				if (res == -EBUSY) {
 					kvp__ctr(c, KVP_CTR_RESOLVE_BUSY, 1);
 				} else {
-					int st = kvp__finish(c, &p[k], res,
-							     kvp_load_relaxed(&q->rq_where));
 					/* the key is held, so it exists: an
 					 * answer that cannot find it is a
-					 * failed read, never a miss */
-					if (st == -ENOENT)
-						st = -EIO;
+					 * failed read, never a miss (kvp__finish
+					 * makes it -EIO) */
+					int st = kvp__finish(c, &p[k], res,
+							     kvp_load_relaxed(&q->rq_where));
 					kvp__ctr(c, st == 0 ? KVP_CTR_RESOLVE_OK
 							    : KVP_CTR_RESOLVE_FAILED, 1);
 					if (st == 0)
@@ -1056,8 +1091,12 @@ kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen
 /*
  * The read engine behind every get.  exact: kvp_get semantics (the whole
  * value, -EMSGSIZE when ops->len is too small); else [off, off+len)
- * clipped.  DRAM hits are copied at once; SSD-resident keys are resolved
- * through the agent in parts of at most one ring.  Sets status and len.
+ * clipped.  DRAM hits are copied at once (their hold dropped at once);
+ * SSD-resident keys stay held in pend[] and are resolved through the
+ * agent in parts of at most one ring, or sooner when this client's hold
+ * slots run out, so any number of keys is served with any number of hold
+ * slots.  Only a client whose own pinsets hold every hold slot gets
+ * -EBUSY.  Sets status and len.
  */
 KVP_INLINE size_t
 kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
@@ -1079,10 +1118,20 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 			continue;
 		}
 		h = kvp__lookup_hold(c, op->key, op->klen, &i, &vlen);
+		if (h == -ENOBUFS && m) {
+			/* every hold slot is taken: the SSD-resident keys
+			 * held in pend[] are resolved now (their holds drop)
+			 * and the key is looked up again */
+			kvp__resolve(c, pend, m);
+			m = 0;
+			h = kvp__lookup_hold(c, op->key, op->klen, &i, &vlen);
+		}
 		if (h < 0) {
 			if (h == -ENOENT)
 				kvp__ctr(c, KVP_CTR_GET_MISS, 1);
-			op->status = h;
+			/* still no hold slot: this client's pinsets hold all
+			 * of them; retry once one is released */
+			op->status = h == -ENOBUFS ? -EBUSY : h;
 			continue;
 		}
 		if ((exact && vlen > op->len) || (!exact && off > vlen) || !op->buf) {
@@ -1105,9 +1154,12 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 
 /*
  * kvp_get - copy the whole value of key into buf.  Returns its size, or
- * -EMSGSIZE (cap too small; nothing copied), -ENOENT, -EBUSY, -EINVAL,
- * and for SSD-resident values -EIO/-EBADMSG (failed) or -ENOTCONN (no
- * agent).  A DRAM hit takes no lock and no syscall.
+ * -EMSGSIZE (cap too small; nothing copied), -ENOENT, -EINVAL, -EBUSY
+ * (the agent kept the entry under CHECK too long, the staging arena
+ * stayed full, or this client's pinsets hold every hold slot), and for
+ * SSD-resident values -EIO/-EBADMSG (failed), -E2BIG (larger than the
+ * whole staging arena) or -ENOTCONN (no agent).  A DRAM hit takes no
+ * lock and no syscall.
  */
 KVP_INLINE ssize_t
 kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf, uint64_t cap)
@@ -1123,8 +1175,9 @@ kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf, uint64_
 /*
  * kvp_get_range - copy bytes [off, off+len) of key's value (clipped at
  * its end) into buf.  Returns the number of bytes copied (0 when off is
- * the value's size), -EINVAL when off is past the end, -ENOENT, -EBUSY.
- * Off SSD, only the 4 KiB-rounded extent is read from the device.
+ * the value's size), -EINVAL when off is past the end, or the other
+ * statuses of kvp_get but -EMSGSIZE.  Off SSD, only the 4 KiB-rounded
+ * extent is read from the device.
  */
 KVP_INLINE ssize_t
 kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen, uint64_t off,
@@ -1147,8 +1200,9 @@ kvp__resident_ssd(const struct kvp_client *c, uint64_t i)
 	return KVP_LOC_TIER(kvp_load_relaxed(&c->seg.entries[i].e_loc)) == KVP_TIER_SSD;
 }
 
-/* kvp_exists - 1 if key has a readable value, 0 if not, -EINVAL.
- * Holds nothing, stages nothing, writes nothing shared but a counter. */
+/* kvp_exists - 1 if key has a readable value, 0 if not, -EINVAL (bad
+ * key or client).  Holds nothing, stages nothing, writes nothing shared
+ * but a counter. */
 KVP_INLINE int
 kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 {
@@ -1177,6 +1231,7 @@ kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
  * kvp_delete - make key unreachable.  Readers holding it finish their
  * copies; the agent frees the bytes once the last hold drops.  Returns 0,
  * -ENOENT, -EBUSY (the agent kept it under CHECK too long), -EINVAL.
+ * Takes no hold.
  */
 KVP_INLINE int
 kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
@@ -1250,7 +1305,8 @@ kvp__prefetch_entry(struct kvp_client *c, uint64_t h)
 
 /* Batches: per-key status in ops[k].status; the return is the number of
  * keys with status 0 (or -EINVAL for bad arguments to the call itself).
- * Any number of keys (2,000 and more) in one call. */
+ * Any number of keys (2,000 and more) in one call.  kvp_batch_put: the
+ * statuses of kvp_put per key. */
 KVP_INLINE ssize_t
 kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
@@ -1274,7 +1330,10 @@ kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
 /* Batch get: for each key copies [off, off+len) of its value, clipped at
  * the value's end, and sets len to the bytes copied (so off 0 with a
  * buffer of at least the value's size reads it whole).  Status as for
- * kvp_get_range. */
+ * kvp_get_range.  Any number of keys, whatever the size of the staging
+ * arena or of --holds-per-client: served in parts.  A key is -EBUSY only
+ * when the staging arena stayed full for 30 s or this client's pinsets
+ * hold every one of its hold slots. */
 KVP_INLINE ssize_t
 kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
@@ -1408,10 +1467,14 @@ kvp_pinset_len(const struct kvp_pinset *ps, size_t k)
  * reclaimed until kvp_pinset_release (or the process dies and the reaper
  * releases them).  If pinning the next key would take this client past
  * the pool's --max-pinned-per-client bytes, the prefix stops there (the
- * call still succeeds; ps->capped says so).  Sets ops[k].status like
- * kvp_batch_exists_prefix.  Returns the count pinned (>= 0) and *out, or
- * -EINVAL, -ENOMEM.  The plain probe, kvp_batch_exists_prefix, is
- * unchanged: it holds nothing.
+ * call still succeeds; ps->capped says so).  Each pin takes one of this
+ * client's --holds-per-client hold slots: when none is left the prefix
+ * stops there too.  Sets ops[k].status like kvp_batch_exists_prefix (0,
+ * -ENOENT, -EINVAL), and -EBUSY for the key where the cap or the hold
+ * slots stopped the prefix (or that the agent kept under CHECK too
+ * long).  Returns the count pinned (>= 0) and *out, or -EINVAL, -ENOMEM.
+ * The plain probe, kvp_batch_exists_prefix, is unchanged: it holds
+ * nothing.
  */
 KVP_INLINE ssize_t
 kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
@@ -1483,7 +1546,10 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
  * copied; off 0 with a buffer of the value's size reads it whole).  Never
  * a MISS: an SSD-resident key is staged (in parts when the arena is busy)
  * or promoted.  Returns the number of keys with status 0, or -EINVAL.
- * The holds stay until kvp_pinset_release.
+ * Per key: 0, -EINVAL (no buffer, off past the end), and for
+ * SSD-resident keys -EIO/-EBADMSG, -E2BIG, -ENOTCONN, -EBUSY (the staging
+ * arena stayed full).  Takes no new hold.  The holds stay until
+ * kvp_pinset_release.
  */
 KVP_INLINE ssize_t
 kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, size_t n)
@@ -1536,8 +1602,9 @@ struct kvp_lease {
  * value is neither evicted nor moved nor its SSD segment reclaimed until
  * the lease is released or expires; the agent's reaper frees expired
  * leases.  A lease outlives the holds of the process that took it, even
- * its death.  Returns 0 and *out, -ENOENT, -EBUSY (lease table full, or
- * the value is being moved), -EINVAL.
+ * its death.  Returns 0 and *out, -ENOENT, -EBUSY (lease table full,
+ * the value is being moved, or this client's pinsets hold every hold
+ * slot: the lookup needs one for a moment), -EINVAL.
  */
 KVP_INLINE int
 kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t ttl_ms,
@@ -1553,7 +1620,7 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 	n = s->g.g_max_leases;
 	h = kvp__lookup_hold(c, key, klen, &i, &len);
 	if (h < 0)
-		return h;
+		return h == -ENOBUFS ? -EBUSY : h;
 	for (k = 0; k < n; k++) {
 		uint64_t j = (c->slot * 131 + k) % n;
 		struct kvp_lease_slot *ls = &s->leases[j];

@@ -105,7 +105,8 @@ kvp_dram_rebuild_locked(struct kvp_seg *s)
 	return 0;
 }
 
-/* Take the allocator lock, recovering it if its last owner died. */
+/* Take the allocator lock, recovering it if its last owner died.  0, or
+ * -EUCLEAN when the allocator cannot be recovered. */
 KVP_INLINE int
 kvp_dram_lock(struct kvp_seg *s)
 {
@@ -123,7 +124,9 @@ kvp_dram_lock(struct kvp_seg *s)
 		pthread_mutex_consistent(&s->dram->dh_lock);
 		rc = 0;
 	}
-	return -rc;
+	/* any other failure of the lock (ENOTRECOVERABLE: an owner died
+	 * and nobody made it consistent) means the pool is damaged */
+	return rc ? -EUCLEAN : 0;
 }
 
 KVP_INLINE void
