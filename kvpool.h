@@ -1472,7 +1472,8 @@ kvp_pinset_len(const struct kvp_pinset *ps, size_t k)
  * stops there too.  Sets ops[k].status like kvp_batch_exists_prefix (0,
  * -ENOENT, -EINVAL), and -EBUSY for the key where the cap or the hold
  * slots stopped the prefix (or that the agent kept under CHECK too
- * long).  Returns the count pinned (>= 0) and *out, or -EINVAL, -ENOMEM.
+ * long).  Returns the count pinned (>= 0) and *out, or -EINVAL (also for
+ * an n whose pinset size would overflow), -ENOMEM.
  * The plain probe, kvp_batch_exists_prefix, is unchanged: it holds
  * nothing.
  */
@@ -1480,6 +1481,8 @@ KVP_INLINE ssize_t
 kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 		     struct kvp_pinset **out)
 {
+	/* per key: slot, gen, len, hold, tier */
+	const size_t per = 3 * sizeof(uint64_t) + sizeof(int) + 1;
 	struct kvp_pinset *ps;
 	uint64_t cap;
 	size_t k;
@@ -1487,10 +1490,14 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 	if (!c || (!ops && n) || !out)
 		return -EINVAL;
 	*out = NULL;
+	/* n keys need n * sizeof(struct kvp_op) bytes of ops already: an n
+	 * whose arrays cannot even be sized is not an array (-EINVAL) */
+	if (n > SIZE_MAX / per)
+		return -EINVAL;
 	ps = calloc(1, sizeof(*ps));
 	if (!ps)
 		return -ENOMEM;
-	ps->slot = malloc((n ? n : 1) * (3 * sizeof(uint64_t) + sizeof(int) + 1));
+	ps->slot = malloc((n ? n : 1) * per);
 	if (!ps->slot) {
 		free(ps);
 		return -ENOMEM;
