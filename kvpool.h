@@ -74,6 +74,14 @@ struct kvp_op {
 	int status;
 };
 
+/* A lease this client took and has not released (private; see
+ * kvp_lease_acquire and the pinned-bytes cap). */
+struct kvp__lease_rec {
+	uint32_t idx, gen;    /* lease slot and its generation */
+	uint64_t len;         /* value bytes it pins */
+	uint64_t expiry;      /* CLOCK_MONOTONIC ns */
+};
+
 /* Private client state (not shared). */
 struct kvp_client {
 	struct kvp_seg seg;
@@ -86,6 +94,9 @@ struct kvp_client {
 	uint32_t hold_hwm;
 	uint64_t put_wait_ns; /* how long a put waits for the evictor */
 	uint64_t pinned_bytes; /* held by this client's pinsets */
+	uint64_t leased_bytes; /* pinned by its live leases (leases[]) */
+	struct kvp__lease_rec *leases;
+	uint32_t nleases, cap_leases;
 	uint64_t agent_grace_ns; /* SSD reads wait this long for a dead agent */
 	uint32_t call_ssd;    /* keys of the current read call sent to SSD */
 	char ns[KVP_NS_NAME_MAX + 1];
@@ -440,6 +451,7 @@ kvp_close(struct kvp_client *c)
 	}
 	kvp__seg_unmap(&c->seg);
 	free(c->hold_free);
+	free(c->leases);
 	free(c);
 }
 
@@ -1395,6 +1407,36 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 
 /* ---- lookup-and-pin ---- */
 
+/*
+ * Bytes this client pins now, as --max-pinned-per-client counts them: its
+ * pinsets' values and its live leases' (a lease pins its value as surely
+ * as a hold).  Leases that expired, or that were released or reclaimed
+ * by anyone, are dropped from the private list first.  A lease outlives
+ * the process that took it, but it is counted only against the handle
+ * that took it: once that process is gone its leases count against
+ * nobody (they still pin until they expire, at most an hour).
+ */
+KVP_INLINE uint64_t
+kvp__pinned_total(struct kvp_client *c)
+{
+	uint64_t now = c->nleases ? kvp_now_ns(CLOCK_MONOTONIC) : 0;
+	uint32_t k = 0;
+
+	while (k < c->nleases) {
+		struct kvp__lease_rec *r = &c->leases[k];
+		/* acquire: a release or sweep of the lease (its CAS) */
+		uint64_t w = kvp_load_acquire(&c->seg.leases[r->idx].ls_state);
+
+		if (now < r->expiry && w == KVP_LS_WORD(r->gen, 0, KVP_LS_LIVE)) {
+			k++;
+			continue;
+		}
+		c->leased_bytes -= r->len;
+		*r = c->leases[--c->nleases];
+	}
+	return c->pinned_bytes + c->leased_bytes;
+}
+
 /* A pinset: the holds of the leading present keys of one lookup (private
  * memory).  Each is an ordinary attributable hold (the reaper releases it
  * if the process dies; it never expires while the process lives). */
@@ -1466,8 +1508,9 @@ kvp_pinset_len(const struct kvp_pinset *ps, size_t k)
  * pinned values are neither evicted, nor freed, nor their SSD segment
  * reclaimed until kvp_pinset_release (or the process dies and the reaper
  * releases them).  If pinning the next key would take this client past
- * the pool's --max-pinned-per-client bytes, the prefix stops there (the
- * call still succeeds; ps->capped says so).  Each pin takes one of this
+ * the pool's --max-pinned-per-client bytes (its pinsets and its live
+ * leases together), the prefix stops there (the call still succeeds;
+ * ps->capped says so).  Each pin takes one of this
  * client's --holds-per-client hold slots: when none is left the prefix
  * stops there too.  Sets ops[k].status like kvp_batch_exists_prefix (0,
  * -ENOENT, -EINVAL), and -EBUSY for the key where the cap or the hold
@@ -1507,6 +1550,8 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 	ps->hold = (int *)(ps->len + n);
 	ps->tier = (uint8_t *)(ps->hold + n);
 	cap = c->seg.hdr->h_max_pinned;
+	if (cap)
+		kvp__pinned_total(c); /* prunes c->leased_bytes */
 	for (k = 0; k < n; k++) {
 		uint64_t i = 0, len = 0;
 		int h;
@@ -1520,7 +1565,7 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 			ops[k].status = h == -ENOBUFS ? -EBUSY : h;
 			break;
 		}
-		if (cap && c->pinned_bytes + len > cap) {
+		if (cap && c->pinned_bytes + c->leased_bytes + len > cap) {
 			kvp__drop(c, h);
 			ops[k].status = -EBUSY;
 			ps->capped = true;
@@ -1609,16 +1654,19 @@ struct kvp_lease {
  * value is neither evicted nor moved nor its SSD segment reclaimed until
  * the lease is released or expires; the agent's reaper frees expired
  * leases.  A lease outlives the holds of the process that took it, even
- * its death.  Returns 0 and *out, -ENOENT, -EBUSY (lease table full,
- * the value is being moved, or this client's pinsets hold every hold
- * slot: the lookup needs one for a moment), -EINVAL.
+ * its death.  A lease counts against --max-pinned-per-client like a pin,
+ * for this client handle, until it is released or expires (see
+ * kvp__pinned_total).  Returns 0 and *out, -ENOENT, -EBUSY (lease table
+ * full, the value is being moved, this client's pinsets hold every hold
+ * slot, or the lease would take this client past --max-pinned-per-client:
+ * release a lease or a pinset), -EINVAL, -ENOMEM.
  */
 KVP_INLINE int
 kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t ttl_ms,
 		  struct kvp_lease *out)
 {
 	struct kvp_seg *s;
-	uint64_t i = 0, len = 0, n, k, loc;
+	uint64_t i = 0, len = 0, n, k, loc, cap, expiry;
 	int h;
 
 	if (!c || !kvp__key_ok(key, klen) || !out || ttl_ms == 0 || ttl_ms > 3600000)
@@ -1628,6 +1676,24 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 	h = kvp__lookup_hold(c, key, klen, &i, &len);
 	if (h < 0)
 		return h == -ENOBUFS ? -EBUSY : h;
+	/* the agent's policy: a plain word it sets at start */
+	cap = s->hdr->h_max_pinned;
+	if (cap && kvp__pinned_total(c) + len > cap) {
+		kvp__drop(c, h);
+		kvp__ctr(c, KVP_CTR_PIN_CAPPED, 1);
+		return -EBUSY;
+	}
+	if (c->nleases == c->cap_leases) {
+		uint32_t nc = c->cap_leases ? c->cap_leases * 2 : 16;
+		struct kvp__lease_rec *nl = realloc(c->leases, nc * sizeof(*nl));
+
+		if (!nl) {
+			kvp__drop(c, h);
+			return -ENOMEM;
+		}
+		c->leases = nl;
+		c->cap_leases = nc;
+	}
 	for (k = 0; k < n; k++) {
 		uint64_t j = (c->slot * 131 + k) % n;
 		struct kvp_lease_slot *ls = &s->leases[j];
@@ -1643,8 +1709,8 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 		kvp_crashpoint(C_LEASE_RESERVED);
 		kvp_store_relaxed(&ls->ls_slot, i);       /* relaxed: published below */
 		kvp_store_relaxed(&ls->ls_owner, c->slot + 1);
-		kvp_store_relaxed(&ls->ls_expiry,
-				  kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)ttl_ms * 1000000ull);
+		expiry = kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)ttl_ms * 1000000ull;
+		kvp_store_relaxed(&ls->ls_expiry, expiry);
 		/* release: the fields before LIVE; the agent's hold scan
 		 * acquires it; our hold is still up, so the value is safe
 		 * until the lease is visible */
@@ -1662,6 +1728,10 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 		    kvp_load_relaxed(&s->entries[i].e_run) * s->g.g_dram_unit >= len)
 			out->seg_off = s->L.off[KVP_R_ARENA] +
 				       KVP_LOC_VAL(loc) * s->g.g_dram_unit;
+		/* counted against the pinned-bytes cap until released or
+		 * expired (room in the list was made above) */
+		c->leases[c->nleases++] = (struct kvp__lease_rec){ (uint32_t)j, gen, len, expiry };
+		c->leased_bytes += len;
 		kvp__drop(c, h);
 		return 0;
 	}
@@ -1683,6 +1753,7 @@ kvp_lease_release(struct kvp_client *c, const struct kvp_lease *l)
 	 * agent's acquire in its hold scan */
 	kvp_cas(&ls->ls_state, KVP_LS_WORD(l->gen, 0, KVP_LS_LIVE),
 		KVP_LS_WORD(l->gen + 1, 0, KVP_LS_FREE));
+	kvp__pinned_total(c); /* it no longer counts against the cap */
 	return 0;
 }
 

@@ -428,7 +428,7 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 	kvp_fam(f, "kvpool_pins_total", "counter", "Keys pinned by lookup-and-pin.");
 	kvp_val(f, "kvpool_pins_total", c[KVP_CTR_PIN]);
 	kvp_fam(f, "kvpool_pins_capped_total", "counter",
-		"Lookup-and-pin calls cut short by --max-pinned-per-client.");
+		"Lookup-and-pin calls cut short, and leases refused, by --max-pinned-per-client.");
 	kvp_val(f, "kvpool_pins_capped_total", c[KVP_CTR_PIN_CAPPED]);
 	kvp_fam(f, "kvpool_hold_retries_total", "counter",
 		"Times a reader waited for the agent's verdict on a value (CHECK).");

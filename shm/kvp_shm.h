@@ -104,7 +104,7 @@ enum kvp_ctr {
 	KVP_CTR_RESOLVE_FAILED,
 	KVP_CTR_RESOLVE_BUSY,   /* BUSY answers of one part (not outcomes) */
 	KVP_CTR_PIN,            /* keys pinned by kvp_batch_lookup_pin */
-	KVP_CTR_PIN_CAPPED,     /* lookups cut short by the pinned-bytes cap */
+	KVP_CTR_PIN_CAPPED,     /* lookups cut short, leases refused: pinned-bytes cap */
 	KVP_CTR_PINNED_DRAM,    /* gauge: bytes pinned, DRAM-resident at pin time */
 	KVP_CTR_PINNED_SSD,     /* gauge: bytes pinned, SSD-resident at pin time */
 	KVP_CTR_GET_SSD_BYTES,  /* bytes copied out of SSD reads (staged/promoted) */

@@ -71,7 +71,8 @@ static const struct {
 	[CALL_PINSET_GET] = { "kvp_pinset_get", { 0, -EINVAL, -EBUSY, -EIO, -EBADMSG, -E2BIG,
 						   -ENOTCONN, END } },
 	[CALL_PINSET_TIER] = { "kvp_pinset_tier", { 0, -EINVAL, END } },
-	[CALL_LEASE_ACQUIRE] = { "kvp_lease_acquire", { 0, -ENOENT, -EBUSY, -EINVAL, END } },
+	[CALL_LEASE_ACQUIRE] = { "kvp_lease_acquire", { 0, -ENOENT, -EBUSY, -EINVAL, -ENOMEM,
+							 END } },
 	[CALL_LEASE_RELEASE] = { "kvp_lease_release", { 0, -EINVAL, END } },
 };
 
