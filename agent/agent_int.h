@@ -86,7 +86,11 @@ struct kvp_metrics {
 extern const char *const kvp_tier_names[KVP_MTIERS];
 extern const char *const kvp_ctr_names[KVP_CTR__N];
 extern const char *const kvp_actr_names[KVP_ACTR_RETIRED0];
-void kvp_metrics_collect(const struct kvp_seg *s, struct kvp_metrics *m);
+/* pool: the caller's validated name (NULL: the header's copy, escaped
+ * by every rendering anyway) */
+void kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metrics *m);
+/* m->pool for a terminal (control bytes escaped) */
+const char *kvp_metrics_pool_tty(const struct kvp_metrics *m, char *out, size_t cap);
 uint64_t kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h);
 uint64_t kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q);
 int kvp_metrics_prom(const struct kvp_metrics *m, FILE *f);

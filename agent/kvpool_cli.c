@@ -17,11 +17,11 @@
 #include "agent/kvp_check.h"
 
 static int
-kvp_cmd_stat(const struct kvp_seg *s, bool json)
+kvp_cmd_stat(const struct kvp_seg *s, const char *pool, bool json)
 {
 	struct kvp_metrics m;
 
-	kvp_metrics_collect(s, &m);
+	kvp_metrics_collect(s, pool, &m);
 	if (json)
 		kvp_metrics_json(&m, stdout);
 	else
@@ -47,13 +47,14 @@ kvp_top_frame(const struct kvp_metrics *m, const struct kvp_metrics *p, double s
 	uint64_t dh = c[KVP_CTR_GET_HIT] - pc[KVP_CTR_GET_HIT];
 	time_t t = time(NULL);
 	struct tm tm;
-	char when[32];
+	char when[32], pool[5 * KVP_POOL_NAME_MAX];
 
 	localtime_r(&t, &tm);
 	strftime(when, sizeof(when), "%H:%M:%S", &tm);
 	if (tty)
 		printf("\033[H\033[2J");
-	printf("kvpool top - pool %s - %s - agent %s - every %.1fs\n", m->pool, when,
+	printf("kvpool top - pool %s - %s - agent %s - every %.1fs\n",
+	       kvp_metrics_pool_tty(m, pool, sizeof(pool)), when,
 	       m->agent_alive ? "up" : "DOWN", secs);
 	printf("ops/s     put %10.0f  get %10.0f  exists %10.0f  delete %8.0f\n",
 	       kvp_rate(c[KVP_CTR_PUT], pc[KVP_CTR_PUT], secs), kvp_rate(gets, 0, secs),
@@ -99,7 +100,7 @@ kvp_top_frame(const struct kvp_metrics *m, const struct kvp_metrics *p, double s
 /* kvpool top [--count N] [--interval SECONDS]: a frame every interval
  * (default 1 s), N frames (default: until interrupted). */
 static int
-kvp_cmd_top(const struct kvp_seg *s, int argc, char **argv)
+kvp_cmd_top(const struct kvp_seg *s, const char *pool, int argc, char **argv)
 {
 	struct kvp_metrics *m = malloc(2 * sizeof(*m)), *cur, *prev;
 	double interval = 1.0;
@@ -127,7 +128,7 @@ kvp_cmd_top(const struct kvp_seg *s, int argc, char **argv)
 		return -ENOMEM;
 	prev = &m[0];
 	cur = &m[1];
-	kvp_metrics_collect(s, prev);
+	kvp_metrics_collect(s, pool, prev);
 	t_prev = kvp_now_ns(CLOCK_MONOTONIC);
 	for (k = 0; count < 0 || k < count; k++) {
 		struct timespec ts = { (time_t)interval,
@@ -137,7 +138,7 @@ kvp_cmd_top(const struct kvp_seg *s, int argc, char **argv)
 
 		while (nanosleep(&ts, &ts) && errno == EINTR)
 			; /* the refresh period of an interactive view */
-		kvp_metrics_collect(s, cur);
+		kvp_metrics_collect(s, pool, cur);
 		now = kvp_now_ns(CLOCK_MONOTONIC);
 		kvp_top_frame(cur, prev, (double)(now - t_prev) / 1e9, tty);
 		t_prev = now;
@@ -262,11 +263,11 @@ main(int argc, char **argv)
 		}
 		if (!strcmp(cmd, "stat") && (optind == argc ||
 					     (optind + 1 == argc && !strcmp(argv[optind], "--json"))))
-			rc = kvp_cmd_stat(&s, optind < argc);
+			rc = kvp_cmd_stat(&s, pool, optind < argc);
 		else if (!strcmp(cmd, "clients") && optind == argc)
 			kvp_metrics_clients(&s, stdout);
 		else if (!strcmp(cmd, "top"))
-			rc = kvp_cmd_top(&s, argc - optind, argv + optind);
+			rc = kvp_cmd_top(&s, pool, argc - optind, argv + optind);
 		else
 			rc = -EINVAL, kvp_cli_usage();
 		kvp__seg_unmap(&s);
