@@ -20,8 +20,9 @@
  *   0          OK
  *   -ENOENT    MISS: no such key (in this namespace)
  *   -EEXIST    put: the key exists or another process is putting it
- *   -EBUSY     BUSY, retry later: DRAM is full and the agent is still
- *              making room; the entry is in the middle of being evicted;
+ *   -EBUSY     BUSY, retry later: DRAM is full, or the index is at its
+ *              --index-entries limit, and the agent is still making room;
+ *              the entry is in the middle of being evicted;
  *              the staging arena stayed full; this client's own pinsets
  *              hold every one of its hold slots (--holds-per-client:
  *              release a pinset first); pinning more would pass
@@ -29,8 +30,9 @@
  *   -E2BIG     TOO_LARGE: value larger than the pool's --max-value or its
  *              whole DRAM arena (put), or than its whole staging arena
  *              (a read off SSD)
- *   -ENOSPC    NOSPC: DRAM is full and everything in it is held, or
- *              both candidate buckets of the key are full
+ *   -ENOSPC    NOSPC: DRAM is full, or the index at its limit, and
+ *              everything in it is held; or both candidate buckets of the
+ *              key stayed full
  *   -EMSGSIZE  get: the buffer is smaller than the value (nothing copied)
  *   -EIO, -EBADMSG  FAILED: the key exists but cannot be read
  *   -ENOTCONN  UNAVAILABLE: no agent (and, at open, no segment)
@@ -364,6 +366,10 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		kvp_store_relaxed(&cs->cs_pid, (uint64_t)getpid());
 		kvp_store_relaxed(&cs->cs_open_ns, kvp_now_ns(CLOCK_REALTIME));
 		kvp_store_relaxed(&cs->cs_ns_id, c->ns_id);
+		/* release: no unit of the index count in hand (a FREE slot's
+		 * word is IDLE already, unless someone wrote garbage there) */
+		kvp_store_release(&cs->cs_ix_resv,
+				  KVP_IXR_NEXT(kvp_load_relaxed(&cs->cs_ix_resv), KVP_IXR_IDLE));
 		memset(cs->cs_ns, 0, sizeof(cs->cs_ns));
 		memcpy(cs->cs_ns, ns, strlen(ns) < sizeof(cs->cs_ns) - 1 ? strlen(ns)
 			: sizeof(cs->cs_ns) - 1);
@@ -633,6 +639,90 @@ kvp__hint_full_buckets(struct kvp_client *c, uint64_t hash)
 	kvp__kick_evictor(c, 0);
 }
 
+/* ---- the index entry limit (docs/design.md, "The index limit") ---- */
+
+/* A new kind in our cs_ix_resv (a new sequence every time). */
+KVP_INLINE void
+kvp__ixr_set(struct kvp_client *c, unsigned kind)
+{
+	kvp_aword_t *w = &c->seg.clients[c->slot].cs_ix_resv;
+
+	/* release: cs_ix_slot, and a publish or an abort, before the new
+	 * kind; pairs with the agent's acquire in its recount and the
+	 * reaper's (relaxed load: only we write it while we live) */
+	kvp_store_release(w, KVP_IXR_NEXT(kvp_load_relaxed(w), kind));
+}
+
+/* The index is at its limit: wake the evictor (at most one wake in
+ * flight), which removes cold entries. */
+KVP_INLINE void
+kvp__kick_index(struct kvp_client *c)
+{
+	struct kvp_shm_header *hd = c->seg.hdr;
+
+	/* full CAS: only the first waiting putter pays the syscall; the
+	 * agent clears h_ix_req before its pass */
+	if (kvp_cas(&hd->h_ix_req, 0, 1)) {
+		kvp_ifetch_add(&hd->h_evict_wake, 1);
+		kvp_futex_wake(&hd->h_evict_wake);
+	}
+}
+
+/*
+ * Take a unit of the index entry count for PENDING slot i (state word w),
+ * which this put has claimed.  At the limit, wake the evictor and wait
+ * for room at most KVP_PUT_WAIT_MS, like a put that finds DRAM full.
+ * 0 (our cs_ix_resv says HAVE_SLOT(i)), or -EBUSY, -ENOSPC (everything in
+ * the index is held), -ENOTCONN (no agent to make room).
+ */
+KVP_INLINE int
+kvp__ix_reserve(struct kvp_client *c, uint64_t i, uint64_t w)
+{
+	struct kvp_seg *s = &c->seg;
+	uint64_t deadline = 0;
+
+	/* release: after our last cs_ix_resv store (IDLE), so an agent that
+	 * sees this slot sees that store too (its recount reads the slot,
+	 * then the kind again, with acquire loads) */
+	kvp_store_release(&s->clients[c->slot].cs_ix_slot, KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
+	for (;;) {
+		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
+		uint64_t now;
+
+		kvp__ixr_set(c, KVP_IXR_RESERVING);
+		if (kvp_ix_count_take(s)) {
+			kvp_crashpoint(C_IX_COUNTED);
+			kvp__ixr_set(c, KVP_IXR_HAVE_SLOT);
+			return 0;
+		}
+		kvp__ixr_set(c, KVP_IXR_IDLE);
+		kvp__kick_index(c);
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (!deadline)
+			deadline = now + c->put_wait_ns;
+		if (now >= deadline || !kvp_shm_agent_alive(s))
+			break;
+		/* sleep until the evictor reports progress (no spinning) */
+		kvp_futex_wait(&s->hdr->h_space_seq, seq, deadline - now);
+	}
+	if (!kvp_shm_agent_alive(s))
+		return -ENOTCONN;
+	/* relaxed: the evictor's verdict on its last pass */
+	return kvp_load_relaxed(&s->hdr->h_evict_stuck) & KVP_STUCK_INDEX ? -ENOSPC : -EBUSY;
+}
+
+/* A put that holds a unit gives up: its slot and its unit go back. */
+KVP_INLINE void
+kvp__ix_release(struct kvp_client *c, uint64_t i, uint64_t w)
+{
+	if (kvp__live(c))
+		return; /* reaped: the reaper took care of both */
+	kvp__ixr_set(c, KVP_IXR_RELEASING);
+	kvp_ix_abort(&c->seg, i, w);
+	kvp_ix_count_give(&c->seg);
+	kvp__ixr_set(c, KVP_IXR_IDLE);
+}
+
 KVP_INLINE bool
 kvp__above_high(const struct kvp_seg *s)
 {
@@ -693,6 +783,14 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 		return (int)i;
 	}
 	kvp_crashpoint(C_PUT_CLAIMED);
+	/* the slot is ours, so no other putter of this key waits on us: now
+	 * a unit of the index count (--index-entries), bounded wait */
+	rc = kvp__ix_reserve(c, (uint64_t)i, w);
+	if (rc) {
+		kvp_ix_abort(s, (uint64_t)i, w);
+		kvp__ctr(c, rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY, 1);
+		return rc;
+	}
 	for (;;) {
 		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
 		uint64_t now;
@@ -710,12 +808,12 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 		kvp_futex_wait(&s->hdr->h_space_seq, seq, deadline - now);
 	}
 	if (rc) {
-		kvp_ix_abort(s, (uint64_t)i, w);
+		kvp__ix_release(c, (uint64_t)i, w);
 		if (rc == -ENOSPC) {
 			if (!kvp_shm_agent_alive(s))
 				rc = -ENOTCONN;
 			/* relaxed: the evictor's verdict on its last pass */
-			else if (kvp_load_relaxed(&s->hdr->h_evict_stuck))
+			else if (kvp_load_relaxed(&s->hdr->h_evict_stuck) & KVP_STUCK_DRAM)
 				rc = -ENOSPC;
 			else
 				rc = -EBUSY;
@@ -749,8 +847,11 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 	kvp_crashpoint(C_PUT_COPIED);
 	rc = kvp_ix_publish(s, (uint64_t)i, w);
 	kvp_crashpoint(C_PUT_PUBLISHED);
-	if (rc == 0)
+	if (rc == 0) {
+		/* the unit now belongs to the READY slot */
+		kvp__ixr_set(c, KVP_IXR_IDLE);
 		kvp__ctr(c, KVP_CTR_PUT_BYTES, (uint64_t)(src - (const unsigned char *)val));
+	}
 	return rc;
 }
 
@@ -759,9 +860,10 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
  *
  * Exactly one of several concurrent putters of one key copies; the others
  * get -EEXIST at once.  The value is invisible until its bytes are all in
- * place.  When DRAM is full the put wakes the agent's evictor and waits
- * for room at most KVP_PUT_WAIT_MS (default 50 ms), then answers -EBUSY
- * (-ENOSPC when everything left is held, -ENOTCONN when no agent runs).
+ * place.  When DRAM is full, or the index holds --index-entries entries,
+ * the put wakes the agent's evictor and waits for room at most
+ * KVP_PUT_WAIT_MS (default 50 ms) each, then answers -EBUSY (-ENOSPC when
+ * everything left is held, -ENOTCONN when no agent runs).
  * len must be 1..max_value (zero-length values are refused: -EINVAL).
  * Returns 0, -EEXIST, -EBUSY, -ENOSPC (also: both candidate buckets of
  * the key stayed full), -ENOTCONN, -E2BIG (over --max-value or the whole

@@ -53,6 +53,12 @@ struct kvp_agent {
 	uint64_t *pidfd_pid;
 	struct kvp_tier *tier; /* SSD tier state (tiers/tier_agent.c); NULL: DRAM only */
 	kvp_aword_t gc_request; /* reaper -> tier thread: sweep orphan runs */
+	/* the index limit (tiers/dram_agent.c; tier thread but the flag) */
+	kvp_aword_t ix_recount_due; /* start, or a reap that may have left the count high */
+	uint64_t ix_hand;       /* the index evictor's CLOCK hand */
+	uint64_t ix_recount_ns; /* last recount attempt (CLOCK_MONOTONIC) */
+	uint64_t *ix_seen;      /* recount scratch: per client, its cs_ix_resv */
+	uint64_t *ix_named;     /* recount scratch: slots named by HAVE_SLOT */
 	struct kvp_http *http; /* the /metrics endpoint (agent/metrics_http.c) */
 };
 
@@ -123,6 +129,7 @@ uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages
 uint64_t kvp_dram_gc_agent(struct kvp_agent *a);
 unsigned kvp_ix_clear_stale_checks_agent(struct kvp_seg *s);
 void kvp_dram_round_agent(struct kvp_agent *a);
+bool kvp_ix_recount_agent(struct kvp_agent *a);
 bool kvp_dram_above_high_agent(const struct kvp_agent *a);
 
 /* tiers/tier_agent.c: the tier thread (evictor, demotion, SSD reads) */

@@ -498,7 +498,7 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 	kvp_fam(f, "kvpool_index_probe_length_max", "gauge", "Longest probe length of a stored key.");
 	kvp_val(f, "kvpool_index_probe_length_max", m->probe_max);
 	kvp_fam(f, "kvpool_index_evictions_total", "counter",
-		"Entries evicted to make room in a full bucket pair.");
+		"Entries removed from the index to make room: in a full bucket pair, or under --index-entries.");
 	kvp_val(f, "kvpool_index_evictions_total", a[KVP_ACTR_EVICT_INDEX]);
 
 	kvp_fam(f, "kvpool_clients", "gauge", "Client slots in use: alive, or dead and not yet reaped.");

@@ -57,7 +57,7 @@ run() { # name, command...
 }
 
 UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
-UNIT="$UNIT test_metrics test_statuses"
+UNIT="$UNIT test_metrics test_statuses test_index_limit"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
