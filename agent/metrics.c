@@ -450,7 +450,8 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", D, c[KVP_CTR_GET_BYTES]);
 	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", S, c[KVP_CTR_GET_SSD_BYTES]);
 	kvp_fam(f, "kvpool_put_rejects_total", "counter",
-		"Puts refused: key exists (or being put), BUSY (DRAM full, evictor behind), no space.");
+		"Puts refused: key exists (or being put), BUSY (DRAM or index full, evictor behind), "
+		"no space (everything held).");
 	kvp_val1(f, "kvpool_put_rejects_total", "reason", "exists", c[KVP_CTR_PUT_EXISTS]);
 	kvp_val1(f, "kvpool_put_rejects_total", "reason", "busy", c[KVP_CTR_PUT_BUSY]);
 	kvp_val1(f, "kvpool_put_rejects_total", "reason", "nospc", c[KVP_CTR_PUT_NOSPC]);
