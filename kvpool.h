@@ -14,23 +14,40 @@
  * Threads: a struct kvp_client is used by one thread at a time.  Open one
  * client per thread that needs the pool (each is a separate client slot).
  *
- * Status codes (0 or negative errno, the same everywhere):
+ * Status codes (0 or negative errno, one meaning everywhere).  Every call
+ * below lists the ones it can return; these are all of them, and
+ * kvp_strerror() names each:
  *   0          OK
  *   -ENOENT    MISS: no such key (in this namespace)
  *   -EEXIST    put: the key exists or another process is putting it
- *   -EBUSY     retry later: DRAM full and the agent is still making room,
- *              or the entry is in the middle of being evicted
- *   -E2BIG     value larger than the pool's --max-value or its whole arena
- *   -ENOSPC    the index is full, or DRAM is full and everything is held
+ *   -EBUSY     BUSY, retry later: DRAM is full, or the index is at its
+ *              --index-entries limit, and the agent is still making room;
+ *              the entry is in the middle of being evicted;
+ *              the staging arena stayed full; this client's own pinsets
+ *              hold every one of its hold slots (--holds-per-client:
+ *              release a pinset first); pinning more would pass
+ *              --max-pinned-per-client; the lease table is full
+ *   -E2BIG     TOO_LARGE: value larger than the pool's --max-value or its
+ *              whole DRAM arena (put), or than its whole staging arena
+ *              (a read off SSD)
+ *   -ENOSPC    NOSPC: DRAM is full, or the index at its limit, and
+ *              everything in it is held; or both candidate buckets of the
+ *              key stayed full
  *   -EMSGSIZE  get: the buffer is smaller than the value (nothing copied)
  *   -EIO, -EBADMSG  FAILED: the key exists but cannot be read
  *   -ENOTCONN  UNAVAILABLE: no agent (and, at open, no segment)
  *   -ESTALE    this client was reaped (declared dead): close and reopen
  *   -EPROTO    the segment's ABI does not match this build
- *   -EACCES    open: the segment is not safe to use (another user's and not
- *              a --group segment of ours, or writable by everyone); a
- *              message on stderr names the file to remove
+ *   -EUSERS    open: every client slot is taken (--max-clients)
+ *   -EACCES    open: the segment is not safe or not permitted to use
+ *              (another user's and not a --group segment of ours, writable
+ *              by everyone, or no permission): a message on stderr says
+ *              what to do
+ *   -ENOMEM    out of memory (or of file descriptors or address space)
  *   -EINVAL    bad argument (key NULL, klen 0 or > 255, len 0, ...)
+ * A batch call answers per key in ops[k].status, with the statuses of the
+ * single-key call; batches larger than the staging arena or than this
+ * client's hold slots are served in parts, never failed whole.
  */
 #ifndef KVPOOL_H
 #define KVPOOL_H
@@ -60,6 +77,14 @@ struct kvp_op {
 	int status;
 };
 
+/* A lease this client took and has not released (private; see
+ * kvp_lease_acquire and the pinned-bytes cap). */
+struct kvp__lease_rec {
+	uint32_t idx, gen;    /* lease slot and its generation */
+	uint64_t len;         /* value bytes it pins */
+	uint64_t expiry;      /* CLOCK_MONOTONIC ns */
+};
+
 /* Private client state (not shared). */
 struct kvp_client {
 	struct kvp_seg seg;
@@ -72,6 +97,9 @@ struct kvp_client {
 	uint32_t hold_hwm;
 	uint64_t put_wait_ns; /* how long a put waits for the evictor */
 	uint64_t pinned_bytes; /* held by this client's pinsets */
+	uint64_t leased_bytes; /* pinned by its live leases (leases[]) */
+	struct kvp__lease_rec *leases;
+	uint32_t nleases, cap_leases;
 	uint64_t agent_grace_ns; /* SSD reads wait this long for a dead agent */
 	uint32_t call_ssd;    /* keys of the current read call sent to SSD */
 	char ns[KVP_NS_NAME_MAX + 1];
@@ -97,6 +125,8 @@ kvp_strerror(int status)
 	case -ENOTCONN: return "UNAVAILABLE: agent not running";
 	case -ESTALE: return "STALE: client was reaped or agent restarted";
 	case -EPROTO: return "segment ABI mismatch";
+	case -EUSERS: return "all client slots taken (--max-clients)";
+	case -EACCES: return "permission denied (the pool's segment)";
 	case -EINVAL: return "invalid argument";
 	case -ENOMEM: return "out of memory";
 	case -EUCLEAN: return "pool structure damaged";
@@ -184,10 +214,12 @@ kvp__seg_unmap(struct kvp_seg *s)
 
 /*
  * Map a pool's segment without claiming a client slot (tools, the agent).
- * 'writable' maps it read-write.  -ENOTCONN: no segment (no agent ever
- * started, or it was removed); -EPROTO: ABI mismatch; -EACCES: a segment
- * this process must not trust (another user's, or writable by everyone:
- * kvp_shm_trusted); the message in msg says what to do.
+ * 'writable' maps it read-write.  0, or -EINVAL (bad pool name),
+ * -ENOTCONN (no segment: no agent ever started, or it was removed),
+ * -EPROTO (ABI mismatch, or a damaged header), -EACCES (a segment this
+ * process must not trust: another user's, or writable by everyone,
+ * kvp_shm_trusted; or no permission), -ENOMEM (descriptors, address
+ * space); what happened and what to do is in msg.
  */
 KVP_INLINE int
 kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_t cap)
@@ -214,8 +246,11 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 				 "agent first: kvpoold --pool %s", pool, name, pool);
 			return -ENOTCONN;
 		}
-		snprintf(msg, cap, "cannot open /dev/shm%s: %s", name, strerror(rc));
-		return -rc;
+		snprintf(msg, cap, "cannot open /dev/shm%s: %s%s", name, strerror(rc),
+			 rc == EACCES || rc == EPERM ? " (run as the pool's owner, or "
+			 "start the agent with --group)" : "");
+		/* one documented status each: permission, or a resource */
+		return rc == EACCES || rc == EPERM ? -EACCES : -ENOMEM;
 	}
 	if (fstat(s->fd, &st) < 0) {
 		rc = -errno;
@@ -243,10 +278,11 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 	s->base = mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0),
 		       MAP_SHARED, s->fd, 0);
 	if (s->base == MAP_FAILED) {
-		rc = -errno;
+		rc = errno;
 		s->base = NULL;
 		snprintf(msg, cap, "mmap of %llu bytes failed: %s",
-			 (unsigned long long)s->size, strerror(-rc));
+			 (unsigned long long)s->size, strerror(rc));
+		rc = rc == EACCES || rc == EPERM ? -EACCES : -ENOMEM;
 		goto err_close;
 	}
 	s->hdr = (struct kvp_shm_header *)s->base;
@@ -271,9 +307,12 @@ err_close:
  * kernel.  Works while the agent is down, as long as its segment exists.
  *
  * Returns 0 and *out, or -ENOTCONN (no segment: start kvpoold), -EPROTO
- * (ABI mismatch; a message on stderr says what to do), -EACCES (a segment
- * of another user or writable by everyone, see kvp_seg_map), -EUSERS (all
- * client slots taken), -EINVAL, -ENOMEM.  Any thread; may block briefly
+ * (ABI mismatch; a message on stderr says what to do), -EUSERS (every
+ * client slot is taken: close a client, or give the agent a larger
+ * --max-clients; kept apart from -EBUSY because waiting alone may never
+ * help), -EACCES (a segment of another user or writable by everyone, or
+ * no permission: see kvp_seg_map; message on stderr), -EINVAL (bad pool
+ * or namespace name, out NULL), -ENOMEM.  Any thread; may block briefly
  * (mmap, a few syscalls).
  */
 KVP_INLINE int
@@ -350,6 +389,10 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		kvp_store_relaxed(&cs->cs_pid, (uint64_t)getpid());
 		kvp_store_relaxed(&cs->cs_open_ns, kvp_now_ns(CLOCK_REALTIME));
 		kvp_store_relaxed(&cs->cs_ns_id, c->ns_id);
+		/* release: no unit of the index count in hand (a FREE slot's
+		 * word is IDLE already, unless someone wrote garbage there) */
+		kvp_store_release(&cs->cs_ix_resv,
+				  KVP_IXR_NEXT(kvp_load_relaxed(&cs->cs_ix_resv), KVP_IXR_IDLE));
 		memset(cs->cs_ns, 0, sizeof(cs->cs_ns));
 		memcpy(cs->cs_ns, ns, strlen(ns) < sizeof(cs->cs_ns) - 1 ? strlen(ns)
 			: sizeof(cs->cs_ns) - 1);
@@ -437,6 +480,7 @@ kvp_close(struct kvp_client *c)
 	}
 	kvp__seg_unmap(&c->seg);
 	free(c->hold_free);
+	free(c->leases);
 	free(c);
 }
 
@@ -444,7 +488,9 @@ kvp_close(struct kvp_client *c)
  * Take a hold on slot i whose state word was w (READY).  Returns the hold
  * slot (>= 0), -ENOENT if the value went away (the caller may look again),
  * -EBUSY if the agent kept it under CHECK for too long, -ENOBUFS if this
- * client has no free hold slot.
+ * client has no free hold slot.  -ENOBUFS is internal: it never leaves
+ * the library (a read resolves what it holds and tries again; what is
+ * left is -EBUSY, see kvp__read).
  */
 KVP_INLINE int
 kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
@@ -631,6 +677,90 @@ kvp__hint_full_buckets(struct kvp_client *c, uint64_t hash)
 	kvp__kick_evictor(c, 0);
 }
 
+/* ---- the index entry limit (docs/design.md, "The index limit") ---- */
+
+/* A new kind in our cs_ix_resv (a new sequence every time). */
+KVP_INLINE void
+kvp__ixr_set(struct kvp_client *c, unsigned kind)
+{
+	kvp_aword_t *w = &c->seg.clients[c->slot].cs_ix_resv;
+
+	/* release: cs_ix_slot, and a publish or an abort, before the new
+	 * kind; pairs with the agent's acquire in its recount and the
+	 * reaper's (relaxed load: only we write it while we live) */
+	kvp_store_release(w, KVP_IXR_NEXT(kvp_load_relaxed(w), kind));
+}
+
+/* The index is at its limit: wake the evictor (at most one wake in
+ * flight), which removes cold entries. */
+KVP_INLINE void
+kvp__kick_index(struct kvp_client *c)
+{
+	struct kvp_shm_header *hd = c->seg.hdr;
+
+	/* full CAS: only the first waiting putter pays the syscall; the
+	 * agent clears h_ix_req before its pass */
+	if (kvp_cas(&hd->h_ix_req, 0, 1)) {
+		kvp_ifetch_add(&hd->h_evict_wake, 1);
+		kvp_futex_wake(&hd->h_evict_wake);
+	}
+}
+
+/*
+ * Take a unit of the index entry count for PENDING slot i (state word w),
+ * which this put has claimed.  At the limit, wake the evictor and wait
+ * for room at most KVP_PUT_WAIT_MS, like a put that finds DRAM full.
+ * 0 (our cs_ix_resv says HAVE_SLOT(i)), or -EBUSY, -ENOSPC (everything in
+ * the index is held), -ENOTCONN (no agent to make room).
+ */
+KVP_INLINE int
+kvp__ix_reserve(struct kvp_client *c, uint64_t i, uint64_t w)
+{
+	struct kvp_seg *s = &c->seg;
+	uint64_t deadline = 0;
+
+	/* release: after our last cs_ix_resv store (IDLE), so an agent that
+	 * sees this slot sees that store too (its recount reads the slot,
+	 * then the kind again, with acquire loads) */
+	kvp_store_release(&s->clients[c->slot].cs_ix_slot, KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
+	for (;;) {
+		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
+		uint64_t now;
+
+		kvp__ixr_set(c, KVP_IXR_RESERVING);
+		if (kvp_ix_count_take(s)) {
+			kvp_crashpoint(C_IX_COUNTED);
+			kvp__ixr_set(c, KVP_IXR_HAVE_SLOT);
+			return 0;
+		}
+		kvp__ixr_set(c, KVP_IXR_IDLE);
+		kvp__kick_index(c);
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (!deadline)
+			deadline = now + c->put_wait_ns;
+		if (now >= deadline || !kvp_shm_agent_alive(s))
+			break;
+		/* sleep until the evictor reports progress (no spinning) */
+		kvp_futex_wait(&s->hdr->h_space_seq, seq, deadline - now);
+	}
+	if (!kvp_shm_agent_alive(s))
+		return -ENOTCONN;
+	/* relaxed: the evictor's verdict on its last pass */
+	return kvp_load_relaxed(&s->hdr->h_evict_stuck) & KVP_STUCK_INDEX ? -ENOSPC : -EBUSY;
+}
+
+/* A put that holds a unit gives up: its slot and its unit go back. */
+KVP_INLINE void
+kvp__ix_release(struct kvp_client *c, uint64_t i, uint64_t w)
+{
+	if (kvp__live(c))
+		return; /* reaped: the reaper took care of both */
+	kvp__ixr_set(c, KVP_IXR_RELEASING);
+	kvp_ix_abort(&c->seg, i, w);
+	kvp_ix_count_give(&c->seg);
+	kvp__ixr_set(c, KVP_IXR_IDLE);
+}
+
 KVP_INLINE bool
 kvp__above_high(const struct kvp_seg *s)
 {
@@ -691,6 +821,14 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 		return (int)i;
 	}
 	kvp_crashpoint(C_PUT_CLAIMED);
+	/* the slot is ours, so no other putter of this key waits on us: now
+	 * a unit of the index count (--index-entries), bounded wait */
+	rc = kvp__ix_reserve(c, (uint64_t)i, w);
+	if (rc) {
+		kvp_ix_abort(s, (uint64_t)i, w);
+		kvp__ctr(c, rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY, 1);
+		return rc;
+	}
 	for (;;) {
 		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
 		uint64_t now;
@@ -716,14 +854,14 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 		kvp_futex_wait(&s->hdr->h_space_seq, seq, deadline - now);
 	}
 	if (rc) {
-		kvp_ix_abort(s, (uint64_t)i, w);
+		kvp__ix_release(c, (uint64_t)i, w);
 		if (rc == -EUCLEAN)
 			rc = -EBUSY; /* the agent is repairing the allocator */
 		if (rc == -ENOSPC) {
 			if (!kvp_shm_agent_alive(s))
 				rc = -ENOTCONN;
 			/* relaxed: the evictor's verdict on its last pass */
-			else if (kvp_load_relaxed(&s->hdr->h_evict_stuck))
+			else if (kvp_load_relaxed(&s->hdr->h_evict_stuck) & KVP_STUCK_DRAM)
 				rc = -ENOSPC;
 			else
 				rc = -EBUSY;
@@ -751,7 +889,7 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 			 * client): never write past a run; the agent frees
 			 * the tagged runs and repairs the map */
 			kvp_dram_report_damage(s);
-			kvp_ix_abort(s, (uint64_t)i, w);
+			kvp__ix_release(c, (uint64_t)i, w);
 			kvp__ctr(c, KVP_CTR_PUT_BUSY, 1);
 			return -EBUSY;
 		}
@@ -766,8 +904,11 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 	kvp_crashpoint(C_PUT_COPIED);
 	rc = kvp_ix_publish(s, (uint64_t)i, w);
 	kvp_crashpoint(C_PUT_PUBLISHED);
-	if (rc == 0)
+	if (rc == 0) {
+		/* the unit now belongs to the READY slot */
+		kvp__ixr_set(c, KVP_IXR_IDLE);
 		kvp__ctr(c, KVP_CTR_PUT_BYTES, (uint64_t)(src - (const unsigned char *)val));
+	}
 	return rc;
 }
 
@@ -776,10 +917,16 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
  *
  * Exactly one of several concurrent putters of one key copies; the others
  * get -EEXIST at once.  The value is invisible until its bytes are all in
- * place.  When DRAM is full the put wakes the agent's evictor and waits
- * for room at most KVP_PUT_WAIT_MS (default 50 ms), then answers -EBUSY
- * (-ENOSPC when everything left is held, -ENOTCONN when no agent runs).
+ * place.  When DRAM is full, or the index holds --index-entries entries,
+ * the put wakes the agent's evictor and waits for room at most
+ * KVP_PUT_WAIT_MS (default 50 ms) each, then answers -EBUSY (-ENOSPC when
+ * everything left is held, -ENOTCONN when no agent runs).
  * len must be 1..max_value (zero-length values are refused: -EINVAL).
+ * Returns 0, -EEXIST, -EBUSY, -ENOSPC (also: both candidate buckets of
+ * the key stayed full), -ENOTCONN, -E2BIG (over --max-value or the whole
+ * arena), -EINVAL, -ESTALE (this client was reaped).  A damaged
+ * allocator (a hostile or buggy client wrote the page map) is -EBUSY
+ * while the agent repairs it.
  */
 KVP_INLINE int
 kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len)
@@ -910,7 +1057,9 @@ kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res, uint64_t whe
 	struct kvp_seg *s = &c->seg;
 
 	if (res < 0)
-		return (int)res;
+		/* the agent's answer, told apart only where it means something
+		 * to the caller: anything else is a failed read */
+		return res == -E2BIG || res == -EBADMSG ? (int)res : -EIO;
 	if (where & KVP_WHERE_DRAM) {
 		/* promoted: the entry is DRAM-resident now, still held */
 		/* acquire: pairs with the agent's release of e_loc */
@@ -988,13 +1137,12 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				if (res == -EBUSY) {
 					kvp__ctr(c, KVP_CTR_RESOLVE_BUSY, 1);
 				} else {
-					int st = kvp__finish(c, &p[k], res,
-							     kvp_load_relaxed(&q->rq_where));
 					/* the key is held, so it exists: an
 					 * answer that cannot find it is a
-					 * failed read, never a miss */
-					if (st == -ENOENT)
-						st = -EIO;
+					 * failed read, never a miss (kvp__finish
+					 * makes it -EIO) */
+					int st = kvp__finish(c, &p[k], res,
+							     kvp_load_relaxed(&q->rq_where));
 					kvp__ctr(c, st == 0 ? KVP_CTR_RESOLVE_OK
 							    : KVP_CTR_RESOLVE_FAILED, 1);
 					if (st == 0)
@@ -1123,8 +1271,12 @@ kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen
 /*
  * The read engine behind every get.  exact: kvp_get semantics (the whole
  * value, -EMSGSIZE when ops->len is too small); else [off, off+len)
- * clipped.  DRAM hits are copied at once; SSD-resident keys are resolved
- * through the agent in parts of at most one ring.  Sets status and len.
+ * clipped.  DRAM hits are copied at once (their hold dropped at once);
+ * SSD-resident keys stay held in pend[] and are resolved through the
+ * agent in parts of at most one ring, or sooner when this client's hold
+ * slots run out, so any number of keys is served with any number of hold
+ * slots.  Only a client whose own pinsets hold every hold slot gets
+ * -EBUSY.  Sets status and len.
  */
 KVP_INLINE size_t
 kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
@@ -1146,10 +1298,20 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 			continue;
 		}
 		h = kvp__lookup_hold(c, op->key, op->klen, &i, &vlen);
+		if (h == -ENOBUFS && m) {
+			/* every hold slot is taken: the SSD-resident keys
+			 * held in pend[] are resolved now (their holds drop)
+			 * and the key is looked up again */
+			kvp__resolve(c, pend, m);
+			m = 0;
+			h = kvp__lookup_hold(c, op->key, op->klen, &i, &vlen);
+		}
 		if (h < 0) {
 			if (h == -ENOENT)
 				kvp__ctr(c, KVP_CTR_GET_MISS, 1);
-			op->status = h;
+			/* still no hold slot: this client's pinsets hold all
+			 * of them; retry once one is released */
+			op->status = h == -ENOBUFS ? -EBUSY : h;
 			continue;
 		}
 		if ((exact && vlen > op->len) || (!exact && off > vlen) || !op->buf) {
@@ -1172,9 +1334,12 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 
 /*
  * kvp_get - copy the whole value of key into buf.  Returns its size, or
- * -EMSGSIZE (cap too small; nothing copied), -ENOENT, -EBUSY, -EINVAL,
- * and for SSD-resident values -EIO/-EBADMSG (failed) or -ENOTCONN (no
- * agent).  A DRAM hit takes no lock and no syscall.
+ * -EMSGSIZE (cap too small; nothing copied), -ENOENT, -EINVAL, -EBUSY
+ * (the agent kept the entry under CHECK too long, the staging arena
+ * stayed full, or this client's pinsets hold every hold slot), and for
+ * SSD-resident values -EIO/-EBADMSG (failed), -E2BIG (larger than the
+ * whole staging arena) or -ENOTCONN (no agent).  A DRAM hit takes no
+ * lock and no syscall.
  */
 KVP_INLINE ssize_t
 kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf, uint64_t cap)
@@ -1190,8 +1355,9 @@ kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf, uint64_
 /*
  * kvp_get_range - copy bytes [off, off+len) of key's value (clipped at
  * its end) into buf.  Returns the number of bytes copied (0 when off is
- * the value's size), -EINVAL when off is past the end, -ENOENT, -EBUSY.
- * Off SSD, only the 4 KiB-rounded extent is read from the device.
+ * the value's size), -EINVAL when off is past the end, or the other
+ * statuses of kvp_get but -EMSGSIZE.  Off SSD, only the 4 KiB-rounded
+ * extent is read from the device.
  */
 KVP_INLINE ssize_t
 kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen, uint64_t off,
@@ -1214,8 +1380,9 @@ kvp__resident_ssd(const struct kvp_client *c, uint64_t i)
 	return KVP_LOC_TIER(kvp_load_relaxed(&c->seg.entries[i].e_loc)) == KVP_TIER_SSD;
 }
 
-/* kvp_exists - 1 if key has a readable value, 0 if not, -EINVAL.
- * Holds nothing, stages nothing, writes nothing shared but a counter. */
+/* kvp_exists - 1 if key has a readable value, 0 if not, -EINVAL (bad
+ * key or client).  Holds nothing, stages nothing, writes nothing shared
+ * but a counter. */
 KVP_INLINE int
 kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 {
@@ -1316,6 +1483,7 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
  * -EIO (deleted, but its tombstone could not be written: it may come back
  * after a restart), -ENOTCONN (no agent: nothing was deleted, or, if the
  * agent died while answering, the key is deleted but maybe not durably).
+ * Takes no hold.
  */
 KVP_INLINE int
 kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
@@ -1392,7 +1560,8 @@ kvp__prefetch_entry(struct kvp_client *c, uint64_t h)
 
 /* Batches: per-key status in ops[k].status; the return is the number of
  * keys with status 0 (or -EINVAL for bad arguments to the call itself).
- * Any number of keys (2,000 and more) in one call. */
+ * Any number of keys (2,000 and more) in one call.  kvp_batch_put: the
+ * statuses of kvp_put per key. */
 KVP_INLINE ssize_t
 kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
@@ -1416,7 +1585,10 @@ kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
 /* Batch get: for each key copies [off, off+len) of its value, clipped at
  * the value's end, and sets len to the bytes copied (so off 0 with a
  * buffer of at least the value's size reads it whole).  Status as for
- * kvp_get_range. */
+ * kvp_get_range.  Any number of keys, whatever the size of the staging
+ * arena or of --holds-per-client: served in parts.  A key is -EBUSY only
+ * when the staging arena stayed full for 30 s or this client's pinsets
+ * hold every one of its hold slots. */
 KVP_INLINE ssize_t
 kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
@@ -1477,6 +1649,36 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 }
 
 /* ---- lookup-and-pin ---- */
+
+/*
+ * Bytes this client pins now, as --max-pinned-per-client counts them: its
+ * pinsets' values and its live leases' (a lease pins its value as surely
+ * as a hold).  Leases that expired, or that were released or reclaimed
+ * by anyone, are dropped from the private list first.  A lease outlives
+ * the process that took it, but it is counted only against the handle
+ * that took it: once that process is gone its leases count against
+ * nobody (they still pin until they expire, at most an hour).
+ */
+KVP_INLINE uint64_t
+kvp__pinned_total(struct kvp_client *c)
+{
+	uint64_t now = c->nleases ? kvp_now_ns(CLOCK_MONOTONIC) : 0;
+	uint32_t k = 0;
+
+	while (k < c->nleases) {
+		struct kvp__lease_rec *r = &c->leases[k];
+		/* acquire: a release or sweep of the lease (its CAS) */
+		uint64_t w = kvp_load_acquire(&c->seg.leases[r->idx].ls_state);
+
+		if (now < r->expiry && w == KVP_LS_WORD(r->gen, 0, KVP_LS_LIVE)) {
+			k++;
+			continue;
+		}
+		c->leased_bytes -= r->len;
+		*r = c->leases[--c->nleases];
+	}
+	return c->pinned_bytes + c->leased_bytes;
+}
 
 /* A pinset: the holds of the leading present keys of one lookup (private
  * memory).  Each is an ordinary attributable hold (the reaper releases it
@@ -1549,16 +1751,24 @@ kvp_pinset_len(const struct kvp_pinset *ps, size_t k)
  * pinned values are neither evicted, nor freed, nor their SSD segment
  * reclaimed until kvp_pinset_release (or the process dies and the reaper
  * releases them).  If pinning the next key would take this client past
- * the pool's --max-pinned-per-client bytes, the prefix stops there (the
- * call still succeeds; ps->capped says so).  Sets ops[k].status like
- * kvp_batch_exists_prefix.  Returns the count pinned (>= 0) and *out, or
- * -EINVAL, -ENOMEM.  The plain probe, kvp_batch_exists_prefix, is
- * unchanged: it holds nothing.
+ * the pool's --max-pinned-per-client bytes (its pinsets and its live
+ * leases together), the prefix stops there (the call still succeeds;
+ * ps->capped says so).  Each pin takes one of this
+ * client's --holds-per-client hold slots: when none is left the prefix
+ * stops there too.  Sets ops[k].status like kvp_batch_exists_prefix (0,
+ * -ENOENT, -EINVAL), and -EBUSY for the key where the cap or the hold
+ * slots stopped the prefix (or that the agent kept under CHECK too
+ * long).  Returns the count pinned (>= 0) and *out, or -EINVAL (also for
+ * an n whose pinset size would overflow), -ENOMEM.
+ * The plain probe, kvp_batch_exists_prefix, is unchanged: it holds
+ * nothing.
  */
 KVP_INLINE ssize_t
 kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 		     struct kvp_pinset **out)
 {
+	/* per key: slot, gen, len, hold, tier */
+	const size_t per = 3 * sizeof(uint64_t) + sizeof(int) + 1;
 	struct kvp_pinset *ps;
 	uint64_t cap;
 	size_t k;
@@ -1566,10 +1776,14 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 	if (!c || (!ops && n) || !out)
 		return -EINVAL;
 	*out = NULL;
+	/* n keys need n * sizeof(struct kvp_op) bytes of ops already: an n
+	 * whose arrays cannot even be sized is not an array (-EINVAL) */
+	if (n > SIZE_MAX / per)
+		return -EINVAL;
 	ps = calloc(1, sizeof(*ps));
 	if (!ps)
 		return -ENOMEM;
-	ps->slot = malloc((n ? n : 1) * (3 * sizeof(uint64_t) + sizeof(int) + 1));
+	ps->slot = malloc((n ? n : 1) * per);
 	if (!ps->slot) {
 		free(ps);
 		return -ENOMEM;
@@ -1579,6 +1793,8 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 	ps->hold = (int *)(ps->len + n);
 	ps->tier = (uint8_t *)(ps->hold + n);
 	cap = c->seg.hdr->h_max_pinned;
+	if (cap)
+		kvp__pinned_total(c); /* prunes c->leased_bytes */
 	for (k = 0; k < n; k++) {
 		uint64_t i = 0, len = 0;
 		int h;
@@ -1592,7 +1808,7 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 			ops[k].status = h == -ENOBUFS ? -EBUSY : h;
 			break;
 		}
-		if (cap && c->pinned_bytes + len > cap) {
+		if (cap && c->pinned_bytes + c->leased_bytes + len > cap) {
 			kvp__drop(c, h);
 			ops[k].status = -EBUSY;
 			ps->capped = true;
@@ -1625,7 +1841,10 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
  * copied; off 0 with a buffer of the value's size reads it whole).  Never
  * a MISS: an SSD-resident key is staged (in parts when the arena is busy)
  * or promoted.  Returns the number of keys with status 0, or -EINVAL.
- * The holds stay until kvp_pinset_release.
+ * Per key: 0, -EINVAL (no buffer, off past the end), and for
+ * SSD-resident keys -EIO/-EBADMSG, -E2BIG, -ENOTCONN, -EBUSY (the staging
+ * arena stayed full).  Takes no new hold.  The holds stay until
+ * kvp_pinset_release.
  */
 KVP_INLINE ssize_t
 kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, size_t n)
@@ -1678,15 +1897,19 @@ struct kvp_lease {
  * value is neither evicted nor moved nor its SSD segment reclaimed until
  * the lease is released or expires; the agent's reaper frees expired
  * leases.  A lease outlives the holds of the process that took it, even
- * its death.  Returns 0 and *out, -ENOENT, -EBUSY (lease table full, or
- * the value is being moved), -EINVAL.
+ * its death.  A lease counts against --max-pinned-per-client like a pin,
+ * for this client handle, until it is released or expires (see
+ * kvp__pinned_total).  Returns 0 and *out, -ENOENT, -EBUSY (lease table
+ * full, the value is being moved, this client's pinsets hold every hold
+ * slot, or the lease would take this client past --max-pinned-per-client:
+ * release a lease or a pinset), -EINVAL, -ENOMEM.
  */
 KVP_INLINE int
 kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t ttl_ms,
 		  struct kvp_lease *out)
 {
 	struct kvp_seg *s;
-	uint64_t i = 0, len = 0, n, k, loc;
+	uint64_t i = 0, len = 0, n, k, loc, cap, expiry;
 	int h;
 
 	if (!c || !kvp__key_ok(key, klen) || !out || ttl_ms == 0 || ttl_ms > 3600000)
@@ -1695,7 +1918,25 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 	n = s->g.g_max_leases;
 	h = kvp__lookup_hold(c, key, klen, &i, &len);
 	if (h < 0)
-		return h;
+		return h == -ENOBUFS ? -EBUSY : h;
+	/* the agent's policy: a plain word it sets at start */
+	cap = s->hdr->h_max_pinned;
+	if (cap && kvp__pinned_total(c) + len > cap) {
+		kvp__drop(c, h);
+		kvp__ctr(c, KVP_CTR_PIN_CAPPED, 1);
+		return -EBUSY;
+	}
+	if (c->nleases == c->cap_leases) {
+		uint32_t nc = c->cap_leases ? c->cap_leases * 2 : 16;
+		struct kvp__lease_rec *nl = realloc(c->leases, nc * sizeof(*nl));
+
+		if (!nl) {
+			kvp__drop(c, h);
+			return -ENOMEM;
+		}
+		c->leases = nl;
+		c->cap_leases = nc;
+	}
 	for (k = 0; k < n; k++) {
 		uint64_t j = (c->slot * 131 + k) % n;
 		struct kvp_lease_slot *ls = &s->leases[j];
@@ -1711,8 +1952,8 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 		kvp_crashpoint(C_LEASE_RESERVED);
 		kvp_store_relaxed(&ls->ls_slot, i);       /* relaxed: published below */
 		kvp_store_relaxed(&ls->ls_owner, c->slot + 1);
-		kvp_store_relaxed(&ls->ls_expiry,
-				  kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)ttl_ms * 1000000ull);
+		expiry = kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)ttl_ms * 1000000ull;
+		kvp_store_relaxed(&ls->ls_expiry, expiry);
 		/* release: the fields before LIVE; the agent's hold scan
 		 * acquires it; our hold is still up, so the value is safe
 		 * until the lease is visible */
@@ -1730,6 +1971,10 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 		    kvp_load_relaxed(&s->entries[i].e_run) * s->g.g_dram_unit >= len)
 			out->seg_off = s->L.off[KVP_R_ARENA] +
 				       KVP_LOC_VAL(loc) * s->g.g_dram_unit;
+		/* counted against the pinned-bytes cap until released or
+		 * expired (room in the list was made above) */
+		c->leases[c->nleases++] = (struct kvp__lease_rec){ (uint32_t)j, gen, len, expiry };
+		c->leased_bytes += len;
 		kvp__drop(c, h);
 		return 0;
 	}
@@ -1751,6 +1996,7 @@ kvp_lease_release(struct kvp_client *c, const struct kvp_lease *l)
 	 * agent's acquire in its hold scan */
 	kvp_cas(&ls->ls_state, KVP_LS_WORD(l->gen, 0, KVP_LS_LIVE),
 		KVP_LS_WORD(l->gen + 1, 0, KVP_LS_FREE));
+	kvp__pinned_total(c); /* it no longer counts against the cap */
 	return 0;
 }
 

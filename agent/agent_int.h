@@ -57,6 +57,12 @@ struct kvp_agent {
 	uint64_t *pidfd_pid;
 	struct kvp_tier *tier; /* SSD tier state (tiers/tier_agent.c); NULL: DRAM only */
 	kvp_aword_t gc_request; /* reaper -> tier thread: sweep orphan runs */
+	/* the index limit (tiers/dram_agent.c; tier thread but the flag) */
+	kvp_aword_t ix_recount_due; /* start, or a reap that may have left the count high */
+	uint64_t ix_hand;       /* the index evictor's CLOCK hand */
+	uint64_t ix_recount_ns; /* last recount attempt (CLOCK_MONOTONIC) */
+	uint64_t *ix_seen;      /* recount scratch: per client, its cs_ix_resv */
+	uint64_t *ix_named;     /* recount scratch: slots named by HAVE_SLOT */
 	struct kvp_http *http; /* the /metrics endpoint (agent/metrics_http.c) */
 	/* the allocator lock, seen from the agent (tier thread): it never
 	 * waits for it (a client holding it may be stopped); frees that
@@ -105,7 +111,11 @@ struct kvp_metrics {
 extern const char *const kvp_tier_names[KVP_MTIERS];
 extern const char *const kvp_ctr_names[KVP_CTR__N];
 extern const char *const kvp_actr_names[KVP_ACTR_RETIRED0];
-void kvp_metrics_collect(const struct kvp_seg *s, struct kvp_metrics *m);
+/* pool: the caller's validated name (NULL: the header's copy, escaped
+ * by every rendering anyway) */
+void kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metrics *m);
+/* m->pool for a terminal (control bytes escaped) */
+const char *kvp_metrics_pool_tty(const struct kvp_metrics *m, char *out, size_t cap);
 uint64_t kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h);
 uint64_t kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q);
 int kvp_metrics_prom(const struct kvp_metrics *m, FILE *f);
@@ -142,6 +152,7 @@ uint64_t kvp_dram_deferred_agent(struct kvp_agent *a);
 int kvp_dram_repair_agent(struct kvp_agent *a);
 unsigned kvp_ix_clear_stale_checks_agent(struct kvp_seg *s);
 void kvp_dram_round_agent(struct kvp_agent *a);
+bool kvp_ix_recount_agent(struct kvp_agent *a);
 bool kvp_dram_above_high_agent(const struct kvp_agent *a);
 
 /* tiers/tier_agent.c: the tier thread (evictor, demotion, SSD reads) */

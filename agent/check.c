@@ -619,6 +619,60 @@ kvp_chk_leases(struct kvp_chk *k)
 	}
 }
 
+/*
+ * I27: the index holds at most --index-entries entries (READY and
+ * DELETED), and h_ix_used counts exactly those plus one per put holding a
+ * unit for its unpublished slot: never fewer (a unit given back early
+ * would let the index pass its limit), and more only until the agent
+ * recounts (a process died while changing it).  A live client taking or
+ * giving a unit now makes the exact comparison moot: the re-check sees.
+ */
+static void
+kvp_chk_ix_count(struct kvp_chk *k)
+{
+	const struct kvp_seg *s = k->s;
+	uint64_t live = k->r->entries_ready + k->r->entries_deleted, inflight = 0;
+	/* acquire: after the scan of kvp_chk_index */
+	uint64_t used = kvp_load_acquire(&s->hdr->h_ix_used);
+	bool unsure = false;
+	uint32_t c;
+
+	for (c = 0; c < s->g.g_max_clients; c++) {
+		/* acquire: pairs with the client's release stores */
+		uint64_t f = kvp_load_acquire(&s->clients[c].cs_ix_resv), sw, m;
+		unsigned kind = KVP_IXR_KIND(f);
+
+		if (kind == KVP_IXR_IDLE)
+			continue;
+		if (kind != KVP_IXR_HAVE_SLOT || k->alive[c] != 1) {
+			unsure = true; /* mid-change, or dead: the reaper's */
+			continue;
+		}
+		/* acquire: written before HAVE_SLOT */
+		sw = kvp_load_acquire(&s->clients[c].cs_ix_slot);
+		if (KVP_HOLD_SLOT(sw) >= s->g.g_index_slots) {
+			kvp_chk_viol(k, 27, "client %u holds a unit for slot %llu, which does "
+				     "not exist", c, (unsigned long long)KVP_HOLD_SLOT(sw));
+			continue;
+		}
+		/* acquire: pairs with the claim / publish CAS */
+		m = kvp_load_acquire(&s->meta[KVP_HOLD_SLOT(sw)]);
+		if (KVP_IX_GEN(m) == KVP_HOLD_GEN(sw) && KVP_IX_STATE(m) != KVP_IX_READY &&
+		    KVP_IX_STATE(m) != KVP_IX_DELETED)
+			inflight++;
+	}
+	if (live > s->g.g_index_limit)
+		kvp_chk_viol(k, 27, "%llu entries in the index, more than --index-entries %llu",
+			     (unsigned long long)live, (unsigned long long)s->g.g_index_limit);
+	if (used < live)
+		kvp_chk_viol(k, 27, "the index entry count is %llu, below the %llu entries it "
+			     "counts", (unsigned long long)used, (unsigned long long)live);
+	else if (!unsure && used != live + inflight)
+		kvp_chk_repairable(k, 27, "the index entry count is %llu for %llu entries and %llu "
+				   "puts in flight (the agent recounts it)", (unsigned long long)used,
+				   (unsigned long long)live, (unsigned long long)inflight);
+}
+
 /* A counter summed over the client shards and the retired shard. */
 static uint64_t
 kvp_chk_ctr_sum(const struct kvp_seg *s, enum kvp_ctr c)
@@ -703,6 +757,7 @@ kvp_check_seg(const struct kvp_seg *s, FILE *out, struct kvp_check_report *r)
 	kvp_chk_header(&k);
 	kvp_chk_clients(&k);
 	kvp_chk_index(&k);
+	kvp_chk_ix_count(&k);
 	kvp_chk_dram(&k);
 	kvp_chk_holds(&k);
 	kvp_chk_staging(&k);

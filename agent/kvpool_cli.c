@@ -17,11 +17,11 @@
 #include "agent/kvp_check.h"
 
 static int
-kvp_cmd_stat(const struct kvp_seg *s, bool json)
+kvp_cmd_stat(const struct kvp_seg *s, const char *pool, bool json)
 {
 	struct kvp_metrics m;
 
-	kvp_metrics_collect(s, &m);
+	kvp_metrics_collect(s, pool, &m);
 	if (json)
 		kvp_metrics_json(&m, stdout);
 	else
@@ -47,13 +47,14 @@ kvp_top_frame(const struct kvp_metrics *m, const struct kvp_metrics *p, double s
 	uint64_t dh = c[KVP_CTR_GET_HIT] - pc[KVP_CTR_GET_HIT];
 	time_t t = time(NULL);
 	struct tm tm;
-	char when[32];
+	char when[32], pool[5 * KVP_POOL_NAME_MAX];
 
 	localtime_r(&t, &tm);
 	strftime(when, sizeof(when), "%H:%M:%S", &tm);
 	if (tty)
 		printf("\033[H\033[2J");
-	printf("kvpool top - pool %s - %s - agent %s - every %.1fs\n", m->pool, when,
+	printf("kvpool top - pool %s - %s - agent %s - every %.1fs\n",
+	       kvp_metrics_pool_tty(m, pool, sizeof(pool)), when,
 	       m->agent_alive ? "up" : "DOWN", secs);
 	printf("ops/s     put %10.0f  get %10.0f  exists %10.0f  delete %8.0f\n",
 	       kvp_rate(c[KVP_CTR_PUT], pc[KVP_CTR_PUT], secs), kvp_rate(gets, 0, secs),
@@ -99,7 +100,7 @@ kvp_top_frame(const struct kvp_metrics *m, const struct kvp_metrics *p, double s
 /* kvpool top [--count N] [--interval SECONDS]: a frame every interval
  * (default 1 s), N frames (default: until interrupted). */
 static int
-kvp_cmd_top(const struct kvp_seg *s, int argc, char **argv)
+kvp_cmd_top(const struct kvp_seg *s, const char *pool, int argc, char **argv)
 {
 	struct kvp_metrics *m = malloc(2 * sizeof(*m)), *cur, *prev;
 	double interval = 1.0;
@@ -127,7 +128,7 @@ kvp_cmd_top(const struct kvp_seg *s, int argc, char **argv)
 		return -ENOMEM;
 	prev = &m[0];
 	cur = &m[1];
-	kvp_metrics_collect(s, prev);
+	kvp_metrics_collect(s, pool, prev);
 	t_prev = kvp_now_ns(CLOCK_MONOTONIC);
 	for (k = 0; count < 0 || k < count; k++) {
 		struct timespec ts = { (time_t)interval,
@@ -137,7 +138,7 @@ kvp_cmd_top(const struct kvp_seg *s, int argc, char **argv)
 
 		while (nanosleep(&ts, &ts) && errno == EINTR)
 			; /* the refresh period of an interactive view */
-		kvp_metrics_collect(s, cur);
+		kvp_metrics_collect(s, pool, cur);
 		now = kvp_now_ns(CLOCK_MONOTONIC);
 		kvp_top_frame(cur, prev, (double)(now - t_prev) / 1e9, tty);
 		t_prev = now;
@@ -153,29 +154,54 @@ usage:
 	return -EINVAL;
 }
 
+/*
+ * Read all of f, at most max bytes: 0 and the bytes, or -errno of the
+ * read that failed, -ENOMEM (the buffer could not grow), -E2BIG (more
+ * than max bytes).  All or nothing: on an error nothing is returned, so a put
+ * never stores the part that was read before the failure.
+ */
 static int
-kvp_read_all(FILE *f, unsigned char **buf, uint64_t *len)
+kvp_read_all(FILE *f, uint64_t max, unsigned char **buf, uint64_t *len)
 {
-	size_t cap = 1 << 20, n = 0, r;
-	unsigned char *b = malloc(cap);
+	/* max + 1: one byte more than a value may have tells it is too large */
+	size_t lim = max < SIZE_MAX - 1 ? (size_t)max + 1 : SIZE_MAX;
+	size_t cap = lim < (1u << 20) ? lim : 1u << 20, n = 0;
+	unsigned char *b = malloc(cap), *nb;
+	int rc;
 
-	while (b && (r = fread(b + n, 1, cap - n, f)) > 0) {
+	*buf = NULL;
+	*len = 0;
+	if (!b)
+		return -ENOMEM;
+	for (;;) {
+		size_t want = cap - n, r = fread(b + n, 1, want, f);
+
 		n += r;
-		if (n == cap) {
-			unsigned char *nb = realloc(b, cap * 2);
-			if (!nb)
-				break;
-			b = nb;
-			cap *= 2;
+		if (n > max) {
+			rc = -E2BIG;
+			goto err;
 		}
-	}
-	if (!b || ferror(f)) {
-		free(b);
-		return -EIO;
+		if (r < want) {
+			if (ferror(f)) {
+				rc = errno ? -errno : -EIO;
+				goto err;
+			}
+			break; /* end of the input */
+		}
+		cap = cap > lim / 2 ? lim : cap * 2;
+		nb = realloc(b, cap);
+		if (!nb) {
+			rc = -ENOMEM;
+			goto err;
+		}
+		b = nb;
 	}
 	*buf = b;
 	*len = n;
 	return 0;
+err:
+	free(b);
+	return rc;
 }
 
 static void
@@ -208,6 +234,7 @@ main(int argc, char **argv)
 	const char *pool = "default", *ns = "default", *cmd;
 	struct kvp_client *c = NULL;
 	int opt, rc = 0;
+	bool said = false; /* the command explained its failure itself */
 
 	while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
 		switch (opt) {
@@ -262,11 +289,11 @@ main(int argc, char **argv)
 		}
 		if (!strcmp(cmd, "stat") && (optind == argc ||
 					     (optind + 1 == argc && !strcmp(argv[optind], "--json"))))
-			rc = kvp_cmd_stat(&s, optind < argc);
+			rc = kvp_cmd_stat(&s, pool, optind < argc);
 		else if (!strcmp(cmd, "clients") && optind == argc)
 			kvp_metrics_clients(&s, stdout);
 		else if (!strcmp(cmd, "top"))
-			rc = kvp_cmd_top(&s, argc - optind, argv + optind);
+			rc = kvp_cmd_top(&s, pool, argc - optind, argv + optind);
 		else
 			rc = -EINVAL, kvp_cli_usage();
 		kvp__seg_unmap(&s);
@@ -278,14 +305,32 @@ main(int argc, char **argv)
 		return 1;
 	}
 	if (!strcmp(cmd, "put") && argc - optind == 2) {
-		FILE *f = strcmp(argv[optind + 1], "-") ? fopen(argv[optind + 1], "rb") : stdin;
+		const char *in = argv[optind + 1];
+		FILE *f = strcmp(in, "-") ? fopen(in, "rb") : stdin;
 		unsigned char *buf = NULL;
 		uint64_t len = 0;
 
-		if (!f || kvp_read_all(f, &buf, &len)) {
-			fprintf(stderr, "kvpool: cannot read %s\n", argv[optind + 1]);
+		said = true;
+		if (!f) {
+			fprintf(stderr, "kvpool: cannot open %s: %s; nothing stored\n", in,
+				strerror(errno));
 			rc = -EIO;
+		} else if ((rc = kvp_read_all(f, c->seg.g.g_max_value, &buf, &len))) {
+			/* all or nothing: a part of the input is never stored */
+			if (rc == -E2BIG)
+				fprintf(stderr, "kvpool: %s is larger than the pool's --max-value "
+					"(%llu bytes); nothing stored\n", in,
+					(unsigned long long)c->seg.g.g_max_value);
+			else
+				fprintf(stderr, "kvpool: reading %s failed part way (%s); nothing "
+					"stored\n", !strcmp(in, "-") ? "stdin" : in, strerror(-rc));
+			rc = rc == -E2BIG ? -E2BIG : -EIO;
+		} else if (len == 0) {
+			fprintf(stderr, "kvpool: %s is empty (zero-length values are refused); "
+				"nothing stored\n", !strcmp(in, "-") ? "stdin" : in);
+			rc = -EINVAL;
 		} else {
+			said = false;
 			rc = kvp_put(c, argv[optind], (uint32_t)strlen(argv[optind]), buf, len);
 		}
 		if (f && f != stdin)
@@ -299,10 +344,11 @@ main(int argc, char **argv)
 		if (n >= 0) {
 			FILE *f = strcmp(argv[optind + 1], "-") ? fopen(argv[optind + 1], "wb")
 								: stdout;
-			if (!f || fwrite(buf, 1, (size_t)n, f) != (size_t)n)
+			/* a write error may show only at the flush or the close */
+			if (!f || fwrite(buf, 1, (size_t)n, f) != (size_t)n || fflush(f))
 				n = -EIO;
-			if (f && f != stdout)
-				fclose(f);
+			if (f && f != stdout && fclose(f))
+				n = -EIO;
 		}
 		rc = n < 0 ? (int)n : 0;
 		free(buf);
@@ -323,7 +369,7 @@ main(int argc, char **argv)
 		return 2;
 	}
 	kvp_close(c);
-	if (rc && strcmp(cmd, "exists"))
+	if (rc && !said && strcmp(cmd, "exists"))
 		fprintf(stderr, "kvpool: %s: %s\n", cmd, kvp_strerror(rc));
 	return rc ? 1 : 0;
 }

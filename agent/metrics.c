@@ -98,15 +98,24 @@ kvp_mtier_of_loc(uint64_t loc)
 	}
 }
 
+/*
+ * The pool's name is the caller's own, validated when it mapped the
+ * segment (kvp_shm_name: [A-Za-z0-9_.-]): the header's h_pool is written
+ * by whoever maps the segment writable, so it is only a fallback (pool
+ * NULL), and every rendering below escapes what it prints anyway.
+ */
 void
-kvp_metrics_collect(const struct kvp_seg *s, struct kvp_metrics *m)
+kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metrics *m)
 {
 	const struct kvp_shm_header *h = s->hdr;
 	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), i;
 	uint32_t c, k, j;
 
 	memset(m, 0, sizeof(*m));
-	snprintf(m->pool, sizeof(m->pool), "%.*s", (int)sizeof(h->h_pool) - 1, h->h_pool);
+	if (pool)
+		snprintf(m->pool, sizeof(m->pool), "%s", pool);
+	else
+		memcpy(m->pool, h->h_pool, sizeof(m->pool) - 1); /* NUL-terminated by memset */
 	m->abi_major = h->h_abi_major;
 	m->abi_minor = h->h_abi_minor;
 	/* relaxed: for humans; liveness is the OFD lock */
@@ -234,6 +243,85 @@ kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q)
 	return 1ull << (b + KVP_HIST_SHIFT);
 }
 
+/* ---- escaping what came from the segment ---- */
+
+/*
+ * Prometheus label value (text format 0.0.4): backslash, double quote and
+ * line feed are escaped; other control bytes and bytes above 0x7e (which
+ * could make the exposition invalid UTF-8) become '?'.
+ */
+static const char *
+kvp_prom_label(const char *in, char *out, size_t cap)
+{
+	size_t o = 0;
+
+	for (; *in && o + 3 < cap; in++) {
+		unsigned char ch = (unsigned char)*in;
+
+		if (ch == '\\' || ch == '"') {
+			out[o++] = '\\';
+			out[o++] = (char)ch;
+		} else if (ch == '\n') {
+			out[o++] = '\\';
+			out[o++] = 'n';
+		} else {
+			out[o++] = ch < 0x20 || ch > 0x7e ? '?' : (char)ch;
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
+/* A JSON string's contents: '"', '\\' and every byte outside printable
+ * ASCII as \u00XX (a byte is never left to make the document invalid
+ * UTF-8). */
+static const char *
+kvp_json_str(const char *in, char *out, size_t cap)
+{
+	size_t o = 0;
+
+	for (; *in && o + 7 < cap; in++) {
+		unsigned char ch = (unsigned char)*in;
+
+		if (ch == '"' || ch == '\\') {
+			out[o++] = '\\';
+			out[o++] = (char)ch;
+		} else if (ch < 0x20 || ch > 0x7e) {
+			o += (size_t)snprintf(out + o, cap - o, "\\u%04x", ch);
+		} else {
+			out[o++] = (char)ch;
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
+/* For a terminal (kvpool stat, top, clients): control bytes and bytes
+ * above 0x7e as \xNN, so nothing read from the segment can move the
+ * cursor or clear the screen. */
+static const char *
+kvp_tty_str(const char *in, size_t n, char *out, size_t cap)
+{
+	size_t o = 0, k;
+
+	for (k = 0; k < n && in[k] && o + 5 < cap; k++) {
+		unsigned char ch = (unsigned char)in[k];
+
+		if (ch < 0x20 || ch > 0x7e || ch == '\\')
+			o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
+		else
+			out[o++] = (char)ch;
+	}
+	out[o] = '\0';
+	return out;
+}
+
+const char *
+kvp_metrics_pool_tty(const struct kvp_metrics *m, char *out, size_t cap)
+{
+	return kvp_tty_str(m->pool, sizeof(m->pool), out, cap);
+}
+
 /* ---- Prometheus text exposition format 0.0.4 ---- */
 
 static void
@@ -262,17 +350,17 @@ kvp_val2(FILE *f, const char *name, const char *l1, const char *v1, const char *
 		(unsigned long long)v);
 }
 
-/* Pool names are [A-Za-z0-9_.-]: nothing to escape in a label value. */
 int
 kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 {
 	const char *D = "DRAM", *S = "SSD", *H = "HBM";
 	const uint64_t *a = m->actr, *c = m->ctr;
+	char pool[4 * KVP_POOL_NAME_MAX];
 	unsigned h, b;
 
 	kvp_fam(f, "kvpool_info", "gauge", "Pool served by this agent and its segment ABI (always 1).");
-	fprintf(f, "kvpool_info{pool=\"%s\",abi=\"%u.%u\"} 1\n", m->pool, m->abi_major,
-		m->abi_minor);
+	fprintf(f, "kvpool_info{pool=\"%s\",abi=\"%u.%u\"} 1\n",
+		kvp_prom_label(m->pool, pool, sizeof(pool)), m->abi_major, m->abi_minor);
 	kvp_fam(f, "kvpool_agent_up", "gauge", "1 while the agent holds the pool's segment lock.");
 	kvp_val(f, "kvpool_agent_up", m->agent_alive);
 	kvp_fam(f, "kvpool_agent_incarnation", "gauge",
@@ -362,7 +450,8 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", D, c[KVP_CTR_GET_BYTES]);
 	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", S, c[KVP_CTR_GET_SSD_BYTES]);
 	kvp_fam(f, "kvpool_put_rejects_total", "counter",
-		"Puts refused: key exists (or being put), BUSY (DRAM full, evictor behind), no space.");
+		"Puts refused: key exists (or being put), BUSY (DRAM or index full, evictor behind), "
+		"no space (everything held).");
 	kvp_val1(f, "kvpool_put_rejects_total", "reason", "exists", c[KVP_CTR_PUT_EXISTS]);
 	kvp_val1(f, "kvpool_put_rejects_total", "reason", "busy", c[KVP_CTR_PUT_BUSY]);
 	kvp_val1(f, "kvpool_put_rejects_total", "reason", "nospc", c[KVP_CTR_PUT_NOSPC]);
@@ -410,7 +499,7 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 	kvp_fam(f, "kvpool_index_probe_length_max", "gauge", "Longest probe length of a stored key.");
 	kvp_val(f, "kvpool_index_probe_length_max", m->probe_max);
 	kvp_fam(f, "kvpool_index_evictions_total", "counter",
-		"Entries evicted to make room in a full bucket pair.");
+		"Entries removed from the index to make room: in a full bucket pair, or under --index-entries.");
 	kvp_val(f, "kvpool_index_evictions_total", a[KVP_ACTR_EVICT_INDEX]);
 
 	kvp_fam(f, "kvpool_clients", "gauge", "Client slots in use: alive, or dead and not yet reaped.");
@@ -428,7 +517,7 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 	kvp_fam(f, "kvpool_pins_total", "counter", "Keys pinned by lookup-and-pin.");
 	kvp_val(f, "kvpool_pins_total", c[KVP_CTR_PIN]);
 	kvp_fam(f, "kvpool_pins_capped_total", "counter",
-		"Lookup-and-pin calls cut short by --max-pinned-per-client.");
+		"Lookup-and-pin calls cut short, and leases refused, by --max-pinned-per-client.");
 	kvp_val(f, "kvpool_pins_capped_total", c[KVP_CTR_PIN_CAPPED]);
 	kvp_fam(f, "kvpool_hold_retries_total", "counter",
 		"Times a reader waited for the agent's verdict on a value (CHECK).");
@@ -486,10 +575,11 @@ kvp_j(FILE *f, const char *k, uint64_t v)
 void
 kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 {
+	char pool[8 * KVP_POOL_NAME_MAX];
 	unsigned k, h;
 
-	fprintf(f, "{\"pool\":\"%s\",\"agent_alive\":%s", m->pool,
-		m->agent_alive ? "true" : "false");
+	fprintf(f, "{\"pool\":\"%s\",\"agent_alive\":%s",
+		kvp_json_str(m->pool, pool, sizeof(pool)), m->agent_alive ? "true" : "false");
 	kvp_j(f, "agent_pid", m->agent_pid);
 	kvp_j(f, "incarnation", m->incarnation);
 	kvp_j(f, "metrics_port", m->metrics_port);
@@ -576,12 +666,13 @@ void
 kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 {
 	const uint64_t *c = m->ctr, *a = m->actr;
-	char b1[32], b2[32], b3[32], l1[40], l2[40];
+	char b1[32], b2[32], b3[32], l1[40], l2[40], pool[5 * KVP_POOL_NAME_MAX];
 	uint64_t hits = c[KVP_CTR_GET_HIT] + c[KVP_CTR_RESOLVE_OK];
 	unsigned k;
 
 	fprintf(f, "pool %s: agent %s (pid %llu, incarnation %llu), ABI %u.%u, metrics %s",
-		m->pool, m->agent_alive ? "up" : "DOWN", (unsigned long long)m->agent_pid,
+		kvp_metrics_pool_tty(m, pool, sizeof(pool)), m->agent_alive ? "up" : "DOWN",
+		(unsigned long long)m->agent_pid,
 		(unsigned long long)m->incarnation, m->abi_major, m->abi_minor,
 		m->metrics_port ? "" : "off");
 	if (m->metrics_port)
@@ -663,7 +754,7 @@ kvp_metrics_clients(const struct kvp_seg *s, FILE *f)
 		const struct kvp_client_slot *cs = &s->clients[i];
 		uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: claim CAS */
 		time_t t;
-		char when[32], ns[sizeof(cs->cs_ns) + 1];
+		char when[32], ns[5 * sizeof(cs->cs_ns) + 1];
 		struct tm tm;
 
 		if ((w & 0xff) == KVP_CS_FREE)
@@ -672,8 +763,8 @@ kvp_metrics_clients(const struct kvp_seg *s, FILE *f)
 		t = (time_t)(kvp_load_relaxed(&cs->cs_open_ns) / 1000000000ull);
 		gmtime_r(&t, &tm);
 		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
-		memcpy(ns, cs->cs_ns, sizeof(cs->cs_ns));
-		ns[sizeof(cs->cs_ns)] = '\0';
+		/* the namespace name is written by the client: escaped */
+		kvp_tty_str(cs->cs_ns, sizeof(cs->cs_ns), ns, sizeof(ns));
 		fprintf(f, "%5u %8llu %20s %6s %6u %6u %s\n", i,
 			(unsigned long long)kvp_load_relaxed(&cs->cs_pid), when,
 			(w & 0xff) == KVP_CS_REAPING ? "reap"

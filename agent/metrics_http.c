@@ -27,6 +27,7 @@ struct kvp_http {
 	struct MHD_Daemon *d;
 	struct kvp_seg ro; /* read-only mapping of the segment */
 	struct kvp_shm_header *hdr; /* the agent's own (writable) header */
+	char pool[KVP_POOL_NAME_MAX]; /* the agent's name of it (validated), not h_pool */
 };
 
 /* never written: MHD sends MHD_RESPMEM_PERSISTENT buffers as they are */
@@ -86,7 +87,7 @@ kvp_http_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		free(buf);
 		return MHD_NO;
 	}
-	kvp_metrics_collect(&h->ro, m);
+	kvp_metrics_collect(&h->ro, h->pool, m);
 	rc = kvp_metrics_prom(m, f);
 	free(m);
 	if (fclose(f) || rc) {
@@ -174,6 +175,7 @@ kvp_metrics_http_start_agent(struct kvp_agent *a)
 		return -ENOMEM;
 	}
 	h->hdr = a->seg.hdr;
+	snprintf(h->pool, sizeof(h->pool), "%s", cfg->pool);
 	rc = kvp_seg_map(cfg->pool, false, &h->ro, msg, sizeof(msg));
 	if (rc) {
 		kvp_log(KVP_LOG_ERROR, "metrics", "cannot map the segment read only: %s", msg);

@@ -11,6 +11,12 @@
  * half-way redoes it after restart (the slot stays REAPING):
  *  1. CAS LIVE(g) -> REAPING(g)                    (nobody claims it now)
  *  2. clear its hold slots                           (holds released)
+ *  2b. its unit of the index count: given back if it held one for a
+ *     slot it never published (HAVE_SLOT, the slot still its PENDING);
+ *     if it died taking or giving one (RESERVING, RELEASING: did its
+ *     CAS happen?) none is given back and the tier thread recounts
+ *     (the count may only be high, never low); cs_ix_resv -> IDLE
+ *     first, so a repeat of this step gives back nothing twice
  *  3. CAS its RESERVED/CLAIM/PENDING index slots -> EMPTY(gen+1)
  *  4. release its staging span bits; ask the tier thread (which owns
  *     every DRAM free) to sweep the page map: runs whose owner slot
@@ -62,6 +68,37 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	}
 	kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds remain */
 	kvp_crashpoint(A_REAP_HOLDS);
+	{
+		/* step 2b, before step 3 empties the slot it may name;
+		 * acquire: the owner is dead, its last release store */
+		uint64_t f = kvp_load_acquire(&cs->cs_ix_resv);
+		unsigned kind = KVP_IXR_KIND(f);
+		bool give = false;
+
+		if (kind == KVP_IXR_HAVE_SLOT) {
+			/* acquire: written before HAVE_SLOT (release) */
+			uint64_t sw = kvp_load_acquire(&cs->cs_ix_slot), slot = KVP_HOLD_SLOT(sw);
+
+			if (slot < s->g.g_index_slots) {
+				/* acquire: pairs with the claim CAS */
+				uint64_t m = kvp_load_acquire(&s->meta[slot]);
+				unsigned st = KVP_IX_STATE(m);
+
+				give = KVP_IX_GEN(m) == KVP_HOLD_GEN(sw) && KVP_IX_OWNER(m) == i + 1 &&
+				       (st == KVP_IX_RESERVED || st == KVP_IX_CLAIM ||
+					st == KVP_IX_PENDING);
+			}
+		}
+		if (kind != KVP_IXR_IDLE) {
+			/* release: IDLE before the count changes (a recount
+			 * that sees the change sees this) */
+			kvp_store_release(&cs->cs_ix_resv, KVP_IXR_NEXT(f, KVP_IXR_IDLE));
+			if (give)
+				kvp_ix_count_give(s);
+			else /* release: pairs with the tier thread's acquire */
+				kvp_store_release(&a->ix_recount_due, 1);
+		}
+	}
 	for (k = 0; k < s->g.g_index_slots; k++) {
 		/* acquire: pairs with the owner's claim CAS */
 		uint64_t e = kvp_load_acquire(&s->meta[k]);

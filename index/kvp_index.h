@@ -232,7 +232,8 @@ kvp_ix_find(const struct kvp_seg *s, uint64_t ns, uint64_t hash,
  * Insert-if-absent, step 1..4 of the sketch above.  On success the slot is
  * PENDING, owned by client 'cslot', and its index is returned with its
  * state word in *wout.  -EEXIST: the key is live (or being put by someone
- * who won); -ENOSPC: both buckets are full or the entry limit is reached.
+ * who won); -ENOSPC: both buckets are full.  (The entry limit is kept by
+ * the count above, which the putter takes once it holds its slot.)
  */
 KVP_INLINE int64_t
 kvp_ix_claim(struct kvp_seg *s, uint32_t cslot, uint64_t ns, uint64_t hash,
@@ -325,6 +326,41 @@ kvp_ix_claim(struct kvp_seg *s, uint32_t cslot, uint64_t ns, uint64_t hash,
 		return -EEXIST;
 	*wout = w;
 	return (int64_t)me;
+}
+
+/*
+ * The index entry count, h_ix_used (docs/design.md, "The index limit"):
+ * one unit per READY or DELETED slot, and one per put that holds a unit
+ * for its PENDING slot, never more than g_index_limit.  A unit is taken
+ * with a bounded CAS and given back when its slot goes EMPTY or its put
+ * gives up; giving back saturates at 0.  Every process that changes it
+ * first says so in a word of its own (cs_ix_resv), so the agent can
+ * recount it exactly from a scan of the index.
+ */
+KVP_INLINE bool
+kvp_ix_count_take(struct kvp_seg *s)
+{
+	uint64_t cur;
+
+	/* relaxed: a hint; the CAS decides */
+	while ((cur = kvp_load_relaxed(&s->hdr->h_ix_used)) < s->g.g_index_limit)
+		/* full CAS: one unit is ours; orders the taker's cs_ix_resv
+		 * store before it (pairs with the agent's acquire loads of
+		 * h_ix_used then cs_ix_resv in its recount) */
+		if (kvp_cas(&s->hdr->h_ix_used, cur, cur + 1))
+			return true;
+	return false;
+}
+
+KVP_INLINE void
+kvp_ix_count_give(struct kvp_seg *s)
+{
+	uint64_t cur;
+
+	do /* relaxed: the CAS decides */
+		cur = kvp_load_relaxed(&s->hdr->h_ix_used);
+	/* full CAS: as in kvp_ix_count_take; never below 0 */
+	while (cur && !kvp_cas(&s->hdr->h_ix_used, cur, cur - 1));
 }
 
 /* Give back a PENDING slot that was never published (its owner only). */

@@ -66,7 +66,8 @@
 	X(A_SEG_RECLAIM, agent, "SSD segment reclaim: entries dropped, segment not given back") \
 	X(A_GC_FREE, agent, "orphan-run sweep about to free a run (allocator lock held)")               \
 	X(A_TOMBSTONE, agent, "record marked dead, tombstone not yet written")   \
-	X(A_REQ_ANSWERING, agent, "request claimed ANSWERING, answer not yet DONE")
+	X(A_REQ_ANSWERING, agent, "request claimed ANSWERING, answer not yet DONE") \
+	X(C_IX_COUNTED, client, "index count raised for a put, not yet recorded as ours")
 
 enum kvp_crash_id {
 #define KVP_CP_ENUM_(name, who, what) KVP_CP_##name,

@@ -64,7 +64,7 @@
 typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
-#define KVP_ABI_MAJOR 3 /* 3.0: geometry in two checked copies, one layout table */
+#define KVP_ABI_MAJOR 4 /* 4.0: the index entry limit is kept (h_ix_used, cs_ix_resv) */
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -106,7 +106,7 @@ enum kvp_ctr {
 	KVP_CTR_RESOLVE_FAILED,
 	KVP_CTR_RESOLVE_BUSY,   /* BUSY answers of one part (not outcomes) */
 	KVP_CTR_PIN,            /* keys pinned by kvp_batch_lookup_pin */
-	KVP_CTR_PIN_CAPPED,     /* lookups cut short by the pinned-bytes cap */
+	KVP_CTR_PIN_CAPPED,     /* lookups cut short, leases refused: pinned-bytes cap */
 	KVP_CTR_PINNED_DRAM,    /* gauge: bytes pinned, DRAM-resident at pin time */
 	KVP_CTR_PINNED_SSD,     /* gauge: bytes pinned, SSD-resident at pin time */
 	KVP_CTR_GET_SSD_BYTES,  /* bytes copied out of SSD reads (staged/promoted) */
@@ -155,6 +155,23 @@ kvp_hist_bucket(uint64_t ns)
 	return b < KVP_HIST_BUCKETS - 1 ? b : KVP_HIST_BUCKETS - 1;
 }
 
+/*
+ * A client's share of the index entry count (h_ix_used), in its slot:
+ * cs_ix_resv is [seq:56][kind:8], written only by the client (and by the
+ * reaper once it is dead), every store a new seq, so the agent can tell
+ * that nothing changed between two looks; cs_ix_slot names the index slot
+ * (KVP_HOLD_MAKE(slot, gen)) of a HAVE_SLOT unit.  The protocol and why
+ * the count stays exact are in docs/design.md ("The index limit").
+ */
+enum kvp_ixr_kind {
+	KVP_IXR_IDLE = 0,      /* no unit of the count in hand */
+	KVP_IXR_RESERVING = 1, /* taking a unit (h_ix_used CAS around now) */
+	KVP_IXR_HAVE_SLOT = 2, /* holds a unit for the PENDING slot in cs_ix_slot */
+	KVP_IXR_RELEASING = 3, /* giving its unit back (and its slot) */
+};
+#define KVP_IXR_KIND(w) ((unsigned)((w)&0xff))
+#define KVP_IXR_NEXT(w, kind) (((((uint64_t)(w) >> 8) + 1) << 8) | (uint64_t)(kind))
+
 /* One client slot: 38 cache lines (6 of state and counters, 32 of
  * histograms), never shared hot with another client. */
 struct kvp_client_slot {
@@ -168,15 +185,20 @@ struct kvp_client_slot {
 	kvp_aint_t cs_alloc_claim; /* the allocator lock word this client holds
 				    * or is taking (0: none) */
 	kvp_aword_t cs_call_seq;   /* client-private call numbering (informative) */
-	char cs_ns[64];            /* namespace name, truncated, for humans */
+	char cs_ns[48];            /* namespace name, truncated, for humans */
+	kvp_aword_t cs_ix_resv;    /* [seq:56][kind:8] enum kvp_ixr_kind */
+	kvp_aword_t cs_ix_slot;    /* HAVE_SLOT: KVP_HOLD_MAKE(slot, gen) */
 	kvp_aword_t cs_ctr[KVP_CTR_SLOTS];
 	kvp_aword_t cs_hist[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* enum kvp_hist */
 };
 _Static_assert(sizeof(struct kvp_client_slot) == 2432, "client slot size");
 _Static_assert(offsetof(struct kvp_client_slot, cs_ctr) == 128, "ctr offset");
+_Static_assert(offsetof(struct kvp_client_slot, cs_ix_resv) == 112, "ix resv offset");
 _Static_assert(offsetof(struct kvp_client_slot, cs_hist) == 384, "hist offset");
 
 #define KVP_HINTS 16
+#define KVP_STUCK_DRAM 1u  /* h_evict_stuck: DRAM full of held values */
+#define KVP_STUCK_INDEX 2u /* h_evict_stuck: index at its limit, all held */
 #define KVP_MAX_LEASES 4096
 
 /* Agent-wide counters kept in the header (agent threads add atomically). */
@@ -191,7 +213,7 @@ enum kvp_actr {
 	KVP_ACTR_REAP_PAGES,
 	KVP_ACTR_ORPHAN_PAGES, /* runs freed by the restart sweep */
 	KVP_ACTR_ALLOC_RECOVER, /* EOWNERDEAD recoveries of the allocator */
-	KVP_ACTR_EVICT_INDEX,   /* evictions to make room in a full bucket pair */
+	KVP_ACTR_EVICT_INDEX,   /* evictions from the index: a full bucket pair, or the limit */
 	KVP_ACTR_DEMOTE,        /* values written to SSD */
 	KVP_ACTR_DEMOTE_BYTES,
 	KVP_ACTR_PROMOTE,       /* SSD reads that landed in DRAM */
@@ -255,13 +277,15 @@ struct kvp_shm_header {
 	kvp_aword_t h_incarnation; /* bumped by every agent that attaches */
 	kvp_aword_t h_agent_pid;   /* for humans; liveness is the OFD lock */
 	kvp_aword_t h_agent_start_ns;
-	kvp_aword_t h_evict_stuck; /* 1: last pass found nothing evictable */
+	kvp_aword_t h_evict_stuck; /* KVP_STUCK_*: last pass found nothing evictable */
 	kvp_aint_t h_evict_wake;   /* futex: clients bump to wake the evictor */
 	kvp_aint_t h_space_seq;    /* futex: evictor bumps after freeing */
 	kvp_aword_t h_evict_req;   /* 1: a wake is already pending */
 	kvp_aword_t h_evict_need;  /* largest unit count a putter waits for */
 	kvp_aword_t h_hint_seq;    /* index-pressure hints: next ring slot */
 	kvp_aword_t h_delete_seq;  /* bumped by every delete: work for the agent */
+	kvp_aword_t h_ix_used;     /* index entries counted against g_index_limit */
+	kvp_aword_t h_ix_req;      /* 1: a putter waits for room in the index */
 	uint64_t h_max_pinned;     /* --max-pinned-per-client bytes; 0: no cap */
 	uint32_t h_dram_high_pct;  /* the agent's watermarks (clients: a hint */
 	uint32_t h_dram_low_pct;   /* to wake the evictor early; set at attach) */

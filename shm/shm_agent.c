@@ -333,6 +333,8 @@ kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 	}
 	if (rc)
 		return rc;
+	/* whatever a previous agent left of the index count: recount it */
+	kvp_store_release(&a->ix_recount_due, 1); /* release: no threads yet */
 	if (a->seg.hdr->h_incarnation == 0)
 		kvp_fetch_add(&a->seg.hdr->h_incarnation, 1); /* first agent: 1 */
 	return 0;

@@ -78,7 +78,7 @@ run() { # name, command...
 }
 
 UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
-UNIT="$UNIT test_metrics test_durability test_hostile test_files"
+UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in

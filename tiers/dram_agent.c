@@ -16,6 +16,14 @@
  *     sweep below frees them.
  * The agent is the only process that sets CHECK, so an agent restart
  * clears CHECK flags left by its predecessor (no decision was made).
+ *
+ * The index limit (--index-entries) is kept here too: a putter takes a
+ * unit of h_ix_used for its slot (a bounded CAS) and waits when there is
+ * none; above the limit's high mark this thread removes cold unheld
+ * entries (CLOCK, the same CHECK protocol) and recounts h_ix_used from
+ * the index when a death may have left it high.  The argument that the
+ * count is never low, and exact after a recount, is in docs/design.md
+ * ("The index limit").
  */
 #include "agent/agent_int.h"
 
@@ -162,8 +170,11 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr w
 	/* the key is read for the tombstone while the slot is still ours */
 	if (ssd && a->tier)
 		kvp_tier_forget_agent(a, i, ssd, len);
-	/* full CAS: the value is gone for new readers (I6: gen + 1) */
-	kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+	/* full CAS: the value is gone for new readers (I6: gen + 1); its
+	 * unit of the index count goes back (nobody else moves a slot under
+	 * CHECK, so the CAS succeeds) */
+	if (kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY)))
+		kvp_ix_count_give(s);
 	/* stats: agent threads add atomically */
 	kvp_fetch_add(&h->h_actr[deleted ? KVP_ACTR_DELETE_RECLAIM : why], 1);
 	if (!deleted)
@@ -795,11 +806,202 @@ kvp_dram_repair_agent(struct kvp_agent *a)
 	return 0;
 }
 
+/* ---- the index limit (docs/design.md, "The index limit") ---- */
+
+static int
+kvp_u64_cmp(const void *x, const void *y)
+{
+	uint64_t a = KVP_HOLD_SLOT(*(const uint64_t *)x), b = KVP_HOLD_SLOT(*(const uint64_t *)y);
+
+	return a < b ? -1 : a > b;
+}
+
+/*
+ * Recount h_ix_used: one unit per READY or DELETED slot, and one per put
+ * holding a unit for its PENDING slot (HAVE_SLOT).  Exact, or nothing:
+ * every client's cs_ix_resv is read before the scan of the index and
+ * again after it, h_ix_used too, and the count is replaced (a CAS from
+ * what it was) only if none of them changed.  A kind changes around every
+ * change of the count and of a counted slot that is not this thread's
+ * own (a publish happens under HAVE_SLOT, whose slot is counted once
+ * whatever state the scan finds it in), so an unchanged set means the
+ * scan saw one consistent state.  Tier thread.  Returns false when a
+ * client was mid-change (or wrote garbage): try again later.
+ */
+bool
+kvp_ix_recount_agent(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	uint32_t nc = s->g.g_max_clients, c, nn = 0, j = 0;
+	uint64_t u0, u1, count = 0, i;
+
+	if (!a->ix_seen) {
+		a->ix_seen = calloc(nc, sizeof(uint64_t));
+		a->ix_named = calloc(nc, sizeof(uint64_t));
+		if (!a->ix_seen || !a->ix_named) {
+			free(a->ix_seen);
+			free(a->ix_named);
+			a->ix_seen = a->ix_named = NULL;
+			return false;
+		}
+	}
+	for (c = 0; c < nc; c++) {
+		/* acquire: pairs with the client's (or reaper's) release */
+		uint64_t f = kvp_load_acquire(&s->clients[c].cs_ix_resv);
+
+		a->ix_seen[c] = f;
+		if (KVP_IXR_KIND(f) == KVP_IXR_IDLE)
+			continue;
+		if (KVP_IXR_KIND(f) != KVP_IXR_HAVE_SLOT)
+			return false; /* taking or giving back a unit: later */
+		/* acquire: pairs with the release that wrote it (before
+		 * RESERVING); a rewrite shows as a new kind below */
+		a->ix_named[nn++] = kvp_load_acquire(&s->clients[c].cs_ix_slot);
+	}
+	qsort(a->ix_named, nn, sizeof(uint64_t), kvp_u64_cmp);
+	/* acquire: orders the scan after the reads above */
+	u0 = kvp_load_acquire(&s->hdr->h_ix_used);
+	for (i = 0; i < s->g.g_index_slots; i++) {
+		/* acquire: pairs with the claim / publish / delete CASes */
+		uint64_t w = kvp_load_acquire(&s->meta[i]);
+		unsigned st = KVP_IX_STATE(w);
+		bool named = false;
+
+		while (j < nn && KVP_HOLD_SLOT(a->ix_named[j]) < i)
+			j++;
+		for (c = j; c < nn && KVP_HOLD_SLOT(a->ix_named[c]) == i; c++)
+			named |= KVP_HOLD_GEN(a->ix_named[c]) == KVP_IX_GEN(w);
+		count += named || st == KVP_IX_READY || st == KVP_IX_DELETED;
+	}
+	/* acquire: h_ix_used before the kinds again: a unit taken or given
+	 * that this load sees was announced by a kind the loads below see */
+	u1 = kvp_load_acquire(&s->hdr->h_ix_used);
+	for (c = 0; c < nc; c++)
+		/* acquire: as above */
+		if (kvp_load_acquire(&s->clients[c].cs_ix_resv) != a->ix_seen[c])
+			return false;
+	if (u0 != u1)
+		return false;
+	if (count == u1)
+		return true;
+	/* full CAS: only from the count the scan agreed with */
+	if (!kvp_cas(&s->hdr->h_ix_used, u1, count))
+		return false;
+	kvp_log(KVP_LOG_INFO, "index", "entry count corrected from %llu to %llu (a process "
+		"died while changing it, or it was overwritten)", (unsigned long long)u1,
+		(unsigned long long)count);
+	return true;
+}
+
+/*
+ * Remove cold unheld entries until h_ix_used is down to 'target': CLOCK
+ * over every READY or DELETED slot (a reference bit buys a second
+ * chance; deleted ones go first), the CHECK protocol of eviction, and
+ * removal from the index whatever the tier (DRAM freed, an SSD copy gets
+ * a tombstone).  At most two turns of the clock.  Returns entries
+ * removed; *freed gets the DRAM units freed, *stuck says two turns found
+ * nothing removable while the index was at its limit.
+ */
+static unsigned
+kvp_ix_evict_pass_agent(struct kvp_agent *a, uint64_t target, uint64_t *freed, bool *stuck)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t nslots = s->g.g_index_slots, scanned = 0, turns = 2 * nslots;
+	struct kvp_cand cand[KVP_EVICT_BATCH];
+	unsigned removed = 0;
+
+	for (;;) {
+		/* relaxed: progress, re-read every batch */
+		uint64_t used = kvp_load_relaxed(&s->hdr->h_ix_used), want;
+		unsigned n = 0, k;
+
+		if (used <= target || scanned >= turns)
+			break;
+		want = used - target < KVP_EVICT_BATCH ? used - target : KVP_EVICT_BATCH;
+		while (n < want && scanned < turns) {
+			uint64_t i = a->ix_hand++ & (nslots - 1), w;
+			unsigned st;
+
+			scanned++;
+			/* acquire: pairs with the publish CAS */
+			w = kvp_load_acquire(&s->meta[i]);
+			st = KVP_IX_STATE(w);
+			if (KVP_IX_FLAGS(w) || kvp_tier_busy_agent(a, i))
+				continue;
+			if (st == KVP_IX_READY) {
+				struct kvp_entry *e = &s->entries[i];
+
+				/* relaxed: the CLOCK bit, a hint */
+				if (kvp_load_relaxed(&e->e_ref)) {
+					kvp_store_relaxed(&e->e_ref, 0); /* second chance */
+					continue;
+				}
+			} else if (st != KVP_IX_DELETED) {
+				continue;
+			}
+			n += kvp_dram_check_take_agent(s, i, w, &cand[n]);
+		}
+		if (n == 0)
+			continue;
+		/* full fence: step 2, CHECK stores before hold-slot loads */
+		kvp_fence_full();
+		kvp_dram_holds_scan_agent(s, cand, n);
+		for (k = 0; k < n; k++) {
+			if (cand[k].held) {
+				kvp__release_check(s, &cand[k]);
+				continue;
+			}
+			*freed += kvp__remove_agent(a, &cand[k], KVP_ACTR_EVICT_INDEX);
+			removed++;
+		}
+	}
+	/* relaxed: the count now */
+	*stuck = !removed && scanned >= turns &&
+		 kvp_load_relaxed(&s->hdr->h_ix_used) >= s->g.g_index_limit;
+	return removed;
+}
+
+/*
+ * The index side of a round: recount when due, and above the high mark
+ * (the limit less 1/64 of it) or for a waiting putter remove entries
+ * down to the low mark (less 1/32).  Returns true when putters waiting on
+ * h_space_seq should look again.
+ */
+static bool
+kvp_ix_round_agent(struct kvp_agent *a, uint64_t *freed, bool *stuck)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_shm_header *h = s->hdr;
+	uint64_t limit = s->g.g_index_limit, room = limit / 32 ? limit / 32 : 1;
+	uint64_t low = limit - room, high = limit - room / 2, used;
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), since = now - a->ix_recount_ns;
+	/* full CAS: take the request; a putter that kicks after this sees 0 */
+	bool kicked = kvp_cas(&h->h_ix_req, 1, 0);
+
+	*stuck = false;
+	/* relaxed: a hint; the pass re-reads it */
+	used = kvp_load_relaxed(&h->h_ix_used);
+	/* recount: soon after a start or a death that may have left the
+	 * count high, every second while it is near the limit (room made
+	 * for a count that is high for nothing is lost), every 10 s anyway */
+	/* acquire: pairs with the reaper's release */
+	if ((kvp_load_acquire(&a->ix_recount_due) && since >= 10000000ull) ||
+	    (used >= high && since >= 1000000000ull) || since >= 10000000000ull) {
+		a->ix_recount_ns = now;
+		if (kvp_ix_recount_agent(a))
+			kvp_store_release(&a->ix_recount_due, 0); /* release: ours */
+		used = kvp_load_relaxed(&h->h_ix_used); /* relaxed: as above */
+	}
+	if (used < high)
+		return kicked; /* room already: let the putter look again */
+	return kvp_ix_evict_pass_agent(a, low, freed, stuck) > 0 || *stuck || kicked;
+}
+
 /*
  * One round of the DRAM side of the tier thread: index-pressure hints,
- * then eviction (or demotion) above the high watermark or when a putter
- * is waiting, and reclamation of deleted values.  Wakes putters that
- * sleep on h_space_seq when it made room or found none.
+ * the index limit, then eviction (or demotion) above the high watermark
+ * or when a putter is waiting, and reclamation of deleted values.  Wakes
+ * putters that sleep on h_space_seq when it made room or found none.
  */
 void
 kvp_dram_round_agent(struct kvp_agent *a)
@@ -807,7 +1009,7 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	struct kvp_shm_header *h = a->seg.hdr;
 	uint64_t npages = a->seg.g.g_dram_pages;
 	uint64_t want = npages - npages * a->cfg.dram_low_pct / 100, freed = 0, need;
-	bool stuck = false, kicked;
+	bool stuck = false, kicked, ix_wake, ix_stuck;
 	unsigned k;
 
 	/* full CAS: take the request; a client that kicks after this
@@ -841,6 +1043,7 @@ kvp_dram_round_agent(struct kvp_agent *a)
 		if (hint && kvp_cas(&h->h_hint[k], hint, 0))
 			freed += (uint64_t)kvp_ix_evict_for_hash_agent(a, hint);
 	}
+	ix_wake = kvp_ix_round_agent(a, &freed, &ix_stuck);
 	if (want != UINT64_MAX)
 		freed += kvp_dram_evict_pass_agent(a, want, &stuck);
 	/* with demotions in flight, or frees waiting for the allocator
@@ -848,8 +1051,9 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	if (stuck && ((a->tier && kvp_tier_demoting_agent(a)) || a->ndfree))
 		stuck = false;
 	/* relaxed: read by putters that gave up; a hint */
-	kvp_store_relaxed(&h->h_evict_stuck, stuck);
-	if (freed || stuck) {
+	kvp_store_relaxed(&h->h_evict_stuck, (stuck ? KVP_STUCK_DRAM : 0) |
+			  (ix_stuck ? KVP_STUCK_INDEX : 0));
+	if (freed || stuck || ix_wake) {
 		/* full: bump then wake putters sleeping on the seq */
 		kvp_ifetch_add(&h->h_space_seq, 1);
 		kvp_futex_wake(&h->h_space_seq);

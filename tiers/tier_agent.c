@@ -1049,16 +1049,26 @@ kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 			return 0;
 		return KVP_SSD_DECLINE; /* the entry knows better */
 	}
+	/* a unit of the index count first: at --index-entries the rest of
+	 * the disk is declined like a full bucket pair */
+	if (!kvp_ix_count_take(s))
+		return KVP_SSD_DECLINE;
 	i = kvp_ix_claim(s, KVP_AGENT_OWNER, r->ns, hash, r->key, r->klen, &w);
-	if (i < 0)
+	if (i < 0) {
+		kvp_ix_count_give(s);
 		return KVP_SSD_DECLINE; /* index full: tombstoned, never served */
+	}
 	/* relaxed: published by the READY CAS */
 	kvp_store_relaxed(&s->entries[i].e_len, r->vlen);
 	kvp_store_relaxed(&s->entries[i].e_ssd, r->loc);
 	kvp_store_relaxed(&s->entries[i].e_run, 0);
 	kvp_store_relaxed(&s->entries[i].e_ref, 0);
 	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
-	return kvp_ix_publish(s, (uint64_t)i, w) ? KVP_SSD_DECLINE : 0;
+	if (kvp_ix_publish(s, (uint64_t)i, w)) {
+		kvp_ix_count_give(s);
+		return KVP_SSD_DECLINE;
+	}
+	return 0;
 }
 
 struct kvp_drop_ctx {
@@ -1151,9 +1161,11 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 		uint64_t w = cand[k].word;
 		if (d.veto) /* full CAS: release every CHECK */
 			kvp_cas(&s->meta[cand[k].slot], w, w & ~(uint64_t)KVP_IX_CHECK);
-		else /* full CAS: gone with its segment (no tombstone needed) */
-			kvp_cas(&s->meta[cand[k].slot], w,
-				KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+		/* full CAS: gone with its segment (no tombstone needed), and
+		 * its unit of the index count with it */
+		else if (kvp_cas(&s->meta[cand[k].slot], w,
+				 KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY)))
+			kvp_ix_count_give(s);
 	}
 	if (!d.veto) {
 		kvp_crashpoint(A_SEG_RECLAIM);
@@ -1243,8 +1255,10 @@ kvp_tier_open_agent(struct kvp_agent *a)
 			if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM)
 				kvp_store_relaxed(&s->entries[i].e_ssd, 0);
 			else if (kvp_cas(&s->meta[i], w, /* full CAS: no holders at start */
-					 KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY)))
+					 KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY))) {
+				kvp_ix_count_give(s);
 				lost++;
+			}
 		}
 		if (lost)
 			kvp_log(KVP_LOG_WARN, "ssd", "%llu entries lost their SSD segment",

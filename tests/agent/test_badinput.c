@@ -62,6 +62,21 @@ test_bad_keys_and_buffers(void **state)
 	assert_int_equal(kvp_batch_exists_prefix(c, &op, 1), 0);
 	assert_int_equal(op.status, -EINVAL);
 	assert_int_equal(kvp_put(NULL, "a", 1, val, 1), -EINVAL);
+	/* a key count whose pinset arrays cannot be sized (29 bytes a key
+	 * would wrap): refused before any allocation or write */
+	{
+		struct kvp_pinset *ps = (struct kvp_pinset *)1;
+		struct kvp_op miss = { .key = "absent", .klen = 6 };
+
+		assert_int_equal(kvp_batch_lookup_pin(c, &miss, SIZE_MAX / 29 + 1, &ps), -EINVAL);
+		assert_null(ps);
+		assert_int_equal(kvp_batch_lookup_pin(c, &miss, SIZE_MAX, &ps), -EINVAL);
+		/* the largest n that sizes is only as long as its ops: one
+		 * absent key ends the prefix */
+		assert_int_equal(kvp_batch_lookup_pin(c, &miss, 1, &ps), 0);
+		assert_int_equal(miss.status, -ENOENT);
+		kvp_pinset_free(c, ps);
+	}
 
 	/* the pool is consistent: exactly the two good puts, nothing held,
 	 * nothing pending */

@@ -644,6 +644,105 @@ test_stat_agent_down(void **state)
 	kvpt_pool_remove(a.pool);
 }
 
+/* Run a shell command, its stdout into out (NUL-terminated); its exit
+ * status. */
+static int
+run_out(char *out, size_t cap, const char *cmd)
+{
+	FILE *p = popen(cmd, "r");
+	size_t n;
+
+	assert_non_null(p);
+	n = fread(out, 1, cap - 1, p);
+	out[n] = '\0';
+	return pclose(p);
+}
+
+/* Is every byte of s printable ASCII (or a line feed)? */
+static bool
+printable(const char *s)
+{
+	for (; *s; s++)
+		if ((*s < 0x20 && *s != '\n') || (unsigned char)*s > 0x7e)
+			return false;
+	return true;
+}
+
+/*
+ * The header's h_pool is written by whoever maps the segment: a client
+ * that overwrites it with quotes, a line feed, a backslash, control and
+ * non-ASCII bytes (and no NUL) changes nothing in what the agent and the
+ * tools print: the Prometheus label, `stat --json`, the table and `top`
+ * carry the validated pool name, and a namespace with control bytes is
+ * escaped in `kvpool clients`.
+ */
+static void
+test_pool_name_escaped(void **state)
+{
+	static const char evil[] = "x\"} 1\nkvpool_agent_up 7\n\\\x01\x1b[2J\xff\xfe{\"a\":1}";
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg w;
+	char msg[256], cmd[512], *out = malloc(1 << 16), *body, line[256], *p;
+	unsigned port;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--metrics-addr", "127.0.0.1:0",
+					  NULL), 0);
+	port = metrics_port(a.pool);
+	assert_int_equal(kvp_seg_map(a.pool, true, &w, msg, sizeof(msg)), 0);
+	memset(w.hdr->h_pool, 'Z', sizeof(w.hdr->h_pool));
+	memcpy(w.hdr->h_pool, evil, sizeof(evil) - 1);
+	assert_int_equal(kvp_open(a.pool, "ns\x1b[2J\r\nfake", &c), 0);
+
+	/* the scrape: one kvpool_info line, the agent's own name in it */
+	body = scrape(port);
+	check_exposition(body);
+	assert_non_null(p = strstr(body, "\nkvpool_info{"));
+	snprintf(line, sizeof(line), "\nkvpool_info{pool=\"%s\",abi=\"%u.%u\"} 1\n", a.pool,
+		 KVP_ABI_MAJOR, KVP_ABI_MINOR);
+	assert_memory_equal(p, line, strlen(line));
+	assert_int_equal(prom_u(body, "kvpool_agent_up"), 1);
+	assert_true(printable(body));
+	free(body);
+
+	/* stat --json: one JSON object whose pool is the name asked for */
+	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s stat --json", kvpt_bindir(), a.pool);
+	assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+	snprintf(line, sizeof(line), "{\"pool\":\"%s\",\"agent_alive\":true,", a.pool);
+	assert_memory_equal(out, line, strlen(line));
+	assert_true(printable(out));
+	assert_int_equal(strchr(out, '\n') - out, (long)strlen(out) - 1);
+	if (system("command -v jq >/dev/null 2>&1") == 0) {
+		snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s stat --json | jq -e -r .pool",
+			 kvpt_bindir(), a.pool);
+		assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+		snprintf(line, sizeof(line), "%s\n", a.pool);
+		assert_string_equal(out, line);
+	}
+	/* the human table and top: the same name, no control byte */
+	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s stat", kvpt_bindir(), a.pool);
+	assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+	snprintf(line, sizeof(line), "pool %s: agent up", a.pool);
+	assert_memory_equal(out, line, strlen(line));
+	assert_true(printable(out));
+	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s top --count 1 --interval 0.01",
+		 kvpt_bindir(), a.pool);
+	assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+	snprintf(line, sizeof(line), "kvpool top - pool %s - ", a.pool);
+	assert_memory_equal(out, line, strlen(line));
+	assert_true(printable(out));
+	/* clients: the namespace a client wrote, escaped */
+	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s clients", kvpt_bindir(), a.pool);
+	assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+	assert_true(printable(out));
+	assert_non_null(strstr(out, " ns\\x1b[2J\\x0d\\x0afake\n"));
+	kvp_close(c);
+	kvp__seg_unmap(&w);
+	free(out);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 /* --metrics-addr off serves nothing; an address given on the command
  * line that cannot be bound stops the agent (it says why). */
 static void
@@ -678,6 +777,7 @@ main(void)
 		cmocka_unit_test(test_reaper_metrics),
 		cmocka_unit_test(test_stat_agent_down),
 		cmocka_unit_test(test_metrics_addr),
+		cmocka_unit_test(test_pool_name_escaped),
 	};
 
 	return cmocka_run_group_tests(tests, dir_setup, dir_teardown);

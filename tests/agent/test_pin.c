@@ -2,7 +2,8 @@
 /*
  * test_pin.c - lookup-and-pin: the count a lookup returns is a promise
  * (every pinned key loads, whatever eviction and SSD reclaim do meanwhile),
- * pins die with their process, and the per-client pinned-bytes cap holds.
+ * pins die with their process, and the per-client pinned-bytes cap holds
+ * (for pins and leases together).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -292,11 +293,126 @@ test_pinned_cap(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+struct lease_cond {
+	struct kvp_client *c;
+	const char *key;
+	uint32_t klen;
+	struct kvp_lease *l;
+};
+
+static bool
+lease_taken(void *p)
+{
+	struct lease_cond *lc = p;
+
+	return kvp_lease_acquire(lc->c, lc->key, lc->klen, 60000, lc->l) == 0;
+}
+
+/* --max-pinned-per-client counts leases too: a client's leases and its
+ * pinsets together never pass the cap (a lease past it is -EBUSY, a
+ * lookup-and-pin stops its prefix); released or expired leases stop
+ * counting; the count is per client handle, and leases of a process that
+ * exited count against nobody. */
+static void
+test_leases_count_against_cap(void **state)
+{
+	enum { SZ = 16 << 10, CAPN = 16 }; /* the cap: 256K = 16 values */
+	struct kvpt_agent a;
+	struct kvp_client *c, *c2;
+	struct kvp_lease l[CAPN + 8], x;
+	struct kvp_op ops[8];
+	char keys[40][100];
+	struct kvp_pinset *ps;
+	struct lease_cond lc;
+	struct kvp_seg s;
+	pid_t pid;
+	int i, st;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
+					  "--max-pinned-per-client", "256K", NULL), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	put_all(c, 0, 0, 40, SZ);
+	for (i = 0; i < 40; i++)
+		key_of(keys[i], 0, i);
+	for (i = 0; i < CAPN; i++)
+		assert_int_equal(kvp_lease_acquire(c, keys[i], (uint32_t)strlen(keys[i]), 60000,
+						   &l[i]), 0);
+	/* the 17th would pass the cap: BUSY, and nothing was taken */
+	assert_int_equal(kvp_lease_acquire(c, keys[CAPN], (uint32_t)strlen(keys[CAPN]), 60000,
+					   &x), -EBUSY);
+	assert_int_equal(kvpt_holds_total(&s), 0);
+	assert_true(kvpt_ctr_total(&s, KVP_CTR_PIN_CAPPED) >= 1);
+	/* the leases fill the cap for pins too */
+	for (i = 0; i < 8; i++) {
+		ops[i].key = keys[20 + i];
+		ops[i].klen = (uint32_t)strlen(keys[20 + i]);
+	}
+	assert_int_equal(kvp_batch_lookup_pin(c, ops, 8, &ps), 0);
+	assert_true(ps->capped);
+	assert_int_equal(ops[0].status, -EBUSY);
+	kvp_pinset_free(c, ps);
+	/* four released: four pins fit, then the cap stops the prefix */
+	for (i = 0; i < 4; i++)
+		assert_int_equal(kvp_lease_release(c, &l[i]), 0);
+	assert_int_equal(kvp_lease_release(c, &l[0]), 0); /* twice: no double credit */
+	assert_int_equal(kvp_batch_lookup_pin(c, ops, 8, &ps), 4);
+	assert_true(ps->capped);
+	/* and with pins and leases at the cap, no lease either */
+	assert_int_equal(kvp_lease_acquire(c, keys[CAPN], (uint32_t)strlen(keys[CAPN]), 60000,
+					   &x), -EBUSY);
+	kvp_pinset_free(c, ps);
+	/* another client handle has a cap of its own */
+	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0);
+	for (i = 0; i < CAPN; i++)
+		assert_int_equal(kvp_lease_acquire(c2, keys[20 + i], (uint32_t)strlen(keys[20 + i]),
+						   60000, &l[i]), 0);
+	kvp_close(c2); /* its leases outlive it (until they expire) */
+	/* short leases stop counting when they expire: fill the cap with
+	 * 4 leases of 100 ms, then one more is taken once they are over */
+	for (i = 0; i < 4; i++)
+		assert_int_equal(kvp_lease_acquire(c, keys[i], (uint32_t)strlen(keys[i]), 100,
+						   &x), 0);
+	lc.c = c;
+	lc.key = keys[39];
+	lc.klen = (uint32_t)strlen(keys[39]);
+	lc.l = &x;
+	assert_int_equal(kvp_lease_acquire(c, lc.key, lc.klen, 60000, &x), -EBUSY);
+	assert_true(kvpt_wait_until(lease_taken, &lc, 5000) >= 0);
+	/* a process that exits holding leases at its cap: a new client
+	 * starts from zero (its leases count against nobody) */
+	pid = fork();
+	if (pid == 0) {
+		struct kvp_client *cc;
+		struct kvp_lease y;
+
+		if (kvp_open(a.pool, "ns", &cc))
+			_exit(2);
+		for (i = 0; i < CAPN; i++)
+			if (kvp_lease_acquire(cc, keys[i], (uint32_t)strlen(keys[i]), 60000, &y))
+				_exit(3);
+		_exit(kvp_lease_acquire(cc, keys[CAPN], (uint32_t)strlen(keys[CAPN]), 60000,
+					&y) == -EBUSY ? 0 : 4);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0);
+	assert_int_equal(kvp_lease_acquire(c2, keys[CAPN], (uint32_t)strlen(keys[CAPN]), 60000,
+					   &x), 0);
+	kvp_close(c2);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 int
 main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_pinned_cap),
+		cmocka_unit_test(test_leases_count_against_cap),
 		cmocka_unit_test(test_killed_with_pinset),
 		cmocka_unit_test(test_probe_then_evict),
 	};

@@ -9,7 +9,9 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include "tests/agent/harness.h"
@@ -530,6 +532,112 @@ test_cli(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+/* Run `kvpool --pool P --ns cli put KEY ARG` with stdin from fd_in (-1:
+ * none) and, when data_limit, RLIMIT_DATA set to it; its stderr into err.
+ * Returns its exit status (or -1 if it did not exit). */
+static int
+cli_put(const char *pool, const char *key, const char *arg, int fd_in, rlim_t data_limit,
+	char *err, size_t cap)
+{
+	char path[4200], tmpl[] = "/tmp/kvpt-cli-err-XXXXXX";
+	int efd = mkstemp(tmpl), st;
+	pid_t pid;
+	ssize_t n;
+
+	assert_true(efd >= 0);
+	unlink(tmpl);
+	snprintf(path, sizeof(path), "%s/kvpool", kvpt_bindir());
+	pid = fork();
+	if (pid == 0) {
+		char p0[] = "kvpool", p1[] = "--pool", p3[] = "--ns", p4[] = "cli", p5[] = "put";
+		char *argv[] = { p0, p1, strdup(pool), p3, p4, p5, strdup(key), strdup(arg), NULL };
+
+		if (fd_in >= 0)
+			dup2(fd_in, 0);
+		dup2(efd, 2);
+		if (data_limit) {
+			struct rlimit rl = { data_limit, data_limit };
+			if (setrlimit(RLIMIT_DATA, &rl))
+				_exit(125);
+		}
+		execv(path, argv);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	n = pread(efd, err, cap - 1, 0);
+	err[n > 0 ? n : 0] = '\0';
+	close(efd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* `kvpool put` is all or nothing: input that cannot be read to its end
+ * (a read error part way, the buffer unable to grow) or that is larger
+ * than --max-value stores nothing, exits non-zero and says why; a good
+ * input is stored whole. */
+static void
+test_cli_put_all_or_nothing(void **state)
+{
+	enum { BIG = 25 << 20, PART = 60000 };
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	char err[1024], file[] = "/tmp/kvpt-cli-in-XXXXXX";
+	unsigned char *v = malloc(BIG), *out = malloc(BIG);
+	int p[2], fd;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--max-value", "16M", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "cli", &c), 0);
+	kvpt_fill(v, BIG, "in", 2, 1);
+
+	/* stdin fails part way: 60000 bytes, then EAGAIN (a non-blocking
+	 * pipe whose writer stays open) */
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+	assert_int_equal(write(p[1], v, PART), PART);
+	assert_int_equal(cli_put(a.pool, "part", "-", p[0], 0, err, sizeof(err)), 1);
+	assert_non_null(strstr(err, "failed part way"));
+	assert_non_null(strstr(err, "nothing stored"));
+	close(p[0]);
+	close(p[1]);
+	assert_int_equal(kvp_exists(c, "part", 4), 0);
+
+	/* larger than --max-value: refused before any put */
+	fd = mkstemp(file);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, v, BIG), BIG);
+	close(fd);
+	assert_int_equal(cli_put(a.pool, "big", file, -1, 0, err, sizeof(err)), 1);
+	assert_non_null(strstr(err, "larger than the pool's --max-value"));
+	assert_int_equal(kvp_exists(c, "big", 3), 0);
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	print_message("  SKIP the out-of-memory read: a sanitizer's shadow memory counts "
+		      "against RLIMIT_DATA\n");
+#else
+	/* the buffer cannot grow past 8 MiB (RLIMIT_DATA 12 MiB): the
+	 * previous code stored the first 8 MiB and exited 0 */
+	assert_int_equal(cli_put(a.pool, "oom", file, -1, 12u << 20, err, sizeof(err)), 1);
+	assert_non_null(strstr(err, "nothing stored"));
+	assert_int_equal(kvp_exists(c, "oom", 3), 0);
+#endif
+
+	/* a good input: stored whole */
+	fd = open(file, O_WRONLY | O_TRUNC);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, v, 3 << 20), 3 << 20);
+	close(fd);
+	fd = open(file, O_RDONLY);
+	assert_int_equal(cli_put(a.pool, "good", "-", fd, 0, err, sizeof(err)), 0);
+	close(fd);
+	assert_int_equal(kvp_get(c, "good", 4, out, BIG), 3 << 20);
+	assert_memory_equal(out, v, 3 << 20);
+	unlink(file);
+	kvp_close(c);
+	free(v);
+	free(out);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 int
 main(void)
 {
@@ -541,6 +649,7 @@ main(void)
 		cmocka_unit_test(test_full_and_held),
 		cmocka_unit_test(test_batch_2000),
 		cmocka_unit_test(test_cli),
+		cmocka_unit_test(test_cli_put_all_or_nothing),
 		cmocka_unit_test(test_leases),
 	};
 
