@@ -403,8 +403,9 @@ fz_one(const uint8_t *data, size_t size)
 			f[fz_u64(&in, 1) % 8] = (uint32_t)fz_field(&in, u + 1, s->g.g_dram_pages);
 			break;
 		}
-		case 10: { /* the allocator's bins, counts, damage flag, lock */
-			unsigned what = (unsigned)fz_u64(&in, 1) % 6;
+		case 10: { /* the allocator's bins, counts, damage flag, lock;
+			    * the index count */
+			unsigned what = (unsigned)fz_u64(&in, 1) % 8;
 
 			if (what == 0)
 				s->dram->dh_bin[fz_u64(&in, 1) % KVP_DRAM_BINS] =
@@ -415,6 +416,10 @@ fz_one(const uint8_t *data, size_t size)
 				s->dram->dh_used_pages = fz_field(&in, 1, s->g.g_dram_pages);
 			else if (what == 3)
 				kvp_store_relaxed(&s->dram->dh_damaged, fz_u64(&in, 1));
+			else if (what == 6) /* relaxed: hostile */
+				kvp_store_relaxed(&h->h_ix_used, fz_field(&in, 0, s->g.g_index_limit));
+			else if (what == 7) /* relaxed: hostile */
+				kvp_store_relaxed(&h->h_ix_req, fz_u64(&in, 1));
 			else if (what == 4) /* a lock word no holder wrote */
 				kvp_istore_release(&s->dram->dh_lock, /* release: hostile */
 						   (unsigned int)fz_field(&in, me + 1, 0x10000));
@@ -429,7 +434,7 @@ fz_one(const uint8_t *data, size_t size)
 		case 11: { /* a field of any client slot */
 			struct kvp_client_slot *cs =
 				&s->clients[fz_u64(&in, 1) % s->g.g_max_clients];
-			unsigned what = (unsigned)fz_u64(&in, 1) % 6;
+			unsigned what = (unsigned)fz_u64(&in, 1) % 8;
 
 			if (what == 0) /* relaxed: hostile */
 				kvp_store_relaxed(&cs->cs_state, fz_field(&in, KVP_CS_LIVE, 4));
@@ -442,6 +447,12 @@ fz_one(const uint8_t *data, size_t size)
 			else if (what == 4)
 				kvp_store_relaxed(&cs->cs_ctr[fz_u64(&in, 1) % KVP_CTR_SLOTS],
 						  fz_u64(&in, 8));
+			else if (what == 5) /* its share of the index count */
+				kvp_store_relaxed(&cs->cs_ix_resv, fz_field(&in, KVP_IXR_HAVE_SLOT, 8));
+			else if (what == 6)
+				kvp_store_relaxed(&cs->cs_ix_slot,
+						  fz_field(&in, KVP_HOLD_MAKE(fz_slot[key], fz_gen[key]),
+							   s->g.g_index_slots));
 			else
 				kvp_store_relaxed(&cs->cs_hist[fz_u64(&in, 1) % KVP_HIST_SLOTS]
 							      [fz_u64(&in, 1) % KVP_HIST_WORDS],
@@ -540,6 +551,15 @@ fz_one(const uint8_t *data, size_t size)
 	kvp_store_relaxed(&s->clients[fz_c->slot].cs_state, fz_c->slot_word);
 	kvp_store_relaxed(&s->clients[fz_p->slot].cs_state, fz_p->slot_word);
 	kvp_store_relaxed(&s->clients[fz_c->slot].cs_hold_hwm, 0);
+	/* both harness clients are idle between scripts */
+	kvp__ixr_set(fz_c, KVP_IXR_IDLE);
+	kvp__ixr_set(fz_p, KVP_IXR_IDLE);
+	/* the index count a script wrote: the agent's recount (due every
+	 * second near the limit) puts it right; here at once */
+	for (k = 0; k < s->g.g_max_clients; k++)
+		if (k != fz_c->slot && k != fz_p->slot)
+			kvp_store_release(&s->clients[k].cs_ix_resv, 0); /* release */
+	kvp_ix_recount_agent(&fz_agent);
 	fz_agent_settle();
 	fz_verify_protected();
 	fz_protect();
