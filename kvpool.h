@@ -495,57 +495,34 @@ kvp_close(struct kvp_client *c)
 KVP_INLINE int
 kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 {
-	uint64_t base = w & ~(uint64_t)KVP_IX_CHECK, w2, t0 = 0;
+	unsigned waits = 0;
 	uint32_t h;
+	int rc;
 
 	if (!c->hold_nfree)
 		return -ENOBUFS;
 	h = c->hold_free[--c->hold_nfree];
 	if (h >= c->hold_hwm) {
 		c->hold_hwm = h + 1;
-		/* relaxed: ordered before the agent's scan by the fence below */
+		/* relaxed: ordered before the agent's scan by the fence in
+		 * kvp_ix_hold */
 		kvp_store_relaxed(&c->seg.clients[c->slot].cs_hold_hwm, c->hold_hwm);
 	}
-	/* relaxed: ordered by the fence below */
-	kvp_store_relaxed(&c->holds[h], KVP_HOLD_MAKE(i, KVP_IX_GEN(base)) | flags);
-	kvp_crashpoint(C_HOLD_STORED);
-	/* full fence: hold store before the state reload; pairs with the
-	 * agent's CHECK CAS + fence + hold scan (store-load, both sides) */
-	kvp_fence_full();
-	for (;;) {
-		/* acquire: pairs with the agent's CAS that clears CHECK */
-		w2 = kvp_load_acquire(&c->seg.meta[i]);
-		if (w2 == base) {
-			kvp_crashpoint(C_HOLD_TAKEN);
-			return (int)h;
-		}
-		if (w2 != (base | KVP_IX_CHECK))
-			break;
-		/* the agent is deciding; it either sees our hold and backs
-		 * off, or takes the value away: wait for the verdict */
-		if (!t0)
-			t0 = kvp_now_ns(CLOCK_MONOTONIC);
-		else if (kvp_now_ns(CLOCK_MONOTONIC) - t0 > KVP_CHECK_WAIT_NS) {
-			/* release: nothing was copied */
-			kvp_store_release(&c->holds[h], 0);
-			c->hold_free[c->hold_nfree++] = h;
-			return -EBUSY;
-		}
-		kvp__ctr(c, KVP_CTR_HOLD_RETRY, 1);
-		sched_yield();
+	/* the reader half of the hold protocol (index/kvp_index.h) */
+	rc = kvp_ix_hold(&c->seg, &c->holds[h], i, w, flags, KVP_CHECK_WAIT_NS, &waits);
+	if (waits)
+		kvp__ctr(c, KVP_CTR_HOLD_RETRY, waits);
+	if (rc) {
+		c->hold_free[c->hold_nfree++] = h;
+		return rc;
 	}
-	/* release: nothing was copied under this hold */
-	kvp_store_release(&c->holds[h], 0);
-	c->hold_free[c->hold_nfree++] = h;
-	return -ENOENT;
+	return (int)h;
 }
 
 KVP_INLINE void
 kvp__drop(struct kvp_client *c, int h)
 {
-	/* release: every read of the held bytes happens before the slot
-	 * clears; pairs with the agent's acquire load in its hold scan */
-	kvp_store_release(&c->holds[h], 0);
+	kvp_ix_unhold(&c->holds[h]);
 	c->hold_free[c->hold_nfree++] = (uint32_t)h;
 }
 
@@ -1503,11 +1480,8 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 		/* the agent's --durability (a hint it publishes at attach) */
 		if (c->seg.rings && *(const volatile uint32_t *)&c->seg.hdr->h_durability == 1)
 			return kvp__delete_durable(c, (uint64_t)i, w);
-		if (!(w & KVP_IX_CHECK) &&
-		    /* full CAS: READY(g) -> DELETED(g); pairs with the
-		     * agent's CAS that sets CHECK */
-		    kvp_cas(&c->seg.meta[i], w,
-			    (w & ~0xfull) | KVP_IX_DELETED)) {
+		/* under CHECK the agent is deciding: wait for its verdict */
+		if (!(w & KVP_IX_CHECK) && kvp_ix_delete(&c->seg, (uint64_t)i, w)) {
 			kvp_crashpoint(C_DELETE_MARKED);
 			/* full: tells the agent a reclaim pass has work */
 			kvp_fetch_add(&c->seg.hdr->h_delete_seq, 1);

@@ -11,7 +11,6 @@
 
 #include "kvpool.h"
 
-enum kvp_log_level { KVP_LOG_DEBUG, KVP_LOG_INFO, KVP_LOG_WARN, KVP_LOG_ERROR };
 
 struct kvp_agent_cfg {
 	char pool[KVP_POOL_NAME_MAX];
@@ -55,9 +54,9 @@ struct kvp_agent {
 	uint64_t delete_seq_seen, last_reclaim_ns; /* reclaim-only passes */
 	int *pidfd;          /* per client slot, -1 = none (reaper thread) */
 	uint64_t *pidfd_pid;
-	struct kvp_tier *tier; /* SSD tier state (tiers/tier_agent.c); NULL: DRAM only */
+	struct kvp_tier *tier; /* SSD tier state (agent/tier.c); NULL: DRAM only */
 	kvp_aword_t gc_request; /* reaper -> tier thread: sweep orphan runs */
-	/* the index limit (tiers/dram_agent.c; tier thread but the flag) */
+	/* the index limit (agent/evict.c; tier thread but the flag) */
 	kvp_aword_t ix_recount_due; /* start, or a reap that may have left the count high */
 	uint64_t ix_hand;       /* the index evictor's CLOCK hand */
 	uint64_t ix_recount_ns; /* last recount attempt (CLOCK_MONOTONIC) */
@@ -82,9 +81,6 @@ struct kvp_dfree {     /* a run chain to free once the lock is ours */
 };
 
 /* log.c */
-void kvp_log(enum kvp_log_level lvl, const char *subsys, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-void kvp_log_set_level(enum kvp_log_level lvl);
 int kvp_parse_size(const char *s, uint64_t *out);
 
 /* agent/metrics.c: a snapshot of a pool read from its segment (read only) */
@@ -127,47 +123,47 @@ void kvp_metrics_clients(const struct kvp_seg *s, FILE *f);
 int kvp_metrics_http_start_agent(struct kvp_agent *a);
 void kvp_metrics_http_stop_agent(struct kvp_agent *a);
 
-/* shm/shm_agent.c */
+/* agent/segment.c: the segment's lifecycle */
 int kvp_shm_create_or_attach_agent(struct kvp_agent *a);
 int kvp_shm_remove_agent(struct kvp_agent *a);
 unsigned kvp_shm_repair_header_agent(struct kvp_agent *a);
 int kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g,
 		     struct kvp_layout *L);
 
-/* tiers/dram_agent.c */
-struct kvp_cand {      /* a slot under CHECK, waiting for the hold scan */
-	uint64_t slot;
-	uint64_t word; /* state word with CHECK set */
-	bool held;
-};
-void kvp_dram_holds_scan_agent(struct kvp_seg *s, struct kvp_cand *c, unsigned n);
-unsigned kvp_dram_check_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w,
-				   struct kvp_cand *c);
+/* agent/loop.c: the tier thread's round and its thread */
+bool kvp_tier_step_agent(struct kvp_agent *a, int wait_ms);
+void *kvp_tier_main_agent(void *arg);
+
+/* agent/evict.c: eviction policy (DRAM watermarks, index-pressure hints,
+ * the index limit); victims go through the CHECK verdict (victim.c) */
+void kvp_dram_round_agent(struct kvp_agent *a);
 uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 				   bool *stuck);
+bool kvp_ix_recount_agent(struct kvp_agent *a);
+bool kvp_dram_above_high_agent(const struct kvp_agent *a);
+
+/* agent/dram.c: the DRAM allocator from the agent's side */
 uint64_t kvp_dram_gc_agent(struct kvp_agent *a);
 int kvp_dram_lock_agent(struct kvp_agent *a);
 uint64_t kvp_dram_free_agent(struct kvp_agent *a, uint32_t first, uint64_t slot, uint32_t gen);
 uint64_t kvp_dram_deferred_agent(struct kvp_agent *a);
 int kvp_dram_repair_agent(struct kvp_agent *a);
-unsigned kvp_ix_clear_stale_checks_agent(struct kvp_seg *s);
-void kvp_dram_round_agent(struct kvp_agent *a);
-bool kvp_ix_recount_agent(struct kvp_agent *a);
-bool kvp_dram_above_high_agent(const struct kvp_agent *a);
 
-/* tiers/tier_agent.c: the tier thread (evictor, demotion, SSD reads) */
+/* agent/tier.c: the SSD tier's lifecycle and operations in flight */
 int kvp_tier_open_agent(struct kvp_agent *a);
+void kvp_tier_close_agent(struct kvp_agent *a);
 bool kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot);
 bool kvp_tier_demoting_agent(struct kvp_agent *a);
 bool kvp_tier_demote_full_agent(struct kvp_agent *a);
 bool kvp_tier_write_failing_agent(struct kvp_agent *a);
+
+/* agent/move.c: demotion, tombstones, the stop flush */
 unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word);
 void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 			   uint64_t vlen);
-bool kvp_tier_step_agent(struct kvp_agent *a, int wait_ms);
 uint64_t kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns);
-void *kvp_tier_main_agent(void *arg);
-void kvp_tier_close_agent(struct kvp_agent *a);
+
+/* agent/staging.c: spans from the reaper's and the sweep's side */
 void kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client);
 unsigned kvp_span_adopt_agent(struct kvp_seg *s, uint32_t head, unsigned dead_freer);
 unsigned kvp_staging_sweep_agent(struct kvp_seg *s);

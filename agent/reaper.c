@@ -102,14 +102,9 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	for (k = 0; k < s->g.g_index_slots; k++) {
 		/* acquire: pairs with the owner's claim CAS */
 		uint64_t e = kvp_load_acquire(&s->meta[k]);
-		unsigned st = KVP_IX_STATE(e);
 
-		if ((st == KVP_IX_RESERVED || st == KVP_IX_CLAIM || st == KVP_IX_PENDING) &&
-		    KVP_IX_OWNER(e) == i + 1 &&
-		    /* full CAS: step 3 (the owner is dead: only the other
-		     * claimants' kill CAS can race, and either wins) */
-		    kvp_cas(&s->meta[k], e,
-			    KVP_IX_WORD(KVP_IX_NEXTGEN(e), 0, 0, KVP_IX_EMPTY)))
+		/* step 3: its claims and puts in progress (index/kvp_index.h) */
+		if (kvp_ix_reap_owner(s, k, e, i + 1))
 			pending++;
 	}
 	kvp_span_release_client_agent(s, i); /* its staging spans */

@@ -22,6 +22,25 @@
  * bytes) -> READY (published) -> DELETED (client delete) -> EMPTY (agent,
  * once unheld).  The agent also moves READY -> EMPTY (eviction).
  *
+ * This file owns the state word: every transition is one function here,
+ * and no other code writes a state word (the agent-only halves live in
+ * index/index_agent.c, under the same proofs):
+ *
+ *   kvp_ix_claim        EMPTY -> RESERVED -> CLAIM -> PENDING, or a kill
+ *                       CLAIM(g) -> EMPTY(g+1) of a later claimant
+ *   kvp_ix_abort        PENDING(g) -> EMPTY(g+1)        (its owner)
+ *   kvp_ix_publish      PENDING(g) -> READY(g)          (its owner)
+ *   kvp_ix_delete       READY(g) -> DELETED(g)          (a client, or the
+ *                                                       agent for a strict
+ *                                                       delete)
+ *   kvp_ix_check_take   READY|DELETED(g) -> +CHECK      (agent, step 1)
+ *   kvp_ix_check_release  +CHECK -> -CHECK              (agent, held)
+ *   kvp_ix_relocate     +CHECK -> -CHECK, the entry's new location
+ *                       published, same generation     (agent, unheld)
+ *   kvp_ix_remove       (+CHECK) -> EMPTY(g+1)          (agent, unheld)
+ *   kvp_ix_reap_owner   RESERVED/CLAIM/PENDING(g) of a dead owner ->
+ *                       EMPTY(g+1)                      (reaper, attach)
+ *
  * Correctness sketch (insert-if-absent, "exactly one copies"):
  *  1. A claimant stores CLAIM (all key fields written before, in RESERVED)
  *     and issues a full fence before it scans the 16 candidate slots.
@@ -41,15 +60,34 @@
  *     and X < Y, X kills Y or Y is already PENDING (then X loses); if X
  *     does not see Y, Y sees X and X < Y, so Y loses.
  *
- * Hold protocol (hazard slots, DESIGN-NOTES 2b):
- *  reader: store (slot, gen) into its own hold slot; full fence; reload
- *          the state word; valid iff READY(gen) without CHECK.
- *  agent:  CAS READY(g) -> READY|CHECK(g); full fence; scan every hold
- *          slot; held -> clear CHECK; unheld -> change location or free.
- *  Store;fence;load on both sides: either the reader sees CHECK (and
- *  waits for the outcome instead of trusting its hold), or the agent sees
- *  the hold (and backs off).  Never neither.  Holds belong to client slots,
- *  so the reaper clears a dead client's holds idempotently.
+ * Hold protocol (hazard slots, DESIGN-NOTES 2b).  Both halves:
+ *  reader (kvp_ix_hold, below): store (slot, gen) into its own hold slot;
+ *          full fence; reload the state word; valid iff READY(gen) without
+ *          CHECK.  Dropping the hold is a release store of 0 after the
+ *          last read of the held bytes.
+ *  agent (index/index_agent.c): kvp_ix_check_take on every victim (CAS
+ *          READY(g) -> READY|CHECK(g)); one full fence; kvp_ix_holds_scan
+ *          loads every used hold slot (acquire) and every live lease;
+ *          held -> kvp_ix_check_release; unheld -> change the location
+ *          (kvp_ix_relocate) or free the value (kvp_ix_remove).
+ * Proof sketch:
+ *  1. Store;fence;load on both sides (Dekker): either the reader's reload
+ *     sees CHECK, or the agent's scan sees the hold.  Never neither.
+ *  2. A reader that sees CHECK does not trust its hold: it waits for the
+ *     agent's verdict (the flag is cleared: the value stays; or the slot
+ *     moved on: it looks again).  A reader that sees READY(g) without
+ *     CHECK after its fence is seen by every later scan, so no CHECK
+ *     verdict can remove or move the value while the hold is stored.
+ *  3. The agent that sees a hold (any generation of the slot: a value
+ *     changes tier under one generation) backs off; one that sees none
+ *     knows no reader validated a hold after its CHECK CAS (1), and none
+ *     can from now on (2): it may change the value's location or free it.
+ *  4. The drop's release pairs with the scan's acquire: a scan that sees
+ *     the slot empty sees every read of the held bytes done.
+ *  Holds belong to client slots, so the reaper clears a dead client's
+ *  holds idempotently; CHECK is only ever set by the agent's tier thread
+ *  and never outlives one of its passes, so an attaching agent clears
+ *  every CHECK its predecessor left (I5).
  */
 #ifndef KVP_INDEX_H
 #define KVP_INDEX_H
@@ -76,6 +114,7 @@
 	 ((uint64_t)((fp)&0xffffu) << 24) | ((uint64_t)((owner)&0xffffu) << 8) | \
 	 (uint64_t)(st))
 #define KVP_IX_NEXTGEN(w) (((uint32_t)KVP_IX_GEN(w) + 1) & KVP_IX_GEN_MASK)
+#define KVP_IX_OWNER_AGENT 0xffffu /* owner field of the agent's claims */
 
 /* A hold slot value: (gen << 40) | [pin:1] | (slot + 1); 0 = free.  The
  * pin bit marks holds taken by kvp_batch_lookup_pin (for the reaper's
@@ -369,6 +408,135 @@ kvp_ix_abort(struct kvp_seg *s, uint64_t i, uint64_t w)
 {
 	/* full CAS: after this the slot may be reused by anyone */
 	kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+}
+
+/*
+ * Reader half of the hold protocol (see the top of this file): make hold
+ * slot *hold name (slot i, generation of w) and validate it.  Returns 0
+ * (held: the value stays at its location until the hold is dropped),
+ * -ENOENT (the slot moved on: nothing is held; look again), -EBUSY (the
+ * agent kept it under CHECK longer than check_wait_ns: nothing is held).
+ * *waits counts the times it waited for a CHECK verdict.  flags: bits
+ * of the hold word that do not change what it protects (KVP_HOLD_PIN).
+ */
+KVP_INLINE int
+kvp_ix_hold(const struct kvp_seg *s, kvp_aword_t *hold, uint64_t i, uint64_t w,
+	    uint64_t flags, uint64_t check_wait_ns, unsigned *waits)
+{
+	uint64_t base = w & ~(uint64_t)KVP_IX_CHECK, w2, t0 = 0;
+
+	/* relaxed: ordered by the fence below */
+	kvp_store_relaxed(hold, KVP_HOLD_MAKE(i, KVP_IX_GEN(base)) | flags);
+	kvp_crashpoint(C_HOLD_STORED);
+	/* full fence: hold store before the state reload; pairs with the
+	 * agent's CHECK CAS + fence + hold scan (store-load, both sides) */
+	kvp_fence_full();
+	for (;;) {
+		/* acquire: pairs with the agent's CAS that clears CHECK */
+		w2 = kvp_load_acquire(&s->meta[i]);
+		if (w2 == base) {
+			kvp_crashpoint(C_HOLD_TAKEN);
+			return 0;
+		}
+		if (w2 != (base | KVP_IX_CHECK))
+			break;
+		/* the agent is deciding; it either sees our hold and backs
+		 * off, or takes the value away: wait for the verdict */
+		if (!t0) {
+			t0 = kvp_now_ns(CLOCK_MONOTONIC);
+		} else if (kvp_now_ns(CLOCK_MONOTONIC) - t0 > check_wait_ns) {
+			/* release: nothing was copied */
+			kvp_store_release(hold, 0);
+			return -EBUSY;
+		}
+		(*waits)++;
+		sched_yield();
+	}
+	/* release: nothing was copied under this hold */
+	kvp_store_release(hold, 0);
+	return -ENOENT;
+}
+
+/* Drop a hold: every read of the held bytes happens before the slot
+ * clears (release; pairs with the agent's acquire in its hold scan). */
+KVP_INLINE void
+kvp_ix_unhold(kvp_aword_t *hold)
+{
+	kvp_store_release(hold, 0);
+}
+
+/* Delete: READY(g) -> DELETED(g) (a CHECK flag in w is cleared with it:
+ * only the agent's strict delete passes one, which no pass of its own can
+ * have set).  Readers that hold it finish; the agent reclaims it.  Pairs
+ * with the agent's CHECK CAS (whichever comes first wins).  True if done. */
+KVP_INLINE bool
+kvp_ix_delete(struct kvp_seg *s, uint64_t i, uint64_t w)
+{
+	if (KVP_IX_STATE(w) != KVP_IX_READY)
+		return false;
+	/* full CAS: from the exact word (generation included) */
+	return kvp_cas(&s->meta[i], w, (w & ~(uint64_t)(0xfu | KVP_IX_CHECK)) | KVP_IX_DELETED);
+}
+
+/* Agent, step 1 of the CHECK protocol: READY or DELETED(g) -> +CHECK.
+ * From here no reader trusts a new hold on the slot and no client can
+ * delete it (pairs with the reader's fence in kvp_ix_hold). */
+KVP_INLINE bool
+kvp_ix_check_take(struct kvp_seg *s, uint64_t i, uint64_t w)
+{
+	if ((KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
+	    KVP_IX_FLAGS(w))
+		return false;
+	/* full CAS: the flag, before the fence and the hold scan */
+	return kvp_cas(&s->meta[i], w, w | KVP_IX_CHECK);
+}
+
+/* Agent: clear CHECK (the victim was held, or an attaching agent undoes
+ * a predecessor's flag): readers may trust their holds again. */
+KVP_INLINE bool
+kvp_ix_check_release(struct kvp_seg *s, uint64_t i, uint64_t wc)
+{
+	/* full CAS: releases the readers waiting in kvp_ix_hold */
+	return kvp_cas(&s->meta[i], wc, wc & ~(uint64_t)KVP_IX_CHECK);
+}
+
+/* Agent: the value's location (e_loc, e_run, written while the slot was
+ * under CHECK, or busy in the tier thread) is published: CHECK cleared,
+ * same generation (holds fence the slot, not a generation).  Readers
+ * that acquire the word see the new location. */
+KVP_INLINE bool
+kvp_ix_relocate(struct kvp_seg *s, uint64_t i, uint64_t wc)
+{
+	/* full CAS (release half): the location stores before the word */
+	return kvp_cas(&s->meta[i], wc, wc & ~(uint64_t)KVP_IX_CHECK);
+}
+
+/* Agent: the value leaves the index, -> EMPTY(g+1) (I6): a victim under
+ * CHECK that nobody held (step 4), or an entry with nothing left to read
+ * (its SSD segment is gone at attach; its DRAM chain is damaged: a reader
+ * holding it reads what a repair leaves, never outside the arena).  Its
+ * DRAM runs are tagged (i, g): the caller frees them. */
+KVP_INLINE bool
+kvp_ix_remove(struct kvp_seg *s, uint64_t i, uint64_t w)
+{
+	/* full CAS: gone for new readers; the generation moves on */
+	return kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+}
+
+/* Reaper, or an attaching agent: a claim or put in progress whose owner
+ * ('owner' as in the word: client slot + 1, or 0xffff for an agent) is
+ * dead: RESERVED, CLAIM or PENDING(g) -> EMPTY(g+1).  Only the other
+ * claimants' kill CAS can race, and either wins.  True if done. */
+KVP_INLINE bool
+kvp_ix_reap_owner(struct kvp_seg *s, uint64_t i, uint64_t w, unsigned owner)
+{
+	unsigned st = KVP_IX_STATE(w);
+
+	if ((st != KVP_IX_RESERVED && st != KVP_IX_CLAIM && st != KVP_IX_PENDING) ||
+	    KVP_IX_OWNER(w) != owner)
+		return false;
+	/* full CAS: the owner is dead; the slot is reusable */
+	return kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
 }
 
 /* Publish a PENDING slot: its bytes become visible. */

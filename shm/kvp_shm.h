@@ -48,6 +48,7 @@
 
 #include "shm/kvp_atomic.h"
 #include "shm/kvp_crash.h"
+#include "shm/kvp_env.h"
 #include "shm/kvp_hash.h"
 
 /* Linux values, for builds that did not define _GNU_SOURCE before
@@ -374,7 +375,7 @@ enum kvp_sp_state {
 #define KVP_MAX_CLIENTS_STAGING (KVP_SPAN_HOLDER_WORDS * 64)
 
 struct kvp_span {
-	kvp_aword_t sp_state; /* [gen:32][nslots:16][state:8] */
+	kvp_aword_t sp_state; /* KVP_SP_WORDF below; the protocol: agent/staging.c */
 	kvp_aword_t sp_holders[KVP_SPAN_HOLDER_WORDS];
 	kvp_aword_t sp_slot;  /* index slot + 1 whose bytes it stages */
 	kvp_aword_t sp_off;   /* value offset of the staged extent */
@@ -734,14 +735,6 @@ struct kvp_seg {
 
 /* ---- small helpers shared by client, agent and tools ---- */
 
-KVP_INLINE uint64_t
-kvp_now_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Bounds-checked offset to pointer: NULL when [off, off+len) is outside. */
 KVP_INLINE void *
@@ -998,7 +991,7 @@ kvp_shm_in_group(gid_t gid)
  * its group one of ours (the agent's user owns it).  Refused: anything
  * writable by everyone, and a segment of another user that is not such a
  * group segment (someone took the pool's name first).  The agent adds its
- * own, stricter rule (shm_agent.c).  0, or -EACCES with what to do in msg.
+ * own, stricter rule (agent/segment.c).  0, or -EACCES with what to do in msg.
  */
 KVP_INLINE int
 kvp_shm_trusted(const struct stat *st, const char *path, char *msg, size_t cap)

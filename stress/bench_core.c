@@ -783,7 +783,7 @@ kvpb_bench_index(const struct kvpb_cfg *cfg, uint64_t entries)
 	char label0[32];
 
 	memset(&ix, 0, sizeof(ix));
-	/* the agent's sizing (shm_agent.c): slots = pow2 >= 1.25 x entries */
+	/* the agent's sizing (agent/segment.c): slots = pow2 >= 1.25 x entries */
 	ix.nslots = kvpb_pow2_at_least(entries + entries / 4);
 	ix.cap = ix.nslots * 9 / 10;
 	units = ix.cap + ix.cap / 16 + 64; /* one 4 KiB unit per 1-byte value */

@@ -128,8 +128,10 @@ if [ $quick = 0 ]; then
 		if clang -std=gnu11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
 			-fno-sanitize-recover=undefined -DKVP_LIBFUZZER -I. tests/fuzz/fuzz_ring.c \
 			agent/check.c tests/agent/harness.c \
-			agent/log.c agent/reaper.c shm/shm_agent.c tiers/dram_agent.c \
-			tiers/tier_agent.c tiers/ssd_store.c tiers/crc32c.c -o build/fuzz/fuzz_ring \
+			agent/log.c agent/reaper.c agent/segment.c agent/loop.c agent/evict.c agent/victim.c \
+			agent/dram.c agent/staging.c agent/rings.c agent/move.c agent/recover.c agent/tier.c \
+			index/index_agent.c \
+			tiers/ssd_store.c tiers/crc32c.c -o build/fuzz/fuzz_ring \
 			-luring -latomic_ops -lpthread >build/fuzz/build.log 2>&1; then
 			mkdir -p build/fuzz/corpus
 			run "libFuzzer fuzz_ring (${fuzz_secs} s)" build/fuzz/fuzz_ring \

@@ -42,7 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/agent_int.h"
+#include "shm/kvp_env.h"
+#include "shm/kvp_hash.h"
 #include "tiers/kvp_ssd.h"
 
 #define B KVP_SSD_BLOCK

@@ -49,6 +49,17 @@ setup(void **state)
 	snprintf(pub, sizeof(pub), "%s/pub", tmp);
 	if (mkdir(pub, 0700) || chmod(pub, 01777))
 		return -1;
+	/* the programs run as nobody are copies in tmp/bin: the build
+	 * directory may not be reachable by nobody (a checkout under /root) */
+	{
+		char cmd[1200];
+
+		snprintf(cmd, sizeof(cmd), "mkdir -m 0755 '%s/bin' && cp '%s/kvpoold' '%s/kvpool' "
+			 "'%s/bin/' && chmod 0755 '%s/bin/kvpoold' '%s/bin/kvpool'", tmp,
+			 kvpt_bindir(), kvpt_bindir(), tmp, tmp, tmp);
+		if (system(cmd) != 0)
+			return -1;
+	}
 	return 0;
 }
 
@@ -172,6 +183,8 @@ spawn_v(uid_t uid, const char *xdg, const char *outf, const char *prog, va_list 
 
 	if (prog[0] == '/')
 		snprintf(path, sizeof(path), "%s", prog);
+	else if (uid != AS_ROOT)
+		snprintf(path, sizeof(path), "%s/bin/%s", tmp, prog);
 	else
 		snprintf(path, sizeof(path), "%s/%s", kvpt_bindir(), prog);
 	argv[n++] = path;

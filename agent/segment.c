@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * shm_agent.c - the agent's side of the segment: create it (fully
+ * segment.c - the agent's side of the segment: create it (fully
  * initialised under a temporary name, then linked into place so no client
- * ever sees half a header), or re-attach to the one a previous agent left.
+ * ever sees half a header), or re-attach to the one a previous agent left;
+ * restore the header's identity and geometry copies when a client
+ * overwrote them; remove it at the end.
  */
 #include <grp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "agent/agent_int.h"
+#include "index/index_int.h"
 
 static uint64_t
 kvp_pow2_at_least(uint64_t v)
@@ -300,7 +303,7 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 			"repairs it from the index", kvp_strerror(rc));
 		kvp_dram_report_damage(s);
 	}
-	cleared = kvp_ix_clear_stale_checks_agent(s);
+	cleared = kvp_ix_clear_stale_agent(s);
 	a->cfg.dram_unit = s->g.g_dram_unit;
 	a->cfg.max_clients = s->g.g_max_clients;
 	kvp_log(KVP_LOG_INFO, "shm", "re-attached to %s (incarnation %llu, %llu MiB, "

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * loop.c - the tier thread: one round (kvp_tier_step_agent) reaps SSD
+ * completions, serves the request rings, runs the orphan sweep the reaper
+ * asked for, retries frees that waited for the allocator lock, repairs a
+ * damaged page map, runs the eviction policy (evict.c), submits I/O and
+ * wakes the clients it answered.  The thread loops on rounds, sleeping on
+ * the h_evict_wake futex when idle; at stop it runs the flush (move.c).
+ * The fuzz harness drives rounds directly.
+ */
+#include "agent/tier_int.h"
+
+/* One round of the tier thread: SSD completions, requests from the rings,
+ * the orphan sweep the reaper asked for, the DRAM round (eviction,
+ * demotion, reclaim), submissions and wake-ups.  Waits at most wait_ms
+ * (0: not at all) for I/O in flight.  Returns true when I/O is still in
+ * flight (the caller should come back at once). */
+bool
+kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
+{
+	struct kvp_shm_header *h = a->seg.hdr;
+	struct kvp_tier *t = a->tier;
+	struct kvp_ssd_cqe cq[64];
+	int n, k;
+
+	if (t) {
+		while ((n = kvp_ssd_poll_agent(t->ssd, cq, 64, 0)) > 0)
+			for (k = 0; k < n; k++)
+				kvp_complete(a, &cq[k]);
+		kvp_serve_rings(a);
+		kvp_tier_publish(a);
+	}
+	/* full CAS: a sweep the reaper asked for */
+	if (kvp_cas(&a->gc_request, 1, 0)) {
+		uint64_t freed = kvp_dram_gc_agent(a);
+
+		if (freed == UINT64_MAX) {
+			/* the allocator lock is held: next round */
+			kvp_store_release(&a->gc_request, 1); /* release: our own flag */
+		} else {
+			kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], freed); /* stat */
+			if (freed)
+				kvp_log(KVP_LOG_INFO, "reaper", "%llu units of unfinished "
+					"puts freed", (unsigned long long)freed);
+		}
+	}
+	/* frees that waited for the allocator lock, and a damaged map */
+	kvp_dram_deferred_agent(a);
+	kvp_dram_repair_agent(a);
+	kvp_dram_round_agent(a);
+	if (!t)
+		return false;
+	kvp_ssd_submit_agent(t->ssd);
+	kvp_wake_clients(a);
+	if (!kvp_ssd_outstanding_agent(t->ssd))
+		return false;
+	/* I/O in flight: wait for it, wait_ms at a time, so new requests
+	 * are not left waiting */
+	n = kvp_ssd_poll_agent(t->ssd, cq, 64, wait_ms);
+	for (k = 0; k < n; k++)
+		kvp_complete(a, &cq[k]);
+	kvp_wake_clients(a);
+	return true;
+}
+
+/* The tier thread.  On stop, with an SSD tier, it flushes (above). */
+void *
+kvp_tier_main_agent(void *arg)
+{
+	struct kvp_agent *a = arg;
+	struct kvp_shm_header *h = a->seg.hdr;
+
+	while (!kvp_load_acquire(&a->stop)) { /* acquire: main's release */
+		unsigned int seq = kvp_iload_acquire(&h->h_evict_wake);
+
+		if (kvp_tier_step_agent(a, 1))
+			continue;
+		if (kvp_load_acquire(&a->stop)) /* acquire: main's release */
+			break;
+		/* sleep until a client kicks or posts, or 100 ms */
+		kvp_futex_wait(&h->h_evict_wake, seq, 100ull * 1000 * 1000);
+	}
+	if (a->tier && a->cfg.stop_flush_ms)
+		kvp_tier_flush_agent(a, kvp_now_ns(CLOCK_MONOTONIC) +
+					       (uint64_t)a->cfg.stop_flush_ms * 1000000ull);
+	return NULL;
+}

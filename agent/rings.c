@@ -1,0 +1,395 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rings.c - the request-ring server: what clients ask the agent.
+ *
+ * Each client has a ring of requests in the segment (struct kvp_req):
+ * reads of SSD-resident values (whole or ranged) and, with --durability
+ * strict, deletes.  The tier thread takes every POSTED entry of every
+ * live client (a CAS to TAKEN), validates everything the client wrote
+ * (slot, generation, range: nothing is trusted), and either answers at
+ * once or leaves the request to an operation in flight that answers it
+ * when it completes: a promotion (move.c), a staged read into a span
+ * (staging.c), a tombstone.  Answers claim the entry first (TAKEN ->
+ * ANSWERING, a CAS on the exact word: I19), so a withdrawn or reused
+ * entry is never written.  One resolve call of a client gets at most half
+ * the staging arena (I18); requests for bytes already in flight join
+ * that read (single flight).
+ */
+#include "agent/tier_int.h"
+
+struct kvp_callstate {
+	uint32_t client;
+	uint64_t call;
+	uint64_t used; /* staging slots given to this call */
+};
+
+/* Answer one waiter (I19).  The entry is claimed first, with a CAS from
+ * the exact TAKEN word to ANSWERING: if the client withdrew the request,
+ * or its slot was reaped and the entry reused, that CAS fails and nothing
+ * at all is written into it (a span bit given to it is taken back).  Only
+ * then the answer's fields, and DONE with a release. */
+void
+kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res, uint64_t where,
+	   int span_head)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
+	/* acquire: the slot must still be the client that asked */
+	bool same = kvp_load_acquire(&s->clients[w->client].cs_state) == w->cgen;
+
+	/* full CAS: TAKEN(seq) -> ANSWERING(seq); the entry is ours to write */
+	if (!same ||
+	    !kvp_cas(&q->rq_state, w->word, (w->word & ~0xffull) | KVP_RQ_ANSWERING)) {
+		if (span_head >= 0) {
+			kvp_span_clear_holder(&s->spans[span_head], w->client);
+			kvp_span_free_if_unheld(s, (uint32_t)span_head, true);
+		}
+		return;
+	}
+	/* relaxed: published by the DONE release below */
+	kvp_store_relaxed(&q->rq_result, (uint64_t)res);
+	kvp_store_relaxed(&q->rq_where, where);
+	kvp_crashpoint(A_REQ_ANSWERING);
+	/* release: the answer before DONE; pairs with the client's acquire */
+	kvp_store_release(&q->rq_state, (w->word & ~0xffull) | KVP_RQ_DONE);
+	a->tier->wake[w->client] = true;
+}
+
+void
+kvp_wake_clients(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	uint32_t c;
+
+	for (c = 0; c < s->g.g_max_clients; c++) {
+		if (!a->tier->wake[c])
+			continue;
+		a->tier->wake[c] = false;
+		kvp_ifetch_add(&s->clients[c].cs_io_futex, 1); /* full: then wake */
+		kvp_futex_wake(&s->clients[c].cs_io_futex);
+	}
+}
+
+/* Join a read already in flight for these bytes (single flight). */
+static bool
+kvp_try_join(struct kvp_agent *a, uint64_t slot, uint64_t off, uint64_t len,
+	     struct kvp_waiter *w)
+{
+	struct kvp_tier *t = a->tier;
+	unsigned k;
+
+	if (!t->busy[slot])
+		return false;
+	for (k = 0; k < KVP_TIER_MAX_OPS; k++) {
+		struct kvp_top *op = &t->ops[k];
+
+		if (op->slot != slot)
+			continue;
+		if (op->kind == TOP_PROMOTE ||
+		    (op->kind == TOP_STAGE && off >= op->astart &&
+		     off + len <= op->astart + op->alen)) {
+			if (op->kind == TOP_STAGE) {
+				w->skip = off - op->astart;
+				kvp_span_set_holder(&a->seg.spans[op->head], w->client);
+			}
+			if (kvp_top_add_waiter(op, w))
+				return false;
+			kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_SINGLE_FLIGHT], 1); /* stat */
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The key a read must find in the record's header: a location that names
+ * another key's record (or an older value of this key's slot) is then
+ * -EBADMSG, never someone else's bytes.  The entry's key is stable while
+ * the read is in flight (the slot is busy: not removable). */
+void
+kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd)
+{
+	/* relaxed: written before the READY publish, stable while READY */
+	uint64_t klen = kvp_load_relaxed(&e->e_klen);
+
+	rd->ns = kvp_load_relaxed(&e->e_ns);
+	rd->klen = klen <= KVP_KEY_MAX ? (uint32_t)klen : 0;
+	rd->key = rd->klen ? (const void *)e->e_key : NULL;
+}
+
+/*
+ * A strict delete (KVP_RQ_DELETE): the client asks the agent to delete
+ * (slot, gen) and to answer once the value's tombstone is durable.  The
+ * agent marks the entry DELETED itself (readers holding it finish their
+ * copies; the evictor reclaims it later), then: a value with an SSD copy
+ * gets its tombstone now, answered when written (strict durability: a
+ * write completes once fdatasync'd); a value being demoted gets it when
+ * the demotion completes; a DRAM-only value is answered at once (nothing
+ * on disk can bring it back).  Answers: 0, -ENOENT (no longer there),
+ * -EIO (deleted, but the tombstone could not be written).
+ */
+static void
+kvp_serve_delete(struct kvp_agent *a, struct kvp_waiter *w, uint64_t slot, uint64_t gen)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_top *dem;
+	uint64_t mw, ssd;
+	int tries;
+
+	if (slot >= s->g.g_index_slots) {
+		kvp_answer(a, w, -EINVAL, 0, -1);
+		return;
+	}
+	for (tries = 0;; tries++) {
+		/* acquire: pairs with the publish CAS */
+		mw = kvp_load_acquire(&s->meta[slot]);
+		if (KVP_IX_STATE(mw) != KVP_IX_READY || KVP_IX_GEN(mw) != (gen & KVP_IX_GEN_MASK) ||
+		    tries > 64) {
+			kvp_answer(a, w, -ENOENT, 0, -1);
+			return;
+		}
+		/* as a client's delete does; no CHECK of ours is pending
+		 * outside an eviction pass, so a flag found here is cleared
+		 * with it */
+		if (kvp_ix_delete(s, slot, mw))
+			break;
+	}
+	/* full: tells the reclaim pass it has work */
+	kvp_fetch_add(&s->hdr->h_delete_seq, 1);
+	dem = kvp_demote_in_flight(a->tier, slot);
+	if (dem) {
+		/* the tombstone needs the record's location: after the write */
+		if (kvp_top_add_waiter(dem, w))
+			kvp_answer(a, w, -EIO, 0, -1);
+		return;
+	}
+	/* relaxed: this thread is the only writer of SSD locations */
+	ssd = kvp_load_relaxed(&s->entries[slot].e_ssd);
+	if (!ssd || a->tier->tombed[slot]) {
+		kvp_answer(a, w, 0, 0, -1);
+		return;
+	}
+	kvp_tomb_queue(a, slot, ssd, w, 1);
+}
+
+/* Handle one TAKEN request.  Answers at once, or leaves it to an I/O. */
+static void
+kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
+	/* relaxed: published by the client's POSTED release, acquired by
+	 * our CAS to TAKEN; untrusted, validated below */
+	uint64_t slot = kvp_load_relaxed(&q->rq_slot), gen = kvp_load_relaxed(&q->rq_gen);
+	uint64_t off = kvp_load_relaxed(&q->rq_off), len = kvp_load_relaxed(&q->rq_len);
+	uint64_t call = kvp_load_relaxed(&q->rq_call), mw, loc, ssd, vlen, S, sb;
+	struct kvp_entry *e;
+	struct kvp_top *op;
+	uint64_t tag = 0, extent;
+	uint32_t dst_off = 0;
+	unsigned need;
+	int rc;
+
+	if (call & KVP_RQ_DELETE) {
+		kvp_serve_delete(a, w, slot, gen);
+		return;
+	}
+	if (call & KVP_RQ_FIRST || cs->client != w->client ||
+	    cs->call != (call & 0xffffffffull)) {
+		cs->client = w->client;
+		cs->call = call & 0xffffffffull;
+		cs->used = 0;
+	}
+	if (slot >= s->g.g_index_slots) {
+		kvp_answer(a, w, -EINVAL, 0, -1);
+		return;
+	}
+	e = &s->entries[slot];
+	/* acquire: pairs with the publish CAS */
+	mw = kvp_load_acquire(&s->meta[slot]);
+	if (KVP_IX_GEN(mw) != (gen & KVP_IX_GEN_MASK) ||
+	    (KVP_IX_STATE(mw) != KVP_IX_READY && KVP_IX_STATE(mw) != KVP_IX_DELETED)) {
+		kvp_log(KVP_LOG_DEBUG, "io", "request for slot %llu gen %llu: slot is at "
+			"gen %u state %u", (unsigned long long)slot, (unsigned long long)gen,
+			KVP_IX_GEN(mw), KVP_IX_STATE(mw));
+		kvp_answer(a, w, -ENOENT, 0, -1);
+		return;
+	}
+	/* relaxed: this thread is the only writer of locations */
+	loc = kvp_load_relaxed(&e->e_loc);
+	ssd = kvp_load_relaxed(&e->e_ssd);
+	vlen = kvp_load_relaxed(&e->e_len);
+	if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM) {
+		kvp_answer(a, w, 0, KVP_WHERE_DRAM, -1);
+		return;
+	}
+	if (off > vlen || !ssd) {
+		kvp_answer(a, w, off > vlen ? -EINVAL : -EIO, 0, -1);
+		return;
+	}
+	if (len > vlen - off)
+		len = vlen - off;
+	if (kvp_try_join(a, slot, off, len, w))
+		return;
+	/* promotion: the whole value into DRAM, if DRAM has room */
+	if ((call & KVP_RQ_WHOLE) && off == 0 && len == vlen && !a->cfg.no_promote &&
+	    !kvp_dram_above_high_agent(a)) {
+		uint32_t first = 0;
+
+		op = kvp_top_get(t, TOP_PROMOTE, &tag);
+		/* never waits for the allocator lock: staged instead */
+		if (op && kvp_dram_alloc_until(s, vlen, slot, KVP_IX_GEN(mw), &first, 0) == 0) {
+			struct kvp_ssd_read rd;
+
+			op->slot = slot;
+			op->gen = KVP_IX_GEN(mw);
+			op->vlen = vlen;
+			op->first = first;
+			op->niov = kvp_runs_iov(s, first, vlen, op->iov, 64);
+			memset(&rd, 0, sizeof(rd));
+			rd.loc = ssd;
+			rd.vlen = vlen;
+			rd.off = 0;
+			rd.len = vlen;
+			rd.ndst = op->niov;
+			rd.dst = op->iov;
+			kvp_read_identity(e, &rd);
+			if (op->niov && kvp_top_add_waiter(op, w) == 0 &&
+			    kvp_ssd_read_agent(t->ssd, tag, &rd) == 0) {
+				t->busy[slot]++;
+				kvp_crashpoint(A_PROMOTE_SUBMITTED);
+				return;
+			}
+			kvp_dram_free_agent(a, first, slot, KVP_IX_GEN(mw));
+		}
+		if (op)
+			kvp_top_put(t, op);
+	}
+	/* staging: the extent only; at most half the arena per call */
+	S = s->g.g_staging_slots;
+	sb = s->g.g_staging_slot_bytes;
+	extent = kvp_ssd_extent(off, len, &dst_off);
+	need = (unsigned)((extent + sb - 1) / sb);
+	if (need == 0)
+		need = 1;
+	if (need > S) {
+		kvp_answer(a, w, -E2BIG, 0, -1);
+		return;
+	}
+	if (cs->used && cs->used + need > S / 2) {
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_BUSY_REJECT], 1); /* stat */
+		kvp_answer(a, w, -EBUSY, 0, -1);
+		return;
+	}
+	op = kvp_top_get(t, TOP_STAGE, &tag);
+	{
+		uint32_t head = kvp_staging_find(s, need);
+		struct kvp_ssd_read rd;
+		uint64_t hw0;
+		unsigned k;
+
+		if (head == UINT32_MAX && kvp_staging_sweep_agent(s))
+			head = kvp_staging_find(s, need);
+		if (!op || head == UINT32_MAX) {
+			if (op)
+				kvp_top_put(t, op);
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_BUSY_REJECT], 1); /* stat */
+			kvp_answer(a, w, -EBUSY, 0, -1);
+			return;
+		}
+		/* acquire: the free word we allocate from (its generation) */
+		hw0 = kvp_load_acquire(&s->spans[head].sp_state);
+		kvp_staging_account(s, need);
+		for (k = 1; k < need; k++)
+			/* release: a body slot of this span, not free */
+			kvp_store_release(&s->spans[head + k].sp_state,
+					  KVP_SP_BODYW(KVP_SP_GEN(hw0), head));
+		for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
+			kvp_store_relaxed(&s->spans[head].sp_holders[k], 0); /* relaxed: ours */
+		kvp_store_relaxed(&s->spans[head].sp_slot, slot + 1);
+		kvp_store_relaxed(&s->spans[head].sp_off, off - dst_off);
+		kvp_store_relaxed(&s->spans[head].sp_len, extent);
+		{
+			/* acquire: the free state we allocate from */
+			uint64_t sw = kvp_load_acquire(&s->spans[head].sp_state);
+			/* release: a span in flight */
+			kvp_store_release(&s->spans[head].sp_state,
+					  KVP_SP_WORD(KVP_SP_GEN(sw), need, KVP_SP_READING));
+		}
+		w->skip = dst_off;
+		kvp_span_set_holder(&s->spans[head], w->client);
+		op->slot = slot;
+		op->gen = KVP_IX_GEN(mw);
+		op->vlen = vlen;
+		op->head = head;
+		op->nslots = need;
+		op->astart = off - dst_off;
+		op->alen = extent;
+		op->iov[0].iov_base = s->staging + (uint64_t)head * sb;
+		op->iov[0].iov_len = (size_t)((uint64_t)need * sb);
+		op->niov = 1;
+		memset(&rd, 0, sizeof(rd));
+		rd.loc = ssd;
+		rd.vlen = vlen;
+		rd.off = off;
+		rd.len = len;
+		rd.ndst = 1;
+		rd.dst = op->iov;
+		kvp_read_identity(e, &rd);
+		cs->used += need;
+		rc = kvp_top_add_waiter(op, w);
+		if (rc == 0)
+			rc = kvp_ssd_read_agent(t->ssd, tag, &rd);
+		if (rc) {
+			kvp_span_clear_holder(&s->spans[head], w->client);
+			/* release: READY with no holder frees it below */
+			kvp_store_release(&s->spans[head].sp_state,
+					  KVP_SP_WORD(KVP_SP_GEN(kvp_load_relaxed(&s->spans[head].sp_state)),
+						      need, KVP_SP_READY));
+			kvp_span_free_if_unheld(s, head, false);
+			kvp_top_put(t, op);
+			kvp_answer(a, w, rc == -EBUSY ? -EBUSY : -EIO, 0, -1);
+			return;
+		}
+		t->busy[slot]++;
+		kvp_crashpoint(A_STAGE_SUBMITTED);
+	}
+}
+
+/* Take every POSTED request of every live client. */
+unsigned
+kvp_serve_rings(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_callstate cs = { UINT32_MAX, 0, 0 };
+	uint32_t c, r, n = 0;
+
+	for (c = 0; c < s->g.g_max_clients; c++) {
+		/* acquire: pairs with the claim CAS */
+		uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state);
+		struct kvp_req *ring = &s->rings[(uint64_t)c * s->g.g_ring_entries];
+
+		if ((cw & 0xff) != KVP_CS_LIVE)
+			continue;
+		for (r = 0; r < s->g.g_ring_entries; r++) {
+			/* acquire: pairs with the client's POSTED release */
+			uint64_t w = kvp_load_acquire(&ring[r].rq_state);
+			struct kvp_waiter wt;
+
+			if ((w & 0xff) != KVP_RQ_POSTED)
+				continue;
+			wt.client = c;
+			wt.ring = r;
+			wt.cgen = cw;
+			wt.skip = 0;
+			wt.word = (w & ~0xffull) | KVP_RQ_TAKEN;
+			/* full CAS: the request is ours */
+			if (!kvp_cas(&ring[r].rq_state, w, wt.word))
+				continue;
+			kvp_crashpoint(A_REQ_TAKEN);
+			kvp_serve_one(a, &wt, &cs);
+			n++;
+		}
+	}
+	return n;
+}

@@ -1,0 +1,401 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier.c - the SSD tier from the agent's side: its lifecycle (open,
+ * recover, and what a dead predecessor left in flight; close), the pool
+ * of operations in flight and their completions, and the usage it
+ * publishes for tools.
+ *
+ * One thread (the tier thread, loop.c) owns the SSD store, the staging
+ * allocator, every DRAM free and every location change, so none of those
+ * race each other.  An operation in flight on an index slot makes it
+ * busy (t->busy, 16 bits: I30): the orphan sweep keeps its DRAM and the
+ * evictor leaves it alone.  Location changes keep the generation (holds
+ * fence the slot).
+ */
+#include <sys/statvfs.h>
+
+#include "agent/tier_int.h"
+
+bool
+kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot)
+{
+	return a->tier && a->tier->busy[slot];
+}
+
+/* SSD writes failed a moment ago (full, vetoed, I/O error): eviction
+ * drops cold values instead of demoting them, for a second. */
+bool
+kvp_tier_write_failing_agent(struct kvp_agent *a)
+{
+	return a->tier && kvp_now_ns(CLOCK_MONOTONIC) < a->tier->write_fail_until;
+}
+
+/* Demotion writes in flight are at their limit. */
+bool
+kvp_tier_demote_full_agent(struct kvp_agent *a)
+{
+	return a->tier && a->tier->demoting >= KVP_TIER_MAX_DEMOTING;
+}
+
+bool
+kvp_tier_demoting_agent(struct kvp_agent *a)
+{
+	return a->tier && a->tier->demoting;
+}
+
+struct kvp_top *
+kvp_top_get(struct kvp_tier *t, int kind, uint64_t *tag)
+{
+	struct kvp_top *op;
+	uint32_t k;
+
+	if (!t->nfree)
+		return NULL;
+	k = t->freeops[--t->nfree];
+	op = &t->ops[k];
+	memset(op, 0, offsetof(struct kvp_top, iov));
+	op->kind = kind;
+	*tag = k + 1;
+	return op;
+}
+
+void
+kvp_top_put(struct kvp_tier *t, struct kvp_top *op)
+{
+	free(op->w);
+	op->w = NULL;
+	op->kind = TOP_FREE;
+	t->freeops[t->nfree++] = (uint32_t)(op - t->ops);
+}
+
+int
+kvp_top_add_waiter(struct kvp_top *op, const struct kvp_waiter *w)
+{
+	if (op->nw == op->capw) {
+		unsigned cap = op->capw ? op->capw * 2 : 4;
+		struct kvp_waiter *n = realloc(op->w, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		op->w = n;
+		op->capw = cap;
+	}
+	op->w[op->nw++] = *w;
+	return 0;
+}
+
+/* Fill iovecs with the DRAM run chain of [first..) covering bytes. */
+unsigned
+kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes, struct iovec *iov,
+	     unsigned max)
+{
+	uint32_t p = first, next;
+	unsigned n = 0;
+
+	while (bytes && n < max && p < s->g.g_dram_pages) {
+		uint64_t rb = 0;
+		unsigned char *a = kvp_dram_run(s, p, &rb, &next);
+
+		if (!a) /* a damaged chain: no I/O (the caller gives up) */
+			return 0;
+		iov[n].iov_base = a;
+		iov[n].iov_len = rb < bytes ? rb : ((bytes + 4095) & ~4095ull);
+		if (iov[n].iov_len > rb)
+			iov[n].iov_len = rb;
+		bytes -= rb < bytes ? rb : bytes;
+		n++;
+		if (!next)
+			break;
+		p = next - 1;
+	}
+	return bytes ? 0 : n;
+}
+
+void
+kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	struct kvp_top *op;
+	unsigned k;
+
+	if (cq->tag == 0 || cq->tag > KVP_TIER_MAX_OPS)
+		return;
+	op = &t->ops[cq->tag - 1];
+	if (op->kind == TOP_DEMOTE)
+		a->idle_used = 0; /* its DRAM can go now: work for the evictor */
+	if (cq->status && cq->status != -ENOSPC)
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_ERRORS], 1); /* stat */
+	switch (op->kind) {
+	case TOP_STAGE: {
+		struct kvp_span *sp = &s->spans[op->head];
+		/* acquire: our own READING word */
+		uint64_t w = kvp_load_acquire(&sp->sp_state);
+
+		/* release: the bytes before READY; pairs with holders */
+		kvp_store_release(&sp->sp_state,
+				  KVP_SP_WORD(KVP_SP_GEN(w), op->nslots, KVP_SP_READY));
+		kvp_crashpoint(A_STAGE_READY);
+		for (k = 0; k < op->nw; k++) {
+			if (cq->status) {
+				kvp_span_clear_holder(sp, op->w[k].client);
+				kvp_answer(a, &op->w[k], cq->status == -ENOENT ? -EIO : cq->status,
+					   0, -1);
+			} else {
+				kvp_answer(a, &op->w[k], 0,
+					   (uint64_t)(op->head + 1) | (op->w[k].skip << 32),
+					   (int)op->head);
+			}
+		}
+		if (!cq->status) {
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGED], 1); /* stat */
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->alen);
+		}
+		kvp_span_free_if_unheld(s, op->head, false);
+		t->busy[op->slot]--;
+		break;
+	}
+	case TOP_PROMOTE:
+		if (!cq->status) {
+			struct kvp_entry *e = &s->entries[op->slot];
+			/* relaxed: published by the e_loc release below */
+			kvp_store_relaxed(&e->e_run, s->pages[op->first].pg_npages);
+			/* release: the DRAM copy is complete before anyone
+			 * reads this location */
+			kvp_store_release(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, op->first));
+			kvp_crashpoint(A_PROMOTE_SWITCHED);
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_PROMOTE], 1); /* stat */
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->vlen);
+		} else {
+			kvp_dram_free_agent(a, op->first, op->slot, (uint32_t)op->gen);
+		}
+		for (k = 0; k < op->nw; k++)
+			kvp_answer(a, &op->w[k], cq->status ? (cq->status == -ENOENT ? -EIO
+							       : cq->status) : 0,
+				   cq->status ? 0 : KVP_WHERE_DRAM, -1);
+		t->busy[op->slot]--;
+		break;
+	case TOP_DEMOTE:
+		if (!cq->status) {
+			/* relaxed: read only for SSD-resident entries, which
+			 * this one becomes through a later CHECK CAS */
+			kvp_store_relaxed(&s->entries[op->slot].e_ssd, cq->loc);
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE], 1); /* stat */
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE_BYTES], op->vlen);
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_WRITE_BYTES], op->vlen);
+			/* strict deletes that came while it was written: the
+			 * record exists now, so it gets its tombstone (the
+			 * slot is DELETED and busy: nobody reclaimed it) */
+			if (op->nw)
+				kvp_tomb_queue(a, op->slot, cq->loc, op->w, op->nw);
+		} else {
+			if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
+				kvp_log(KVP_LOG_WARN, "ssd", "demotion failed: %s; evicting "
+					"without demotion for 1 s", strerror(-cq->status));
+			t->write_fail_until = kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+			/* nothing reached the disk: a waiting delete is done */
+			for (k = 0; k < op->nw; k++)
+				kvp_answer(a, &op->w[k], 0, 0, -1);
+		}
+		t->busy[op->slot]--;
+		t->demoting--;
+		break;
+	case TOP_TOMB:
+		for (k = 0; k < op->nw; k++)
+			kvp_answer(a, &op->w[k], cq->status ? -EIO : 0, 0, -1);
+		break;
+	default:
+		return;
+	}
+	kvp_top_put(t, op);
+}
+
+int
+kvp_tier_open_agent(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_ssd_cfg cfg;
+	struct kvp_tier *t;
+	struct iovec reg[2];
+	int64_t n;
+	uint32_t k;
+	int rc;
+
+	if (!a->cfg.ssd_dir[0]) {
+		s->hdr->h_ssd_enabled = 0;
+		return 0;
+	}
+	if (!s->rings) {
+		kvp_log(KVP_LOG_ERROR, "ssd", "this segment was created without an SSD tier "
+			"(no staging arena): stop the workers, remove /dev/shm/kvpool.%s and "
+			"restart with --ssd-dir", a->cfg.pool);
+		return -EPROTO;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->busy = calloc(s->g.g_index_slots, sizeof(*t->busy));
+	t->tombed = calloc(s->g.g_index_slots, 1);
+	t->wake = calloc(s->g.g_max_clients, sizeof(bool));
+	if (!t->busy || !t->tombed || !t->wake) {
+		rc = -ENOMEM;
+		goto err_free;
+	}
+	for (k = 0; k < KVP_TIER_MAX_OPS; k++)
+		t->freeops[k] = KVP_TIER_MAX_OPS - 1 - k;
+	t->nfree = KVP_TIER_MAX_OPS;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = a->cfg.ssd_dir;
+	cfg.segment_bytes = a->cfg.ssd_segment;
+	cfg.capacity_bytes = a->cfg.ssd_size;
+	cfg.durability = a->cfg.durability_strict ? KVP_SSD_STRICT : KVP_SSD_RELAXED;
+	cfg.evict_cb = kvp_evict_segment_cb;
+	cfg.evict_arg = a;
+	rc = kvp_ssd_open_agent(&cfg, &t->ssd);
+	if (rc) {
+		kvp_log(KVP_LOG_ERROR, "ssd", "cannot open the SSD store in %s: %s",
+			a->cfg.ssd_dir, strerror(-rc));
+		goto err_free;
+	}
+	a->tier = t;
+	t->total_bytes = a->cfg.ssd_size;
+	if (!t->total_bytes) {
+		struct statvfs sv;
+
+		if (statvfs(a->cfg.ssd_dir, &sv) == 0)
+			t->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
+	}
+	n = kvp_ssd_recover_agent(t->ssd, kvp_recover_cb, a);
+	if (n < 0) {
+		rc = (int)n;
+		kvp_log(KVP_LOG_ERROR, "ssd", "recovery failed: %s", strerror(-rc));
+		goto err_close;
+	}
+	/* entries whose SSD copy did not survive (segment gone) */
+	{
+		uint64_t i, lost = 0;
+		struct kvp_ssd_seg_info si;
+
+		for (i = 0; i < s->g.g_index_slots; i++) {
+			uint64_t w = kvp_load_acquire(&s->meta[i]); /* acquire */
+			uint64_t ssd = kvp_load_relaxed(&s->entries[i].e_ssd);
+
+			if ((KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
+			    !ssd || kvp_ssd_segment_info_agent(t->ssd, KVP_SSD_LOC_SEG(ssd), &si) == 0)
+				continue;
+			if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM)
+				kvp_store_relaxed(&s->entries[i].e_ssd, 0);
+			else if (kvp_ix_remove(s, i, w)) { /* nothing left to read */
+				kvp_ix_count_give(s);
+				lost++;
+			}
+		}
+		if (lost)
+			kvp_log(KVP_LOG_WARN, "ssd", "%llu entries lost their SSD segment",
+				(unsigned long long)lost);
+	}
+	/* what a dead predecessor left in flight: its reads died with it
+	 * (spans READING -> free; a holder still waiting re-posts), and the
+	 * requests it took are handed back to us (TAKEN -> POSTED, same
+	 * sequence, so the waiting client's word still matches) */
+	{
+		uint64_t j, handed = 0, total = (uint64_t)s->g.g_max_clients *
+						 s->g.g_ring_entries;
+
+		for (j = 0; j < s->g.g_staging_slots; j++) {
+			struct kvp_span *sp = &s->spans[j];
+			uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
+			unsigned b, ns = KVP_SP_N(w);
+
+			if (KVP_SP_STATE(w) == KVP_SP_FREEING) {
+				/* a free our predecessor was doing */
+				kvp_span_adopt_agent(s, (uint32_t)j, KVP_SP_AGENT);
+				continue;
+			}
+			if (KVP_SP_STATE(w) != KVP_SP_READING)
+				continue;
+			/* full: its slots were counted when it was allocated */
+			kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - ns);
+			for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
+				kvp_store_relaxed(&sp->sp_holders[b], 0); /* relaxed: ours */
+			for (b = 1; b < ns && j + b < s->g.g_staging_slots; b++)
+				kvp_store_release(&s->spans[j + b].sp_state, 0); /* release */
+			/* release: free again */
+			kvp_store_release(&sp->sp_state,
+					  KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
+		}
+		for (j = 0; j < total; j++) {
+			/* acquire: the last word written on the entry */
+			uint64_t w = kvp_load_acquire(&s->rings[j].rq_state);
+			/* full CAS: the client may withdraw it at the same time;
+			 * one our predecessor died answering is served again */
+			if (((w & 0xff) == KVP_RQ_TAKEN || (w & 0xff) == KVP_RQ_ANSWERING) &&
+			    kvp_cas(&s->rings[j].rq_state, w, (w & ~0xffull) | KVP_RQ_POSTED))
+				handed++;
+		}
+		if (handed)
+			kvp_log(KVP_LOG_INFO, "ssd", "%llu requests taken by the previous agent "
+				"are served again", (unsigned long long)handed);
+	}
+	reg[0].iov_base = s->arena;
+	reg[0].iov_len = s->g.g_dram_pages * s->g.g_dram_unit;
+	reg[1].iov_base = s->staging;
+	reg[1].iov_len = s->g.g_staging_slots * s->g.g_staging_slot_bytes;
+	kvp_ssd_register_buffers_agent(t->ssd, reg, 2);
+	s->hdr->h_ssd_enabled = 1;
+	kvp_tier_publish(a);
+	kvp_log(KVP_LOG_INFO, "ssd", "SSD tier in %s: %lld records recovered; staging %llu "
+		"x %llu KiB", a->cfg.ssd_dir, (long long)n,
+		(unsigned long long)s->g.g_staging_slots,
+		(unsigned long long)(s->g.g_staging_slot_bytes >> 10));
+	return 0;
+
+err_close:
+	kvp_ssd_close_agent(t->ssd);
+	a->tier = NULL;
+err_free:
+	free(t->busy);
+	free(t->tombed);
+	free(t->wake);
+	free(t);
+	return rc;
+}
+
+void
+kvp_tier_close_agent(struct kvp_agent *a)
+{
+	struct kvp_tier *t = a->tier;
+
+	if (!t)
+		return;
+	a->seg.hdr->h_ssd_enabled = 0;
+	kvp_ssd_close_agent(t->ssd);
+	a->tier = NULL;
+	free(t->busy);
+	free(t->tombed);
+	free(t->wake);
+	free(t);
+}
+
+/* SSD usage into the header for tools and /metrics (at most every 50 ms),
+ * and the staging count put right when the arena is idle. */
+void
+kvp_tier_publish(struct kvp_agent *a)
+{
+	struct kvp_tier *t = a->tier;
+	struct kvp_shm_header *h = a->seg.hdr;
+	struct kvp_ssd_usage u;
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), lost;
+
+	if (now - t->published_ns < 50ull * 1000 * 1000)
+		return;
+	t->published_ns = now;
+	kvp_ssd_usage_agent(t->ssd, &u);
+	/* relaxed: statistics for readers of the header */
+	kvp_store_relaxed(&h->h_ssd_used_bytes, u.used_bytes);
+	kvp_store_relaxed(&h->h_ssd_live_bytes, u.live_bytes);
+	kvp_store_relaxed(&h->h_ssd_total_bytes, t->total_bytes);
+	lost = kvp_staging_reconcile(&a->seg);
+	if (lost)
+		kvp_log(KVP_LOG_INFO, "ssd", "staging count corrected by %llu slots (a "
+			"client died while freeing a span)", (unsigned long long)lost);
+}

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tier_int.h - internals of the agent's tier thread, shared by the files
+ * cut by role (docs/design.md has the map): loop.c (the round), evict.c
+ * (eviction policy), victim.c (the CHECK verdict: relocate or remove a
+ * victim), dram.c (the allocator from the agent's side: deferred frees,
+ * orphan sweep, repair), staging.c (the staging arena and its spans),
+ * rings.c (the request-ring server), move.c (demotion, promotion,
+ * tombstones, the stop flush), recover.c (recovery and segment reclaim
+ * callbacks), tier.c (operations in flight, the SSD store's lifecycle).
+ * Tier thread only, except where a function says otherwise.
+ */
+#ifndef KVP_TIER_INT_H
+#define KVP_TIER_INT_H
+
+#include <sys/uio.h>
+
+#include "agent/agent_int.h"
+#include "index/index_int.h"
+#include "tiers/kvp_ssd.h"
+
+#define KVP_TIER_MAX_OPS 1024u
+#define KVP_TIER_MAX_DEMOTING 32u
+#define KVP_AGENT_OWNER 0xfffeu /* claims made by the agent (recovery) */
+
+enum { TOP_FREE = 0, TOP_STAGE, TOP_PROMOTE, TOP_DEMOTE, TOP_TOMB };
+
+struct kvp_waiter {
+	uint32_t client, ring;
+	uint64_t word;  /* the TAKEN word we answer with a CAS */
+	uint64_t cgen;  /* the client slot's state word when taken */
+	uint64_t skip;  /* where its bytes start in the span */
+};
+
+/*
+ * An operation in flight.  Its waiters are requests answered when it
+ * completes: readers (STAGE, PROMOTE), or strict deletes (DEMOTE: the
+ * tombstone follows once the value's location is known; TOMB: answered
+ * when the tombstone is durable).
+ */
+struct kvp_top {
+	int kind;
+	uint64_t slot, gen, vlen;
+	uint64_t astart, alen; /* STAGE: value extent read (4 KiB aligned) */
+	uint32_t head, nslots; /* STAGE: span */
+	uint32_t first;        /* PROMOTE, DEMOTE: DRAM first unit */
+	struct kvp_waiter *w;
+	unsigned nw, capw;
+	struct iovec iov[64];
+	unsigned niov;
+};
+
+/* Ops in flight on one index slot are counted in 16 bits: each op counts
+ * once, so the count never exceeds KVP_TIER_MAX_OPS, however many reads
+ * of one key clients post (a wrap would let the orphan sweep free DRAM a
+ * promotion is still reading into). */
+_Static_assert(KVP_TIER_MAX_OPS <= UINT16_MAX, "per-slot op count width");
+
+struct kvp_tier {
+	struct kvp_ssd *ssd;
+	struct kvp_top ops[KVP_TIER_MAX_OPS];
+	uint32_t freeops[KVP_TIER_MAX_OPS];
+	uint32_t nfree;
+	uint16_t *busy;         /* per index slot: ops in flight on it */
+	uint8_t *tombed;        /* per index slot: a DELETED value whose
+				 * tombstone is already written or queued */
+	unsigned demoting;
+	uint64_t write_fail_until; /* after an SSD write error: drop, not demote */
+	bool *wake;             /* per client: answered this round */
+	uint64_t total_bytes;   /* --ssd-size, or the file system's size */
+	uint64_t published_ns;  /* last SSD usage published to the header */
+};
+
+/* A request being answered, and the call it belongs to (rings.c). */
+struct kvp_callstate;
+
+/* tier.c: operations in flight */
+struct kvp_top *kvp_top_get(struct kvp_tier *t, int kind, uint64_t *tag);
+void kvp_top_put(struct kvp_tier *t, struct kvp_top *op);
+int kvp_top_add_waiter(struct kvp_top *op, const struct kvp_waiter *w);
+unsigned kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes, struct iovec *iov,
+		      unsigned max);
+void kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq);
+void kvp_tier_publish(struct kvp_agent *a);
+
+/* staging.c */
+void kvp_span_set_holder(struct kvp_span *sp, uint32_t client);
+void kvp_span_clear_holder(struct kvp_span *sp, uint32_t client);
+bool kvp_span_unheld(const struct kvp_span *sp);
+bool kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head, bool count_expired);
+uint32_t kvp_staging_find(struct kvp_seg *s, unsigned need);
+void kvp_staging_account(struct kvp_seg *s, unsigned need);
+uint64_t kvp_staging_reconcile(struct kvp_seg *s);
+
+/* rings.c */
+void kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res, uint64_t where,
+		int span_head);
+void kvp_wake_clients(struct kvp_agent *a);
+unsigned kvp_serve_rings(struct kvp_agent *a);
+void kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd);
+
+/* move.c */
+uint64_t kvp_entry_key(const struct kvp_entry *e, unsigned char key[256]);
+int kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
+		   const struct kvp_waiter *w, unsigned nw);
+struct kvp_top *kvp_demote_in_flight(struct kvp_tier *t, uint64_t slot);
+
+/* recover.c */
+int kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r);
+int kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg);
+
+/* victim.c: the verdict of the CHECK protocol on one candidate */
+void kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c);
+uint64_t kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr why);
+
+#endif /* KVP_TIER_INT_H */
