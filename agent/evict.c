@@ -366,7 +366,15 @@ kvp_ix_round_agent(struct kvp_agent *a, uint64_t *freed, bool *stuck)
 	}
 	if (used < high)
 		return kicked; /* room already: let the putter look again */
-	return kvp_ix_evict_pass_agent(a, low, freed, stuck) > 0 || *stuck || kicked;
+	if (kvp_ix_evict_pass_agent(a, low, freed, stuck) > 0)
+		return true;
+	/* nothing to remove, but a recount is due (a client died while it
+	 * changed the count): the count may be high for nothing, so this is
+	 * not "everything held" yet; the putter retries (-EBUSY) */
+	/* acquire: pairs with the reaper's release */
+	if (*stuck && kvp_load_acquire(&a->ix_recount_due))
+		*stuck = false;
+	return *stuck || kicked;
 }
 
 /*

@@ -27,6 +27,7 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 		while ((n = kvp_ssd_poll_agent(t->ssd, cq, 64, 0)) > 0)
 			for (k = 0; k < n; k++)
 				kvp_complete(a, &cq[k]);
+		kvp_tomb_retry_agent(a); /* tombstones the store could not take */
 		kvp_serve_rings(a);
 		kvp_tier_publish(a);
 	}

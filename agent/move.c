@@ -24,11 +24,68 @@ kvp_entry_key(const struct kvp_entry *e, unsigned char key[256])
 }
 
 /*
+ * A tombstone no strict delete waits for, that the store could not take
+ * (its request limit, memory): kept in the agent's memory and queued
+ * again every round, and at stop, so that no tombstone is ever dropped
+ * (a dropped one lets the deleted or evicted value come back after a
+ * restart).  Tier thread.
+ */
+struct kvp_tomb_later {
+	uint64_t ns, target;
+	uint32_t klen;
+	unsigned char key[KVP_KEY_MAX];
+};
+
+static void
+kvp_tomb_later(struct kvp_tier *t, uint64_t ns, const unsigned char *key, uint32_t klen,
+	       uint64_t target)
+{
+	struct kvp_tomb_later *x;
+
+	if (t->nlater == t->caplater) {
+		size_t cap = t->caplater ? t->caplater * 2 : 64;
+		struct kvp_tomb_later *n = realloc(t->later, cap * sizeof(*n));
+
+		if (!n) {
+			kvp_log(KVP_LOG_ERROR, "ssd", "out of memory: a tombstone is lost (its "
+				"value may come back after a restart)");
+			return;
+		}
+		t->later = n;
+		t->caplater = cap;
+	}
+	x = &t->later[t->nlater++];
+	x->ns = ns;
+	x->target = target;
+	x->klen = klen;
+	memcpy(x->key, key, klen);
+}
+
+/* Queue the tombstones that waited (each round, and at stop).  Returns
+ * how many are still waiting. */
+size_t
+kvp_tomb_retry_agent(struct kvp_agent *a)
+{
+	struct kvp_tier *t = a->tier;
+
+	while (t && t->nlater) {
+		const struct kvp_tomb_later *x = &t->later[t->nlater - 1];
+
+		if (kvp_ssd_tombstone_agent(t->ssd, 0, x->ns, x->key, x->klen, x->target))
+			break; /* the store is full of requests: next round */
+		t->nlater--;
+	}
+	return t ? t->nlater : 0;
+}
+
+/*
  * Queue a tombstone for the key of index slot 'slot' (READY, DELETED or
  * under CHECK: its key is stable) that deletes the value record at
  * 'target'.  The slot is marked tombed (its reclaim writes no second
- * one).  Waiters (strict deletes) are answered when it completes; on
- * failure they are answered here.  0 or -errno.
+ * one).  Waiters (strict deletes) are answered when it completes; it then
+ * needs an operation of its own (on failure they are answered -EIO here).
+ * One nobody waits for is never dropped: if the store cannot take it now
+ * it is queued again later (kvp_tomb_retry_agent).  0 or -errno.
  */
 int
 kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target, const struct kvp_waiter *w,
@@ -37,31 +94,41 @@ kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target, const struct
 	struct kvp_tier *t = a->tier;
 	struct kvp_entry *e = &a->seg.entries[slot];
 	unsigned char key[256];
-	uint64_t tag, klen = kvp_entry_key(e, key);
-	struct kvp_top *op;
+	uint64_t tag = 0, klen = kvp_entry_key(e, key);
+	/* relaxed: the key fields are stable (see above) */
+	uint64_t ns = kvp_load_relaxed(&e->e_ns);
+	struct kvp_top *op = NULL;
 	unsigned k;
 	int rc = -EINVAL;
 
 	if (klen == 0 || klen > KVP_KEY_MAX)
 		goto fail;
-	rc = -EBUSY;
-	op = kvp_top_get(t, TOP_TOMB, &tag);
-	if (!op)
-		goto fail;
-	op->slot = slot;
-	for (k = 0; k < nw; k++) {
-		rc = kvp_top_add_waiter(op, &w[k]);
-		if (rc) {
+	if (nw) {
+		rc = -EBUSY;
+		op = kvp_top_get(t, TOP_TOMB, &tag);
+		if (!op)
+			goto fail;
+		op->slot = slot;
+		for (k = 0; k < nw; k++) {
+			rc = kvp_top_add_waiter(op, &w[k]);
+			if (rc) {
+				kvp_top_put(t, op);
+				goto fail;
+			}
+		}
+	}
+	/* earlier tombstones first: their order does not matter (each names
+	 * its record), but the queue must drain */
+	if (t->nlater)
+		kvp_tomb_retry_agent(a);
+	rc = t->nlater ? -EBUSY
+		       : kvp_ssd_tombstone_agent(t->ssd, tag, ns, key, (uint32_t)klen, target);
+	if (rc) {
+		if (op) {
 			kvp_top_put(t, op);
 			goto fail;
 		}
-	}
-	/* relaxed: the key fields are stable (see above) */
-	rc = kvp_ssd_tombstone_agent(t->ssd, tag, kvp_load_relaxed(&e->e_ns), key,
-				     (uint32_t)klen, target);
-	if (rc) {
-		kvp_top_put(t, op);
-		goto fail;
+		kvp_tomb_later(t, ns, key, (uint32_t)klen, target);
 	}
 	t->tombed[slot] = 1;
 	return 0;
@@ -187,6 +254,7 @@ kvp_flush_left(struct kvp_agent *a, uint64_t *tombs)
 			 !a->tier->tombed[i])
 			(*tombs)++;
 	}
+	*tombs += a->tier->nlater; /* queued but not yet taken by the store */
 	return n;
 }
 
@@ -253,7 +321,8 @@ kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns)
 			break;
 	}
 out:
-	while (kvp_ssd_outstanding_agent(t->ssd) && kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
+	while ((kvp_ssd_outstanding_agent(t->ssd) || t->nlater) &&
+	       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
 		kvp_tier_step_agent(a, 5);
 	left = kvp_flush_left(a, &ltombs);
 	kvp_log(left || ltombs ? KVP_LOG_WARN : KVP_LOG_INFO, "ssd", "stop: %llu values written "
@@ -264,4 +333,130 @@ out:
 		left || ltombs ? " (deadline, SSD full or failing, or values still being put)"
 			       : "");
 	return left + ltombs;
+}
+
+/*
+ * Promotion: read the whole value of SSD-resident slot (generation gen,
+ * vlen bytes, record at ssd) into new DRAM runs tagged (slot, gen), for
+ * waiter w, while DRAM is below the high watermark (and --no-promote is
+ * off).  The slot is busy while the read is in flight (the orphan sweep
+ * keeps the runs); the location switches to DRAM at the completion
+ * (kvp_complete_promote), the SSD copy stays.  Never waits for the
+ * allocator lock.  True if in flight (w is answered then), false: stage.
+ */
+bool
+kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w, uint64_t slot,
+			uint64_t gen, uint64_t vlen, uint64_t ssd)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	struct kvp_ssd_read rd;
+	struct kvp_top *op;
+	uint32_t first = 0;
+	uint64_t tag = 0;
+
+	if (a->cfg.no_promote || kvp_dram_above_high_agent(a))
+		return false;
+	op = kvp_top_get(t, TOP_PROMOTE, &tag);
+	if (!op)
+		return false;
+	if (kvp_dram_alloc_until(s, vlen, slot, (uint32_t)gen, &first, 0)) {
+		kvp_top_put(t, op);
+		return false;
+	}
+	op->slot = slot;
+	op->gen = gen;
+	op->vlen = vlen;
+	op->first = first;
+	op->niov = kvp_runs_iov(s, first, vlen, op->iov, 64);
+	memset(&rd, 0, sizeof(rd));
+	rd.loc = ssd;
+	rd.vlen = vlen;
+	rd.off = 0;
+	rd.len = vlen;
+	rd.ndst = op->niov;
+	rd.dst = op->iov;
+	kvp_read_identity(&s->entries[slot], &rd);
+	if (op->niov && kvp_top_add_waiter(op, w) == 0 &&
+	    kvp_ssd_read_agent(t->ssd, tag, &rd) == 0) {
+		t->busy[slot]++;
+		kvp_crashpoint(A_PROMOTE_SUBMITTED);
+		return true;
+	}
+	kvp_dram_free_agent(a, first, slot, (uint32_t)gen);
+	kvp_top_put(t, op);
+	return false;
+}
+
+/* A promotion completed: the DRAM copy is whole, so the location
+ * switches to it (release: the bytes before the location; same
+ * generation, the slot busy until now); on an error its runs go. */
+void
+kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op, int status)
+{
+	struct kvp_seg *s = &a->seg;
+	unsigned k;
+
+	if (!status) {
+		struct kvp_entry *e = &s->entries[op->slot];
+		/* relaxed: published by the e_loc release below */
+		kvp_store_relaxed(&e->e_run, s->pages[op->first].pg_npages);
+		/* release: the DRAM copy is complete before anyone reads
+		 * this location */
+		kvp_store_release(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, op->first));
+		kvp_crashpoint(A_PROMOTE_SWITCHED);
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_PROMOTE], 1); /* stat */
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->vlen);
+	} else {
+		kvp_dram_free_agent(a, op->first, op->slot, (uint32_t)op->gen);
+	}
+	for (k = 0; k < op->nw; k++)
+		kvp_answer(a, &op->w[k], status ? (status == -ENOENT ? -EIO : status) : 0,
+			   status ? 0 : KVP_WHERE_DRAM, -1);
+}
+
+/* A demotion completed: the entry remembers its SSD copy (the DRAM is
+ * freed by a later relocation under CHECK, victim.c); strict deletes that
+ * waited for it get their tombstone now.  A failed write makes eviction
+ * drop instead of demote for a second. */
+void
+kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op, const struct kvp_ssd_cqe *cq)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	unsigned k;
+
+	a->idle_used = 0; /* its DRAM can go now: work for the evictor */
+	if (!cq->status) {
+		/* relaxed: read only for SSD-resident entries, which this one
+		 * becomes through a later CHECK CAS */
+		kvp_store_relaxed(&s->entries[op->slot].e_ssd, cq->loc);
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE], 1); /* stat */
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE_BYTES], op->vlen);
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_WRITE_BYTES], op->vlen);
+		/* the record exists now (the slot is DELETED and busy:
+		 * nobody reclaimed it) */
+		if (op->nw)
+			kvp_tomb_queue(a, op->slot, cq->loc, op->w, op->nw);
+	} else {
+		if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
+			kvp_log(KVP_LOG_WARN, "ssd", "demotion failed: %s; evicting without "
+				"demotion for 1 s", strerror(-cq->status));
+		t->write_fail_until = kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+		/* nothing reached the disk: a waiting delete is done */
+		for (k = 0; k < op->nw; k++)
+			kvp_answer(a, &op->w[k], 0, 0, -1);
+	}
+	t->demoting--;
+}
+
+/* A tombstone completed: strict deletes waiting for it are answered
+ * (written and, in strict mode, fdatasync'd: 0; else -EIO). */
+void
+kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op, int status)
+{
+	unsigned k;
+
+	for (k = 0; k < op->nw; k++)
+		kvp_answer(a, &op->w[k], status ? -EIO : 0, 0, -1);
 }

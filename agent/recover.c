@@ -153,3 +153,79 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 	free(d.slots);
 	return d.veto;
 }
+
+/* After recovery: entries whose SSD copy did not survive (its segment is
+ * gone: given back by the store, or lost) lose it; an SSD-only one has
+ * nothing left to read and leaves the index.  A re-attaching agent only. */
+void
+kvp_recover_lost_agent(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_ssd_seg_info si;
+	uint64_t i, lost = 0;
+
+	for (i = 0; i < s->g.g_index_slots; i++) {
+		uint64_t w = kvp_load_acquire(&s->meta[i]); /* acquire: the publish */
+		/* relaxed: this thread writes locations (no threads yet) */
+		uint64_t ssd = kvp_load_relaxed(&s->entries[i].e_ssd);
+
+		if ((KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
+		    !ssd || kvp_ssd_segment_info_agent(a->tier->ssd, KVP_SSD_LOC_SEG(ssd), &si) == 0)
+			continue;
+		if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM) {
+			kvp_store_relaxed(&s->entries[i].e_ssd, 0); /* relaxed: as above */
+		} else if (kvp_ix_remove(s, i, w)) {
+			kvp_ix_count_give(s);
+			lost++;
+		}
+	}
+	if (lost)
+		kvp_log(KVP_LOG_WARN, "ssd", "%llu entries lost their SSD segment",
+			(unsigned long long)lost);
+}
+
+/* What a dead predecessor left in flight: its reads died with it (spans
+ * READING -> free; a holder still waiting posts again), its frees of
+ * spans are finished (I23), and the requests it took are handed back to
+ * us (TAKEN or ANSWERING -> POSTED, same sequence, so the waiting
+ * client's word still matches). */
+void
+kvp_recover_in_flight_agent(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t j, handed = 0, total = (uint64_t)s->g.g_max_clients * s->g.g_ring_entries;
+
+	for (j = 0; j < s->g.g_staging_slots; j++) {
+		struct kvp_span *sp = &s->spans[j];
+		uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire: its last word */
+		unsigned b, ns = KVP_SP_N(w);
+
+		if (KVP_SP_STATE(w) == KVP_SP_FREEING) {
+			/* a free our predecessor was doing */
+			kvp_span_adopt_agent(s, (uint32_t)j, KVP_SP_AGENT);
+			continue;
+		}
+		if (KVP_SP_STATE(w) != KVP_SP_READING)
+			continue;
+		/* full: its slots were counted when it was allocated */
+		kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - ns);
+		for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
+			kvp_store_relaxed(&sp->sp_holders[b], 0); /* relaxed: ours */
+		for (b = 1; b < ns && j + b < s->g.g_staging_slots; b++)
+			kvp_store_release(&s->spans[j + b].sp_state, 0); /* release */
+		/* release: free again */
+		kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
+	}
+	for (j = 0; j < total; j++) {
+		/* acquire: the last word written on the entry */
+		uint64_t w = kvp_load_acquire(&s->rings[j].rq_state);
+		/* full CAS: the client may withdraw it at the same time; one
+		 * our predecessor died answering is served again */
+		if (((w & 0xff) == KVP_RQ_TAKEN || (w & 0xff) == KVP_RQ_ANSWERING) &&
+		    kvp_cas(&s->rings[j].rq_state, w, (w & ~0xffull) | KVP_RQ_POSTED))
+			handed++;
+	}
+	if (handed)
+		kvp_log(KVP_LOG_INFO, "ssd", "%llu requests taken by the previous agent are "
+			"served again", (unsigned long long)handed);
+}

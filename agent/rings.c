@@ -171,35 +171,100 @@ kvp_serve_delete(struct kvp_agent *a, struct kvp_waiter *w, uint64_t slot, uint6
 	kvp_tomb_queue(a, slot, ssd, w, 1);
 }
 
-/* Handle one TAKEN request.  Answers at once, or leaves it to an I/O. */
+/*
+ * Stage [off, off + len) of SSD-resident slot (value vlen bytes, record
+ * at ssd) for waiter w: the 4 KiB-rounded extent is read into a span of
+ * the staging arena; one resolve call gets at most half of the arena
+ * (I18: the rest is -EBUSY, asked again); a value larger than the whole
+ * arena is -E2BIG.  Answered at the read's completion (kvp_complete_stage).
+ */
 static void
-kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs)
+kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs,
+	       uint64_t slot, uint64_t gen, uint64_t vlen, uint64_t ssd, uint64_t off,
+	       uint64_t len)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_tier *t = a->tier;
-	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
-	/* relaxed: published by the client's POSTED release, acquired by
-	 * our CAS to TAKEN; untrusted, validated below */
-	uint64_t slot = kvp_load_relaxed(&q->rq_slot), gen = kvp_load_relaxed(&q->rq_gen);
-	uint64_t off = kvp_load_relaxed(&q->rq_off), len = kvp_load_relaxed(&q->rq_len);
-	uint64_t call = kvp_load_relaxed(&q->rq_call), mw, loc, ssd, vlen, S, sb;
-	struct kvp_entry *e;
+	uint64_t S = s->g.g_staging_slots, sb = s->g.g_staging_slot_bytes, tag = 0, extent;
+	struct kvp_ssd_read rd;
 	struct kvp_top *op;
-	uint64_t tag = 0, extent;
 	uint32_t dst_off = 0;
 	unsigned need;
+	int64_t head;
 	int rc;
 
-	if (call & KVP_RQ_DELETE) {
-		kvp_serve_delete(a, w, slot, gen);
+	extent = kvp_ssd_extent(off, len, &dst_off);
+	need = (unsigned)((extent + sb - 1) / sb);
+	if (need == 0)
+		need = 1;
+	if (need > S) {
+		kvp_answer(a, w, -E2BIG, 0, -1);
 		return;
 	}
-	if (call & KVP_RQ_FIRST || cs->client != w->client ||
-	    cs->call != (call & 0xffffffffull)) {
-		cs->client = w->client;
-		cs->call = call & 0xffffffffull;
-		cs->used = 0;
+	if (cs->used && cs->used + need > S / 2)
+		goto busy;
+	op = kvp_top_get(t, TOP_STAGE, &tag);
+	if (!op)
+		goto busy;
+	head = kvp_staging_alloc_agent(s, need, slot, off - dst_off, extent, w->client);
+	if (head < 0) {
+		kvp_top_put(t, op);
+		goto busy;
 	}
+	w->skip = dst_off;
+	op->slot = slot;
+	op->gen = gen;
+	op->vlen = vlen;
+	op->head = (uint32_t)head;
+	op->nslots = need;
+	op->astart = off - dst_off;
+	op->alen = extent;
+	op->iov[0].iov_base = s->staging + (uint64_t)head * sb;
+	op->iov[0].iov_len = (size_t)((uint64_t)need * sb);
+	op->niov = 1;
+	memset(&rd, 0, sizeof(rd));
+	rd.loc = ssd;
+	rd.vlen = vlen;
+	rd.off = off;
+	rd.len = len;
+	rd.ndst = 1;
+	rd.dst = op->iov;
+	kvp_read_identity(&s->entries[slot], &rd);
+	cs->used += need;
+	rc = kvp_top_add_waiter(op, w);
+	if (rc == 0)
+		rc = kvp_ssd_read_agent(t->ssd, tag, &rd);
+	if (rc) {
+		kvp_staging_abort_agent(s, (uint32_t)head, need, w->client);
+		kvp_top_put(t, op);
+		kvp_answer(a, w, rc == -EBUSY ? -EBUSY : -EIO, 0, -1);
+		return;
+	}
+	t->busy[slot]++;
+	kvp_crashpoint(A_STAGE_SUBMITTED);
+	return;
+busy:
+	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_BUSY_REJECT], 1); /* stat */
+	kvp_answer(a, w, -EBUSY, 0, -1);
+}
+
+/*
+ * A read of held slot (generation gen), bytes [off, off + len) of its
+ * value; whole: the client asked for the whole value (it may be
+ * promoted).  Everything here came from the client: the slot is
+ * range-checked, the generation and state compared with the state word,
+ * the range clipped to the value.  A DRAM-resident value is answered at
+ * once (the client copies it); an SSD-resident one joins a read of the
+ * same bytes in flight, or is promoted (move.c), or staged.
+ */
+static void
+kvp_serve_read(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs,
+	       uint64_t slot, uint64_t gen, uint64_t off, uint64_t len, bool whole)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_entry *e;
+	uint64_t mw, loc, ssd, vlen;
+
 	if (slot >= s->g.g_index_slots) {
 		kvp_answer(a, w, -EINVAL, 0, -1);
 		return;
@@ -231,129 +296,67 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 		len = vlen - off;
 	if (kvp_try_join(a, slot, off, len, w))
 		return;
-	/* promotion: the whole value into DRAM, if DRAM has room */
-	if ((call & KVP_RQ_WHOLE) && off == 0 && len == vlen && !a->cfg.no_promote &&
-	    !kvp_dram_above_high_agent(a)) {
-		uint32_t first = 0;
+	if (whole && off == 0 && len == vlen &&
+	    kvp_promote_start_agent(a, w, slot, KVP_IX_GEN(mw), vlen, ssd))
+		return;
+	kvp_stage_read(a, w, cs, slot, KVP_IX_GEN(mw), vlen, ssd, off, len);
+}
 
-		op = kvp_top_get(t, TOP_PROMOTE, &tag);
-		/* never waits for the allocator lock: staged instead */
-		if (op && kvp_dram_alloc_until(s, vlen, slot, KVP_IX_GEN(mw), &first, 0) == 0) {
-			struct kvp_ssd_read rd;
+/* Handle one TAKEN request.  Answers at once, or leaves it to an I/O. */
+static void
+kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
+	/* relaxed: published by the client's POSTED release, acquired by
+	 * our CAS to TAKEN; untrusted, validated by the callees */
+	uint64_t slot = kvp_load_relaxed(&q->rq_slot), gen = kvp_load_relaxed(&q->rq_gen);
+	uint64_t off = kvp_load_relaxed(&q->rq_off), len = kvp_load_relaxed(&q->rq_len);
+	uint64_t call = kvp_load_relaxed(&q->rq_call);
 
-			op->slot = slot;
-			op->gen = KVP_IX_GEN(mw);
-			op->vlen = vlen;
-			op->first = first;
-			op->niov = kvp_runs_iov(s, first, vlen, op->iov, 64);
-			memset(&rd, 0, sizeof(rd));
-			rd.loc = ssd;
-			rd.vlen = vlen;
-			rd.off = 0;
-			rd.len = vlen;
-			rd.ndst = op->niov;
-			rd.dst = op->iov;
-			kvp_read_identity(e, &rd);
-			if (op->niov && kvp_top_add_waiter(op, w) == 0 &&
-			    kvp_ssd_read_agent(t->ssd, tag, &rd) == 0) {
-				t->busy[slot]++;
-				kvp_crashpoint(A_PROMOTE_SUBMITTED);
-				return;
-			}
-			kvp_dram_free_agent(a, first, slot, KVP_IX_GEN(mw));
-		}
-		if (op)
-			kvp_top_put(t, op);
-	}
-	/* staging: the extent only; at most half the arena per call */
-	S = s->g.g_staging_slots;
-	sb = s->g.g_staging_slot_bytes;
-	extent = kvp_ssd_extent(off, len, &dst_off);
-	need = (unsigned)((extent + sb - 1) / sb);
-	if (need == 0)
-		need = 1;
-	if (need > S) {
-		kvp_answer(a, w, -E2BIG, 0, -1);
+	if (call & KVP_RQ_DELETE) {
+		kvp_serve_delete(a, w, slot, gen);
 		return;
 	}
-	if (cs->used && cs->used + need > S / 2) {
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_BUSY_REJECT], 1); /* stat */
-		kvp_answer(a, w, -EBUSY, 0, -1);
-		return;
+	/* a new resolve call starts a new staging budget (I18) */
+	if (call & KVP_RQ_FIRST || cs->client != w->client ||
+	    cs->call != (call & 0xffffffffull)) {
+		cs->client = w->client;
+		cs->call = call & 0xffffffffull;
+		cs->used = 0;
 	}
-	op = kvp_top_get(t, TOP_STAGE, &tag);
-	{
-		uint32_t head = kvp_staging_find(s, need);
-		struct kvp_ssd_read rd;
-		uint64_t hw0;
-		unsigned k;
+	kvp_serve_read(a, w, cs, slot, gen, off, len, (call & KVP_RQ_WHOLE) != 0);
+}
 
-		if (head == UINT32_MAX && kvp_staging_sweep_agent(s))
-			head = kvp_staging_find(s, need);
-		if (!op || head == UINT32_MAX) {
-			if (op)
-				kvp_top_put(t, op);
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_BUSY_REJECT], 1); /* stat */
-			kvp_answer(a, w, -EBUSY, 0, -1);
-			return;
+/* A staged read completed: the span is READY (release: its bytes first),
+ * each waiter is answered with where its bytes start, and the span goes
+ * as soon as no waiter holds it.  On an error nobody keeps a bit. */
+void
+kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op, int status)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_span *sp = &s->spans[op->head];
+	/* acquire: our own READING word */
+	uint64_t w = kvp_load_acquire(&sp->sp_state);
+	unsigned k;
+
+	/* release: the bytes before READY; pairs with the holders */
+	kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w), op->nslots, KVP_SP_READY));
+	kvp_crashpoint(A_STAGE_READY);
+	for (k = 0; k < op->nw; k++) {
+		if (status) {
+			kvp_span_clear_holder(sp, op->w[k].client);
+			kvp_answer(a, &op->w[k], status == -ENOENT ? -EIO : status, 0, -1);
+		} else {
+			kvp_answer(a, &op->w[k], 0, (uint64_t)(op->head + 1) | (op->w[k].skip << 32),
+				   (int)op->head);
 		}
-		/* acquire: the free word we allocate from (its generation) */
-		hw0 = kvp_load_acquire(&s->spans[head].sp_state);
-		kvp_staging_account(s, need);
-		for (k = 1; k < need; k++)
-			/* release: a body slot of this span, not free */
-			kvp_store_release(&s->spans[head + k].sp_state,
-					  KVP_SP_BODYW(KVP_SP_GEN(hw0), head));
-		for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
-			kvp_store_relaxed(&s->spans[head].sp_holders[k], 0); /* relaxed: ours */
-		kvp_store_relaxed(&s->spans[head].sp_slot, slot + 1);
-		kvp_store_relaxed(&s->spans[head].sp_off, off - dst_off);
-		kvp_store_relaxed(&s->spans[head].sp_len, extent);
-		{
-			/* acquire: the free state we allocate from */
-			uint64_t sw = kvp_load_acquire(&s->spans[head].sp_state);
-			/* release: a span in flight */
-			kvp_store_release(&s->spans[head].sp_state,
-					  KVP_SP_WORD(KVP_SP_GEN(sw), need, KVP_SP_READING));
-		}
-		w->skip = dst_off;
-		kvp_span_set_holder(&s->spans[head], w->client);
-		op->slot = slot;
-		op->gen = KVP_IX_GEN(mw);
-		op->vlen = vlen;
-		op->head = head;
-		op->nslots = need;
-		op->astart = off - dst_off;
-		op->alen = extent;
-		op->iov[0].iov_base = s->staging + (uint64_t)head * sb;
-		op->iov[0].iov_len = (size_t)((uint64_t)need * sb);
-		op->niov = 1;
-		memset(&rd, 0, sizeof(rd));
-		rd.loc = ssd;
-		rd.vlen = vlen;
-		rd.off = off;
-		rd.len = len;
-		rd.ndst = 1;
-		rd.dst = op->iov;
-		kvp_read_identity(e, &rd);
-		cs->used += need;
-		rc = kvp_top_add_waiter(op, w);
-		if (rc == 0)
-			rc = kvp_ssd_read_agent(t->ssd, tag, &rd);
-		if (rc) {
-			kvp_span_clear_holder(&s->spans[head], w->client);
-			/* release: READY with no holder frees it below */
-			kvp_store_release(&s->spans[head].sp_state,
-					  KVP_SP_WORD(KVP_SP_GEN(kvp_load_relaxed(&s->spans[head].sp_state)),
-						      need, KVP_SP_READY));
-			kvp_span_free_if_unheld(s, head, false);
-			kvp_top_put(t, op);
-			kvp_answer(a, w, rc == -EBUSY ? -EBUSY : -EIO, 0, -1);
-			return;
-		}
-		t->busy[slot]++;
-		kvp_crashpoint(A_STAGE_SUBMITTED);
 	}
+	if (!status) {
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGED], 1); /* stat */
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->alen);
+	}
+	kvp_span_free_if_unheld(s, op->head, false);
 }
 
 /* Take every POSTED request of every live client. */

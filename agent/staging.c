@@ -226,6 +226,54 @@ kvp_staging_find(struct kvp_seg *s, unsigned need)
 }
 
 /*
+ * Allocate a span of 'need' slots for the extent [astart, astart + extent)
+ * of index slot 'slot', READING, with client's bit set (tier thread: the
+ * only allocator).  An arena with no room is swept once (spans whose
+ * holders are gone).  The head slot, or -EBUSY.
+ */
+int64_t
+kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot, uint64_t astart,
+			uint64_t extent, uint32_t client)
+{
+	uint32_t head = kvp_staging_find(s, need);
+	uint64_t hw;
+	unsigned k;
+
+	if (head == UINT32_MAX && kvp_staging_sweep_agent(s))
+		head = kvp_staging_find(s, need);
+	if (head == UINT32_MAX)
+		return -EBUSY;
+	/* acquire: the free word we allocate from (its generation) */
+	hw = kvp_load_acquire(&s->spans[head].sp_state);
+	kvp_staging_account(s, need);
+	for (k = 1; k < need; k++)
+		/* release: a body slot of this span, not free */
+		kvp_store_release(&s->spans[head + k].sp_state, KVP_SP_BODYW(KVP_SP_GEN(hw), head));
+	for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
+		kvp_store_relaxed(&s->spans[head].sp_holders[k], 0); /* relaxed: ours */
+	kvp_store_relaxed(&s->spans[head].sp_slot, slot + 1); /* relaxed: published below */
+	kvp_store_relaxed(&s->spans[head].sp_off, astart);
+	kvp_store_relaxed(&s->spans[head].sp_len, extent);
+	/* release: a span in flight */
+	kvp_store_release(&s->spans[head].sp_state, KVP_SP_WORD(KVP_SP_GEN(hw), need, KVP_SP_READING));
+	kvp_span_set_holder(&s->spans[head], client);
+	return head;
+}
+
+/* The read into a span just allocated could not be submitted: the
+ * client's bit goes, the span is READY with no holder and freed. */
+void
+kvp_staging_abort_agent(struct kvp_seg *s, uint32_t head, unsigned need, uint32_t client)
+{
+	kvp_span_clear_holder(&s->spans[head], client);
+	/* release: READY with no holder, freed just below */
+	kvp_store_release(&s->spans[head].sp_state,
+			  KVP_SP_WORD(KVP_SP_GEN(kvp_load_relaxed(&s->spans[head].sp_state)), need,
+				      KVP_SP_READY));
+	kvp_span_free_if_unheld(s, head, false);
+}
+
+/*
  * Staging occupancy, kept exactly: h_staging_used goes up by a span's
  * slots here, before the span leaves FREE (this thread is the only
  * allocator), and down by the same count from whoever wins the span's

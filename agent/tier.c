@@ -116,96 +116,31 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 	struct kvp_seg *s = &a->seg;
 	struct kvp_tier *t = a->tier;
 	struct kvp_top *op;
-	unsigned k;
 
 	if (cq->tag == 0 || cq->tag > KVP_TIER_MAX_OPS)
 		return;
 	op = &t->ops[cq->tag - 1];
-	if (op->kind == TOP_DEMOTE)
-		a->idle_used = 0; /* its DRAM can go now: work for the evictor */
 	if (cq->status && cq->status != -ENOSPC)
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_ERRORS], 1); /* stat */
 	switch (op->kind) {
-	case TOP_STAGE: {
-		struct kvp_span *sp = &s->spans[op->head];
-		/* acquire: our own READING word */
-		uint64_t w = kvp_load_acquire(&sp->sp_state);
-
-		/* release: the bytes before READY; pairs with holders */
-		kvp_store_release(&sp->sp_state,
-				  KVP_SP_WORD(KVP_SP_GEN(w), op->nslots, KVP_SP_READY));
-		kvp_crashpoint(A_STAGE_READY);
-		for (k = 0; k < op->nw; k++) {
-			if (cq->status) {
-				kvp_span_clear_holder(sp, op->w[k].client);
-				kvp_answer(a, &op->w[k], cq->status == -ENOENT ? -EIO : cq->status,
-					   0, -1);
-			} else {
-				kvp_answer(a, &op->w[k], 0,
-					   (uint64_t)(op->head + 1) | (op->w[k].skip << 32),
-					   (int)op->head);
-			}
-		}
-		if (!cq->status) {
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGED], 1); /* stat */
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->alen);
-		}
-		kvp_span_free_if_unheld(s, op->head, false);
-		t->busy[op->slot]--;
+	case TOP_STAGE:
+		kvp_complete_stage(a, op, cq->status);
 		break;
-	}
 	case TOP_PROMOTE:
-		if (!cq->status) {
-			struct kvp_entry *e = &s->entries[op->slot];
-			/* relaxed: published by the e_loc release below */
-			kvp_store_relaxed(&e->e_run, s->pages[op->first].pg_npages);
-			/* release: the DRAM copy is complete before anyone
-			 * reads this location */
-			kvp_store_release(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, op->first));
-			kvp_crashpoint(A_PROMOTE_SWITCHED);
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_PROMOTE], 1); /* stat */
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->vlen);
-		} else {
-			kvp_dram_free_agent(a, op->first, op->slot, (uint32_t)op->gen);
-		}
-		for (k = 0; k < op->nw; k++)
-			kvp_answer(a, &op->w[k], cq->status ? (cq->status == -ENOENT ? -EIO
-							       : cq->status) : 0,
-				   cq->status ? 0 : KVP_WHERE_DRAM, -1);
-		t->busy[op->slot]--;
+		kvp_complete_promote(a, op, cq->status);
 		break;
 	case TOP_DEMOTE:
-		if (!cq->status) {
-			/* relaxed: read only for SSD-resident entries, which
-			 * this one becomes through a later CHECK CAS */
-			kvp_store_relaxed(&s->entries[op->slot].e_ssd, cq->loc);
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE], 1); /* stat */
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE_BYTES], op->vlen);
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_WRITE_BYTES], op->vlen);
-			/* strict deletes that came while it was written: the
-			 * record exists now, so it gets its tombstone (the
-			 * slot is DELETED and busy: nobody reclaimed it) */
-			if (op->nw)
-				kvp_tomb_queue(a, op->slot, cq->loc, op->w, op->nw);
-		} else {
-			if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
-				kvp_log(KVP_LOG_WARN, "ssd", "demotion failed: %s; evicting "
-					"without demotion for 1 s", strerror(-cq->status));
-			t->write_fail_until = kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
-			/* nothing reached the disk: a waiting delete is done */
-			for (k = 0; k < op->nw; k++)
-				kvp_answer(a, &op->w[k], 0, 0, -1);
-		}
-		t->busy[op->slot]--;
-		t->demoting--;
+		kvp_complete_demote(a, op, cq);
 		break;
 	case TOP_TOMB:
-		for (k = 0; k < op->nw; k++)
-			kvp_answer(a, &op->w[k], cq->status ? -EIO : 0, 0, -1);
+		kvp_complete_tomb(a, op, cq->status);
 		break;
 	default:
 		return;
 	}
+	/* the op's slot is free of it (each op counted once: I30) */
+	if (op->kind != TOP_TOMB)
+		t->busy[op->slot]--;
 	kvp_top_put(t, op);
 }
 
@@ -270,72 +205,8 @@ kvp_tier_open_agent(struct kvp_agent *a)
 		kvp_log(KVP_LOG_ERROR, "ssd", "recovery failed: %s", strerror(-rc));
 		goto err_close;
 	}
-	/* entries whose SSD copy did not survive (segment gone) */
-	{
-		uint64_t i, lost = 0;
-		struct kvp_ssd_seg_info si;
-
-		for (i = 0; i < s->g.g_index_slots; i++) {
-			uint64_t w = kvp_load_acquire(&s->meta[i]); /* acquire */
-			uint64_t ssd = kvp_load_relaxed(&s->entries[i].e_ssd);
-
-			if ((KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
-			    !ssd || kvp_ssd_segment_info_agent(t->ssd, KVP_SSD_LOC_SEG(ssd), &si) == 0)
-				continue;
-			if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM)
-				kvp_store_relaxed(&s->entries[i].e_ssd, 0);
-			else if (kvp_ix_remove(s, i, w)) { /* nothing left to read */
-				kvp_ix_count_give(s);
-				lost++;
-			}
-		}
-		if (lost)
-			kvp_log(KVP_LOG_WARN, "ssd", "%llu entries lost their SSD segment",
-				(unsigned long long)lost);
-	}
-	/* what a dead predecessor left in flight: its reads died with it
-	 * (spans READING -> free; a holder still waiting re-posts), and the
-	 * requests it took are handed back to us (TAKEN -> POSTED, same
-	 * sequence, so the waiting client's word still matches) */
-	{
-		uint64_t j, handed = 0, total = (uint64_t)s->g.g_max_clients *
-						 s->g.g_ring_entries;
-
-		for (j = 0; j < s->g.g_staging_slots; j++) {
-			struct kvp_span *sp = &s->spans[j];
-			uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire */
-			unsigned b, ns = KVP_SP_N(w);
-
-			if (KVP_SP_STATE(w) == KVP_SP_FREEING) {
-				/* a free our predecessor was doing */
-				kvp_span_adopt_agent(s, (uint32_t)j, KVP_SP_AGENT);
-				continue;
-			}
-			if (KVP_SP_STATE(w) != KVP_SP_READING)
-				continue;
-			/* full: its slots were counted when it was allocated */
-			kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - ns);
-			for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
-				kvp_store_relaxed(&sp->sp_holders[b], 0); /* relaxed: ours */
-			for (b = 1; b < ns && j + b < s->g.g_staging_slots; b++)
-				kvp_store_release(&s->spans[j + b].sp_state, 0); /* release */
-			/* release: free again */
-			kvp_store_release(&sp->sp_state,
-					  KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
-		}
-		for (j = 0; j < total; j++) {
-			/* acquire: the last word written on the entry */
-			uint64_t w = kvp_load_acquire(&s->rings[j].rq_state);
-			/* full CAS: the client may withdraw it at the same time;
-			 * one our predecessor died answering is served again */
-			if (((w & 0xff) == KVP_RQ_TAKEN || (w & 0xff) == KVP_RQ_ANSWERING) &&
-			    kvp_cas(&s->rings[j].rq_state, w, (w & ~0xffull) | KVP_RQ_POSTED))
-				handed++;
-		}
-		if (handed)
-			kvp_log(KVP_LOG_INFO, "ssd", "%llu requests taken by the previous agent "
-				"are served again", (unsigned long long)handed);
-	}
+	kvp_recover_lost_agent(a);
+	kvp_recover_in_flight_agent(a);
 	reg[0].iov_base = s->arena;
 	reg[0].iov_len = s->g.g_dram_pages * s->g.g_dram_unit;
 	reg[1].iov_base = s->staging;
@@ -355,6 +226,7 @@ err_close:
 err_free:
 	free(t->busy);
 	free(t->tombed);
+	free(t->later);
 	free(t->wake);
 	free(t);
 	return rc;
@@ -372,6 +244,7 @@ kvp_tier_close_agent(struct kvp_agent *a)
 	a->tier = NULL;
 	free(t->busy);
 	free(t->tombed);
+	free(t->later);
 	free(t->wake);
 	free(t);
 }

@@ -68,6 +68,8 @@ struct kvp_tier {
 	uint64_t write_fail_until; /* after an SSD write error: drop, not demote */
 	bool *wake;             /* per client: answered this round */
 	uint64_t total_bytes;   /* --ssd-size, or the file system's size */
+	struct kvp_tomb_later *later; /* tombstones the store could not take */
+	size_t nlater, caplater;
 	uint64_t published_ns;  /* last SSD usage published to the header */
 };
 
@@ -89,6 +91,9 @@ void kvp_span_clear_holder(struct kvp_span *sp, uint32_t client);
 bool kvp_span_unheld(const struct kvp_span *sp);
 bool kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head, bool count_expired);
 uint32_t kvp_staging_find(struct kvp_seg *s, unsigned need);
+int64_t kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot, uint64_t astart,
+				uint64_t extent, uint32_t client);
+void kvp_staging_abort_agent(struct kvp_seg *s, uint32_t head, unsigned need, uint32_t client);
 void kvp_staging_account(struct kvp_seg *s, unsigned need);
 uint64_t kvp_staging_reconcile(struct kvp_seg *s);
 
@@ -98,16 +103,25 @@ void kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res, ui
 void kvp_wake_clients(struct kvp_agent *a);
 unsigned kvp_serve_rings(struct kvp_agent *a);
 void kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd);
+void kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op, int status);
 
 /* move.c */
 uint64_t kvp_entry_key(const struct kvp_entry *e, unsigned char key[256]);
 int kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
 		   const struct kvp_waiter *w, unsigned nw);
 struct kvp_top *kvp_demote_in_flight(struct kvp_tier *t, uint64_t slot);
+size_t kvp_tomb_retry_agent(struct kvp_agent *a);
+bool kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w, uint64_t slot,
+			     uint64_t gen, uint64_t vlen, uint64_t ssd);
+void kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op, int status);
+void kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op, const struct kvp_ssd_cqe *cq);
+void kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op, int status);
 
 /* recover.c */
 int kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r);
 int kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg);
+void kvp_recover_lost_agent(struct kvp_agent *a);
+void kvp_recover_in_flight_agent(struct kvp_agent *a);
 
 /* victim.c: the verdict of the CHECK protocol on one candidate */
 void kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c);

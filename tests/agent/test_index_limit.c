@@ -84,6 +84,17 @@ count_exact(void *p)
 	return ix_used(s) == before && entries(s) == before;
 }
 
+/* Below the index limit's high mark (agent/evict.c: the limit less half
+ * of 1/32 of it): the agent removes nothing more without new puts. */
+static bool
+below_high_mark(void *p)
+{
+	const struct kvp_seg *s = ((struct quiet *)p)->s;
+	uint64_t limit = s->g.g_index_limit, room = limit / 32 ? limit / 32 : 1;
+
+	return ix_used(s) < limit - room / 2;
+}
+
 static bool
 count_exact_settled(void *p)
 {
@@ -185,12 +196,21 @@ test_limit_all_held(void **state)
 		ops[i].key = keys[i];
 	}
 	/* the agent may have made a little room already (below the limit's
-	 * high mark): top it up, pinning as it goes */
+	 * high mark): pin every key that is there, one by one (a prefix would
+	 * stop at the first one it evicted and leave the rest unpinned), then
+	 * top the index up, pinning as it goes */
 	{
-		size_t pinned = (size_t)kvp_batch_lookup_pin(c, ops, LIMIT, &ps);
-		struct kvp_pinset *more[LIMIT];
+		struct kvp_pinset *more[2 * LIMIT];
+		size_t pinned = 0;
 		int nmore = 0, j = LIMIT;
 
+		ps = NULL;
+		for (i = 0; i < LIMIT; i++) {
+			if (kvp_batch_lookup_pin(c, &ops[i], 1, &more[nmore]) == 1)
+				nmore++;
+			else
+				kvp_pinset_free(c, more[nmore]);
+		}
 		while (entries(&s) < LIMIT) {
 			struct kvp_op op;
 			char k[100];
@@ -328,6 +348,9 @@ test_limit_ssd_tombstones(void **state)
 	}
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX) >= N - LIMIT);
 	q.s = &s;
+	/* the agent removes entries while the count is at the limit's high
+	 * mark: only below it is the set of present keys final */
+	assert_true(kvpt_wait_until(below_high_mark, &q, 5000) >= 0);
 	assert_true(kvpt_wait_until(count_exact, &q, 5000) >= 0);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
