@@ -7,6 +7,12 @@
 #   tests/run.sh --only PAT only the runs whose name contains PAT (with the
 #                           checks of what the run left)
 #
+# What the run left is checked at its end: no sanitizer report in the logs
+# of the agents it started, no segment of its own in /dev/shm, and, in a
+# git checkout, the working tree as it found it (git status and the
+# contents of every file it lists; ./configure's build.ninja included, so
+# a build.ninja that differs from what configure writes fails the run).
+#
 # Each run prints one line: PASS or FAIL (an assertion held or not), SKIP
 # (it could not run here: a tool or package is missing; the line below says
 # which) or RAN (a benchmark smoke run: it finished, its figures are not
@@ -31,6 +37,21 @@ while [ $# -gt 0 ]; do
 	shift
 done
 
+# the working tree as the run found it: each path git status lists (an
+# untracked file included), its status and its contents' hash; compared at
+# the end.  GIT_OPTIONAL_LOCKS=0: a read-only look, no index refresh.
+tree_state() {
+	GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all |
+	while IFS= read -r line; do
+		path=${line#???}
+		case $path in *" -> "*) path=${path#* -> } ;; esac
+		printf '%s %s\n' "$(git hash-object -- "$path" 2>/dev/null || echo -)" "$line"
+	done
+}
+in_git=0 tree_before=
+if command -v git >/dev/null 2>&1 && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	in_git=1 tree_before=$(tree_state)
+fi
 ./configure >/dev/null || exit 1
 # -Werror in CI: the build reads KVP_CFLAGS when it runs (build.ninja bakes
 # in nothing of the environment); ninja does not rebuild for a change of
@@ -132,6 +153,8 @@ done
 run "runner: judges only its own segments and logs" tests/runner/test_own_files.sh
 # and counts a skip as a skip, never as a pass
 run "runner: counts skips apart from passes" tests/runner/test_summary.sh
+# and fails when the run writes into the git working tree
+run "runner: fails a run that dirties the tree" tests/runner/test_clean_tree.sh
 # the README's first command: plain ninja needs only what demo.sh installs
 run "demo: default target needs only demo.sh's packages" tests/demo/test_default_target.sh
 # the SSD tier end to end on the pread/pwrite thread path (io_uring refused)
@@ -211,6 +234,28 @@ if [ -n "$leftover" ]; then
 	echo "FAIL segments left behind in /dev/shm:" $leftover
 	failures="$failures segments-left"
 	failed=$((failed + 1))
+fi
+# the run leaves the working tree as it found it: whatever a test writes
+# (logs, corpora, benchmark output, rewritten docs) goes under build/ or
+# /tmp, and build.ninja is what ./configure writes
+if [ $in_git = 1 ]; then
+	{ [ -z "$tree_before" ] || printf '%s\n' "$tree_before"; } >"$KVPT_LOG_DIR/tree.before"
+	tree_state >"$KVPT_LOG_DIR/tree.after"
+	# the paths of the lines that differ ("< HASH XY PATH")
+	changed=$(diff "$KVPT_LOG_DIR/tree.before" "$KVPT_LOG_DIR/tree.after" |
+		sed -n 's/^[<>] [^ ]* ...//p' | sort -u)
+	if [ -n "$changed" ]; then
+		echo "FAIL the run changed the git working tree (git status, or a listed file's contents):"
+		printf '%s\n' "$changed" | sed 's/^/     | /'
+		case " $changed " in *build.ninja*)
+			echo "     | build.ninja: commit what ./configure writes (it reads nothing of the machine)" ;;
+		esac
+		failures="$failures git-tree"
+		failed=$((failed + 1))
+	fi
+else
+	printf '%-4s %-44s\n     | %s\n' SKIP "git working tree left as found" "not a git checkout"
+	skipped=$((skipped + 1))
 fi
 # the agents' logs are kept for a failed run, removed after a clean one
 if [ $failed = 0 ]; then rm -rf "$KVPT_LOG_DIR"; else echo "agent logs: $KVPT_LOG_DIR"; fi
