@@ -99,7 +99,9 @@ kvp_http_handler(void *cls, struct MHD_Connection *conn, const char *url,
 			      buf, len, MHD_RESPMEM_MUST_FREE);
 }
 
-static void
+/* fmt is libmicrohttpd's own format; the attribute tells clang's
+ * -Wformat-nonliteral so (gcc does not warn on a va_list format) */
+__attribute__((format(printf, 2, 0))) static void
 kvp_http_log(void *cls, const char *fmt, va_list ap)
 {
 	char line[512];

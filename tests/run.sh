@@ -7,9 +7,24 @@
 #   tests/run.sh --only PAT only the runs whose name contains PAT (with the
 #                           checks of what the run left)
 #
-# Ends with "N passed, N failed" and exits non-zero if anything failed.
+# What the run left is checked at its end: no sanitizer report in the logs
+# of the agents it started, no segment of its own in /dev/shm, and, in a
+# git checkout, the working tree as it found it (git status and the
+# contents of every file it lists; ./configure's build.ninja included, so
+# a build.ninja that differs from what configure writes fails the run).
+#
+# Each run prints one line: PASS or FAIL (an assertion held or not), SKIP
+# (it could not run here: a tool or package is missing; the line below says
+# which) or RAN (a benchmark smoke run: it finished, its figures are not
+# judged; it is FAIL if it does not finish).  A PASS may show, below it, the
+# "SKIP ..." lines of checks it could not make here.  A test says "skip me"
+# by exiting 77 (the automake/liburing convention).  The last line is always
+#
+#   P passed, F failed, S skipped, R ran (not assertions)
+#
+# (four counts, in that order) and the exit status is non-zero iff F > 0.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 long=0 quick=0 only=
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -22,7 +37,32 @@ while [ $# -gt 0 ]; do
 	shift
 done
 
+# the working tree as the run found it: each path git status lists (an
+# untracked file included), its status and its contents' hash; compared at
+# the end.  GIT_OPTIONAL_LOCKS=0: a read-only look, no index refresh.
+tree_state() {
+	GIT_OPTIONAL_LOCKS=0 git status --porcelain --untracked-files=all |
+	while IFS= read -r line; do
+		path=${line#???}
+		case $path in *" -> "*) path=${path#* -> } ;; esac
+		printf '%s %s\n' "$(git hash-object -- "$path" 2>/dev/null || echo -)" "$line"
+	done
+}
+in_git=0 tree_before=
+if command -v git >/dev/null 2>&1 && git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+	in_git=1 tree_before=$(tree_state)
+fi
 ./configure >/dev/null || exit 1
+# -Werror in CI: the build reads KVP_CFLAGS when it runs (build.ninja bakes
+# in nothing of the environment); ninja does not rebuild for a change of
+# it, which a CI checkout, building from scratch, never sees
+if [ "${CI:-}" = true ] || [ "${KVP_WERROR:-}" = 1 ]; then
+	case " ${KVP_CFLAGS:-} " in
+	*" -Werror "*) ;;
+	*) KVP_CFLAGS="${KVP_CFLAGS:+$KVP_CFLAGS }-Werror" ;;
+	esac
+	export KVP_CFLAGS
+fi
 # This run's own files: the tests name every pool they create
 # "$KVPT_RUN.<name>" and their agents log in $KVPT_LOG_DIR (see
 # tests/agent/harness.h), so the checks at the end judge only what this
@@ -57,24 +97,43 @@ done
 if [ $quick = 1 ]; then variants="release" targets="release"
 else variants="release asan tsan" targets="release asan tsan bench"; fi
 # shellcheck disable=SC2086
-ninja $targets || { echo "0 passed, 1 failed"; exit 1; }
-
-passed=0 failed=0
+summary() { echo "$passed passed, $failed failed, $skipped skipped, $ran ran (not assertions)"; }
+passed=0 failed=0 skipped=0 ran=0
 failures=""
-run() { # name, command...
-	name=$1; shift
-	case $name in *"$only"*) ;; *) return 0 ;; esac
+ninja $targets || { failed=1; summary; exit 1; }
+
+# step KIND NAME COMMAND...: run COMMAND, print its line and count it.
+# KIND is "check" (exit 0: PASS) or "bench" (exit 0: RAN, not an
+# assertion); exit 77 is SKIP, anything else FAIL.  Returns 0 for PASS or
+# RAN, 1 otherwise (also when --only filters it out).
+step() {
+	kind=$1 name=$2; shift 2
+	case $name in *"$only"*) ;; *) return 1 ;; esac
 	start=$(date +%s.%N)
 	log=$(mktemp /tmp/kvpool-test.XXXXXX)
-	if "$@" >"$log" 2>&1; then
-		passed=$((passed + 1)); status=PASS
-	else
-		failed=$((failed + 1)); status=FAIL; failures="$failures $name"
+	"$@" >"$log" 2>&1
+	rc=$?
+	if [ $rc = 0 ] && [ "$kind" = check ]; then passed=$((passed + 1)); status=PASS
+	elif [ $rc = 0 ]; then ran=$((ran + 1)); status=RAN
+	elif [ $rc = 77 ]; then skipped=$((skipped + 1)); status=SKIP
+	else failed=$((failed + 1)); status=FAIL; failures="$failures $name"
 	fi
 	end=$(date +%s.%N)
 	printf '%-4s %-44s %6.1fs\n' "$status" "$name" "$(awk "BEGIN{print $end - $start}")"
-	if [ $status = FAIL ] || [ "${KVP_TEST_VERBOSE:-0}" = 1 ]; then sed 's/^/     | /' "$log"; fi
+	if [ $status = FAIL ] || [ "${KVP_TEST_VERBOSE:-0}" = 1 ]; then
+		sed 's/^/     | /' "$log"
+	else	# why it was skipped, or which of its checks were
+		grep -h '^[[:space:]]*SKIP' "$log" | sed 's/^[[:space:]]*/     | /'
+	fi
 	rm -f "$log"
+	[ $status = PASS ] || [ $status = RAN ]
+}
+run() { step check "$@"; }   # an assertion
+bench() { step bench "$@"; } # a benchmark smoke run
+skip() { # name, why: a run that cannot happen here
+	case $1 in *"$only"*) ;; *) return 0 ;; esac
+	skipped=$((skipped + 1))
+	printf '%-4s %-44s\n     | %s\n' SKIP "$1" "$2"
 }
 
 UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
@@ -92,6 +151,10 @@ for v in $variants; do
 done
 # a run judges only what it left (not the files of another run meanwhile)
 run "runner: judges only its own segments and logs" tests/runner/test_own_files.sh
+# and counts a skip as a skip, never as a pass
+run "runner: counts skips apart from passes" tests/runner/test_summary.sh
+# and fails when the run writes into the git working tree
+run "runner: fails a run that dirties the tree" tests/runner/test_clean_tree.sh
 # the README's first command: plain ninja needs only what demo.sh installs
 run "demo: default target needs only demo.sh's packages" tests/demo/test_default_target.sh
 # the SSD tier end to end on the pread/pwrite thread path (io_uring refused)
@@ -112,9 +175,18 @@ if [ $quick = 0 ]; then
 	run "tsan/stress_pool threads chaos" env TSAN_OPTIONS="halt_on_error=1" \
 		build/tsan/stress_pool --threads --procs 3 --seconds 12 --seed 4 \
 		--agent-restart-every 5000
-	run "release/bench_core --quick (not asserted)" build/release/bench_core --quick
-	run "release/bench_ssd --quick (not asserted)" build/release/bench_ssd --quick
-	run "stress/bench --quick (peers; not asserted, JSON checked)" stress/bench --quick
+	# benchmarks: their figures are not asserted, so they count as RAN
+	bench "release/bench_core --quick" build/release/bench_core --quick
+	bench "release/bench_ssd --quick" build/release/bench_ssd --quick
+	# stress/bench: the run is RAN; that its results.json reads back with
+	# figures in it is an assertion of its own (made only after a run
+	# that finished: one failure is not counted twice)
+	rm -f build/bench/results.json
+	bench "stress/bench --quick (peers)" stress/bench --quick &&
+		run "stress/bench --quick: results.json reads back" python3 -c '
+import json, sys
+r = json.load(open("build/bench/results.json"))
+sys.exit(0 if r.get("figures") else "results.json holds no figures")'
 fi
 # a hostile worker against the agent's parsers (tests/fuzz/fuzz_ring.c):
 # the structured random driver under ASan/UBSan, and libFuzzer when clang is
@@ -123,25 +195,21 @@ if [ $quick = 0 ]; then
 	run "asan/fuzz_ring (random scripts)" build/asan/fuzz_ring --seconds 10 --seed 7
 	fuzz_secs=20
 	[ $long = 1 ] && fuzz_secs=600
-	if command -v clang >/dev/null 2>&1; then
-		mkdir -p build/fuzz
-		if clang -std=gnu11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
-			-fno-sanitize-recover=undefined -DKVP_LIBFUZZER -I. tests/fuzz/fuzz_ring.c \
-			agent/check.c tests/agent/harness.c \
-			agent/log.c agent/reaper.c agent/segment.c agent/loop.c agent/evict.c agent/victim.c \
-			agent/dram.c agent/staging.c agent/rings.c agent/move.c agent/recover.c agent/tier.c \
-			index/index_agent.c \
-			tiers/ssd_store.c tiers/crc32c.c -o build/fuzz/fuzz_ring \
-			-luring -latomic_ops -lpthread >build/fuzz/build.log 2>&1; then
-			mkdir -p build/fuzz/corpus
-			run "libFuzzer fuzz_ring (${fuzz_secs} s)" build/fuzz/fuzz_ring \
-				-max_total_time=$fuzz_secs -max_len=1024 -seed=7 build/fuzz/corpus \
-				tests/fuzz/seeds
-		else
-			echo "SKIP libFuzzer fuzz_ring: clang cannot build it (build/fuzz/build.log)"
-		fi
+	# 'ninja fuzz' (configure's FUZZ_PROGRAMS: the same sources as
+	# build/*/fuzz_ring, built by clang; not in 'ninja all'): skipped only
+	# when clang or its libFuzzer runtime is missing; a build that fails
+	# is a failure
+	fuzz_name="libFuzzer fuzz_ring (${fuzz_secs} s)"
+	mkdir -p build/fuzz/corpus
+	if ! command -v clang >/dev/null 2>&1; then
+		skip "$fuzz_name" "clang not installed (apt-get install clang libclang-rt-14-dev)"
+	elif ! echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' |
+		clang -fsanitize=fuzzer -x c - -o build/fuzz/probe >/dev/null 2>&1; then
+		skip "$fuzz_name" "clang cannot link a libFuzzer target (apt-get install libclang-rt-14-dev)"
 	else
-		echo "SKIP libFuzzer fuzz_ring: clang not installed"
+		run "$fuzz_name" sh -c 'ninja fuzz && exec "$@"' sh build/fuzz/fuzz_ring \
+			-max_total_time=$fuzz_secs -max_len=1024 -seed=7 \
+			-artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/seeds
 	fi
 fi
 if [ $long = 1 ]; then
@@ -157,16 +225,40 @@ sanlogs=$(grep -l "runtime error\|ERROR: AddressSanitizer\|WARNING: ThreadSaniti
 	"$KVPT_LOG_DIR"/*.log 2>/dev/null || true)
 if [ -n "$sanlogs" ]; then
 	echo "FAIL sanitizer reports in agent logs:"
+	failures="$failures sanitizer-logs"
 	for f in $sanlogs; do grep -h -A12 "runtime error\|ERROR: AddressSanitizer\|WARNING: ThreadSanitizer" "$f" | sed 's/^/     | /' | head -40; done
 	failed=$((failed + 1))
 fi
 leftover=$(ls /dev/shm 2>/dev/null | grep "^kvpool\.$KVPT_RUN\." || true)
 if [ -n "$leftover" ]; then
 	echo "FAIL segments left behind in /dev/shm:" $leftover
+	failures="$failures segments-left"
 	failed=$((failed + 1))
+fi
+# the run leaves the working tree as it found it: whatever a test writes
+# (logs, corpora, benchmark output, rewritten docs) goes under build/ or
+# /tmp, and build.ninja is what ./configure writes
+if [ $in_git = 1 ]; then
+	{ [ -z "$tree_before" ] || printf '%s\n' "$tree_before"; } >"$KVPT_LOG_DIR/tree.before"
+	tree_state >"$KVPT_LOG_DIR/tree.after"
+	# the paths of the lines that differ ("< HASH XY PATH")
+	changed=$(diff "$KVPT_LOG_DIR/tree.before" "$KVPT_LOG_DIR/tree.after" |
+		sed -n 's/^[<>] [^ ]* ...//p' | sort -u)
+	if [ -n "$changed" ]; then
+		echo "FAIL the run changed the git working tree (git status, or a listed file's contents):"
+		printf '%s\n' "$changed" | sed 's/^/     | /'
+		case " $changed " in *build.ninja*)
+			echo "     | build.ninja: commit what ./configure writes (it reads nothing of the machine)" ;;
+		esac
+		failures="$failures git-tree"
+		failed=$((failed + 1))
+	fi
+else
+	printf '%-4s %-44s\n     | %s\n' SKIP "git working tree left as found" "not a git checkout"
+	skipped=$((skipped + 1))
 fi
 # the agents' logs are kept for a failed run, removed after a clean one
 if [ $failed = 0 ]; then rm -rf "$KVPT_LOG_DIR"; else echo "agent logs: $KVPT_LOG_DIR"; fi
 [ -n "$failures" ] && echo "failed:$failures"
-echo "$passed passed, $failed failed"
+summary
 [ $failed = 0 ]

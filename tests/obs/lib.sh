@@ -29,11 +29,12 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# need TOOL PACKAGE: skip (exit 0, saying why) when a tool is missing
+# need TOOL PACKAGE: skip (exit 77, which tests/run.sh counts as SKIP,
+# saying why) when a tool is missing
 need() {
 	if ! command -v "$1" >/dev/null 2>&1; then
 		echo "SKIP: $1 not installed (apt-get install $2)"
-		exit 0
+		exit 77
 	fi
 }
 

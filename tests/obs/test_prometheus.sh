@@ -2,8 +2,8 @@
 # tests/obs/test_prometheus.sh - a real Prometheus server (Debian package
 # prometheus) on loopback, with a temporary config and storage directory,
 # scrapes the agent every second; a kvpool series is read back through
-# Prometheus's HTTP API (/api/v1/query).  Skipped, saying so, only where
-# the prometheus package is not installed.
+# Prometheus's HTTP API (/api/v1/query).  Skipped (exit 77), saying so,
+# only where the prometheus package (or jq, curl) is not installed.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/obs/lib.sh
@@ -12,7 +12,7 @@ need curl curl
 PROM=${PROMETHEUS:-/usr/bin/prometheus}
 if [ ! -x "$PROM" ]; then
 	echo "SKIP: $PROM not installed (apt-get install prometheus)"
-	exit 0
+	exit 77
 fi
 
 start_agent --dram 64M
