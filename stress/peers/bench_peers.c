@@ -28,7 +28,7 @@
  *            of new keys (deleted again after the measurement, untimed);
  *   prefix   2,000-key kvp_batch_exists_prefix (and the equivalent for
  *            each peer: one LMDB read txn, 2,000 pipelined EXISTS, one
- *            RPC) on an index filled to 90% of kvpool's slots; plus
+ *            RPC) on a full index (kvpool's at its --index-entries limit); plus
  *            kvpool's single kvp_exists rate;
  *   ssd      fio --direct=1 --ioengine=io_uring sequential write and read
  *            of the same block size on the same file system as

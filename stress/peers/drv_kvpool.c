@@ -8,7 +8,7 @@
  * the value sets, in 16 KiB units, with --dram-high 100 so that nothing
  * is evicted during a measurement; pools 1.. hold one index set each.
  * An index set is made here, since it is whatever kvpool's index keeps
- * when filled to 90% of its slots; the peers then get the same keys.
+ * when full (at its --index-entries limit); the peers then get the same keys.
  */
 #include "stress/peers/peers_int.h"
 
@@ -83,9 +83,11 @@ kvpb_kvpool_fill_value(const struct kvpb_vset *v, uint64_t i, const void *val)
 
 /*
  * Index set ix: 1-byte values under 80-byte keys until kvpool's index
- * holds 90% of its slots (a put into a full bucket pair makes the agent
- * evict another key of that pair, so the keys still present are kept,
- * in order).  The set's keys go to kvpb_ixkeys[ix], their count to
+ * is full: 90% of its slots or, below that, --index-entries (a limit the
+ * agent keeps: the fill stops just under its high mark, so nothing is
+ * removed for it; a put into a full bucket pair makes the agent evict
+ * another key of that pair, so the keys still present are kept, in
+ * order).  The set's keys go to kvpb_ixkeys[ix], their count to
  * kvpb_ctl->ix_n[ix].  Started whether kvpool is selected or not: the
  * set is what its index keeps.
  */
@@ -106,13 +108,18 @@ kvpb_kvpool_make_index(unsigned ix)
 	nslots = c->seg.g.g_index_slots;
 	if (cap > nslots * 9 / 10)
 		cap = nslots * 9 / 10;
+	/* the index limit's high mark (agent/evict.c): limit less half of
+	 * 1/32 of it, less one */
+	if (cap > e - (e / 32 ? e / 32 : 1) / 2 - 1)
+		cap = e - (e / 32 ? e / 32 : 1) / 2 - 1;
 	if (cap > kvpb_ixcap[ix])
 		cap = kvpb_ixcap[ix];
 	while (n < cap && fails < 10000) {
 		int rc;
 
 		kvpb_key(keys + n * KVPB_KLEN, KVPB_TAG_IX + ix, next++);
-		rc = kvp_put(c, keys + n * KVPB_KLEN, KVPB_KLEN, &one, 1);
+		while ((rc = kvp_put(c, keys + n * KVPB_KLEN, KVPB_KLEN, &one, 1)) == -EBUSY)
+			; /* the agent is making room: wait as the value fill does */
 		if (rc == -ENOSPC) {
 			nospc++;
 			fails++;

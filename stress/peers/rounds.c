@@ -46,7 +46,7 @@ kvpb_fill_values(void)
 	return bad ? -EIO : 0;
 }
 
-/* Index set ix: kvpool's index filled to 90% (what it kept is the set),
+/* Index set ix: kvpool's index full (at its limit) (what it kept is the set),
  * then the same keys into every peer. */
 int
 kvpb_fill_index(unsigned ix)
