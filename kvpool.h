@@ -10,8 +10,9 @@
  * evicts, serves reads off SSD, and reaps what dead clients held.
  *
  * Three ways in, from C11 or C++17:
- *   header only  #include "kvpool.h" (-I the source tree), link
- *                -latomic_ops -lpthread: every call is inline.
+ *   header only  #include "kvpool.h" (-I the source tree; with -std=c11
+ *                define _GNU_SOURCE first), link -latomic_ops -lpthread:
+ *                every call is inline.
  *   -lkvpool     #define KVP_LINK_SHARED before the #include, link
  *                -lkvpool: this file alone (declarations; struct
  *                kvp_client and struct kvp_pinset stay opaque).
