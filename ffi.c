@@ -1,8 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ffi.c - export the inline client from libkvpool.so (as liburing does):
- * KVP_INLINE is defined empty, so every client function becomes an
- * external, visible symbol for Python ctypes and other FFIs.
+ * ffi.c - libkvpool.so: the calls of kvpool.h as exported functions, for
+ * programs that link -lkvpool (KVP_LINK_SHARED) and for languages that
+ * cannot inline C (Python ctypes).  As liburing's ffi.c does: KVP_API,
+ * the storage class of every public call, is made an exported definition
+ * here, and the inline code behind the calls (KVP_INLINE) stays static,
+ * so the library defines the public calls and nothing else.
+ * libkvpool.map says so once more to the linker (local: *), gives the
+ * calls their symbol version, and is what tests/client/test_exports.sh
+ * compares with kvpool.h and with nm -D.
  */
-#define KVP_INLINE __attribute__((visibility("default")))
+#define KVP_API __attribute__((visibility("default")))
 #include "kvpool.h"

@@ -170,7 +170,7 @@ kvp_ix_key_eq(const struct kvp_seg *s, uint64_t i, uint64_t ns,
 	      const void *key, size_t klen)
 {
 	const struct kvp_entry *e = &s->entries[i];
-	const unsigned char *k = key;
+	const unsigned char *k = (const unsigned char *)key;
 	size_t off;
 
 	/* relaxed: validated by the state word re-read in the caller */
@@ -197,7 +197,7 @@ kvp_ix_key_write(struct kvp_seg *s, uint64_t i, uint64_t ns, uint64_t hash,
 		 const void *key, size_t klen)
 {
 	struct kvp_entry *e = &s->entries[i];
-	const unsigned char *k = key;
+	const unsigned char *k = (const unsigned char *)key;
 	size_t off;
 
 	/* relaxed: published by the CLAIM store-release that follows */

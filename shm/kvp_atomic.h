@@ -20,8 +20,10 @@
 #include <stdint.h>
 #include <atomic_ops.h>
 
-_Static_assert(sizeof(AO_t) == 8, "kvpool needs a 64-bit AO_t");
-_Static_assert(sizeof(unsigned int) == 4, "futex words are 32 bits");
+#include "shm/kvp_cdefs.h"
+
+KVP_STATIC_ASSERT(sizeof(AO_t) == 8, "kvpool needs a 64-bit AO_t");
+KVP_STATIC_ASSERT(sizeof(unsigned int) == 4, "futex words are 32 bits");
 
 typedef AO_t kvp_aword_t;   /* a 64-bit shared word */
 typedef unsigned int kvp_aint_t; /* a 32-bit shared word (futexes) */
@@ -49,10 +51,10 @@ static inline void kvp_store_release(volatile kvp_aword_t *p, uint64_t v)
 	AO_store_release(p, (AO_t)v);
 }
 
-/* Full-barrier compare-and-swap; true when *p was old and is now new. */
-static inline int kvp_cas(volatile kvp_aword_t *p, uint64_t old, uint64_t new)
+/* Full-barrier compare-and-swap; true when *p was old and is now nv. */
+static inline int kvp_cas(volatile kvp_aword_t *p, uint64_t old, uint64_t nv)
 {
-	return AO_compare_and_swap_full(p, (AO_t)old, (AO_t)new);
+	return AO_compare_and_swap_full(p, (AO_t)old, (AO_t)nv);
 }
 
 /* Full-barrier fetch-and-add; returns the old value. */
@@ -97,9 +99,9 @@ static inline void kvp_istore_release(volatile kvp_aint_t *p, unsigned int v)
 	AO_int_store_release(p, v);
 }
 
-static inline int kvp_icas(volatile kvp_aint_t *p, unsigned int old, unsigned int new)
+static inline int kvp_icas(volatile kvp_aint_t *p, unsigned int old, unsigned int nv)
 {
-	return AO_int_compare_and_swap_full(p, old, new);
+	return AO_int_compare_and_swap_full(p, old, nv);
 }
 
 #endif /* KVP_ATOMIC_H */

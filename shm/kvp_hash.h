@@ -41,7 +41,7 @@ kvp_hash(uint64_t seed, const void *data, size_t n)
 {
 	static const uint64_t k0 = 0x9e3779b97f4a7c15ull, k1 = 0xc2b2ae3d27d4eb4full,
 			      k2 = 0x165667b19e3779f9ull, k3 = 0xd6e8feb86659fd93ull;
-	const unsigned char *p = data;
+	const unsigned char *p = (const unsigned char *)data;
 	uint64_t h = seed ^ kvp__fold((uint64_t)n ^ k0, k1);
 	uint64_t a, b;
 

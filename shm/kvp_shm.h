@@ -116,7 +116,7 @@ enum kvp_ctr {
 	KVP_CTR__N,
 };
 #define KVP_CTR_SLOTS 32
-_Static_assert(KVP_CTR__N <= KVP_CTR_SLOTS, "counter shard too small");
+KVP_STATIC_ASSERT(KVP_CTR__N <= KVP_CTR_SLOTS, "counter shard too small");
 
 /*
  * Latency histograms: one per (operation, tier), a shard per client like
@@ -141,8 +141,8 @@ enum kvp_hist {
 #define KVP_HIST_BUCKETS 30   /* 29 bounded + Inf */
 #define KVP_HIST_SUM 30       /* word: sum of durations (ns) */
 #define KVP_HIST_SHIFT 8      /* bucket 0: <= 256 ns */
-_Static_assert(KVP_HIST__N <= KVP_HIST_SLOTS, "histogram shard too small");
-_Static_assert(KVP_HIST_SUM >= KVP_HIST_BUCKETS && KVP_HIST_SUM < KVP_HIST_WORDS, "hist");
+KVP_STATIC_ASSERT(KVP_HIST__N <= KVP_HIST_SLOTS, "histogram shard too small");
+KVP_STATIC_ASSERT(KVP_HIST_SUM >= KVP_HIST_BUCKETS && KVP_HIST_SUM < KVP_HIST_WORDS, "hist");
 
 /* The bucket of a duration of ns nanoseconds. */
 KVP_INLINE unsigned
@@ -192,10 +192,10 @@ struct kvp_client_slot {
 	kvp_aword_t cs_ctr[KVP_CTR_SLOTS];
 	kvp_aword_t cs_hist[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* enum kvp_hist */
 };
-_Static_assert(sizeof(struct kvp_client_slot) == 2432, "client slot size");
-_Static_assert(offsetof(struct kvp_client_slot, cs_ctr) == 128, "ctr offset");
-_Static_assert(offsetof(struct kvp_client_slot, cs_ix_resv) == 112, "ix resv offset");
-_Static_assert(offsetof(struct kvp_client_slot, cs_hist) == 384, "hist offset");
+KVP_STATIC_ASSERT(sizeof(struct kvp_client_slot) == 2432, "client slot size");
+KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_ctr) == 128, "ctr offset");
+KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_ix_resv) == 112, "ix resv offset");
+KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_hist) == 384, "hist offset");
 
 #define KVP_HINTS 16
 #define KVP_STUCK_DRAM 1u  /* h_evict_stuck: DRAM full of held values */
@@ -262,7 +262,7 @@ struct kvp_geom {
 	uint32_t g_pad[2];
 	uint64_t g_sum;             /* kvp_hash of the bytes above */
 };
-_Static_assert(sizeof(struct kvp_geom) == 96, "geometry size");
+KVP_STATIC_ASSERT(sizeof(struct kvp_geom) == 96, "geometry size");
 
 struct kvp_shm_header {
 	uint64_t h_magic;
@@ -313,13 +313,13 @@ struct kvp_shm_header {
 	kvp_aword_t h_ssd_total_bytes; /* --ssd-size, or the file system's size */
 	kvp_aword_t h_metrics_port;    /* the agent's /metrics TCP port; 0 = off */
 };
-_Static_assert(sizeof(struct kvp_shm_header) <= KVP_PAGE, "header is one page");
-_Static_assert(offsetof(struct kvp_shm_header, h_magic) == 0, "magic first");
-_Static_assert(offsetof(struct kvp_shm_header, h_abi_major) == 8, "abi at 8");
-_Static_assert(offsetof(struct kvp_shm_header, h_layout_sig) == 16, "sig");
-_Static_assert(offsetof(struct kvp_shm_header, h_geom) % 8 == 0, "aligned");
-_Static_assert(offsetof(struct kvp_shm_header, h_incarnation) % 8 == 0, "aligned");
-_Static_assert(offsetof(struct kvp_shm_header, h_hist_retired) % 8 == 0, "aligned");
+KVP_STATIC_ASSERT(sizeof(struct kvp_shm_header) <= KVP_PAGE, "header is one page");
+KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_magic) == 0, "magic first");
+KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_abi_major) == 8, "abi at 8");
+KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_layout_sig) == 16, "sig");
+KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_geom) % 8 == 0, "aligned");
+KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_incarnation) % 8 == 0, "aligned");
+KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_hist_retired) % 8 == 0, "aligned");
 
 /*
  * Requests to the agent: one ring per client.  The client fills a FREE
@@ -355,7 +355,7 @@ struct kvp_req {
 	kvp_aword_t rq_result; /* status as (uint64_t)(int64_t) */
 	kvp_aword_t rq_where;  /* span head + 1 | skip << 32, or KVP_WHERE_DRAM */
 };
-_Static_assert(sizeof(struct kvp_req) == 64, "request size");
+KVP_STATIC_ASSERT(sizeof(struct kvp_req) == 64, "request size");
 
 /*
  * A staging span: the agent allocates it (it alone), sets a bit for every
@@ -381,7 +381,7 @@ struct kvp_span {
 	kvp_aword_t sp_off;   /* value offset of the staged extent */
 	kvp_aword_t sp_len;   /* bytes staged */
 };
-_Static_assert(sizeof(struct kvp_span) == 64, "span size");
+KVP_STATIC_ASSERT(sizeof(struct kvp_span) == 64, "span size");
 /* [gen:24][freer:16][nslots:16][state:8]; freer (FREEING only) is the
  * client slot + 1 that is freeing the span, or KVP_SP_AGENT: only the
  * freer finishes the free, or whoever takes it over once the freer is
@@ -417,7 +417,7 @@ struct kvp_lease_slot {
 	kvp_aword_t ls_expiry; /* CLOCK_MONOTONIC ns */
 	kvp_aword_t ls_owner;  /* client slot + 1 that took it (for humans) */
 };
-_Static_assert(sizeof(struct kvp_lease_slot) == 32, "lease size");
+KVP_STATIC_ASSERT(sizeof(struct kvp_lease_slot) == 32, "lease size");
 /* A RESERVED word names its taker (client slot + 1) in the word itself,
  * so a taker that dies before writing anything else is still known. */
 #define KVP_LS_WORD(gen, owner, st)                                          \
@@ -455,8 +455,8 @@ struct kvp_entry {
 	kvp_aword_t e_run;   /* DRAM: units in the first run (copy fast path) */
 	kvp_aword_t e_key[32]; /* key bytes, zero padded */
 };
-_Static_assert(sizeof(struct kvp_entry) == 320, "entry size");
-_Static_assert(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
+KVP_STATIC_ASSERT(sizeof(struct kvp_entry) == 320, "entry size");
+KVP_STATIC_ASSERT(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
 
 /* DRAM page map: meaningful at the first and last page of each run. */
 enum kvp_pg_state {
@@ -475,7 +475,7 @@ struct kvp_page {
 	uint32_t pg_head;      /* last page of a run: its first page (+1) */
 	uint32_t pg_pad;
 };
-_Static_assert(sizeof(struct kvp_page) == 32, "page map entry size");
+KVP_STATIC_ASSERT(sizeof(struct kvp_page) == 32, "page map entry size");
 
 #define KVP_DRAM_BINS 32
 /*

@@ -149,6 +149,17 @@ for v in $variants; do
 			ASAN_OPTIONS="detect_leaks=1" "build/$v/$t"
 	done
 done
+# the client as engines use it (tests/client/): kvpool.h from C++, header
+# only and linked with libkvpool.so; the library exports exactly the API
+# of kvpool.h, has a SONAME, and serves a real agent through dlopen()
+run "client: kvpool.h compiles as C++17, -Werror" tests/client/test_cxx_header.sh
+for v in $variants; do
+	[ $v = tsan ] && continue # no thread of its own
+	run "$v/client/test_cxx (C++, header only)" env ASAN_OPTIONS="detect_leaks=1" build/$v/test_cxx
+done
+run "release/client/test_cxx_shared (-lkvpool)" build/release/test_cxx_shared
+run "client: libkvpool.so exports kvpool.h only" tests/client/test_exports.sh
+run "release/client/test_dlopen (dlopen)" build/release/test_dlopen
 # a run judges only what it left (not the files of another run meanwhile)
 run "runner: judges only its own segments and logs" tests/runner/test_own_files.sh
 # and counts a skip as a skip, never as a pass

@@ -1,0 +1,577 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_int.h - the client's implementation, inline (kvpool.h is its
+ * contract and documents every call; this file and the ones it includes
+ * say how).  By concern:
+ *   shm/client_int.h        private state (struct kvp_client), counters,
+ *                           mapping the segment, open/close, holds, copies
+ *   shm/client_write_int.h  put, delete, batch put; waking the evictor
+ *   shm/client_read_int.h   the read engine: DRAM hits inline, SSD reads
+ *                           through the agent's request ring; probes
+ *   shm/client_pin_int.h    pinsets and leases
+ * Public calls are KVP_API (kvpool.h: static inline, or exported by
+ * ffi.c); everything else is KVP_INLINE (static inline, never exported)
+ * and named kvp__* unless a tool uses it too (kvp_seg_map).  Compiles as
+ * C11 and as C++17 (shm/kvp_cdefs.h says what that rules out).
+ *
+ * Included by kvpool.h (never on its own: it needs kvpool.h's types).
+ */
+#ifndef KVP_CLIENT_INT_H
+#define KVP_CLIENT_INT_H
+
+#ifndef KVPOOL_H
+#error "include kvpool.h, not shm/client_int.h"
+#endif
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "tiers/kvp_dram.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
+#endif
+
+/* A lease this client took and has not released (private; see
+ * kvp_lease_acquire and the pinned-bytes cap). */
+struct kvp__lease_rec {
+	uint32_t idx, gen;    /* lease slot and its generation */
+	uint64_t len;         /* value bytes it pins */
+	uint64_t expiry;      /* CLOCK_MONOTONIC ns */
+};
+
+/* Private client state (not shared). */
+struct kvp_client {
+	struct kvp_seg seg;
+	uint32_t slot;        /* client slot index */
+	uint64_t slot_word;   /* our cs_state value while LIVE */
+	uint64_t ns_id;
+	kvp_aword_t *holds;   /* our hold slots in the segment */
+	uint32_t *hold_free;  /* private stack of free hold slots */
+	uint32_t hold_nfree;
+	uint32_t hold_hwm;
+	uint64_t put_wait_ns; /* how long a put waits for the evictor */
+	uint64_t pinned_bytes; /* held by this client's pinsets */
+	uint64_t leased_bytes; /* pinned by its live leases (leases[]) */
+	struct kvp__lease_rec *leases;
+	uint32_t nleases, cap_leases;
+	uint64_t agent_grace_ns; /* SSD reads wait this long for a dead agent */
+	uint32_t call_ssd;    /* keys of the current read call sent to SSD */
+	char ns[KVP_NS_NAME_MAX + 1];
+};
+
+#define KVP_PUT_WAIT_NS_DEFAULT (50ull * 1000 * 1000)
+#define KVP_RESOLVE_DEAD_NS (8ull * 1000 * 1000) /* -ENOTCONN after (default) */
+#define KVP_CHECK_WAIT_NS (1000ull * 1000 * 1000) /* CHECK: -EBUSY after */
+#define KVP_RESOLVE_SLICE_NS (2ull * 1000 * 1000)  /* agent check period */
+#define KVP_RESOLVE_BUSY_NS (30ull * 1000 * 1000 * 1000) /* give up on BUSY */
+
+KVP_API const char *
+kvp_strerror(int status)
+{
+	switch (status) {
+	case 0: return "OK";
+	case -ENOENT: return "MISS: no such key";
+	case -EEXIST: return "key exists (or is being put)";
+	case -EBUSY: return "BUSY: retry later";
+	case -E2BIG: return "TOO_LARGE: value exceeds the pool's limit";
+	case -ENOSPC: return "NOSPC: pool full";
+	case -EMSGSIZE: return "buffer smaller than the value";
+	case -EIO: return "FAILED: I/O error";
+	case -EBADMSG: return "FAILED: bad checksum";
+	case -ENOTCONN: return "UNAVAILABLE: agent not running";
+	case -ESTALE: return "STALE: client was reaped or agent restarted";
+	case -EPROTO: return "segment ABI mismatch";
+	case -EUSERS: return "all client slots taken (--max-clients)";
+	case -EACCES: return "permission denied (the pool's segment)";
+	case -EINVAL: return "invalid argument";
+	case -ENOMEM: return "out of memory";
+	case -EUCLEAN: return "pool structure damaged";
+	default: return "unknown status";
+	}
+}
+
+/* Private counter shard: single writer (this client), so no RMW. */
+KVP_INLINE void
+kvp__ctr(struct kvp_client *c, enum kvp_ctr k, uint64_t d)
+{
+	kvp_aword_t *w = &c->seg.clients[c->slot].cs_ctr[k];
+
+	/* relaxed: statistics; only this client writes its shard */
+	kvp_store_relaxed(w, kvp_load_relaxed(w) + d);
+}
+
+/*
+ * One call's latency into histogram h of our shard: t0 is the call's
+ * first clock read (CLOCK_MONOTONIC), this is its second.  Single writer.
+ */
+KVP_INLINE void
+kvp__hist(struct kvp_client *c, enum kvp_hist h, uint64_t t0)
+{
+	uint64_t ns = kvp_now_ns(CLOCK_MONOTONIC) - t0;
+	kvp_aword_t *hw = c->seg.clients[c->slot].cs_hist[h];
+	unsigned b = kvp_hist_bucket(ns);
+
+	/* relaxed: statistics; only this client writes its shard */
+	kvp_store_relaxed(&hw[b], kvp_load_relaxed(&hw[b]) + 1);
+	kvp_store_relaxed(&hw[KVP_HIST_SUM], kvp_load_relaxed(&hw[KVP_HIST_SUM]) + ns);
+}
+
+/* Fold a shard (counters and histograms) into the pool's retired totals
+ * and zero it: kvp_close, and the reaper for a dead client. */
+KVP_INLINE void
+kvp__shard_retire(struct kvp_shm_header *h, struct kvp_client_slot *cs)
+{
+	uint32_t k, j;
+
+	for (k = 0; k < KVP_CTR_SLOTS; k++) {
+		/* relaxed: statistics; the add is atomic */
+		uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]);
+		if (v)
+			kvp_fetch_add(&h->h_actr[KVP_ACTR_RETIRED0 + k], v);
+		kvp_store_relaxed(&cs->cs_ctr[k], 0);
+	}
+	for (k = 0; k < KVP_HIST_SLOTS; k++) {
+		for (j = 0; j < KVP_HIST_WORDS; j++) {
+			/* relaxed: statistics; the add is atomic */
+			uint64_t v = kvp_load_relaxed(&cs->cs_hist[k][j]);
+			if (v)
+				kvp_fetch_add(&h->h_hist_retired[k][j], v);
+			kvp_store_relaxed(&cs->cs_hist[k][j], 0);
+		}
+	}
+}
+
+KVP_INLINE int
+kvp__key_ok(const void *key, uint32_t klen)
+{
+	return key && klen >= 1 && klen <= KVP_KEY_MAX;
+}
+
+/* Is our slot still ours?  (The reaper only takes slots of dead clients,
+ * so this fails only after a false death verdict or a damaged segment.) */
+KVP_INLINE int
+kvp__live(const struct kvp_client *c)
+{
+	/* relaxed: a sanity check; the CAS that publishes decides */
+	return kvp_load_relaxed(&c->seg.clients[c->slot].cs_state) == c->slot_word
+		       ? 0 : -ESTALE;
+}
+
+KVP_INLINE void
+kvp__seg_unmap(struct kvp_seg *s)
+{
+	if (s->base)
+		munmap(s->base, s->size);
+	if (s->fd >= 0)
+		close(s->fd);
+	s->base = NULL;
+	s->fd = -1;
+}
+
+/*
+ * Map a pool's segment without claiming a client slot: the tools' entry
+ * (the agent, the CLI, the tests), not part of the API of kvpool.h nor
+ * exported by libkvpool.so (what it fills in, struct kvp_seg, is the
+ * segment's layout, which changes with every ABI major).
+ * 'writable' maps it read-write.  0, or -EINVAL (bad pool name),
+ * -ENOTCONN (no segment: no agent ever started, or it was removed),
+ * -EPROTO (ABI mismatch, or a damaged header), -EACCES (a segment this
+ * process must not trust: another user's, or writable by everyone,
+ * kvp_shm_trusted; or no permission), -ENOMEM (descriptors, address
+ * space); what happened and what to do is in msg.
+ */
+KVP_INLINE int
+kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_t cap)
+{
+	char name[KVP_POOL_NAME_MAX + 16];
+	struct kvp_shm_header h;
+	struct stat st;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	rc = kvp_shm_name(pool, name, sizeof(name));
+	if (rc) {
+		snprintf(msg, cap, "bad pool name (use 1-63 of [A-Za-z0-9_.-])");
+		return rc;
+	}
+	/* O_NONBLOCK: a FIFO squatting the name must not block the open (a
+	 * regular file ignores the flag); shm_open adds O_NOFOLLOW */
+	s->fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0);
+	if (s->fd < 0) {
+		rc = errno;
+		if (rc == ENOENT) {
+			snprintf(msg, cap, "no pool '%s' (no /dev/shm%s): start the "
+				 "agent first: kvpoold --pool %s", pool, name, pool);
+			return -ENOTCONN;
+		}
+		snprintf(msg, cap, "cannot open /dev/shm%s: %s%s", name, strerror(rc),
+			 rc == EACCES || rc == EPERM ? " (run as the pool's owner, or "
+			 "start the agent with --group)" : "");
+		/* one documented status each: permission, or a resource */
+		return rc == EACCES || rc == EPERM ? -EACCES : -ENOMEM;
+	}
+	if (fstat(s->fd, &st) < 0) {
+		rc = -errno;
+		snprintf(msg, cap, "cannot stat /dev/shm%s: %s", name, strerror(-rc));
+		goto err_close;
+	}
+	{
+		char path[KVP_POOL_NAME_MAX + 32];
+
+		snprintf(path, sizeof(path), "/dev/shm%s", name);
+		rc = kvp_shm_trusted(&st, path, msg, cap);
+		if (rc)
+			goto err_close;
+	}
+	if ((uint64_t)st.st_size < sizeof(h) ||
+	    pread(s->fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+		snprintf(msg, cap, "segment /dev/shm%s is truncated", name);
+		rc = -EPROTO;
+		goto err_close;
+	}
+	rc = kvp_shm_check_header(&h, msg, cap);
+	if (rc)
+		goto err_close;
+	s->size = (uint64_t)st.st_size;
+	s->base = (unsigned char *)mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0),
+					MAP_SHARED, s->fd, 0);
+	if ((void *)s->base == MAP_FAILED) {
+		rc = errno;
+		s->base = NULL;
+		snprintf(msg, cap, "mmap of %llu bytes failed: %s",
+			 (unsigned long long)s->size, strerror(rc));
+		rc = rc == EACCES || rc == EPERM ? -EACCES : -ENOMEM;
+		goto err_close;
+	}
+	s->hdr = (struct kvp_shm_header *)s->base;
+	rc = kvp_shm_bind(s, msg, cap);
+	if (rc)
+		goto err_unmap;
+	return 0;
+
+err_unmap:
+	munmap(s->base, s->size);
+	s->base = NULL;
+err_close:
+	close(s->fd);
+	s->fd = -1;
+	return rc;
+}
+
+/* kvp_open (kvpool.h): map the segment, claim a free client slot (its OFD
+ * lock first, then a CAS on its word), fill it in, reset our ring. */
+KVP_API int
+kvp_open(const char *pool, const char *ns, struct kvp_client **out)
+{
+	struct kvp_client *c;
+	char msg[512];
+	uint32_t i, n;
+	int rc;
+
+	if (!out || !ns || !*ns || strlen(ns) > KVP_NS_NAME_MAX)
+		return -EINVAL;
+	*out = NULL;
+	c = (struct kvp_client *)calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	rc = kvp_seg_map(pool ? pool : "default", true, &c->seg, msg, sizeof(msg));
+	if (rc) {
+		if (rc == -EPROTO || rc == -EACCES || getenv("KVP_VERBOSE"))
+			fprintf(stderr, "kvpool: %s\n", msg);
+		goto err_free;
+	}
+	n = c->seg.g.g_max_clients;
+	for (i = 0; i < n; i++) {
+		struct kvp_client_slot *cs = &c->seg.clients[i];
+		/* relaxed: a hint; the CAS decides */
+		uint64_t w = kvp_load_relaxed(&cs->cs_state);
+
+		if ((w & 0xff) != KVP_CS_FREE)
+			continue;
+		if (kvp_shm_lock_take(c->seg.fd, KVP_LOCK_CLIENT0 + (off_t)i))
+			continue; /* a live process still has this slot */
+		/* full CAS: the slot is ours; its fields are written below */
+		if (kvp_cas(&cs->cs_state, w, ((w >> 8) + 1) << 8 | KVP_CS_LIVE)) {
+			c->slot = i;
+			c->slot_word = ((w >> 8) + 1) << 8 | KVP_CS_LIVE;
+			kvp_crashpoint(C_OPEN_CLAIMED);
+			break;
+		}
+		{
+			struct flock fl;
+
+			memset(&fl, 0, sizeof(fl));
+			fl.l_type = F_UNLCK;
+			fl.l_whence = SEEK_SET;
+			fl.l_start = KVP_LOCK_CLIENT0 + (off_t)i;
+			fl.l_len = 1;
+			fcntl(c->seg.fd, F_OFD_SETLK, &fl);
+		}
+	}
+	if (i == n) {
+		fprintf(stderr, "kvpool: all %u client slots are taken\n", n);
+		rc = -EUSERS;
+		goto err_unmap;
+	}
+	{
+		struct kvp_client_slot *cs = &c->seg.clients[c->slot];
+		uint32_t k;
+
+		snprintf(c->ns, sizeof(c->ns), "%s", ns);
+		c->ns_id = kvp_ns_id(ns);
+		/* our name to the allocator lock (shm/kvp_shm.h) */
+		c->seg.lock_token = c->slot + 1;
+		c->seg.lock_claim = &cs->cs_alloc_claim;
+		kvp_istore_release(&cs->cs_alloc_claim, 0); /* release: a fresh slot */
+		c->holds = &c->seg.holds[(uint64_t)c->slot * c->seg.g.g_holds_per_client];
+		c->hold_free = (uint32_t *)malloc(sizeof(uint32_t) *
+						 c->seg.g.g_holds_per_client);
+		if (!c->hold_free) {
+			rc = -ENOMEM;
+			goto err_slot;
+		}
+		for (k = 0; k < c->seg.g.g_holds_per_client; k++)
+			c->hold_free[k] = c->seg.g.g_holds_per_client - 1 - k;
+		c->hold_nfree = c->seg.g.g_holds_per_client;
+		/* relaxed: for humans and the reaper's fork check; the lock
+		 * is the authority while these are still zero */
+		kvp_store_relaxed(&cs->cs_start_time, kvp_proc_start_time((long)getpid()));
+		kvp_store_relaxed(&cs->cs_pid, (uint64_t)getpid());
+		kvp_store_relaxed(&cs->cs_open_ns, kvp_now_ns(CLOCK_REALTIME));
+		kvp_store_relaxed(&cs->cs_ns_id, c->ns_id);
+		/* release: no unit of the index count in hand (a FREE slot's
+		 * word is IDLE already, unless someone wrote garbage there) */
+		kvp_store_release(&cs->cs_ix_resv,
+				  KVP_IXR_NEXT(kvp_load_relaxed(&cs->cs_ix_resv), KVP_IXR_IDLE));
+		memset(cs->cs_ns, 0, sizeof(cs->cs_ns));
+		memcpy(cs->cs_ns, ns, strlen(ns) < sizeof(cs->cs_ns) - 1 ? strlen(ns)
+			: sizeof(cs->cs_ns) - 1);
+	}
+	/* map the index now (page tables only; the agent populated the
+	 * memory): lookups then never take a minor fault.  The arena is
+	 * mapped as it is touched, or now with KVP_POPULATE=all. */
+	{
+		uint64_t a0 = c->seg.L.off[KVP_R_META];
+		uint64_t a1 = c->seg.L.off[KVP_R_DRAM];
+		const char *e = getenv("KVP_POPULATE");
+
+		if (e && !strcmp(e, "all"))
+			a1 = c->seg.size;
+		if (!e || strcmp(e, "none"))
+			madvise(c->seg.base + a0, a1 - a0, MADV_POPULATE_WRITE);
+	}
+	if (c->seg.rings) {
+		/* our request ring: whatever a previous owner left is void
+		 * (the agent answers with a CAS on the exact word, so a late
+		 * answer to it cannot land) */
+		struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot *
+						     c->seg.g.g_ring_entries];
+		uint32_t k;
+
+		for (k = 0; k < c->seg.g.g_ring_entries; k++) {
+			/* acquire: the last word the agent or owner wrote */
+			uint64_t w = kvp_load_acquire(&ring[k].rq_state);
+			/* release: a fresh sequence, FREE */
+			kvp_store_release(&ring[k].rq_state, (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
+		}
+	}
+	{
+		/* KVP_AGENT_GRACE_MS: how long an SSD read waits for an agent
+		 * that went away (a restart within it is served); default 8 ms,
+		 * so UNAVAILABLE comes back within 10 ms */
+		const char *e = getenv("KVP_AGENT_GRACE_MS");
+		c->agent_grace_ns = e ? strtoull(e, NULL, 10) * 1000000ull : KVP_RESOLVE_DEAD_NS;
+	}
+	{
+		const char *e = getenv("KVP_PUT_WAIT_MS");
+		c->put_wait_ns = e ? strtoull(e, NULL, 10) * 1000000ull
+				   : KVP_PUT_WAIT_NS_DEFAULT;
+	}
+	*out = c;
+	kvp_crashpoint(C_OPEN_DONE);
+	return 0;
+
+err_slot:
+	/* full CAS: give the slot back before dropping its lock */
+	kvp_cas(&c->seg.clients[c->slot].cs_state, c->slot_word,
+		c->slot_word & ~0xffull);
+err_unmap:
+	kvp__seg_unmap(&c->seg);
+err_free:
+	free(c);
+	return rc;
+}
+
+/* kvp_close (kvpool.h): holds, then counters, then the slot's FREE CAS
+ * before the fd (our lock) goes. */
+KVP_API void
+kvp_close(struct kvp_client *c)
+{
+	struct kvp_client_slot *cs;
+	uint32_t k;
+
+	if (!c)
+		return;
+	cs = &c->seg.clients[c->slot];
+	if (kvp__live(c) == 0) {
+		for (k = 0; k < c->hold_hwm; k++)
+			/* release: our copies are done before the slot clears */
+			kvp_store_release(&c->holds[k], 0);
+		kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds left */
+		kvp_crashpoint(C_CLOSE_HALF);
+		kvp__shard_retire(c->seg.hdr, cs);
+		kvp_store_relaxed(&cs->cs_pid, 0);
+		kvp_store_relaxed(&cs->cs_start_time, 0);
+		/* full CAS: FREE before our lock drops (fd close), so the
+		 * reaper never sees a LIVE slot without its lock */
+		kvp_cas(&cs->cs_state, c->slot_word, c->slot_word & ~0xffull);
+	}
+	kvp__seg_unmap(&c->seg);
+	free(c->hold_free);
+	free(c->leases);
+	free(c);
+}
+
+/*
+ * Take a hold on slot i whose state word was w (READY).  Returns the hold
+ * slot (>= 0), -ENOENT if the value went away (the caller may look again),
+ * -EBUSY if the agent kept it under CHECK for too long, -ENOBUFS if this
+ * client has no free hold slot.  -ENOBUFS is internal: it never leaves
+ * the library (a read resolves what it holds and tries again; what is
+ * left is -EBUSY, see kvp__read).
+ */
+KVP_INLINE int
+kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
+{
+	unsigned waits = 0;
+	uint32_t h;
+	int rc;
+
+	if (!c->hold_nfree)
+		return -ENOBUFS;
+	h = c->hold_free[--c->hold_nfree];
+	if (h >= c->hold_hwm) {
+		c->hold_hwm = h + 1;
+		/* relaxed: ordered before the agent's scan by the fence in
+		 * kvp_ix_hold */
+		kvp_store_relaxed(&c->seg.clients[c->slot].cs_hold_hwm, c->hold_hwm);
+	}
+	/* the reader half of the hold protocol (index/kvp_index.h) */
+	rc = kvp_ix_hold(&c->seg, &c->holds[h], i, w, flags, KVP_CHECK_WAIT_NS, &waits);
+	if (waits)
+		kvp__ctr(c, KVP_CTR_HOLD_RETRY, waits);
+	if (rc) {
+		c->hold_free[c->hold_nfree++] = h;
+		return rc;
+	}
+	return (int)h;
+}
+
+KVP_INLINE void
+kvp__drop(struct kvp_client *c, int h)
+{
+	kvp_ix_unhold(&c->holds[h]);
+	c->hold_free[c->hold_nfree++] = (uint32_t)h;
+}
+
+/*
+ * Find and hold the READY value of key.  Returns the hold slot and fills
+ * *idx, *len; -ENOENT on a miss.  Retries when the slot changes under us.
+ */
+KVP_INLINE int
+kvp__lookup_hold_flags(struct kvp_client *c, const void *key, uint32_t klen,
+		       uint64_t *idx, uint64_t *len, uint64_t flags)
+{
+	uint64_t hash = kvp_key_hash(c->ns_id, key, klen), w;
+	int tries, h = -ENOENT;
+
+	for (tries = 0; tries < 8; tries++) {
+		int64_t i = kvp_ix_find(&c->seg, c->ns_id, hash, key, klen,
+					KVP_IX_M(KVP_IX_READY), &w);
+		if (i < 0)
+			return -ENOENT;
+		h = kvp__hold(c, (uint64_t)i, w, flags);
+		if (h == -ENOENT)
+			continue;
+		if (h < 0)
+			return h;
+		*idx = (uint64_t)i;
+		/* relaxed: stable while held; published by the READY CAS */
+		*len = kvp_load_relaxed(&c->seg.entries[i].e_len);
+		if (!kvp_load_relaxed(&c->seg.entries[i].e_ref))
+			/* relaxed: a CLOCK hint, written only when clear so
+			 * readers of a hot value do not bounce its line */
+			kvp_store_relaxed(&c->seg.entries[i].e_ref, 1); /* CLOCK hint */
+		return h;
+	}
+	return h;
+}
+
+KVP_INLINE int
+kvp__lookup_hold(struct kvp_client *c, const void *key, uint32_t klen,
+		 uint64_t *idx, uint64_t *len)
+{
+	return kvp__lookup_hold_flags(c, key, klen, idx, len, 0);
+}
+
+/*
+ * Copy [off, off+n) of held value i into dst.  The location and every run
+ * of the chain are checked against our own view of the arena first: a
+ * damaged entry or page map (a hostile or buggy client) makes this return
+ * false (-EIO for the caller: held but unreadable), never a read outside
+ * the arena.
+ */
+KVP_INLINE bool
+kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst, uint64_t n)
+{
+	/* relaxed: stable while held */
+	uint64_t loc = kvp_load_relaxed(&c->seg.entries[i].e_loc);
+	uint64_t run = kvp_load_relaxed(&c->seg.entries[i].e_run);
+	uint64_t unit = c->seg.g.g_dram_unit, np = c->seg.g.g_dram_pages, hops = 0;
+	uint64_t p = KVP_LOC_VAL(loc);
+	uint32_t next = 0;
+	unsigned char *d = (unsigned char *)dst;
+
+	/* one run covers the range (the usual case): no page-map read */
+	if (p < np && run <= np - p && off <= run * unit && n <= run * unit - off) {
+		memcpy(d, c->seg.arena + p * unit + off, n);
+		return true;
+	}
+	while (n) {
+		uint64_t rb = 0;
+		unsigned char *src = p < np ? kvp_dram_run(&c->seg, (uint32_t)p, &rb, &next)
+					    : NULL;
+
+		if (!src || ++hops > np) {
+			kvp_dram_report_damage(&c->seg);
+			return false;
+		}
+		if (off < rb) {
+			uint64_t k = rb - off < n ? rb - off : n;
+			memcpy(d, src + off, k);
+			d += k;
+			n -= k;
+			off = 0;
+		} else {
+			off -= rb;
+		}
+		if (!n)
+			break;
+		if (!next) {
+			kvp_dram_report_damage(&c->seg); /* shorter than its length */
+			return false;
+		}
+		p = next - 1;
+	}
+	return true;
+}
+
+
+#include "shm/client_write_int.h"
+#include "shm/client_read_int.h"
+#include "shm/client_pin_int.h"
+
+#endif /* KVP_CLIENT_INT_H */

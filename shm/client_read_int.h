@@ -1,0 +1,572 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_read_int.h - the read engine behind every get (kvpool.h
+ * documents the calls), and the probes.
+ *
+ * A read looks the key up and holds it (index/kvp_index.h).  A DRAM hit
+ * is copied at once and its hold dropped.  An SSD-resident key stays held
+ * and is posted to this client's request ring in the segment; the agent
+ * promotes it to DRAM or stages its extent in a span of the staging
+ * arena, answers, and wakes us (docs/design.md, "SSD tier").  Probes
+ * (exists, exists_prefix) only look.
+ *
+ * Included by shm/client_int.h.
+ */
+#ifndef KVP_CLIENT_READ_INT_H
+#define KVP_CLIENT_READ_INT_H
+
+/* One SSD-resident key of a read call, held while it is resolved. */
+struct kvp__pend {
+	struct kvp_op *op;
+	uint64_t slot, gen;
+	uint64_t off, len; /* clipped range */
+	int hold;
+	bool pinned;       /* a pinset's hold: the pinset drops it, not us */
+	int ring;          /* ring entry while posted, -1 otherwise */
+	uint64_t rqword;   /* our POSTED state word (seq) */
+};
+
+/* Release our bit of staging span 'head'; the last holder frees it. */
+KVP_INLINE void
+kvp__span_release(struct kvp_client *c, uint32_t head)
+{
+	struct kvp_seg *s = &c->seg;
+	struct kvp_span *sp = &s->spans[head];
+	uint64_t bit = 1ull << (c->slot % 64), w, k;
+	unsigned word = c->slot / 64;
+
+	for (;;) {
+		/* relaxed: the CAS below decides */
+		uint64_t old = kvp_load_relaxed(&sp->sp_holders[word]);
+		/* full CAS: clear our bit; pairs with the other holders' CAS
+		 * and the reaper's (a CAS loop: AND is not in every AO) */
+		if (kvp_cas(&sp->sp_holders[word], old, old & ~bit))
+			break;
+	}
+	kvp_crashpoint(C_SPAN_BIT_CLEARED);
+	for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
+		/* acquire: pairs with the other holders' CAS */
+		if (kvp_load_acquire(&sp->sp_holders[k]))
+			return;
+	/* acquire: the span's state while we still own a share of it */
+	w = kvp_load_acquire(&sp->sp_state);
+	if (KVP_SP_STATE(w) != KVP_SP_READY)
+		return;
+	/* full CAS: exactly one freer, named in the word (if we die now
+	 * the reaper finishes the free for us) */
+	if (!kvp_cas(&sp->sp_state, w,
+		     KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, c->slot + 1)))
+		return;
+	w = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, c->slot + 1);
+	/* full: occupancy goes down by the span's slots (the winner of the
+	 * FREEING CAS only, so once; an adopter does not subtract again);
+	 * before the FREE stores, so an agent that sees the span FREE
+	 * (acquire) sees this too */
+	kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - KVP_SP_N(w));
+	kvp_crashpoint(C_SPAN_FREEING);
+	kvp_span_finish_free(s, head, w);
+}
+
+/* A key of a read call is settled: its hold goes, unless a pinset owns it. */
+KVP_INLINE void
+kvp__settle(struct kvp_client *c, struct kvp__pend *p, int status)
+{
+	p->op->status = status;
+	if (!p->pinned)
+		kvp__drop(c, p->hold);
+	p->hold = -1;
+}
+
+/* Post up to m pending keys as one resolve call; returns how many. */
+KVP_INLINE unsigned
+kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
+{
+	struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot * c->seg.g.g_ring_entries];
+	unsigned r = 0, k, posted = 0;
+
+	for (k = 0; k < m && r < c->seg.g.g_ring_entries; k++) {
+		struct kvp_req *q;
+		uint64_t w, seq;
+
+		if (p[k].ring >= 0 || p[k].hold < 0)
+			continue; /* posted already, or answered */
+		for (; r < c->seg.g.g_ring_entries; r++) {
+			/* acquire: the agent's last word on this entry */
+			w = kvp_load_acquire(&ring[r].rq_state);
+			if ((w & 0xff) == KVP_RQ_FREE)
+				break;
+		}
+		if (r == c->seg.g.g_ring_entries)
+			break;
+		q = &ring[r];
+		seq = (w >> 8) + 1;
+		/* relaxed: published by the POSTED store-release below */
+		kvp_store_relaxed(&q->rq_slot, p[k].slot);
+		kvp_store_relaxed(&q->rq_gen, p[k].gen);
+		kvp_store_relaxed(&q->rq_off, p[k].off);
+		kvp_store_relaxed(&q->rq_len, p[k].len);
+		kvp_store_relaxed(&q->rq_call, call | (posted == 0 ? KVP_RQ_FIRST : 0) |
+				  (p[k].off == 0 && p[k].op->off == 0 &&
+				   p[k].len == kvp_load_relaxed(&c->seg.entries[p[k].slot].e_len)
+					   ? KVP_RQ_WHOLE : 0));
+		kvp_store_relaxed(&q->rq_result, 0);
+		kvp_store_relaxed(&q->rq_where, 0);
+		p[k].rqword = (seq << 8) | KVP_RQ_POSTED;
+		/* release: the request's fields before its POSTED state */
+		kvp_store_release(&q->rq_state, p[k].rqword);
+		p[k].ring = (int)r++;
+		posted++;
+	}
+	return posted;
+}
+
+/* Copy a finished request's bytes and settle its status. */
+KVP_INLINE int
+kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res, uint64_t where)
+{
+	struct kvp_seg *s = &c->seg;
+
+	if (res < 0)
+		/* the agent's answer, told apart only where it means something
+		 * to the caller: anything else is a failed read */
+		return res == -E2BIG || res == -EBADMSG ? (int)res : -EIO;
+	if (where & KVP_WHERE_DRAM) {
+		/* promoted: the entry is DRAM-resident now, still held */
+		/* acquire: pairs with the agent's release of e_loc */
+		uint64_t loc = kvp_load_acquire(&s->entries[p->slot].e_loc);
+		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM ||
+		    !kvp__copy_out(c, p->slot, p->off, p->op->buf, p->len))
+			return -EIO;
+		return 0;
+	} else {
+		uint64_t head = (where & 0xffffffffull) - 1, skip = (where >> 32) & 0x7fffffff;
+		uint64_t sb = s->g.g_staging_slot_bytes;
+
+		if (head >= s->g.g_staging_slots ||
+		    (head * sb + skip + p->len) > s->g.g_staging_slots * sb)
+			return -EIO; /* a damaged answer: never copy out of bounds */
+		kvp_crashpoint(C_RESOLVE_ANSWERED);
+		memcpy(p->op->buf, s->staging + head * sb + skip, p->len);
+		kvp__span_release(c, (uint32_t)head);
+		return 0;
+	}
+}
+
+/*
+ * Resolve m held SSD-resident keys through the agent: post them as one
+ * call, sleep on our futex until answered, copy what was staged, and
+ * repeat with the keys that came back BUSY (the arena gives one call at
+ * most half of itself; the first key always fits) until every key has a
+ * final answer.  Statuses go to p[k].op->status; holds are dropped.
+ */
+KVP_INLINE void
+kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
+{
+	struct kvp_seg *s = &c->seg;
+	struct kvp_client_slot *cs = &s->clients[c->slot];
+	struct kvp_req *ring = &s->rings[(uint64_t)c->slot * s->g.g_ring_entries];
+	uint64_t t_busy = kvp_now_ns(CLOCK_MONOTONIC), dead_since = 0;
+	unsigned left = m, k;
+
+	for (k = 0; k < m; k++)
+		p[k].ring = -1;
+	while (left) {
+		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
+		unsigned int sseq = kvp_iload_acquire(&s->hdr->h_staging_seq);
+		unsigned pending = 0, progress = 0, last_progress = 0;
+		uint64_t call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+
+		kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
+		if (!s->rings || !s->hdr->h_ssd_enabled || !kvp_shm_agent_alive(s)) {
+			for (k = 0; k < m; k++)
+				if (p[k].hold >= 0)
+					kvp__settle(c, &p[k], -ENOTCONN);
+			return;
+		}
+		kvp__post(c, p, m, call & 0xffffffffull);
+		kvp_crashpoint(C_RESOLVE_POSTED);
+		kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake the agent */
+		kvp_futex_wake(&s->hdr->h_evict_wake);
+		for (;;) {
+			pending = 0;
+			for (k = 0; k < m; k++) {
+				struct kvp_req *q;
+				uint64_t w;
+				int64_t res;
+
+				if (p[k].ring < 0)
+					continue;
+				q = &ring[p[k].ring];
+				/* acquire: pairs with the agent's DONE release */
+				w = kvp_load_acquire(&q->rq_state);
+				if (w != ((p[k].rqword & ~0xffull) | KVP_RQ_DONE)) {
+					pending++;
+					continue;
+				}
+				res = (int64_t)kvp_load_relaxed(&q->rq_result);
+				if (res == -EBUSY) {
+					kvp__ctr(c, KVP_CTR_RESOLVE_BUSY, 1);
+				} else {
+					/* the key is held, so it exists: an
+					 * answer that cannot find it is a
+					 * failed read, never a miss (kvp__finish
+					 * makes it -EIO) */
+					int st = kvp__finish(c, &p[k], res,
+							     kvp_load_relaxed(&q->rq_where));
+					kvp__ctr(c, st == 0 ? KVP_CTR_RESOLVE_OK
+							    : KVP_CTR_RESOLVE_FAILED, 1);
+					if (st == 0)
+						kvp__ctr(c, KVP_CTR_GET_SSD_BYTES, p[k].len);
+					kvp__settle(c, &p[k], st);
+					left--;
+					progress++;
+				}
+				/* release: the entry is ours to post again */
+				kvp_store_release(&q->rq_state, (w & ~0xffull) | KVP_RQ_FREE);
+				p[k].ring = -1;
+			}
+			/* keys came back done, so their spans are free again:
+			 * ask again at once for the ones that were BUSY, as a
+			 * new call, while the rest are still in flight (keeps
+			 * the arena busy instead of waiting for every answer) */
+			if (progress > last_progress && pending && left > pending) {
+				unsigned posted;
+
+				last_progress = progress;
+				call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+				kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
+				posted = kvp__post(c, p, m, call & 0xffffffffull);
+				if (posted) {
+					pending += posted;
+					kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full */
+					kvp_futex_wake(&s->hdr->h_evict_wake);
+				}
+			}
+			if (!pending)
+				break;
+			/* sleep until the agent answers; check it is alive */
+			kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
+			fseq = kvp_iload_acquire(&cs->cs_io_futex);
+			if (kvp_shm_agent_alive(s)) {
+				dead_since = 0;
+				continue;
+			}
+			if (!dead_since) {
+				dead_since = kvp_now_ns(CLOCK_MONOTONIC);
+				continue;
+			}
+			if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since < c->agent_grace_ns)
+				continue;
+			/* the agent is gone: withdraw what is left (a CAS on
+			 * the exact word, so a late answer cannot land in a
+			 * reused entry) and answer UNAVAILABLE */
+			for (k = 0; k < m; k++) {
+				if (p[k].ring >= 0) {
+					struct kvp_req *q = &ring[p[k].ring];
+					uint64_t w = kvp_load_acquire(&q->rq_state); /* acquire */
+					kvp_cas(&q->rq_state, w, (w & ~0xffull) | KVP_RQ_FREE);
+					p[k].ring = -1;
+				}
+				if (p[k].hold >= 0)
+					kvp__settle(c, &p[k], -ENOTCONN);
+			}
+			return;
+		}
+		if (!left)
+			break;
+		if (progress) {
+			t_busy = kvp_now_ns(CLOCK_MONOTONIC);
+			continue;
+		}
+		/* every key BUSY: others hold the whole arena; sleep until a
+		 * span is freed (bounded), then ask again */
+		if (kvp_now_ns(CLOCK_MONOTONIC) - t_busy > KVP_RESOLVE_BUSY_NS) {
+			for (k = 0; k < m; k++)
+				if (p[k].hold >= 0)
+					kvp__settle(c, &p[k], -EBUSY);
+			return;
+		}
+		kvp_futex_wait(&s->hdr->h_staging_seq, sseq, KVP_RESOLVE_SLICE_NS);
+	}
+}
+
+/*
+ * One held key of a read call: a DRAM hit is copied now (the hold dropped
+ * unless a pinset owns it); an SSD-resident key joins pend[], resolved
+ * when the ring's worth is full.  Returns the new pend count.
+ */
+KVP_INLINE unsigned
+kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen,
+	       uint64_t off, uint64_t len, int h, bool pinned, struct kvp__pend *pend,
+	       unsigned m)
+{
+	/* acquire: pairs with the agent's release when it moves the value;
+	 * any location read under the hold stays valid until it drops */
+	uint64_t loc = kvp_load_acquire(&c->seg.entries[i].e_loc);
+
+	op->len = len;
+	if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM || len == 0) {
+		bool ok = kvp__copy_out(c, i, off, op->buf, len);
+
+		kvp_crashpoint(C_COPY_DONE);
+		if (!pinned)
+			kvp__drop(c, h);
+		if (!ok) {
+			/* held, but its DRAM location is damaged: FAILED */
+			op->status = -EIO;
+			op->len = 0;
+			kvp__ctr(c, KVP_CTR_RESOLVE_FAILED, 1);
+			return m;
+		}
+		op->status = 0;
+		kvp__ctr(c, KVP_CTR_GET_HIT, 1);
+		kvp__ctr(c, KVP_CTR_GET_BYTES, len);
+		return m;
+	}
+	c->call_ssd++;
+	pend[m].op = op;
+	pend[m].slot = i;
+	pend[m].gen = gen;
+	pend[m].off = off;
+	pend[m].len = len;
+	pend[m].hold = h;
+	pend[m].pinned = pinned;
+	if (++m == KVP_RING_ENTRIES || (c->seg.rings && m == c->seg.g.g_ring_entries)) {
+		kvp__resolve(c, pend, m);
+		m = 0;
+	}
+	return m;
+}
+
+/*
+ * The read engine behind every get.  exact: kvp_get semantics (the whole
+ * value, -EMSGSIZE when ops->len is too small); else [off, off+len)
+ * clipped.  DRAM hits are copied at once (their hold dropped at once);
+ * SSD-resident keys stay held in pend[] and are resolved through the
+ * agent in parts of at most one ring, or sooner when this client's hold
+ * slots run out, so any number of keys is served with any number of hold
+ * slots.  Only a client whose own pinsets hold every hold slot gets
+ * -EBUSY.  Sets status and len.
+ */
+KVP_INLINE size_t
+kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
+{
+	struct kvp__pend pend[KVP_RING_ENTRIES];
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	unsigned m = 0;
+	size_t j, ok = 0;
+
+	c->call_ssd = 0;
+	for (j = 0; j < n; j++) {
+		struct kvp_op *op = &ops[j];
+		uint64_t i = 0, vlen = 0, off = exact ? 0 : op->off, len;
+		int h;
+
+		kvp__ctr(c, KVP_CTR_GET, 1);
+		if (!kvp__key_ok(op->key, op->klen) || (!op->buf && op->len)) {
+			op->status = -EINVAL;
+			continue;
+		}
+		h = kvp__lookup_hold(c, op->key, op->klen, &i, &vlen);
+		if (h == -ENOBUFS && m) {
+			/* every hold slot is taken: the SSD-resident keys
+			 * held in pend[] are resolved now (their holds drop)
+			 * and the key is looked up again */
+			kvp__resolve(c, pend, m);
+			m = 0;
+			h = kvp__lookup_hold(c, op->key, op->klen, &i, &vlen);
+		}
+		if (h < 0) {
+			if (h == -ENOENT)
+				kvp__ctr(c, KVP_CTR_GET_MISS, 1);
+			/* still no hold slot: this client's pinsets hold all
+			 * of them; retry once one is released */
+			op->status = h == -ENOBUFS ? -EBUSY : h;
+			continue;
+		}
+		if ((exact && vlen > op->len) || (!exact && off > vlen) || !op->buf) {
+			op->status = exact && vlen > op->len ? -EMSGSIZE : -EINVAL;
+			kvp__drop(c, h);
+			continue;
+		}
+		len = exact ? vlen : (vlen - off < op->len ? vlen - off : op->len);
+		m = kvp__read_held(c, op, i, KVP_IX_GEN(kvp_load_acquire(&c->seg.meta[i])),
+				   off, len, h, false, pend, m);
+	}
+	if (m)
+		kvp__resolve(c, pend, m);
+	for (j = 0; j < n; j++)
+		ok += ops[j].status == 0;
+	if (n)
+		kvp__hist(c, c->call_ssd ? KVP_HIST_GET_SSD : KVP_HIST_GET_DRAM, t0);
+	return ok;
+}
+
+/* One key as a batch of one (a designated initializer is not C++17). */
+KVP_INLINE void
+kvp__op_init(struct kvp_op *op, const void *key, uint32_t klen, void *buf, uint64_t off,
+	     uint64_t len)
+{
+	op->key = key;
+	op->klen = klen;
+	op->buf = buf;
+	op->off = off;
+	op->len = len;
+	op->status = 0;
+}
+
+/* kvp_get (kvpool.h): the read engine, exact size. */
+KVP_API ssize_t
+kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf, uint64_t cap)
+{
+	struct kvp_op op;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && cap))
+		return -EINVAL;
+	kvp__op_init(&op, key, klen, buf, 0, cap);
+	kvp__read(c, &op, 1, true);
+	return op.status ? op.status : (ssize_t)op.len;
+}
+
+/* kvp_get_range (kvpool.h): the read engine, clipped. */
+KVP_API ssize_t
+kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen, uint64_t off,
+	      void *buf, uint64_t len)
+{
+	struct kvp_op op;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && len))
+		return -EINVAL;
+	kvp__op_init(&op, key, klen, buf, off, len);
+	kvp__read(c, &op, 1, false);
+	return op.status ? op.status : (ssize_t)op.len;
+}
+
+/* Is the value in slot i (just found READY) SSD-resident?  For the
+ * per-tier counters only: the entry's first line was read by the lookup. */
+KVP_INLINE bool
+kvp__resident_ssd(const struct kvp_client *c, uint64_t i)
+{
+	/* relaxed: a statistic; the location may change right after */
+	return KVP_LOC_TIER(kvp_load_relaxed(&c->seg.entries[i].e_loc)) == KVP_TIER_SSD;
+}
+
+/* kvp_exists (kvpool.h): one lookup, no hold. */
+KVP_API int
+kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
+{
+	uint64_t w, t0;
+	int64_t i;
+	bool ssd;
+
+	if (!c || !kvp__key_ok(key, klen))
+		return -EINVAL;
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	kvp__ctr(c, KVP_CTR_EXISTS, 1);
+	i = kvp_ix_find(&c->seg, c->ns_id, kvp_key_hash(c->ns_id, key, klen), key,
+			klen, KVP_IX_M(KVP_IX_READY), &w);
+	if (i < 0) {
+		kvp__hist(c, KVP_HIST_EXISTS_DRAM, t0);
+		return 0;
+	}
+	ssd = kvp__resident_ssd(c, (uint64_t)i);
+	kvp__ctr(c, KVP_CTR_EXISTS_HIT, 1);
+	kvp__ctr(c, ssd ? KVP_CTR_EXISTS_HIT_SSD : KVP_CTR_EXISTS_HIT_DRAM, 1);
+	kvp__hist(c, ssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM, t0);
+	return 1;
+}
+
+
+/* Pipeline helpers for batch lookups: hash key k into ring[k % n] and
+ * prefetch its two buckets' state words. */
+KVP_INLINE void
+kvp__prefetch_buckets(struct kvp_client *c, const struct kvp_op *ops, size_t k,
+		      uint64_t *ring, size_t n)
+{
+	uint64_t h;
+
+	if (!kvp__key_ok(ops[k].key, ops[k].klen))
+		return;
+	h = kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen);
+	ring[k % n] = h;
+	__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, h, 0)]);
+	__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, h, KVP_IX_WAYS)]);
+}
+
+/* Prefetch the entry lines of the slot whose fingerprint matches. */
+KVP_INLINE void
+kvp__prefetch_entry(struct kvp_client *c, uint64_t h)
+{
+	unsigned fp = kvp_ix_fp(h), pos;
+
+	for (pos = 0; pos < KVP_IX_CANDS; pos++) {
+		uint64_t i = kvp_ix_cand(&c->seg, h, pos);
+		/* relaxed: a prefetch hint only */
+		uint64_t w = kvp_load_relaxed(&c->seg.meta[i]);
+
+		if (KVP_IX_STATE(w) == KVP_IX_READY && KVP_IX_FP(w) == fp) {
+			const char *e = (const char *)&c->seg.entries[i];
+			__builtin_prefetch(e);
+			__builtin_prefetch(e + 64);
+			__builtin_prefetch(e + 128);
+			return;
+		}
+	}
+}
+
+/* kvp_batch_get (kvpool.h): the read engine, clipped, over n keys. */
+KVP_API ssize_t
+kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	if (!c || (!ops && n))
+		return -EINVAL;
+	return (ssize_t)kvp__read(c, ops, n, false);
+}
+
+/* kvp_batch_exists_prefix (kvpool.h): lookups only, pipelined. */
+KVP_API ssize_t
+kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	/* a two-stage software pipeline: FAR keys ahead, hash and prefetch
+	 * both candidate buckets; NEAR keys ahead, find the fingerprint
+	 * match in the (now cached) state words and prefetch its entry */
+	enum { FAR = 16, NEAR = 8, RING = 32 };
+	uint64_t hashes[RING], t0, nssd = 0;
+	size_t k;
+
+	if (!c || (!ops && n))
+		return -EINVAL;
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	kvp__ctr(c, KVP_CTR_EXISTS, n);
+	for (k = 0; k < n && k < FAR; k++)
+		kvp__prefetch_buckets(c, ops, k, hashes, RING);
+	for (k = 0; k < n; k++) {
+		uint64_t w;
+		int64_t i;
+
+		if (!kvp__key_ok(ops[k].key, ops[k].klen)) {
+			ops[k].status = -EINVAL;
+			break;
+		}
+		if (k + FAR < n)
+			kvp__prefetch_buckets(c, ops, k + FAR, hashes, RING);
+		if (k + NEAR < n && kvp__key_ok(ops[k + NEAR].key, ops[k + NEAR].klen))
+			kvp__prefetch_entry(c, hashes[(k + NEAR) % RING]);
+		i = kvp_ix_find(&c->seg, c->ns_id, hashes[k % RING], ops[k].key, ops[k].klen,
+				KVP_IX_M(KVP_IX_READY), &w);
+		if (i < 0) {
+			ops[k].status = -ENOENT;
+			break;
+		}
+		nssd += kvp__resident_ssd(c, (uint64_t)i);
+		ops[k].status = 0;
+	}
+	kvp__ctr(c, KVP_CTR_EXISTS_HIT, k);
+	kvp__ctr(c, KVP_CTR_EXISTS_HIT_DRAM, k - nssd);
+	kvp__ctr(c, KVP_CTR_EXISTS_HIT_SSD, nssd);
+	if (n)
+		kvp__hist(c, nssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM, t0);
+	return (ssize_t)k;
+}
+
+#endif /* KVP_CLIENT_READ_INT_H */

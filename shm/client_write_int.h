@@ -1,0 +1,424 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_write_int.h - puts and deletes (kvpool.h documents the calls).
+ *
+ * A put claims its slot (insert-if-absent, index/kvp_index.h), takes a
+ * unit of the index count, allocates DRAM runs tagged with the slot,
+ * copies and publishes (PENDING -> READY).  When something is full it
+ * never makes room itself: it wakes the agent's evictor and sleeps on
+ * the space futex until a deadline (docs/design.md, "Puts, gets,
+ * deletes" and "The index limit").
+ *
+ * Included by shm/client_int.h.
+ */
+#ifndef KVP_CLIENT_WRITE_INT_H
+#define KVP_CLIENT_WRITE_INT_H
+
+/* Wake the evictor (at most one wake in flight); need_units > 0 says
+ * how much room a waiting putter needs. */
+KVP_INLINE void
+kvp__kick_evictor(struct kvp_client *c, uint64_t need_units)
+{
+	struct kvp_shm_header *hd = c->seg.hdr;
+	uint64_t cur;
+
+	/* relaxed: a hint; the CAS loop only keeps the largest */
+	while ((cur = kvp_load_relaxed(&hd->h_evict_need)) < need_units &&
+	       !kvp_cas(&hd->h_evict_need, cur, need_units))
+		;
+
+	/* full CAS: only the first client to see the need pays the syscall;
+	 * the agent clears h_evict_req before each pass */
+	if (kvp_cas(&hd->h_evict_req, 0, 1)) {
+		kvp_ifetch_add(&hd->h_evict_wake, 1);
+		kvp_futex_wake(&hd->h_evict_wake);
+	}
+}
+
+/* Both candidate buckets of hash are full: leave the hash in the hint
+ * ring and wake the evictor, which frees an unheld slot there. */
+KVP_INLINE void
+kvp__hint_full_buckets(struct kvp_client *c, uint64_t hash)
+{
+	struct kvp_shm_header *hd = c->seg.hdr;
+	/* full: a ring position of our own */
+	uint64_t k = kvp_fetch_add(&hd->h_hint_seq, 1) % KVP_HINTS;
+
+	/* release: the evictor takes it with a CAS; 0 means empty (a key
+	 * whose hash is 0 gets no hint: its put may answer -ENOSPC) */
+	kvp_store_release(&hd->h_hint[k], hash);
+	kvp__kick_evictor(c, 0);
+}
+
+/* ---- the index entry limit (docs/design.md, "The index limit") ---- */
+
+/* A new kind in our cs_ix_resv (a new sequence every time). */
+KVP_INLINE void
+kvp__ixr_set(struct kvp_client *c, unsigned kind)
+{
+	kvp_aword_t *w = &c->seg.clients[c->slot].cs_ix_resv;
+
+	/* release: cs_ix_slot, and a publish or an abort, before the new
+	 * kind; pairs with the agent's acquire in its recount and the
+	 * reaper's (relaxed load: only we write it while we live) */
+	kvp_store_release(w, KVP_IXR_NEXT(kvp_load_relaxed(w), kind));
+}
+
+/* The index is at its limit: wake the evictor (at most one wake in
+ * flight), which removes cold entries. */
+KVP_INLINE void
+kvp__kick_index(struct kvp_client *c)
+{
+	struct kvp_shm_header *hd = c->seg.hdr;
+
+	/* full CAS: only the first waiting putter pays the syscall; the
+	 * agent clears h_ix_req before its pass */
+	if (kvp_cas(&hd->h_ix_req, 0, 1)) {
+		kvp_ifetch_add(&hd->h_evict_wake, 1);
+		kvp_futex_wake(&hd->h_evict_wake);
+	}
+}
+
+/*
+ * Take a unit of the index entry count for PENDING slot i (state word w),
+ * which this put has claimed.  At the limit, wake the evictor and wait
+ * for room at most KVP_PUT_WAIT_MS, like a put that finds DRAM full.
+ * 0 (our cs_ix_resv says HAVE_SLOT(i)), or -EBUSY, -ENOSPC (everything in
+ * the index is held), -ENOTCONN (no agent to make room).
+ */
+KVP_INLINE int
+kvp__ix_reserve(struct kvp_client *c, uint64_t i, uint64_t w)
+{
+	struct kvp_seg *s = &c->seg;
+	uint64_t deadline = 0;
+
+	/* release: after our last cs_ix_resv store (IDLE), so an agent that
+	 * sees this slot sees that store too (its recount reads the slot,
+	 * then the kind again, with acquire loads) */
+	kvp_store_release(&s->clients[c->slot].cs_ix_slot, KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
+	for (;;) {
+		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
+		uint64_t now;
+
+		kvp__ixr_set(c, KVP_IXR_RESERVING);
+		if (kvp_ix_count_take(s)) {
+			kvp_crashpoint(C_IX_COUNTED);
+			kvp__ixr_set(c, KVP_IXR_HAVE_SLOT);
+			return 0;
+		}
+		kvp__ixr_set(c, KVP_IXR_IDLE);
+		kvp__kick_index(c);
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (!deadline)
+			deadline = now + c->put_wait_ns;
+		if (now >= deadline || !kvp_shm_agent_alive(s))
+			break;
+		/* sleep until the evictor reports progress (no spinning) */
+		kvp_futex_wait(&s->hdr->h_space_seq, seq, deadline - now);
+	}
+	if (!kvp_shm_agent_alive(s))
+		return -ENOTCONN;
+	/* relaxed: the evictor's verdict on its last pass */
+	return kvp_load_relaxed(&s->hdr->h_evict_stuck) & KVP_STUCK_INDEX ? -ENOSPC : -EBUSY;
+}
+
+/* A put that holds a unit gives up: its slot and its unit go back. */
+KVP_INLINE void
+kvp__ix_release(struct kvp_client *c, uint64_t i, uint64_t w)
+{
+	if (kvp__live(c))
+		return; /* reaped: the reaper took care of both */
+	kvp__ixr_set(c, KVP_IXR_RELEASING);
+	kvp_ix_abort(&c->seg, i, w);
+	kvp_ix_count_give(&c->seg);
+	kvp__ixr_set(c, KVP_IXR_IDLE);
+}
+
+KVP_INLINE bool
+kvp__above_high(const struct kvp_seg *s)
+{
+	/* relaxed: a heuristic to wake the evictor early */
+	uint64_t used = kvp_load_relaxed(&s->dram->dh_used_mirror);
+	/* the agent's watermark: a hint (any value only wakes it sooner) */
+	uint64_t high = *(const volatile uint32_t *)&s->hdr->h_dram_high_pct;
+
+	return used * 100 > s->g.g_dram_pages * (high < 100 ? high : 100);
+}
+
+/* The body of kvp_put (below); *counted is set once the call counts as a
+ * put (it passed validation), so the caller times it.  No clock read. */
+KVP_INLINE int
+kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len,
+	 bool *counted)
+{
+	struct kvp_seg *s;
+	uint64_t hash, w, deadline = 0, unit;
+	int64_t i;
+	uint32_t first = 0, p, next;
+	const unsigned char *src = (const unsigned char *)val;
+	int rc;
+
+	if (!c || !kvp__key_ok(key, klen) || !val || len == 0)
+		return -EINVAL;
+	s = &c->seg;
+	if (len > s->g.g_max_value)
+		return -E2BIG;
+	unit = s->g.g_dram_unit;
+	if ((len + unit - 1) / unit > s->g.g_dram_pages)
+		return -E2BIG;
+	rc = kvp__live(c);
+	if (rc)
+		return rc;
+	kvp__ctr(c, KVP_CTR_PUT, 1);
+	*counted = true;
+	hash = kvp_key_hash(c->ns_id, key, klen);
+	for (;;) {
+		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
+		uint64_t now;
+
+		i = kvp_ix_claim(s, c->slot, c->ns_id, hash, key, klen, &w);
+		if (i != -ENOSPC)
+			break;
+		/* both buckets full: ask the evictor to free a slot in them */
+		kvp__hint_full_buckets(c, hash);
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (!deadline)
+			deadline = now + c->put_wait_ns;
+		if (now >= deadline || !kvp_shm_agent_alive(s))
+			break;
+		kvp_futex_wait(&s->hdr->h_space_seq, seq, deadline - now);
+	}
+	deadline = 0;
+	if (i < 0) {
+		kvp__ctr(c, i == -EEXIST ? KVP_CTR_PUT_EXISTS : KVP_CTR_PUT_NOSPC, 1);
+		return (int)i;
+	}
+	kvp_crashpoint(C_PUT_CLAIMED);
+	/* the slot is ours, so no other putter of this key waits on us: now
+	 * a unit of the index count (--index-entries), bounded wait */
+	rc = kvp__ix_reserve(c, (uint64_t)i, w);
+	if (rc) {
+		kvp_ix_abort(s, (uint64_t)i, w);
+		kvp__ctr(c, rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY, 1);
+		return rc;
+	}
+	for (;;) {
+		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
+		uint64_t now;
+
+		/* the first try does not wait for the allocator lock (and
+		 * reads no clock); later ones wait until the deadline: a
+		 * holder that is stopped cannot hold this put longer */
+		rc = kvp_dram_alloc_until(s, len, (uint64_t)i, KVP_IX_GEN(w), &first, deadline);
+		if (rc == 0)
+			break;
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (!deadline)
+			deadline = now + c->put_wait_ns;
+		if (rc == -EBUSY && now < deadline)
+			continue; /* wait for the lock, until the deadline */
+		if (rc != -ENOSPC && rc != -EUCLEAN)
+			break;
+		/* no room, or a damaged allocator the agent repairs */
+		kvp__kick_evictor(c, (len + unit - 1) / unit);
+		if (now >= deadline)
+			break;
+		/* sleep until the evictor reports progress (no spinning) */
+		kvp_futex_wait(&s->hdr->h_space_seq, seq, deadline - now);
+	}
+	if (rc) {
+		kvp__ix_release(c, (uint64_t)i, w);
+		if (rc == -EUCLEAN)
+			rc = -EBUSY; /* the agent is repairing the allocator */
+		if (rc == -ENOSPC) {
+			if (!kvp_shm_agent_alive(s))
+				rc = -ENOTCONN;
+			/* relaxed: the evictor's verdict on its last pass */
+			else if (kvp_load_relaxed(&s->hdr->h_evict_stuck) & KVP_STUCK_DRAM)
+				rc = -ENOSPC;
+			else
+				rc = -EBUSY;
+		}
+		kvp__ctr(c, rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY, 1);
+		return rc;
+	}
+	kvp_crashpoint(C_PUT_ALLOCATED);
+	if (kvp__above_high(s))
+		kvp__kick_evictor(c, 0);
+	/* relaxed: published by the READY CAS in kvp_ix_publish */
+	kvp_store_relaxed(&s->entries[i].e_len, len);
+	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, first));
+	/* the run's length is ours to read: we own it until publish */
+	kvp_store_relaxed(&s->entries[i].e_run, s->pages[first].pg_npages);
+	/* no SSD copy yet: the slot's previous value may have had one, and
+	 * an eviction would otherwise point this key at that record */
+	kvp_store_relaxed(&s->entries[i].e_ssd, 0);
+	for (p = first;;) {
+		uint64_t rb = 0, k;
+		unsigned char *dst = kvp_dram_run(s, p, &rb, &next);
+
+		if (!dst || (len > rb && !next)) {
+			/* our own chain was damaged under us (a hostile
+			 * client): never write past a run; the agent frees
+			 * the tagged runs and repairs the map */
+			kvp_dram_report_damage(s);
+			kvp__ix_release(c, (uint64_t)i, w);
+			kvp__ctr(c, KVP_CTR_PUT_BUSY, 1);
+			return -EBUSY;
+		}
+		k = rb < len ? rb : len;
+		memcpy(dst, src, k);
+		src += k;
+		len -= k;
+		if (!len)
+			break;
+		p = next - 1;
+	}
+	kvp_crashpoint(C_PUT_COPIED);
+	rc = kvp_ix_publish(s, (uint64_t)i, w);
+	kvp_crashpoint(C_PUT_PUBLISHED);
+	if (rc == 0) {
+		/* the unit now belongs to the READY slot */
+		kvp__ixr_set(c, KVP_IXR_IDLE);
+		kvp__ctr(c, KVP_CTR_PUT_BYTES, (uint64_t)(src - (const unsigned char *)val));
+	}
+	return rc;
+}
+
+/* kvp_put (kvpool.h): kvp__put, timed. */
+KVP_API int
+kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len)
+{
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	bool counted = false;
+	int rc = kvp__put(c, key, klen, val, len, &counted);
+
+	if (counted) /* a call that reached the index: timed */
+		kvp__hist(c, KVP_HIST_PUT_DRAM, t0);
+	return rc;
+}
+
+/*
+ * A strict delete: the agent deletes (slot i, generation of w) and answers
+ * once the value's tombstone is durable (kvp_delete, --durability strict).
+ * One request in our ring; we sleep on our futex like a read does, and
+ * withdraw it (a CAS on the exact word) if the agent goes away.
+ */
+KVP_INLINE int
+kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
+{
+	struct kvp_seg *s = &c->seg;
+	struct kvp_client_slot *cs = &s->clients[c->slot];
+	struct kvp_req *ring = &s->rings[(uint64_t)c->slot * s->g.g_ring_entries], *q = NULL;
+	uint64_t rw = 0, word, dead_since = 0, call;
+	unsigned r;
+
+	for (r = 0; r < s->g.g_ring_entries; r++) {
+		/* acquire: the agent's last word on this entry */
+		rw = kvp_load_acquire(&ring[r].rq_state);
+		if ((rw & 0xff) == KVP_RQ_FREE) {
+			q = &ring[r];
+			break;
+		}
+	}
+	if (!q)
+		return -EBUSY; /* cannot happen: our calls are sequential */
+	if (!kvp_shm_agent_alive(s))
+		return -ENOTCONN;
+	call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+	kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
+	/* relaxed: published by the POSTED store-release below */
+	kvp_store_relaxed(&q->rq_slot, i);
+	kvp_store_relaxed(&q->rq_gen, KVP_IX_GEN(w));
+	kvp_store_relaxed(&q->rq_off, 0);
+	kvp_store_relaxed(&q->rq_len, 0);
+	kvp_store_relaxed(&q->rq_call, (call & 0xffffffffull) | KVP_RQ_DELETE);
+	kvp_store_relaxed(&q->rq_result, 0);
+	kvp_store_relaxed(&q->rq_where, 0);
+	word = (((rw >> 8) + 1) << 8) | KVP_RQ_POSTED;
+	/* release: the request's fields before its POSTED state */
+	kvp_store_release(&q->rq_state, word);
+	kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake the agent */
+	kvp_futex_wake(&s->hdr->h_evict_wake);
+	for (;;) {
+		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
+		/* acquire: pairs with the agent's DONE release */
+		uint64_t st = kvp_load_acquire(&q->rq_state);
+
+		if (st == ((word & ~0xffull) | KVP_RQ_DONE)) {
+			int res = (int)(int64_t)kvp_load_relaxed(&q->rq_result);
+			/* release: the entry is ours to post again */
+			kvp_store_release(&q->rq_state, (st & ~0xffull) | KVP_RQ_FREE);
+			return res;
+		}
+		if (kvp_shm_agent_alive(s)) {
+			dead_since = 0;
+		} else if (!dead_since) {
+			dead_since = kvp_now_ns(CLOCK_MONOTONIC);
+		} else if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since >= c->agent_grace_ns &&
+			   /* full CAS: withdraw it unless answered meanwhile */
+			   kvp_cas(&q->rq_state, st, (st & ~0xffull) | KVP_RQ_FREE)) {
+			return -ENOTCONN;
+		}
+		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
+	}
+}
+
+/* kvp_delete (kvpool.h): READY -> DELETED, unless the agent is deciding
+ * (CHECK) or deletes are strict (the agent deletes: kvp__delete_durable). */
+KVP_API int
+kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
+{
+	uint64_t hash, w, t0 = 0;
+	int64_t i;
+
+	if (!c || !kvp__key_ok(key, klen))
+		return -EINVAL;
+	kvp__ctr(c, KVP_CTR_DELETE, 1);
+	hash = kvp_key_hash(c->ns_id, key, klen);
+	for (;;) {
+		i = kvp_ix_find(&c->seg, c->ns_id, hash, key, klen,
+				KVP_IX_M(KVP_IX_READY), &w);
+		if (i < 0)
+			return -ENOENT;
+		/* the agent's --durability (a hint it publishes at attach) */
+		if (c->seg.rings && *(const volatile uint32_t *)&c->seg.hdr->h_durability == 1)
+			return kvp__delete_durable(c, (uint64_t)i, w);
+		/* under CHECK the agent is deciding: wait for its verdict */
+		if (!(w & KVP_IX_CHECK) && kvp_ix_delete(&c->seg, (uint64_t)i, w)) {
+			kvp_crashpoint(C_DELETE_MARKED);
+			/* full: tells the agent a reclaim pass has work */
+			kvp_fetch_add(&c->seg.hdr->h_delete_seq, 1);
+			return 0; /* the evictor reclaims it on its next pass */
+		}
+		if (!t0)
+			t0 = kvp_now_ns(CLOCK_MONOTONIC);
+		else if (kvp_now_ns(CLOCK_MONOTONIC) - t0 > KVP_CHECK_WAIT_NS)
+			return -EBUSY;
+		sched_yield();
+	}
+}
+
+
+/* kvp_batch_put (kvpool.h): one histogram observation for the batch. */
+KVP_API ssize_t
+kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	uint64_t t0;
+	bool counted = false;
+	size_t k, ok = 0;
+
+	if (!c || (!ops && n))
+		return -EINVAL;
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	for (k = 0; k < n; k++) {
+		ops[k].status = kvp__put(c, ops[k].key, ops[k].klen, ops[k].buf, ops[k].len,
+					 &counted);
+		ok += ops[k].status == 0;
+	}
+	if (counted) /* one observation for the whole batch */
+		kvp__hist(c, KVP_HIST_PUT_DRAM, t0);
+	return (ssize_t)ok;
+}
+
+#endif /* KVP_CLIENT_WRITE_INT_H */
