@@ -69,7 +69,7 @@ kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg, const struct kv
 	h->h_abi_major = KVP_ABI_MAJOR;
 	h->h_abi_minor = KVP_ABI_MINOR;
 	h->h_features = KVP_FEATURES;
-	h->h_layout_sig = KVP_LAYOUT_SIG;
+	h->h_layout_sig = kvp_layout_sig();
 	h->h_create_ns = kvp_now_ns(CLOCK_REALTIME);
 	snprintf(h->h_pool, sizeof(h->h_pool), "%s", cfg->pool);
 	h->h_geom[0] = *g;
@@ -363,10 +363,10 @@ kvp_shm_repair_header_agent(struct kvp_agent *a)
 		n++;
 	}
 	if (h->h_abi_major != KVP_ABI_MAJOR || h->h_abi_minor != KVP_ABI_MINOR ||
-	    h->h_layout_sig != KVP_LAYOUT_SIG) {
+	    h->h_layout_sig != kvp_layout_sig()) {
 		h->h_abi_major = KVP_ABI_MAJOR;
 		h->h_abi_minor = KVP_ABI_MINOR;
-		h->h_layout_sig = KVP_LAYOUT_SIG;
+		h->h_layout_sig = kvp_layout_sig();
 		n++;
 	}
 	/* relaxed: the magic is only ever this value once created */

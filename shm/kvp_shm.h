@@ -65,7 +65,7 @@
 typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
-#define KVP_ABI_MAJOR 4 /* 4.0: the index entry limit is kept (h_ix_used, cs_ix_resv) */
+#define KVP_ABI_MAJOR 5 /* 5.0: the layout signature covers every field's offset */
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -269,7 +269,7 @@ struct kvp_shm_header {
 	uint16_t h_abi_major;
 	uint16_t h_abi_minor;
 	uint32_t h_features;
-	uint64_t h_layout_sig;   /* sizes of the shared types: see below */
+	uint64_t h_layout_sig;   /* kvp_layout_sig(): see below */
 	uint64_t h_create_ns;    /* CLOCK_REALTIME at creation */
 	char h_pool[KVP_POOL_NAME_MAX];
 	struct kvp_geom h_geom[2]; /* two copies (see struct kvp_geom) */
@@ -308,8 +308,13 @@ struct kvp_shm_header {
 
 	/* observability: written by the agent, read by tools */
 	kvp_aword_t h_hist_retired[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* gone clients */
+#ifndef KVP_TEST_SWAP_HEADER
 	kvp_aword_t h_ssd_used_bytes;  /* SSD on-disk bytes (segments) */
 	kvp_aword_t h_ssd_live_bytes;  /* SSD bytes of live records */
+#else	/* tests/shm/test_layout_swap.c: same sizes, the other order */
+	kvp_aword_t h_ssd_live_bytes;
+	kvp_aword_t h_ssd_used_bytes;
+#endif
 	kvp_aword_t h_ssd_total_bytes; /* --ssd-size, or the file system's size */
 	kvp_aword_t h_metrics_port;    /* the agent's /metrics TCP port; 0 = off */
 };
@@ -510,18 +515,131 @@ struct kvp_dram_hdr {
 				      * agent verifies and repairs it */
 };
 
-/* Signature of the shared type sizes: a build with other sizes refuses. */
-#define KVP_LAYOUT_SIG                                                       \
-	(((uint64_t)sizeof(struct kvp_shm_header) << 48) ^                   \
-	 ((uint64_t)sizeof(struct kvp_client_slot) << 36) ^                  \
-	 ((uint64_t)sizeof(struct kvp_entry) << 24) ^                        \
-	 ((uint64_t)sizeof(struct kvp_page) << 16) ^                         \
-	 ((uint64_t)sizeof(struct kvp_dram_hdr) << 4) ^                      \
-	 ((uint64_t)sizeof(struct kvp_req) << 40) ^                          \
-	 ((uint64_t)sizeof(struct kvp_span) << 28) ^                         \
-	 ((uint64_t)sizeof(struct kvp_lease_slot) << 20) ^ (uint64_t)KVP_CTR_SLOTS ^ \
-	 ((uint64_t)sizeof(struct kvp_geom) << 56) ^                         \
-	 ((uint64_t)KVP_HIST_SLOTS << 8) ^ ((uint64_t)KVP_HIST_WORDS << 12))
+/*
+ * The layout signature (h_layout_sig): a hash of the offset and size of
+ * every field of every shared type, in declaration order, and of each
+ * type's size.  A build whose shared types differ from the agent's in
+ * any of them (a field added, removed, resized, or moved, even between
+ * two fields of the same size) computes another signature, and the two
+ * refuse each other's segments (-EPROTO, kvp_shm_check_header).
+ *
+ * Each list names every field of its struct in declaration order:
+ * tests/shm/test_layout.c checks that the fields tile the struct (no gap
+ * a forgotten field could hide in but alignment padding, ending at its
+ * size) and that the signature is the one recorded for this ABI; adding
+ * a field means adding it here, and changing the signature means bumping
+ * KVP_ABI_MAJOR.
+ */
+#define KVP_FIELDS_GEOM(X)                                                   \
+	X(kvp_geom, g_seg_size) X(kvp_geom, g_index_slots)                   \
+	X(kvp_geom, g_index_limit) X(kvp_geom, g_dram_unit)                  \
+	X(kvp_geom, g_dram_pages) X(kvp_geom, g_max_value)                   \
+	X(kvp_geom, g_staging_slots) X(kvp_geom, g_staging_slot_bytes)       \
+	X(kvp_geom, g_max_clients) X(kvp_geom, g_holds_per_client)           \
+	X(kvp_geom, g_ring_entries) X(kvp_geom, g_max_leases)                \
+	X(kvp_geom, g_pad) X(kvp_geom, g_sum)
+#define KVP_FIELDS_HEADER(X)                                                 \
+	X(kvp_shm_header, h_magic) X(kvp_shm_header, h_abi_major)            \
+	X(kvp_shm_header, h_abi_minor) X(kvp_shm_header, h_features)         \
+	X(kvp_shm_header, h_layout_sig) X(kvp_shm_header, h_create_ns)       \
+	X(kvp_shm_header, h_pool) X(kvp_shm_header, h_geom)                  \
+	X(kvp_shm_header, h_incarnation) X(kvp_shm_header, h_agent_pid)      \
+	X(kvp_shm_header, h_agent_start_ns) X(kvp_shm_header, h_evict_stuck) \
+	X(kvp_shm_header, h_evict_wake) X(kvp_shm_header, h_space_seq)       \
+	X(kvp_shm_header, h_evict_req) X(kvp_shm_header, h_evict_need)       \
+	X(kvp_shm_header, h_hint_seq) X(kvp_shm_header, h_delete_seq)        \
+	X(kvp_shm_header, h_ix_used) X(kvp_shm_header, h_ix_req)             \
+	X(kvp_shm_header, h_max_pinned) X(kvp_shm_header, h_dram_high_pct)   \
+	X(kvp_shm_header, h_dram_low_pct) X(kvp_shm_header, h_hint)          \
+	X(kvp_shm_header, h_ssd_enabled) X(kvp_shm_header, h_durability)     \
+	X(kvp_shm_header, h_agent_alloc_claim) X(kvp_shm_header, h_pad3)     \
+	X(kvp_shm_header, h_io_wake) X(kvp_shm_header, h_staging_seq)        \
+	X(kvp_shm_header, h_staging_used) X(kvp_shm_header, h_staging_peak)  \
+	X(kvp_shm_header, h_actr) X(kvp_shm_header, h_hist_retired)          \
+	X(kvp_shm_header, h_ssd_used_bytes) X(kvp_shm_header, h_ssd_live_bytes) \
+	X(kvp_shm_header, h_ssd_total_bytes) X(kvp_shm_header, h_metrics_port)
+#define KVP_FIELDS_CLIENT_SLOT(X)                                            \
+	X(kvp_client_slot, cs_state) X(kvp_client_slot, cs_pid)              \
+	X(kvp_client_slot, cs_start_time) X(kvp_client_slot, cs_open_ns)     \
+	X(kvp_client_slot, cs_hold_hwm) X(kvp_client_slot, cs_ns_id)         \
+	X(kvp_client_slot, cs_io_futex) X(kvp_client_slot, cs_alloc_claim)   \
+	X(kvp_client_slot, cs_call_seq) X(kvp_client_slot, cs_ns)            \
+	X(kvp_client_slot, cs_ix_resv) X(kvp_client_slot, cs_ix_slot)        \
+	X(kvp_client_slot, cs_ctr) X(kvp_client_slot, cs_hist)
+#define KVP_FIELDS_REQ(X)                                                    \
+	X(kvp_req, rq_state) X(kvp_req, rq_slot) X(kvp_req, rq_gen)          \
+	X(kvp_req, rq_off) X(kvp_req, rq_len) X(kvp_req, rq_call)            \
+	X(kvp_req, rq_result) X(kvp_req, rq_where)
+#define KVP_FIELDS_SPAN(X)                                                   \
+	X(kvp_span, sp_state) X(kvp_span, sp_holders) X(kvp_span, sp_slot)   \
+	X(kvp_span, sp_off) X(kvp_span, sp_len)
+#define KVP_FIELDS_LEASE(X)                                                  \
+	X(kvp_lease_slot, ls_state) X(kvp_lease_slot, ls_slot)               \
+	X(kvp_lease_slot, ls_expiry) X(kvp_lease_slot, ls_owner)
+#define KVP_FIELDS_ENTRY(X)                                                  \
+	X(kvp_entry, e_loc) X(kvp_entry, e_len) X(kvp_entry, e_ns)           \
+	X(kvp_entry, e_hash) X(kvp_entry, e_klen) X(kvp_entry, e_ref)        \
+	X(kvp_entry, e_ssd) X(kvp_entry, e_run) X(kvp_entry, e_key)
+#define KVP_FIELDS_PAGE(X)                                                   \
+	X(kvp_page, pg_state) X(kvp_page, pg_npages) X(kvp_page, pg_owner)   \
+	X(kvp_page, pg_owner_gen) X(kvp_page, pg_next) X(kvp_page, pg_prev)  \
+	X(kvp_page, pg_head) X(kvp_page, pg_pad)
+#define KVP_FIELDS_DRAM_HDR(X)                                               \
+	X(kvp_dram_hdr, dh_lock) X(kvp_dram_hdr, dh_pad32)                   \
+	X(kvp_dram_hdr, dh_lock_ns) X(kvp_dram_hdr, dh_pad0)                 \
+	X(kvp_dram_hdr, dh_used_pages) X(kvp_dram_hdr, dh_free_pages)        \
+	X(kvp_dram_hdr, dh_peak_used_pages) X(kvp_dram_hdr, dh_alloc_fail)   \
+	X(kvp_dram_hdr, dh_bin) X(kvp_dram_hdr, dh_used_mirror)              \
+	X(kvp_dram_hdr, dh_damaged)
+/* every shared type, with its field list */
+#define KVP_SHARED_TYPES(T)                                                  \
+	T(kvp_geom, KVP_FIELDS_GEOM) T(kvp_shm_header, KVP_FIELDS_HEADER)    \
+	T(kvp_client_slot, KVP_FIELDS_CLIENT_SLOT) T(kvp_req, KVP_FIELDS_REQ) \
+	T(kvp_span, KVP_FIELDS_SPAN) T(kvp_lease_slot, KVP_FIELDS_LEASE)     \
+	T(kvp_entry, KVP_FIELDS_ENTRY) T(kvp_page, KVP_FIELDS_PAGE)          \
+	T(kvp_dram_hdr, KVP_FIELDS_DRAM_HDR)
+
+/* One row of the field table: a field, or (field == NULL) the end of a
+ * type, whose size is then 'size'. */
+struct kvp_layout_field {
+	const char *type;
+	const char *field;
+	uint32_t off;
+	uint32_t size;
+};
+#define KVP__LF_FIELD(S, f)                                                  \
+	{ #S, #f, (uint32_t)offsetof(struct S, f),                           \
+	  (uint32_t)sizeof(((struct S *)0)->f) },
+#define KVP__LF_TYPE(S, LIST) LIST(KVP__LF_FIELD){ #S, NULL, 0, (uint32_t)sizeof(struct S) },
+
+/* The table of every shared field (KVP_SHARED_TYPES); *n its rows. */
+KVP_INLINE const struct kvp_layout_field *
+kvp_layout_fields(size_t *n)
+{
+	static const struct kvp_layout_field rows[] = { KVP_SHARED_TYPES(KVP__LF_TYPE) };
+
+	*n = sizeof(rows) / sizeof(rows[0]);
+	return rows;
+}
+
+/* This build's layout signature: kvp_hash over (offset, size) of every
+ * row of the field table, in order (names do not count: renaming a field
+ * moves nothing). */
+KVP_INLINE uint64_t
+kvp_layout_sig(void)
+{
+	const struct kvp_layout_field *f;
+	uint64_t h = KVP_SHM_MAGIC;
+	size_t i, n;
+
+	f = kvp_layout_fields(&n);
+	for (i = 0; i < n; i++) {
+		uint32_t w[2] = { f[i].field ? f[i].off : 0xffffffffu, f[i].size };
+
+		h = kvp_hash(h, w, sizeof(w));
+	}
+	return h;
+}
 
 /*
  * The layout table: the regions of a segment in address order, each
@@ -1033,14 +1151,14 @@ kvp_shm_check_header(const struct kvp_shm_header *h, char *msg, size_t cap)
 			 "from /dev/shm or pick another --pool");
 		return -EPROTO;
 	}
-	if (h->h_abi_major != KVP_ABI_MAJOR || h->h_layout_sig != KVP_LAYOUT_SIG) {
+	if (h->h_abi_major != KVP_ABI_MAJOR || h->h_layout_sig != kvp_layout_sig()) {
 		snprintf(msg, cap, "segment ABI %u.%u (layout %016llx) does not "
 			 "match this build's %u.%u (layout %016llx): run a kvpool "
 			 "client built for the agent's version, or stop the agent, "
 			 "remove the segment and restart it",
 			 h->h_abi_major, h->h_abi_minor,
 			 (unsigned long long)h->h_layout_sig, KVP_ABI_MAJOR,
-			 KVP_ABI_MINOR, (unsigned long long)KVP_LAYOUT_SIG);
+			 KVP_ABI_MINOR, (unsigned long long)kvp_layout_sig());
 		return -EPROTO;
 	}
 	return 0;

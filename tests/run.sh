@@ -149,6 +149,9 @@ for v in $variants; do
 			ASAN_OPTIONS="detect_leaks=1" "build/$v/$t"
 	done
 done
+# the layout signature sees order, not only sizes: a client built with two
+# same-size header fields swapped refuses a real agent's segment
+run "release/test_layout_swap (fields swapped: -EPROTO)" build/release/test_layout_swap
 # the client as engines use it (tests/client/): kvpool.h from C++, header
 # only and linked with libkvpool.so; the library exports exactly the API
 # of kvpool.h, has a SONAME, and serves a real agent through dlopen()

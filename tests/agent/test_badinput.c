@@ -144,7 +144,7 @@ test_open_errors(void **state)
 	memset(&h, 0, sizeof(h));
 	h.h_magic = KVP_SHM_MAGIC;
 	h.h_abi_major = KVP_ABI_MAJOR + 1;
-	h.h_layout_sig = KVP_LAYOUT_SIG;
+	h.h_layout_sig = kvp_layout_sig();
 	assert_int_equal(ftruncate(fd, 1 << 20), 0);
 	assert_int_equal(pwrite(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	assert_int_equal(kvp_open(name, "ns", &c), -EPROTO);

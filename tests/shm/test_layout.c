@@ -45,6 +45,65 @@ test_static_layout(void **state)
 	}
 }
 
+/*
+ * The field lists of kvp_shm.h tile their structs: every field starts
+ * where the one before it ended, give or take the padding its alignment
+ * needs, and the last ends within alignment of the struct's size.  A
+ * field added to a struct but not to its list leaves a gap (or the list
+ * out of order) that this finds, so the signature covers every field.
+ */
+static void
+test_field_lists_tile(void **state)
+{
+	const struct kvp_layout_field *f;
+	size_t i, n, types = 0, fields = 0;
+	uint32_t end = 0;
+
+	(void)state;
+	f = kvp_layout_fields(&n);
+	for (i = 0; i < n; i++) {
+		if (!f[i].field) {
+			/* the type's end: at most 7 bytes of tail padding */
+			if (f[i].size < end || f[i].size - end >= 8)
+				fail_msg("%s: fields end at %u, the struct is %u bytes: "
+					 "a field is missing from KVP_FIELDS_*",
+					 f[i].type, end, f[i].size);
+			types++;
+			end = 0;
+			continue;
+		}
+		if (f[i].off < end || f[i].off - end >= 8)
+			fail_msg("%s.%s at %u, the field before it ends at %u: a field "
+				 "is missing from its list or out of order",
+				 f[i].type, f[i].field, f[i].off, end);
+		assert_true(f[i].size > 0);
+		end = f[i].off + f[i].size;
+		fields++;
+	}
+	assert_int_equal(types, 9);
+	assert_true(fields >= 100);
+}
+
+/*
+ * The signature of this ABI's layout.  It changes only when a shared
+ * type does (a field added, removed, resized or moved): then bump
+ * KVP_ABI_MAJOR in shm/kvp_shm.h and record the new value here, with the
+ * ABI it belongs to.
+ */
+#define KVPT_LAYOUT_SIG_ABI5 0xa2f854a653fe535aull
+
+static void
+test_signature_recorded(void **state)
+{
+	(void)state;
+	assert_int_equal(KVP_ABI_MAJOR, 5);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI5)
+		fail_msg("the shared layout changed (signature %016llx, recorded "
+			 "%016llx for ABI 5): bump KVP_ABI_MAJOR and record the "
+			 "new signature", (unsigned long long)kvp_layout_sig(),
+			 KVPT_LAYOUT_SIG_ABI5);
+}
+
 /* Every region of the layout table is page aligned (the arena and the
  * staging arena 2 MiB), lies after the one before it and inside the
  * segment, and has the size its geometry implies. */
@@ -117,7 +176,7 @@ test_agent_segment(void **state)
 	h = s.hdr;
 	assert_int_equal(h->h_magic, KVP_SHM_MAGIC);
 	assert_int_equal(h->h_abi_major, KVP_ABI_MAJOR);
-	assert_int_equal(h->h_layout_sig, KVP_LAYOUT_SIG);
+	assert_int_equal(h->h_layout_sig, kvp_layout_sig());
 	assert_int_equal(h->h_incarnation, 1);
 	assert_int_equal(s.g.g_max_clients, 16);
 	assert_int_equal(s.g.g_holds_per_client, 256);
@@ -223,6 +282,8 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_static_layout),
+		cmocka_unit_test(test_field_lists_tile),
+		cmocka_unit_test(test_signature_recorded),
 		cmocka_unit_test(test_agent_segment),
 		cmocka_unit_test(test_agent_segment_ssd),
 		cmocka_unit_test(test_geometry_limits),
