@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "kvpool.h"
+#include "shm/kvp_assert.h"
 
 
 struct kvp_agent_cfg {

@@ -208,6 +208,7 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 			return 0;
 		}
 	}
+	KVP_ASSERT(t->busy[slot] < KVP_TIER_MAX_OPS && t->demoting < KVP_TIER_MAX_DEMOTING, "I30");
 	t->busy[slot]++;
 	t->demoting++;
 	kvp_crashpoint(A_DEMOTE_SUBMITTED);
@@ -379,6 +380,7 @@ kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w, uint64_
 	kvp_read_identity(&s->entries[slot], &rd);
 	if (op->niov && kvp_top_add_waiter(op, w) == 0 &&
 	    kvp_ssd_read_agent(t->ssd, tag, &rd) == 0) {
+		KVP_ASSERT(t->busy[slot] < KVP_TIER_MAX_OPS, "I30");
 		t->busy[slot]++;
 		kvp_crashpoint(A_PROMOTE_SUBMITTED);
 		return true;
@@ -447,6 +449,7 @@ kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op, const struct kvp_ss
 		for (k = 0; k < op->nw; k++)
 			kvp_answer(a, &op->w[k], 0, 0, -1);
 	}
+	KVP_ASSERT(t->demoting > 0, "I30");
 	t->demoting--;
 }
 

@@ -240,6 +240,7 @@ kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *
 		kvp_answer(a, w, rc == -EBUSY ? -EBUSY : -EIO, 0, -1);
 		return;
 	}
+	KVP_ASSERT(t->busy[slot] < KVP_TIER_MAX_OPS, "I30");
 	t->busy[slot]++;
 	kvp_crashpoint(A_STAGE_SUBMITTED);
 	return;

@@ -243,6 +243,8 @@ kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot, uint64_
 		head = kvp_staging_find(s, need);
 	if (head == UINT32_MAX)
 		return -EBUSY;
+	/* the span lies in the arena: found by our own count, not read */
+	KVP_ASSERT(need >= 1 && (uint64_t)head + need <= s->g.g_staging_slots, "I17");
 	/* acquire: the free word we allocate from (its generation) */
 	hw = kvp_load_acquire(&s->spans[head].sp_state);
 	kvp_staging_account(s, need);

@@ -52,6 +52,7 @@ kvp_top_get(struct kvp_tier *t, int kind, uint64_t *tag)
 	if (!t->nfree)
 		return NULL;
 	k = t->freeops[--t->nfree];
+	KVP_ASSERT(k < KVP_TIER_MAX_OPS && t->ops[k].kind == TOP_FREE, "I30");
 	op = &t->ops[k];
 	memset(op, 0, offsetof(struct kvp_top, iov));
 	op->kind = kind;
@@ -62,6 +63,8 @@ kvp_top_get(struct kvp_tier *t, int kind, uint64_t *tag)
 void
 kvp_top_put(struct kvp_tier *t, struct kvp_top *op)
 {
+	/* each op goes back once (a second put would hand it out twice) */
+	KVP_ASSERT(op->kind != TOP_FREE && t->nfree < KVP_TIER_MAX_OPS, "I30");
 	free(op->w);
 	op->w = NULL;
 	op->kind = TOP_FREE;
@@ -139,8 +142,10 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 		return;
 	}
 	/* the op's slot is free of it (each op counted once: I30) */
-	if (op->kind != TOP_TOMB)
+	if (op->kind != TOP_TOMB) {
+		KVP_ASSERT(t->busy[op->slot] > 0, "I30");
 		t->busy[op->slot]--;
+	}
 	kvp_top_put(t, op);
 }
 

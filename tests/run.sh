@@ -137,7 +137,7 @@ skip() { # name, why: a run that cannot happen here
 }
 
 UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
-UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit"
+UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_assert"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
@@ -149,8 +149,12 @@ for v in $variants; do
 			ASAN_OPTIONS="detect_leaks=1" "build/$v/$t"
 	done
 done
+# who owns what (docs/design.md): index state words written in index/
+# only, nothing under shm/ index/ tiers/ includes agent/, no include cycle
+run "structure: owners, includes, no cycles" tests/structure/test_structure.sh
 # the layout signature sees order, not only sizes: a client built with two
 # same-size header fields swapped refuses a real agent's segment
+run "layout: test_layout fails with two fields swapped" tests/shm/test_layout_swapped.sh
 run "release/test_layout_swap (fields swapped: -EPROTO)" build/release/test_layout_swap
 # the client as engines use it (tests/client/): kvpool.h from C++, header
 # only and linked with libkvpool.so; the library exports exactly the API

@@ -1,0 +1,71 @@
+#!/bin/sh
+# tests/structure/test_structure.sh - the structure docs/design.md
+# describes ("Who owns what"), checked on the source tree:
+#  1. index/ owns the index state word: no file outside index/ writes one
+#     (an atomic store, CAS or add on s->meta[...], a non-const pointer
+#     into meta taken for later, a memset/memcpy over it).  tests/ may
+#     forge state words on purpose (hostile clients) and are left out.
+#  2. the mechanisms do not reach into the agent: no file under shm/,
+#     index/ or tiers/ (nor kvpool.h) includes anything from agent/.
+#  3. no include cycle among the tree's files (tsort finds loops).
+# Prints each violation with file and line; exit 0 when there is none.
+set -u
+cd "$(dirname "$0")/../.."
+tmp=$(mktemp -d /tmp/kvpt-struct.XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+bad=0
+srcs=$(git ls-files '*.c' '*.h' '*.cc')
+[ -n "$srcs" ] || { echo "FAIL: no sources (not a git checkout?)"; exit 1; }
+
+# 1. state-word writes
+for f in $srcs; do
+	case $f in index/*|tests/*) continue ;; esac
+	grep -nE '(kvp_store_(relaxed|release)|kvp_cas|kvp_fetch_add|kvp_exchange|mem(set|cpy|move))[[:space:]]*\([^;]*meta\b' "$f" |
+		sed "s|^|$f:|" >>"$tmp/writes"
+	# a pointer into meta kept for later (reads go through kvp_load_*)
+	grep -nE '&[^;]*meta\[' "$f" | grep -vE 'kvp_load_(acquire|relaxed)[[:space:]]*\(&[^;]*meta\[|__builtin_prefetch\(&[^;]*meta\[|const kvp_aword_t \*' |
+		sed "s|^|$f:|" >>"$tmp/writes"
+done
+if [ -s "$tmp/writes" ]; then
+	echo "FAIL: index state words written outside index/ (use a kvp_ix_* transition):"
+	sort -u -t: -k1,1 -k2,2n "$tmp/writes" | sed 's/^/    /'
+	bad=1
+else
+	echo "ok: no index state word is written outside index/"
+fi
+
+# 2. includes of agent/ from the mechanisms and the client
+for f in $srcs; do
+	case $f in shm/*|index/*|tiers/*|kvpool.h) ;; *) continue ;; esac
+	grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"agent/' "$f" | sed "s|^|$f:|" >>"$tmp/inc"
+done
+if [ -s "$tmp/inc" ]; then
+	echo "FAIL: shm/, index/, tiers/ or kvpool.h include agent/ (take it through shm/kvp_env.h):"
+	sed 's/^/    /' "$tmp/inc"
+	bad=1
+else
+	echo "ok: shm/, index/, tiers/ and kvpool.h include nothing from agent/"
+fi
+
+# 3. include cycles: edges "includer included" for tsort
+: >"$tmp/edges"
+for f in $srcs; do
+	sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1/p' "$f" |
+		while read -r g; do
+			[ -f "$g" ] || { echo "    $f includes \"$g\", not a file of the tree" >>"$tmp/missing"; continue; }
+			echo "$f $g"
+		done >>"$tmp/edges"
+done
+if [ -s "$tmp/missing" ]; then
+	echo "FAIL: includes that do not name a file from the tree's root:"
+	cat "$tmp/missing"
+	bad=1
+fi
+if ! tsort "$tmp/edges" >/dev/null 2>"$tmp/loop"; then
+	echo "FAIL: an include cycle:"
+	sed 's/^/    /' "$tmp/loop"
+	bad=1
+else
+	echo "ok: no include cycle ($(wc -l <"$tmp/edges") includes among $(echo "$srcs" | wc -w) files)"
+fi
+exit $bad
