@@ -13,6 +13,7 @@
 void
 kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c)
 {
+	KVP_ASSERT(c->word & KVP_IX_CHECK, "I5"); /* a CHECK this agent set */
 	kvp_ix_check_release(s, c->slot, c->word); /* step 4, held: back off */
 	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_BACKOFF], 1); /* stat */
 }
@@ -34,6 +35,9 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr w
 	uint64_t w = c->word, i = c->slot, loc, len, ssd;
 	bool deleted = KVP_IX_STATE(w) == KVP_IX_DELETED;
 
+	/* only a candidate the hold scan found unheld goes (I4), under the
+	 * CHECK this agent set (I5) */
+	KVP_ASSERT(!c->held && (w & KVP_IX_CHECK), "I4, I5");
 	/* relaxed: stable under CHECK */
 	loc = kvp_load_relaxed(&e->e_loc);
 	len = kvp_load_relaxed(&e->e_len);

@@ -7,6 +7,7 @@
  * predecessor's state words.  Tier thread only.
  */
 #include "index/index_int.h"
+#include "shm/kvp_assert.h"
 
 static void
 kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
@@ -102,6 +103,8 @@ kvp_ix_cand_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w, struct kvp_can
 	if (!kvp_ix_check_take(s, i, w))
 		return 0;
 	kvp_crashpoint(A_EVICT_CHECK);
+	/* ours: the CAS took a flagless READY or DELETED word (I5) */
+	KVP_ASSERT(i < s->g.g_index_slots && !KVP_IX_FLAGS(w), "I5");
 	c->slot = i;
 	c->word = w | KVP_IX_CHECK;
 	c->held = false;
