@@ -3,17 +3,11 @@
  * kvp_shm.h - the shared segment: its header, client table and the helpers
  * that every process uses to reach it.
  *
- * Layout (offsets from the segment base; each region page aligned; see
- * docs/design.md for the picture):
- *
- *   [0, 4K)        struct kvp_shm_header    magic, ABI, incarnation, offsets
- *   clients        struct kvp_client_slot[max_clients]
- *   holds          kvp_aword_t[max_clients][holds_per_client]
- *   index meta     kvp_aword_t[nslots]      one state word per slot
- *   index entries  struct kvp_entry[nslots]
- *   dram header    struct kvp_dram_hdr      robust mutex, free bins
- *   page map       struct kvp_page[npages]
- *   arena          npages * unit bytes      (2 MiB aligned)
+ * Layout: the regions of enum kvp_region below, in address order, each
+ * page aligned, computed from the geometry by kvp_layout_compute (the one
+ * layout table: creation, binding, the checker, the tests and the table
+ * in docs/design.md all follow it).  The shared types carry field lists
+ * (KVP_FIELDS_*) from which kvp_layout_sig() hashes every offset.
  *
  * Nothing in the segment is a pointer, an fd or a pid used as identity:
  * locations are offsets or indexes, checked before use.

@@ -84,6 +84,72 @@ test_field_lists_tile(void **state)
 	assert_true(fields >= 100);
 }
 
+/* The source tree's root: the test runs as <root>/build/<variant>/test_layout. */
+static void
+tree_root(char *out, size_t cap)
+{
+	ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+	int up;
+
+	assert_true(n > 0);
+	out[n] = '\0';
+	for (up = 0; up < 3; up++) {
+		char *slash = strrchr(out, '/');
+
+		assert_non_null(slash);
+		*slash = '\0';
+	}
+}
+
+/*
+ * docs/design.md's table of regions ("## Segment layout": rows whose
+ * first cell is a name in backquotes) names the regions of enum
+ * kvp_region, in order, as kvp_region_name does: the docs are the layout
+ * table, not a copy that drifts from it.
+ */
+static void
+test_docs_table(void **state)
+{
+	char path[4200], line[1024];
+	unsigned r = 0;
+	bool in = false;
+	FILE *f;
+
+	(void)state;
+	tree_root(path, sizeof(path) - 32);
+	strcat(path, "/docs/design.md");
+	f = fopen(path, "r");
+	if (!f)
+		fail_msg("cannot open %s", path);
+	while (fgets(line, sizeof(line), f)) {
+		char *name, *end;
+
+		if (!strncmp(line, "## ", 3)) {
+			if (in)
+				break;
+			in = !strncmp(line, "## Segment layout", 17);
+			continue;
+		}
+		if (!in || strncmp(line, "| `", 3))
+			continue;
+		name = line + 3;
+		end = strchr(name, '`');
+		assert_non_null(end);
+		*end = '\0';
+		if (r >= KVP_R__N)
+			fail_msg("docs/design.md lists region '%s' after the %u of "
+				 "enum kvp_region", name, (unsigned)KVP_R__N);
+		if (strcmp(name, kvp_region_name(r)))
+			fail_msg("docs/design.md region %u is '%s', enum kvp_region "
+				 "says '%s'", r, name, kvp_region_name(r));
+		r++;
+	}
+	fclose(f);
+	if (r != KVP_R__N)
+		fail_msg("docs/design.md lists %u regions, enum kvp_region has %u", r,
+			 (unsigned)KVP_R__N);
+}
+
 /*
  * The signature of this ABI's layout.  It changes only when a shared
  * type does (a field added, removed, resized or moved): then bump
@@ -284,6 +350,7 @@ main(void)
 		cmocka_unit_test(test_static_layout),
 		cmocka_unit_test(test_field_lists_tile),
 		cmocka_unit_test(test_signature_recorded),
+		cmocka_unit_test(test_docs_table),
 		cmocka_unit_test(test_agent_segment),
 		cmocka_unit_test(test_agent_segment_ssd),
 		cmocka_unit_test(test_geometry_limits),
