@@ -81,7 +81,7 @@ kvp_chk_clients(struct kvp_chk *k)
 	for (c = 0; c < s->g.g_max_clients; c++) {
 		/* acquire: pairs with the claim CAS / FREE store */
 		uint64_t w = kvp_load_acquire(&s->clients[c].cs_state);
-		unsigned st = (unsigned)(w & 0xff);
+		unsigned st = KVP_CS_STATE(w);
 
 		if (st == KVP_CS_FREE) {
 			k->alive[c] = 0;
@@ -565,11 +565,11 @@ kvp_chk_rings(struct kvp_chk *k)
 		for (r = 0; r < R; r++) {
 			/* acquire: the last word on the entry */
 			uint64_t w = kvp_load_acquire(&s->rings[c * R + r].rq_state);
-			if ((w & 0xff) > KVP_RQ_ANSWERING)
+			if (KVP_RQ_STATE(w) > KVP_RQ_ANSWERING)
 				kvp_chk_viol(k, 19, "client %llu request %llu has state %u",
 					     (unsigned long long)c, (unsigned long long)r,
-					     (unsigned)(w & 0xff));
-			else if ((w & 0xff) == KVP_RQ_TAKEN || (w & 0xff) == KVP_RQ_ANSWERING)
+					     KVP_RQ_STATE(w));
+			else if (KVP_RQ_STATE(w) == KVP_RQ_TAKEN || KVP_RQ_STATE(w) == KVP_RQ_ANSWERING)
 				kvp_chk_repairable(k, 19, "client %llu request %llu is taken by "
 						   "%s", (unsigned long long)c, (unsigned long long)r,
 						   k->r->agent_up ? "the agent" : "a dead agent");

@@ -220,7 +220,7 @@ kvp_any_client_alive(struct kvp_seg *s)
 	for (i = 0; i < s->g.g_max_clients; i++) {
 		/* acquire: pairs with the claim CAS */
 		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
-		if ((w & 0xff) != KVP_CS_FREE && kvp_shm_client_alive(s, i))
+		if (KVP_CS_STATE(w) != KVP_CS_FREE && kvp_shm_client_alive(s, i))
 			return true;
 	}
 	return false;

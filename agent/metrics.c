@@ -79,7 +79,7 @@ kvp_count_leases(const struct kvp_seg *s, uint32_t owner)
 		/* acquire: pairs with the taker's LIVE release */
 		uint64_t w = kvp_load_acquire(&s->leases[k].ls_state);
 
-		if ((w & 0xff) != KVP_LS_LIVE)
+		if (KVP_LS_STATE(w) != KVP_LS_LIVE)
 			continue;
 		/* relaxed: written before LIVE */
 		if (owner == UINT32_MAX || kvp_load_relaxed(&s->leases[k].ls_owner) == owner + 1ull)
@@ -183,8 +183,8 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metric
 		const struct kvp_client_slot *cs = &s->clients[c];
 		uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: claim CAS */
 
-		if ((w & 0xff) != KVP_CS_FREE) {
-			if ((w & 0xff) == KVP_CS_LIVE && kvp_shm_client_alive(s, c))
+		if (KVP_CS_STATE(w) != KVP_CS_FREE) {
+			if (KVP_CS_STATE(w) == KVP_CS_LIVE && kvp_shm_client_alive(s, c))
 				m->clients_live++;
 			else
 				m->clients_dead++;
@@ -757,7 +757,7 @@ kvp_metrics_clients(const struct kvp_seg *s, FILE *f)
 		char when[32], ns[5 * sizeof(cs->cs_ns) + 1];
 		struct tm tm;
 
-		if ((w & 0xff) == KVP_CS_FREE)
+		if (KVP_CS_STATE(w) == KVP_CS_FREE)
 			continue;
 		/* relaxed: written at open, for humans */
 		t = (time_t)(kvp_load_relaxed(&cs->cs_open_ns) / 1000000000ull);
@@ -767,7 +767,7 @@ kvp_metrics_clients(const struct kvp_seg *s, FILE *f)
 		kvp_tty_str(cs->cs_ns, sizeof(cs->cs_ns), ns, sizeof(ns));
 		fprintf(f, "%5u %8llu %20s %6s %6u %6u %s\n", i,
 			(unsigned long long)kvp_load_relaxed(&cs->cs_pid), when,
-			(w & 0xff) == KVP_CS_REAPING ? "reap"
+			KVP_CS_STATE(w) == KVP_CS_REAPING ? "reap"
 			: kvp_shm_client_alive(s, i) ? "yes" : "no",
 			kvp_count_holds(s, i), kvp_count_leases(s, i), ns);
 	}

@@ -47,12 +47,12 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	uint32_t hpc = s->g.g_holds_per_client;
 	kvp_aword_t *hs = &s->holds[(uint64_t)i * hpc];
 
-	if ((w & 0xff) == KVP_CS_LIVE) {
+	if (KVP_CS_STATE(w) == KVP_CS_LIVE) {
 		/* full CAS: step 1 */
 		if (!kvp_cas(&cs->cs_state, w, (w & ~0xffull) | KVP_CS_REAPING))
 			return 0;
 		w = (w & ~0xffull) | KVP_CS_REAPING;
-	} else if ((w & 0xff) != KVP_CS_REAPING) {
+	} else if (KVP_CS_STATE(w) != KVP_CS_REAPING) {
 		return 0;
 	}
 	pid = kvp_load_relaxed(&cs->cs_pid); /* relaxed: for the log line */
@@ -194,14 +194,14 @@ kvp_reaper_round_agent(struct kvp_agent *a)
 		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
 		uint64_t pid;
 
-		if ((w & 0xff) == KVP_CS_FREE) {
+		if (KVP_CS_STATE(w) == KVP_CS_FREE) {
 			if (a->pidfd && a->pidfd[i] >= 0) {
 				close(a->pidfd[i]);
 				a->pidfd[i] = -1;
 			}
 			continue;
 		}
-		if ((w & 0xff) == KVP_CS_REAPING || !kvp_shm_client_alive(s, i)) {
+		if (KVP_CS_STATE(w) == KVP_CS_REAPING || !kvp_shm_client_alive(s, i)) {
 			n += (unsigned)kvp_reap_client_agent(a, i);
 			continue;
 		}
@@ -233,7 +233,7 @@ kvp_reaper_watch_new_agent(struct kvp_agent *a)
 		/* relaxed: a pid for the pidfd; liveness is checked elsewhere */
 		uint64_t pid = kvp_load_relaxed(&s->clients[i].cs_pid);
 
-		if ((w & 0xff) != KVP_CS_LIVE || !pid || a->pidfd_pid[i] == pid)
+		if (KVP_CS_STATE(w) != KVP_CS_LIVE || !pid || a->pidfd_pid[i] == pid)
 			continue;
 		if (a->pidfd[i] >= 0)
 			close(a->pidfd[i]);

@@ -221,7 +221,7 @@ kvp_recover_in_flight_agent(struct kvp_agent *a)
 		uint64_t w = kvp_load_acquire(&s->rings[j].rq_state);
 		/* full CAS: the client may withdraw it at the same time; one
 		 * our predecessor died answering is served again */
-		if (((w & 0xff) == KVP_RQ_TAKEN || (w & 0xff) == KVP_RQ_ANSWERING) &&
+		if ((KVP_RQ_STATE(w) == KVP_RQ_TAKEN || KVP_RQ_STATE(w) == KVP_RQ_ANSWERING) &&
 		    kvp_cas(&s->rings[j].rq_state, w, (w & ~0xffull) | KVP_RQ_POSTED))
 			handed++;
 	}

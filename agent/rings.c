@@ -373,14 +373,14 @@ kvp_serve_rings(struct kvp_agent *a)
 		uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state);
 		struct kvp_req *ring = &s->rings[(uint64_t)c * s->g.g_ring_entries];
 
-		if ((cw & 0xff) != KVP_CS_LIVE)
+		if (KVP_CS_STATE(cw) != KVP_CS_LIVE)
 			continue;
 		for (r = 0; r < s->g.g_ring_entries; r++) {
 			/* acquire: pairs with the client's POSTED release */
 			uint64_t w = kvp_load_acquire(&ring[r].rq_state);
 			struct kvp_waiter wt;
 
-			if ((w & 0xff) != KVP_RQ_POSTED)
+			if (KVP_RQ_STATE(w) != KVP_RQ_POSTED)
 				continue;
 			wt.client = c;
 			wt.ring = r;

@@ -198,7 +198,7 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 		 * that died is the reaper's: it clears its bits) */
 		for (c = 0; c < s->g.g_max_clients; c++) {
 			uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state); /* acquire */
-			if ((cw & 0xff) != KVP_CS_LIVE &&
+			if (KVP_CS_STATE(cw) != KVP_CS_LIVE &&
 			    /* relaxed: a hint; the clear is a CAS */
 			    (kvp_load_relaxed(&sp->sp_holders[c / 64]) >> (c % 64)) & 1)
 				kvp_span_clear_holder(sp, c);

@@ -33,10 +33,10 @@ kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 			uint64_t w = kvp_load_acquire(&ls->ls_state), slot;
 			uint32_t b;
 
-			if ((w & 0xff) == KVP_LS_FREE)
+			if (KVP_LS_STATE(w) == KVP_LS_FREE)
 				continue;
 			/* relaxed: published by the LIVE release */
-			if ((w & 0xff) == KVP_LS_LIVE && kvp_load_relaxed(&ls->ls_expiry) <= now)
+			if (KVP_LS_STATE(w) == KVP_LS_LIVE && kvp_load_relaxed(&ls->ls_expiry) <= now)
 				continue;
 			slot = kvp_load_relaxed(&ls->ls_slot);
 			b = (uint32_t)(slot * 0x9e3779b1u) >> (32 - HBITS);

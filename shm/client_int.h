@@ -289,7 +289,7 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		/* relaxed: a hint; the CAS decides */
 		uint64_t w = kvp_load_relaxed(&cs->cs_state);
 
-		if ((w & 0xff) != KVP_CS_FREE)
+		if (KVP_CS_STATE(w) != KVP_CS_FREE)
 			continue;
 		if (kvp_shm_lock_take(c->seg.fd, KVP_LOCK_CLIENT0 + (off_t)i))
 			continue; /* a live process still has this slot */

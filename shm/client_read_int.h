@@ -93,7 +93,7 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 		for (; r < c->seg.g.g_ring_entries; r++) {
 			/* acquire: the agent's last word on this entry */
 			w = kvp_load_acquire(&ring[r].rq_state);
-			if ((w & 0xff) == KVP_RQ_FREE)
+			if (KVP_RQ_STATE(w) == KVP_RQ_FREE)
 				break;
 		}
 		if (r == c->seg.g.g_ring_entries)

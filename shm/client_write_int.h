@@ -316,7 +316,7 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 	for (r = 0; r < s->g.g_ring_entries; r++) {
 		/* acquire: the agent's last word on this entry */
 		rw = kvp_load_acquire(&ring[r].rq_state);
-		if ((rw & 0xff) == KVP_RQ_FREE) {
+		if (KVP_RQ_STATE(rw) == KVP_RQ_FREE) {
 			q = &ring[r];
 			break;
 		}

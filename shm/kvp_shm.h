@@ -77,6 +77,7 @@ enum kvp_cs_state {
 	KVP_CS_LIVE = 1,
 	KVP_CS_REAPING = 2,
 };
+#define KVP_CS_STATE(w) ((unsigned)((w)&0xff))
 
 /*
  * Per-client counters: one shard per client slot, written only by that
@@ -338,6 +339,7 @@ enum kvp_rq_state {
 	KVP_RQ_DONE = 3,
 	KVP_RQ_ANSWERING = 4, /* the agent is writing the answer */
 };
+#define KVP_RQ_STATE(w) ((unsigned)((w)&0xff)) /* rq_state: [seq:56][state:8] */
 #define KVP_RING_ENTRIES 64
 #define KVP_RQ_FIRST (1ull << 63) /* rq_call: first key of its resolve call */
 #define KVP_RQ_WHOLE (1ull << 62) /* rq_call: whole value (may promote) */
