@@ -526,6 +526,7 @@ struct kvp_dram_hdr {
  * a field means adding it here, and changing the signature means bumping
  * KVP_ABI_MAJOR.
  */
+/* clang-format off */
 #define KVP_FIELDS_GEOM(X)                                                   \
 	X(kvp_geom, g_seg_size) X(kvp_geom, g_index_slots)                   \
 	X(kvp_geom, g_index_limit) X(kvp_geom, g_dram_unit)                  \
@@ -594,6 +595,7 @@ struct kvp_dram_hdr {
 	T(kvp_span, KVP_FIELDS_SPAN) T(kvp_lease_slot, KVP_FIELDS_LEASE)     \
 	T(kvp_entry, KVP_FIELDS_ENTRY) T(kvp_page, KVP_FIELDS_PAGE)          \
 	T(kvp_dram_hdr, KVP_FIELDS_DRAM_HDR)
+/* clang-format on */
 
 /* One row of the field table: a field, or (field == NULL) the end of a
  * type, whose size is then 'size'. */
