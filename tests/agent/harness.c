@@ -2,6 +2,7 @@
 /* harness.c - see harness.h. */
 #include <libgen.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -100,6 +101,34 @@ kvpt_wait_until(bool (*cond)(void *), void *arg, unsigned timeout_ms)
 			return -1;
 		nanosleep(&ts, NULL); /* poll interval of a deadline wait */
 	}
+}
+
+bool
+kvpt_step_wait(const kvp_aword_t *p, uint64_t v, const kvp_aword_t *stop)
+{
+	unsigned n = 0;
+
+	/* acquire: pairs with the other thread's release of *p */
+	while (kvp_load_acquire(p) < v) {
+		if (stop && kvp_load_acquire(stop)) /* acquire: its stop store */
+			return false;
+		if (++n % 256 == 0)
+			sched_yield(); /* fewer cores than threads */
+	}
+	return true;
+}
+
+void
+kvpt_delay(uint64_t *seed, unsigned mask)
+{
+	static kvp_aword_t sink;
+	unsigned n;
+
+	*seed ^= *seed << 13;
+	*seed ^= *seed >> 7;
+	*seed ^= *seed << 17;
+	for (n = 0; n < (*seed & mask); n++)
+		kvp_load_relaxed(&sink); /* relaxed: a delay, nothing more */
 }
 
 struct kvpt_ready {
@@ -269,6 +298,80 @@ kvpt_seg_map(const char *pool, struct kvp_seg *s)
 	char msg[256];
 
 	return kvp_seg_map(pool, false, s, msg, sizeof(msg));
+}
+
+int
+kvpt_seg_bare(struct kvp_seg *s, uint64_t index_slots, uint32_t max_clients,
+	      uint32_t holds_per_client, uint32_t max_leases)
+{
+	struct kvp_geom g;
+	char msg[256];
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	memset(&g, 0, sizeof(g));
+	g.g_index_slots = index_slots;
+	g.g_index_limit = index_slots;
+	g.g_dram_unit = 4096;
+	g.g_dram_pages = 1;
+	g.g_max_value = 1;
+	g.g_max_clients = max_clients;
+	g.g_holds_per_client = holds_per_client;
+	g.g_max_leases = max_leases;
+	if (kvp_layout_compute(&g, &s->L, msg, sizeof(msg))) {
+		fprintf(stderr, "kvpt_seg_bare: %s\n", msg);
+		return -EINVAL;
+	}
+	g.g_seg_size = s->L.end;
+	kvp_geom_seal(&g);
+	s->fd = memfd_create("kvpt-bare", MFD_CLOEXEC);
+	if (s->fd < 0)
+		return -errno;
+	s->size = g.g_seg_size;
+	if (ftruncate(s->fd, (off_t)s->size) < 0)
+		goto err_errno;
+	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	if (s->base == MAP_FAILED) {
+		s->base = NULL;
+		goto err_errno;
+	}
+	s->hdr = (struct kvp_shm_header *)s->base;
+	s->hdr->h_magic = KVP_SHM_MAGIC;
+	s->hdr->h_abi_major = KVP_ABI_MAJOR;
+	s->hdr->h_abi_minor = KVP_ABI_MINOR;
+	s->hdr->h_features = KVP_FEATURES;
+	s->hdr->h_layout_sig = KVP_LAYOUT_SIG;
+	s->hdr->h_geom[0] = g;
+	s->hdr->h_geom[1] = g;
+	/* what a client checks before it binds, then the bind itself */
+	rc = kvp_shm_check_header(s->hdr, msg, sizeof(msg));
+	if (!rc)
+		rc = kvp_shm_bind(s, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, "kvpt_seg_bare: %s\n", msg);
+		kvp__seg_unmap(s);
+	}
+	return rc;
+err_errno:
+	rc = -errno;
+	kvp__seg_unmap(s);
+	return rc;
+}
+
+int64_t
+kvpt_ix_put(struct kvp_seg *s, uint32_t cslot, uint64_t ns, const void *key, size_t klen,
+	    uint64_t *w)
+{
+	int64_t i = kvp_ix_claim(s, cslot, ns, kvp_key_hash(ns, key, klen), key, klen, w);
+
+	if (i < 0)
+		return i;
+	if (kvp_ix_publish(s, (uint64_t)i, *w))
+		return -ESTALE;
+	/* acquire: the word the publish CAS installed */
+	*w = kvp_load_acquire(&s->meta[i]);
+	return i;
 }
 
 uint64_t

@@ -50,8 +50,38 @@ void kvpt_pool_remove(const char *pool);    /* shm_unlink, ignore errors */
  * on timeout. */
 long long kvpt_wait_until(bool (*cond)(void *), void *arg, unsigned timeout_ms);
 
+/* Lock-step races (two threads meeting at every round so that what
+ * they race lands as close together as it can): spin until *p >= v,
+ * yielding every 256 looks (fewer cores than threads); false if *stop
+ * (when stop is not NULL) became non-zero first. */
+bool kvpt_step_wait(const kvp_aword_t *p, uint64_t v, const kvp_aword_t *stop);
+/* A random delay of 0..mask loads (mask 2^n - 1; xorshift64 on *seed):
+ * both sides of a lock-step race sweep their offset with it. */
+void kvpt_delay(uint64_t *seed, unsigned mask);
+
 /* A mapped view of a pool for assertions (no client slot). */
 int kvpt_seg_map(const char *pool, struct kvp_seg *s);
+
+/*
+ * A bare segment, for unit tests of what lives in it (the index, the hold
+ * protocol) without an agent: a memfd (no /dev/shm name, nothing left
+ * behind) of exactly the layout's size, mapped MAP_SHARED (forked children
+ * share it), its header written as the agent writes it (magic, ABI, layout
+ * signature, both geometry copies) and bound with kvp_shm_bind, as every
+ * process binds a segment.  No SSD tier; one DRAM unit.  Every other byte
+ * is zero: client slots FREE, index slots EMPTY(0), no holds, no leases;
+ * the allocator lock and the page map are not initialised.  index_slots:
+ * a power of two >= 16.  0, or -errno (-EPROTO: the fixture wrote a
+ * header a client would refuse).  Unmap with kvp__seg_unmap.
+ */
+int kvpt_seg_bare(struct kvp_seg *s, uint64_t index_slots, uint32_t max_clients,
+		  uint32_t holds_per_client, uint32_t max_leases);
+/* Put a key into a segment's index as a putter does, without a value:
+ * kvp_ix_claim (client slot cslot, hash kvp_key_hash(ns, key)), then
+ * kvp_ix_publish.  The READY slot and its word in *w, or kvp_ix_claim's
+ * error (-EEXIST, -ENOSPC). */
+int64_t kvpt_ix_put(struct kvp_seg *s, uint32_t cslot, uint64_t ns, const void *key,
+		    size_t klen, uint64_t *w);
 
 /* Totals read from a segment, as the CLI computes them. */
 uint64_t kvpt_count_state(const struct kvp_seg *s, unsigned state);
