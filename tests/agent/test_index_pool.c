@@ -108,9 +108,8 @@ test_delete_and_reput(void **state)
 	uint64_t used;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "16M", "--dram-unit", "4K",
+				      NULL), 0);
 	used = kvpt_units_used(&s);
 	kvpt_fill(v, sizeof(v), "d", 1, 1);
 	assert_int_equal(kvp_put(c, "d", 1, v, sizeof(v)), 0);
@@ -128,9 +127,7 @@ test_delete_and_reput(void **state)
 	assert_true(kvpt_wait_until(slot_reclaimed, &s, 2000) >= 0);
 	assert_int_equal(kvpt_units_used(&s), used + 1);
 	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_DELETE_RECLAIM]), 1);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* A full bucket pair: while every candidate is held, a put answers
@@ -179,9 +176,7 @@ test_full_table(void **state)
 	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_INDEX]) > 0);
 	print_message("  1000 more puts into a full index: %llu slots freed on demand\n",
 		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_INDEX]));
-	kvp_close(c);
-	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 int

@@ -143,7 +143,8 @@ test_scan_what_counts(void **state)
 	}
 	/* client 0: a hold of the current generation */
 	set_hwm(&s, 0, 1);
-	kvp_store_release(hold_slot(&s, 0, 0), KVP_HOLD_MAKE(slot[HOLD_GEN], KVP_IX_GEN(w[HOLD_GEN])));
+	kvp_store_release(hold_slot(&s, 0, 0),
+			  KVP_HOLD_MAKE(slot[HOLD_GEN], KVP_IX_GEN(w[HOLD_GEN])));
 	/* client 1: an older generation, in its 4th slot */
 	set_hwm(&s, 1, 4);
 	kvp_store_release(hold_slot(&s, 1, 3),
@@ -502,7 +503,8 @@ stress_agent(void *p)
 		for (i = 0; i < s->g.g_index_slots && n < 1; i++) {
 			uint64_t j = (x->rounds + i) % s->g.g_index_slots, w = word(s, j);
 
-			if (KVP_IX_STATE(w) == KVP_IX_READY && kvp_ix_cand_take_agent(s, j, w, &c[n]))
+			if (KVP_IX_STATE(w) == KVP_IX_READY &&
+			    kvp_ix_cand_take_agent(s, j, w, &c[n]))
 				n++;
 		}
 		kvp_ix_holds_scan_agent(s, c, n);
@@ -601,7 +603,6 @@ test_hold_stress(void **state)
 	struct stress *x = calloc(1, sizeof(*x));
 	struct reader_arg ra[SREADERS];
 	pthread_t at, rt[SREADERS];
-	const char *ms = getenv("KVPT_HOLD_STRESS_MS");
 	uint64_t held = 0, moved = 0, busy = 0, waits = 0, bad = 0, checks = 0;
 	struct kvp_seg s;
 	unsigned k;
@@ -610,7 +611,7 @@ test_hold_stress(void **state)
 	assert_non_null(x);
 	assert_int_equal(kvpt_seg_bare(&s, 256, CLIENTS, HPC, 1), 0);
 	x->s = &s;
-	x->min_ns = (ms ? strtoull(ms, NULL, 10) : 1000) * 1000000ull;
+	x->min_ns = kvpt_env_ms_ns("KVPT_HOLD_STRESS_MS", 1000);
 	for (k = 0; k < NLOC; k++) {
 		x->free_loc[k] = NLOC - 1 - k;
 		kvp_store_relaxed(&x->tag[k], POISON);
@@ -717,7 +718,8 @@ lockstep_agent(void *p)
 
 			if (j < 0)
 				abort();
-			kvp_store_relaxed(&x->slot, (uint64_t)j); /* relaxed: the next store publishes */
+			/* relaxed: published by the release of next below */
+			kvp_store_relaxed(&x->slot, (uint64_t)j);
 			kvp_store_relaxed(&x->word, w);
 		}
 		x->rounds = r;
@@ -794,7 +796,6 @@ static void
 test_hold_dekker_lockstep(void **state)
 {
 	struct lockstep *x = calloc(1, sizeof(*x));
-	const char *ms = getenv("KVPT_HOLD_STRESS_MS");
 	pthread_t at, rt;
 	struct kvp_seg s;
 	uint64_t w;
@@ -804,7 +805,7 @@ test_hold_dekker_lockstep(void **state)
 	assert_non_null(x);
 	assert_int_equal(kvpt_seg_bare(&s, 16, CLIENTS, HPC, 1), 0);
 	x->s = &s;
-	x->min_ns = (ms ? strtoull(ms, NULL, 10) : 1000) * 1000000ull;
+	x->min_ns = kvpt_env_ms_ns("KVPT_HOLD_STRESS_MS", 1000);
 	x->cold = calloc(COLD_LINES, 64);
 	assert_non_null(x->cold);
 	i = put(&s, "lockstep", &w);

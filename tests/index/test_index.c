@@ -75,7 +75,8 @@ craft(struct kvp_seg *s, uint64_t j, uint64_t ns, uint64_t h, const void *key, s
 {
 	kvp_ix_key_write(s, j, ns, h, key, klen);
 	/* release: the key fields before the word, as kvp_ix_claim does */
-	kvp_store_release(&s->meta[j], KVP_IX_WORD(KVP_IX_GEN(word(s, j)), kvp_ix_fp(h), owner, st));
+	kvp_store_release(&s->meta[j],
+			  KVP_IX_WORD(KVP_IX_GEN(word(s, j)), kvp_ix_fp(h), owner, st));
 }
 
 /* The first EMPTY candidate of hash h. */
@@ -865,7 +866,8 @@ claim_step_main(void *p)
 	char key[64];
 
 	for (r = 1;; r++) {
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "step-%llu", (unsigned long long)r);
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "step-%llu",
+						 (unsigned long long)r);
 		uint64_t h = kvp_key_hash(NS1, key, kl);
 
 		/* release: we reached round r; then meet the other claimant */
@@ -886,8 +888,9 @@ claim_step_main(void *p)
 				x->bad++;
 			for (pos = 0; pos < KVP_IX_CANDS; pos++) {
 				uint64_t i = kvp_ix_cand(x->s, h, pos);
+				unsigned st = KVP_IX_STATE(word(x->s, i));
 
-				live += (KVP_IX_LIVE_MASK & KVP_IX_M(KVP_IX_STATE(word(x->s, i)))) &&
+				live += (KVP_IX_LIVE_MASK & KVP_IX_M(st)) &&
 					kvp_ix_key_eq(x->s, i, NS1, key, kl);
 			}
 			if (live != (win >= 0))
@@ -920,14 +923,13 @@ test_claim_race_lockstep(void **state)
 	struct stepper_arg a[2];
 	pthread_t t[2];
 	struct kvp_seg s;
-	const char *ms = getenv("KVPT_CLAIM_MS");
 	unsigned k;
 
 	(void)state;
 	assert_non_null(x);
 	bare(&s, 1024);
 	x->s = &s;
-	x->min_ns = (ms ? strtoull(ms, NULL, 10) : 500) * 1000000ull;
+	x->min_ns = kvpt_env_ms_ns("KVPT_CLAIM_MS", 500);
 	for (k = 0; k < 2; k++) {
 		a[k].x = x;
 		a[k].me = k;
@@ -1085,8 +1087,7 @@ test_find_torn(void **state)
 	t->s = &s;
 	t->H = 0x7a11eca7f00dull;
 	t->rounds = 200000;
-	t->min_ns = (getenv("KVPT_TORN_MS") ? strtoull(getenv("KVPT_TORN_MS"), NULL, 10) : 500) *
-		    1000000ull;
+	t->min_ns = kvpt_env_ms_ns("KVPT_TORN_MS", 500);
 	for (k = 0; k < 3; k++) {
 		for (b = 0; b < KVP_KEY_MAX; b++)
 			t->key[k][b] = (unsigned char)(b * 131 + 7);
