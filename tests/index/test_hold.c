@@ -14,10 +14,13 @@
  *  - a reader that sees CHECK waits for the verdict: released, it holds;
  *    relocated, it holds the new location; removed, -ENOENT and nothing
  *    held; -EBUSY, nothing held, once its wait bound has passed;
+ *  - Dekker (proof step 1: the reader sees CHECK or the scan sees the
+ *    hold, never neither) with a reader and the agent in lock step, so
+ *    their store-fence-load sequences overlap: a validated hold was seen
+ *    by that round's scan, every round (fails without the reader's fence);
  *  - a stress of readers racing holds against the agent's CHECK, scan,
  *    relocation and removal: no reader ever holds a value the agent moved
- *    or freed (proof step 1, Dekker: the reader sees CHECK or the scan
- *    sees the hold, never neither).
+ *    or freed.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -400,14 +403,16 @@ test_wait_remove(void **state)
  * The stress.  An agent thread runs the CHECK protocol over four keys
  * again and again, one READY slot per pass: under CHECK, one scan, then
  * held -> released; unheld -> relocated (a new location, same
- * generation) or removed (and put again).  Each location carries a tag naming the
- * (slot, generation) it belongs to, poisoned the moment the agent moved
- * the value off it or freed it.  Reader threads find a key, hold it and,
- * while they hold it, read their location's tag over and over: it must
- * name what they hold, every time.  A reader that trusted a hold the
- * agent did not see (the Dekker argument failing) reads a poisoned or
- * reused tag.  Runs until every outcome has been seen (held, moved away,
- * backed off, relocated, removed, a reader waiting on CHECK) and at least
+ * generation) or removed (and put again).  Each location carries a tag
+ * naming the (slot, generation) it belongs to, poisoned the moment the
+ * agent moved the value off it or freed it.  Reader threads find a key,
+ * hold it and, while they hold it, read their location's tag over and
+ * over: it must name what they hold, every time.  A reader that trusted
+ * a hold the agent did not see reads a poisoned or reused tag.  (The
+ * threads run free, so the window of proof step 1 is seldom hit here:
+ * the lock-step test below is the one that catches a missing fence.)
+ * Runs until every outcome has been seen (held, moved away, backed off,
+ * relocated, removed, a reader waiting on CHECK) and at least
  * KVPT_HOLD_STRESS_MS (default 1000) ms have passed, at most 60 s.
  */
 #define SKEYS 4
