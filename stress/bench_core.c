@@ -314,19 +314,6 @@ kvpb_pool_stop(struct kvpb_pool *p)
 	kvpt_agent_stop(&p->a);
 }
 
-struct kvpb_used {
-	const struct kvp_seg *s;
-	uint64_t target;
-};
-
-static bool
-kvpb_used_below(void *arg)
-{
-	struct kvpb_used *u = arg;
-
-	return kvpt_units_used(u->s) <= u->target;
-}
-
 /* ---- 1. get ---- */
 
 struct kvpb_vset {
@@ -649,16 +636,6 @@ struct kvpb_ix {
 	uint64_t nospc;         /* inserts the index refused */
 	uint64_t evicted;       /* keys evicted to make room in a full pair */
 };
-
-static uint64_t
-kvpb_pow2_at_least(uint64_t v)
-{
-	uint64_t p = 16;
-
-	while (p < v)
-		p <<= 1;
-	return p;
-}
 
 /* A put into a full bucket pair makes the agent evict another key of
  * that pair: keep only the keys that are still present. */

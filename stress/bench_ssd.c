@@ -135,10 +135,9 @@ main(int argc, char **argv)
 		char ssd[700];
 
 		snprintf(ssd, sizeof(ssd), "%s/store", sdir);
-		if (kvpt_agent_start(&a, "--dram", "2G", "--dram-high", "0", "--dram-low", "0",
-				     "--ssd-dir", ssd, "--staging", "64M", "--staging-slot", "1M",
-				     "--no-promote", NULL) ||
-		    kvpt_seg_map(a.pool, &s) || kvp_open(a.pool, "bench", &c)) {
+		if (kvpt_pool_up(&a, &s, &c, "--dram", "2G", "--dram-high", "0", "--dram-low", "0",
+				 "--ssd-dir", ssd, "--staging", "64M", "--staging-slot", "1M",
+				 "--no-promote", NULL)) {
 			printf("cannot start the agent\n");
 			return 1;
 		}
@@ -148,9 +147,7 @@ main(int argc, char **argv)
 		bw = kvpb_ssd_cold_gets(c, n1m, 1 << 20, 16, NULL);
 		report("cold SSD batch_get 1MiB via staging", bw / 1e9, "GB/s", fio_r / 1e9,
 		       "fio read");
-		kvp_close(c);
-		kvp__seg_unmap(&s);
-		kvpt_agent_stop(&a);
+		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
 	{
@@ -161,10 +158,9 @@ main(int argc, char **argv)
 		double t0, secs, bound;
 
 		snprintf(ssd, sizeof(ssd), "%s/store64", sdir);
-		if (kvpt_agent_start(&a, "--dram", "1G", "--dram-unit", "4K", "--dram-high", "0",
-				     "--dram-low", "0", "--ssd-dir", ssd, "--staging", "512K",
-				     "--staging-slot", "64K", "--no-promote", NULL) ||
-		    kvpt_seg_map(a.pool, &s) || kvp_open(a.pool, "bench", &c)) {
+		if (kvpt_pool_up(&a, &s, &c, "--dram", "1G", "--dram-unit", "4K", "--dram-high", "0",
+				 "--dram-low", "0", "--ssd-dir", ssd, "--staging", "512K",
+				 "--staging-slot", "64K", "--no-promote", NULL)) {
 			printf("cannot start the agent\n");
 			return 1;
 		}
@@ -176,9 +172,7 @@ main(int argc, char **argv)
 		printf("  2000 x 64KiB through an 8-slot arena: %.3f s (bandwidth bound %.3f s)\n",
 		       secs, bound);
 		report("2000-key batch time / bandwidth bound", secs / bound, "x", 0, "");
-		kvp_close(c);
-		kvp__seg_unmap(&s);
-		kvpt_agent_stop(&a);
+		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
 	{

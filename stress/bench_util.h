@@ -66,6 +66,32 @@ kvpb_key(unsigned char *k, uint64_t tag, uint64_t i)
 	}
 }
 
+/* The smallest power of two >= v, at least 16 (how kvpoold sizes its
+ * index: for e entries, v = e + e / 4). */
+static inline uint64_t
+kvpb_pow2_at_least(uint64_t v)
+{
+	uint64_t p = 16;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+/* A kvpt_wait_until condition: DRAM units in use at most target. */
+struct kvpb_used {
+	const struct kvp_seg *s;
+	uint64_t target;
+};
+
+static inline bool
+kvpb_used_below(void *arg)
+{
+	struct kvpb_used *u = arg;
+
+	return kvpt_units_used(u->s) <= u->target;
+}
+
 /* Page-aligned private memory, every page touched: no page fault is ever
  * timed.  NULL on failure. */
 static inline void *

@@ -136,14 +136,15 @@ skip() { # name, why: a run that cannot happen here
 	printf '%-4s %-44s\n     | %s\n' SKIP "$1" "$2"
 }
 
-UNIT="test_layout test_index test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
+UNIT="test_layout test_index test_hold test_index_pool test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
 UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_assert"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
-		# TSan sees the threaded workloads; forked children are
+		# TSan sees the threaded workloads (the index's races and
+		# the hold protocol's included); forked children are
 		# covered by the other variants
-		tsan) case $t in test_pool|test_ssd) ;; *) continue ;; esac ;;
+		tsan) case $t in test_pool|test_ssd|test_index|test_hold) ;; *) continue ;; esac ;;
 		esac
 		run "$v/$t" env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 			ASAN_OPTIONS="detect_leaks=1" "build/$v/$t"

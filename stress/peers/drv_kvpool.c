@@ -159,19 +159,6 @@ kvpb_kvpool_mixed_mark(void)
 	kvpb_used_before = kvpt_units_used(&kvpb_pc[0]->seg);
 }
 
-struct kvpb_used {
-	const struct kvp_seg *s;
-	uint64_t target;
-};
-
-static bool
-kvpb_used_below(void *arg)
-{
-	struct kvpb_used *u = arg;
-
-	return kvpt_units_used(u->s) <= u->target;
-}
-
 /* Delete the new keys, then wait until the agent has reclaimed them. */
 static void
 kvpb_kvpool_mixed_undo(const unsigned char *keys, uint64_t nput, unsigned procs)

@@ -239,16 +239,7 @@ void kvpb_run_ssd(unsigned r);
 
 int kvpb_kvpool_make_index(unsigned ix);
 
-/* The smallest power of two >= v (at least 16): kvpoold's index slots
- * for e entries are kvpb_pow2_at_least(e + e / 4). */
-static inline uint64_t
-kvpb_pow2_at_least(uint64_t v)
-{
-	uint64_t p = 16;
-
-	while (p < v)
-		p <<= 1;
-	return p;
-}
+/* kvpb_pow2_at_least (stress/bench_util.h): kvpoold's index slots for e
+ * entries are kvpb_pow2_at_least(e + e / 4). */
 
 #endif

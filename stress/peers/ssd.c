@@ -48,10 +48,9 @@ kvpb_run_ssd(unsigned r)
 		mkdir(dir, 0700);
 		snprintf(store, sizeof(store), "%s/store", dir);
 		snprintf(d, sizeof(d), "%lluK", (unsigned long long)(((uint64_t)n * sz + (64u << 20)) >> 10));
-		if (kvpt_agent_start(&a, "--dram", d, "--dram-high", "0", "--dram-low", "0",
-				     "--ssd-dir", store, "--staging", "64M", "--staging-slot", "1M",
-				     "--no-promote", NULL) ||
-		    kvpt_seg_map(a.pool, &seg) || kvp_open(a.pool, "bench", &c)) {
+		if (kvpt_pool_up(&a, &seg, &c, "--dram", d, "--dram-high", "0", "--dram-low", "0",
+				 "--ssd-dir", store, "--staging", "64M", "--staging-slot", "1M",
+				 "--no-promote", NULL)) {
 			char log[2200];
 
 			kvpt_agent_log(a.pool, log, sizeof(log));
@@ -63,9 +62,7 @@ kvpb_run_ssd(unsigned r)
 		batch = (int)((32u << 20) / sz);
 		batch = batch > 16 ? 16 : batch < 1 ? 1 : batch;
 		cold = kvpb_ssd_cold_gets(c, n, sz, batch, &bad);
-		kvp_close(c);
-		kvp__seg_unmap(&seg);
-		kvpt_agent_stop(&a);
+		kvpt_pool_down(&a, &seg, c);
 		kvpb_log("  ssd %s: fio write %.2f GB/s, demotion %.2f GB/s; fio read %.2f GB/s, "
 			 "cold get %.2f GB/s\n", kvpb_size_name(sz, sn, sizeof(sn)),
 			 fw / 1e9, dem / 1e9, fr / 1e9, cold / 1e9);
@@ -93,10 +90,10 @@ kvpb_run_ssd(unsigned r)
 		kvpb_rm_rf(dir);
 		mkdir(dir, 0700);
 		snprintf(store, sizeof(store), "%s/store64", dir);
-		if (kvpt_agent_start(&a, "--dram", "256M", "--dram-unit", "4K", "--dram-high", "0",
-				     "--dram-low", "0", "--ssd-dir", store, "--staging", "512K",
-				     "--staging-slot", "64K", "--no-promote", NULL) ||
-		    kvpt_seg_map(a.pool, &seg) || kvp_open(a.pool, "bench", &c)) {
+		if (kvpt_pool_up(&a, &seg, &c, "--dram", "256M", "--dram-unit", "4K",
+				 "--dram-high", "0", "--dram-low", "0", "--ssd-dir", store,
+				 "--staging", "512K", "--staging-slot", "64K", "--no-promote",
+				 NULL)) {
 			kvpb_log("bench_peers: cannot start an SSD agent\n");
 			kvpt_agent_stop(&a);
 			return;
@@ -105,9 +102,7 @@ kvpb_run_ssd(unsigned r)
 		t0 = kvpb_now_s();
 		kvpb_ssd_cold_gets(c, 2000, 64 << 10, 2000, &bad);
 		secs = kvpb_now_s() - t0;
-		kvp_close(c);
-		kvp__seg_unmap(&seg);
-		kvpt_agent_stop(&a);
+		kvpt_pool_down(&a, &seg, c);
 		kvpb_log("  ssd batch: 2000 x 64KiB in %.3f s (bytes / fio 64K read: %.3f s)\n",
 			 secs, 2000.0 * 65536 / fio_r64);
 		kvpb_emit(r, "ssd_batch", "kvpool", 65536, 1, 2000, bad, "s", secs,

@@ -2,6 +2,7 @@
 /* harness.c - see harness.h. */
 #include <libgen.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -102,6 +103,46 @@ kvpt_wait_until(bool (*cond)(void *), void *arg, unsigned timeout_ms)
 	}
 }
 
+uint64_t
+kvpt_env_ms_ns(const char *name, unsigned dflt_ms)
+{
+	const char *v = getenv(name);
+	char *end;
+	unsigned long long ms = v ? strtoull(v, &end, 10) : dflt_ms;
+
+	if (v && (end == v || *end))
+		ms = dflt_ms; /* not a number: the default */
+	return (uint64_t)ms * 1000000ull;
+}
+
+bool
+kvpt_step_wait(const kvp_aword_t *p, uint64_t v, const kvp_aword_t *stop)
+{
+	unsigned n = 0;
+
+	/* acquire: pairs with the other thread's release of *p */
+	while (kvp_load_acquire(p) < v) {
+		if (stop && kvp_load_acquire(stop)) /* acquire: its stop store */
+			return false;
+		if (++n % 256 == 0)
+			sched_yield(); /* fewer cores than threads */
+	}
+	return true;
+}
+
+void
+kvpt_delay(uint64_t *seed, unsigned mask)
+{
+	static kvp_aword_t sink;
+	unsigned n;
+
+	*seed ^= *seed << 13;
+	*seed ^= *seed >> 7;
+	*seed ^= *seed << 17;
+	for (n = 0; n < (*seed & mask); n++)
+		kvp_load_relaxed(&sink); /* relaxed: a delay, nothing more */
+}
+
 struct kvpt_ready {
 	struct kvpt_agent *a;
 };
@@ -196,12 +237,11 @@ kvpt_cleanup_at_exit(void)
 		kvpt_pool_remove(kvpt_pools[k]);
 }
 
-int
-kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...)
+/* A new pool name for a, recorded for removal at exit; 0 or -ENAMETOOLONG. */
+static int
+kvpt_pool_new(struct kvpt_agent *a)
 {
 	static unsigned seq;
-	va_list ap;
-	int rc;
 
 	if (kvpt_npools == 0) {
 		kvpt_creator = getpid();
@@ -212,8 +252,25 @@ kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...)
 	if (kvpt_npools < 64)
 		snprintf(kvpt_pools[kvpt_npools++], 64, "%s", a->pool);
 	kvpt_pool_remove(a->pool);
+	return 0;
+}
+
+static int
+kvpt_agent_vstart(struct kvpt_agent *a, const char *arg, va_list ap)
+{
+	int rc = kvpt_pool_new(a);
+
+	return rc ? rc : kvpt_spawn(a, arg, ap);
+}
+
+int
+kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...)
+{
+	va_list ap;
+	int rc;
+
 	va_start(ap, arg);
-	rc = kvpt_spawn(a, arg, ap);
+	rc = kvpt_agent_vstart(a, arg, ap);
 	va_end(ap);
 	return rc;
 }
@@ -254,6 +311,43 @@ kvpt_agent_kill(struct kvpt_agent *a)
 	}
 }
 
+int
+kvpt_agent_pause(struct kvpt_agent *a)
+{
+	int st;
+
+	if (a->pid <= 0 || kill(a->pid, SIGSTOP))
+		return -1;
+	if (waitpid(a->pid, &st, WUNTRACED) != a->pid || !WIFSTOPPED(st))
+		return -1;
+	return 0;
+}
+
+int
+kvpt_pool_up(struct kvpt_agent *a, struct kvp_seg *s, struct kvp_client **c,
+	     const char *arg, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, arg);
+	rc = kvpt_agent_vstart(a, arg, ap);
+	va_end(ap);
+	if (!rc)
+		rc = kvpt_seg_map(a->pool, s);
+	if (!rc)
+		rc = kvp_open(a->pool, "ns", c);
+	return rc;
+}
+
+int
+kvpt_pool_down(struct kvpt_agent *a, struct kvp_seg *s, struct kvp_client *c)
+{
+	kvp_close(c);
+	kvp__seg_unmap(s);
+	return kvpt_agent_stop(a);
+}
+
 void
 kvpt_pool_remove(const char *pool)
 {
@@ -269,6 +363,80 @@ kvpt_seg_map(const char *pool, struct kvp_seg *s)
 	char msg[256];
 
 	return kvp_seg_map(pool, false, s, msg, sizeof(msg));
+}
+
+int
+kvpt_seg_bare(struct kvp_seg *s, uint64_t index_slots, uint32_t max_clients,
+	      uint32_t holds_per_client, uint32_t max_leases)
+{
+	struct kvp_geom g;
+	char msg[256];
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	memset(&g, 0, sizeof(g));
+	g.g_index_slots = index_slots;
+	g.g_index_limit = index_slots;
+	g.g_dram_unit = 4096;
+	g.g_dram_pages = 1;
+	g.g_max_value = 1;
+	g.g_max_clients = max_clients;
+	g.g_holds_per_client = holds_per_client;
+	g.g_max_leases = max_leases;
+	if (kvp_layout_compute(&g, &s->L, msg, sizeof(msg))) {
+		fprintf(stderr, "kvpt_seg_bare: %s\n", msg);
+		return -EINVAL;
+	}
+	g.g_seg_size = s->L.end;
+	kvp_geom_seal(&g);
+	s->fd = memfd_create("kvpt-bare", MFD_CLOEXEC);
+	if (s->fd < 0)
+		return -errno;
+	s->size = g.g_seg_size;
+	if (ftruncate(s->fd, (off_t)s->size) < 0)
+		goto err_errno;
+	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	if (s->base == MAP_FAILED) {
+		s->base = NULL;
+		goto err_errno;
+	}
+	s->hdr = (struct kvp_shm_header *)s->base;
+	s->hdr->h_magic = KVP_SHM_MAGIC;
+	s->hdr->h_abi_major = KVP_ABI_MAJOR;
+	s->hdr->h_abi_minor = KVP_ABI_MINOR;
+	s->hdr->h_features = KVP_FEATURES;
+	s->hdr->h_layout_sig = kvp_layout_sig();
+	s->hdr->h_geom[0] = g;
+	s->hdr->h_geom[1] = g;
+	/* what a client checks before it binds, then the bind itself */
+	rc = kvp_shm_check_header(s->hdr, msg, sizeof(msg));
+	if (!rc)
+		rc = kvp_shm_bind(s, msg, sizeof(msg));
+	if (rc) {
+		fprintf(stderr, "kvpt_seg_bare: %s\n", msg);
+		kvp__seg_unmap(s);
+	}
+	return rc;
+err_errno:
+	rc = -errno;
+	kvp__seg_unmap(s);
+	return rc;
+}
+
+int64_t
+kvpt_ix_put(struct kvp_seg *s, uint32_t cslot, uint64_t ns, const void *key, size_t klen,
+	    uint64_t *w)
+{
+	int64_t i = kvp_ix_claim(s, cslot, ns, kvp_key_hash(ns, key, klen), key, klen, w);
+
+	if (i < 0)
+		return i;
+	if (kvp_ix_publish(s, (uint64_t)i, *w))
+		return -ESTALE;
+	/* acquire: the word the publish CAS installed */
+	*w = kvp_load_acquire(&s->meta[i]);
+	return i;
 }
 
 uint64_t
@@ -361,11 +529,127 @@ kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen, uint64
 }
 
 int
+kvpt_put_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_t vsize,
+	      uint64_t version)
+{
+	unsigned char *v = malloc(vsize);
+	char k[300];
+	int i, rc = 0;
+
+	if (!v)
+		return -ENOMEM;
+	for (i = from; i < to && rc == 0; i++) {
+		uint32_t kl = key(k, i);
+
+		kvpt_fill(v, vsize, k, kl, version);
+		while ((rc = kvp_put(c, k, kl, v, vsize)) == -EBUSY)
+			;
+	}
+	free(v);
+	return rc;
+}
+
+int
+kvpt_wrong_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_t vsize,
+		uint64_t version, bool retry_busy)
+{
+	unsigned char *v = malloc(vsize);
+	char k[300];
+	int i, wrong = 0;
+
+	if (!v)
+		return to - from;
+	for (i = from; i < to; i++) {
+		uint32_t kl = key(k, i);
+		ssize_t got;
+		bool ok;
+
+		while ((got = kvp_get(c, k, kl, v, vsize)) == -EBUSY && retry_busy)
+			;
+		if (version == 0)
+			ok = got == -ENOENT;
+		else
+			ok = got == (ssize_t)vsize && kvpt_check(v, vsize, k, kl, version);
+		if (!ok && !wrong++)
+			fprintf(stderr, "key %d: %zd bytes%s (want %s)\n", i, got,
+				got == (ssize_t)vsize ? ", wrong" : "",
+				version ? "its value" : "a miss");
+	}
+	free(v);
+	return wrong;
+}
+
+int
 kvpt_tmpdir(char *dir, size_t cap, const char *tag)
 {
 	if ((size_t)snprintf(dir, cap, "/var/tmp/kvpt-%s-%d-XXXXXX", tag, (int)getpid()) >= cap)
 		return -1;
 	return mkdtemp(dir) ? 0 : -1;
+}
+
+char kvpt_ssd_dir[256];
+
+int
+kvpt_ssd_dir_setup(void **state)
+{
+	(void)state;
+	return kvpt_tmpdir(kvpt_ssd_dir, sizeof(kvpt_ssd_dir), program_invocation_short_name);
+}
+
+int
+kvpt_ssd_dir_teardown(void **state)
+{
+	(void)state;
+	return kvpt_tmpdir_remove(kvpt_ssd_dir);
+}
+
+int
+kvpt_ssd_dir_fresh(void)
+{
+	return kvpt_tmpdir_empty(kvpt_ssd_dir);
+}
+
+int
+kvpt_run(char *out, size_t cap, const char *fmt, ...)
+{
+	char cmd[8192], sink[4096];
+	va_list ap;
+	size_t n = 0;
+	FILE *f;
+	int m, st;
+
+	va_start(ap, fmt);
+	m = vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	if (m < 0 || (size_t)m >= sizeof(cmd))
+		return -1;
+	fflush(NULL); /* nothing of ours buffered twice in the child */
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	if (out && cap) {
+		n = fread(out, 1, cap - 1, f);
+		out[n] = '\0';
+	}
+	while (fread(sink, 1, sizeof(sink), f) > 0)
+		; /* the rest: the command never blocks on a full pipe */
+	st = pclose(f);
+	return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int
+kvpt_cli_check(const char *pool, int wait_ms, char *out, size_t cap)
+{
+	char wait[32] = "", own[8192];
+	int st;
+
+	if (wait_ms >= 0)
+		snprintf(wait, sizeof(wait), " --wait %d", wait_ms);
+	st = kvpt_run(out ? out : own, out ? cap : sizeof(own), "%s/kvpool --pool %s check%s 2>&1",
+		      kvpt_bindir(), pool, wait);
+	if (!out && st != 0)
+		fprintf(stderr, "kvpool --pool %s check: exit %d\n%s", pool, st, own);
+	return st;
 }
 
 int
@@ -426,20 +710,8 @@ kvpt_put_and_demote(struct kvp_client *c, const struct kvp_seg *s, int n, uint64
 		    kvpt_key_fn key, uint64_t version, unsigned timeout_ms)
 {
 	struct kvpt_ssd_cond sc = { c, s, n, key };
-	unsigned char *v = malloc(vsize);
-	char k[300];
-	int i, rc = 0;
+	int rc = kvpt_put_keys(c, key, 0, n, vsize, version);
 
-	if (!v)
-		return -ENOMEM;
-	for (i = 0; i < n && rc == 0; i++) {
-		uint32_t kl = key(k, i);
-
-		kvpt_fill(v, vsize, k, kl, version);
-		while ((rc = kvp_put(c, k, kl, v, vsize)) == -EBUSY)
-			;
-	}
-	free(v);
 	if (rc)
 		return rc;
 	return kvpt_wait_until(kvpt_ssd_cond_true, &sc, timeout_ms) >= 0 ? 0 : -ETIMEDOUT;

@@ -43,15 +43,64 @@ void kvpt_agent_log(const char *pool, char *out, size_t cap);
 int kvpt_agent_restart(struct kvpt_agent *a, const char *arg, ...);
 int kvpt_agent_stop(struct kvpt_agent *a);  /* SIGTERM + wait; removes segment */
 void kvpt_agent_kill(struct kvpt_agent *a); /* SIGKILL + wait */
+/* SIGSTOP the agent and wait until it is stopped (the signal is
+ * asynchronous: a request posted meanwhile could still be taken); 0, or
+ * -1 if it did not stop.  SIGCONT resumes it. */
+int kvpt_agent_pause(struct kvpt_agent *a);
 void kvpt_pool_remove(const char *pool);    /* shm_unlink, ignore errors */
+
+/*
+ * The pool most agent tests start from: kvpt_agent_start(a, arg...), a
+ * mapped view of its segment in s (kvpt_seg_map) and a client *c opened
+ * in namespace "ns".  0, or the first step's error.  kvpt_pool_down
+ * undoes it in reverse (kvp_close, unmap, kvpt_agent_stop) and returns
+ * the agent's exit status (0: a clean stop).
+ */
+int kvpt_pool_up(struct kvpt_agent *a, struct kvp_seg *s, struct kvp_client **c,
+		 const char *arg, ...);
+int kvpt_pool_down(struct kvpt_agent *a, struct kvp_seg *s, struct kvp_client *c);
 
 /* Wait until cond(arg) is true or timeout_ms passes; polls every ~1 ms
  * (a condition with a deadline, not a sleep).  Returns elapsed ns, or -1
  * on timeout. */
 long long kvpt_wait_until(bool (*cond)(void *), void *arg, unsigned timeout_ms);
 
+/* How long a stress runs: the environment's name (milliseconds) if it
+ * is a number, else dflt_ms; in nanoseconds. */
+uint64_t kvpt_env_ms_ns(const char *name, unsigned dflt_ms);
+
+/* Lock-step races (two threads meeting at every round so that what
+ * they race lands as close together as it can): spin until *p >= v,
+ * yielding every 256 looks (fewer cores than threads); false if *stop
+ * (when stop is not NULL) became non-zero first. */
+bool kvpt_step_wait(const kvp_aword_t *p, uint64_t v, const kvp_aword_t *stop);
+/* A random delay of 0..mask loads (mask 2^n - 1; xorshift64 on *seed):
+ * both sides of a lock-step race sweep their offset with it. */
+void kvpt_delay(uint64_t *seed, unsigned mask);
+
 /* A mapped view of a pool for assertions (no client slot). */
 int kvpt_seg_map(const char *pool, struct kvp_seg *s);
+
+/*
+ * A bare segment, for unit tests of what lives in it (the index, the hold
+ * protocol) without an agent: a memfd (no /dev/shm name, nothing left
+ * behind) of exactly the layout's size, mapped MAP_SHARED (forked children
+ * share it), its header written as the agent writes it (magic, ABI, layout
+ * signature, both geometry copies) and bound with kvp_shm_bind, as every
+ * process binds a segment.  No SSD tier; one DRAM unit.  Every other byte
+ * is zero: client slots FREE, index slots EMPTY(0), no holds, no leases;
+ * the allocator lock and the page map are not initialised.  index_slots:
+ * a power of two >= 16.  0, or -errno (-EPROTO: the fixture wrote a
+ * header a client would refuse).  Unmap with kvp__seg_unmap.
+ */
+int kvpt_seg_bare(struct kvp_seg *s, uint64_t index_slots, uint32_t max_clients,
+		  uint32_t holds_per_client, uint32_t max_leases);
+/* Put a key into a segment's index as a putter does, without a value:
+ * kvp_ix_claim (client slot cslot, hash kvp_key_hash(ns, key)), then
+ * kvp_ix_publish.  The READY slot and its word in *w, or kvp_ix_claim's
+ * error (-EEXIST, -ENOSPC). */
+int64_t kvpt_ix_put(struct kvp_seg *s, uint32_t cslot, uint64_t ns, const void *key,
+		    size_t klen, uint64_t *w);
 
 /* Totals read from a segment, as the CLI computes them. */
 uint64_t kvpt_count_state(const struct kvp_seg *s, unsigned state);
@@ -77,6 +126,16 @@ unsigned kvpt_spans_in_use(const struct kvp_seg *s);          /* staging slots n
 void kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t version);
 bool kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen,
 		uint64_t version);
+/* Put keys from..to-1 (vsize bytes, kvpt_fill(version)), retrying -EBUSY:
+ * 0, or the first other status. */
+int kvpt_put_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_t vsize,
+		  uint64_t version);
+/* How many of keys from..to-1 do not read back whole as version's vsize
+ * bytes (version 0: as misses, -ENOENT).  An -EBUSY answer is asked again
+ * when retry_busy, else it counts as wrong.  The first wrong key is
+ * printed (stderr). */
+int kvpt_wrong_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_t vsize,
+		    uint64_t version, bool retry_busy);
 
 /* A private directory for a test's SSD store: /var/tmp/kvpt-<tag>-<pid>-XXXXXX
  * (mkdtemp, 0700) into dir; emptied again (rm -rf, mkdir 0700: the agent
@@ -84,6 +143,24 @@ bool kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen,
 int kvpt_tmpdir(char *dir, size_t cap, const char *tag);
 int kvpt_tmpdir_empty(const char *dir);
 int kvpt_tmpdir_remove(const char *dir);
+/* One such directory for a whole test program, kvpt_ssd_dir: made by
+ * kvpt_ssd_dir_setup and removed by kvpt_ssd_dir_teardown (cmocka group
+ * setup and teardown; tagged with the program's name), emptied for a
+ * test by kvpt_ssd_dir_fresh.  0 or -1. */
+extern char kvpt_ssd_dir[256];
+int kvpt_ssd_dir_setup(void **state);
+int kvpt_ssd_dir_teardown(void **state);
+int kvpt_ssd_dir_fresh(void);
+
+/* Run a shell command (printf-style): its output into out (NUL
+ * terminated, cut at cap - 1; out NULL: discarded); its exit status, or
+ * -1 if it did not exit (or could not run). */
+int kvpt_run(char *out, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* `kvpool --pool POOL check [--wait MS]` (wait_ms < 0: its default):
+ * its exit status; what it printed (stdout and stderr) into out, or,
+ * with out NULL, to stderr when it failed. */
+int kvpt_cli_check(const char *pool, int wait_ms, char *out, size_t cap);
 
 /* Directory of the running executable (for sibling binaries). */
 const char *kvpt_bindir(void);

@@ -15,7 +15,6 @@
 
 static struct kvpt_agent ag;
 static struct kvp_seg ws; /* a writable view: the "bug" */
-static char ssd_dir[256];
 
 static int
 setup(void **state)
@@ -26,9 +25,9 @@ setup(void **state)
 	int k;
 
 	(void)state;
-	if (!v || kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "chk") ||
+	if (!v || kvpt_ssd_dir_setup(state) ||
 	    kvpt_agent_start(&ag, "--dram", "16M", "--dram-unit", "4K", "--index-entries",
-			     "1024", "--ssd-dir", ssd_dir, "--ssd-segment", "4M", "--ssd-size",
+			     "1024", "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M", "--ssd-size",
 			     "16M", "--staging", "1M", "--staging-slot", "64K", NULL) ||
 	    kvp_open(ag.pool, "chk", &c))
 		return -1;
@@ -50,7 +49,7 @@ teardown(void **state)
 	(void)state;
 	kvp__seg_unmap(&ws);
 	kvpt_agent_stop(&ag);
-	return kvpt_tmpdir_remove(ssd_dir);
+	return kvpt_ssd_dir_teardown(state);
 }
 
 static void
@@ -197,16 +196,14 @@ test_counters(void **state)
 static void
 test_cli_exit_status(void **state)
 {
-	char cmd[512];
+	char out[8192];
 
 	(void)state;
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s check --wait 0 >/dev/null",
-		 kvpt_bindir(), ag.pool);
-	assert_int_equal(system(cmd), 0);
+	assert_int_equal(kvpt_cli_check(ag.pool, 0, out, sizeof(out)), 0);
 	ws.dram->dh_free_pages += 1;
-	assert_int_not_equal(system(cmd), 0);
+	assert_int_not_equal(kvpt_cli_check(ag.pool, 0, out, sizeof(out)), 0);
 	ws.dram->dh_free_pages -= 1;
-	assert_int_equal(system(cmd), 0);
+	assert_int_equal(kvpt_cli_check(ag.pool, 0, out, sizeof(out)), 0);
 }
 
 int

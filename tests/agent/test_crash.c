@@ -212,9 +212,7 @@ test_kill_holding_alloc_lock(void **state)
 	assert_int_equal(kvp_put(c, "after", 5, buf, sizeof(buf)), 0);
 	assert_int_equal(kvp_get(c, "after", 5, buf, sizeof(buf)), 4096);
 	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_ALLOC_RECOVER]), 1);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 struct restart_cond {
@@ -242,9 +240,7 @@ test_agent_restart(void **state)
 	int i, hits = 0;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "16M", NULL), 0);
 	kvpt_fill(buf, sizeof(buf), "before", 6, 1);
 	assert_int_equal(kvp_put(c, "before", 6, buf, sizeof(buf)), 0);
 	kvpt_agent_kill(&a);
@@ -269,9 +265,7 @@ test_agent_restart(void **state)
 	assert_int_equal(kvp_get(c, "during", 6, out, sizeof(out)), 8192);
 	assert_true(kvpt_check(out, sizeof(out), "during", 6, 1));
 	assert_int_equal(kvp_get(c, "held-0", 6, out, sizeof(out)), 10000 > 8192 ? -EMSGSIZE : 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 int

@@ -36,12 +36,11 @@
 #define REACH_NS (15ull * 1000 * 1000 * 1000) /* a point must be reached by then */
 
 static struct kvpt_agent ag;
-static char ssd_dir[256];
 static struct kvp_client *pc; /* the test's own client: verifies, drives agent points */
 
-#define AGENT_ARGS                                                              \
-	"--dram", "4M", "--dram-unit", "16K", "--dram-high", "60", "--dram-low", "40", \
-		"--index-entries", "1024", "--ssd-dir", ssd_dir, "--ssd-segment", "4M", \
+#define AGENT_ARGS                                                                           \
+	"--dram", "4M", "--dram-unit", "16K", "--dram-high", "60", "--dram-low", "40",       \
+		"--index-entries", "1024", "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M", \
 		"--ssd-size", "16M", "--staging", "512K", "--staging-slot", "64K", NULL
 
 static uint32_t
@@ -219,25 +218,18 @@ only_us(void *p)
 static void
 verify_pool(const char *what)
 {
-	char cmd[5000], log[2200];
+	char out[8192];
 	unsigned char *buf = malloc(VMAX);
 	uint64_t ok = 0;
 	unsigned i;
 	int rc;
 
 	assert_non_null(buf);
-	snprintf(log, sizeof(log), "%s/kvpt.%s.check", kvpt_log_dir(), ag.pool);
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s check --wait 3000 > %s 2>&1",
-		 kvpt_bindir(), ag.pool, log);
-	rc = system(cmd);
-	if (rc != 0) {
-		snprintf(cmd, sizeof(cmd), "cat %s", log);
-		fprintf(stderr, "after %s: kvpool check failed:\n", what);
-		if (system(cmd) != 0)
-			fprintf(stderr, "(no output)\n");
-	}
+	rc = kvpt_cli_check(ag.pool, 3000, out, sizeof(out));
+	if (rc != 0)
+		fprintf(stderr, "after %s: kvpool check failed:\n%s", what,
+			out[0] ? out : "(no output)\n");
 	assert_int_equal(rc, 0);
-	unlink(log);
 	for (i = 0; i < NKEYS; i++) {
 		char k[100];
 		uint32_t kl = key_of(k, i);
@@ -362,7 +354,7 @@ group_setup(void **state)
 	unsigned r;
 
 	(void)state;
-	if (kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "cp"))
+	if (kvpt_ssd_dir_setup(state))
 		return -1;
 	if (kvpt_agent_start(&ag, AGENT_ARGS) || kvp_open(ag.pool, "cp", &pc))
 		return -1;
@@ -384,7 +376,7 @@ group_teardown(void **state)
 	(void)state;
 	kvp_close(pc);
 	kvpt_agent_stop(&ag);
-	return kvpt_tmpdir_remove(ssd_dir);
+	return kvpt_ssd_dir_teardown(state);
 }
 
 int

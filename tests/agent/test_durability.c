@@ -20,22 +20,6 @@
 
 #include "tests/agent/harness.h"
 
-static char ssd_dir[256];
-
-static int
-dir_setup(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "dur");
-}
-
-static int
-dir_teardown(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir_remove(ssd_dir);
-}
-
 static uint32_t
 key_a(char *k, int i)
 {
@@ -48,36 +32,13 @@ key_b(char *k, int i)
 	return (uint32_t)snprintf(k, 100, "%064x-b-%d", (unsigned)i * 2246822519u, i);
 }
 
-#define FLAGS(high, low, dur)                                                   \
+#define FLAGS(high, low, dur)                                                         \
 	"--dram", "32M", "--dram-unit", "4K", "--dram-high", high, "--dram-low", low, \
-		"--ssd-dir", ssd_dir, "--ssd-segment", "4M", "--staging", "4M",     \
+		"--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M", "--staging", "4M",  \
 		"--staging-slot", "256K", "--durability", dur, NULL
 
 #define DEMOTE_ALL FLAGS("0", "0", "relaxed")
 #define KEEP_IN_DRAM FLAGS("90", "80", "relaxed")
-
-/* Keys from..to-1 of kfn read back with exactly version v's bytes (v 0:
- * each must be a miss).  Returns how many did not. */
-static int
-count_wrong(struct kvp_client *c, kvpt_key_fn kfn, int from, int to, uint64_t sz, uint64_t v)
-{
-	unsigned char *out = malloc(sz);
-	int i, wrong = 0;
-	char k[100];
-
-	assert_non_null(out);
-	for (i = from; i < to; i++) {
-		uint32_t kl = kfn(k, i);
-		ssize_t n = kvp_get(c, k, kl, out, sz);
-
-		if (v == 0)
-			wrong += n != -ENOENT;
-		else
-			wrong += n != (ssize_t)sz || !kvpt_check(out, sz, k, kl, v);
-	}
-	free(out);
-	return wrong;
-}
 
 static bool
 no_deleted(void *p)
@@ -104,10 +65,8 @@ test_delete_put_again_restart(void **state)
 	int i;
 
 	(void)state;
-	assert_int_equal(kvpt_tmpdir_empty(ssd_dir), 0);
-	assert_int_equal(kvpt_agent_start(&a, DEMOTE_ALL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, DEMOTE_ALL), 0);
 	assert_int_equal(kvpt_put_and_demote(c, &s, N, SZ, key_a, 1, 30000), 0);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_a(k, i);
@@ -124,7 +83,7 @@ test_delete_put_again_restart(void **state)
 	assert_int_equal(kvpt_agent_restart(&a, DEMOTE_ALL), 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
-	assert_int_equal(count_wrong(c, key_a, 0, N, SZ, 2), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, 0, N, SZ, 2, false), 0);
 
 	/* round two, ended by kill -9 with the deletes maybe not reclaimed */
 	for (i = 0; i < N; i++) {
@@ -137,13 +96,13 @@ test_delete_put_again_restart(void **state)
 	kvpt_agent_kill(&a);
 	assert_int_equal(kvpt_agent_restart(&a, DEMOTE_ALL), 0); /* re-attach */
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
-	assert_int_equal(count_wrong(c, key_a, 0, N, SZ, 3), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, 0, N, SZ, 3, false), 0);
 	kvp_close(c);
 	kvpt_agent_kill(&a);
 	kvpt_pool_remove(a.pool); /* a reboot: only the disk is left */
 	assert_int_equal(kvpt_agent_restart(&a, DEMOTE_ALL), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
-	assert_int_equal(count_wrong(c, key_a, 0, N, SZ, 3), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, 0, N, SZ, 3, false), 0);
 	kvp_close(c);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
@@ -187,10 +146,8 @@ test_stop_flushes_dram(void **state)
 
 	(void)state;
 	assert_non_null(v);
-	assert_int_equal(kvpt_tmpdir_empty(ssd_dir), 0);
-	assert_int_equal(kvpt_agent_start(&a, DEMOTE_ALL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, DEMOTE_ALL), 0);
 	assert_int_equal(kvpt_put_and_demote(c, &s, NA, SZ, key_a, 1, 30000), 0);
 	/* the same pool with the usual watermarks: new values stay in DRAM */
 	kvpt_agent_kill(&a);
@@ -232,11 +189,11 @@ test_stop_flushes_dram(void **state)
 
 	assert_int_equal(kvpt_agent_restart(&a, KEEP_IN_DRAM), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
-	assert_int_equal(count_wrong(c, key_a, 0, 25, SZ, 2), 0);
-	assert_int_equal(count_wrong(c, key_a, 25, 50, SZ, 0), 0);
-	assert_int_equal(count_wrong(c, key_a, 50, NA, SZ, 1), 0);
-	assert_int_equal(count_wrong(c, key_b, 0, 20, SZ, 0), 0);
-	assert_int_equal(count_wrong(c, key_b, 20, NB, SZ, 1), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, 0, 25, SZ, 2, false), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, 25, 50, SZ, 0, false), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, 50, NA, SZ, 1, false), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_b, 0, 20, SZ, 0, false), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_b, 20, NB, SZ, 1, false), 0);
 	kvp_close(c);
 	free(v);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
@@ -262,10 +219,8 @@ test_strict_delete_durable(void **state)
 	int i;
 
 	(void)state;
-	assert_int_equal(kvpt_tmpdir_empty(ssd_dir), 0);
-	assert_int_equal(kvpt_agent_start(&a, FLAGS("0", "0", "strict")), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, FLAGS("0", "0", "strict")), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &holder), 0);
 	assert_int_equal(kvpt_put_and_demote(c, &s, N, SZ, key_a, 1, 30000), 0);
 	for (i = 0; i < N; i++) {
@@ -276,7 +231,7 @@ test_strict_delete_durable(void **state)
 	for (i = 0; i < N / 2; i++)
 		assert_int_equal(kvp_delete(c, keys[i], ops[i].klen), 0);
 	/* gone for readers at once, held bytes stay for the holder */
-	assert_int_equal(count_wrong(c, key_a, 0, N / 2, SZ, 0), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, 0, N / 2, SZ, 0, false), 0);
 	assert_int_equal(kvpt_count_state(&s, KVP_IX_DELETED), N / 2);
 	kvp__seg_unmap(&s);
 	kvpt_agent_kill(&a);
@@ -286,8 +241,8 @@ test_strict_delete_durable(void **state)
 	kvpt_pool_remove(a.pool); /* a crash and a reboot */
 	assert_int_equal(kvpt_agent_restart(&a, FLAGS("0", "0", "strict")), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
-	assert_int_equal(count_wrong(c, key_a, 0, N / 2, SZ, 0), 0);
-	assert_int_equal(count_wrong(c, key_a, N / 2, N, SZ, 1), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, 0, N / 2, SZ, 0, false), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, N / 2, N, SZ, 1, false), 0);
 	/* with no agent a strict delete deletes nothing and says so */
 	kvpt_agent_kill(&a);
 	{
@@ -298,7 +253,7 @@ test_strict_delete_durable(void **state)
 	kvp_close(c);
 	assert_int_equal(kvpt_agent_restart(&a, FLAGS("0", "0", "strict")), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
-	assert_int_equal(count_wrong(c, key_a, N - 1, N, SZ, 1), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_a, N - 1, N, SZ, 1, false), 0);
 	kvp_close(c);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
@@ -312,5 +267,5 @@ main(void)
 		cmocka_unit_test(test_strict_delete_durable),
 	};
 
-	return cmocka_run_group_tests(tests, dir_setup, dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
 }

@@ -817,22 +817,9 @@ key_b(char *k, int i)
 #define NKEYS 6
 #define VSIZE (64u << 10)
 
-static void
-check_keys(struct kvp_client *c, kvpt_key_fn key, uint64_t version)
-{
-	unsigned char *v = malloc(VSIZE);
-	char k[64];
-	int i;
-
-	assert_non_null(v);
-	for (i = 0; i < NKEYS; i++) {
-		uint32_t kl = key(k, i);
-
-		assert_int_equal(kvp_get(c, k, kl, v, VSIZE), (ssize_t)VSIZE);
-		assert_true(kvpt_check(v, VSIZE, k, kl, version));
-	}
-	free(v);
-}
+/* Keys 0..NKEYS-1 of key read back whole with version's bytes. */
+#define check_keys(c, key, version)                                           \
+	assert_int_equal(kvpt_wrong_keys(c, key, 0, NKEYS, VSIZE, version, false), 0)
 
 #define AGENT_DEMOTE(a, dir)                                                       \
 	kvpt_agent_start(a, "--dram", "16M", "--dram-unit", "4K", "--dram-high", "0",  \

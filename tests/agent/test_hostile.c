@@ -38,46 +38,10 @@ map_rw(const char *pool, struct kvp_seg *s)
 	assert_int_equal(kvp_seg_map(pool, true, s, msg, sizeof(msg)), 0);
 }
 
-static void
-put_all(struct kvp_client *c, int n)
-{
-	unsigned char *v = malloc(VSZ);
-	char k[100];
-	int i;
-
-	assert_non_null(v);
-	for (i = 0; i < n; i++) {
-		uint32_t kl = key_of(k, i);
-		int rc;
-
-		kvpt_fill(v, VSZ, k, kl, 1);
-		while ((rc = kvp_put(c, k, kl, v, VSZ)) == -EBUSY)
-			;
-		assert_int_equal(rc, 0);
-	}
-	free(v);
-}
-
-/* Every value 0..n-1 reads back whole with its bytes. */
-static void
-verify_all(struct kvp_client *c, int n)
-{
-	unsigned char *v = malloc(VSZ);
-	char k[100];
-	int i;
-
-	assert_non_null(v);
-	for (i = 0; i < n; i++) {
-		uint32_t kl = key_of(k, i);
-		ssize_t got;
-
-		while ((got = kvp_get(c, k, kl, v, VSZ)) == -EBUSY)
-			;
-		if (got != VSZ || !kvpt_check(v, VSZ, k, kl, 1))
-			fail_msg("value %d: %zd bytes%s", i, got, got == VSZ ? ", wrong" : "");
-	}
-	free(v);
-}
+/* Values 0..n-1 (version 1) put, retrying BUSY. */
+#define put_all(c, n) assert_int_equal(kvpt_put_keys(c, key_of, 0, n, VSZ, 1), 0)
+/* Every value 0..n-1 reads back whole with its bytes (BUSY asked again). */
+#define verify_all(c, n) assert_int_equal(kvpt_wrong_keys(c, key_of, 0, n, VSZ, 1, true), 0)
 
 static bool
 agent_alive(const struct kvpt_agent *a)
@@ -153,31 +117,6 @@ geom_restored(void *p)
 	       !memcmp(&g->s->hdr->h_geom[1], &g->want, sizeof(g->want));
 }
 
-/* `kvpool check`: its exit status; its output in out (when not NULL). */
-static int
-run_check(const char *pool, unsigned wait_ms, char *out, size_t cap)
-{
-	char cmd[600];
-	FILE *f;
-	size_t n = 0;
-	int st;
-
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s check --wait %u 2>&1", kvpt_bindir(),
-		 pool, wait_ms);
-	f = popen(cmd, "r");
-	assert_non_null(f);
-	if (out && cap) {
-		n = fread(out, 1, cap - 1, f);
-		out[n] = '\0';
-	} else {
-		char sink[4096];
-		while (fread(sink, 1, sizeof(sink), f) > 0)
-			;
-	}
-	st = pclose(f);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
 /*
  * The geometry in the header: one copy overwritten (h_max_clients = 4e9,
  * as the issue found), both copies overwritten (200 clients, 2^20 holds
@@ -233,7 +172,7 @@ test_geometry_overwritten(void **state)
 	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--max-clients", "16", NULL), 0);
 	assert_true(kvpt_wait_until(geom_restored, &gc, 5000) >= 0);
 	verify_all(c, NV);
-	assert_int_equal(run_check(a.pool, 3000, NULL, 0), 0);
+	assert_int_equal(kvpt_cli_check(a.pool, 3000, NULL, 0), 0);
 
 	/* both copies overwritten while no agent runs: nothing can tell the
 	 * true geometry; the agent and clients refuse it, clearly, and
@@ -280,10 +219,10 @@ test_page_map_overwritten(void **state)
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&ws.entries[slot].e_loc);
 	ws.pages[KVP_LOC_VAL(loc)].pg_npages = 0x40000000u;
-	assert_int_equal(run_check(a.pool, 0, out, sizeof(out)), 1);
+	assert_int_equal(kvpt_cli_check(a.pool, 0, out, sizeof(out)), 1);
 	assert_non_null(strstr(out, "I7"));
 	assert_int_equal(kvp_delete(bad, "mine", 4), 0);
-	if (run_check(a.pool, 5000, out, sizeof(out)))
+	if (kvpt_cli_check(a.pool, 5000, out, sizeof(out)))
 		fail_msg("after the repair: %s", out);
 	assert_true(agent_alive(&a));
 	verify_all(c, NV);
@@ -297,7 +236,7 @@ test_page_map_overwritten(void **state)
 	while (rc == -EBUSY);
 	assert_int_equal(rc, 0);
 	assert_true(agent_alive(&a));
-	assert_int_equal(run_check(a.pool, 5000, NULL, 0), 0);
+	assert_int_equal(kvpt_cli_check(a.pool, 5000, NULL, 0), 0);
 	verify_all(c, NV);
 	kvp__seg_unmap(&ws);
 	kvp_close(bad);
@@ -319,20 +258,18 @@ test_stopped_lock_holder(void **state)
 	struct kvp_client *c;
 	struct kvp_seg s;
 	unsigned char *v = malloc(VSZ);
-	char dir[128], k[100];
+	char k[100];
 	uint64_t t0, worst = 0;
 	pid_t holder;
 	int i, st, nssd = 0;
 
 	(void)state;
 	assert_non_null(v);
-	assert_int_equal(kvpt_tmpdir(dir, sizeof(dir), "hostile"), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
 	setenv("KVP_PUT_WAIT_MS", "50", 1);
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "8M", "--dram-unit", "16K",
-					  "--ssd-dir", dir, "--ssd-segment", "4M",
-					  "--staging", "2M", "--staging-slot", "64K", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "8M", "--dram-unit", "16K",
+				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M",
+				      "--staging", "2M", "--staging-slot", "64K", NULL), 0);
 	/* more than the DRAM tier holds: the oldest are demoted */
 	put_all(c, 200);
 	for (i = 0; i < 200; i++) {
@@ -398,13 +335,10 @@ test_stopped_lock_holder(void **state)
 			;
 		assert_int_equal(rc, 0);
 	}
-	assert_int_equal(run_check(a.pool, 5000, NULL, 0), 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_cli_check(a.pool, 5000, NULL, 0), 0);
 	unsetenv("KVP_PUT_WAIT_MS");
 	free(v);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
-	kvpt_tmpdir_remove(dir);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* The allocator's lock word overwritten: with a word no holder claims
@@ -463,7 +397,7 @@ test_forged_lock_word(void **state)
 	assert_int_equal(rc, 0);
 	assert_true(agent_alive(&a));
 	verify_all(c, NV - 1);
-	assert_int_equal(run_check(a.pool, 5000, NULL, 0), 0);
+	assert_int_equal(kvpt_cli_check(a.pool, 5000, NULL, 0), 0);
 	kvp__seg_unmap(&ws);
 	kvp_close(c);
 	free(v);
@@ -480,14 +414,13 @@ test_staging_geometry_overwritten(void **state)
 	struct kvp_client *c;
 	struct kvp_seg ws;
 	struct dier d;
-	char dir[128];
 
 	(void)state;
-	assert_int_equal(kvpt_tmpdir(dir, sizeof(dir), "hostile"), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
 	assert_int_equal(kvpt_agent_start(&a, "--dram", "8M", "--dram-unit", "16K",
-					  "--dram-high", "0", "--dram-low", "0", "--ssd-dir", dir,
-					  "--ssd-segment", "4M", "--staging", "1M",
-					  "--staging-slot", "64K", NULL), 0);
+					  "--dram-high", "0", "--dram-low", "0",
+					  "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M",
+					  "--staging", "1M", "--staging-slot", "64K", NULL), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	map_rw(a.pool, &ws);
 	assert_int_equal(kvpt_put_and_demote(c, &ws, NV, VSZ, key_of, 1, 30000), 0);
@@ -502,7 +435,6 @@ test_staging_geometry_overwritten(void **state)
 	kvp__seg_unmap(&ws);
 	kvp_close(c);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
-	kvpt_tmpdir_remove(dir);
 }
 
 int
@@ -516,5 +448,5 @@ main(void)
 		cmocka_unit_test(test_staging_geometry_overwritten),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
 }

@@ -17,22 +17,6 @@
 
 #include "tests/agent/harness.h"
 
-static char ssd_dir[256];
-
-static int
-dir_setup(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "ixl");
-}
-
-static int
-dir_teardown(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir_remove(ssd_dir);
-}
-
 static uint32_t
 key_of(char *k, int i)
 {
@@ -101,15 +85,6 @@ count_exact_settled(void *p)
 	return kvpt_count_state(((struct quiet *)p)->s, KVP_IX_PENDING) == 0 && count_exact(p);
 }
 
-static int
-run_check(const char *pool)
-{
-	char cmd[512];
-
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s check >/dev/null", kvpt_bindir(), pool);
-	return system(cmd);
-}
-
 /*
  * DRAM only, --index-entries 100 (a 128-slot table): 1,000 puts of new
  * keys all succeed, the index never holds more than 100 entries, the
@@ -158,10 +133,8 @@ test_limit_kept(void **state)
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX) >= N - LIMIT);
 	q.s = &s;
 	assert_true(kvpt_wait_until(count_exact, &q, 5000) >= 0);
-	assert_int_equal(run_check(a.pool), 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_cli_check(a.pool, -1, NULL, 0), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /*
@@ -185,10 +158,8 @@ test_limit_all_held(void **state)
 	int i, rc;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--index-entries", "64", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
+				      "--index-entries", "64", NULL), 0);
 	for (i = 0; i < LIMIT; i++)
 		assert_int_equal(put_retry(c, i, SZ, 2, &busy), 0);
 	for (i = 0; i < LIMIT; i++) {
@@ -306,10 +277,8 @@ test_count_survives_deaths(void **state)
 		assert_int_equal(put_retry(c, i, SZ, 3, &busy), 0);
 	assert_true(entries(&s) <= LIMIT);
 	assert_true(kvpt_wait_until(count_exact, &q, 5000) >= 0);
-	assert_int_equal(run_check(a.pool), 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_cli_check(a.pool, -1, NULL, 0), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /*
@@ -334,14 +303,12 @@ test_limit_ssd_tombstones(void **state)
 	int i;
 
 	(void)state;
-	assert_int_equal(kvpt_tmpdir_empty(ssd_dir), 0);
-#define AGENT_ARGS                                                                   \
-	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", "--dram-low", "0", \
-		"--index-entries", "64", "--ssd-dir", ssd_dir, "--ssd-segment", "8M",      \
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+#define AGENT_ARGS                                                                         \
+	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", "--dram-low", "0",       \
+		"--index-entries", "64", "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M", \
 		"--staging", "8M", "--staging-slot", "1M", NULL
-	assert_int_equal(kvpt_agent_start(&a, AGENT_ARGS), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, AGENT_ARGS), 0);
 	for (i = 0; i < N; i++) {
 		assert_int_equal(put_retry(c, i, SZ, 4, &busy), 0);
 		assert_true(entries(&s) <= LIMIT);
@@ -364,7 +331,7 @@ test_limit_ssd_tombstones(void **state)
 		}
 	}
 	assert_true(npresent > 0 && npresent <= LIMIT);
-	assert_int_equal(run_check(a.pool), 0);
+	assert_int_equal(kvpt_cli_check(a.pool, -1, NULL, 0), 0);
 	kvp_close(c);
 	kvp__seg_unmap(&s);
 	/* a clean stop (tombstones written), then only the disk is left */
@@ -386,11 +353,9 @@ test_limit_ssd_tombstones(void **state)
 		assert_true(kvpt_check(out, SZ, k, kl, 4));
 	}
 	assert_true(kvpt_wait_until(count_exact, &q, 5000) >= 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(out);
 	free(present);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 int
@@ -403,5 +368,5 @@ main(void)
 		cmocka_unit_test(test_limit_ssd_tombstones),
 	};
 
-	return cmocka_run_group_tests(tests, dir_setup, dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
 }

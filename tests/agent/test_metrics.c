@@ -23,28 +23,6 @@
 #include "tests/agent/harness.h"
 #include "tiers/kvp_ssd.h"
 
-static char ssd_dir[256];
-
-static int
-dir_setup(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "met");
-}
-
-static int
-dir_teardown(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir_remove(ssd_dir);
-}
-
-static void
-fresh_dir(void)
-{
-	assert_int_equal(kvpt_tmpdir_empty(ssd_dir), 0);
-}
-
 /* ---- a tiny HTTP/1.0 GET client ---- */
 
 struct http_reply {
@@ -344,11 +322,11 @@ series_reaches(void *p)
 	return !isnan(v) && (uint64_t)v >= rc->want;
 }
 
-#define AGENT_SSD_METRICS(a)                                                       \
-	kvpt_agent_start(a, "--dram", "64M", "--dram-unit", "4K", "--dram-high", "0",   \
-			 "--dram-low", "0", "--ssd-dir", ssd_dir, "--ssd-segment", "16M",  \
-			 "--staging", "8M", "--staging-slot", "1M", "--no-promote",        \
-			 "--metrics-addr", "127.0.0.1:0", NULL)
+#define SSD_METRICS_ARGS                                                                 \
+	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", "--dram-low", "0",     \
+		"--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "16M", "--staging", "8M",    \
+		"--staging-slot", "1M", "--no-promote", "--metrics-addr", "127.0.0.1:0", \
+		NULL
 
 #define put_and_demote(c, s, n, vsize)                                         \
 	assert_int_equal(kvpt_put_and_demote(c, s, n, vsize, key_of, 9, 30000), 0)
@@ -372,11 +350,9 @@ test_scrape_ssd_busy(void **state)
 	int i;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD_METRICS(&a), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_METRICS_ARGS), 0);
 	port = metrics_port(a.pool);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_and_demote(c, &s, N, SZ);
 	for (i = 0; i < N; i++) {
 		ops[i].klen = key_of(keys[i], i);
@@ -430,12 +406,10 @@ test_scrape_ssd_busy(void **state)
 						 "event=\"busy_reject\"}"),
 		      (unsigned long long)peak);
 	free(body);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(ops);
 	free(keys);
 	free(out);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* The staging peak is exact: two 3-slot values in one call through an
@@ -456,11 +430,9 @@ test_staging_peak_exact(void **state)
 	int i;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD_METRICS(&a), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_METRICS_ARGS), 0);
 	port = metrics_port(a.pool);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_and_demote(c, &s, 2, SZ);
 	for (i = 0; i < 2; i++) {
 		ops[i].klen = key_of(keys[i], i);
@@ -479,10 +451,8 @@ test_staging_peak_exact(void **state)
 		    1);
 	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"SSD\",status=\"ok\"}"), 2);
 	free(body);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(out);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* A held key whose SSD record is corrupt is failed, never a miss. */
@@ -503,18 +473,16 @@ test_failed_not_miss(void **state)
 	int fd;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD_METRICS(&a), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_METRICS_ARGS), 0);
 	port = metrics_port(a.pool);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_and_demote(c, &s, N, SZ);
 	kl = key_of(k, 2);
 	slot = kvp_ix_find(&s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
 			   KVP_IX_M(KVP_IX_READY), &w);
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&s.entries[slot].e_ssd);
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", ssd_dir, KVP_SSD_LOC_SEG(loc));
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
 	at = (off_t)KVP_SSD_LOC_BLOCK(loc) * 4096 + 4096 + 999;
@@ -533,10 +501,8 @@ test_failed_not_miss(void **state)
 	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"DRAM\",status=\"miss\"}"), 0);
 	assert_true(prom_u(body, "kvpool_ssd_errors_total") >= 1);
 	free(body);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(out);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* A client that dies holding pins: reaped, its holds and pins released,
@@ -616,10 +582,8 @@ test_stat_agent_down(void **state)
 {
 	struct kvpt_agent a;
 	struct kvp_client *c;
-	char cmd[512], out[16384];
+	char out[16384];
 	unsigned char v[100] = { 1 };
-	size_t n;
-	FILE *p;
 	int i;
 
 	(void)state;
@@ -631,31 +595,13 @@ test_stat_agent_down(void **state)
 	}
 	kvp_close(c);
 	kvpt_agent_kill(&a);
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s stat --json", kvpt_bindir(), a.pool);
-	p = popen(cmd, "r");
-	assert_non_null(p);
-	n = fread(out, 1, sizeof(out) - 1, p);
-	out[n] = '\0';
-	assert_int_equal(pclose(p), 0);
+	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s stat --json",
+				  kvpt_bindir(), a.pool), 0);
 	assert_non_null(strstr(out, "\"agent_alive\":false"));
 	assert_non_null(strstr(out, ",\"put\":7,"));
 	assert_non_null(strstr(out, ",\"entries\":7,"));
 	assert_non_null(strstr(out, ",\"metrics_port\":0,"));
 	kvpt_pool_remove(a.pool);
-}
-
-/* Run a shell command, its stdout into out (NUL-terminated); its exit
- * status. */
-static int
-run_out(char *out, size_t cap, const char *cmd)
-{
-	FILE *p = popen(cmd, "r");
-	size_t n;
-
-	assert_non_null(p);
-	n = fread(out, 1, cap - 1, p);
-	out[n] = '\0';
-	return pclose(p);
 }
 
 /* Is every byte of s printable ASCII (or a line feed)? */
@@ -683,7 +629,7 @@ test_pool_name_escaped(void **state)
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg w;
-	char msg[256], cmd[512], *out = malloc(1 << 16), *body, line[256], *p;
+	char msg[256], *out = malloc(1 << 16), *body, line[256], *p;
 	unsigned port;
 
 	(void)state;
@@ -707,34 +653,34 @@ test_pool_name_escaped(void **state)
 	free(body);
 
 	/* stat --json: one JSON object whose pool is the name asked for */
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s stat --json", kvpt_bindir(), a.pool);
-	assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+	assert_int_equal(kvpt_run(out, 1 << 16, "%s/kvpool --pool %s stat --json",
+				  kvpt_bindir(), a.pool), 0);
 	snprintf(line, sizeof(line), "{\"pool\":\"%s\",\"agent_alive\":true,", a.pool);
 	assert_memory_equal(out, line, strlen(line));
 	assert_true(printable(out));
 	assert_int_equal(strchr(out, '\n') - out, (long)strlen(out) - 1);
 	if (system("command -v jq >/dev/null 2>&1") == 0) {
-		snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s stat --json | jq -e -r .pool",
-			 kvpt_bindir(), a.pool);
-		assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+		assert_int_equal(kvpt_run(out, 1 << 16,
+					  "%s/kvpool --pool %s stat --json | jq -e -r .pool",
+					  kvpt_bindir(), a.pool), 0);
 		snprintf(line, sizeof(line), "%s\n", a.pool);
 		assert_string_equal(out, line);
 	}
 	/* the human table and top: the same name, no control byte */
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s stat", kvpt_bindir(), a.pool);
-	assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+	assert_int_equal(kvpt_run(out, 1 << 16, "%s/kvpool --pool %s stat",
+				  kvpt_bindir(), a.pool), 0);
 	snprintf(line, sizeof(line), "pool %s: agent up", a.pool);
 	assert_memory_equal(out, line, strlen(line));
 	assert_true(printable(out));
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s top --count 1 --interval 0.01",
-		 kvpt_bindir(), a.pool);
-	assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+	assert_int_equal(kvpt_run(out, 1 << 16,
+				  "%s/kvpool --pool %s top --count 1 --interval 0.01",
+				  kvpt_bindir(), a.pool), 0);
 	snprintf(line, sizeof(line), "kvpool top - pool %s - ", a.pool);
 	assert_memory_equal(out, line, strlen(line));
 	assert_true(printable(out));
 	/* clients: the namespace a client wrote, escaped */
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s clients", kvpt_bindir(), a.pool);
-	assert_int_equal(run_out(out, 1 << 16, cmd), 0);
+	assert_int_equal(kvpt_run(out, 1 << 16, "%s/kvpool --pool %s clients",
+				  kvpt_bindir(), a.pool), 0);
 	assert_true(printable(out));
 	assert_non_null(strstr(out, " ns\\x1b[2J\\x0d\\x0afake\n"));
 	kvp_close(c);
@@ -780,5 +726,5 @@ main(void)
 		cmocka_unit_test(test_pool_name_escaped),
 	};
 
-	return cmocka_run_group_tests(tests, dir_setup, dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
 }

@@ -15,22 +15,6 @@
 
 #include "tests/agent/harness.h"
 
-static char ssd_dir[256];
-
-static int
-setup(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "pin");
-}
-
-static int
-teardown(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir_remove(ssd_dir);
-}
-
 static uint32_t
 key_of(char *k, int who, int i)
 {
@@ -90,13 +74,11 @@ test_probe_then_evict(void **state)
 	int i, k, ssd_pinned = 0, dram_pinned;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K",
-					  "--dram-high", "50", "--dram-low", "30",
-					  "--ssd-dir", ssd_dir, "--ssd-segment", "4M",
-					  "--ssd-size", "64M", "--staging", "2M",
-					  "--staging-slot", "256K", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "16M", "--dram-unit", "4K",
+				      "--dram-high", "50", "--dram-low", "30",
+				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M",
+				      "--ssd-size", "64M", "--staging", "2M",
+				      "--staging-slot", "256K", NULL), 0);
 	put_all(c, 0, 0, N, SZ);
 	for (i = 0; i < N; i++) {
 		ops[i].klen = key_of(keys[i], 0, i);
@@ -154,12 +136,10 @@ test_probe_then_evict(void **state)
 	/* released: the next wave evicts them (out of DRAM) normally */
 	put_all(c, 3, 0, 3000, SZ);
 	assert_true(count_in_dram(c, &s, 0, N) < dram_pinned / 2);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(ops);
 	free(keys);
 	free(out);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 struct pin_cond {
@@ -329,10 +309,8 @@ test_leases_count_against_cap(void **state)
 	int i, st;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--max-pinned-per-client", "256K", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
+				      "--max-pinned-per-client", "256K", NULL), 0);
 	put_all(c, 0, 0, 40, SZ);
 	for (i = 0; i < 40; i++)
 		key_of(keys[i], 0, i);
@@ -402,9 +380,7 @@ test_leases_count_against_cap(void **state)
 	assert_int_equal(kvp_lease_acquire(c2, keys[CAPN], (uint32_t)strlen(keys[CAPN]), 60000,
 					   &x), 0);
 	kvp_close(c2);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 int
@@ -417,5 +393,5 @@ main(void)
 		cmocka_unit_test(test_probe_then_evict),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
 }

@@ -442,10 +442,8 @@ test_leases(void **state)
 	unsigned char *v = malloc(65536);
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "4M", "--dram-unit", "4K",
-					  "--dram-high", "90", "--dram-low", "50", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "4M", "--dram-unit", "4K",
+				      "--dram-high", "90", "--dram-low", "50", NULL), 0);
 	kvpt_fill(v, 65536, "A", 1, 1);
 	assert_int_equal(kvp_put(c, "A", 1, v, 65536), 0);
 	kvpt_fill(v, 65536, "B", 1, 1);
@@ -471,28 +469,8 @@ test_leases(void **state)
 	assert_int_equal(kvp_lease_release(c, &la), 0); /* twice: harmless */
 	churn(c, 200, 200);
 	assert_int_equal(kvp_exists(c, "A", 1), 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(v);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
-}
-
-static void
-run_cmd(char *out, size_t cap, const char *fmt, ...)
-{
-	char cmd[1024];
-	va_list ap;
-	FILE *f;
-	size_t n;
-
-	va_start(ap, fmt);
-	vsnprintf(cmd, sizeof(cmd), fmt, ap);
-	va_end(ap);
-	f = popen(cmd, "r");
-	assert_non_null(f);
-	n = fread(out, 1, cap - 1, f);
-	out[n] = '\0';
-	assert_int_equal(pclose(f), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* The operator CLI against a live pool: put/get/exists/del, stat --json
@@ -507,27 +485,34 @@ test_cli(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
-	run_cmd(out, sizeof(out), "printf 'hello pool' | %s/kvpool --pool %s --ns cli put k1 -",
-		bin, a.pool);
-	run_cmd(out, sizeof(out), "%s/kvpool --pool %s --ns cli get k1 -", bin, a.pool);
+	assert_int_equal(kvpt_run(out, sizeof(out),
+				  "printf 'hello pool' | %s/kvpool --pool %s --ns cli put k1 -",
+				  bin, a.pool), 0);
+	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s --ns cli get k1 -",
+				  bin, a.pool), 0);
 	assert_string_equal(out, "hello pool");
-	run_cmd(out, sizeof(out), "%s/kvpool --pool %s --ns cli exists k1", bin, a.pool);
+	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s --ns cli exists k1",
+				  bin, a.pool), 0);
 	assert_string_equal(out, "k1 1\n");
 	assert_int_equal(kvp_open(a.pool, "cli", &c), 0);
 	assert_int_equal(kvp_get(c, "k1", 2, out, sizeof(out)), 10);
-	run_cmd(out, sizeof(out), "%s/kvpool --pool %s clients", bin, a.pool);
+	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s clients",
+				  bin, a.pool), 0);
 	snprintf(needle, sizeof(needle), " %d ", (int)getpid());
 	assert_non_null(strstr(out, needle));
 	assert_non_null(strstr(out, " yes "));
-	run_cmd(out, sizeof(out), "%s/kvpool --pool %s stat --json", bin, a.pool);
+	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s stat --json",
+				  bin, a.pool), 0);
 	assert_non_null(strstr(out, "\"entries\":1,"));
 	assert_non_null(strstr(out, "\"clients\":1,"));
 	assert_non_null(strstr(out, "\"holds\":0,"));
 	assert_non_null(strstr(out, "\"put\":1,"));
 	assert_non_null(strstr(out, "\"agent_alive\":true"));
 	kvp_close(c);
-	run_cmd(out, sizeof(out), "%s/kvpool --pool %s --ns cli del k1", bin, a.pool);
-	run_cmd(out, sizeof(out), "%s/kvpool --pool %s stat", bin, a.pool);
+	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s --ns cli del k1",
+				  bin, a.pool), 0);
+	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s stat",
+				  bin, a.pool), 0);
 	assert_non_null(strstr(out, "index    0 entries"));
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }

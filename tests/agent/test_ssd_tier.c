@@ -17,41 +17,6 @@
 #include "tests/agent/harness.h"
 #include "tiers/kvp_ssd.h"
 
-static char ssd_dir[256];
-
-static int
-dir_setup(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "ssd");
-}
-
-static int
-dir_teardown(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir_remove(ssd_dir);
-}
-
-/* A fresh store directory per test. */
-static void
-fresh_dir(void)
-{
-	assert_int_equal(kvpt_tmpdir_empty(ssd_dir), 0);
-}
-
-/* SIGSTOP the agent and wait until it is stopped (the signal is
- * asynchronous: a request posted meanwhile could still be taken). */
-static void
-stop_agent(struct kvpt_agent *a)
-{
-	int st;
-
-	kill(a->pid, SIGSTOP);
-	assert_int_equal(waitpid(a->pid, &st, WUNTRACED), a->pid);
-	assert_true(WIFSTOPPED(st));
-}
-
 static uint32_t
 key_of(char *k, int i)
 {
@@ -63,10 +28,10 @@ key_of(char *k, int i)
 #define put_and_demote(c, s, n, vsize)                                         \
 	assert_int_equal(kvpt_put_and_demote(c, s, n, vsize, key_of, 5, 30000), 0)
 
-#define AGENT_SSD(a)                                                            \
-	kvpt_agent_start(a, "--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", \
-			 "--dram-low", "0", "--ssd-dir", ssd_dir, "--ssd-segment", "8M", \
-			 "--staging", "8M", "--staging-slot", "1M", NULL)
+#define SSD_ARGS                                                                      \
+	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", "--dram-low", "0",  \
+		"--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M", "--staging", "8M",  \
+		"--staging-slot", "1M", NULL
 
 /* 2,000 SSD-resident keys in one batch through an 8-slot arena: served in
  * parts, every key OK with its bytes; BUSY answers are not outcomes;
@@ -84,10 +49,8 @@ test_batch_through_small_arena(void **state)
 	int i;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD(&a), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_ARGS), 0);
 	put_and_demote(c, &s, N, SZ);
 	for (i = 0; i < N; i++) {
 		ops[i].klen = key_of(keys[i], i);
@@ -114,12 +77,10 @@ test_batch_through_small_arena(void **state)
 	print_message("  2000 keys: %llu busy answers, staging peak %llu of 8 slots\n",
 		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_BUSY_REJECT),
 		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_staging_peak));
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(ops);
 	free(keys);
 	free(out);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* Ranged gets of 20 objects through the 8-slot arena read only their
@@ -138,10 +99,8 @@ test_ranged_extents(void **state)
 	int i;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD(&a), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_ARGS), 0);
 	put_and_demote(c, &s, N, SZ);
 	before = kvpt_actr(&s, KVP_ACTR_SSD_READ_BYTES);
 	for (i = 0; i < N; i++) {
@@ -159,10 +118,8 @@ test_ranged_extents(void **state)
 	print_message("  20 ranged gets read %llu bytes (whole values: %u)\n",
 		      (unsigned long long)expect, N * SZ);
 	assert_int_equal(kvpt_spans_in_use(&s), 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(whole);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* Promotion: with DRAM below its high watermark, a whole-value read lands
@@ -179,8 +136,8 @@ test_promotion(void **state)
 	int i;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD(&a), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_agent_start(&a, SSD_ARGS), 0);
 	{
 		char msg[256];
 		assert_int_equal(kvp_seg_map(a.pool, true, &s, msg, sizeof(msg)), 0);
@@ -191,7 +148,7 @@ test_promotion(void **state)
 	 * keeps the index): DRAM is now below high */
 	kvpt_agent_kill(&a);
 	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit", "4K",
-					    "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					    "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
 					    "--staging", "8M", "--staging-slot", "1M", NULL), 0);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
@@ -205,10 +162,8 @@ test_promotion(void **state)
 		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
 	}
 	assert_int_equal(kvpt_actr(&s, KVP_ACTR_PROMOTE), N); /* DRAM hits now */
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(out);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* Restart: demoted keys survive kill -9 of the agent and the loss of the
@@ -226,10 +181,8 @@ test_restart_rebuild(void **state)
 	int i;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD(&a), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_ARGS), 0);
 	put_and_demote(c, &s, N, SZ);
 	for (i = 0; i < N; i += 10) {
 		uint32_t kl = key_of(k, i);
@@ -245,7 +198,7 @@ test_restart_rebuild(void **state)
 	kvpt_pool_remove(a.pool); /* a reboot: only the disk is left */
 	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit", "4K",
 					    "--dram-high", "0", "--dram-low", "0",
-					    "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					    "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
 					    "--staging", "8M", "--staging-slot", "1M", NULL), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	for (i = 0; i < N; i++) {
@@ -280,7 +233,7 @@ corrupt_value_byte(struct kvp_seg *s, struct kvp_client *c, int i)
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&s->entries[slot].e_ssd);
 	assert_true(loc != 0);
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", ssd_dir, KVP_SSD_LOC_SEG(loc));
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
 	at = (off_t)KVP_SSD_LOC_BLOCK(loc) * 4096 + 4096 + 777;
@@ -305,10 +258,8 @@ test_corruption(void **state)
 	int i;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD(&a), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_ARGS), 0);
 	put_and_demote(c, &s, N, SZ);
 	corrupt_value_byte(&s, c, 3);
 	for (i = 0; i < N; i++) {
@@ -323,10 +274,8 @@ test_corruption(void **state)
 	}
 	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_FAILED), 1);
 	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_MISS), 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(out);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* A small --ssd-size: demotion keeps going by giving back whole oldest
@@ -353,14 +302,12 @@ test_reclaim_many_small(void **state)
 	int i, rc, hits = 0;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--dram-high", "0", "--dram-low", "0",
-					  "--index-entries", "16384", "--ssd-dir", ssd_dir,
-					  "--ssd-segment", "16M", "--ssd-size", "40M",
-					  "--staging", "1M", "--staging-slot", "64K", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
+				      "--dram-high", "0", "--dram-low", "0",
+				      "--index-entries", "16384", "--ssd-dir", kvpt_ssd_dir,
+				      "--ssd-segment", "16M", "--ssd-size", "40M",
+				      "--staging", "1M", "--staging-slot", "64K", NULL), 0);
 	/* 9,000 x 8 KiB on disk = ~70 MiB through a 40 MiB budget of 16 MiB
 	 * segments of ~2,000 records each */
 	for (i = 0; i < N; i++) {
@@ -384,9 +331,7 @@ test_reclaim_many_small(void **state)
 		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
 	assert_true(hits > 0);
 	free(v);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 static void
@@ -401,14 +346,12 @@ test_ssd_full(void **state)
 	int i, hits = 0, miss = 0, rc;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--dram-high", "0", "--dram-low", "0",
-					  "--ssd-dir", ssd_dir, "--ssd-segment", "4M",
-					  "--ssd-size", "16M", "--staging", "8M",
-					  "--staging-slot", "1M", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
+				      "--dram-high", "0", "--dram-low", "0",
+				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M",
+				      "--ssd-size", "16M", "--staging", "8M",
+				      "--staging-slot", "1M", NULL), 0);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
 		kvpt_fill(v, SZ, k, kl, 5);
@@ -435,10 +378,8 @@ test_ssd_full(void **state)
 		      hits, miss, (unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
 	assert_true(kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM) > 0);
 	assert_true(miss > 0 && hits > 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(v);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* With the agent down, SSD reads answer UNAVAILABLE within 10 ms while
@@ -456,10 +397,8 @@ test_agent_down(void **state)
 	uint32_t kl;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD(&a), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_ARGS), 0);
 	put_and_demote(c, &s, N, SZ);
 	kvpt_fill(out, SZ, "dram", 4, 1);
 	kvpt_agent_kill(&a); /* nothing demotes the next put now */
@@ -586,27 +525,25 @@ test_many_reads_one_key(void **state)
 	struct posted_cond pc;
 	unsigned char *v = malloc(SZ);
 	pid_t kids[4], victim;
-	char k[100], cmd[600];
+	char k[100];
 	int j, st, pipefd[2];
 	uint32_t kl = key_of(k, 0);
 
 	(void)state;
 	assert_non_null(v);
-	fresh_dir();
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K",
-					  "--dram-high", "0", "--dram-low", "0", "--ssd-dir",
-					  ssd_dir, "--ssd-segment", "8M", "--staging", "4M",
-					  "--staging-slot", "4K", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "16M", "--dram-unit", "4K",
+				      "--dram-high", "0", "--dram-low", "0",
+				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
+				      "--staging", "4M", "--staging-slot", "4K", NULL), 0);
 	put_and_demote(c, &s, 1, SZ);
 	kvp_close(c);
 	/* the usual watermarks: a whole read is promoted into DRAM */
 	kvpt_agent_kill(&a);
 	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--dram-unit", "4K",
-					    "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					    "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
 					    "--staging", "4M", "--staging-slot", "4K", NULL), 0);
-	stop_agent(&a);
+	assert_int_equal(kvpt_agent_pause(&a), 0);
 	assert_int_equal(pipe(pipefd), 0);
 	victim = fork();
 	assert_true(victim >= 0);
@@ -654,9 +591,7 @@ test_many_reads_one_key(void **state)
 	assert_int_equal(kvp_get(c, k, kl, v, SZ), SZ);
 	assert_true(kvpt_check(v, SZ, k, kl, 5));
 	kvp_close(c);
-	snprintf(cmd, sizeof(cmd), "%s/kvpool --pool %s check --wait 3000 >&2", kvpt_bindir(),
-		 a.pool);
-	assert_int_equal(system(cmd), 0);
+	assert_int_equal(kvpt_cli_check(a.pool, 3000, NULL, 0), 0);
 	close(pipefd[0]);
 	close(pipefd[1]);
 	kvp__seg_unmap(&s);
@@ -679,13 +614,11 @@ test_single_flight(void **state)
 	int k;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD(&a), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_ARGS), 0);
 	put_and_demote(c, &s, 2, 256 << 10);
 	staged0 = kvpt_actr(&s, KVP_ACTR_STAGED) + kvpt_actr(&s, KVP_ACTR_PROMOTE);
-	stop_agent(&a);
+	assert_int_equal(kvpt_agent_pause(&a), 0);
 	for (k = 0; k < 3; k++) {
 		x[k].pool = a.pool;
 		x[k].i = 1;
@@ -703,9 +636,7 @@ test_single_flight(void **state)
 	assert_int_equal(kvpt_actr(&s, KVP_ACTR_STAGED) + kvpt_actr(&s, KVP_ACTR_PROMOTE) - staged0, 1);
 	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SINGLE_FLIGHT), 2);
 	assert_int_equal(kvpt_spans_in_use(&s), 0);
-	kvp_close(c);
-	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* A local hold on a staging span fences it: while one client has not
@@ -729,14 +660,12 @@ test_span_hold_fences(void **state)
 	int h, i;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--dram-high", "0", "--dram-low", "0",
-					  "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
-					  "--staging", "2M", "--staging-slot", "256K",
-					  "--no-promote", NULL), 0);
-	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
+				      "--dram-high", "0", "--dram-low", "0",
+				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
+				      "--staging", "2M", "--staging-slot", "256K",
+				      "--no-promote", NULL), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &other), 0);
 	put_and_demote(c, &s, 24, SZ);
 	/* client c resolves key 0 by hand and stops before copying */
@@ -805,8 +734,8 @@ test_restart_serves_taken(void **state)
 	uint64_t k, total;
 
 	(void)state;
-	fresh_dir();
-	assert_int_equal(AGENT_SSD(&a), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_agent_start(&a, SSD_ARGS), 0);
 	{
 		char msg[256];
 		assert_int_equal(kvp_seg_map(a.pool, true, &s, msg, sizeof(msg)), 0);
@@ -815,7 +744,7 @@ test_restart_serves_taken(void **state)
 	put_and_demote(c, &s, 2, 256 << 10);
 	kvp_close(c);
 	setenv("KVP_AGENT_GRACE_MS", "20000", 1);
-	stop_agent(&a);
+	assert_int_equal(kvpt_agent_pause(&a), 0);
 	x.pool = a.pool;
 	x.i = 1;
 	x.ok = false;
@@ -835,7 +764,7 @@ test_restart_serves_taken(void **state)
 	a.pid = -1;
 	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit", "4K",
 					    "--dram-high", "0", "--dram-low", "0",
-					    "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					    "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
 					    "--staging", "8M", "--staging-slot", "1M", NULL), 0);
 	pthread_join(t, NULL);
 	unsetenv("KVP_AGENT_GRACE_MS");
@@ -862,5 +791,5 @@ main(void)
 		cmocka_unit_test(test_restart_serves_taken),
 	};
 
-	return cmocka_run_group_tests(tests, dir_setup, dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
 }

@@ -17,22 +17,6 @@
 
 #include "tests/agent/harness.h"
 
-static char ssd_dir[256];
-
-static int
-dir_setup(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "st");
-}
-
-static int
-dir_teardown(void **state)
-{
-	(void)state;
-	return kvpt_tmpdir_remove(ssd_dir);
-}
-
 /* ---- what each public call may return (0 stands for any success) ---- */
 
 enum call {
@@ -207,16 +191,6 @@ key_d(char *k, int i)
 	return (uint32_t)snprintf(k, 100, "%064x_dram_%d", (unsigned)i * 40503u, i);
 }
 
-static void
-stop_agent(struct kvpt_agent *a)
-{
-	int st;
-
-	kill(a->pid, SIGSTOP);
-	assert_int_equal(waitpid(a->pid, &st, WUNTRACED), a->pid);
-	assert_true(WIFSTOPPED(st));
-}
-
 enum { NS = 48, ND = 48, N = NS + ND, SZ = 64 << 10, HOLDS = 16 };
 
 struct mixed {
@@ -280,11 +254,11 @@ test_few_hold_slots(void **state)
 
 	(void)state;
 	x->out = malloc((size_t)N * SZ);
-	assert_int_equal(kvpt_tmpdir_empty(ssd_dir), 0);
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
 	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
 					  "--dram-high", "0", "--dram-low", "0",
 					  "--holds-per-client", "16", "--no-promote",
-					  "--ssd-dir", ssd_dir, "--ssd-segment", "8M",
+					  "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
 					  "--staging", "8M", "--staging-slot", "1M", NULL), 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(s.g.g_holds_per_client, HOLDS);
@@ -293,7 +267,7 @@ test_few_hold_slots(void **state)
 	assert_int_equal(kvpt_put_and_demote(c, &s, NS, SZ, key_s, 7, 30000), 0);
 	/* 48 DRAM-resident keys: put and leased while the agent is stopped,
 	 * so it can copy them to SSD but never move them out of DRAM */
-	stop_agent(&a);
+	assert_int_equal(kvpt_agent_pause(&a), 0);
 	for (i = 0; i < ND; i++) {
 		uint32_t kl = key_d(k, i);
 
@@ -386,12 +360,10 @@ test_few_hold_slots(void **state)
 	assert_int_equal(kvpt_holds_total(&s), 0);
 	for (i = 0; i < ND; i++)
 		SEEN(CALL_LEASE_RELEASE, kvp_lease_release(c, &leases[i]));
-	kvp_close(c);
-	kvp__seg_unmap(&s);
 	free(x->out);
 	free(x);
 	free(v);
-	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 /* The other corners of the API, each answer checked against its call's
@@ -489,5 +461,5 @@ main(void)
 		cmocka_unit_test(test_few_hold_slots),
 	};
 
-	return cmocka_run_group_tests(tests, dir_setup, dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
 }

@@ -13,27 +13,14 @@
 #include <sys/stat.h>
 
 #include "agent/agent_int.h"
+#include "tests/agent/harness.h"
 #include "tiers/kvp_ssd.h"
-
-static char dir[256];
 
 static int
 setup(void **state)
 {
-	(void)state;
 	kvp_log_set_level(KVP_LOG_ERROR);
-	snprintf(dir, sizeof(dir), "/var/tmp/kvpt-store-%d-XXXXXX", (int)getpid());
-	return mkdtemp(dir) ? 0 : -1;
-}
-
-static int
-teardown(void **state)
-{
-	char cmd[300];
-
-	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	return system(cmd) == 0 ? 0 : -1;
+	return kvpt_ssd_dir_setup(state);
 }
 
 static struct kvp_ssd *
@@ -43,7 +30,7 @@ open_store(bool wipe, uint64_t seg, uint64_t cap)
 	struct kvp_ssd *s;
 
 	memset(&cfg, 0, sizeof(cfg));
-	cfg.dir = dir;
+	cfg.dir = kvpt_ssd_dir;
 	cfg.segment_bytes = seg;
 	cfg.capacity_bytes = cap;
 	cfg.wipe = wipe;
@@ -293,7 +280,7 @@ test_restart_and_damage(void **state)
 		fill(v, sizeof(v), (unsigned)k);
 		loc[k % 10] = put(s, key, v, sizeof(v));
 	}
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", dir, KVP_SSD_LOC_SEG(loc[5]));
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc[5]));
 	/* no close: the segment stays unsealed, as after a crash */
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
@@ -337,7 +324,7 @@ test_restart_and_damage(void **state)
 		loc[k] = put(s, key, v, sizeof(v));
 	}
 	kvp_ssd_close_agent(s);
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", dir, KVP_SSD_LOC_SEG(loc[4]));
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc[4]));
 	assert_int_equal(truncate(path, (off_t)KVP_SSD_LOC_BLOCK(loc[4]) * 4096 + 8192), 0);
 	s = open_store(false, 4 << 20, 0);
 	memset(&sn, 0, sizeof(sn));
@@ -377,7 +364,7 @@ test_corrupt_value(void **state)
 	kvp_ssd_recover_agent(s, NULL, NULL);
 	fill(v, 300000, 9);
 	loc = put(s, "v", v, 300000);
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", dir, KVP_SSD_LOC_SEG(loc));
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
 	assert_int_equal(pread(fd, &b, 1, (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000), 1);
@@ -417,7 +404,7 @@ test_capacity(void **state)
 
 	(void)state;
 	memset(&cfg, 0, sizeof(cfg));
-	cfg.dir = dir;
+	cfg.dir = kvpt_ssd_dir;
 	cfg.segment_bytes = 1 << 20;
 	cfg.capacity_bytes = 3 << 20;
 	cfg.wipe = true;
@@ -459,7 +446,7 @@ test_fs_enospc(void **state)
 	int k, rc = 0;
 
 	(void)state;
-	snprintf(mnt, sizeof(mnt), "%s/small", dir);
+	snprintf(mnt, sizeof(mnt), "%s/small", kvpt_ssd_dir);
 	mkdir(mnt, 0700);
 	/* mode 0700: a tmpfs root is 1777 by default, and the store refuses
 	 * a directory that others can write */
@@ -520,7 +507,7 @@ test_strict_durability(void **state)
 
 	(void)state;
 	memset(&cfg, 0, sizeof(cfg));
-	cfg.dir = dir;
+	cfg.dir = kvpt_ssd_dir;
 	cfg.segment_bytes = 4 << 20;
 	cfg.wipe = true;
 	cfg.durability = KVP_SSD_STRICT;
@@ -542,11 +529,11 @@ test_strict_durability(void **state)
 
 /* ---- what the store adopts from its directory ---- */
 
-/* A subdirectory of dir for one test, made 0700. */
+/* A subdirectory of the store directory for one test, made 0700. */
 static void
 subdir(char *out, size_t cap, const char *name)
 {
-	snprintf(out, cap, "%s/%s", dir, name);
+	snprintf(out, cap, "%s/%s", kvpt_ssd_dir, name);
 	assert_int_equal(mkdir(out, 0700), 0);
 }
 
@@ -760,7 +747,7 @@ test_planted_files(void **state)
 	assert_int_equal(chmod(d, 0755), 0); /* readable by others is fine */
 	assert_int_equal(reopen_count(d, &s), 1);
 	kvp_ssd_close_agent(s);
-	snprintf(q, sizeof(q), "%s/plain-file", dir);
+	snprintf(q, sizeof(q), "%s/plain-file", kvpt_ssd_dir);
 	fd = open(q, O_WRONLY | O_CREAT | O_EXCL, 0600);
 	assert_true(fd >= 0);
 	close(fd);
@@ -785,5 +772,5 @@ main(void)
 		cmocka_unit_test(test_planted_files),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, kvpt_ssd_dir_teardown);
 }
