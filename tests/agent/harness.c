@@ -475,7 +475,7 @@ kvpt_clients_nonfree(const struct kvp_seg *s)
 
 	for (i = 0; i < s->g.g_max_clients; i++)
 		/* acquire: pairs with the FREE store-release */
-		n += (kvp_load_acquire(&s->clients[i].cs_state) & 0xff) != KVP_CS_FREE;
+		n += KVP_CS_STATE(kvp_load_acquire(&s->clients[i].cs_state)) != KVP_CS_FREE;
 	return n;
 }
 

@@ -451,7 +451,7 @@ requests_posted(void *p)
 	uint64_t k, n = 0, total = (uint64_t)pc->s->g.g_max_clients * pc->s->g.g_ring_entries;
 
 	for (k = 0; k < total; k++)
-		n += (kvp_load_acquire(&pc->s->rings[k].rq_state) & 0xff) == KVP_RQ_POSTED;
+		n += KVP_RQ_STATE(kvp_load_acquire(&pc->s->rings[k].rq_state)) == KVP_RQ_POSTED;
 	return n >= pc->want;
 }
 
@@ -688,7 +688,7 @@ test_span_hold_fences(void **state)
 	kvp_ifetch_add(&c->seg.hdr->h_evict_wake, 1);
 	kvp_futex_wake(&c->seg.hdr->h_evict_wake);
 	q = &c->seg.rings[(uint64_t)c->slot * s.g.g_ring_entries + (unsigned)p.ring];
-	while ((kvp_load_acquire(&q->rq_state) & 0xff) != KVP_RQ_DONE)
+	while (KVP_RQ_STATE(kvp_load_acquire(&q->rq_state)) != KVP_RQ_DONE)
 		kvp_futex_wait(&c->seg.clients[c->slot].cs_io_futex,
 			       kvp_iload_acquire(&c->seg.clients[c->slot].cs_io_futex), 2000000);
 	assert_int_equal((int64_t)kvp_load_relaxed(&q->rq_result), 0);
@@ -756,7 +756,7 @@ test_restart_serves_taken(void **state)
 	total = (uint64_t)s.g.g_max_clients * s.g.g_ring_entries;
 	for (k = 0; k < total; k++) {
 		uint64_t w = kvp_load_acquire(&s.rings[k].rq_state);
-		if ((w & 0xff) == KVP_RQ_POSTED)
+		if (KVP_RQ_STATE(w) == KVP_RQ_POSTED)
 			assert_true(kvp_cas(&s.rings[k].rq_state, w, (w & ~0xffull) | KVP_RQ_TAKEN));
 	}
 	kill(a.pid, SIGKILL);

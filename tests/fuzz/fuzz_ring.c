@@ -509,7 +509,7 @@ fz_one(const uint8_t *data, size_t size)
 		uint64_t w = kvp_load_acquire(&ring[r].rq_state); /* acquire */
 		uint64_t where = kvp_load_relaxed(&ring[r].rq_where);
 
-		if ((w & 0xff) == KVP_RQ_DONE && kvp_load_relaxed(&ring[r].rq_result) == 0 &&
+		if (KVP_RQ_STATE(w) == KVP_RQ_DONE && kvp_load_relaxed(&ring[r].rq_result) == 0 &&
 		    !(where & KVP_WHERE_DRAM) && (where & 0xffffffffull) &&
 		    (where & 0xffffffffull) - 1 < s->g.g_staging_slots)
 			kvp__span_release(fz_c, (uint32_t)((where & 0xffffffffull) - 1));
