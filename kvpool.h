@@ -67,7 +67,7 @@
 #ifndef KVPOOL_H
 #define KVPOOL_H
 
-#include <errno.h>    /* the statuses */
+#include <errno.h> /* the statuses */
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -93,8 +93,8 @@ extern "C" {
 #define KVP_TIER_DRAM 1ull   /* where a value lives: kvp_pinset_tier, */
 #define KVP_TIER_SSD 2ull    /* struct kvp_lease.tier */
 
-struct kvp_client;           /* a client handle: kvp_open, kvp_close */
-struct kvp_pinset;           /* the holds of one kvp_batch_lookup_pin */
+struct kvp_client; /* a client handle: kvp_open, kvp_close */
+struct kvp_pinset; /* the holds of one kvp_batch_lookup_pin */
 
 /* One key of a batch.  Inputs: key, klen, buf, off, len.  Outputs:
  * status, and for batch gets len = bytes copied. */
@@ -109,12 +109,13 @@ struct kvp_op {
 
 /* A lease handle, and what a remote reader needs to know of the value. */
 struct kvp_lease {
-	uint32_t idx;      /* lease table slot */
-	uint32_t gen;      /* its generation (release is idempotent) */
-	uint64_t len;      /* value length */
-	int tier;          /* KVP_TIER_DRAM or KVP_TIER_SSD when leased */
-	uint64_t seg_off;  /* DRAM, one run: the value's offset in the segment
-			    * (for RDMA registration); 0 otherwise */
+	uint32_t idx; /* lease table slot */
+	uint32_t gen; /* its generation (release is idempotent) */
+	uint64_t len; /* value length */
+	int tier;     /* KVP_TIER_DRAM or KVP_TIER_SSD when leased */
+	/* DRAM, one run: the value's offset in the segment (for RDMA
+	 * registration); 0 otherwise */
+	uint64_t seg_off;
 };
 
 /* ---- open / close ---- */
@@ -164,8 +165,8 @@ KVP_API void kvp_close(struct kvp_client *c);
  * -E2BIG (over --max-value or the whole arena), -EINVAL (c, key, klen,
  * val or len), -ESTALE (this client was reaped).
  */
-KVP_API int kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
-		    uint64_t len);
+KVP_API int kvp_put(struct kvp_client *c, const void *key, uint32_t klen,
+		    const void *val, uint64_t len);
 
 /* ---- get ---- */
 
@@ -181,8 +182,8 @@ KVP_API int kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const 
  * syscall; an SSD-resident value is read by the agent (promoted to DRAM
  * or staged) while the caller sleeps on a futex.
  */
-KVP_API ssize_t kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf,
-			uint64_t cap);
+KVP_API ssize_t kvp_get(struct kvp_client *c, const void *key, uint32_t klen,
+			void *buf, uint64_t cap);
 
 /*
  * kvp_get_range - copy bytes [off, off+len) of key's value, clipped at its
@@ -191,8 +192,9 @@ KVP_API ssize_t kvp_get(struct kvp_client *c, const void *key, uint32_t klen, vo
  * of kvp_get but -EMSGSIZE.  Off SSD, only the 4 KiB-rounded extent is
  * read from the device.  Context: as kvp_get.
  */
-KVP_API ssize_t kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen,
-			      uint64_t off, void *buf, uint64_t len);
+KVP_API ssize_t kvp_get_range(struct kvp_client *c, const void *key,
+			      uint32_t klen, uint64_t off, void *buf,
+			      uint64_t len);
 
 /* ---- probes: hold nothing, stage nothing, never block ---- */
 
@@ -212,7 +214,8 @@ KVP_API int kvp_exists(struct kvp_client *c, const void *key, uint32_t klen);
  * promised to stay: kvp_batch_lookup_pin promises.  Context: as
  * kvp_exists (one pass, prefetching ahead).
  */
-KVP_API ssize_t kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n);
+KVP_API ssize_t kvp_batch_exists_prefix(struct kvp_client *c,
+					struct kvp_op *ops, size_t n);
 
 /* ---- delete ---- */
 
@@ -250,8 +253,10 @@ KVP_API int kvp_delete(struct kvp_client *c, const void *key, uint32_t klen);
  * -EBUSY only when the arena stayed full for 30 s or this client's
  * pinsets hold every one of its hold slots.
  */
-KVP_API ssize_t kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n);
-KVP_API ssize_t kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n);
+KVP_API ssize_t kvp_batch_put(struct kvp_client *c, struct kvp_op *ops,
+			      size_t n);
+KVP_API ssize_t kvp_batch_get(struct kvp_client *c, struct kvp_op *ops,
+			      size_t n);
 
 /* ---- lookup-and-pin: a probe that promises ---- */
 
@@ -271,8 +276,8 @@ KVP_API ssize_t kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n
  * Context: the client's thread; no I/O, no sleep (it yields while the
  * agent checks an entry, at most 1 s); allocates the pinset.
  */
-KVP_API ssize_t kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
-				     struct kvp_pinset **out);
+KVP_API ssize_t kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops,
+				     size_t n, struct kvp_pinset **out);
 
 /*
  * kvp_pinset_get - load pinned keys: ops[k] (k < n <= count) reads pinned
@@ -284,8 +289,8 @@ KVP_API ssize_t kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, s
  * SSD-resident keys -EIO/-EBADMSG, -E2BIG, -ENOTCONN, -EBUSY (the staging
  * arena stayed full).  Context: as kvp_batch_get.
  */
-KVP_API ssize_t kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops,
-			       size_t n);
+KVP_API ssize_t kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps,
+			       struct kvp_op *ops, size_t n);
 
 /* Keys pinned (the prefix kvp_batch_lookup_pin returned); 0 once released
  * or for NULL. */
@@ -294,7 +299,8 @@ KVP_API size_t kvp_pinset_count(const struct kvp_pinset *ps);
 KVP_API uint64_t kvp_pinset_len(const struct kvp_pinset *ps, size_t k);
 /* The tier pinned key k lives in now (KVP_TIER_DRAM or KVP_TIER_SSD; it
  * may move between tiers while pinned, never away), or -EINVAL. */
-KVP_API int kvp_pinset_tier(struct kvp_client *c, const struct kvp_pinset *ps, size_t k);
+KVP_API int kvp_pinset_tier(struct kvp_client *c, const struct kvp_pinset *ps,
+			    size_t k);
 
 /*
  * kvp_pinset_release - drop every hold of ps (releasing twice is
@@ -320,8 +326,9 @@ KVP_API void kvp_pinset_free(struct kvp_client *c, struct kvp_pinset *ps);
  * -EINVAL, -ENOMEM.  Context: the client's thread; no I/O, no sleep (it
  * yields while the agent checks the entry, at most 1 s).
  */
-KVP_API int kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen,
-			      uint32_t ttl_ms, struct kvp_lease *out);
+KVP_API int kvp_lease_acquire(struct kvp_client *c, const void *key,
+			      uint32_t klen, uint32_t ttl_ms,
+			      struct kvp_lease *out);
 
 /* kvp_lease_release - end a lease now.  Releasing twice, or after it
  * expired and was reclaimed, is harmless.  Returns 0 or -EINVAL.

@@ -12,7 +12,6 @@
 #include "kvpool.h"
 #include "shm/kvp_assert.h"
 
-
 struct kvp_agent_cfg {
 	char pool[KVP_POOL_NAME_MAX];
 	uint64_t dram_bytes;
@@ -23,10 +22,10 @@ struct kvp_agent_cfg {
 	uint32_t holds_per_client;
 	uint32_t dram_high_pct;
 	uint32_t dram_low_pct;
-	char group[64];   /* "" = mode 0600 */
+	char group[64]; /* "" = mode 0600 */
 	bool foreground;
-	bool keep_on_exit; /* never unlink the segment on SIGTERM */
-	uint32_t reap_ms;  /* reaper period */
+	bool keep_on_exit;      /* never unlink the segment on SIGTERM */
+	uint32_t reap_ms;       /* reaper period */
 	uint64_t stop_flush_ms; /* SIGTERM: write DRAM-only values to SSD for at
 				 * most this long (--stop-flush-secs; 0: no) */
 	/* SSD tier: ssd_dir[0] == 0 means DRAM only */
@@ -36,47 +35,53 @@ struct kvp_agent_cfg {
 	uint64_t staging_bytes;
 	uint64_t staging_slot;
 	bool durability_strict;
-	bool no_promote;    /* SSD reads never land in DRAM (staging only) */
+	bool no_promote;     /* SSD reads never land in DRAM (staging only) */
 	uint64_t max_pinned; /* --max-pinned-per-client; 0 = no cap */
 	char metrics_addr[128]; /* --metrics-addr HOST:PORT, or "off" */
-	bool metrics_addr_given; /* given on the command line (a bind failure is fatal) */
+	/* given on the command line (a bind failure is fatal) */
+	bool metrics_addr_given;
 };
 
 struct kvp_agent {
 	struct kvp_agent_cfg cfg;
 	struct kvp_seg seg;
-	bool seg_created;    /* this agent created the segment (not re-attached):
-			      * a start that fails removes it again */
+	/* this agent created the segment (not re-attached): a start that fails
+	 * removes it again */
+	bool seg_created;
 	kvp_aword_t stop;    /* set by main on SIGTERM; read by the threads */
 	uint64_t clock_hand; /* evictor's CLOCK hand (tier thread only) */
-	uint64_t noprogress_scanned; /* slots scanned since room was last made */
-	bool evict_urgent;   /* this round: a putter is waiting for room */
-	uint64_t idle_used;  /* DRAM use when a pass last found nothing (+1) */
+	/* slots scanned since room was last made */
+	uint64_t noprogress_scanned;
+	bool evict_urgent;  /* this round: a putter is waiting for room */
+	uint64_t idle_used; /* DRAM use when a pass last found nothing (+1) */
 	uint64_t delete_seq_seen, last_reclaim_ns; /* reclaim-only passes */
-	int *pidfd;          /* per client slot, -1 = none (reaper thread) */
+	int *pidfd; /* per client slot, -1 = none (reaper thread) */
 	uint64_t *pidfd_pid;
-	struct kvp_tier *tier; /* SSD tier state (agent/tier.c); NULL: DRAM only */
+	/* SSD tier state (agent/tier.c); NULL: DRAM only */
+	struct kvp_tier *tier;
 	kvp_aword_t gc_request; /* reaper -> tier thread: sweep orphan runs */
 	/* the index limit (agent/evict.c; tier thread but the flag) */
-	kvp_aword_t ix_recount_due; /* start, or a reap that may have left the count high */
+	/* start, or a reap that may have left the count high */
+	kvp_aword_t ix_recount_due;
 	uint64_t ix_hand;       /* the index evictor's CLOCK hand */
 	uint64_t ix_recount_ns; /* last recount attempt (CLOCK_MONOTONIC) */
-	uint64_t *ix_seen;      /* recount scratch: per client, its cs_ix_resv */
-	uint64_t *ix_named;     /* recount scratch: slots named by HAVE_SLOT */
-	struct kvp_http *http; /* the /metrics endpoint (agent/metrics_http.c) */
+	uint64_t *ix_seen;  /* recount scratch: per client, its cs_ix_resv */
+	uint64_t *ix_named; /* recount scratch: slots named by HAVE_SLOT */
+	/* the /metrics endpoint (agent/metrics_http.c) */
+	struct kvp_http *http;
 	/* the allocator lock, seen from the agent (tier thread): it never
 	 * waits for it (a client holding it may be stopped); frees that
 	 * need it wait here, in private memory, and are retried each round */
 	struct kvp_dfree *dfree;
 	size_t ndfree, capdfree;
-	uint64_t lock_busy_since;  /* held by someone else since (0: not) */
-	uint64_t lock_checked_ns;  /* its holder last checked with the kernel */
-	bool lock_warned;          /* said once that a live holder keeps it */
-	uint64_t last_repair_ns;   /* the last repair of the page map */
-	bool dram_damaged;         /* an agent operation found damage */
+	uint64_t lock_busy_since; /* held by someone else since (0: not) */
+	uint64_t lock_checked_ns; /* its holder last checked with the kernel */
+	bool lock_warned;         /* said once that a live holder keeps it */
+	uint64_t last_repair_ns;  /* the last repair of the page map */
+	bool dram_damaged;        /* an agent operation found damage */
 };
 
-struct kvp_dfree {     /* a run chain to free once the lock is ours */
+struct kvp_dfree { /* a run chain to free once the lock is ours */
 	uint64_t slot;
 	uint32_t first, gen;
 };
@@ -85,36 +90,46 @@ struct kvp_dfree {     /* a run chain to free once the lock is ours */
 int kvp_parse_size(const char *s, uint64_t *out);
 
 /* agent/metrics.c: a snapshot of a pool read from its segment (read only) */
-enum { KVP_MTIER_DRAM, KVP_MTIER_SSD, KVP_MTIER_HBM, KVP_MTIERS };
+enum {
+	KVP_MTIER_DRAM,
+	KVP_MTIER_SSD,
+	KVP_MTIER_HBM,
+	KVP_MTIERS
+};
 struct kvp_metrics {
 	char pool[KVP_POOL_NAME_MAX];
 	uint32_t abi_major, abi_minor;
 	bool agent_alive;
-	uint64_t agent_pid, incarnation, agent_start_ns, create_ns, metrics_port;
+	uint64_t agent_pid, incarnation, agent_start_ns, create_ns,
+		metrics_port;
 	uint64_t index_slots, index_limit;
 	uint64_t ix_ready, ix_pending, ix_deleted, ix_claiming, ix_checking;
-	uint64_t probe_sum, probe_max;       /* over ready entries, 1..16 */
-	uint64_t entries[KVP_MTIERS];        /* ready entries by resident tier */
+	uint64_t probe_sum, probe_max; /* over ready entries, 1..16 */
+	uint64_t entries[KVP_MTIERS];  /* ready entries by resident tier */
 	uint64_t value_bytes[KVP_MTIERS];
 	uint64_t dram_used, dram_total;
 	uint64_t ssd_enabled, ssd_used, ssd_live, ssd_total;
-	uint64_t staging_in_use, staging_peak, staging_total, staging_slot_bytes;
+	uint64_t staging_in_use, staging_peak, staging_total,
+		staging_slot_bytes;
 	uint64_t clients_live, clients_dead, max_clients, holds, leases;
-	uint64_t ctr[KVP_CTR_SLOTS];         /* every shard + retired */
+	uint64_t ctr[KVP_CTR_SLOTS]; /* every shard + retired */
 	uint64_t actr[KVP_ACTR_RETIRED0];
 	uint64_t hist[KVP_HIST_SLOTS][KVP_HIST_WORDS];
-	uint64_t collect_ns;                 /* how long the snapshot took */
+	uint64_t collect_ns; /* how long the snapshot took */
 };
 extern const char *const kvp_tier_names[KVP_MTIERS];
 extern const char *const kvp_ctr_names[KVP_CTR__N];
 extern const char *const kvp_actr_names[KVP_ACTR_RETIRED0];
 /* pool: the caller's validated name (NULL: the header's copy, escaped
  * by every rendering anyway) */
-void kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metrics *m);
+void kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
+			 struct kvp_metrics *m);
 /* m->pool for a terminal (control bytes escaped) */
-const char *kvp_metrics_pool_tty(const struct kvp_metrics *m, char *out, size_t cap);
+const char *kvp_metrics_pool_tty(const struct kvp_metrics *m, char *out,
+				 size_t cap);
 uint64_t kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h);
-uint64_t kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q);
+uint64_t kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h,
+				   double q);
 int kvp_metrics_prom(const struct kvp_metrics *m, FILE *f);
 void kvp_metrics_json(const struct kvp_metrics *m, FILE *f);
 void kvp_metrics_table(const struct kvp_metrics *m, FILE *f);
@@ -138,15 +153,16 @@ void *kvp_tier_main_agent(void *arg);
 /* agent/evict.c: eviction policy (DRAM watermarks, index-pressure hints,
  * the index limit); victims go through the CHECK verdict (victim.c) */
 void kvp_dram_round_agent(struct kvp_agent *a);
-uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
-				   bool *stuck);
+uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a,
+				   uint64_t want_free_pages, bool *stuck);
 bool kvp_ix_recount_agent(struct kvp_agent *a);
 bool kvp_dram_above_high_agent(const struct kvp_agent *a);
 
 /* agent/dram.c: the DRAM allocator from the agent's side */
 uint64_t kvp_dram_gc_agent(struct kvp_agent *a);
 int kvp_dram_lock_agent(struct kvp_agent *a);
-uint64_t kvp_dram_free_agent(struct kvp_agent *a, uint32_t first, uint64_t slot, uint32_t gen);
+uint64_t kvp_dram_free_agent(struct kvp_agent *a, uint32_t first, uint64_t slot,
+			     uint32_t gen);
 uint64_t kvp_dram_deferred_agent(struct kvp_agent *a);
 int kvp_dram_repair_agent(struct kvp_agent *a);
 
@@ -159,14 +175,16 @@ bool kvp_tier_demote_full_agent(struct kvp_agent *a);
 bool kvp_tier_write_failing_agent(struct kvp_agent *a);
 
 /* agent/move.c: demotion, tombstones, the stop flush */
-unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word);
+unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot,
+			       uint64_t word);
 void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 			   uint64_t vlen);
 uint64_t kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns);
 
 /* agent/staging.c: spans from the reaper's and the sweep's side */
 void kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client);
-unsigned kvp_span_adopt_agent(struct kvp_seg *s, uint32_t head, unsigned dead_freer);
+unsigned kvp_span_adopt_agent(struct kvp_seg *s, uint32_t head,
+			      unsigned dead_freer);
 unsigned kvp_staging_sweep_agent(struct kvp_seg *s);
 
 /* agent/reaper.c */

@@ -15,7 +15,8 @@ struct kvp_chk {
 	FILE *out;
 	struct kvp_check_report *r;
 	unsigned printed[KVP_CHECK_MAX_INV];
-	uint8_t *alive;   /* per client slot: 0 free, 1 live, 2 dead (LIVE/REAPING) */
+	/* per client slot: 0 free, 1 live, 2 dead (LIVE/REAPING) */
+	uint8_t *alive;
 	uint8_t *reach;   /* per DRAM unit: 1 = first unit of a reachable run */
 	uint64_t *pinned; /* per client: bytes its pin holds name */
 };
@@ -28,7 +29,8 @@ kvp_chk_viol(struct kvp_chk *k, unsigned inv, const char *fmt, ...)
 	k->r->violations++;
 	if (inv < KVP_CHECK_MAX_INV)
 		k->r->by_inv[inv]++;
-	if (!k->out || (inv < KVP_CHECK_MAX_INV && k->printed[inv]++ >= KVP_CHECK_PRINT_PER_INV))
+	if (!k->out || (inv < KVP_CHECK_MAX_INV &&
+			k->printed[inv]++ >= KVP_CHECK_PRINT_PER_INV))
 		return;
 	fprintf(k->out, "I%u violated: ", inv);
 	va_start(ap, fmt);
@@ -54,7 +56,8 @@ kvp_chk_repairable(struct kvp_chk *k, unsigned inv, const char *fmt, ...)
 	}
 	k->r->notes++;
 	if (k->out && k->r->notes <= 16)
-		fprintf(k->out, "note (I%u, the next agent repairs it): %s\n", inv, buf);
+		fprintf(k->out, "note (I%u, the next agent repairs it): %s\n",
+			inv, buf);
 }
 
 /* I14: both geometry copies of the header are the geometry this process
@@ -67,8 +70,10 @@ kvp_chk_header(struct kvp_chk *k)
 
 	for (c = 0; c < 2; c++)
 		if (memcmp(&s->hdr->h_geom[c], &s->g, sizeof(s->g)))
-			kvp_chk_repairable(k, 14, "geometry copy %u of the header was "
-					   "overwritten", c);
+			kvp_chk_repairable(k, 14,
+					   "geometry copy %u of the header was "
+					   "overwritten",
+					   c);
 }
 
 /* 1 live, 2 dead, 0 free (by the slot word; liveness by the kernel). */
@@ -90,52 +95,73 @@ kvp_chk_clients(struct kvp_chk *k)
 			k->r->clients_live++;
 		} else if (st == KVP_CS_LIVE || st == KVP_CS_REAPING) {
 			k->alive[c] = 2;
-			/* relaxed: cs_pid is for humans (liveness is the lock) */
-			kvp_chk_repairable(k, 11, "client slot %u (pid %llu) is dead and not "
-					   "reaped (state %s)", c,
-					   (unsigned long long)kvp_load_relaxed(&s->clients[c].cs_pid),
-					   st == KVP_CS_LIVE ? "LIVE" : "REAPING");
+			/* relaxed: cs_pid is for humans (liveness is the
+			 * lock) */
+			kvp_chk_repairable(
+				k, 11,
+				"client slot %u (pid %llu) is dead and not "
+				"reaped (state %s)",
+				c,
+				(unsigned long long)kvp_load_relaxed(
+					&s->clients[c].cs_pid),
+				st == KVP_CS_LIVE ? "LIVE" : "REAPING");
 		} else {
 			k->alive[c] = 2;
-			kvp_chk_viol(k, 10, "client slot %u has unknown state %u", c, st);
+			kvp_chk_viol(k, 10,
+				     "client slot %u has unknown state %u", c,
+				     st);
 		}
 	}
 }
 
 /* Walk the DRAM chain of READY/DELETED slot i at generation gen. */
 static void
-kvp_chk_chain(struct kvp_chk *k, uint64_t i, uint32_t gen, uint64_t loc, uint64_t len)
+kvp_chk_chain(struct kvp_chk *k, uint64_t i, uint32_t gen, uint64_t loc,
+	      uint64_t len)
 {
 	const struct kvp_seg *s = k->s;
-	uint64_t np = s->g.g_dram_pages, unit = s->g.g_dram_unit, total = 0, hops = 0;
+	uint64_t np = s->g.g_dram_pages, unit = s->g.g_dram_unit, total = 0,
+		 hops = 0;
 	uint64_t p = KVP_LOC_VAL(loc);
 
 	/* relaxed: stable while the entry is READY and not under CHECK */
-	if (kvp_load_relaxed(&s->entries[i].e_run) != (p < np ? s->pages[p].pg_npages : 0))
-		kvp_chk_viol(k, 16, "slot %llu: e_run %llu does not match its first run",
-			     (unsigned long long)i,
-			     (unsigned long long)kvp_load_relaxed(&s->entries[i].e_run));
+	if (kvp_load_relaxed(&s->entries[i].e_run) !=
+	    (p < np ? s->pages[p].pg_npages : 0))
+		kvp_chk_viol(
+			k, 16,
+			"slot %llu: e_run %llu does not match its first run",
+			(unsigned long long)i,
+			(unsigned long long)kvp_load_relaxed(
+				&s->entries[i].e_run));
 	for (;;) {
 		const struct kvp_page *pg;
 
 		if (p >= np || ++hops > np) {
-			kvp_chk_viol(k, 16, "slot %llu: DRAM chain leaves the arena (unit %llu)",
-				     (unsigned long long)i, (unsigned long long)p);
+			kvp_chk_viol(
+				k, 16,
+				"slot %llu: DRAM chain leaves the arena (unit %llu)",
+				(unsigned long long)i, (unsigned long long)p);
 			return;
 		}
 		pg = &s->pages[p];
 		if (pg->pg_state != KVP_PG_USED || pg->pg_owner != i + 1 ||
 		    pg->pg_owner_gen != gen || pg->pg_npages == 0 ||
 		    pg->pg_npages > np - p) {
-			kvp_chk_viol(k, 9, "slot %llu gen %u: its run at unit %llu is %s, "
-				     "tagged slot %u gen %u", (unsigned long long)i, gen,
-				     (unsigned long long)p,
-				     pg->pg_state == KVP_PG_USED ? "USED" : "not USED",
-				     pg->pg_owner ? pg->pg_owner - 1 : 0, pg->pg_owner_gen);
+			kvp_chk_viol(
+				k, 9,
+				"slot %llu gen %u: its run at unit %llu is %s, "
+				"tagged slot %u gen %u",
+				(unsigned long long)i, gen,
+				(unsigned long long)p,
+				pg->pg_state == KVP_PG_USED ? "USED" :
+							      "not USED",
+				pg->pg_owner ? pg->pg_owner - 1 : 0,
+				pg->pg_owner_gen);
 			return;
 		}
 		if (k->reach[p])
-			kvp_chk_viol(k, 9, "run at unit %llu is reachable twice",
+			kvp_chk_viol(k, 9,
+				     "run at unit %llu is reachable twice",
 				     (unsigned long long)p);
 		k->reach[p] = 1;
 		total += (uint64_t)pg->pg_npages * unit;
@@ -143,10 +169,13 @@ kvp_chk_chain(struct kvp_chk *k, uint64_t i, uint32_t gen, uint64_t loc, uint64_
 			break;
 		p = pg->pg_next - 1;
 	}
-	if (total < len || total - len >= (uint64_t)s->pages[p].pg_npages * unit)
-		kvp_chk_viol(k, 9, "slot %llu: runs hold %llu bytes for a %llu-byte value",
-			     (unsigned long long)i, (unsigned long long)total,
-			     (unsigned long long)len);
+	if (total < len ||
+	    total - len >= (uint64_t)s->pages[p].pg_npages * unit)
+		kvp_chk_viol(
+			k, 9,
+			"slot %llu: runs hold %llu bytes for a %llu-byte value",
+			(unsigned long long)i, (unsigned long long)total,
+			(unsigned long long)len);
 }
 
 struct kvp_chk_key {
@@ -172,7 +201,8 @@ kvp_chk_same_key(const struct kvp_seg *s, uint64_t a, uint64_t b)
 	    kvp_load_relaxed(&x->e_klen) != kvp_load_relaxed(&y->e_klen))
 		return false;
 	for (q = 0; q < 32; q++)
-		if (kvp_load_relaxed(&x->e_key[q]) != kvp_load_relaxed(&y->e_key[q]))
+		if (kvp_load_relaxed(&x->e_key[q]) !=
+		    kvp_load_relaxed(&y->e_key[q]))
 			return false;
 	return true;
 }
@@ -194,10 +224,11 @@ kvp_chk_index(struct kvp_chk *k)
 		unsigned pos, q;
 
 		if (w & KVP_IX_CHECK)
-			kvp_chk_repairable(k, 5, "slot %llu is under CHECK", (unsigned long long)i);
+			kvp_chk_repairable(k, 5, "slot %llu is under CHECK",
+					   (unsigned long long)i);
 		if (KVP_IX_FLAGS(w) & ~KVP_IX_CHECK)
-			kvp_chk_viol(k, 1, "slot %llu: unknown flags %#x", (unsigned long long)i,
-				     KVP_IX_FLAGS(w));
+			kvp_chk_viol(k, 1, "slot %llu: unknown flags %#x",
+				     (unsigned long long)i, KVP_IX_FLAGS(w));
 		switch (st) {
 		case KVP_IX_EMPTY:
 			continue;
@@ -207,24 +238,35 @@ kvp_chk_index(struct kvp_chk *k)
 			if (st == KVP_IX_PENDING)
 				k->r->entries_pending++;
 			if (owner == 0xffffu) {
-				kvp_chk_repairable(k, 5, "slot %llu: a claim of a dead agent",
-						   (unsigned long long)i);
+				kvp_chk_repairable(
+					k, 5,
+					"slot %llu: a claim of a dead agent",
+					(unsigned long long)i);
 			} else if (owner == 0 || owner > s->g.g_max_clients) {
-				kvp_chk_viol(k, 1, "slot %llu: claimed by client %u, which does "
-					     "not exist", (unsigned long long)i, owner);
+				kvp_chk_viol(
+					k, 1,
+					"slot %llu: claimed by client %u, which does "
+					"not exist",
+					(unsigned long long)i, owner);
 			} else if (k->alive[owner - 1] != 1) {
-				kvp_chk_repairable(k, 11, "slot %llu: half-done put of dead "
-						   "client %u", (unsigned long long)i, owner - 1);
+				kvp_chk_repairable(
+					k, 11,
+					"slot %llu: half-done put of dead "
+					"client %u",
+					(unsigned long long)i, owner - 1);
 			}
 			if (st == KVP_IX_PENDING && keys)
 				keys[nkeys++] = (struct kvp_chk_key){
-					kvp_load_relaxed(&e->e_hash), i }; /* relaxed */
+					/* relaxed */
+					kvp_load_relaxed(&e->e_hash), i
+				};
 			continue;
 		case KVP_IX_READY:
 		case KVP_IX_DELETED:
 			break;
 		default:
-			kvp_chk_viol(k, 1, "slot %llu: unknown state %u", (unsigned long long)i, st);
+			kvp_chk_viol(k, 1, "slot %llu: unknown state %u",
+				     (unsigned long long)i, st);
 			continue;
 		}
 		/* relaxed: stable while READY/DELETED (the agent changes a
@@ -239,28 +281,36 @@ kvp_chk_index(struct kvp_chk *k)
 		else
 			k->r->entries_deleted++;
 		if (klen == 0 || klen > KVP_KEY_MAX) {
-			kvp_chk_viol(k, 1, "slot %llu: key length %llu", (unsigned long long)i,
+			kvp_chk_viol(k, 1, "slot %llu: key length %llu",
+				     (unsigned long long)i,
 				     (unsigned long long)klen);
 			continue;
 		}
 		for (q = 0; q < 32; q++) {
-			uint64_t wd = kvp_load_relaxed(&e->e_key[q]); /* relaxed */
+			/* relaxed */
+			uint64_t wd = kvp_load_relaxed(&e->e_key[q]);
 			memcpy(key + q * 8, &wd, 8);
 		}
 		/* relaxed: e_ns is stable like the fields above */
-		if (kvp_key_hash(kvp_load_relaxed(&e->e_ns), key, klen) != hash ||
+		if (kvp_key_hash(kvp_load_relaxed(&e->e_ns), key, klen) !=
+			    hash ||
 		    KVP_IX_FP(w) != kvp_ix_fp(hash))
-			kvp_chk_viol(k, 1, "slot %llu: stored hash does not match its key",
-				     (unsigned long long)i);
+			kvp_chk_viol(
+				k, 1,
+				"slot %llu: stored hash does not match its key",
+				(unsigned long long)i);
 		for (pos = 0; pos < KVP_IX_CANDS; pos++)
 			if (kvp_ix_cand(s, hash, pos) == i)
 				break;
 		if (pos == KVP_IX_CANDS)
-			kvp_chk_viol(k, 1, "slot %llu is not a candidate slot of its key",
-				     (unsigned long long)i);
+			kvp_chk_viol(
+				k, 1,
+				"slot %llu is not a candidate slot of its key",
+				(unsigned long long)i);
 		if (len == 0 || len > s->g.g_max_value)
 			kvp_chk_viol(k, 16, "slot %llu: value length %llu",
-				     (unsigned long long)i, (unsigned long long)len);
+				     (unsigned long long)i,
+				     (unsigned long long)len);
 		switch (KVP_LOC_TIER(loc)) {
 		case KVP_TIER_DRAM:
 			if (st == KVP_IX_READY)
@@ -271,15 +321,23 @@ kvp_chk_index(struct kvp_chk *k)
 			if (st == KVP_IX_READY)
 				k->r->entries_ssd++;
 			if (!ssd)
-				kvp_chk_viol(k, 16, "slot %llu is SSD-resident without an SSD "
-					     "location", (unsigned long long)i);
+				kvp_chk_viol(
+					k, 16,
+					"slot %llu is SSD-resident without an SSD "
+					"location",
+					(unsigned long long)i);
 			if (!s->g.g_ring_entries)
-				kvp_chk_viol(k, 16, "slot %llu is SSD-resident in a pool "
-					     "without an SSD tier", (unsigned long long)i);
+				kvp_chk_viol(
+					k, 16,
+					"slot %llu is SSD-resident in a pool "
+					"without an SSD tier",
+					(unsigned long long)i);
 			break;
 		default:
-			kvp_chk_viol(k, 16, "slot %llu: location %#llx names no tier",
-				     (unsigned long long)i, (unsigned long long)loc);
+			kvp_chk_viol(k, 16,
+				     "slot %llu: location %#llx names no tier",
+				     (unsigned long long)i,
+				     (unsigned long long)loc);
 		}
 		if (st == KVP_IX_READY && keys)
 			keys[nkeys++] = (struct kvp_chk_key){ hash, i };
@@ -290,13 +348,22 @@ kvp_chk_index(struct kvp_chk *k)
 
 		qsort(keys, nkeys, sizeof(*keys), kvp_chk_key_cmp);
 		for (a = 0; a < nkeys; a = b) {
-			for (b = a + 1; b < nkeys && keys[b].hash == keys[a].hash; b++) {
+			for (b = a + 1;
+			     b < nkeys && keys[b].hash == keys[a].hash; b++) {
 				uint64_t c;
 				for (c = a; c < b; c++)
-					if (kvp_chk_same_key(s, keys[c].slot, keys[b].slot))
-						kvp_chk_viol(k, 2, "slots %llu and %llu hold the "
-							     "same key", (unsigned long long)keys[c].slot,
-							     (unsigned long long)keys[b].slot);
+					if (kvp_chk_same_key(s, keys[c].slot,
+							     keys[b].slot))
+						kvp_chk_viol(
+							k, 2,
+							"slots %llu and %llu hold the "
+							"same key",
+							(unsigned long long)
+								keys[c]
+									.slot,
+							(unsigned long long)
+								keys[b]
+									.slot);
 			}
 		}
 		free(keys);
@@ -310,7 +377,8 @@ kvp_chk_dram(struct kvp_chk *k)
 {
 	const struct kvp_seg *s = k->s;
 	const struct kvp_dram_hdr *d = s->dram;
-	uint64_t np = s->g.g_dram_pages, p = 0, used = 0, freeu = 0, freeruns = 0, inbins = 0;
+	uint64_t np = s->g.g_dram_pages, p = 0, used = 0, freeu = 0,
+		 freeruns = 0, inbins = 0;
 	bool prev_free = false;
 	unsigned b;
 
@@ -319,18 +387,25 @@ kvp_chk_dram(struct kvp_chk *k)
 		uint64_t n = pg->pg_npages;
 
 		if (n == 0 || n > np - p) {
-			kvp_chk_viol(k, 7, "run at unit %llu has length %llu (arena %llu units)",
-				     (unsigned long long)p, (unsigned long long)n,
-				     (unsigned long long)np);
+			kvp_chk_viol(
+				k, 7,
+				"run at unit %llu has length %llu (arena %llu units)",
+				(unsigned long long)p, (unsigned long long)n,
+				(unsigned long long)np);
 			return;
 		}
 		if (s->pages[p + n - 1].pg_head != p + 1)
-			kvp_chk_viol(k, 7, "run at unit %llu: its last unit names head %u",
-				     (unsigned long long)p, s->pages[p + n - 1].pg_head);
+			kvp_chk_viol(
+				k, 7,
+				"run at unit %llu: its last unit names head %u",
+				(unsigned long long)p,
+				s->pages[p + n - 1].pg_head);
 		if (pg->pg_state == KVP_PG_FREE) {
 			if (prev_free)
-				kvp_chk_viol(k, 8, "free run at unit %llu follows a free run",
-					     (unsigned long long)p);
+				kvp_chk_viol(
+					k, 8,
+					"free run at unit %llu follows a free run",
+					(unsigned long long)p);
 			freeu += n;
 			freeruns++;
 			prev_free = true;
@@ -341,28 +416,43 @@ kvp_chk_dram(struct kvp_chk *k)
 			k->r->runs_used++;
 			prev_free = false;
 			if (!k->reach[p]) {
-				/* not reachable: a put or a promotion in progress */
-				uint64_t w = pg->pg_owner && slot < s->g.g_index_slots
-						     ? kvp_load_acquire(&s->meta[slot]) : 0; /* acquire */
+				/* not reachable: a put or a promotion in
+				 * progress */
+				uint64_t w =
+					pg->pg_owner && slot < s->g.g_index_slots
+						/* acquire */
+						?
+						kvp_load_acquire(
+							&s->meta[slot]) :
+						0;
 				unsigned st = KVP_IX_STATE(w);
-				bool ok = pg->pg_owner && slot < s->g.g_index_slots &&
+				bool ok = pg->pg_owner &&
+					  slot < s->g.g_index_slots &&
 					  KVP_IX_GEN(w) == pg->pg_owner_gen &&
 					  (st == KVP_IX_PENDING ||
-					   ((st == KVP_IX_READY || st == KVP_IX_DELETED) &&
-					    /* relaxed: the promotion's target */
-					    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) ==
-						    KVP_TIER_SSD && k->r->agent_up));
+					   ((st == KVP_IX_READY ||
+					     st == KVP_IX_DELETED) &&
+					    /* relaxed: the promotion's
+					     * target */
+					    KVP_LOC_TIER(kvp_load_relaxed(
+						    &s->entries[slot].e_loc)) ==
+						    KVP_TIER_SSD &&
+					    k->r->agent_up));
 				if (!ok)
-					kvp_chk_repairable(k, 9, "run at unit %llu (%llu units) "
-							   "tagged slot %llu gen %u is not reachable "
-							   "(slot state %u gen %u)",
-							   (unsigned long long)p, (unsigned long long)n,
-							   (unsigned long long)slot, pg->pg_owner_gen,
-							   st, KVP_IX_GEN(w));
+					kvp_chk_repairable(
+						k, 9,
+						"run at unit %llu (%llu units) "
+						"tagged slot %llu gen %u is not reachable "
+						"(slot state %u gen %u)",
+						(unsigned long long)p,
+						(unsigned long long)n,
+						(unsigned long long)slot,
+						pg->pg_owner_gen, st,
+						KVP_IX_GEN(w));
 			}
 		} else {
-			kvp_chk_viol(k, 7, "run at unit %llu has state %u", (unsigned long long)p,
-				     pg->pg_state);
+			kvp_chk_viol(k, 7, "run at unit %llu has state %u",
+				     (unsigned long long)p, pg->pg_state);
 			return;
 		}
 		p += n;
@@ -370,14 +460,18 @@ kvp_chk_dram(struct kvp_chk *k)
 	k->r->units_used = used;
 	k->r->units_free = freeu;
 	if (d->dh_used_pages != used || d->dh_free_pages != freeu)
-		kvp_chk_viol(k, 8, "allocator counts %llu used + %llu free units; the page "
-			     "map has %llu + %llu", (unsigned long long)d->dh_used_pages,
-			     (unsigned long long)d->dh_free_pages, (unsigned long long)used,
-			     (unsigned long long)freeu);
+		kvp_chk_viol(
+			k, 8,
+			"allocator counts %llu used + %llu free units; the page "
+			"map has %llu + %llu",
+			(unsigned long long)d->dh_used_pages,
+			(unsigned long long)d->dh_free_pages,
+			(unsigned long long)used, (unsigned long long)freeu);
 	/* relaxed: a mirror for lock-free readers */
 	if (kvp_load_relaxed(&d->dh_used_mirror) != d->dh_used_pages)
 		kvp_chk_viol(k, 8, "used-units mirror %llu differs from %llu",
-			     (unsigned long long)kvp_load_relaxed(&d->dh_used_mirror),
+			     (unsigned long long)kvp_load_relaxed(
+				     &d->dh_used_mirror),
 			     (unsigned long long)d->dh_used_pages);
 	for (b = 0; b < KVP_DRAM_BINS; b++) {
 		uint32_t q = d->dh_bin[b];
@@ -387,20 +481,28 @@ kvp_chk_dram(struct kvp_chk *k)
 			const struct kvp_page *pg;
 
 			if (q > np || ++steps > freeruns) {
-				kvp_chk_viol(k, 8, "free bin %u is damaged (loops or leaves the "
-					     "arena)", b);
+				kvp_chk_viol(
+					k, 8,
+					"free bin %u is damaged (loops or leaves the "
+					"arena)",
+					b);
 				break;
 			}
 			pg = &s->pages[q - 1];
-			if (pg->pg_state != KVP_PG_FREE || kvp_dram_bin(pg->pg_npages) != b)
-				kvp_chk_viol(k, 8, "bin %u holds run at unit %u (state %u, %u "
-					     "units)", b, q - 1, pg->pg_state, pg->pg_npages);
+			if (pg->pg_state != KVP_PG_FREE ||
+			    kvp_dram_bin(pg->pg_npages) != b)
+				kvp_chk_viol(
+					k, 8,
+					"bin %u holds run at unit %u (state %u, %u "
+					"units)",
+					b, q - 1, pg->pg_state, pg->pg_npages);
 			inbins++;
 		}
 	}
 	if (inbins != freeruns)
 		kvp_chk_viol(k, 8, "%llu free runs, %llu in the bins",
-			     (unsigned long long)freeruns, (unsigned long long)inbins);
+			     (unsigned long long)freeruns,
+			     (unsigned long long)inbins);
 }
 
 /* I4, I11, I12: hold slots. */
@@ -416,43 +518,59 @@ kvp_chk_holds(struct kvp_chk *k)
 		uint64_t hwm = kvp_load_relaxed(&s->clients[c].cs_hold_hwm);
 
 		if (hwm > hpc)
-			kvp_chk_viol(k, 12, "client %u: hold high-water mark %llu > %u", c,
-				     (unsigned long long)hwm, hpc);
+			kvp_chk_viol(
+				k, 12,
+				"client %u: hold high-water mark %llu > %u", c,
+				(unsigned long long)hwm, hpc);
 		for (j = 0; j < hpc; j++) {
-			uint64_t hv = kvp_load_acquire(&hs[j]); /* acquire: the holder's store */
+			/* acquire: the holder's store */
+			uint64_t hv = kvp_load_acquire(&hs[j]);
 			uint64_t slot, w;
 
 			if (!hv)
 				continue;
 			if (k->alive[c] == 0) {
-				kvp_chk_viol(k, 11, "free client slot %u still holds slot %llu", c,
-					     (unsigned long long)KVP_HOLD_SLOT(hv));
+				kvp_chk_viol(
+					k, 11,
+					"free client slot %u still holds slot %llu",
+					c,
+					(unsigned long long)KVP_HOLD_SLOT(hv));
 				continue;
 			}
 			if (k->alive[c] == 2)
 				continue; /* reported once per client above */
 			k->r->holds++;
 			if (j >= hwm)
-				kvp_chk_viol(k, 12, "client %u: hold %u above its high-water "
-					     "mark %llu (the agent's scan misses it)", c, j,
-					     (unsigned long long)hwm);
+				kvp_chk_viol(
+					k, 12,
+					"client %u: hold %u above its high-water "
+					"mark %llu (the agent's scan misses it)",
+					c, j, (unsigned long long)hwm);
 			slot = KVP_HOLD_SLOT(hv);
 			if (slot >= s->g.g_index_slots) {
-				kvp_chk_viol(k, 13, "client %u: hold names slot %llu of %llu", c,
-					     (unsigned long long)slot,
-					     (unsigned long long)s->g.g_index_slots);
+				kvp_chk_viol(
+					k, 13,
+					"client %u: hold names slot %llu of %llu",
+					c, (unsigned long long)slot,
+					(unsigned long long)s->g.g_index_slots);
 				continue;
 			}
 			w = kvp_load_acquire(&s->meta[slot]); /* acquire */
 			if (KVP_IX_GEN(w) != KVP_HOLD_GEN(hv) ||
-			    (KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED))
-				kvp_chk_viol(k, 4, "client %u holds slot %llu gen %u, which is now "
-					     "state %u gen %u", c, (unsigned long long)slot,
-					     KVP_HOLD_GEN(hv), KVP_IX_STATE(w), KVP_IX_GEN(w));
+			    (KVP_IX_STATE(w) != KVP_IX_READY &&
+			     KVP_IX_STATE(w) != KVP_IX_DELETED))
+				kvp_chk_viol(
+					k, 4,
+					"client %u holds slot %llu gen %u, which is now "
+					"state %u gen %u",
+					c, (unsigned long long)slot,
+					KVP_HOLD_GEN(hv), KVP_IX_STATE(w),
+					KVP_IX_GEN(w));
 			else if (hv & KVP_HOLD_PIN) {
 				k->r->pins++;
 				/* relaxed: stable while held */
-				k->pinned[c] += kvp_load_relaxed(&s->entries[slot].e_len);
+				k->pinned[c] += kvp_load_relaxed(
+					&s->entries[slot].e_len);
 			}
 		}
 	}
@@ -476,78 +594,112 @@ kvp_chk_staging(struct kvp_chk *k)
 		uint64_t hbits = 0;
 
 		if (st == KVP_SP_BODY) {
-			if (!body_left || w != KVP_SP_BODYW(body_gen, body_head))
-				kvp_chk_viol(k, 17, "staging slot %llu is a body of span %u, "
-					     "which does not cover it", (unsigned long long)j,
-					     KVP_SP_N(w));
+			if (!body_left ||
+			    w != KVP_SP_BODYW(body_gen, body_head))
+				kvp_chk_viol(
+					k, 17,
+					"staging slot %llu is a body of span %u, "
+					"which does not cover it",
+					(unsigned long long)j, KVP_SP_N(w));
 			else
 				body_left--;
 			k->r->spans_in_use++;
 			continue;
 		}
 		if (body_left)
-			kvp_chk_viol(k, 17, "span %llu is %u slots long but slot %llu is not "
-				     "its body", (unsigned long long)body_head,
-				     (unsigned)(body_left + 1), (unsigned long long)j);
+			kvp_chk_viol(
+				k, 17,
+				"span %llu is %u slots long but slot %llu is not "
+				"its body",
+				(unsigned long long)body_head,
+				(unsigned)(body_left + 1),
+				(unsigned long long)j);
 		body_left = 0;
 		for (q = 0; q < KVP_SPAN_HOLDER_WORDS; q++)
-			hbits |= kvp_load_acquire(&sp->sp_holders[q]); /* acquire */
+			/* acquire */
+			hbits |= kvp_load_acquire(&sp->sp_holders[q]);
 		if (st == KVP_SP_FREE) {
 			if (hbits)
-				kvp_chk_viol(k, 17, "free staging slot %llu has holders",
-					     (unsigned long long)j);
+				kvp_chk_viol(
+					k, 17,
+					"free staging slot %llu has holders",
+					(unsigned long long)j);
 			continue;
 		}
 		k->r->spans_in_use++;
-		if (st != KVP_SP_READING && st != KVP_SP_READY && st != KVP_SP_FREEING) {
-			kvp_chk_viol(k, 17, "staging slot %llu has state %u", (unsigned long long)j,
-				     st);
+		if (st != KVP_SP_READING && st != KVP_SP_READY &&
+		    st != KVP_SP_FREEING) {
+			kvp_chk_viol(k, 17, "staging slot %llu has state %u",
+				     (unsigned long long)j, st);
 			continue;
 		}
 		if (n == 0 || n > S - j) {
-			kvp_chk_viol(k, 17, "span %llu is %u slots long (arena %llu)",
-				     (unsigned long long)j, n, (unsigned long long)S);
+			kvp_chk_viol(k, 17,
+				     "span %llu is %u slots long (arena %llu)",
+				     (unsigned long long)j, n,
+				     (unsigned long long)S);
 			continue;
 		}
 		body_left = n - 1;
 		body_head = j;
 		body_gen = KVP_SP_GEN(w);
 		if (st == KVP_SP_READING)
-			kvp_chk_repairable(k, 17, "span %llu is being read by %s",
-					   (unsigned long long)j,
-					   k->r->agent_up ? "the agent" : "a dead agent");
+			kvp_chk_repairable(
+				k, 17, "span %llu is being read by %s",
+				(unsigned long long)j,
+				k->r->agent_up ? "the agent" : "a dead agent");
 		if (st == KVP_SP_FREEING) {
 			unsigned f = KVP_SP_FREER(w);
 			if (f == KVP_SP_AGENT)
-				kvp_chk_repairable(k, 17, "span %llu is being freed by %s",
-						   (unsigned long long)j,
-						   k->r->agent_up ? "the agent" : "a dead agent");
-			else if (f == 0 || f > s->g.g_max_clients || k->alive[f - 1] != 1)
-				kvp_chk_repairable(k, 23, "span %llu is being freed by dead "
-						   "client %u", (unsigned long long)j, f ? f - 1 : 0);
+				kvp_chk_repairable(
+					k, 17, "span %llu is being freed by %s",
+					(unsigned long long)j,
+					k->r->agent_up ? "the agent" :
+							 "a dead agent");
+			else if (f == 0 || f > s->g.g_max_clients ||
+				 k->alive[f - 1] != 1)
+				kvp_chk_repairable(
+					k, 23,
+					"span %llu is being freed by dead "
+					"client %u",
+					(unsigned long long)j, f ? f - 1 : 0);
 		}
-		for (q = 0; q < KVP_MAX_CLIENTS_STAGING && q < s->g.g_max_clients; q++) {
+		for (q = 0;
+		     q < KVP_MAX_CLIENTS_STAGING && q < s->g.g_max_clients;
+		     q++) {
 			/* relaxed: read above with acquire */
-			if (!((kvp_load_relaxed(&sp->sp_holders[q / 64]) >> (q % 64)) & 1))
+			if (!((kvp_load_relaxed(&sp->sp_holders[q / 64]) >>
+			       (q % 64)) &
+			      1))
 				continue;
 			if (k->alive[q] != 1)
-				kvp_chk_repairable(k, 11, "span %llu is held by dead client %u",
-						   (unsigned long long)j, q);
+				kvp_chk_repairable(
+					k, 11,
+					"span %llu is held by dead client %u",
+					(unsigned long long)j, q);
 		}
 		if (st == KVP_SP_READY && !hbits)
-			kvp_chk_repairable(k, 17, "span %llu is READY with no holder and not "
-					   "freed", (unsigned long long)j);
+			kvp_chk_repairable(
+				k, 17,
+				"span %llu is READY with no holder and not "
+				"freed",
+				(unsigned long long)j);
 	}
 	if (body_left)
 		kvp_chk_viol(k, 17, "span %llu runs past the arena's end",
 			     (unsigned long long)body_head);
 	/* relaxed: statistics */
 	if (kvp_load_relaxed(&s->hdr->h_staging_peak) > S ||
-	    kvp_load_relaxed(&s->hdr->h_staging_used) > kvp_load_relaxed(&s->hdr->h_staging_peak))
-		kvp_chk_viol(k, 24, "staging used %llu / peak %llu / slots %llu do not add up",
-			     (unsigned long long)kvp_load_relaxed(&s->hdr->h_staging_used),
-			     (unsigned long long)kvp_load_relaxed(&s->hdr->h_staging_peak),
-			     (unsigned long long)S);
+	    kvp_load_relaxed(&s->hdr->h_staging_used) >
+		    kvp_load_relaxed(&s->hdr->h_staging_peak))
+		kvp_chk_viol(
+			k, 24,
+			"staging used %llu / peak %llu / slots %llu do not add up",
+			(unsigned long long)kvp_load_relaxed(
+				&s->hdr->h_staging_used),
+			(unsigned long long)kvp_load_relaxed(
+				&s->hdr->h_staging_peak),
+			(unsigned long long)S);
 }
 
 /* I19: requests a dead agent took are handed back by the next one. */
@@ -564,15 +716,24 @@ kvp_chk_rings(struct kvp_chk *k)
 			continue;
 		for (r = 0; r < R; r++) {
 			/* acquire: the last word on the entry */
-			uint64_t w = kvp_load_acquire(&s->rings[c * R + r].rq_state);
+			uint64_t w =
+				kvp_load_acquire(&s->rings[c * R + r].rq_state);
 			if (KVP_RQ_STATE(w) > KVP_RQ_ANSWERING)
-				kvp_chk_viol(k, 19, "client %llu request %llu has state %u",
-					     (unsigned long long)c, (unsigned long long)r,
-					     KVP_RQ_STATE(w));
-			else if (KVP_RQ_STATE(w) == KVP_RQ_TAKEN || KVP_RQ_STATE(w) == KVP_RQ_ANSWERING)
-				kvp_chk_repairable(k, 19, "client %llu request %llu is taken by "
-						   "%s", (unsigned long long)c, (unsigned long long)r,
-						   k->r->agent_up ? "the agent" : "a dead agent");
+				kvp_chk_viol(
+					k, 19,
+					"client %llu request %llu has state %u",
+					(unsigned long long)c,
+					(unsigned long long)r, KVP_RQ_STATE(w));
+			else if (KVP_RQ_STATE(w) == KVP_RQ_TAKEN ||
+				 KVP_RQ_STATE(w) == KVP_RQ_ANSWERING)
+				kvp_chk_repairable(
+					k, 19,
+					"client %llu request %llu is taken by "
+					"%s",
+					(unsigned long long)c,
+					(unsigned long long)r,
+					k->r->agent_up ? "the agent" :
+							 "a dead agent");
 		}
 	}
 }
@@ -595,26 +756,39 @@ kvp_chk_leases(struct kvp_chk *k)
 		case KVP_LS_LIVE:
 			k->r->leases_live++;
 			/* relaxed: published by the LIVE release */
-			if (kvp_load_relaxed(&ls->ls_slot) >= s->g.g_index_slots)
-				kvp_chk_viol(k, 13, "lease %llu names slot %llu",
-					     (unsigned long long)j,
-					     (unsigned long long)kvp_load_relaxed(&ls->ls_slot));
+			if (kvp_load_relaxed(&ls->ls_slot) >=
+			    s->g.g_index_slots)
+				kvp_chk_viol(
+					k, 13, "lease %llu names slot %llu",
+					(unsigned long long)j,
+					(unsigned long long)kvp_load_relaxed(
+						&ls->ls_slot));
 			/* the reaper frees expired leases within its period;
 			 * relaxed: ls_expiry published by the LIVE release */
-			if (kvp_load_relaxed(&ls->ls_expiry) + 2000000000ull < now)
-				kvp_chk_repairable(k, 22, "lease %llu expired %llu ms ago and "
-						   "is still LIVE", (unsigned long long)j,
-						   (unsigned long long)((now -
-						   kvp_load_relaxed(&ls->ls_expiry)) / 1000000));
+			if (kvp_load_relaxed(&ls->ls_expiry) + 2000000000ull <
+			    now)
+				kvp_chk_repairable(
+					k, 22,
+					"lease %llu expired %llu ms ago and "
+					"is still LIVE",
+					(unsigned long long)j,
+					(unsigned long long)((now -
+							      kvp_load_relaxed(
+								      &ls->ls_expiry)) /
+							     1000000));
 			break;
 		case KVP_LS_RESERVED:
-			if (o == 0 || o > s->g.g_max_clients || k->alive[o - 1] != 1)
-				kvp_chk_repairable(k, 23, "lease %llu is half-taken by dead "
-						   "client %u", (unsigned long long)j, o ? o - 1 : 0);
+			if (o == 0 || o > s->g.g_max_clients ||
+			    k->alive[o - 1] != 1)
+				kvp_chk_repairable(
+					k, 23,
+					"lease %llu is half-taken by dead "
+					"client %u",
+					(unsigned long long)j, o ? o - 1 : 0);
 			break;
 		default:
-			kvp_chk_viol(k, 22, "lease %llu has state %u", (unsigned long long)j,
-				     KVP_LS_STATE(w));
+			kvp_chk_viol(k, 22, "lease %llu has state %u",
+				     (unsigned long long)j, KVP_LS_STATE(w));
 		}
 	}
 }
@@ -631,7 +805,8 @@ static void
 kvp_chk_ix_count(struct kvp_chk *k)
 {
 	const struct kvp_seg *s = k->s;
-	uint64_t live = k->r->entries_ready + k->r->entries_deleted, inflight = 0;
+	uint64_t live = k->r->entries_ready + k->r->entries_deleted,
+		 inflight = 0;
 	/* acquire: after the scan of kvp_chk_index */
 	uint64_t used = kvp_load_acquire(&s->hdr->h_ix_used);
 	bool unsure = false;
@@ -651,26 +826,39 @@ kvp_chk_ix_count(struct kvp_chk *k)
 		/* acquire: written before HAVE_SLOT */
 		sw = kvp_load_acquire(&s->clients[c].cs_ix_slot);
 		if (KVP_HOLD_SLOT(sw) >= s->g.g_index_slots) {
-			kvp_chk_viol(k, 27, "client %u holds a unit for slot %llu, which does "
-				     "not exist", c, (unsigned long long)KVP_HOLD_SLOT(sw));
+			kvp_chk_viol(
+				k, 27,
+				"client %u holds a unit for slot %llu, which does "
+				"not exist",
+				c, (unsigned long long)KVP_HOLD_SLOT(sw));
 			continue;
 		}
 		/* acquire: pairs with the claim / publish CAS */
 		m = kvp_load_acquire(&s->meta[KVP_HOLD_SLOT(sw)]);
-		if (KVP_IX_GEN(m) == KVP_HOLD_GEN(sw) && KVP_IX_STATE(m) != KVP_IX_READY &&
+		if (KVP_IX_GEN(m) == KVP_HOLD_GEN(sw) &&
+		    KVP_IX_STATE(m) != KVP_IX_READY &&
 		    KVP_IX_STATE(m) != KVP_IX_DELETED)
 			inflight++;
 	}
 	if (live > s->g.g_index_limit)
-		kvp_chk_viol(k, 27, "%llu entries in the index, more than --index-entries %llu",
-			     (unsigned long long)live, (unsigned long long)s->g.g_index_limit);
+		kvp_chk_viol(
+			k, 27,
+			"%llu entries in the index, more than --index-entries %llu",
+			(unsigned long long)live,
+			(unsigned long long)s->g.g_index_limit);
 	if (used < live)
-		kvp_chk_viol(k, 27, "the index entry count is %llu, below the %llu entries it "
-			     "counts", (unsigned long long)used, (unsigned long long)live);
+		kvp_chk_viol(
+			k, 27,
+			"the index entry count is %llu, below the %llu entries it "
+			"counts",
+			(unsigned long long)used, (unsigned long long)live);
 	else if (!unsure && used != live + inflight)
-		kvp_chk_repairable(k, 27, "the index entry count is %llu for %llu entries and %llu "
-				   "puts in flight (the agent recounts it)", (unsigned long long)used,
-				   (unsigned long long)live, (unsigned long long)inflight);
+		kvp_chk_repairable(
+			k, 27,
+			"the index entry count is %llu for %llu entries and %llu "
+			"puts in flight (the agent recounts it)",
+			(unsigned long long)used, (unsigned long long)live,
+			(unsigned long long)inflight);
 }
 
 /* A counter summed over the client shards and the retired shard. */
@@ -681,7 +869,8 @@ kvp_chk_ctr_sum(const struct kvp_seg *s, enum kvp_ctr c)
 	uint32_t i;
 
 	for (i = 0; i < s->g.g_max_clients; i++)
-		v += kvp_load_acquire(&s->clients[i].cs_ctr[c]); /* acquire: see below */
+		/* acquire: see below */
+		v += kvp_load_acquire(&s->clients[i].cs_ctr[c]);
 	/* acquire: a closing client adds to the retired shard first */
 	return v + kvp_load_acquire(&s->hdr->h_actr[KVP_ACTR_RETIRED0 + c]);
 }
@@ -697,12 +886,18 @@ kvp_chk_counters(struct kvp_chk *k)
 		enum kvp_ctr whole;
 		const char *what;
 	} rules[] = {
-		{ { KVP_CTR_GET_HIT, KVP_CTR_GET_MISS, KVP_CTR_RESOLVE_OK, KVP_CTR_RESOLVE_MISS,
-		    KVP_CTR_RESOLVE_FAILED }, KVP_CTR_GET, "get outcomes exceed gets" },
-		{ { KVP_CTR_EXISTS_HIT, KVP_CTR__N, KVP_CTR__N, KVP_CTR__N, KVP_CTR__N },
-		  KVP_CTR_EXISTS, "exists hits exceed probes" },
-		{ { KVP_CTR_PUT_EXISTS, KVP_CTR_PUT_BUSY, KVP_CTR_PUT_NOSPC, KVP_CTR__N,
-		    KVP_CTR__N }, KVP_CTR_PUT, "put refusals exceed puts" },
+		{ { KVP_CTR_GET_HIT, KVP_CTR_GET_MISS, KVP_CTR_RESOLVE_OK,
+		    KVP_CTR_RESOLVE_MISS, KVP_CTR_RESOLVE_FAILED },
+		  KVP_CTR_GET,
+		  "get outcomes exceed gets" },
+		{ { KVP_CTR_EXISTS_HIT, KVP_CTR__N, KVP_CTR__N, KVP_CTR__N,
+		    KVP_CTR__N },
+		  KVP_CTR_EXISTS,
+		  "exists hits exceed probes" },
+		{ { KVP_CTR_PUT_EXISTS, KVP_CTR_PUT_BUSY, KVP_CTR_PUT_NOSPC,
+		    KVP_CTR__N, KVP_CTR__N },
+		  KVP_CTR_PUT,
+		  "put refusals exceed puts" },
 	};
 	unsigned r, q;
 	uint32_t c;
@@ -716,20 +911,29 @@ kvp_chk_counters(struct kvp_chk *k)
 		whole = kvp_chk_ctr_sum(s, rules[r].whole);
 		if (part > whole)
 			kvp_chk_viol(k, 26, "%s (%llu > %llu)", rules[r].what,
-				     (unsigned long long)part, (unsigned long long)whole);
+				     (unsigned long long)part,
+				     (unsigned long long)whole);
 	}
 	for (c = 0; c < s->g.g_max_clients; c++) {
 		/* relaxed: statistics */
-		uint64_t g = kvp_load_relaxed(&s->clients[c].cs_ctr[KVP_CTR_PINNED_DRAM]) +
-			     kvp_load_relaxed(&s->clients[c].cs_ctr[KVP_CTR_PINNED_SSD]);
+		uint64_t g =
+			kvp_load_relaxed(
+				&s->clients[c].cs_ctr[KVP_CTR_PINNED_DRAM]) +
+			kvp_load_relaxed(
+				&s->clients[c].cs_ctr[KVP_CTR_PINNED_SSD]);
 
 		if (k->alive[c] == 0 && g)
-			kvp_chk_viol(k, 26, "free client slot %u reports %llu bytes pinned", c,
-				     (unsigned long long)g);
+			kvp_chk_viol(
+				k, 26,
+				"free client slot %u reports %llu bytes pinned",
+				c, (unsigned long long)g);
 		else if (k->alive[c] == 1 && g != k->pinned[c])
-			kvp_chk_viol(k, 26, "client %u reports %llu bytes pinned; its pins "
-				     "name %llu", c, (unsigned long long)g,
-				     (unsigned long long)k->pinned[c]);
+			kvp_chk_viol(
+				k, 26,
+				"client %u reports %llu bytes pinned; its pins "
+				"name %llu",
+				c, (unsigned long long)g,
+				(unsigned long long)k->pinned[c]);
 	}
 }
 
@@ -753,7 +957,8 @@ kvp_check_seg(const struct kvp_seg *s, FILE *out, struct kvp_check_report *r)
 	}
 	/* I15: an agent attached at least once */
 	if (kvp_load_relaxed(&s->hdr->h_incarnation) == 0) /* relaxed */
-		kvp_chk_viol(&k, 15, "incarnation is 0: no agent ever attached");
+		kvp_chk_viol(&k, 15,
+			     "incarnation is 0: no agent ever attached");
 	kvp_chk_header(&k);
 	kvp_chk_clients(&k);
 	kvp_chk_index(&k);
@@ -775,11 +980,13 @@ unsigned
 kvp_check_wait(const struct kvp_seg *s, unsigned wait_ms, FILE *out,
 	       struct kvp_check_report *r)
 {
-	uint64_t end = kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)wait_ms * 1000000ull;
+	uint64_t end =
+		kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)wait_ms * 1000000ull;
 
 	while (kvp_check_seg(s, NULL, r) && kvp_now_ns(CLOCK_MONOTONIC) < end) {
 		struct timespec ts = { 0, 100 * 1000 * 1000 };
-		nanosleep(&ts, NULL); /* a re-check period, not a synchronisation */
+		/* a re-check period, not a synchronisation */
+		nanosleep(&ts, NULL);
 	}
 	return r->violations ? kvp_check_seg(s, out, r) : 0;
 }
@@ -790,23 +997,35 @@ kvp_check_summary(const struct kvp_check_report *r, FILE *out)
 	unsigned i, n = 0;
 
 	if (!r->violations) {
-		fprintf(out, "check: OK (agent %s): %llu entries (%llu DRAM, %llu SSD), %llu "
+		fprintf(out,
+			"check: OK (agent %s): %llu entries (%llu DRAM, %llu SSD), %llu "
 			"deleted, %llu pending; %llu runs / %llu units used, %llu free; "
 			"%llu holds (%llu pins), %llu staging slots, %llu leases, %llu live "
-			"clients%s\n", r->agent_up ? "up" : "down",
-			(unsigned long long)r->entries_ready, (unsigned long long)r->entries_dram,
-			(unsigned long long)r->entries_ssd, (unsigned long long)r->entries_deleted,
-			(unsigned long long)r->entries_pending, (unsigned long long)r->runs_used,
-			(unsigned long long)r->units_used, (unsigned long long)r->units_free,
-			(unsigned long long)r->holds, (unsigned long long)r->pins,
-			(unsigned long long)r->spans_in_use, (unsigned long long)r->leases_live,
+			"clients%s\n",
+			r->agent_up ? "up" : "down",
+			(unsigned long long)r->entries_ready,
+			(unsigned long long)r->entries_dram,
+			(unsigned long long)r->entries_ssd,
+			(unsigned long long)r->entries_deleted,
+			(unsigned long long)r->entries_pending,
+			(unsigned long long)r->runs_used,
+			(unsigned long long)r->units_used,
+			(unsigned long long)r->units_free,
+			(unsigned long long)r->holds,
+			(unsigned long long)r->pins,
+			(unsigned long long)r->spans_in_use,
+			(unsigned long long)r->leases_live,
 			(unsigned long long)r->clients_live,
-			r->notes ? "; notes above: repaired when an agent attaches" : "");
+			r->notes ?
+				"; notes above: repaired when an agent attaches" :
+				"");
 		return;
 	}
-	fprintf(out, "check: %u violation%s (", r->violations, r->violations == 1 ? "" : "s");
+	fprintf(out, "check: %u violation%s (", r->violations,
+		r->violations == 1 ? "" : "s");
 	for (i = 0; i < KVP_CHECK_MAX_INV; i++)
 		if (r->by_inv[i])
-			fprintf(out, "%sI%u x%u", n++ ? ", " : "", i, r->by_inv[i]);
+			fprintf(out, "%sI%u x%u", n++ ? ", " : "", i,
+				r->by_inv[i]);
 	fprintf(out, ")\n");
 }

@@ -40,12 +40,14 @@ kvp_dram_lock_agent(struct kvp_agent *a)
 		a->lock_checked_ns = now;
 		return -EBUSY;
 	}
-	if (now - a->lock_busy_since < 10000000ull || now - a->lock_checked_ns < 100000000ull)
+	if (now - a->lock_busy_since < 10000000ull ||
+	    now - a->lock_checked_ns < 100000000ull)
 		return -EBUSY;
 	a->lock_checked_ns = now;
 	rc = kvp_dram_lock_takeover(s);
 	if (rc == 0) {
-		kvp_log(KVP_LOG_WARN, "dram", "the allocator lock's holder died holding it: "
+		kvp_log(KVP_LOG_WARN, "dram",
+			"the allocator lock's holder died holding it: "
 			"taken over, bins rebuilt");
 		a->lock_busy_since = 0;
 		return 0;
@@ -57,11 +59,16 @@ kvp_dram_lock_agent(struct kvp_agent *a)
 		unsigned int v = kvp_iload_acquire(&s->dram->dh_lock);
 		unsigned int t = KVP_LOCK_TOKEN(v);
 
-		kvp_log(KVP_LOG_WARN, "dram", "the allocator lock has been held for 60 s by "
+		kvp_log(KVP_LOG_WARN, "dram",
+			"the allocator lock has been held for 60 s by "
 			"%s %u (pid %llu), which is alive: stopped?  puts answer -EBUSY and "
-			"frees wait until it goes on", t == KVP_LOCK_TOKEN_AGENT ? "the agent" :
-			"client", t - 1, t >= 1 && t <= s->g.g_max_clients ?
-			(unsigned long long)kvp_load_relaxed(&s->clients[t - 1].cs_pid) : 0ull);
+			"frees wait until it goes on",
+			t == KVP_LOCK_TOKEN_AGENT ? "the agent" : "client",
+			t - 1,
+			t >= 1 && t <= s->g.g_max_clients ?
+				(unsigned long long)kvp_load_relaxed(
+					&s->clients[t - 1].cs_pid) :
+				0ull);
 		a->lock_warned = true;
 	}
 	return rc;
@@ -73,7 +80,8 @@ kvp_dram_lock_agent(struct kvp_agent *a)
  * behind it).  Returns units freed now.
  */
 uint64_t
-kvp_dram_free_agent(struct kvp_agent *a, uint32_t first, uint64_t slot, uint32_t gen)
+kvp_dram_free_agent(struct kvp_agent *a, uint32_t first, uint64_t slot,
+		    uint32_t gen)
 {
 	int64_t got;
 
@@ -112,7 +120,8 @@ kvp_dram_deferred_agent(struct kvp_agent *a)
 	kvp_dram_unlock(&a->seg);
 	for (k = 0; k < a->ndfree; k++) {
 		const struct kvp_dfree *d = &a->dfree[a->ndfree - 1 - k];
-		int64_t got = kvp_dram_free_chain_until(&a->seg, d->first, d->slot, d->gen, 0);
+		int64_t got = kvp_dram_free_chain_until(&a->seg, d->first,
+							d->slot, d->gen, 0);
 
 		if (got == -EBUSY)
 			break;
@@ -158,10 +167,12 @@ kvp_dram_gc_agent(struct kvp_agent *a)
 				unsigned st = KVP_IX_STATE(w);
 				/* relaxed: stable unless CHECK or busy, and
 				 * this runs on the thread that changes it */
-				uint64_t loc = kvp_load_relaxed(&s->entries[slot].e_loc);
+				uint64_t loc = kvp_load_relaxed(
+					&s->entries[slot].e_loc);
 				keep = KVP_IX_GEN(w) == pg->pg_owner_gen &&
 				       (st == KVP_IX_PENDING ||
-					((st == KVP_IX_READY || st == KVP_IX_DELETED) &&
+					((st == KVP_IX_READY ||
+					  st == KVP_IX_DELETED) &&
 					 (KVP_LOC_TIER(loc) == KVP_TIER_DRAM ||
 					  kvp_tier_busy_agent(a, slot))));
 			}
@@ -177,7 +188,8 @@ kvp_dram_gc_agent(struct kvp_agent *a)
 				/* the freed run may have merged backwards:
 				 * restart from its (new) head */
 				h = s->pages[p + len - 1].pg_head;
-				if (!h || h - 1 > p || !kvp__dram_run_ok(s, h - 1, &len)) {
+				if (!h || h - 1 > p ||
+				    !kvp__dram_run_ok(s, h - 1, &len)) {
 					a->dram_damaged = true;
 					break;
 				}
@@ -233,8 +245,9 @@ kvp_bits_set(uint64_t *b, uint64_t p, uint64_t len)
  * units in used (and its run heads in start).  Returns true if kept.
  */
 static bool
-kvp_repair_keep_chain(struct kvp_seg *s, uint64_t i, uint32_t gen, uint64_t first,
-		      uint64_t vlen, uint64_t *used, uint64_t *start)
+kvp_repair_keep_chain(struct kvp_seg *s, uint64_t i, uint32_t gen,
+		      uint64_t first, uint64_t vlen, uint64_t *used,
+		      uint64_t *start)
 {
 	uint64_t n = s->g.g_dram_pages, unit = s->g.g_dram_unit;
 	uint64_t need = (vlen + unit - 1) / unit, got = 0, p = first, hops = 0;
@@ -290,7 +303,8 @@ kvp_dram_repair_locked(struct kvp_agent *a, uint64_t *kept_runs)
 {
 	struct kvp_seg *s = &a->seg;
 	uint64_t n = s->g.g_dram_pages, i, p, used_units = 0, lost = 0;
-	uint64_t *used = calloc((n + 63) / 64, 8), *start = calloc((n + 63) / 64, 8);
+	uint64_t *used = calloc((n + 63) / 64, 8),
+		 *start = calloc((n + 63) / 64, 8);
 	unsigned b;
 
 	*kept_runs = 0;
@@ -313,12 +327,14 @@ kvp_dram_repair_locked(struct kvp_agent *a, uint64_t *kept_runs)
 		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
 			continue;
 		if (kvp_repair_keep_chain(s, i, KVP_IX_GEN(w), KVP_LOC_VAL(loc),
-					  kvp_load_relaxed(&e->e_len), used, start))
+					  kvp_load_relaxed(&e->e_len), used,
+					  start))
 			continue;
 		lost++;
 		if (kvp_load_relaxed(&e->e_ssd) && !kvp_tier_busy_agent(a, i)) {
 			/* relaxed: published by the relocation (same gen) */
-			kvp_store_relaxed(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
+			kvp_store_relaxed(&e->e_loc,
+					  KVP_LOC_MAKE(KVP_TIER_SSD, 0));
 			kvp_store_relaxed(&e->e_run, 0);
 			kvp_ix_relocate(s, i, w);
 		} else if (kvp_ix_remove(s, i, w)) {
@@ -336,7 +352,8 @@ kvp_dram_repair_locked(struct kvp_agent *a, uint64_t *kept_runs)
 		bool keep = false;
 
 		if (kvp_bit(used, p) || pg->pg_state != KVP_PG_USED ||
-		    !kvp__dram_run_ok(s, p, &len) || !kvp_bits_clear(used, p, len)) {
+		    !kvp__dram_run_ok(s, p, &len) ||
+		    !kvp_bits_clear(used, p, len)) {
 			p++;
 			continue;
 		}
@@ -383,7 +400,8 @@ kvp_dram_repair_locked(struct kvp_agent *a, uint64_t *kept_runs)
 			kvp__dram_interior(s, k);
 		s->pages[q - 1].pg_head = (uint32_t)p + 1;
 		if (s->pages[p].pg_state == KVP_PG_FREE)
-			kvp__dram_bin_link(s, (uint32_t)p); /* bins were just cleared */
+			/* bins were just cleared */
+			kvp__dram_bin_link(s, (uint32_t)p);
 		p = q;
 	}
 	s->dram->dh_used_pages = used_units;
@@ -412,20 +430,25 @@ kvp_dram_repair_agent(struct kvp_agent *a)
 	if (now - a->last_repair_ns < 100000000ull)
 		return -EBUSY;
 	rc = kvp_dram_lock_agent(a);
-	if (rc == -EUCLEAN) /* a dead holder left a broken chain: we repair it */
+	/* a dead holder left a broken chain: we repair it */
+	if (rc == -EUCLEAN)
 		rc = kvp_dram_lock_agent(a);
 	if (rc)
 		return -EBUSY;
 	a->last_repair_ns = now;
-	kvp_store_relaxed(&s->dram->dh_damaged, 0); /* relaxed: under the lock */
+	/* relaxed: under the lock */
+	kvp_store_relaxed(&s->dram->dh_damaged, 0);
 	a->dram_damaged = false;
 	lost = kvp_dram_repair_locked(a, &kept);
 	kvp_dram_unlock(s);
 	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER], 1); /* stat */
-	kvp_log(lost ? KVP_LOG_WARN : KVP_LOG_INFO, "dram", "page map checked against the "
+	kvp_log(lost ? KVP_LOG_WARN : KVP_LOG_INFO, "dram",
+		"page map checked against the "
 		"index and rebuilt (damage reported): %llu runs kept, %llu units free, "
-		"%llu entries lost their damaged DRAM copy", (unsigned long long)kept,
-		(unsigned long long)s->dram->dh_free_pages, (unsigned long long)lost);
+		"%llu entries lost their damaged DRAM copy",
+		(unsigned long long)kept,
+		(unsigned long long)s->dram->dh_free_pages,
+		(unsigned long long)lost);
 	/* putters waiting for room retry now */
 	kvp_ifetch_add(&s->hdr->h_space_seq, 1); /* full: then wake */
 	kvp_futex_wake(&s->hdr->h_space_seq);

@@ -42,7 +42,8 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 
 	for (pos = 0; pos < KVP_IX_CANDS; pos++)
 		/* relaxed: a hint; a slot freed meanwhile is room already */
-		if (KVP_IX_STATE(kvp_load_relaxed(&s->meta[kvp_ix_cand(s, hash, pos)])) ==
+		if (KVP_IX_STATE(kvp_load_relaxed(
+			    &s->meta[kvp_ix_cand(s, hash, pos)])) ==
 		    KVP_IX_EMPTY)
 			return 1;
 	for (pos = 0; pos < KVP_IX_CANDS; pos++) {
@@ -51,7 +52,8 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 		uint64_t w = kvp_load_acquire(&s->meta[i]);
 		unsigned st = KVP_IX_STATE(w);
 
-		if (KVP_IX_FLAGS(w) || (st != KVP_IX_READY && st != KVP_IX_DELETED) ||
+		if (KVP_IX_FLAGS(w) ||
+		    (st != KVP_IX_READY && st != KVP_IX_DELETED) ||
 		    kvp_tier_busy_agent(a, i))
 			continue;
 		n += kvp_ix_cand_take_agent(s, i, w, &cand[n]);
@@ -67,7 +69,10 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 		if (KVP_IX_STATE(cand[k].word) == KVP_IX_DELETED)
 			rank = 0;
 		else /* relaxed: a CLOCK hint */
-			rank = kvp_load_relaxed(&s->entries[cand[k].slot].e_ref) ? 2 : 1;
+			rank = kvp_load_relaxed(
+				       &s->entries[cand[k].slot].e_ref) ?
+				       2 :
+				       1;
 		if (rank < best_rank) {
 			best_rank = rank;
 			best = k;
@@ -89,7 +94,8 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
  * while space was still wanted.
  */
 uint64_t
-kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *stuck)
+kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
+			  bool *stuck)
 {
 	struct kvp_seg *s = &a->seg;
 	uint64_t nslots = s->g.g_index_slots, scanned = 0, freed = 0;
@@ -97,7 +103,8 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 	/* up to two turns of the clock; a pass that found nothing to do
 	 * is not repeated until DRAM use changes or a putter asks (so an
 	 * idle tier thread does not rescan the index every round) */
-	uint64_t limit = 2 * nslots, used = kvp_load_relaxed(&s->dram->dh_used_mirror);
+	uint64_t limit = 2 * nslots,
+		 used = kvp_load_relaxed(&s->dram->dh_used_mirror);
 	unsigned found = 0;
 	bool need;
 
@@ -124,7 +131,8 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 				if (!need)
 					continue;
 				/* relaxed: stable while READY(g) */
-				if (KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) != KVP_TIER_DRAM)
+				if (KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) !=
+				    KVP_TIER_DRAM)
 					continue;
 				if (kvp_load_relaxed(&e->e_ref)) {
 					/* relaxed: CLOCK second chance */
@@ -177,7 +185,8 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 	else
 		a->noprogress_scanned += scanned;
 	/* stuck: two whole turns of the clock freed nothing */
-	if (s->dram->dh_free_pages < want_free_pages && a->noprogress_scanned >= 2 * nslots)
+	if (s->dram->dh_free_pages < want_free_pages &&
+	    a->noprogress_scanned >= 2 * nslots)
 		*stuck = true;
 	return freed;
 }
@@ -185,7 +194,8 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages, bool *s
 static int
 kvp_u64_cmp(const void *x, const void *y)
 {
-	uint64_t a = KVP_HOLD_SLOT(*(const uint64_t *)x), b = KVP_HOLD_SLOT(*(const uint64_t *)y);
+	uint64_t a = KVP_HOLD_SLOT(*(const uint64_t *)x),
+		 b = KVP_HOLD_SLOT(*(const uint64_t *)y);
 
 	return a < b ? -1 : a > b;
 }
@@ -252,7 +262,8 @@ kvp_ix_recount_agent(struct kvp_agent *a)
 	u1 = kvp_load_acquire(&s->hdr->h_ix_used);
 	for (c = 0; c < nc; c++)
 		/* acquire: as above */
-		if (kvp_load_acquire(&s->clients[c].cs_ix_resv) != a->ix_seen[c])
+		if (kvp_load_acquire(&s->clients[c].cs_ix_resv) !=
+		    a->ix_seen[c])
 			return false;
 	if (u0 != u1)
 		return false;
@@ -261,9 +272,10 @@ kvp_ix_recount_agent(struct kvp_agent *a)
 	/* full CAS: only from the count the scan agreed with */
 	if (!kvp_cas(&s->hdr->h_ix_used, u1, count))
 		return false;
-	kvp_log(KVP_LOG_INFO, "index", "entry count corrected from %llu to %llu (a process "
-		"died while changing it, or it was overwritten)", (unsigned long long)u1,
-		(unsigned long long)count);
+	kvp_log(KVP_LOG_INFO, "index",
+		"entry count corrected from %llu to %llu (a process "
+		"died while changing it, or it was overwritten)",
+		(unsigned long long)u1, (unsigned long long)count);
 	return true;
 }
 
@@ -277,7 +289,8 @@ kvp_ix_recount_agent(struct kvp_agent *a)
  * nothing removable while the index was at its limit.
  */
 static unsigned
-kvp_ix_evict_pass_agent(struct kvp_agent *a, uint64_t target, uint64_t *freed, bool *stuck)
+kvp_ix_evict_pass_agent(struct kvp_agent *a, uint64_t target, uint64_t *freed,
+			bool *stuck)
 {
 	struct kvp_seg *s = &a->seg;
 	uint64_t nslots = s->g.g_index_slots, scanned = 0, turns = 2 * nslots;
@@ -291,7 +304,8 @@ kvp_ix_evict_pass_agent(struct kvp_agent *a, uint64_t target, uint64_t *freed, b
 
 		if (used <= target || scanned >= turns)
 			break;
-		want = used - target < KVP_EVICT_BATCH ? used - target : KVP_EVICT_BATCH;
+		want = used - target < KVP_EVICT_BATCH ? used - target :
+							 KVP_EVICT_BATCH;
 		while (n < want && scanned < turns) {
 			uint64_t i = a->ix_hand++ & (nslots - 1), w;
 			unsigned st;
@@ -307,7 +321,8 @@ kvp_ix_evict_pass_agent(struct kvp_agent *a, uint64_t target, uint64_t *freed, b
 
 				/* relaxed: the CLOCK bit, a hint */
 				if (kvp_load_relaxed(&e->e_ref)) {
-					kvp_store_relaxed(&e->e_ref, 0); /* second chance */
+					/* second chance */
+					kvp_store_relaxed(&e->e_ref, 0);
 					continue;
 				}
 			} else if (st != KVP_IX_DELETED) {
@@ -323,7 +338,8 @@ kvp_ix_evict_pass_agent(struct kvp_agent *a, uint64_t target, uint64_t *freed, b
 				kvp__release_check(s, &cand[k]);
 				continue;
 			}
-			*freed += kvp__remove_agent(a, &cand[k], KVP_ACTR_EVICT_INDEX);
+			*freed += kvp__remove_agent(a, &cand[k],
+						    KVP_ACTR_EVICT_INDEX);
 			removed++;
 		}
 	}
@@ -346,7 +362,8 @@ kvp_ix_round_agent(struct kvp_agent *a, uint64_t *freed, bool *stuck)
 	struct kvp_shm_header *h = s->hdr;
 	uint64_t limit = s->g.g_index_limit, room = limit / 32 ? limit / 32 : 1;
 	uint64_t low = limit - room, high = limit - room / 2, used;
-	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), since = now - a->ix_recount_ns;
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC),
+		 since = now - a->ix_recount_ns;
 	/* full CAS: take the request; a putter that kicks after this sees 0 */
 	bool kicked = kvp_cas(&h->h_ix_req, 1, 0);
 
@@ -358,10 +375,12 @@ kvp_ix_round_agent(struct kvp_agent *a, uint64_t *freed, bool *stuck)
 	 * for a count that is high for nothing is lost), every 10 s anyway */
 	/* acquire: pairs with the reaper's release */
 	if ((kvp_load_acquire(&a->ix_recount_due) && since >= 10000000ull) ||
-	    (used >= high && since >= 1000000000ull) || since >= 10000000000ull) {
+	    (used >= high && since >= 1000000000ull) ||
+	    since >= 10000000000ull) {
 		a->ix_recount_ns = now;
 		if (kvp_ix_recount_agent(a))
-			kvp_store_release(&a->ix_recount_due, 0); /* release: ours */
+			/* release: ours */
+			kvp_store_release(&a->ix_recount_due, 0);
 		used = kvp_load_relaxed(&h->h_ix_used); /* relaxed: as above */
 	}
 	if (used < high)
@@ -388,7 +407,8 @@ kvp_dram_round_agent(struct kvp_agent *a)
 {
 	struct kvp_shm_header *h = a->seg.hdr;
 	uint64_t npages = a->seg.g.g_dram_pages;
-	uint64_t want = npages - npages * a->cfg.dram_low_pct / 100, freed = 0, need;
+	uint64_t want = npages - npages * a->cfg.dram_low_pct / 100, freed = 0,
+		 need;
 	bool stuck = false, kicked, ix_wake, ix_stuck;
 	unsigned k;
 
@@ -403,10 +423,12 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	if (!kicked && !kvp_dram_above_high_agent(a)) {
 		/* only reclaim deleted values: when there were deletes, or
 		 * once a second (a delete's counter bump is a hint) */
-		uint64_t dseq = kvp_load_relaxed(&h->h_delete_seq); /* relaxed: hint */
+		/* relaxed: hint */
+		uint64_t dseq = kvp_load_relaxed(&h->h_delete_seq);
 		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
 
-		if (dseq == a->delete_seq_seen && now - a->last_reclaim_ns < 1000000000ull)
+		if (dseq == a->delete_seq_seen &&
+		    now - a->last_reclaim_ns < 1000000000ull)
 			want = UINT64_MAX; /* nothing to do this round */
 		else
 			want = 0;
@@ -431,8 +453,9 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	if (stuck && ((a->tier && kvp_tier_demoting_agent(a)) || a->ndfree))
 		stuck = false;
 	/* relaxed: read by putters that gave up; a hint */
-	kvp_store_relaxed(&h->h_evict_stuck, (stuck ? KVP_STUCK_DRAM : 0) |
-			  (ix_stuck ? KVP_STUCK_INDEX : 0));
+	kvp_store_relaxed(&h->h_evict_stuck,
+			  (stuck ? KVP_STUCK_DRAM : 0) |
+				  (ix_stuck ? KVP_STUCK_INDEX : 0));
 	if (freed || stuck || ix_wake) {
 		/* full: bump then wake putters sleeping on the seq */
 		kvp_ifetch_add(&h->h_space_seq, 1);

@@ -29,7 +29,8 @@
 struct kvp_check_report {
 	unsigned violations;
 	unsigned notes;
-	unsigned by_inv[KVP_CHECK_MAX_INV]; /* violations per invariant number */
+	/* violations per invariant number */
+	unsigned by_inv[KVP_CHECK_MAX_INV];
 	bool agent_up;
 	uint64_t entries_ready, entries_dram, entries_ssd, entries_deleted;
 	uint64_t entries_pending;
@@ -39,7 +40,8 @@ struct kvp_check_report {
 
 /* One pass.  Prints violations (and notes) to out unless out is NULL.
  * Returns the number of violations. */
-unsigned kvp_check_seg(const struct kvp_seg *s, FILE *out, struct kvp_check_report *r);
+unsigned kvp_check_seg(const struct kvp_seg *s, FILE *out,
+		       struct kvp_check_report *r);
 
 /* Re-run until clean or wait_ms passed; the last pass prints to out.
  * Returns the violations of the last pass. */

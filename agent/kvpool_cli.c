@@ -37,13 +37,13 @@ kvp_rate(uint64_t now, uint64_t before, double secs)
 
 /* One frame of kvpool top: rates over the last interval, occupancy now. */
 static void
-kvp_top_frame(const struct kvp_metrics *m, const struct kvp_metrics *p, double secs,
-	      bool tty)
+kvp_top_frame(const struct kvp_metrics *m, const struct kvp_metrics *p,
+	      double secs, bool tty)
 {
 	const uint64_t *c = m->ctr, *pc = p->ctr, *a = m->actr, *pa = p->actr;
 	uint64_t gets = c[KVP_CTR_GET] - pc[KVP_CTR_GET];
-	uint64_t hits = c[KVP_CTR_GET_HIT] + c[KVP_CTR_RESOLVE_OK] - pc[KVP_CTR_GET_HIT] -
-			pc[KVP_CTR_RESOLVE_OK];
+	uint64_t hits = c[KVP_CTR_GET_HIT] + c[KVP_CTR_RESOLVE_OK] -
+			pc[KVP_CTR_GET_HIT] - pc[KVP_CTR_RESOLVE_OK];
 	uint64_t dh = c[KVP_CTR_GET_HIT] - pc[KVP_CTR_GET_HIT];
 	time_t t = time(NULL);
 	struct tm tm;
@@ -57,18 +57,27 @@ kvp_top_frame(const struct kvp_metrics *m, const struct kvp_metrics *p, double s
 	       kvp_metrics_pool_tty(m, pool, sizeof(pool)), when,
 	       m->agent_alive ? "up" : "DOWN", secs);
 	printf("ops/s     put %10.0f  get %10.0f  exists %10.0f  delete %8.0f\n",
-	       kvp_rate(c[KVP_CTR_PUT], pc[KVP_CTR_PUT], secs), kvp_rate(gets, 0, secs),
+	       kvp_rate(c[KVP_CTR_PUT], pc[KVP_CTR_PUT], secs),
+	       kvp_rate(gets, 0, secs),
 	       kvp_rate(c[KVP_CTR_EXISTS], pc[KVP_CTR_EXISTS], secs),
 	       kvp_rate(c[KVP_CTR_DELETE], pc[KVP_CTR_DELETE], secs));
 	printf("MB/s      put %10.1f  get %10.1f  ssd read %8.1f  ssd write %6.1f\n",
-	       kvp_rate(c[KVP_CTR_PUT_BYTES], pc[KVP_CTR_PUT_BYTES], secs) / 1e6,
+	       kvp_rate(c[KVP_CTR_PUT_BYTES], pc[KVP_CTR_PUT_BYTES], secs) /
+		       1e6,
 	       kvp_rate(c[KVP_CTR_GET_BYTES] + c[KVP_CTR_GET_SSD_BYTES],
-			pc[KVP_CTR_GET_BYTES] + pc[KVP_CTR_GET_SSD_BYTES], secs) / 1e6,
-	       kvp_rate(a[KVP_ACTR_SSD_READ_BYTES], pa[KVP_ACTR_SSD_READ_BYTES], secs) / 1e6,
-	       kvp_rate(a[KVP_ACTR_SSD_WRITE_BYTES], pa[KVP_ACTR_SSD_WRITE_BYTES], secs) / 1e6);
+			pc[KVP_CTR_GET_BYTES] + pc[KVP_CTR_GET_SSD_BYTES],
+			secs) /
+		       1e6,
+	       kvp_rate(a[KVP_ACTR_SSD_READ_BYTES], pa[KVP_ACTR_SSD_READ_BYTES],
+			secs) /
+		       1e6,
+	       kvp_rate(a[KVP_ACTR_SSD_WRITE_BYTES],
+			pa[KVP_ACTR_SSD_WRITE_BYTES], secs) /
+		       1e6);
 	if (gets)
 		printf("hit ratio %5.1f%%  (DRAM %5.1f%%, SSD %5.1f%%)\n",
-		       100.0 * (double)hits / (double)gets, 100.0 * (double)dh / (double)gets,
+		       100.0 * (double)hits / (double)gets,
+		       100.0 * (double)dh / (double)gets,
 		       100.0 * (double)(hits - dh) / (double)gets);
 	else
 		printf("hit ratio     -   (no gets)\n");
@@ -79,20 +88,28 @@ kvp_top_frame(const struct kvp_metrics *m, const struct kvp_metrics *p, double s
 			pa[KVP_ACTR_EVICT] + pa[KVP_ACTR_EVICT_SSD], secs),
 	       kvp_rate(a[KVP_ACTR_BUSY_REJECT] + c[KVP_CTR_PUT_BUSY],
 			pa[KVP_ACTR_BUSY_REJECT] + pc[KVP_CTR_PUT_BUSY], secs),
-	       kvp_rate(a[KVP_ACTR_REAP_CLIENTS], pa[KVP_ACTR_REAP_CLIENTS], secs));
+	       kvp_rate(a[KVP_ACTR_REAP_CLIENTS], pa[KVP_ACTR_REAP_CLIENTS],
+			secs));
 	printf("DRAM      %6.1f%% of %.0f MiB, %llu entries\n",
-	       m->dram_total ? 100.0 * (double)m->dram_used / (double)m->dram_total : 0.0,
-	       (double)m->dram_total / 1048576.0, (unsigned long long)m->entries[KVP_MTIER_DRAM]);
+	       m->dram_total ?
+		       100.0 * (double)m->dram_used / (double)m->dram_total :
+		       0.0,
+	       (double)m->dram_total / 1048576.0,
+	       (unsigned long long)m->entries[KVP_MTIER_DRAM]);
 	if (m->ssd_enabled)
 		printf("SSD       %6.1f%% of %.0f MiB, %llu entries; staging %llu/%llu pages "
 		       "(peak %llu)\n",
-		       m->ssd_total ? 100.0 * (double)m->ssd_used / (double)m->ssd_total : 0.0,
+		       m->ssd_total ? 100.0 * (double)m->ssd_used /
+					      (double)m->ssd_total :
+				      0.0,
 		       (double)m->ssd_total / 1048576.0,
 		       (unsigned long long)m->entries[KVP_MTIER_SSD],
-		       (unsigned long long)m->staging_in_use, (unsigned long long)m->staging_total,
+		       (unsigned long long)m->staging_in_use,
+		       (unsigned long long)m->staging_total,
 		       (unsigned long long)m->staging_peak);
 	printf("clients   %llu alive, %llu dead; %llu holds, %llu leases\n\n",
-	       (unsigned long long)m->clients_live, (unsigned long long)m->clients_dead,
+	       (unsigned long long)m->clients_live,
+	       (unsigned long long)m->clients_dead,
 	       (unsigned long long)m->holds, (unsigned long long)m->leases);
 	fflush(stdout);
 }
@@ -131,8 +148,10 @@ kvp_cmd_top(const struct kvp_seg *s, const char *pool, int argc, char **argv)
 	kvp_metrics_collect(s, pool, prev);
 	t_prev = kvp_now_ns(CLOCK_MONOTONIC);
 	for (k = 0; count < 0 || k < count; k++) {
-		struct timespec ts = { (time_t)interval,
-				       (long)((interval - (double)(time_t)interval) * 1e9) };
+		struct timespec ts = {
+			(time_t)interval,
+			(long)((interval - (double)(time_t)interval) * 1e9)
+		};
 		struct kvp_metrics *tmp;
 		uint64_t now;
 
@@ -238,9 +257,15 @@ main(int argc, char **argv)
 
 	while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'p': pool = optarg; break;
-		case 'n': ns = optarg; break;
-		default: kvp_cli_usage(); return opt == 'h' ? 0 : 2;
+		case 'p':
+			pool = optarg;
+			break;
+		case 'n':
+			ns = optarg;
+			break;
+		default:
+			kvp_cli_usage();
+			return opt == 'h' ? 0 : 2;
 		}
 	}
 	if (optind >= argc) {
@@ -253,7 +278,8 @@ main(int argc, char **argv)
 
 		for (k = 0; k < KVP_CP__N; k++)
 			printf("%2u %-20s %-6s %s\n", k, kvp_crash_name(k),
-			       kvp_crash_is_agent(k) ? "agent" : "client", kvp_crash_what(k));
+			       kvp_crash_is_agent(k) ? "agent" : "client",
+			       kvp_crash_what(k));
 		return 0;
 	}
 	if (!strcmp(cmd, "check")) {
@@ -278,7 +304,8 @@ main(int argc, char **argv)
 		kvp__seg_unmap(&s);
 		return r.violations ? 1 : 0;
 	}
-	if (!strcmp(cmd, "stat") || !strcmp(cmd, "clients") || !strcmp(cmd, "top")) {
+	if (!strcmp(cmd, "stat") || !strcmp(cmd, "clients") ||
+	    !strcmp(cmd, "top")) {
 		struct kvp_seg s;
 		char msg[512];
 
@@ -287,13 +314,15 @@ main(int argc, char **argv)
 			fprintf(stderr, "kvpool: %s\n", msg);
 			return 1;
 		}
-		if (!strcmp(cmd, "stat") && (optind == argc ||
-					     (optind + 1 == argc && !strcmp(argv[optind], "--json"))))
+		if (!strcmp(cmd, "stat") &&
+		    (optind == argc ||
+		     (optind + 1 == argc && !strcmp(argv[optind], "--json"))))
 			rc = kvp_cmd_stat(&s, pool, optind < argc);
 		else if (!strcmp(cmd, "clients") && optind == argc)
 			kvp_metrics_clients(&s, stdout);
 		else if (!strcmp(cmd, "top"))
-			rc = kvp_cmd_top(&s, pool, argc - optind, argv + optind);
+			rc = kvp_cmd_top(&s, pool, argc - optind,
+					 argv + optind);
 		else
 			rc = -EINVAL, kvp_cli_usage();
 		kvp__seg_unmap(&s);
@@ -301,7 +330,8 @@ main(int argc, char **argv)
 	}
 	rc = kvp_open(pool, ns, &c);
 	if (rc) {
-		fprintf(stderr, "kvpool: cannot open pool '%s': %s\n", pool, kvp_strerror(rc));
+		fprintf(stderr, "kvpool: cannot open pool '%s': %s\n", pool,
+			kvp_strerror(rc));
 		return 1;
 	}
 	if (!strcmp(cmd, "put") && argc - optind == 2) {
@@ -312,26 +342,38 @@ main(int argc, char **argv)
 
 		said = true;
 		if (!f) {
-			fprintf(stderr, "kvpool: cannot open %s: %s; nothing stored\n", in,
-				strerror(errno));
+			fprintf(stderr,
+				"kvpool: cannot open %s: %s; nothing stored\n",
+				in, strerror(errno));
 			rc = -EIO;
-		} else if ((rc = kvp_read_all(f, c->seg.g.g_max_value, &buf, &len))) {
-			/* all or nothing: a part of the input is never stored */
+		} else if ((rc = kvp_read_all(f, c->seg.g.g_max_value, &buf,
+					      &len))) {
+			/* all or nothing: a part of the input is never
+			 * stored */
 			if (rc == -E2BIG)
-				fprintf(stderr, "kvpool: %s is larger than the pool's --max-value "
-					"(%llu bytes); nothing stored\n", in,
-					(unsigned long long)c->seg.g.g_max_value);
+				fprintf(stderr,
+					"kvpool: %s is larger than the pool's --max-value "
+					"(%llu bytes); nothing stored\n",
+					in,
+					(unsigned long long)
+						c->seg.g.g_max_value);
 			else
-				fprintf(stderr, "kvpool: reading %s failed part way (%s); nothing "
-					"stored\n", !strcmp(in, "-") ? "stdin" : in, strerror(-rc));
+				fprintf(stderr,
+					"kvpool: reading %s failed part way (%s); nothing "
+					"stored\n",
+					!strcmp(in, "-") ? "stdin" : in,
+					strerror(-rc));
 			rc = rc == -E2BIG ? -E2BIG : -EIO;
 		} else if (len == 0) {
-			fprintf(stderr, "kvpool: %s is empty (zero-length values are refused); "
-				"nothing stored\n", !strcmp(in, "-") ? "stdin" : in);
+			fprintf(stderr,
+				"kvpool: %s is empty (zero-length values are refused); "
+				"nothing stored\n",
+				!strcmp(in, "-") ? "stdin" : in);
 			rc = -EINVAL;
 		} else {
 			said = false;
-			rc = kvp_put(c, argv[optind], (uint32_t)strlen(argv[optind]), buf, len);
+			rc = kvp_put(c, argv[optind],
+				     (uint32_t)strlen(argv[optind]), buf, len);
 		}
 		if (f && f != stdin)
 			fclose(f);
@@ -339,13 +381,18 @@ main(int argc, char **argv)
 	} else if (!strcmp(cmd, "get") && argc - optind == 2) {
 		uint64_t cap = c->seg.g.g_max_value;
 		unsigned char *buf = malloc(cap);
-		ssize_t n = buf ? kvp_get(c, argv[optind], (uint32_t)strlen(argv[optind]),
-					  buf, cap) : -ENOMEM;
+		ssize_t n = buf ? kvp_get(c, argv[optind],
+					  (uint32_t)strlen(argv[optind]), buf,
+					  cap) :
+				  -ENOMEM;
 		if (n >= 0) {
-			FILE *f = strcmp(argv[optind + 1], "-") ? fopen(argv[optind + 1], "wb")
-								: stdout;
-			/* a write error may show only at the flush or the close */
-			if (!f || fwrite(buf, 1, (size_t)n, f) != (size_t)n || fflush(f))
+			FILE *f = strcmp(argv[optind + 1], "-") ?
+					  fopen(argv[optind + 1], "wb") :
+					  stdout;
+			/* a write error may show only at the flush or the
+			 * close */
+			if (!f || fwrite(buf, 1, (size_t)n, f) != (size_t)n ||
+			    fflush(f))
 				n = -EIO;
 			if (f && f != stdout && fclose(f))
 				n = -EIO;
@@ -356,13 +403,15 @@ main(int argc, char **argv)
 		int k, all = 1;
 
 		for (k = optind; k < argc; k++) {
-			int e = kvp_exists(c, argv[k], (uint32_t)strlen(argv[k]));
+			int e = kvp_exists(c, argv[k],
+					   (uint32_t)strlen(argv[k]));
 			printf("%s %d\n", argv[k], e > 0);
 			all &= e > 0;
 		}
 		rc = all ? 0 : -ENOENT;
 	} else if (!strcmp(cmd, "del") && argc - optind == 1) {
-		rc = kvp_delete(c, argv[optind], (uint32_t)strlen(argv[optind]));
+		rc = kvp_delete(c, argv[optind],
+				(uint32_t)strlen(argv[optind]));
 	} else {
 		kvp_close(c);
 		kvp_cli_usage();

@@ -91,12 +91,15 @@ kvp_log_check(int fd, const char *path)
 		return -1;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		fprintf(stderr, "kvpoold: log %s is not a regular file: refused (use "
-			"--foreground to log to stderr)\n", path);
+		fprintf(stderr,
+			"kvpoold: log %s is not a regular file: refused (use "
+			"--foreground to log to stderr)\n",
+			path);
 		return -1;
 	}
 	if (st.st_uid != geteuid()) {
-		fprintf(stderr, "kvpoold: log %s is owned by uid %u, not by this agent's "
+		fprintf(stderr,
+			"kvpoold: log %s is owned by uid %u, not by this agent's "
 			"uid %u: refused; remove it, or give --log a file of your own\n",
 			path, (unsigned)st.st_uid, (unsigned)geteuid());
 		return -1;
@@ -120,7 +123,8 @@ kvp_log_check(int fd, const char *path)
 static int
 kvp_log_open(const char *pool, const char *given, char *path, size_t cap)
 {
-	const int flags = O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+	const int flags = O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW |
+			  O_NONBLOCK | O_CLOEXEC;
 	const char *run = geteuid() == 0 ? "/run" : getenv("XDG_RUNTIME_DIR");
 	char dir[512], file[KVP_POOL_NAME_MAX + 16];
 	struct stat st;
@@ -137,21 +141,25 @@ kvp_log_open(const char *pool, const char *given, char *path, size_t cap)
 			/* say why (a kernel may answer EACCES, not ELOOP, for
 			 * a symlink in a sticky directory) */
 			if (seen && S_ISLNK(lst.st_mode)) {
-				fprintf(stderr, "kvpoold: log %s is a symlink: refused (never "
-					"followed); give --log the file itself\n", given);
+				fprintf(stderr,
+					"kvpoold: log %s is a symlink: refused (never "
+					"followed); give --log the file itself\n",
+					given);
 				return -1;
 			}
 			/* protected_regular refuses another user's file in a
 			 * sticky directory: say whose it is */
 			if (err == EACCES && seen && lst.st_uid != geteuid()) {
-				fprintf(stderr, "kvpoold: log %s is owned by uid %u, not by "
+				fprintf(stderr,
+					"kvpoold: log %s is owned by uid %u, not by "
 					"this agent's uid %u: refused; remove it, or give "
-					"--log a file of your own\n", given,
-					(unsigned)lst.st_uid, (unsigned)geteuid());
+					"--log a file of your own\n",
+					given, (unsigned)lst.st_uid,
+					(unsigned)geteuid());
 				return -1;
 			}
-			fprintf(stderr, "kvpoold: cannot open the log %s: %s\n", given,
-				strerror(err));
+			fprintf(stderr, "kvpoold: cannot open the log %s: %s\n",
+				given, strerror(err));
 			return -1;
 		}
 		if (kvp_log_check(fd, given)) {
@@ -161,7 +169,8 @@ kvp_log_open(const char *pool, const char *given, char *path, size_t cap)
 		return fd;
 	}
 	if (!run || run[0] != '/' || strlen(run) > sizeof(dir) - 16) {
-		fprintf(stderr, "kvpoold: no private directory for the log: XDG_RUNTIME_DIR "
+		fprintf(stderr,
+			"kvpoold: no private directory for the log: XDG_RUNTIME_DIR "
 			"is not set (a login session sets it); give --log FILE, or "
 			"--foreground to log to stderr\n");
 		return -1;
@@ -170,31 +179,39 @@ kvp_log_open(const char *pool, const char *given, char *path, size_t cap)
 	snprintf(file, sizeof(file), "kvpoold.%s.log", pool);
 	snprintf(path, cap, "%s/%s", dir, file);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-		fprintf(stderr, "kvpoold: cannot create %s for the log: %s; give --log FILE, "
-			"or --foreground to log to stderr\n", dir, strerror(errno));
+		fprintf(stderr,
+			"kvpoold: cannot create %s for the log: %s; give --log FILE, "
+			"or --foreground to log to stderr\n",
+			dir, strerror(errno));
 		return -1;
 	}
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0 || fstat(dfd, &st) < 0) {
 		fprintf(stderr, "kvpoold: %s: %s%s\n", dir, strerror(errno),
-			errno == ELOOP || errno == ENOTDIR ? " (must be a directory, not a "
-			"symlink: remove it)" : "");
+			errno == ELOOP || errno == ENOTDIR ?
+				" (must be a directory, not a "
+				"symlink: remove it)" :
+				"");
 		if (dfd >= 0)
 			close(dfd);
 		return -1;
 	}
 	if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-		fprintf(stderr, "kvpoold: %s (uid %u, mode %04o) must be owned by this "
+		fprintf(stderr,
+			"kvpoold: %s (uid %u, mode %04o) must be owned by this "
 			"agent's uid %u and writable by no one else: refused for the log; "
-			"remove it (rm -r %s) or chmod go-w %s\n", dir, (unsigned)st.st_uid,
-			(unsigned)(st.st_mode & 07777), (unsigned)geteuid(), dir, dir);
+			"remove it (rm -r %s) or chmod go-w %s\n",
+			dir, (unsigned)st.st_uid,
+			(unsigned)(st.st_mode & 07777), (unsigned)geteuid(),
+			dir, dir);
 		close(dfd);
 		return -1;
 	}
 	fd = openat(dfd, file, flags, 0600);
 	close(dfd);
 	if (fd < 0) {
-		fprintf(stderr, "kvpoold: cannot open the log %s: %s\n", path, strerror(errno));
+		fprintf(stderr, "kvpoold: cannot open the log %s: %s\n", path,
+			strerror(errno));
 		return -1;
 	}
 	if (kvp_log_check(fd, path)) {
@@ -220,7 +237,8 @@ kvp_any_client_alive(struct kvp_seg *s)
 	for (i = 0; i < s->g.g_max_clients; i++) {
 		/* acquire: pairs with the claim CAS */
 		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
-		if (KVP_CS_STATE(w) != KVP_CS_FREE && kvp_shm_client_alive(s, i))
+		if (KVP_CS_STATE(w) != KVP_CS_FREE &&
+		    kvp_shm_client_alive(s, i))
 			return true;
 	}
 	return false;
@@ -238,11 +256,15 @@ kvp_start_failed(struct kvp_agent *a)
 {
 	if (a->seg_created && !kvp_any_client_alive(&a->seg)) {
 		kvp_shm_remove_agent(a);
-		kvp_log(KVP_LOG_INFO, "agent", "start failed: the segment it created, "
-			"/dev/shm/kvpool.%s, removed", a->cfg.pool);
+		kvp_log(KVP_LOG_INFO, "agent",
+			"start failed: the segment it created, "
+			"/dev/shm/kvpool.%s, removed",
+			a->cfg.pool);
 	} else {
-		kvp_log(KVP_LOG_INFO, "agent", "start failed: /dev/shm/kvpool.%s kept (%s)",
-			a->cfg.pool, a->seg_created ? "a client maps it" : "re-attached to");
+		kvp_log(KVP_LOG_INFO, "agent",
+			"start failed: /dev/shm/kvpool.%s kept (%s)",
+			a->cfg.pool,
+			a->seg_created ? "a client maps it" : "re-attached to");
 	}
 	kvp__seg_unmap(&a->seg);
 }
@@ -299,7 +321,8 @@ main(int argc, char **argv)
 	cfg->dram_low_pct = 80;
 	cfg->reap_ms = 100;
 	cfg->stop_flush_ms = 600 * 1000;
-	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "127.0.0.1:9464");
+	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr),
+		 "127.0.0.1:9464");
 	while ((opt = getopt_long(argc, argv, "h", opts, &optidx)) != -1) {
 		bool bad = false;
 
@@ -307,15 +330,23 @@ main(int argc, char **argv)
 		case 'p':
 			/* validated before any path is built from it (the
 			 * segment's, the log's) */
-			bad = kvp_shm_name(optarg, shmname, sizeof(shmname)) != 0;
+			bad = kvp_shm_name(optarg, shmname, sizeof(shmname)) !=
+			      0;
 			snprintf(cfg->pool, sizeof(cfg->pool), "%s", optarg);
 			break;
-		case 'd': bad = kvp_parse_size(optarg, &cfg->dram_bytes) != 0; break;
-		case 'i': bad = kvp_parse_size(optarg, &cfg->index_entries) != 0; break;
-		case 'm': bad = kvp_parse_size(optarg, &cfg->max_value) != 0; break;
+		case 'd':
+			bad = kvp_parse_size(optarg, &cfg->dram_bytes) != 0;
+			break;
+		case 'i':
+			bad = kvp_parse_size(optarg, &cfg->index_entries) != 0;
+			break;
+		case 'm':
+			bad = kvp_parse_size(optarg, &cfg->max_value) != 0;
+			break;
 		case 'u':
 			bad = kvp_parse_size(optarg, &cfg->dram_unit) != 0 ||
-			      cfg->dram_unit < 4096 || cfg->dram_unit > (4u << 20) ||
+			      cfg->dram_unit < 4096 ||
+			      cfg->dram_unit > (4u << 20) ||
 			      (cfg->dram_unit & (cfg->dram_unit - 1));
 			break;
 		case 'H':
@@ -331,50 +362,81 @@ main(int argc, char **argv)
 			cfg->max_clients = (uint32_t)v;
 			break;
 		case 'o':
-			bad = kvp_parse_size(optarg, &v) || v < 16 || v > (1u << 20);
+			bad = kvp_parse_size(optarg, &v) || v < 16 ||
+			      v > (1u << 20);
 			cfg->holds_per_client = (uint32_t)v;
 			break;
-		case 'g': snprintf(cfg->group, sizeof(cfg->group), "%s", optarg); break;
+		case 'g':
+			snprintf(cfg->group, sizeof(cfg->group), "%s", optarg);
+			break;
 		case 'r':
 			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 1000;
 			cfg->reap_ms = (uint32_t)v;
 			break;
 		case 'S':
-			bad = strlen(optarg) >= sizeof(cfg->ssd_dir) || !*optarg;
-			snprintf(cfg->ssd_dir, sizeof(cfg->ssd_dir), "%s", optarg);
+			bad = strlen(optarg) >= sizeof(cfg->ssd_dir) ||
+			      !*optarg;
+			snprintf(cfg->ssd_dir, sizeof(cfg->ssd_dir), "%s",
+				 optarg);
 			break;
-		case 'Z': bad = kvp_parse_size(optarg, &cfg->ssd_size) != 0; break;
-		case 'G': bad = kvp_parse_size(optarg, &cfg->ssd_segment) != 0; break;
-		case 'T': bad = kvp_parse_size(optarg, &cfg->staging_bytes) != 0; break;
+		case 'Z':
+			bad = kvp_parse_size(optarg, &cfg->ssd_size) != 0;
+			break;
+		case 'G':
+			bad = kvp_parse_size(optarg, &cfg->ssd_segment) != 0;
+			break;
+		case 'T':
+			bad = kvp_parse_size(optarg, &cfg->staging_bytes) != 0;
+			break;
 		case 'U':
 			bad = kvp_parse_size(optarg, &cfg->staging_slot) != 0 ||
-			      cfg->staging_slot < 4096 || cfg->staging_slot % 4096;
+			      cfg->staging_slot < 4096 ||
+			      cfg->staging_slot % 4096;
 			break;
 		case 'D':
-			bad = strcmp(optarg, "relaxed") && strcmp(optarg, "strict");
+			bad = strcmp(optarg, "relaxed") &&
+			      strcmp(optarg, "strict");
 			cfg->durability_strict = !strcmp(optarg, "strict");
 			break;
-		case 'P': cfg->no_promote = true; break;
-		case 'X': bad = kvp_parse_size(optarg, &cfg->max_pinned) != 0; break;
+		case 'P':
+			cfg->no_promote = true;
+			break;
+		case 'X':
+			bad = kvp_parse_size(optarg, &cfg->max_pinned) != 0;
+			break;
 		case 'A':
-			bad = strlen(optarg) >= sizeof(cfg->metrics_addr) || !*optarg;
-			snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "%s", optarg);
+			bad = strlen(optarg) >= sizeof(cfg->metrics_addr) ||
+			      !*optarg;
+			snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr),
+				 "%s", optarg);
 			cfg->metrics_addr_given = true;
 			break;
 		case 'F':
 			bad = kvp_parse_size(optarg, &v) || v > 86400;
 			cfg->stop_flush_ms = v * 1000;
 			break;
-		case 'k': cfg->keep_on_exit = true; break;
-		case 'f': cfg->foreground = true; break;
-		case 'l': logfile = optarg; break;
-		case 'v': kvp_log_set_level(KVP_LOG_DEBUG); break;
-		case 'h': kvp_usage(stdout); return 0;
-		default: kvp_usage(stderr); return 2;
+		case 'k':
+			cfg->keep_on_exit = true;
+			break;
+		case 'f':
+			cfg->foreground = true;
+			break;
+		case 'l':
+			logfile = optarg;
+			break;
+		case 'v':
+			kvp_log_set_level(KVP_LOG_DEBUG);
+			break;
+		case 'h':
+			kvp_usage(stdout);
+			return 0;
+		default:
+			kvp_usage(stderr);
+			return 2;
 		}
 		if (bad) {
-			fprintf(stderr, "kvpoold: bad value '%s' for --%s\n", optarg,
-				opts[optidx].name);
+			fprintf(stderr, "kvpoold: bad value '%s' for --%s\n",
+				optarg, opts[optidx].name);
 			return 2;
 		}
 	}
@@ -386,7 +448,8 @@ main(int argc, char **argv)
 		cfg->dram_bytes = kvp_default_dram();
 	cfg->dram_bytes -= cfg->dram_bytes % cfg->dram_unit;
 	if (cfg->dram_bytes < cfg->dram_unit) {
-		fprintf(stderr, "kvpoold: --dram must hold at least one --dram-unit\n");
+		fprintf(stderr,
+			"kvpoold: --dram must hold at least one --dram-unit\n");
 		return 2;
 	}
 	if (!cfg->index_entries) {
@@ -400,23 +463,28 @@ main(int argc, char **argv)
 		if (!cfg->staging_bytes)
 			cfg->staging_bytes = 64ull << 20;
 		if (!cfg->staging_slot)
-			cfg->staging_slot = cfg->staging_bytes / 8 < (1u << 20)
-						    ? (cfg->staging_bytes / 8) & ~4095ull
-						    : 1u << 20;
-		if (cfg->staging_slot < 4096 || cfg->staging_bytes / cfg->staging_slot < 1 ||
+			cfg->staging_slot =
+				cfg->staging_bytes / 8 < (1u << 20) ?
+					(cfg->staging_bytes / 8) & ~4095ull :
+					1u << 20;
+		if (cfg->staging_slot < 4096 ||
+		    cfg->staging_bytes / cfg->staging_slot < 1 ||
 		    cfg->staging_bytes / cfg->staging_slot > 65535) {
-			fprintf(stderr, "kvpoold: --staging must hold 1..65535 slots of "
+			fprintf(stderr,
+				"kvpoold: --staging must hold 1..65535 slots of "
 				"--staging-slot (>= 4K)\n");
 			return 2;
 		}
 		if (cfg->max_clients > KVP_MAX_CLIENTS_STAGING) {
-			fprintf(stderr, "kvpoold: with an SSD tier, at most %u clients\n",
+			fprintf(stderr,
+				"kvpoold: with an SSD tier, at most %u clients\n",
 				KVP_MAX_CLIENTS_STAGING);
 			return 2;
 		}
 	}
 	if (cfg->dram_low_pct >= cfg->dram_high_pct && cfg->dram_high_pct) {
-		fprintf(stderr, "kvpoold: --dram-low must be below --dram-high\n");
+		fprintf(stderr,
+			"kvpoold: --dram-low must be below --dram-high\n");
 		return 2;
 	}
 
@@ -424,7 +492,8 @@ main(int argc, char **argv)
 		pid_t pid;
 		char byte;
 
-		logfd = kvp_log_open(cfg->pool, logfile, logpath, sizeof(logpath));
+		logfd = kvp_log_open(cfg->pool, logfile, logpath,
+				     sizeof(logpath));
 		if (logfd < 0)
 			return 1;
 		if (pipe(ready) < 0)
@@ -436,11 +505,13 @@ main(int argc, char **argv)
 			/* wait for the child to have its segment ready */
 			close(ready[1]);
 			if (read(ready[0], &byte, 1) != 1) {
-				fprintf(stderr, "kvpoold: failed to start; see %s\n", logpath);
+				fprintf(stderr,
+					"kvpoold: failed to start; see %s\n",
+					logpath);
 				return 1;
 			}
-			printf("kvpoold: pool '%s' ready (pid %d), log %s\n", cfg->pool,
-			       (int)pid, logpath);
+			printf("kvpoold: pool '%s' ready (pid %d), log %s\n",
+			       cfg->pool, (int)pid, logpath);
 			return 0;
 		}
 		close(ready[0]);
@@ -449,7 +520,8 @@ main(int argc, char **argv)
 			return 1;
 		close(logfd);
 		setvbuf(stderr, NULL, _IOLBF, 0);
-		if (!freopen("/dev/null", "r", stdin) || !freopen("/dev/null", "w", stdout))
+		if (!freopen("/dev/null", "r", stdin) ||
+		    !freopen("/dev/null", "w", stdout))
 			return 1;
 	}
 
@@ -472,7 +544,9 @@ main(int argc, char **argv)
 	rc = kvp_shm_create_or_attach_agent(a);
 	if (rc) {
 		kvp_log(KVP_LOG_ERROR, "agent", "cannot start on pool '%s': %s",
-			cfg->pool, rc == -EADDRINUSE ? "another agent is running" : strerror(-rc));
+			cfg->pool,
+			rc == -EADDRINUSE ? "another agent is running" :
+					    strerror(-rc));
 		return 1;
 	}
 	rc = kvp_tier_open_agent(a);
@@ -487,19 +561,27 @@ main(int argc, char **argv)
 		uint64_t orphans;
 
 		reaped = kvp_reaper_round_agent(a);
-		kvp_store_relaxed(&a->gc_request, 0); /* relaxed: no threads yet */
+		/* relaxed: no threads yet */
+		kvp_store_relaxed(&a->gc_request, 0);
 		orphans = kvp_dram_gc_agent(a);
-		if (orphans == UINT64_MAX) { /* lock held: the tier thread sweeps */
-			kvp_store_relaxed(&a->gc_request, 1); /* relaxed: no threads yet */
+		/* lock held: the tier thread sweeps */
+		if (orphans == UINT64_MAX) {
+			/* relaxed: no threads yet */
+			kvp_store_relaxed(&a->gc_request, 1);
 			orphans = 0;
 		}
-		kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_ORPHAN_PAGES], orphans); /* stat */
+		/* stat */
+		kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_ORPHAN_PAGES],
+			      orphans);
 		if (reaped || orphans)
-			kvp_log(KVP_LOG_INFO, "agent", "recovery: %u dead clients reaped, "
-				"%llu orphan units freed", reaped, (unsigned long long)orphans);
+			kvp_log(KVP_LOG_INFO, "agent",
+				"recovery: %u dead clients reaped, "
+				"%llu orphan units freed",
+				reaped, (unsigned long long)orphans);
 	}
 	/* policy the clients read as hints: the agent itself uses cfg */
-	a->seg.hdr->h_max_pinned = cfg->max_pinned; /* read by clients as they pin */
+	/* read by clients as they pin */
+	a->seg.hdr->h_max_pinned = cfg->max_pinned;
 	a->seg.hdr->h_dram_high_pct = cfg->dram_high_pct;
 	a->seg.hdr->h_dram_low_pct = cfg->dram_low_pct;
 	a->seg.hdr->h_durability = cfg->ssd_dir[0] && cfg->durability_strict;
@@ -511,16 +593,21 @@ main(int argc, char **argv)
 		return 1;
 	}
 	/* for humans and tools: the agent is serving (recovery is done) */
-	kvp_store_relaxed(&a->seg.hdr->h_agent_start_ns, kvp_now_ns(CLOCK_REALTIME));
-	kvp_store_release(&a->seg.hdr->h_agent_pid, (uint64_t)getpid()); /* release */
+	kvp_store_relaxed(&a->seg.hdr->h_agent_start_ns,
+			  kvp_now_ns(CLOCK_REALTIME));
+	/* release */
+	kvp_store_release(&a->seg.hdr->h_agent_pid, (uint64_t)getpid());
 	if (pthread_create(&evictor, NULL, kvp_tier_main_agent, a) ||
 	    pthread_create(&reaper, NULL, kvp_reaper_main_agent, a)) {
 		kvp_log(KVP_LOG_ERROR, "agent", "cannot start threads");
 		return 1;
 	}
-	kvp_log(KVP_LOG_INFO, "agent", "kvpoold %d.%d serving pool '%s' (pid %d, "
-		"incarnation %llu)", KVP_ABI_MAJOR, KVP_ABI_MINOR, cfg->pool, (int)getpid(),
-		(unsigned long long)kvp_load_relaxed(&a->seg.hdr->h_incarnation));
+	kvp_log(KVP_LOG_INFO, "agent",
+		"kvpoold %d.%d serving pool '%s' (pid %d, "
+		"incarnation %llu)",
+		KVP_ABI_MAJOR, KVP_ABI_MINOR, cfg->pool, (int)getpid(),
+		(unsigned long long)kvp_load_relaxed(
+			&a->seg.hdr->h_incarnation));
 	if (ready[1] >= 0) {
 		if (write(ready[1], "r", 1) != 1)
 			kvp_log(KVP_LOG_WARN, "agent", "parent went away");
@@ -528,19 +615,23 @@ main(int argc, char **argv)
 	}
 	while (!kvp_got_signal)
 		sigsuspend(&waitset);
-	kvp_log(KVP_LOG_INFO, "agent", "signal %d: stopping", (int)kvp_got_signal);
+	kvp_log(KVP_LOG_INFO, "agent", "signal %d: stopping",
+		(int)kvp_got_signal);
 	kvp_metrics_http_stop_agent(a);
 	kvp_store_release(&a->stop, 1); /* release: threads acquire it */
-	kvp_ifetch_add(&a->seg.hdr->h_evict_wake, 1); /* full: wake the evictor */
+	/* full: wake the evictor */
+	kvp_ifetch_add(&a->seg.hdr->h_evict_wake, 1);
 	kvp_futex_wake(&a->seg.hdr->h_evict_wake);
 	pthread_join(evictor, NULL);
 	pthread_join(reaper, NULL);
 	kvp_tier_close_agent(a);
 	if (!cfg->keep_on_exit && !kvp_any_client_alive(&a->seg)) {
 		kvp_shm_remove_agent(a);
-		kvp_log(KVP_LOG_INFO, "agent", "no live clients: segment removed");
+		kvp_log(KVP_LOG_INFO, "agent",
+			"no live clients: segment removed");
 	} else {
-		kvp_log(KVP_LOG_INFO, "agent", "segment kept for its live clients; a "
+		kvp_log(KVP_LOG_INFO, "agent",
+			"segment kept for its live clients; a "
 			"restarted agent re-attaches to it");
 	}
 	kvp__seg_unmap(&a->seg);

@@ -62,12 +62,26 @@ kvp_parse_size(const char *s, uint64_t *out)
 	if (errno)
 		return -EINVAL;
 	switch (toupper((unsigned char)*end)) {
-	case '\0': break;
-	case 'K': mul = 1ull << 10; end++; break;
-	case 'M': mul = 1ull << 20; end++; break;
-	case 'G': mul = 1ull << 30; end++; break;
-	case 'T': mul = 1ull << 40; end++; break;
-	default: return -EINVAL;
+	case '\0':
+		break;
+	case 'K':
+		mul = 1ull << 10;
+		end++;
+		break;
+	case 'M':
+		mul = 1ull << 20;
+		end++;
+		break;
+	case 'G':
+		mul = 1ull << 30;
+		end++;
+		break;
+	case 'T':
+		mul = 1ull << 40;
+		end++;
+		break;
+	default:
+		return -EINVAL;
 	}
 	if (*end == 'i' || *end == 'B')
 		end++;

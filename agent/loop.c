@@ -27,7 +27,8 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 		while ((n = kvp_ssd_poll_agent(t->ssd, cq, 64, 0)) > 0)
 			for (k = 0; k < n; k++)
 				kvp_complete(a, &cq[k]);
-		kvp_tomb_retry_agent(a); /* tombstones the store could not take */
+		/* tombstones the store could not take */
+		kvp_tomb_retry_agent(a);
 		kvp_serve_rings(a);
 		kvp_tier_publish(a);
 	}
@@ -37,12 +38,16 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 
 		if (freed == UINT64_MAX) {
 			/* the allocator lock is held: next round */
-			kvp_store_release(&a->gc_request, 1); /* release: our own flag */
+			/* release: our own flag */
+			kvp_store_release(&a->gc_request, 1);
 		} else {
-			kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], freed); /* stat */
+			/* stat */
+			kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], freed);
 			if (freed)
-				kvp_log(KVP_LOG_INFO, "reaper", "%llu units of unfinished "
-					"puts freed", (unsigned long long)freed);
+				kvp_log(KVP_LOG_INFO, "reaper",
+					"%llu units of unfinished "
+					"puts freed",
+					(unsigned long long)freed);
 		}
 	}
 	/* frees that waited for the allocator lock, and a damaged map */
@@ -83,6 +88,7 @@ kvp_tier_main_agent(void *arg)
 	}
 	if (a->tier && a->cfg.stop_flush_ms)
 		kvp_tier_flush_agent(a, kvp_now_ns(CLOCK_MONOTONIC) +
-					       (uint64_t)a->cfg.stop_flush_ms * 1000000ull);
+						(uint64_t)a->cfg.stop_flush_ms *
+							1000000ull);
 	return NULL;
 }

@@ -24,21 +24,58 @@ const char *const kvp_tier_names[KVP_MTIERS] = { "DRAM", "SSD", "HBM" };
 
 /* JSON names of enum kvp_ctr and enum kvp_actr (kvpool stat --json). */
 const char *const kvp_ctr_names[KVP_CTR__N] = {
-	"put", "put_bytes", "put_exists", "put_busy", "put_nospc", "get", "get_hit",
-	"get_miss", "get_bytes", "exists", "exists_hit", "delete", "hold_retry",
-	"resolve_ok", "resolve_miss", "resolve_failed", "resolve_busy_parts",
-	"pins", "pins_capped", "pinned_bytes_dram", "pinned_bytes_ssd",
-	"get_ssd_bytes", "exists_hit_dram", "exists_hit_ssd",
+	"put",
+	"put_bytes",
+	"put_exists",
+	"put_busy",
+	"put_nospc",
+	"get",
+	"get_hit",
+	"get_miss",
+	"get_bytes",
+	"exists",
+	"exists_hit",
+	"delete",
+	"hold_retry",
+	"resolve_ok",
+	"resolve_miss",
+	"resolve_failed",
+	"resolve_busy_parts",
+	"pins",
+	"pins_capped",
+	"pinned_bytes_dram",
+	"pinned_bytes_ssd",
+	"get_ssd_bytes",
+	"exists_hit_dram",
+	"exists_hit_ssd",
 };
 
 const char *const kvp_actr_names[KVP_ACTR_RETIRED0] = {
-	"evictions", "evicted_bytes", "evict_backoff_held", "deletes_reclaimed",
-	"reaped_clients", "reaped_holds", "reaped_pending_puts", "reaped_units",
-	"orphan_units_freed", "allocator_recoveries", "evictions_index_full",
-	"demotions", "demoted_bytes", "promotions", "staged_reads", "busy_rejects",
-	"staging_expired_reclaim", "segment_reclaims", "ssd_read_bytes",
-	"ssd_write_bytes", "ssd_errors", "single_flight_merges", "leases_expired",
-	"pins_reaped", "evictions_ssd",
+	"evictions",
+	"evicted_bytes",
+	"evict_backoff_held",
+	"deletes_reclaimed",
+	"reaped_clients",
+	"reaped_holds",
+	"reaped_pending_puts",
+	"reaped_units",
+	"orphan_units_freed",
+	"allocator_recoveries",
+	"evictions_index_full",
+	"demotions",
+	"demoted_bytes",
+	"promotions",
+	"staged_reads",
+	"busy_rejects",
+	"staging_expired_reclaim",
+	"segment_reclaims",
+	"ssd_read_bytes",
+	"ssd_write_bytes",
+	"ssd_errors",
+	"single_flight_merges",
+	"leases_expired",
+	"pins_reaped",
+	"evictions_ssd",
 };
 
 /* enum kvp_hist: operation and tier of each histogram */
@@ -82,7 +119,8 @@ kvp_count_leases(const struct kvp_seg *s, uint32_t owner)
 		if (KVP_LS_STATE(w) != KVP_LS_LIVE)
 			continue;
 		/* relaxed: written before LIVE */
-		if (owner == UINT32_MAX || kvp_load_relaxed(&s->leases[k].ls_owner) == owner + 1ull)
+		if (owner == UINT32_MAX ||
+		    kvp_load_relaxed(&s->leases[k].ls_owner) == owner + 1ull)
 			n++;
 	}
 	return n;
@@ -92,9 +130,12 @@ static unsigned
 kvp_mtier_of_loc(uint64_t loc)
 {
 	switch (KVP_LOC_TIER(loc)) {
-	case KVP_TIER_SSD: return KVP_MTIER_SSD;
-	case KVP_TIER_HBM: return KVP_MTIER_HBM;
-	default: return KVP_MTIER_DRAM;
+	case KVP_TIER_SSD:
+		return KVP_MTIER_SSD;
+	case KVP_TIER_HBM:
+		return KVP_MTIER_HBM;
+	default:
+		return KVP_MTIER_DRAM;
 	}
 }
 
@@ -105,7 +146,8 @@ kvp_mtier_of_loc(uint64_t loc)
  * NULL), and every rendering below escapes what it prints anyway.
  */
 void
-kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metrics *m)
+kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
+		    struct kvp_metrics *m)
 {
 	const struct kvp_shm_header *h = s->hdr;
 	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), i;
@@ -115,7 +157,8 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metric
 	if (pool)
 		snprintf(m->pool, sizeof(m->pool), "%s", pool);
 	else
-		memcpy(m->pool, h->h_pool, sizeof(m->pool) - 1); /* NUL-terminated by memset */
+		/* NUL-terminated by memset */
+		memcpy(m->pool, h->h_pool, sizeof(m->pool) - 1);
 	m->abi_major = h->h_abi_major;
 	m->abi_minor = h->h_abi_minor;
 	/* relaxed: for humans; liveness is the OFD lock */
@@ -139,12 +182,20 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metric
 		if (KVP_IX_FLAGS(w))
 			m->ix_checking++;
 		switch (KVP_IX_STATE(w)) {
-		case KVP_IX_READY: break;
-		case KVP_IX_PENDING: m->ix_pending++; continue;
-		case KVP_IX_DELETED: m->ix_deleted++; continue;
+		case KVP_IX_READY:
+			break;
+		case KVP_IX_PENDING:
+			m->ix_pending++;
+			continue;
+		case KVP_IX_DELETED:
+			m->ix_deleted++;
+			continue;
 		case KVP_IX_RESERVED:
-		case KVP_IX_CLAIM: m->ix_claiming++; continue;
-		default: continue;
+		case KVP_IX_CLAIM:
+			m->ix_claiming++;
+			continue;
+		default:
+			continue;
 		}
 		m->ix_ready++;
 		e = &s->entries[i];
@@ -155,7 +206,9 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metric
 		hash = kvp_load_relaxed(&e->e_hash);
 		/* probe length: the slot's place among its key's 16
 		 * candidates, plus one (1..8 first bucket, 9..16 second) */
-		pos = (i / KVP_IX_WAYS == (hash & s->bucket_mask) ? 0 : KVP_IX_WAYS) +
+		pos = (i / KVP_IX_WAYS == (hash & s->bucket_mask) ?
+			       0 :
+			       KVP_IX_WAYS) +
 		      i % KVP_IX_WAYS + 1;
 		m->probe_sum += pos;
 		if (pos > m->probe_max)
@@ -164,7 +217,8 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metric
 
 	/* media */
 	/* relaxed: a statistic mirrored under the allocator lock */
-	m->dram_used = kvp_load_relaxed(&s->dram->dh_used_mirror) * s->g.g_dram_unit;
+	m->dram_used =
+		kvp_load_relaxed(&s->dram->dh_used_mirror) * s->g.g_dram_unit;
 	m->dram_total = s->g.g_dram_pages * s->g.g_dram_unit;
 	m->ssd_enabled = h->h_ssd_enabled;
 	/* relaxed: published by the tier thread for tools */
@@ -181,10 +235,12 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metric
 	m->max_clients = s->g.g_max_clients;
 	for (c = 0; c < s->g.g_max_clients; c++) {
 		const struct kvp_client_slot *cs = &s->clients[c];
-		uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: claim CAS */
+		/* acquire: claim CAS */
+		uint64_t w = kvp_load_acquire(&cs->cs_state);
 
 		if (KVP_CS_STATE(w) != KVP_CS_FREE) {
-			if (KVP_CS_STATE(w) == KVP_CS_LIVE && kvp_shm_client_alive(s, c))
+			if (KVP_CS_STATE(w) == KVP_CS_LIVE &&
+			    kvp_shm_client_alive(s, c))
 				m->clients_live++;
 			else
 				m->clients_dead++;
@@ -195,16 +251,20 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool, struct kvp_metric
 			m->ctr[k] += kvp_load_relaxed(&cs->cs_ctr[k]);
 		for (k = 0; k < KVP_HIST__N; k++)
 			for (j = 0; j < KVP_HIST_WORDS; j++)
-				m->hist[k][j] += kvp_load_relaxed(&cs->cs_hist[k][j]);
+				m->hist[k][j] +=
+					kvp_load_relaxed(&cs->cs_hist[k][j]);
 	}
 	for (k = 0; k < KVP_CTR_SLOTS; k++)
 		/* relaxed: statistics (atomic adds) */
-		m->ctr[k] += kvp_load_relaxed(&h->h_actr[KVP_ACTR_RETIRED0 + k]);
+		m->ctr[k] +=
+			kvp_load_relaxed(&h->h_actr[KVP_ACTR_RETIRED0 + k]);
 	for (k = 0; k < KVP_HIST__N; k++)
 		for (j = 0; j < KVP_HIST_WORDS; j++)
-			m->hist[k][j] += kvp_load_relaxed(&h->h_hist_retired[k][j]);
+			m->hist[k][j] +=
+				kvp_load_relaxed(&h->h_hist_retired[k][j]);
 	for (k = 0; k < KVP_ACTR_RETIRED0; k++)
-		m->actr[k] = kvp_load_relaxed(&h->h_actr[k]); /* relaxed: statistics */
+		/* relaxed: statistics */
+		m->actr[k] = kvp_load_relaxed(&h->h_actr[k]);
 	m->leases = kvp_count_leases(s, UINT32_MAX);
 	m->collect_ns = kvp_now_ns(CLOCK_MONOTONIC) - t0;
 }
@@ -337,14 +397,16 @@ kvp_val(FILE *f, const char *name, uint64_t v)
 }
 
 static void
-kvp_val1(FILE *f, const char *name, const char *label, const char *lv, uint64_t v)
+kvp_val1(FILE *f, const char *name, const char *label, const char *lv,
+	 uint64_t v)
 {
-	fprintf(f, "%s{%s=\"%s\"} %llu\n", name, label, lv, (unsigned long long)v);
+	fprintf(f, "%s{%s=\"%s\"} %llu\n", name, label, lv,
+		(unsigned long long)v);
 }
 
 static void
-kvp_val2(FILE *f, const char *name, const char *l1, const char *v1, const char *l2,
-	 const char *v2, uint64_t v)
+kvp_val2(FILE *f, const char *name, const char *l1, const char *v1,
+	 const char *l2, const char *v2, uint64_t v)
 {
 	fprintf(f, "%s{%s=\"%s\",%s=\"%s\"} %llu\n", name, l1, v1, l2, v2,
 		(unsigned long long)v);
@@ -358,72 +420,86 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 	char pool[4 * KVP_POOL_NAME_MAX];
 	unsigned h, b;
 
-	kvp_fam(f, "kvpool_info", "gauge", "Pool served by this agent and its segment ABI (always 1).");
+	kvp_fam(f, "kvpool_info", "gauge",
+		"Pool served by this agent and its segment ABI (always 1).");
 	fprintf(f, "kvpool_info{pool=\"%s\",abi=\"%u.%u\"} 1\n",
-		kvp_prom_label(m->pool, pool, sizeof(pool)), m->abi_major, m->abi_minor);
-	kvp_fam(f, "kvpool_agent_up", "gauge", "1 while the agent holds the pool's segment lock.");
+		kvp_prom_label(m->pool, pool, sizeof(pool)), m->abi_major,
+		m->abi_minor);
+	kvp_fam(f, "kvpool_agent_up", "gauge",
+		"1 while the agent holds the pool's segment lock.");
 	kvp_val(f, "kvpool_agent_up", m->agent_alive);
 	kvp_fam(f, "kvpool_agent_incarnation", "gauge",
 		"Agents that attached to this segment (bumped by every start).");
 	kvp_val(f, "kvpool_agent_incarnation", m->incarnation);
 	kvp_fam(f, "kvpool_agent_start_time_seconds", "gauge",
 		"Unix time the agent began serving.");
-	fprintf(f, "kvpool_agent_start_time_seconds %.3f\n", (double)m->agent_start_ns / 1e9);
+	fprintf(f, "kvpool_agent_start_time_seconds %.3f\n",
+		(double)m->agent_start_ns / 1e9);
 
 	kvp_fam(f, "kvpool_medium_state", "gauge",
 		"Tier occupancy: bytes used and total, entries resident, staging arena "
 		"pages (slots) in use now, at their peak since creation, and in all.");
-	kvp_val2(f, "kvpool_medium_state", "tier", D, "state", "bytes_used", m->dram_used);
-	kvp_val2(f, "kvpool_medium_state", "tier", D, "state", "bytes_total", m->dram_total);
+	kvp_val2(f, "kvpool_medium_state", "tier", D, "state", "bytes_used",
+		 m->dram_used);
+	kvp_val2(f, "kvpool_medium_state", "tier", D, "state", "bytes_total",
+		 m->dram_total);
 	kvp_val2(f, "kvpool_medium_state", "tier", D, "state", "entries",
 		 m->entries[KVP_MTIER_DRAM]);
-	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_used", m->ssd_used);
-	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_total", m->ssd_total);
-	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_live", m->ssd_live);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_used",
+		 m->ssd_used);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_total",
+		 m->ssd_total);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_live",
+		 m->ssd_live);
 	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "entries",
 		 m->entries[KVP_MTIER_SSD]);
-	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "staging_pages_in_use",
-		 m->staging_in_use);
-	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "staging_pages_peak",
-		 m->staging_peak);
-	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "staging_pages_total",
-		 m->staging_total);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state",
+		 "staging_pages_in_use", m->staging_in_use);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state",
+		 "staging_pages_peak", m->staging_peak);
+	kvp_val2(f, "kvpool_medium_state", "tier", S, "state",
+		 "staging_pages_total", m->staging_total);
 	kvp_val2(f, "kvpool_medium_state", "tier", H, "state", "bytes_used", 0);
-	kvp_val2(f, "kvpool_medium_state", "tier", H, "state", "bytes_total", 0);
+	kvp_val2(f, "kvpool_medium_state", "tier", H, "state", "bytes_total",
+		 0);
 	kvp_val2(f, "kvpool_medium_state", "tier", H, "state", "entries",
 		 m->entries[KVP_MTIER_HBM]);
-	kvp_fam(f, "kvpool_staging_page_bytes", "gauge", "Bytes of one staging arena page (slot).");
+	kvp_fam(f, "kvpool_staging_page_bytes", "gauge",
+		"Bytes of one staging arena page (slot).");
 	kvp_val(f, "kvpool_staging_page_bytes", m->staging_slot_bytes);
 
 	kvp_fam(f, "kvpool_medium_events_total", "counter",
 		"Tier events: values demoted out of DRAM, promoted out of SSD, evicted "
 		"(their last copy dropped), SSD segments given back, staging spans "
 		"freed by a sweep after their holders were gone, requests refused BUSY.");
-	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event", "demotion",
-		 a[KVP_ACTR_DEMOTE]);
-	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event", "eviction",
-		 a[KVP_ACTR_EVICT]);
-	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event", "busy_reject",
-		 c[KVP_CTR_PUT_BUSY]);
-	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event", "promotion",
-		 a[KVP_ACTR_PROMOTE]);
-	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event", "eviction",
-		 a[KVP_ACTR_EVICT_SSD]);
-	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event", "segment_reclaim",
-		 a[KVP_ACTR_SEGMENT_RECLAIM]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event",
+		 "demotion", a[KVP_ACTR_DEMOTE]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event",
+		 "eviction", a[KVP_ACTR_EVICT]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event",
+		 "busy_reject", c[KVP_CTR_PUT_BUSY]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
+		 "promotion", a[KVP_ACTR_PROMOTE]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
+		 "eviction", a[KVP_ACTR_EVICT_SSD]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
+		 "segment_reclaim", a[KVP_ACTR_SEGMENT_RECLAIM]);
 	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
 		 "staging_expired_reclaim", a[KVP_ACTR_STAGING_EXPIRED]);
-	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event", "busy_reject",
-		 a[KVP_ACTR_BUSY_REJECT]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
+		 "busy_reject", a[KVP_ACTR_BUSY_REJECT]);
 
 	kvp_fam(f, "kvpool_resolve_total", "counter",
 		"Final answers for keys read: DRAM ok = copied from DRAM, DRAM miss = "
 		"not in the index; SSD = reads through the agent (a held key that "
 		"cannot be read is failed, never a miss; BUSY parts are not answers).");
-	kvp_val2(f, "kvpool_resolve_total", "tier", D, "status", "ok", c[KVP_CTR_GET_HIT]);
-	kvp_val2(f, "kvpool_resolve_total", "tier", D, "status", "miss", c[KVP_CTR_GET_MISS]);
+	kvp_val2(f, "kvpool_resolve_total", "tier", D, "status", "ok",
+		 c[KVP_CTR_GET_HIT]);
+	kvp_val2(f, "kvpool_resolve_total", "tier", D, "status", "miss",
+		 c[KVP_CTR_GET_MISS]);
 	kvp_val2(f, "kvpool_resolve_total", "tier", D, "status", "failed", 0);
-	kvp_val2(f, "kvpool_resolve_total", "tier", S, "status", "ok", c[KVP_CTR_RESOLVE_OK]);
+	kvp_val2(f, "kvpool_resolve_total", "tier", S, "status", "ok",
+		 c[KVP_CTR_RESOLVE_OK]);
 	kvp_val2(f, "kvpool_resolve_total", "tier", S, "status", "miss",
 		 c[KVP_CTR_RESOLVE_MISS]);
 	kvp_val2(f, "kvpool_resolve_total", "tier", S, "status", "failed",
@@ -432,89 +508,118 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		"SSD read requests answered BUSY (asked again; not outcomes).");
 	kvp_val(f, "kvpool_resolve_busy_total", c[KVP_CTR_RESOLVE_BUSY]);
 
-	kvp_fam(f, "kvpool_ops_total", "counter", "Keys asked of each operation (a batch counts its keys).");
+	kvp_fam(f, "kvpool_ops_total", "counter",
+		"Keys asked of each operation (a batch counts its keys).");
 	kvp_val1(f, "kvpool_ops_total", "op", "put", c[KVP_CTR_PUT]);
 	kvp_val1(f, "kvpool_ops_total", "op", "get", c[KVP_CTR_GET]);
 	kvp_val1(f, "kvpool_ops_total", "op", "exists", c[KVP_CTR_EXISTS]);
 	kvp_val1(f, "kvpool_ops_total", "op", "delete", c[KVP_CTR_DELETE]);
 	kvp_fam(f, "kvpool_op_hits_total", "counter",
 		"Keys found, by the tier their value was in (get: copied; exists: present).");
-	kvp_val2(f, "kvpool_op_hits_total", "op", "get", "tier", D, c[KVP_CTR_GET_HIT]);
-	kvp_val2(f, "kvpool_op_hits_total", "op", "get", "tier", S, c[KVP_CTR_RESOLVE_OK]);
+	kvp_val2(f, "kvpool_op_hits_total", "op", "get", "tier", D,
+		 c[KVP_CTR_GET_HIT]);
+	kvp_val2(f, "kvpool_op_hits_total", "op", "get", "tier", S,
+		 c[KVP_CTR_RESOLVE_OK]);
 	kvp_val2(f, "kvpool_op_hits_total", "op", "exists", "tier", D,
 		 c[KVP_CTR_EXISTS_HIT_DRAM]);
 	kvp_val2(f, "kvpool_op_hits_total", "op", "exists", "tier", S,
 		 c[KVP_CTR_EXISTS_HIT_SSD]);
-	kvp_fam(f, "kvpool_op_bytes_total", "counter", "Value bytes stored (put) and copied out (get) by tier.");
-	kvp_val2(f, "kvpool_op_bytes_total", "op", "put", "tier", D, c[KVP_CTR_PUT_BYTES]);
-	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", D, c[KVP_CTR_GET_BYTES]);
-	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", S, c[KVP_CTR_GET_SSD_BYTES]);
+	kvp_fam(f, "kvpool_op_bytes_total", "counter",
+		"Value bytes stored (put) and copied out (get) by tier.");
+	kvp_val2(f, "kvpool_op_bytes_total", "op", "put", "tier", D,
+		 c[KVP_CTR_PUT_BYTES]);
+	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", D,
+		 c[KVP_CTR_GET_BYTES]);
+	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", S,
+		 c[KVP_CTR_GET_SSD_BYTES]);
 	kvp_fam(f, "kvpool_put_rejects_total", "counter",
 		"Puts refused: key exists (or being put), BUSY (DRAM or index full, evictor behind), "
 		"no space (everything held).");
-	kvp_val1(f, "kvpool_put_rejects_total", "reason", "exists", c[KVP_CTR_PUT_EXISTS]);
-	kvp_val1(f, "kvpool_put_rejects_total", "reason", "busy", c[KVP_CTR_PUT_BUSY]);
-	kvp_val1(f, "kvpool_put_rejects_total", "reason", "nospc", c[KVP_CTR_PUT_NOSPC]);
+	kvp_val1(f, "kvpool_put_rejects_total", "reason", "exists",
+		 c[KVP_CTR_PUT_EXISTS]);
+	kvp_val1(f, "kvpool_put_rejects_total", "reason", "busy",
+		 c[KVP_CTR_PUT_BUSY]);
+	kvp_val1(f, "kvpool_put_rejects_total", "reason", "nospc",
+		 c[KVP_CTR_PUT_NOSPC]);
 
 	kvp_fam(f, "kvpool_op_duration_seconds", "histogram",
 		"Client call latency (one observation per call; a batch is one call), "
 		"by the slowest tier the call touched.");
 	for (h = 0; h < KVP_HIST__N; h++) {
 		uint64_t cum = 0;
-		const char *op = kvp_hist_id[h].op, *tier = kvp_tier_names[kvp_hist_id[h].tier];
+		const char *op = kvp_hist_id[h].op,
+			   *tier = kvp_tier_names[kvp_hist_id[h].tier];
 
 		for (b = 0; b < KVP_HIST_BUCKETS; b++) {
 			cum += m->hist[h][b];
 			if (b == KVP_HIST_BUCKETS - 1)
-				fprintf(f, "kvpool_op_duration_seconds_bucket{op=\"%s\",tier=\"%s\","
-					"le=\"+Inf\"} %llu\n", op, tier, (unsigned long long)cum);
+				fprintf(f,
+					"kvpool_op_duration_seconds_bucket{op=\"%s\",tier=\"%s\","
+					"le=\"+Inf\"} %llu\n",
+					op, tier, (unsigned long long)cum);
 			else
-				fprintf(f, "kvpool_op_duration_seconds_bucket{op=\"%s\",tier=\"%s\","
-					"le=\"%.9g\"} %llu\n", op, tier,
-					(double)(1ull << (b + KVP_HIST_SHIFT)) / 1e9,
+				fprintf(f,
+					"kvpool_op_duration_seconds_bucket{op=\"%s\",tier=\"%s\","
+					"le=\"%.9g\"} %llu\n",
+					op, tier,
+					(double)(1ull << (b + KVP_HIST_SHIFT)) /
+						1e9,
 					(unsigned long long)cum);
 		}
-		fprintf(f, "kvpool_op_duration_seconds_sum{op=\"%s\",tier=\"%s\"} %.9f\n", op,
-			tier, (double)m->hist[h][KVP_HIST_SUM] / 1e9);
-		fprintf(f, "kvpool_op_duration_seconds_count{op=\"%s\",tier=\"%s\"} %llu\n", op,
-			tier, (unsigned long long)cum);
+		fprintf(f,
+			"kvpool_op_duration_seconds_sum{op=\"%s\",tier=\"%s\"} %.9f\n",
+			op, tier, (double)m->hist[h][KVP_HIST_SUM] / 1e9);
+		fprintf(f,
+			"kvpool_op_duration_seconds_count{op=\"%s\",tier=\"%s\"} %llu\n",
+			op, tier, (unsigned long long)cum);
 	}
 
-	kvp_fam(f, "kvpool_index_slots", "gauge", "Slots in the index (two buckets of 8 per key).");
+	kvp_fam(f, "kvpool_index_slots", "gauge",
+		"Slots in the index (two buckets of 8 per key).");
 	kvp_val(f, "kvpool_index_slots", m->index_slots);
-	kvp_fam(f, "kvpool_index_capacity", "gauge", "Live entries the index allows (--index-entries).");
+	kvp_fam(f, "kvpool_index_capacity", "gauge",
+		"Live entries the index allows (--index-entries).");
 	kvp_val(f, "kvpool_index_capacity", m->index_limit);
 	kvp_fam(f, "kvpool_index_entries", "gauge", "Index slots by state.");
 	kvp_val1(f, "kvpool_index_entries", "state", "ready", m->ix_ready);
 	kvp_val1(f, "kvpool_index_entries", "state", "pending", m->ix_pending);
 	kvp_val1(f, "kvpool_index_entries", "state", "deleted", m->ix_deleted);
-	kvp_val1(f, "kvpool_index_entries", "state", "claiming", m->ix_claiming);
-	kvp_fam(f, "kvpool_index_occupancy_ratio", "gauge", "Ready entries over the index capacity.");
+	kvp_val1(f, "kvpool_index_entries", "state", "claiming",
+		 m->ix_claiming);
+	kvp_fam(f, "kvpool_index_occupancy_ratio", "gauge",
+		"Ready entries over the index capacity.");
 	fprintf(f, "kvpool_index_occupancy_ratio %.6f\n",
-		m->index_limit ? (double)m->ix_ready / (double)m->index_limit : 0.0);
+		m->index_limit ? (double)m->ix_ready / (double)m->index_limit :
+				 0.0);
 	kvp_fam(f, "kvpool_index_probe_length_mean", "gauge",
 		"Mean probe length of stored keys (candidate slots examined: 1..16).");
 	fprintf(f, "kvpool_index_probe_length_mean %.4f\n",
 		m->ix_ready ? (double)m->probe_sum / (double)m->ix_ready : 0.0);
-	kvp_fam(f, "kvpool_index_probe_length_max", "gauge", "Longest probe length of a stored key.");
+	kvp_fam(f, "kvpool_index_probe_length_max", "gauge",
+		"Longest probe length of a stored key.");
 	kvp_val(f, "kvpool_index_probe_length_max", m->probe_max);
 	kvp_fam(f, "kvpool_index_evictions_total", "counter",
 		"Entries removed from the index to make room: in a full bucket pair, or under --index-entries.");
 	kvp_val(f, "kvpool_index_evictions_total", a[KVP_ACTR_EVICT_INDEX]);
 
-	kvp_fam(f, "kvpool_clients", "gauge", "Client slots in use: alive, or dead and not yet reaped.");
+	kvp_fam(f, "kvpool_clients", "gauge",
+		"Client slots in use: alive, or dead and not yet reaped.");
 	kvp_val1(f, "kvpool_clients", "state", "alive", m->clients_live);
 	kvp_val1(f, "kvpool_clients", "state", "dead", m->clients_dead);
-	kvp_fam(f, "kvpool_client_slots", "gauge", "Client slots in the segment (--max-clients).");
+	kvp_fam(f, "kvpool_client_slots", "gauge",
+		"Client slots in the segment (--max-clients).");
 	kvp_val(f, "kvpool_client_slots", m->max_clients);
-	kvp_fam(f, "kvpool_holds", "gauge", "Holds in place now (readers copying, pinned keys).");
+	kvp_fam(f, "kvpool_holds", "gauge",
+		"Holds in place now (readers copying, pinned keys).");
 	kvp_val(f, "kvpool_holds", m->holds);
 	kvp_fam(f, "kvpool_leases", "gauge", "Live timed leases.");
 	kvp_val(f, "kvpool_leases", m->leases);
-	kvp_fam(f, "kvpool_pinned_bytes", "gauge", "Bytes pinned by lookup-and-pin, by tier at pin time.");
+	kvp_fam(f, "kvpool_pinned_bytes", "gauge",
+		"Bytes pinned by lookup-and-pin, by tier at pin time.");
 	kvp_val1(f, "kvpool_pinned_bytes", "tier", D, c[KVP_CTR_PINNED_DRAM]);
 	kvp_val1(f, "kvpool_pinned_bytes", "tier", S, c[KVP_CTR_PINNED_SSD]);
-	kvp_fam(f, "kvpool_pins_total", "counter", "Keys pinned by lookup-and-pin.");
+	kvp_fam(f, "kvpool_pins_total", "counter",
+		"Keys pinned by lookup-and-pin.");
 	kvp_val(f, "kvpool_pins_total", c[KVP_CTR_PIN]);
 	kvp_fam(f, "kvpool_pins_capped_total", "counter",
 		"Lookup-and-pin calls cut short, and leases refused, by --max-pinned-per-client.");
@@ -523,44 +628,63 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		"Times a reader waited for the agent's verdict on a value (CHECK).");
 	kvp_val(f, "kvpool_hold_retries_total", c[KVP_CTR_HOLD_RETRY]);
 
-	kvp_fam(f, "kvpool_reaper_clients_total", "counter", "Dead clients reaped.");
+	kvp_fam(f, "kvpool_reaper_clients_total", "counter",
+		"Dead clients reaped.");
 	kvp_val(f, "kvpool_reaper_clients_total", a[KVP_ACTR_REAP_CLIENTS]);
 	kvp_fam(f, "kvpool_reaper_released_total", "counter",
 		"What the reaper released: holds and pins of dead clients, expired leases, "
 		"unfinished puts and their DRAM units.");
-	kvp_val1(f, "kvpool_reaper_released_total", "what", "holds", a[KVP_ACTR_REAP_HOLDS]);
-	kvp_val1(f, "kvpool_reaper_released_total", "what", "pins", a[KVP_ACTR_REAP_PINS]);
-	kvp_val1(f, "kvpool_reaper_released_total", "what", "leases", a[KVP_ACTR_LEASE_EXPIRED]);
+	kvp_val1(f, "kvpool_reaper_released_total", "what", "holds",
+		 a[KVP_ACTR_REAP_HOLDS]);
+	kvp_val1(f, "kvpool_reaper_released_total", "what", "pins",
+		 a[KVP_ACTR_REAP_PINS]);
+	kvp_val1(f, "kvpool_reaper_released_total", "what", "leases",
+		 a[KVP_ACTR_LEASE_EXPIRED]);
 	kvp_val1(f, "kvpool_reaper_released_total", "what", "pending_puts",
 		 a[KVP_ACTR_REAP_PENDING]);
-	kvp_val1(f, "kvpool_reaper_released_total", "what", "units", a[KVP_ACTR_REAP_PAGES]);
+	kvp_val1(f, "kvpool_reaper_released_total", "what", "units",
+		 a[KVP_ACTR_REAP_PAGES]);
 
-	kvp_fam(f, "kvpool_ssd_bytes_total", "counter", "Value bytes read from and written to SSD.");
-	kvp_val1(f, "kvpool_ssd_bytes_total", "direction", "read", a[KVP_ACTR_SSD_READ_BYTES]);
-	kvp_val1(f, "kvpool_ssd_bytes_total", "direction", "write", a[KVP_ACTR_SSD_WRITE_BYTES]);
-	kvp_fam(f, "kvpool_ssd_errors_total", "counter", "SSD reads and writes that failed (I/O error, bad checksum).");
+	kvp_fam(f, "kvpool_ssd_bytes_total", "counter",
+		"Value bytes read from and written to SSD.");
+	kvp_val1(f, "kvpool_ssd_bytes_total", "direction", "read",
+		 a[KVP_ACTR_SSD_READ_BYTES]);
+	kvp_val1(f, "kvpool_ssd_bytes_total", "direction", "write",
+		 a[KVP_ACTR_SSD_WRITE_BYTES]);
+	kvp_fam(f, "kvpool_ssd_errors_total", "counter",
+		"SSD reads and writes that failed (I/O error, bad checksum).");
 	kvp_val(f, "kvpool_ssd_errors_total", a[KVP_ACTR_SSD_ERRORS]);
 	kvp_fam(f, "kvpool_single_flight_merges_total", "counter",
 		"SSD read requests that joined a read already in flight.");
-	kvp_val(f, "kvpool_single_flight_merges_total", a[KVP_ACTR_SINGLE_FLIGHT]);
-	kvp_fam(f, "kvpool_staged_reads_total", "counter", "SSD reads served through the staging arena.");
+	kvp_val(f, "kvpool_single_flight_merges_total",
+		a[KVP_ACTR_SINGLE_FLIGHT]);
+	kvp_fam(f, "kvpool_staged_reads_total", "counter",
+		"SSD reads served through the staging arena.");
 	kvp_val(f, "kvpool_staged_reads_total", a[KVP_ACTR_STAGED]);
-	kvp_fam(f, "kvpool_demoted_bytes_total", "counter", "Value bytes demoted from DRAM to SSD.");
+	kvp_fam(f, "kvpool_demoted_bytes_total", "counter",
+		"Value bytes demoted from DRAM to SSD.");
 	kvp_val(f, "kvpool_demoted_bytes_total", a[KVP_ACTR_DEMOTE_BYTES]);
-	kvp_fam(f, "kvpool_evicted_bytes_total", "counter", "Value bytes of values evicted from DRAM or the index.");
+	kvp_fam(f, "kvpool_evicted_bytes_total", "counter",
+		"Value bytes of values evicted from DRAM or the index.");
 	kvp_val(f, "kvpool_evicted_bytes_total", a[KVP_ACTR_EVICT_BYTES]);
-	kvp_fam(f, "kvpool_evict_backoff_total", "counter", "Eviction victims left alone because they were held.");
+	kvp_fam(f, "kvpool_evict_backoff_total", "counter",
+		"Eviction victims left alone because they were held.");
 	kvp_val(f, "kvpool_evict_backoff_total", a[KVP_ACTR_EVICT_BACKOFF]);
-	kvp_fam(f, "kvpool_deletes_reclaimed_total", "counter", "Deleted values whose memory was freed.");
-	kvp_val(f, "kvpool_deletes_reclaimed_total", a[KVP_ACTR_DELETE_RECLAIM]);
+	kvp_fam(f, "kvpool_deletes_reclaimed_total", "counter",
+		"Deleted values whose memory was freed.");
+	kvp_val(f, "kvpool_deletes_reclaimed_total",
+		a[KVP_ACTR_DELETE_RECLAIM]);
 	kvp_fam(f, "kvpool_orphan_units_freed_total", "counter",
 		"DRAM units freed by the restart sweep (no entry owned them).");
 	kvp_val(f, "kvpool_orphan_units_freed_total", a[KVP_ACTR_ORPHAN_PAGES]);
 	kvp_fam(f, "kvpool_allocator_recoveries_total", "counter",
 		"DRAM allocator rebuilds after a process died holding its lock.");
-	kvp_val(f, "kvpool_allocator_recoveries_total", a[KVP_ACTR_ALLOC_RECOVER]);
-	kvp_fam(f, "kvpool_scrape_collect_seconds", "gauge", "Time this snapshot took to read.");
-	fprintf(f, "kvpool_scrape_collect_seconds %.6f\n", (double)m->collect_ns / 1e9);
+	kvp_val(f, "kvpool_allocator_recoveries_total",
+		a[KVP_ACTR_ALLOC_RECOVER]);
+	kvp_fam(f, "kvpool_scrape_collect_seconds", "gauge",
+		"Time this snapshot took to read.");
+	fprintf(f, "kvpool_scrape_collect_seconds %.6f\n",
+		(double)m->collect_ns / 1e9);
 	return ferror(f) ? -EIO : 0;
 }
 
@@ -579,7 +703,8 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 	unsigned k, h;
 
 	fprintf(f, "{\"pool\":\"%s\",\"agent_alive\":%s",
-		kvp_json_str(m->pool, pool, sizeof(pool)), m->agent_alive ? "true" : "false");
+		kvp_json_str(m->pool, pool, sizeof(pool)),
+		m->agent_alive ? "true" : "false");
 	kvp_j(f, "agent_pid", m->agent_pid);
 	kvp_j(f, "incarnation", m->incarnation);
 	kvp_j(f, "metrics_port", m->metrics_port);
@@ -595,8 +720,9 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 	kvp_j(f, "dram_bytes_used", m->dram_used);
 	kvp_j(f, "dram_bytes_total", m->dram_total);
 	kvp_j(f, "dram_entries", m->entries[KVP_MTIER_DRAM]);
-	kvp_j(f, "value_bytes", m->value_bytes[KVP_MTIER_DRAM] + m->value_bytes[KVP_MTIER_SSD] +
-		  m->value_bytes[KVP_MTIER_HBM]);
+	kvp_j(f, "value_bytes",
+	      m->value_bytes[KVP_MTIER_DRAM] + m->value_bytes[KVP_MTIER_SSD] +
+		      m->value_bytes[KVP_MTIER_HBM]);
 	fprintf(f, ",\"ssd_enabled\":%s", m->ssd_enabled ? "true" : "false");
 	kvp_j(f, "ssd_bytes_used", m->ssd_used);
 	kvp_j(f, "ssd_bytes_live", m->ssd_live);
@@ -616,13 +742,17 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 		kvp_j(f, kvp_actr_names[k], m->actr[k]);
 	fprintf(f, ",\"latency\":{");
 	for (h = 0; h < KVP_HIST__N; h++)
-		fprintf(f, "%s\"%s_%s\":{\"count\":%llu,\"sum_ns\":%llu,\"p50_ns\":%llu,"
-			"\"p99_ns\":%llu}", h ? "," : "", kvp_hist_id[h].op,
+		fprintf(f,
+			"%s\"%s_%s\":{\"count\":%llu,\"sum_ns\":%llu,\"p50_ns\":%llu,"
+			"\"p99_ns\":%llu}",
+			h ? "," : "", kvp_hist_id[h].op,
 			kvp_tier_names[kvp_hist_id[h].tier],
 			(unsigned long long)kvp_metrics_hist_count(m, h),
 			(unsigned long long)m->hist[h][KVP_HIST_SUM],
-			(unsigned long long)kvp_metrics_hist_quantile(m, h, 0.5),
-			(unsigned long long)kvp_metrics_hist_quantile(m, h, 0.99));
+			(unsigned long long)kvp_metrics_hist_quantile(m, h,
+								      0.5),
+			(unsigned long long)kvp_metrics_hist_quantile(m, h,
+								      0.99));
 	fprintf(f, "}}\n");
 }
 
@@ -631,7 +761,8 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 static const char *
 kvp_human(uint64_t v, char *buf, size_t cap)
 {
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	static const char *const unit[] = { "B",   "KiB", "MiB",
+					    "GiB", "TiB", "PiB" };
 	double d = (double)v;
 	unsigned u = 0;
 
@@ -658,7 +789,8 @@ kvp_latency_cell(const struct kvp_metrics *m, unsigned h, char *buf, size_t cap)
 		snprintf(buf, cap, "-");
 		return;
 	}
-	snprintf(buf, cap, "%.1f/%.1f us", (double)kvp_metrics_hist_quantile(m, h, 0.5) / 1e3,
+	snprintf(buf, cap, "%.1f/%.1f us",
+		 (double)kvp_metrics_hist_quantile(m, h, 0.5) / 1e3,
 		 (double)kvp_metrics_hist_quantile(m, h, 0.99) / 1e3);
 }
 
@@ -666,48 +798,66 @@ void
 kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 {
 	const uint64_t *c = m->ctr, *a = m->actr;
-	char b1[32], b2[32], b3[32], l1[40], l2[40], pool[5 * KVP_POOL_NAME_MAX];
+	char b1[32], b2[32], b3[32], l1[40], l2[40],
+		pool[5 * KVP_POOL_NAME_MAX];
 	uint64_t hits = c[KVP_CTR_GET_HIT] + c[KVP_CTR_RESOLVE_OK];
 	unsigned k;
 
-	fprintf(f, "pool %s: agent %s (pid %llu, incarnation %llu), ABI %u.%u, metrics %s",
-		kvp_metrics_pool_tty(m, pool, sizeof(pool)), m->agent_alive ? "up" : "DOWN",
+	fprintf(f,
+		"pool %s: agent %s (pid %llu, incarnation %llu), ABI %u.%u, metrics %s",
+		kvp_metrics_pool_tty(m, pool, sizeof(pool)),
+		m->agent_alive ? "up" : "DOWN",
 		(unsigned long long)m->agent_pid,
 		(unsigned long long)m->incarnation, m->abi_major, m->abi_minor,
 		m->metrics_port ? "" : "off");
 	if (m->metrics_port)
 		fprintf(f, "port %llu", (unsigned long long)m->metrics_port);
-	fprintf(f, "\n\n%-8s %12s %12s %7s %10s\n", "tier", "used", "total", "use%", "entries");
-	fprintf(f, "%-8s %12s %12s %6.1f%% %10llu\n", "DRAM", kvp_human(m->dram_used, b1, 32),
-		kvp_human(m->dram_total, b2, 32), kvp_pct(m->dram_used, m->dram_total),
+	fprintf(f, "\n\n%-8s %12s %12s %7s %10s\n", "tier", "used", "total",
+		"use%", "entries");
+	fprintf(f, "%-8s %12s %12s %6.1f%% %10llu\n", "DRAM",
+		kvp_human(m->dram_used, b1, 32),
+		kvp_human(m->dram_total, b2, 32),
+		kvp_pct(m->dram_used, m->dram_total),
 		(unsigned long long)m->entries[KVP_MTIER_DRAM]);
 	if (m->ssd_enabled || m->ssd_used || m->entries[KVP_MTIER_SSD])
 		fprintf(f, "%-8s %12s %12s %6.1f%% %10llu   (live %s)\n", "SSD",
-			kvp_human(m->ssd_used, b1, 32), kvp_human(m->ssd_total, b2, 32),
+			kvp_human(m->ssd_used, b1, 32),
+			kvp_human(m->ssd_total, b2, 32),
 			kvp_pct(m->ssd_used, m->ssd_total),
-			(unsigned long long)m->entries[KVP_MTIER_SSD], kvp_human(m->ssd_live, b3, 32));
+			(unsigned long long)m->entries[KVP_MTIER_SSD],
+			kvp_human(m->ssd_live, b3, 32));
 	else
 		fprintf(f, "%-8s %12s\n", "SSD", "off");
 	if (m->staging_total)
-		fprintf(f, "%-8s %5llu in use, peak %llu, of %llu pages of %s\n", "staging",
-			(unsigned long long)m->staging_in_use, (unsigned long long)m->staging_peak,
+		fprintf(f,
+			"%-8s %5llu in use, peak %llu, of %llu pages of %s\n",
+			"staging", (unsigned long long)m->staging_in_use,
+			(unsigned long long)m->staging_peak,
 			(unsigned long long)m->staging_total,
 			kvp_human(m->staging_slot_bytes, b1, 32));
-	fprintf(f, "\nindex    %llu entries (%llu pending, %llu deleted, %llu claiming) of "
+	fprintf(f,
+		"\nindex    %llu entries (%llu pending, %llu deleted, %llu claiming) of "
 		"%llu allowed (%.1f%%), %llu slots; probe length mean %.2f, max %llu\n",
-		(unsigned long long)m->ix_ready, (unsigned long long)m->ix_pending,
-		(unsigned long long)m->ix_deleted, (unsigned long long)m->ix_claiming,
-		(unsigned long long)m->index_limit, kvp_pct(m->ix_ready, m->index_limit),
+		(unsigned long long)m->ix_ready,
+		(unsigned long long)m->ix_pending,
+		(unsigned long long)m->ix_deleted,
+		(unsigned long long)m->ix_claiming,
+		(unsigned long long)m->index_limit,
+		kvp_pct(m->ix_ready, m->index_limit),
 		(unsigned long long)m->index_slots,
 		m->ix_ready ? (double)m->probe_sum / (double)m->ix_ready : 0.0,
 		(unsigned long long)m->probe_max);
-	fprintf(f, "clients  %llu alive, %llu dead (not yet reaped) of %llu slots; %llu holds, "
-		"%llu leases\n", (unsigned long long)m->clients_live,
-		(unsigned long long)m->clients_dead, (unsigned long long)m->max_clients,
+	fprintf(f,
+		"clients  %llu alive, %llu dead (not yet reaped) of %llu slots; %llu holds, "
+		"%llu leases\n",
+		(unsigned long long)m->clients_live,
+		(unsigned long long)m->clients_dead,
+		(unsigned long long)m->max_clients,
 		(unsigned long long)m->holds, (unsigned long long)m->leases);
 
-	fprintf(f, "\n%-8s %12s %12s %12s %12s %20s %20s\n", "op", "keys", "DRAM hits",
-		"SSD hits", "bytes", "DRAM p50/p99", "SSD p50/p99");
+	fprintf(f, "\n%-8s %12s %12s %12s %12s %20s %20s\n", "op", "keys",
+		"DRAM hits", "SSD hits", "bytes", "DRAM p50/p99",
+		"SSD p50/p99");
 	kvp_latency_cell(m, KVP_HIST_PUT_DRAM, l1, sizeof(l1));
 	fprintf(f, "%-8s %12llu %12s %12s %12s %20s %20s\n", "put",
 		(unsigned long long)c[KVP_CTR_PUT], "-", "-",
@@ -715,29 +865,41 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 	kvp_latency_cell(m, KVP_HIST_GET_DRAM, l1, sizeof(l1));
 	kvp_latency_cell(m, KVP_HIST_GET_SSD, l2, sizeof(l2));
 	fprintf(f, "%-8s %12llu %12llu %12llu %12s %20s %20s\n", "get",
-		(unsigned long long)c[KVP_CTR_GET], (unsigned long long)c[KVP_CTR_GET_HIT],
+		(unsigned long long)c[KVP_CTR_GET],
+		(unsigned long long)c[KVP_CTR_GET_HIT],
 		(unsigned long long)c[KVP_CTR_RESOLVE_OK],
-		kvp_human(c[KVP_CTR_GET_BYTES] + c[KVP_CTR_GET_SSD_BYTES], b1, 32), l1, l2);
+		kvp_human(c[KVP_CTR_GET_BYTES] + c[KVP_CTR_GET_SSD_BYTES], b1,
+			  32),
+		l1, l2);
 	kvp_latency_cell(m, KVP_HIST_EXISTS_DRAM, l1, sizeof(l1));
 	kvp_latency_cell(m, KVP_HIST_EXISTS_SSD, l2, sizeof(l2));
 	fprintf(f, "%-8s %12llu %12llu %12llu %12s %20s %20s\n", "exists",
-		(unsigned long long)c[KVP_CTR_EXISTS], (unsigned long long)c[KVP_CTR_EXISTS_HIT_DRAM],
+		(unsigned long long)c[KVP_CTR_EXISTS],
+		(unsigned long long)c[KVP_CTR_EXISTS_HIT_DRAM],
 		(unsigned long long)c[KVP_CTR_EXISTS_HIT_SSD], "-", l1, l2);
-	fprintf(f, "%-8s %12llu\n", "delete", (unsigned long long)c[KVP_CTR_DELETE]);
-	fprintf(f, "\nhit ratio %.1f%% (get); misses %llu; SSD reads ok %llu, miss %llu, failed "
+	fprintf(f, "%-8s %12llu\n", "delete",
+		(unsigned long long)c[KVP_CTR_DELETE]);
+	fprintf(f,
+		"\nhit ratio %.1f%% (get); misses %llu; SSD reads ok %llu, miss %llu, failed "
 		"%llu, BUSY parts %llu; puts refused: exists %llu, busy %llu, nospc %llu\n",
-		kvp_pct(hits, c[KVP_CTR_GET]), (unsigned long long)c[KVP_CTR_GET_MISS],
-		(unsigned long long)c[KVP_CTR_RESOLVE_OK], (unsigned long long)c[KVP_CTR_RESOLVE_MISS],
+		kvp_pct(hits, c[KVP_CTR_GET]),
+		(unsigned long long)c[KVP_CTR_GET_MISS],
+		(unsigned long long)c[KVP_CTR_RESOLVE_OK],
+		(unsigned long long)c[KVP_CTR_RESOLVE_MISS],
 		(unsigned long long)c[KVP_CTR_RESOLVE_FAILED],
-		(unsigned long long)c[KVP_CTR_RESOLVE_BUSY], (unsigned long long)c[KVP_CTR_PUT_EXISTS],
-		(unsigned long long)c[KVP_CTR_PUT_BUSY], (unsigned long long)c[KVP_CTR_PUT_NOSPC]);
+		(unsigned long long)c[KVP_CTR_RESOLVE_BUSY],
+		(unsigned long long)c[KVP_CTR_PUT_EXISTS],
+		(unsigned long long)c[KVP_CTR_PUT_BUSY],
+		(unsigned long long)c[KVP_CTR_PUT_NOSPC]);
 	fprintf(f, "\nagent counters:\n");
 	for (k = 0; k < KVP_ACTR_RETIRED0; k++)
-		fprintf(f, "  %-26s %llu%s", kvp_actr_names[k], (unsigned long long)a[k],
+		fprintf(f, "  %-26s %llu%s", kvp_actr_names[k],
+			(unsigned long long)a[k],
 			k % 3 == 2 || k + 1 == KVP_ACTR_RETIRED0 ? "\n" : "");
 	fprintf(f, "client counters:\n");
 	for (k = 0; k < KVP_CTR__N; k++)
-		fprintf(f, "  %-26s %llu%s", kvp_ctr_names[k], (unsigned long long)c[k],
+		fprintf(f, "  %-26s %llu%s", kvp_ctr_names[k],
+			(unsigned long long)c[k],
 			k % 3 == 2 || k + 1 == KVP_CTR__N ? "\n" : "");
 }
 
@@ -748,11 +910,12 @@ kvp_metrics_clients(const struct kvp_seg *s, FILE *f)
 {
 	uint32_t i;
 
-	fprintf(f, "%5s %8s %20s %6s %6s %6s %s\n", "slot", "pid", "start", "alive", "holds",
-		"leases", "ns");
+	fprintf(f, "%5s %8s %20s %6s %6s %6s %s\n", "slot", "pid", "start",
+		"alive", "holds", "leases", "ns");
 	for (i = 0; i < s->g.g_max_clients; i++) {
 		const struct kvp_client_slot *cs = &s->clients[i];
-		uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: claim CAS */
+		/* acquire: claim CAS */
+		uint64_t w = kvp_load_acquire(&cs->cs_state);
 		time_t t;
 		char when[32], ns[5 * sizeof(cs->cs_ns) + 1];
 		struct tm tm;
@@ -767,8 +930,9 @@ kvp_metrics_clients(const struct kvp_seg *s, FILE *f)
 		kvp_tty_str(cs->cs_ns, sizeof(cs->cs_ns), ns, sizeof(ns));
 		fprintf(f, "%5u %8llu %20s %6s %6u %6u %s\n", i,
 			(unsigned long long)kvp_load_relaxed(&cs->cs_pid), when,
-			KVP_CS_STATE(w) == KVP_CS_REAPING ? "reap"
-			: kvp_shm_client_alive(s, i) ? "yes" : "no",
+			KVP_CS_STATE(w) == KVP_CS_REAPING ? "reap" :
+			kvp_shm_client_alive(s, i)        ? "yes" :
+							    "no",
 			kvp_count_holds(s, i), kvp_count_leases(s, i), ns);
 	}
 }

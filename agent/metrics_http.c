@@ -25,9 +25,10 @@
 
 struct kvp_http {
 	struct MHD_Daemon *d;
-	struct kvp_seg ro; /* read-only mapping of the segment */
+	struct kvp_seg ro;          /* read-only mapping of the segment */
 	struct kvp_shm_header *hdr; /* the agent's own (writable) header */
-	char pool[KVP_POOL_NAME_MAX]; /* the agent's name of it (validated), not h_pool */
+	/* the agent's name of it (validated), not h_pool */
+	char pool[KVP_POOL_NAME_MAX];
 };
 
 /* never written: MHD sends MHD_RESPMEM_PERSISTENT buffers as they are */
@@ -36,10 +37,11 @@ static char kvp_http_index[] =
 	"<p><a href=\"/metrics\">/metrics</a></p></body></html>\n";
 
 static enum MHD_Result
-kvp_http_reply(struct MHD_Connection *conn, unsigned code, const char *type, void *buf,
-	       size_t len, enum MHD_ResponseMemoryMode mode)
+kvp_http_reply(struct MHD_Connection *conn, unsigned code, const char *type,
+	       void *buf, size_t len, enum MHD_ResponseMemoryMode mode)
 {
-	struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, mode);
+	struct MHD_Response *r =
+		MHD_create_response_from_buffer(len, buf, mode);
 	enum MHD_Result ret;
 
 	if (!r)
@@ -53,8 +55,8 @@ kvp_http_reply(struct MHD_Connection *conn, unsigned code, const char *type, voi
 /* Runs on libmicrohttpd's thread: reads the read-only mapping only. */
 static enum MHD_Result
 kvp_http_handler(void *cls, struct MHD_Connection *conn, const char *url,
-		 const char *method, const char *version, const char *upload_data,
-		 size_t *upload_size, void **req_ctx)
+		 const char *method, const char *version,
+		 const char *upload_data, size_t *upload_size, void **req_ctx)
 {
 	struct kvp_http *h = cls;
 	static char nf[] = "not found: try /metrics\n", na[] = "GET only\n";
@@ -67,17 +69,22 @@ kvp_http_handler(void *cls, struct MHD_Connection *conn, const char *url,
 	(void)version;
 	(void)upload_data;
 	(void)req_ctx;
-	if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD)) {
+	if (strcmp(method, MHD_HTTP_METHOD_GET) &&
+	    strcmp(method, MHD_HTTP_METHOD_HEAD)) {
 		*upload_size = 0;
-		return kvp_http_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain",
-				      na, sizeof(na) - 1, MHD_RESPMEM_PERSISTENT);
+		return kvp_http_reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+				      "text/plain", na, sizeof(na) - 1,
+				      MHD_RESPMEM_PERSISTENT);
 	}
 	if (!strcmp(url, "/"))
-		return kvp_http_reply(conn, MHD_HTTP_OK, "text/html", kvp_http_index,
-				      sizeof(kvp_http_index) - 1, MHD_RESPMEM_PERSISTENT);
+		return kvp_http_reply(conn, MHD_HTTP_OK, "text/html",
+				      kvp_http_index,
+				      sizeof(kvp_http_index) - 1,
+				      MHD_RESPMEM_PERSISTENT);
 	if (strcmp(url, "/metrics"))
-		return kvp_http_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain", nf,
-				      sizeof(nf) - 1, MHD_RESPMEM_PERSISTENT);
+		return kvp_http_reply(conn, MHD_HTTP_NOT_FOUND, "text/plain",
+				      nf, sizeof(nf) - 1,
+				      MHD_RESPMEM_PERSISTENT);
 	m = malloc(sizeof(*m));
 	f = open_memstream(&buf, &len);
 	if (!m || !f) {
@@ -95,8 +102,9 @@ kvp_http_handler(void *cls, struct MHD_Connection *conn, const char *url,
 		return MHD_NO;
 	}
 	/* MHD frees buf (malloc'd by open_memstream) after sending it */
-	return kvp_http_reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-			      buf, len, MHD_RESPMEM_MUST_FREE);
+	return kvp_http_reply(conn, MHD_HTTP_OK,
+			      "text/plain; version=0.0.4; charset=utf-8", buf,
+			      len, MHD_RESPMEM_MUST_FREE);
 }
 
 /* fmt is libmicrohttpd's own format; the attribute tells clang's
@@ -152,13 +160,16 @@ kvp_metrics_http_start_agent(struct kvp_agent *a)
 	sigset_t block, old;
 	int rc;
 
-	kvp_store_relaxed(&a->seg.hdr->h_metrics_port, 0); /* relaxed: for tools */
+	/* relaxed: for tools */
+	kvp_store_relaxed(&a->seg.hdr->h_metrics_port, 0);
 	if (!cfg->metrics_addr[0] || !strcmp(cfg->metrics_addr, "off"))
 		return 0;
 	snprintf(addr, sizeof(addr), "%s", cfg->metrics_addr);
 	if (kvp_http_split(addr, &host, &port)) {
-		kvp_log(KVP_LOG_ERROR, "metrics", "bad --metrics-addr '%s' (HOST:PORT, "
-			"[V6]:PORT or off)", cfg->metrics_addr);
+		kvp_log(KVP_LOG_ERROR, "metrics",
+			"bad --metrics-addr '%s' (HOST:PORT, "
+			"[V6]:PORT or off)",
+			cfg->metrics_addr);
 		return -EINVAL;
 	}
 	memset(&hints, 0, sizeof(hints));
@@ -167,8 +178,8 @@ kvp_metrics_http_start_agent(struct kvp_agent *a)
 	hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
 	rc = getaddrinfo(host, port, &hints, &ai);
 	if (rc || !ai) {
-		kvp_log(KVP_LOG_ERROR, "metrics", "--metrics-addr '%s': %s", cfg->metrics_addr,
-			gai_strerror(rc));
+		kvp_log(KVP_LOG_ERROR, "metrics", "--metrics-addr '%s': %s",
+			cfg->metrics_addr, gai_strerror(rc));
 		return -EINVAL;
 	}
 	h = calloc(1, sizeof(*h));
@@ -180,7 +191,8 @@ kvp_metrics_http_start_agent(struct kvp_agent *a)
 	snprintf(h->pool, sizeof(h->pool), "%s", cfg->pool);
 	rc = kvp_seg_map(cfg->pool, false, &h->ro, msg, sizeof(msg));
 	if (rc) {
-		kvp_log(KVP_LOG_ERROR, "metrics", "cannot map the segment read only: %s", msg);
+		kvp_log(KVP_LOG_ERROR, "metrics",
+			"cannot map the segment read only: %s", msg);
 		goto err_free;
 	}
 	/* the server's thread takes no process signals: SIGTERM is main's */
@@ -189,26 +201,30 @@ kvp_metrics_http_start_agent(struct kvp_agent *a)
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &block, &old);
-	h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
-				(ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
-				0, NULL, NULL, kvp_http_handler, h,
-				MHD_OPTION_EXTERNAL_LOGGER, kvp_http_log, NULL, /* first */
-				MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-				MHD_OPTION_CONNECTION_LIMIT, 64u,
-				MHD_OPTION_CONNECTION_TIMEOUT, 10u,
-				MHD_OPTION_END);
+	h->d = MHD_start_daemon(
+		MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+			(ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+		0, NULL, NULL, kvp_http_handler, h,
+		/* first */
+		MHD_OPTION_EXTERNAL_LOGGER, kvp_http_log, NULL,
+		MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+		64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	freeaddrinfo(ai);
 	ai = NULL;
 	if (!h->d) {
 		rc = -EADDRINUSE;
 		if (cfg->metrics_addr_given) {
-			kvp_log(KVP_LOG_ERROR, "metrics", "cannot serve /metrics on %s (in use, "
-				"or not an address of this host)", cfg->metrics_addr);
+			kvp_log(KVP_LOG_ERROR, "metrics",
+				"cannot serve /metrics on %s (in use, "
+				"or not an address of this host)",
+				cfg->metrics_addr);
 			goto err_unmap;
 		}
-		kvp_log(KVP_LOG_WARN, "metrics", "cannot serve /metrics on %s (in use?): "
-			"endpoint off; give --metrics-addr HOST:PORT", cfg->metrics_addr);
+		kvp_log(KVP_LOG_WARN, "metrics",
+			"cannot serve /metrics on %s (in use?): "
+			"endpoint off; give --metrics-addr HOST:PORT",
+			cfg->metrics_addr);
 		rc = 0;
 		goto err_unmap;
 	}
@@ -216,8 +232,8 @@ kvp_metrics_http_start_agent(struct kvp_agent *a)
 	/* relaxed: for tools; published with the agent's pid (release) */
 	kvp_store_relaxed(&a->seg.hdr->h_metrics_port, di ? di->port : 0);
 	a->http = h;
-	kvp_log(KVP_LOG_INFO, "metrics", "serving /metrics on %s (port %u)", cfg->metrics_addr,
-		di ? (unsigned)di->port : 0u);
+	kvp_log(KVP_LOG_INFO, "metrics", "serving /metrics on %s (port %u)",
+		cfg->metrics_addr, di ? (unsigned)di->port : 0u);
 	return 0;
 
 err_unmap:

@@ -17,7 +17,8 @@ kvp_entry_key(const struct kvp_entry *e, unsigned char key[256])
 	uint64_t k;
 
 	for (k = 0; k < 32; k++) {
-		uint64_t wd = kvp_load_relaxed(&e->e_key[k]); /* relaxed: stable */
+		/* relaxed: stable */
+		uint64_t wd = kvp_load_relaxed(&e->e_key[k]);
 		memcpy(key + k * 8, &wd, 8);
 	}
 	return kvp_load_relaxed(&e->e_klen); /* relaxed: stable */
@@ -37,8 +38,8 @@ struct kvp_tomb_later {
 };
 
 static void
-kvp_tomb_later(struct kvp_tier *t, uint64_t ns, const unsigned char *key, uint32_t klen,
-	       uint64_t target)
+kvp_tomb_later(struct kvp_tier *t, uint64_t ns, const unsigned char *key,
+	       uint32_t klen, uint64_t target)
 {
 	struct kvp_tomb_later *x;
 
@@ -47,7 +48,8 @@ kvp_tomb_later(struct kvp_tier *t, uint64_t ns, const unsigned char *key, uint32
 		struct kvp_tomb_later *n = realloc(t->later, cap * sizeof(*n));
 
 		if (!n) {
-			kvp_log(KVP_LOG_ERROR, "ssd", "out of memory: a tombstone is lost (its "
+			kvp_log(KVP_LOG_ERROR, "ssd",
+				"out of memory: a tombstone is lost (its "
 				"value may come back after a restart)");
 			return;
 		}
@@ -71,7 +73,8 @@ kvp_tomb_retry_agent(struct kvp_agent *a)
 	while (t && t->nlater) {
 		const struct kvp_tomb_later *x = &t->later[t->nlater - 1];
 
-		if (kvp_ssd_tombstone_agent(t->ssd, 0, x->ns, x->key, x->klen, x->target))
+		if (kvp_ssd_tombstone_agent(t->ssd, 0, x->ns, x->key, x->klen,
+					    x->target))
 			break; /* the store is full of requests: next round */
 		t->nlater--;
 	}
@@ -88,8 +91,8 @@ kvp_tomb_retry_agent(struct kvp_agent *a)
  * it is queued again later (kvp_tomb_retry_agent).  0 or -errno.
  */
 int
-kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target, const struct kvp_waiter *w,
-	       unsigned nw)
+kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
+	       const struct kvp_waiter *w, unsigned nw)
 {
 	struct kvp_tier *t = a->tier;
 	struct kvp_entry *e = &a->seg.entries[slot];
@@ -121,8 +124,9 @@ kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target, const struct
 	 * its record), but the queue must drain */
 	if (t->nlater)
 		kvp_tomb_retry_agent(a);
-	rc = t->nlater ? -EBUSY
-		       : kvp_ssd_tombstone_agent(t->ssd, tag, ns, key, (uint32_t)klen, target);
+	rc = t->nlater ? -EBUSY :
+			 kvp_ssd_tombstone_agent(t->ssd, tag, ns, key,
+						 (uint32_t)klen, target);
 	if (rc) {
 		if (op) {
 			kvp_top_put(t, op);
@@ -169,8 +173,8 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	loc = kvp_load_relaxed(&e->e_loc);
 	vlen = kvp_load_relaxed(&e->e_len);
 	klen = kvp_entry_key(e, key);
-	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM || klen == 0 || klen > KVP_KEY_MAX ||
-	    vlen > kvp_ssd_max_value_agent(t->ssd))
+	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM || klen == 0 ||
+	    klen > KVP_KEY_MAX || vlen > kvp_ssd_max_value_agent(t->ssd))
 		return 0;
 	op = kvp_top_get(t, TOP_DEMOTE, &tag);
 	if (!op)
@@ -192,23 +196,30 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 		return 0;
 	}
 	{
-		int rc = kvp_ssd_write_agent(t->ssd, tag, kvp_load_relaxed(&e->e_ns), key,
+		int rc = kvp_ssd_write_agent(t->ssd, tag,
+					     kvp_load_relaxed(&e->e_ns), key,
 					     (uint32_t)klen, op->iov, op->niov,
 					     KVP_SSD_SRC_PADDED);
 		if (rc) {
 			kvp_top_put(t, op);
 			if (rc != -EBUSY) {
 				/* no room on SSD (or worse): drop instead */
-				if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
-					kvp_log(KVP_LOG_WARN, "ssd", "demotion refused: %s; "
+				if (kvp_now_ns(CLOCK_MONOTONIC) >
+				    t->write_fail_until)
+					kvp_log(KVP_LOG_WARN, "ssd",
+						"demotion refused: %s; "
 						"evicting without demotion for 1 s",
 						strerror(-rc));
-				t->write_fail_until = kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+				t->write_fail_until =
+					kvp_now_ns(CLOCK_MONOTONIC) +
+					1000000000ull;
 			}
 			return 0;
 		}
 	}
-	KVP_ASSERT(t->busy[slot] < KVP_TIER_MAX_OPS && t->demoting < KVP_TIER_MAX_DEMOTING, "I30");
+	KVP_ASSERT(t->busy[slot] < KVP_TIER_MAX_OPS &&
+			   t->demoting < KVP_TIER_MAX_DEMOTING,
+		   "I30");
 	t->busy[slot]++;
 	t->demoting++;
 	kvp_crashpoint(A_DEMOTE_SUBMITTED);
@@ -219,7 +230,8 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
  * index): its record is dead and a tombstone keeps it from coming back
  * after a restart.  Called under CHECK, before the slot is emptied. */
 void
-kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc, uint64_t vlen)
+kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
+		      uint64_t vlen)
 {
 	kvp_ssd_record_dead_agent(a->tier->ssd, ssd_loc, vlen);
 	kvp_crashpoint(A_TOMBSTONE);
@@ -248,11 +260,12 @@ kvp_flush_left(struct kvp_agent *a, uint64_t *tombs)
 
 		/* relaxed: this thread writes locations */
 		if (KVP_IX_STATE(w) == KVP_IX_READY &&
-		    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) == KVP_TIER_DRAM &&
+		    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) ==
+			    KVP_TIER_DRAM &&
 		    !kvp_load_relaxed(&e->e_ssd))
 			n++;
-		else if (KVP_IX_STATE(w) == KVP_IX_DELETED && kvp_load_relaxed(&e->e_ssd) &&
-			 !a->tier->tombed[i])
+		else if (KVP_IX_STATE(w) == KVP_IX_DELETED &&
+			 kvp_load_relaxed(&e->e_ssd) && !a->tier->tombed[i])
 			(*tombs)++;
 	}
 	*tombs += a->tier->nlater; /* queued but not yet taken by the store */
@@ -274,7 +287,8 @@ kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_tier *t = a->tier;
-	uint64_t i, written = 0, tombs = 0, left = 0, ltombs = 0, t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	uint64_t i, written = 0, tombs = 0, left = 0, ltombs = 0,
+		    t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	unsigned pass;
 
 	if (!t)
@@ -293,22 +307,29 @@ kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns)
 				uint64_t ssd = kvp_load_relaxed(&e->e_ssd);
 
 				if (!ssd || t->tombed[i] || t->busy[i])
-					continue; /* busy: a demotion; next pass */
-				while (t->nfree < 2 && kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
+					/* busy: a demotion; next pass */
+					continue;
+				while (t->nfree < 2 &&
+				       kvp_now_ns(CLOCK_MONOTONIC) <
+					       deadline_ns)
 					kvp_tier_step_agent(a, 1);
-				tombs += kvp_tomb_queue(a, i, ssd, NULL, 0) == 0;
+				tombs += kvp_tomb_queue(a, i, ssd, NULL, 0) ==
+					 0;
 				continue;
 			}
 			/* relaxed: stable while READY; this thread moves it */
 			if (st != KVP_IX_READY ||
-			    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) != KVP_TIER_DRAM ||
+			    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) !=
+				    KVP_TIER_DRAM ||
 			    kvp_load_relaxed(&e->e_ssd) || t->busy[i])
 				continue;
-			while ((t->demoting >= KVP_TIER_MAX_DEMOTING || t->nfree < 2) &&
+			while ((t->demoting >= KVP_TIER_MAX_DEMOTING ||
+				t->nfree < 2) &&
 			       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
 				kvp_tier_step_agent(a, 1);
 			if (kvp_tier_write_failing_agent(a)) {
-				kvp_log(KVP_LOG_ERROR, "ssd", "stop: SSD writes fail: values only "
+				kvp_log(KVP_LOG_ERROR, "ssd",
+					"stop: SSD writes fail: values only "
 					"in DRAM are lost");
 				goto out;
 			}
@@ -326,13 +347,16 @@ out:
 	       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
 		kvp_tier_step_agent(a, 5);
 	left = kvp_flush_left(a, &ltombs);
-	kvp_log(left || ltombs ? KVP_LOG_WARN : KVP_LOG_INFO, "ssd", "stop: %llu values written "
+	kvp_log(left || ltombs ? KVP_LOG_WARN : KVP_LOG_INFO, "ssd",
+		"stop: %llu values written "
 		"to SSD and %llu tombstones in %.2f s; %llu values and %llu tombstones left "
-		"unwritten%s", (unsigned long long)written, (unsigned long long)tombs,
-		(double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9, (unsigned long long)left,
-		(unsigned long long)ltombs,
-		left || ltombs ? " (deadline, SSD full or failing, or values still being put)"
-			       : "");
+		"unwritten%s",
+		(unsigned long long)written, (unsigned long long)tombs,
+		(double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9,
+		(unsigned long long)left, (unsigned long long)ltombs,
+		left || ltombs ?
+			" (deadline, SSD full or failing, or values still being put)" :
+			"");
 	return left + ltombs;
 }
 
@@ -346,8 +370,9 @@ out:
  * allocator lock.  True if in flight (w is answered then), false: stage.
  */
 bool
-kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w, uint64_t slot,
-			uint64_t gen, uint64_t vlen, uint64_t ssd)
+kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w,
+			uint64_t slot, uint64_t gen, uint64_t vlen,
+			uint64_t ssd)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_tier *t = a->tier;
@@ -405,15 +430,18 @@ kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op, int status)
 		kvp_store_relaxed(&e->e_run, s->pages[op->first].pg_npages);
 		/* release: the DRAM copy is complete before anyone reads
 		 * this location */
-		kvp_store_release(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, op->first));
+		kvp_store_release(&e->e_loc,
+				  KVP_LOC_MAKE(KVP_TIER_DRAM, op->first));
 		kvp_crashpoint(A_PROMOTE_SWITCHED);
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_PROMOTE], 1); /* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->vlen);
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES],
+			      op->vlen);
 	} else {
 		kvp_dram_free_agent(a, op->first, op->slot, (uint32_t)op->gen);
 	}
 	for (k = 0; k < op->nw; k++)
-		kvp_answer(a, &op->w[k], status ? (status == -ENOENT ? -EIO : status) : 0,
+		kvp_answer(a, &op->w[k],
+			   status ? (status == -ENOENT ? -EIO : status) : 0,
 			   status ? 0 : KVP_WHERE_DRAM, -1);
 }
 
@@ -422,7 +450,8 @@ kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op, int status)
  * waited for it get their tombstone now.  A failed write makes eviction
  * drop instead of demote for a second. */
 void
-kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op, const struct kvp_ssd_cqe *cq)
+kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
+		    const struct kvp_ssd_cqe *cq)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_tier *t = a->tier;
@@ -435,16 +464,20 @@ kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op, const struct kvp_ss
 		kvp_store_relaxed(&s->entries[op->slot].e_ssd, cq->loc);
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE], 1); /* stat */
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE_BYTES], op->vlen);
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_WRITE_BYTES], op->vlen);
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_WRITE_BYTES],
+			      op->vlen);
 		/* the record exists now (the slot is DELETED and busy:
 		 * nobody reclaimed it) */
 		if (op->nw)
 			kvp_tomb_queue(a, op->slot, cq->loc, op->w, op->nw);
 	} else {
 		if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
-			kvp_log(KVP_LOG_WARN, "ssd", "demotion failed: %s; evicting without "
-				"demotion for 1 s", strerror(-cq->status));
-		t->write_fail_until = kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+			kvp_log(KVP_LOG_WARN, "ssd",
+				"demotion failed: %s; evicting without "
+				"demotion for 1 s",
+				strerror(-cq->status));
+		t->write_fail_until =
+			kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
 		/* nothing reached the disk: a waiting delete is done */
 		for (k = 0; k < op->nw; k++)
 			kvp_answer(a, &op->w[k], 0, 0, -1);

@@ -42,7 +42,8 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	struct kvp_seg *s = &a->seg;
 	struct kvp_client_slot *cs = &s->clients[i];
 	struct kvp_shm_header *h = s->hdr;
-	uint64_t w = kvp_load_acquire(&cs->cs_state); /* acquire: pairs with claim CAS */
+	/* acquire: pairs with claim CAS */
+	uint64_t w = kvp_load_acquire(&cs->cs_state);
 	uint64_t holds = 0, pins = 0, pending = 0, pages, k, pid;
 	uint32_t hpc = s->g.g_holds_per_client;
 	kvp_aword_t *hs = &s->holds[(uint64_t)i * hpc];
@@ -77,22 +78,26 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 
 		if (kind == KVP_IXR_HAVE_SLOT) {
 			/* acquire: written before HAVE_SLOT (release) */
-			uint64_t sw = kvp_load_acquire(&cs->cs_ix_slot), slot = KVP_HOLD_SLOT(sw);
+			uint64_t sw = kvp_load_acquire(&cs->cs_ix_slot),
+				 slot = KVP_HOLD_SLOT(sw);
 
 			if (slot < s->g.g_index_slots) {
 				/* acquire: pairs with the claim CAS */
 				uint64_t m = kvp_load_acquire(&s->meta[slot]);
 				unsigned st = KVP_IX_STATE(m);
 
-				give = KVP_IX_GEN(m) == KVP_HOLD_GEN(sw) && KVP_IX_OWNER(m) == i + 1 &&
-				       (st == KVP_IX_RESERVED || st == KVP_IX_CLAIM ||
+				give = KVP_IX_GEN(m) == KVP_HOLD_GEN(sw) &&
+				       KVP_IX_OWNER(m) == i + 1 &&
+				       (st == KVP_IX_RESERVED ||
+					st == KVP_IX_CLAIM ||
 					st == KVP_IX_PENDING);
 			}
 		}
 		if (kind != KVP_IXR_IDLE) {
 			/* release: IDLE before the count changes (a recount
 			 * that sees the change sees this) */
-			kvp_store_release(&cs->cs_ix_resv, KVP_IXR_NEXT(f, KVP_IXR_IDLE));
+			kvp_store_release(&cs->cs_ix_resv,
+					  KVP_IXR_NEXT(f, KVP_IXR_IDLE));
 			if (give)
 				kvp_ix_count_give(s);
 			else /* release: pairs with the tier thread's acquire */
@@ -103,7 +108,8 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 		/* acquire: pairs with the owner's claim CAS */
 		uint64_t e = kvp_load_acquire(&s->meta[k]);
 
-		/* step 3: its claims and puts in progress (index/kvp_index.h) */
+		/* step 3: its claims and puts in progress
+		 * (index/kvp_index.h) */
 		if (kvp_ix_reap_owner(s, k, e, i + 1))
 			pending++;
 	}
@@ -113,10 +119,12 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 		/* acquire: pairs with the taker's reserving CAS */
 		uint64_t lw = kvp_load_acquire(&s->leases[k].ls_state);
 
-		if (KVP_LS_STATE(lw) == KVP_LS_RESERVED && KVP_LS_OWNER(lw) == i + 1)
+		if (KVP_LS_STATE(lw) == KVP_LS_RESERVED &&
+		    KVP_LS_OWNER(lw) == i + 1)
 			/* full CAS: the taker is dead; a sweep may race */
 			kvp_cas(&s->leases[k].ls_state, lw,
-				KVP_LS_WORD(KVP_LS_GEN(lw) + 1, 0, KVP_LS_FREE));
+				KVP_LS_WORD(KVP_LS_GEN(lw) + 1, 0,
+					    KVP_LS_FREE));
 	}
 	/* step 4 runs on the tier thread, which owns every DRAM free */
 	pages = 0;
@@ -124,7 +132,8 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake it */
 	kvp_futex_wake(&s->hdr->h_evict_wake);
 	/* a dead client pins nothing any more: its gauges go to zero */
-	kvp_store_relaxed(&cs->cs_ctr[KVP_CTR_PINNED_DRAM], 0); /* relaxed: stats */
+	/* relaxed: stats */
+	kvp_store_relaxed(&cs->cs_ctr[KVP_CTR_PINNED_DRAM], 0);
 	kvp_store_relaxed(&cs->cs_ctr[KVP_CTR_PINNED_SSD], 0);
 	kvp__shard_retire(h, cs); /* counters and histograms */
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_CLIENTS], 1); /* stats */
@@ -136,9 +145,11 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	kvp_crashpoint(A_REAP_FREEING);
 	/* release: step 6, after every step above */
 	kvp_store_release(&cs->cs_state, (w & ~0xffull) | KVP_CS_FREE);
-	kvp_log(KVP_LOG_INFO, "reaper", "reaped client %u (pid %llu): %llu holds, "
-		"%llu unfinished puts", i, (unsigned long long)pid,
-		(unsigned long long)holds, (unsigned long long)pending);
+	kvp_log(KVP_LOG_INFO, "reaper",
+		"reaped client %u (pid %llu): %llu holds, "
+		"%llu unfinished puts",
+		i, (unsigned long long)pid, (unsigned long long)holds,
+		(unsigned long long)pending);
 	(void)pages;
 	return 1;
 }
@@ -158,7 +169,8 @@ kvp_lease_sweep_agent(struct kvp_seg *s)
 		bool dead;
 
 		if (KVP_LS_STATE(w) == KVP_LS_LIVE)
-			dead = kvp_load_relaxed(&ls->ls_expiry) <= now; /* relaxed */
+			/* relaxed */
+			dead = kvp_load_relaxed(&ls->ls_expiry) <= now;
 		else if (KVP_LS_STATE(w) == KVP_LS_RESERVED)
 			dead = owner == 0 || owner > s->g.g_max_clients ||
 			       !kvp_shm_client_alive(s, (uint32_t)(owner - 1));
@@ -167,9 +179,12 @@ kvp_lease_sweep_agent(struct kvp_seg *s)
 		/* full CAS: the taker may release it at the same moment */
 		if (dead)
 			kvp_crashpoint(A_LEASE_SWEEP);
-		if (dead && kvp_cas(&ls->ls_state, w,
-				    KVP_LS_WORD(KVP_LS_GEN(w) + 1, 0, KVP_LS_FREE))) {
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_LEASE_EXPIRED], 1); /* stat */
+		if (dead &&
+		    kvp_cas(&ls->ls_state, w,
+			    KVP_LS_WORD(KVP_LS_GEN(w) + 1, 0, KVP_LS_FREE))) {
+			/* stat */
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_LEASE_EXPIRED],
+				      1);
 			n++;
 		}
 	}
@@ -201,7 +216,8 @@ kvp_reaper_round_agent(struct kvp_agent *a)
 			}
 			continue;
 		}
-		if (KVP_CS_STATE(w) == KVP_CS_REAPING || !kvp_shm_client_alive(s, i)) {
+		if (KVP_CS_STATE(w) == KVP_CS_REAPING ||
+		    !kvp_shm_client_alive(s, i)) {
 			n += (unsigned)kvp_reap_client_agent(a, i);
 			continue;
 		}
@@ -210,7 +226,8 @@ kvp_reaper_round_agent(struct kvp_agent *a)
 		if (a->pidfd && pid && a->pidfd_pid[i] != pid) {
 			if (a->pidfd[i] >= 0)
 				close(a->pidfd[i]);
-			a->pidfd[i] = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+			a->pidfd[i] =
+				(int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
 			a->pidfd_pid[i] = pid;
 		}
 	}
@@ -230,10 +247,12 @@ kvp_reaper_watch_new_agent(struct kvp_agent *a)
 	for (i = 0; i < s->g.g_max_clients; i++) {
 		/* acquire: pairs with the claim CAS */
 		uint64_t w = kvp_load_acquire(&s->clients[i].cs_state);
-		/* relaxed: a pid for the pidfd; liveness is checked elsewhere */
+		/* relaxed: a pid for the pidfd; liveness is checked
+		 * elsewhere */
 		uint64_t pid = kvp_load_relaxed(&s->clients[i].cs_pid);
 
-		if (KVP_CS_STATE(w) != KVP_CS_LIVE || !pid || a->pidfd_pid[i] == pid)
+		if (KVP_CS_STATE(w) != KVP_CS_LIVE || !pid ||
+		    a->pidfd_pid[i] == pid)
 			continue;
 		if (a->pidfd[i] >= 0)
 			close(a->pidfd[i]);
@@ -270,7 +289,8 @@ kvp_reaper_main_agent(void *arg)
 
 		if (full_round || now >= next_round) {
 			kvp_reaper_round_agent(a);
-			next_round = now + (uint64_t)a->cfg.reap_ms * 1000000ull;
+			next_round =
+				now + (uint64_t)a->cfg.reap_ms * 1000000ull;
 			full_round = false;
 		} else if (kvp_reaper_watch_new_agent(a)) {
 			full_round = true;

@@ -18,7 +18,8 @@ kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 	uint64_t hash, w;
 	int64_t i;
 
-	if (r->type != KVP_SSD_REC_VALUE || r->klen == 0 || r->klen > KVP_KEY_MAX)
+	if (r->type != KVP_SSD_REC_VALUE || r->klen == 0 ||
+	    r->klen > KVP_KEY_MAX)
 		return KVP_SSD_DECLINE;
 	hash = kvp_key_hash(r->ns, r->key, r->klen);
 	i = kvp_ix_find(s, r->ns, hash, r->key, r->klen,
@@ -36,7 +37,8 @@ kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 	i = kvp_ix_claim(s, KVP_AGENT_OWNER, r->ns, hash, r->key, r->klen, &w);
 	if (i < 0) {
 		kvp_ix_count_give(s);
-		return KVP_SSD_DECLINE; /* index full: tombstoned, never served */
+		/* index full: tombstoned, never served */
+		return KVP_SSD_DECLINE;
 	}
 	/* relaxed: published by the READY CAS */
 	kvp_store_relaxed(&s->entries[i].e_len, r->vlen);
@@ -66,9 +68,11 @@ kvp_drop_collect(void *arg, const struct kvp_ssd_rec *r)
 	uint64_t w, loc;
 	int64_t i;
 
-	if (r->type != KVP_SSD_REC_VALUE || r->klen == 0 || r->klen > KVP_KEY_MAX)
+	if (r->type != KVP_SSD_REC_VALUE || r->klen == 0 ||
+	    r->klen > KVP_KEY_MAX)
 		return 0;
-	i = kvp_ix_find(s, r->ns, kvp_key_hash(r->ns, r->key, r->klen), r->key, r->klen,
+	i = kvp_ix_find(s, r->ns, kvp_key_hash(r->ns, r->key, r->klen), r->key,
+			r->klen,
 			KVP_IX_M(KVP_IX_READY) | KVP_IX_M(KVP_IX_DELETED), &w);
 	if (i < 0 || kvp_load_relaxed(&s->entries[i].e_ssd) != r->loc)
 		return 0; /* not the entry's copy any more */
@@ -76,7 +80,8 @@ kvp_drop_collect(void *arg, const struct kvp_ssd_rec *r)
 		d->veto = true; /* a read or promotion of it is in flight */
 		return 1;
 	}
-	loc = kvp_load_relaxed(&s->entries[i].e_loc); /* relaxed: ours to change */
+	/* relaxed: ours to change */
+	loc = kvp_load_relaxed(&s->entries[i].e_loc);
 	if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM) {
 		/* DRAM-resident: it just loses its SSD copy */
 		kvp_store_relaxed(&s->entries[i].e_ssd, 0);
@@ -111,7 +116,8 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 	struct kvp_cand *cand;
 	unsigned k, n = 0;
 
-	if (kvp_ssd_segment_foreach_agent(ssd, seg, kvp_drop_collect, &d) < 0 || d.veto) {
+	if (kvp_ssd_segment_foreach_agent(ssd, seg, kvp_drop_collect, &d) < 0 ||
+	    d.veto) {
 		free(d.slots);
 		return 1;
 	}
@@ -125,7 +131,8 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 		uint64_t w = kvp_load_acquire(&s->meta[d.slots[k]]);
 
 		if (KVP_IX_FLAGS(w) ||
-		    (KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
+		    (KVP_IX_STATE(w) != KVP_IX_READY &&
+		     KVP_IX_STATE(w) != KVP_IX_DELETED) ||
 		    !kvp_ix_cand_take_agent(s, d.slots[k], w, &cand[n])) {
 			d.veto = true;
 			continue;
@@ -146,7 +153,8 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 	}
 	if (!d.veto) {
 		kvp_crashpoint(A_SEG_RECLAIM);
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM], 1); /* stat */
+		/* stat */
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM], 1);
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_SSD], n);
 	}
 	free(cand);
@@ -165,22 +173,29 @@ kvp_recover_lost_agent(struct kvp_agent *a)
 	uint64_t i, lost = 0;
 
 	for (i = 0; i < s->g.g_index_slots; i++) {
-		uint64_t w = kvp_load_acquire(&s->meta[i]); /* acquire: the publish */
+		/* acquire: the publish */
+		uint64_t w = kvp_load_acquire(&s->meta[i]);
 		/* relaxed: this thread writes locations (no threads yet) */
 		uint64_t ssd = kvp_load_relaxed(&s->entries[i].e_ssd);
 
-		if ((KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
-		    !ssd || kvp_ssd_segment_info_agent(a->tier->ssd, KVP_SSD_LOC_SEG(ssd), &si) == 0)
+		if ((KVP_IX_STATE(w) != KVP_IX_READY &&
+		     KVP_IX_STATE(w) != KVP_IX_DELETED) ||
+		    !ssd ||
+		    kvp_ssd_segment_info_agent(a->tier->ssd,
+					       KVP_SSD_LOC_SEG(ssd), &si) == 0)
 			continue;
-		if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM) {
-			kvp_store_relaxed(&s->entries[i].e_ssd, 0); /* relaxed: as above */
+		if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) ==
+		    KVP_TIER_DRAM) {
+			/* relaxed: as above */
+			kvp_store_relaxed(&s->entries[i].e_ssd, 0);
 		} else if (kvp_ix_remove(s, i, w)) {
 			kvp_ix_count_give(s);
 			lost++;
 		}
 	}
 	if (lost)
-		kvp_log(KVP_LOG_WARN, "ssd", "%llu entries lost their SSD segment",
+		kvp_log(KVP_LOG_WARN, "ssd",
+			"%llu entries lost their SSD segment",
 			(unsigned long long)lost);
 }
 
@@ -193,11 +208,13 @@ void
 kvp_recover_in_flight_agent(struct kvp_agent *a)
 {
 	struct kvp_seg *s = &a->seg;
-	uint64_t j, handed = 0, total = (uint64_t)s->g.g_max_clients * s->g.g_ring_entries;
+	uint64_t j, handed = 0,
+		    total = (uint64_t)s->g.g_max_clients * s->g.g_ring_entries;
 
 	for (j = 0; j < s->g.g_staging_slots; j++) {
 		struct kvp_span *sp = &s->spans[j];
-		uint64_t w = kvp_load_acquire(&sp->sp_state); /* acquire: its last word */
+		/* acquire: its last word */
+		uint64_t w = kvp_load_acquire(&sp->sp_state);
 		unsigned b, ns = KVP_SP_N(w);
 
 		if (KVP_SP_STATE(w) == KVP_SP_FREEING) {
@@ -210,22 +227,29 @@ kvp_recover_in_flight_agent(struct kvp_agent *a)
 		/* full: its slots were counted when it was allocated */
 		kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - ns);
 		for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
-			kvp_store_relaxed(&sp->sp_holders[b], 0); /* relaxed: ours */
+			/* relaxed: ours */
+			kvp_store_relaxed(&sp->sp_holders[b], 0);
 		for (b = 1; b < ns && j + b < s->g.g_staging_slots; b++)
-			kvp_store_release(&s->spans[j + b].sp_state, 0); /* release */
+			/* release */
+			kvp_store_release(&s->spans[j + b].sp_state, 0);
 		/* release: free again */
-		kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
+		kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1,
+							     0, KVP_SP_FREE));
 	}
 	for (j = 0; j < total; j++) {
 		/* acquire: the last word written on the entry */
 		uint64_t w = kvp_load_acquire(&s->rings[j].rq_state);
 		/* full CAS: the client may withdraw it at the same time; one
 		 * our predecessor died answering is served again */
-		if ((KVP_RQ_STATE(w) == KVP_RQ_TAKEN || KVP_RQ_STATE(w) == KVP_RQ_ANSWERING) &&
-		    kvp_cas(&s->rings[j].rq_state, w, (w & ~0xffull) | KVP_RQ_POSTED))
+		if ((KVP_RQ_STATE(w) == KVP_RQ_TAKEN ||
+		     KVP_RQ_STATE(w) == KVP_RQ_ANSWERING) &&
+		    kvp_cas(&s->rings[j].rq_state, w,
+			    (w & ~0xffull) | KVP_RQ_POSTED))
 			handed++;
 	}
 	if (handed)
-		kvp_log(KVP_LOG_INFO, "ssd", "%llu requests taken by the previous agent are "
-			"served again", (unsigned long long)handed);
+		kvp_log(KVP_LOG_INFO, "ssd",
+			"%llu requests taken by the previous agent are "
+			"served again",
+			(unsigned long long)handed);
 }

@@ -29,17 +29,19 @@ struct kvp_callstate {
  * at all is written into it (a span bit given to it is taken back).  Only
  * then the answer's fields, and DONE with a release. */
 void
-kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res, uint64_t where,
-	   int span_head)
+kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res,
+	   uint64_t where, int span_head)
 {
 	struct kvp_seg *s = &a->seg;
-	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
+	struct kvp_req *q =
+		&s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
 	/* acquire: the slot must still be the client that asked */
-	bool same = kvp_load_acquire(&s->clients[w->client].cs_state) == w->cgen;
+	bool same = kvp_load_acquire(&s->clients[w->client].cs_state) ==
+		    w->cgen;
 
 	/* full CAS: TAKEN(seq) -> ANSWERING(seq); the entry is ours to write */
-	if (!same ||
-	    !kvp_cas(&q->rq_state, w->word, (w->word & ~0xffull) | KVP_RQ_ANSWERING)) {
+	if (!same || !kvp_cas(&q->rq_state, w->word,
+			      (w->word & ~0xffull) | KVP_RQ_ANSWERING)) {
 		if (span_head >= 0) {
 			kvp_span_clear_holder(&s->spans[span_head], w->client);
 			kvp_span_free_if_unheld(s, (uint32_t)span_head, true);
@@ -65,7 +67,8 @@ kvp_wake_clients(struct kvp_agent *a)
 		if (!a->tier->wake[c])
 			continue;
 		a->tier->wake[c] = false;
-		kvp_ifetch_add(&s->clients[c].cs_io_futex, 1); /* full: then wake */
+		/* full: then wake */
+		kvp_ifetch_add(&s->clients[c].cs_io_futex, 1);
 		kvp_futex_wake(&s->clients[c].cs_io_futex);
 	}
 }
@@ -90,11 +93,14 @@ kvp_try_join(struct kvp_agent *a, uint64_t slot, uint64_t off, uint64_t len,
 		     off + len <= op->astart + op->alen)) {
 			if (op->kind == TOP_STAGE) {
 				w->skip = off - op->astart;
-				kvp_span_set_holder(&a->seg.spans[op->head], w->client);
+				kvp_span_set_holder(&a->seg.spans[op->head],
+						    w->client);
 			}
 			if (kvp_top_add_waiter(op, w))
 				return false;
-			kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_SINGLE_FLIGHT], 1); /* stat */
+			/* stat */
+			kvp_fetch_add(
+				&a->seg.hdr->h_actr[KVP_ACTR_SINGLE_FLIGHT], 1);
 			return true;
 		}
 	}
@@ -128,7 +134,8 @@ kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd)
  * -EIO (deleted, but the tombstone could not be written).
  */
 static void
-kvp_serve_delete(struct kvp_agent *a, struct kvp_waiter *w, uint64_t slot, uint64_t gen)
+kvp_serve_delete(struct kvp_agent *a, struct kvp_waiter *w, uint64_t slot,
+		 uint64_t gen)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_top *dem;
@@ -142,8 +149,8 @@ kvp_serve_delete(struct kvp_agent *a, struct kvp_waiter *w, uint64_t slot, uint6
 	for (tries = 0;; tries++) {
 		/* acquire: pairs with the publish CAS */
 		mw = kvp_load_acquire(&s->meta[slot]);
-		if (KVP_IX_STATE(mw) != KVP_IX_READY || KVP_IX_GEN(mw) != (gen & KVP_IX_GEN_MASK) ||
-		    tries > 64) {
+		if (KVP_IX_STATE(mw) != KVP_IX_READY ||
+		    KVP_IX_GEN(mw) != (gen & KVP_IX_GEN_MASK) || tries > 64) {
 			kvp_answer(a, w, -ENOENT, 0, -1);
 			return;
 		}
@@ -179,13 +186,14 @@ kvp_serve_delete(struct kvp_agent *a, struct kvp_waiter *w, uint64_t slot, uint6
  * arena is -E2BIG.  Answered at the read's completion (kvp_complete_stage).
  */
 static void
-kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs,
-	       uint64_t slot, uint64_t gen, uint64_t vlen, uint64_t ssd, uint64_t off,
-	       uint64_t len)
+kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w,
+	       struct kvp_callstate *cs, uint64_t slot, uint64_t gen,
+	       uint64_t vlen, uint64_t ssd, uint64_t off, uint64_t len)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_tier *t = a->tier;
-	uint64_t S = s->g.g_staging_slots, sb = s->g.g_staging_slot_bytes, tag = 0, extent;
+	uint64_t S = s->g.g_staging_slots, sb = s->g.g_staging_slot_bytes,
+		 tag = 0, extent;
 	struct kvp_ssd_read rd;
 	struct kvp_top *op;
 	uint32_t dst_off = 0;
@@ -206,7 +214,8 @@ kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *
 	op = kvp_top_get(t, TOP_STAGE, &tag);
 	if (!op)
 		goto busy;
-	head = kvp_staging_alloc_agent(s, need, slot, off - dst_off, extent, w->client);
+	head = kvp_staging_alloc_agent(s, need, slot, off - dst_off, extent,
+				       w->client);
 	if (head < 0) {
 		kvp_top_put(t, op);
 		goto busy;
@@ -259,8 +268,9 @@ busy:
  * same bytes in flight, or is promoted (move.c), or staged.
  */
 static void
-kvp_serve_read(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs,
-	       uint64_t slot, uint64_t gen, uint64_t off, uint64_t len, bool whole)
+kvp_serve_read(struct kvp_agent *a, struct kvp_waiter *w,
+	       struct kvp_callstate *cs, uint64_t slot, uint64_t gen,
+	       uint64_t off, uint64_t len, bool whole)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_entry *e;
@@ -274,9 +284,12 @@ kvp_serve_read(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *
 	/* acquire: pairs with the publish CAS */
 	mw = kvp_load_acquire(&s->meta[slot]);
 	if (KVP_IX_GEN(mw) != (gen & KVP_IX_GEN_MASK) ||
-	    (KVP_IX_STATE(mw) != KVP_IX_READY && KVP_IX_STATE(mw) != KVP_IX_DELETED)) {
-		kvp_log(KVP_LOG_DEBUG, "io", "request for slot %llu gen %llu: slot is at "
-			"gen %u state %u", (unsigned long long)slot, (unsigned long long)gen,
+	    (KVP_IX_STATE(mw) != KVP_IX_READY &&
+	     KVP_IX_STATE(mw) != KVP_IX_DELETED)) {
+		kvp_log(KVP_LOG_DEBUG, "io",
+			"request for slot %llu gen %llu: slot is at "
+			"gen %u state %u",
+			(unsigned long long)slot, (unsigned long long)gen,
 			KVP_IX_GEN(mw), KVP_IX_STATE(mw));
 		kvp_answer(a, w, -ENOENT, 0, -1);
 		return;
@@ -305,14 +318,18 @@ kvp_serve_read(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *
 
 /* Handle one TAKEN request.  Answers at once, or leaves it to an I/O. */
 static void
-kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *cs)
+kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w,
+	      struct kvp_callstate *cs)
 {
 	struct kvp_seg *s = &a->seg;
-	struct kvp_req *q = &s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
+	struct kvp_req *q =
+		&s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
 	/* relaxed: published by the client's POSTED release, acquired by
 	 * our CAS to TAKEN; untrusted, validated by the callees */
-	uint64_t slot = kvp_load_relaxed(&q->rq_slot), gen = kvp_load_relaxed(&q->rq_gen);
-	uint64_t off = kvp_load_relaxed(&q->rq_off), len = kvp_load_relaxed(&q->rq_len);
+	uint64_t slot = kvp_load_relaxed(&q->rq_slot),
+		 gen = kvp_load_relaxed(&q->rq_gen);
+	uint64_t off = kvp_load_relaxed(&q->rq_off),
+		 len = kvp_load_relaxed(&q->rq_len);
 	uint64_t call = kvp_load_relaxed(&q->rq_call);
 
 	if (call & KVP_RQ_DELETE) {
@@ -326,7 +343,8 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w, struct kvp_callstate *c
 		cs->call = call & 0xffffffffull;
 		cs->used = 0;
 	}
-	kvp_serve_read(a, w, cs, slot, gen, off, len, (call & KVP_RQ_WHOLE) != 0);
+	kvp_serve_read(a, w, cs, slot, gen, off, len,
+		       (call & KVP_RQ_WHOLE) != 0);
 }
 
 /* A staged read completed: the span is READY (release: its bytes first),
@@ -342,20 +360,25 @@ kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op, int status)
 	unsigned k;
 
 	/* release: the bytes before READY; pairs with the holders */
-	kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w), op->nslots, KVP_SP_READY));
+	kvp_store_release(&sp->sp_state,
+			  KVP_SP_WORD(KVP_SP_GEN(w), op->nslots, KVP_SP_READY));
 	kvp_crashpoint(A_STAGE_READY);
 	for (k = 0; k < op->nw; k++) {
 		if (status) {
 			kvp_span_clear_holder(sp, op->w[k].client);
-			kvp_answer(a, &op->w[k], status == -ENOENT ? -EIO : status, 0, -1);
+			kvp_answer(a, &op->w[k],
+				   status == -ENOENT ? -EIO : status, 0, -1);
 		} else {
-			kvp_answer(a, &op->w[k], 0, (uint64_t)(op->head + 1) | (op->w[k].skip << 32),
+			kvp_answer(a, &op->w[k], 0,
+				   (uint64_t)(op->head + 1) |
+					   (op->w[k].skip << 32),
 				   (int)op->head);
 		}
 	}
 	if (!status) {
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGED], 1); /* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES], op->alen);
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES],
+			      op->alen);
 	}
 	kvp_span_free_if_unheld(s, op->head, false);
 }
@@ -371,7 +394,8 @@ kvp_serve_rings(struct kvp_agent *a)
 	for (c = 0; c < s->g.g_max_clients; c++) {
 		/* acquire: pairs with the claim CAS */
 		uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state);
-		struct kvp_req *ring = &s->rings[(uint64_t)c * s->g.g_ring_entries];
+		struct kvp_req *ring =
+			&s->rings[(uint64_t)c * s->g.g_ring_entries];
 
 		if (KVP_CS_STATE(cw) != KVP_CS_LIVE)
 			continue;

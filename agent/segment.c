@@ -29,14 +29,16 @@ kvp_pow2_at_least(uint64_t v)
  * naming what is out of range.
  */
 int
-kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g, struct kvp_layout *L)
+kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g,
+		 struct kvp_layout *L)
 {
 	char msg[160];
 
 	memset(g, 0, sizeof(*g));
 	/* 2-choice buckets of 8 stay below ~95% before a bucket pair fills:
 	 * size the table so the configured entries fit at <= 80% */
-	g->g_index_slots = kvp_pow2_at_least(cfg->index_entries + cfg->index_entries / 4);
+	g->g_index_slots =
+		kvp_pow2_at_least(cfg->index_entries + cfg->index_entries / 4);
 	g->g_index_limit = cfg->index_entries;
 	g->g_dram_unit = cfg->dram_unit;
 	g->g_dram_pages = cfg->dram_bytes / cfg->dram_unit;
@@ -50,8 +52,10 @@ kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g, struct kvp
 		g->g_staging_slot_bytes = cfg->staging_slot;
 	}
 	if (kvp_layout_compute(g, L, msg, sizeof(msg))) {
-		kvp_log(KVP_LOG_ERROR, "shm", "%s (from --dram, --dram-unit, --index-entries, "
-			"--max-clients, --holds-per-client, --staging, --staging-slot)", msg);
+		kvp_log(KVP_LOG_ERROR, "shm",
+			"%s (from --dram, --dram-unit, --index-entries, "
+			"--max-clients, --holds-per-client, --staging, --staging-slot)",
+			msg);
 		return -EINVAL;
 	}
 	g->g_seg_size = L->end;
@@ -60,7 +64,8 @@ kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g, struct kvp
 }
 
 static void
-kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg, const struct kvp_geom *g)
+kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg,
+	     const struct kvp_geom *g)
 {
 	struct kvp_shm_header *h = s->hdr;
 	char msg[256];
@@ -132,7 +137,8 @@ kvp_shm_create(struct kvp_agent *a, const char *name)
 	s->fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (s->fd < 0) {
 		rc = -errno;
-		kvp_log(KVP_LOG_ERROR, "shm", "shm_open %s: %s", tmp, strerror(errno));
+		kvp_log(KVP_LOG_ERROR, "shm", "shm_open %s: %s", tmp,
+			strerror(errno));
 		return rc;
 	}
 	snprintf(path, sizeof(path), "/dev/shm%s", tmp);
@@ -142,7 +148,8 @@ kvp_shm_create(struct kvp_agent *a, const char *name)
 		goto err_unlink;
 	rc = posix_fallocate(s->fd, 0, (off_t)s->size);
 	if (rc) {
-		kvp_log(KVP_LOG_ERROR, "shm", "cannot reserve %llu bytes in /dev/shm: "
+		kvp_log(KVP_LOG_ERROR, "shm",
+			"cannot reserve %llu bytes in /dev/shm: "
 			"%s (lower --dram or grow /dev/shm)",
 			(unsigned long long)s->size, strerror(rc));
 		rc = -rc;
@@ -168,11 +175,13 @@ kvp_shm_create(struct kvp_agent *a, const char *name)
 		goto err_unmap;
 	}
 	unlink(path);
-	kvp_log(KVP_LOG_INFO, "shm", "created %s: %llu MiB (DRAM %llu MiB in %llu "
+	kvp_log(KVP_LOG_INFO, "shm",
+		"created %s: %llu MiB (DRAM %llu MiB in %llu "
 		"units of %llu KiB, index %llu slots, %u clients) in %.2f s",
 		final, (unsigned long long)(s->size >> 20),
 		(unsigned long long)((g.g_dram_pages * g.g_dram_unit) >> 20),
-		(unsigned long long)g.g_dram_pages, (unsigned long long)(g.g_dram_unit >> 10),
+		(unsigned long long)g.g_dram_pages,
+		(unsigned long long)(g.g_dram_unit >> 10),
 		(unsigned long long)g.g_index_slots, g.g_max_clients,
 		(double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
 	return 0;
@@ -208,7 +217,8 @@ kvp_shm_check_adopt_agent(struct kvp_agent *a, const char *name)
 		return -errno;
 	mode = (unsigned)(st.st_mode & 07777);
 	if (st.st_uid != geteuid()) {
-		kvp_log(KVP_LOG_ERROR, "shm", "/dev/shm%s is owned by uid %u, not by this "
+		kvp_log(KVP_LOG_ERROR, "shm",
+			"/dev/shm%s is owned by uid %u, not by this "
 			"agent's uid %u: refused (another user created it); remove it "
 			"(rm /dev/shm%s) unless that user's agent serves this pool, and restart",
 			name, (unsigned)st.st_uid, (unsigned)geteuid(), name);
@@ -221,22 +231,27 @@ kvp_shm_check_adopt_agent(struct kvp_agent *a, const char *name)
 		return -EINVAL;
 	}
 	if (mode & S_IWOTH) { /* kvp_shm_trusted refused it already */
-		kvp_log(KVP_LOG_ERROR, "shm", "/dev/shm%s is writable by everyone (mode "
-			"%04o): refused; remove it and restart", name, mode);
+		kvp_log(KVP_LOG_ERROR, "shm",
+			"/dev/shm%s is writable by everyone (mode "
+			"%04o): refused; remove it and restart",
+			name, mode);
 		return -EACCES;
 	}
 	if ((mode & S_IWGRP) && !gr) {
-		kvp_log(KVP_LOG_ERROR, "shm", "/dev/shm%s is writable by gid %u (mode %04o) "
+		kvp_log(KVP_LOG_ERROR, "shm",
+			"/dev/shm%s is writable by gid %u (mode %04o) "
 			"and this agent has no --group: refused; restart with the --group it "
-			"was made for, or remove it (rm /dev/shm%s) and restart", name,
-			(unsigned)st.st_gid, mode, name);
+			"was made for, or remove it (rm /dev/shm%s) and restart",
+			name, (unsigned)st.st_gid, mode, name);
 		return -EACCES;
 	}
 	if ((mode & S_IWGRP) && (st.st_gid != gr->gr_gid || mode != 0660)) {
-		kvp_log(KVP_LOG_ERROR, "shm", "/dev/shm%s is writable by gid %u (mode %04o), "
+		kvp_log(KVP_LOG_ERROR, "shm",
+			"/dev/shm%s is writable by gid %u (mode %04o), "
 			"not the 0660 segment of --group %s (gid %u): refused; restart with "
 			"the --group it was made for, or remove it (rm /dev/shm%s) and restart",
-			name, (unsigned)st.st_gid, mode, group, (unsigned)gr->gr_gid, name);
+			name, (unsigned)st.st_gid, mode, group,
+			(unsigned)gr->gr_gid, name);
 		return -EACCES;
 	}
 	if (gr && (st.st_gid != gr->gr_gid || mode != 0660)) {
@@ -245,8 +260,8 @@ kvp_shm_check_adopt_agent(struct kvp_agent *a, const char *name)
 
 		if (rc)
 			return rc;
-		kvp_log(KVP_LOG_INFO, "shm", "/dev/shm%s: mode 0660 for --group %s", name,
-			group);
+		kvp_log(KVP_LOG_INFO, "shm",
+			"/dev/shm%s: mode 0660 for --group %s", name, group);
 	}
 	return 0;
 }
@@ -264,7 +279,8 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 
 	rc = kvp_seg_map(a->cfg.pool, true, s, msg, sizeof(msg));
 	if (rc) {
-		kvp_log(KVP_LOG_ERROR, "shm", "cannot attach to %s: %s", name, msg);
+		kvp_log(KVP_LOG_ERROR, "shm", "cannot attach to %s: %s", name,
+			msg);
 		return rc;
 	}
 	rc = kvp_shm_check_adopt_agent(a, name);
@@ -274,8 +290,11 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 	}
 	rc = kvp_shm_lock_take(s->fd, KVP_LOCK_AGENT);
 	if (rc) {
-		kvp_log(KVP_LOG_ERROR, "agent", "another kvpoold (pid %llu) is serving "
-			"pool '%s'", (unsigned long long)kvp_load_relaxed(&s->hdr->h_agent_pid),
+		kvp_log(KVP_LOG_ERROR, "agent",
+			"another kvpoold (pid %llu) is serving "
+			"pool '%s'",
+			(unsigned long long)kvp_load_relaxed(
+				&s->hdr->h_agent_pid),
 			a->cfg.pool);
 		kvp__seg_unmap(s);
 		return -EADDRINUSE;
@@ -288,27 +307,33 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 	 * holding the lock (maybe stopped) is not waited for long: the
 	 * bins are sound unless someone died holding it, which the next
 	 * locker repairs anyway */
-	rc = kvp_dram_lock_until(s, kvp_now_ns(CLOCK_MONOTONIC) + 2000000000ull);
+	rc = kvp_dram_lock_until(s,
+				 kvp_now_ns(CLOCK_MONOTONIC) + 2000000000ull);
 	if (rc == 0) {
 		rc = kvp_dram_rebuild_locked(s);
 		kvp_dram_unlock(s);
 	}
 	if (rc == -EBUSY) {
-		kvp_log(KVP_LOG_WARN, "dram", "the allocator lock is held by a live client: "
+		kvp_log(KVP_LOG_WARN, "dram",
+			"the allocator lock is held by a live client: "
 			"bins not rebuilt at attach");
 	} else if (rc) {
 		/* a broken run chain: the tier thread rebuilds the map from
 		 * the index (kvp_dram_repair_agent) */
-		kvp_log(KVP_LOG_WARN, "dram", "allocator map damaged (%s): the agent "
-			"repairs it from the index", kvp_strerror(rc));
+		kvp_log(KVP_LOG_WARN, "dram",
+			"allocator map damaged (%s): the agent "
+			"repairs it from the index",
+			kvp_strerror(rc));
 		kvp_dram_report_damage(s);
 	}
 	cleared = kvp_ix_clear_stale_agent(s);
 	a->cfg.dram_unit = s->g.g_dram_unit;
 	a->cfg.max_clients = s->g.g_max_clients;
-	kvp_log(KVP_LOG_INFO, "shm", "re-attached to %s (incarnation %llu, %llu MiB, "
-		"existing geometry kept; %u interrupted checks undone)", name,
-		(unsigned long long)inc, (unsigned long long)(s->size >> 20), cleared);
+	kvp_log(KVP_LOG_INFO, "shm",
+		"re-attached to %s (incarnation %llu, %llu MiB, "
+		"existing geometry kept; %u interrupted checks undone)",
+		name, (unsigned long long)inc,
+		(unsigned long long)(s->size >> 20), cleared);
 	return 0;
 }
 
@@ -320,7 +345,8 @@ kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 
 	rc = kvp_shm_name(a->cfg.pool, name, sizeof(name));
 	if (rc) {
-		kvp_log(KVP_LOG_ERROR, "agent", "bad pool name '%s'", a->cfg.pool);
+		kvp_log(KVP_LOG_ERROR, "agent", "bad pool name '%s'",
+			a->cfg.pool);
 		return rc;
 	}
 	a->seg_created = false;
@@ -339,7 +365,8 @@ kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 	/* whatever a previous agent left of the index count: recount it */
 	kvp_store_release(&a->ix_recount_due, 1); /* release: no threads yet */
 	if (a->seg.hdr->h_incarnation == 0)
-		kvp_fetch_add(&a->seg.hdr->h_incarnation, 1); /* first agent: 1 */
+		/* first agent: 1 */
+		kvp_fetch_add(&a->seg.hdr->h_incarnation, 1);
 	return 0;
 }
 
@@ -362,7 +389,8 @@ kvp_shm_repair_header_agent(struct kvp_agent *a)
 		memcpy(&h->h_geom[k], &a->seg.g, sizeof(a->seg.g));
 		n++;
 	}
-	if (h->h_abi_major != KVP_ABI_MAJOR || h->h_abi_minor != KVP_ABI_MINOR ||
+	if (h->h_abi_major != KVP_ABI_MAJOR ||
+	    h->h_abi_minor != KVP_ABI_MINOR ||
 	    h->h_layout_sig != kvp_layout_sig()) {
 		h->h_abi_major = KVP_ABI_MAJOR;
 		h->h_abi_minor = KVP_ABI_MINOR;
@@ -371,12 +399,15 @@ kvp_shm_repair_header_agent(struct kvp_agent *a)
 	}
 	/* relaxed: the magic is only ever this value once created */
 	if (kvp_load_relaxed((kvp_aword_t *)&h->h_magic) != KVP_SHM_MAGIC) {
-		kvp_store_release((kvp_aword_t *)&h->h_magic, KVP_SHM_MAGIC); /* release */
+		/* release */
+		kvp_store_release((kvp_aword_t *)&h->h_magic, KVP_SHM_MAGIC);
 		n++;
 	}
 	if (n)
-		kvp_log(KVP_LOG_WARN, "shm", "the segment header was overwritten by a "
-			"client (%u fields): restored from the agent's own copy", n);
+		kvp_log(KVP_LOG_WARN, "shm",
+			"the segment header was overwritten by a "
+			"client (%u fields): restored from the agent's own copy",
+			n);
 	return n;
 }
 

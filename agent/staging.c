@@ -74,7 +74,8 @@ kvp_span_set_holder(struct kvp_span *sp, uint32_t client)
 
 	do /* relaxed: the CAS decides */
 		old = kvp_load_relaxed(&sp->sp_holders[client / 64]);
-	while (!kvp_cas(&sp->sp_holders[client / 64], old, old | bit)); /* full CAS */
+	/* full CAS */
+	while (!kvp_cas(&sp->sp_holders[client / 64], old, old | bit));
 }
 
 void
@@ -84,7 +85,8 @@ kvp_span_clear_holder(struct kvp_span *sp, uint32_t client)
 
 	do /* relaxed: the CAS decides */
 		old = kvp_load_relaxed(&sp->sp_holders[client / 64]);
-	while ((old & bit) && !kvp_cas(&sp->sp_holders[client / 64], old, old & ~bit));
+	while ((old & bit) &&
+	       !kvp_cas(&sp->sp_holders[client / 64], old, old & ~bit));
 }
 
 bool
@@ -93,7 +95,8 @@ kvp_span_unheld(const struct kvp_span *sp)
 	unsigned k;
 
 	for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
-		if (kvp_load_acquire(&sp->sp_holders[k])) /* acquire: holders' CAS */
+		/* acquire: holders' CAS */
+		if (kvp_load_acquire(&sp->sp_holders[k]))
 			return false;
 	return true;
 }
@@ -106,7 +109,8 @@ kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head, bool count_expired)
 	struct kvp_span *sp = &s->spans[head];
 	/* acquire: pairs with the state CASes */
 	uint64_t w = kvp_load_acquire(&sp->sp_state);
-	uint64_t fw = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, KVP_SP_AGENT);
+	uint64_t fw = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING,
+				   KVP_SP_AGENT);
 
 	if (KVP_SP_STATE(w) != KVP_SP_READY || !kvp_span_unheld(sp) ||
 	    /* full CAS: one freer */
@@ -119,7 +123,8 @@ kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head, bool count_expired)
 	kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - KVP_SP_N(w));
 	kvp_span_finish_free(s, head, fw);
 	if (count_expired)
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGING_EXPIRED], 1); /* stat */
+		/* stat */
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGING_EXPIRED], 1);
 	return true;
 }
 
@@ -133,9 +138,11 @@ kvp_span_adopt_agent(struct kvp_seg *s, uint32_t head, unsigned dead_freer)
 	struct kvp_span *sp = &s->spans[head];
 	/* acquire: pairs with the freer's CAS */
 	uint64_t w = kvp_load_acquire(&sp->sp_state);
-	uint64_t fw = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, KVP_SP_AGENT);
+	uint64_t fw = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING,
+				   KVP_SP_AGENT);
 
-	if (KVP_SP_STATE(w) != KVP_SP_FREEING || KVP_SP_FREER(w) != dead_freer ||
+	if (KVP_SP_STATE(w) != KVP_SP_FREEING ||
+	    KVP_SP_FREER(w) != dead_freer ||
 	    /* full CAS: the span is ours to finish */
 	    !kvp_cas(&sp->sp_state, w, fw))
 		return 0;
@@ -161,7 +168,8 @@ kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client)
 			kvp_span_adopt_agent(s, (uint32_t)k, client + 1);
 			continue;
 		}
-		if (KVP_SP_STATE(w) != KVP_SP_READY && KVP_SP_STATE(w) != KVP_SP_READING)
+		if (KVP_SP_STATE(w) != KVP_SP_READY &&
+		    KVP_SP_STATE(w) != KVP_SP_READING)
 			continue;
 		kvp_span_clear_holder(sp, client);
 		kvp_span_free_if_unheld(s, (uint32_t)k, true);
@@ -197,10 +205,13 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 		/* bits of clients that are not LIVE any more (a LIVE one
 		 * that died is the reaper's: it clears its bits) */
 		for (c = 0; c < s->g.g_max_clients; c++) {
-			uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state); /* acquire */
+			/* acquire */
+			uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state);
 			if (KVP_CS_STATE(cw) != KVP_CS_LIVE &&
 			    /* relaxed: a hint; the clear is a CAS */
-			    (kvp_load_relaxed(&sp->sp_holders[c / 64]) >> (c % 64)) & 1)
+			    (kvp_load_relaxed(&sp->sp_holders[c / 64]) >>
+			     (c % 64)) &
+				    1)
 				kvp_span_clear_holder(sp, c);
 		}
 		n += kvp_span_free_if_unheld(s, (uint32_t)k, true);
@@ -232,8 +243,8 @@ kvp_staging_find(struct kvp_seg *s, unsigned need)
  * holders are gone).  The head slot, or -EBUSY.
  */
 int64_t
-kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot, uint64_t astart,
-			uint64_t extent, uint32_t client)
+kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot,
+			uint64_t astart, uint64_t extent, uint32_t client)
 {
 	uint32_t head = kvp_staging_find(s, need);
 	uint64_t hw;
@@ -244,20 +255,25 @@ kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot, uint64_
 	if (head == UINT32_MAX)
 		return -EBUSY;
 	/* the span lies in the arena: found by our own count, not read */
-	KVP_ASSERT(need >= 1 && (uint64_t)head + need <= s->g.g_staging_slots, "I17");
+	KVP_ASSERT(need >= 1 && (uint64_t)head + need <= s->g.g_staging_slots,
+		   "I17");
 	/* acquire: the free word we allocate from (its generation) */
 	hw = kvp_load_acquire(&s->spans[head].sp_state);
 	kvp_staging_account(s, need);
 	for (k = 1; k < need; k++)
 		/* release: a body slot of this span, not free */
-		kvp_store_release(&s->spans[head + k].sp_state, KVP_SP_BODYW(KVP_SP_GEN(hw), head));
+		kvp_store_release(&s->spans[head + k].sp_state,
+				  KVP_SP_BODYW(KVP_SP_GEN(hw), head));
 	for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
-		kvp_store_relaxed(&s->spans[head].sp_holders[k], 0); /* relaxed: ours */
-	kvp_store_relaxed(&s->spans[head].sp_slot, slot + 1); /* relaxed: published below */
+		/* relaxed: ours */
+		kvp_store_relaxed(&s->spans[head].sp_holders[k], 0);
+	/* relaxed: published below */
+	kvp_store_relaxed(&s->spans[head].sp_slot, slot + 1);
 	kvp_store_relaxed(&s->spans[head].sp_off, astart);
 	kvp_store_relaxed(&s->spans[head].sp_len, extent);
 	/* release: a span in flight */
-	kvp_store_release(&s->spans[head].sp_state, KVP_SP_WORD(KVP_SP_GEN(hw), need, KVP_SP_READING));
+	kvp_store_release(&s->spans[head].sp_state,
+			  KVP_SP_WORD(KVP_SP_GEN(hw), need, KVP_SP_READING));
 	kvp_span_set_holder(&s->spans[head], client);
 	return head;
 }
@@ -265,13 +281,15 @@ kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot, uint64_
 /* The read into a span just allocated could not be submitted: the
  * client's bit goes, the span is READY with no holder and freed. */
 void
-kvp_staging_abort_agent(struct kvp_seg *s, uint32_t head, unsigned need, uint32_t client)
+kvp_staging_abort_agent(struct kvp_seg *s, uint32_t head, unsigned need,
+			uint32_t client)
 {
 	kvp_span_clear_holder(&s->spans[head], client);
 	/* release: READY with no holder, freed just below */
 	kvp_store_release(&s->spans[head].sp_state,
-			  KVP_SP_WORD(KVP_SP_GEN(kvp_load_relaxed(&s->spans[head].sp_state)), need,
-				      KVP_SP_READY));
+			  KVP_SP_WORD(KVP_SP_GEN(kvp_load_relaxed(
+					      &s->spans[head].sp_state)),
+				      need, KVP_SP_READY));
 	kvp_span_free_if_unheld(s, head, false);
 }
 
@@ -313,7 +331,8 @@ kvp_staging_reconcile(struct kvp_seg *s)
 		return 0;
 	for (k = 0; k < s->g.g_staging_slots; k++)
 		/* acquire: pairs with the freers' FREE release */
-		if (KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) != KVP_SP_FREE)
+		if (KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) !=
+		    KVP_SP_FREE)
 			return 0;
 	/* relaxed: ordered after the acquire loads above */
 	used = kvp_load_relaxed(&h->h_staging_used);

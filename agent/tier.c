@@ -27,7 +27,8 @@ kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot)
 bool
 kvp_tier_write_failing_agent(struct kvp_agent *a)
 {
-	return a->tier && kvp_now_ns(CLOCK_MONOTONIC) < a->tier->write_fail_until;
+	return a->tier &&
+	       kvp_now_ns(CLOCK_MONOTONIC) < a->tier->write_fail_until;
 }
 
 /* Demotion writes in flight are at their limit. */
@@ -88,8 +89,8 @@ kvp_top_add_waiter(struct kvp_top *op, const struct kvp_waiter *w)
 
 /* Fill iovecs with the DRAM run chain of [first..) covering bytes. */
 unsigned
-kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes, struct iovec *iov,
-	     unsigned max)
+kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes,
+	     struct iovec *iov, unsigned max)
 {
 	uint32_t p = first, next;
 	unsigned n = 0;
@@ -124,7 +125,8 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 		return;
 	op = &t->ops[cq->tag - 1];
 	if (cq->status && cq->status != -ENOSPC)
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_ERRORS], 1); /* stat */
+		/* stat */
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_ERRORS], 1);
 	switch (op->kind) {
 	case TOP_STAGE:
 		kvp_complete_stage(a, op, cq->status);
@@ -165,9 +167,11 @@ kvp_tier_open_agent(struct kvp_agent *a)
 		return 0;
 	}
 	if (!s->rings) {
-		kvp_log(KVP_LOG_ERROR, "ssd", "this segment was created without an SSD tier "
+		kvp_log(KVP_LOG_ERROR, "ssd",
+			"this segment was created without an SSD tier "
 			"(no staging arena): stop the workers, remove /dev/shm/kvpool.%s and "
-			"restart with --ssd-dir", a->cfg.pool);
+			"restart with --ssd-dir",
+			a->cfg.pool);
 		return -EPROTO;
 	}
 	t = calloc(1, sizeof(*t));
@@ -187,13 +191,15 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	cfg.dir = a->cfg.ssd_dir;
 	cfg.segment_bytes = a->cfg.ssd_segment;
 	cfg.capacity_bytes = a->cfg.ssd_size;
-	cfg.durability = a->cfg.durability_strict ? KVP_SSD_STRICT : KVP_SSD_RELAXED;
+	cfg.durability = a->cfg.durability_strict ? KVP_SSD_STRICT :
+						    KVP_SSD_RELAXED;
 	cfg.evict_cb = kvp_evict_segment_cb;
 	cfg.evict_arg = a;
 	rc = kvp_ssd_open_agent(&cfg, &t->ssd);
 	if (rc) {
-		kvp_log(KVP_LOG_ERROR, "ssd", "cannot open the SSD store in %s: %s",
-			a->cfg.ssd_dir, strerror(-rc));
+		kvp_log(KVP_LOG_ERROR, "ssd",
+			"cannot open the SSD store in %s: %s", a->cfg.ssd_dir,
+			strerror(-rc));
 		goto err_free;
 	}
 	a->tier = t;
@@ -207,7 +213,8 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	n = kvp_ssd_recover_agent(t->ssd, kvp_recover_cb, a);
 	if (n < 0) {
 		rc = (int)n;
-		kvp_log(KVP_LOG_ERROR, "ssd", "recovery failed: %s", strerror(-rc));
+		kvp_log(KVP_LOG_ERROR, "ssd", "recovery failed: %s",
+			strerror(-rc));
 		goto err_close;
 	}
 	kvp_recover_lost_agent(a);
@@ -219,8 +226,10 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	kvp_ssd_register_buffers_agent(t->ssd, reg, 2);
 	s->hdr->h_ssd_enabled = 1;
 	kvp_tier_publish(a);
-	kvp_log(KVP_LOG_INFO, "ssd", "SSD tier in %s: %lld records recovered; staging %llu "
-		"x %llu KiB", a->cfg.ssd_dir, (long long)n,
+	kvp_log(KVP_LOG_INFO, "ssd",
+		"SSD tier in %s: %lld records recovered; staging %llu "
+		"x %llu KiB",
+		a->cfg.ssd_dir, (long long)n,
 		(unsigned long long)s->g.g_staging_slots,
 		(unsigned long long)(s->g.g_staging_slot_bytes >> 10));
 	return 0;
@@ -274,6 +283,8 @@ kvp_tier_publish(struct kvp_agent *a)
 	kvp_store_relaxed(&h->h_ssd_total_bytes, t->total_bytes);
 	lost = kvp_staging_reconcile(&a->seg);
 	if (lost)
-		kvp_log(KVP_LOG_INFO, "ssd", "staging count corrected by %llu slots (a "
-			"client died while freeing a span)", (unsigned long long)lost);
+		kvp_log(KVP_LOG_INFO, "ssd",
+			"staging count corrected by %llu slots (a "
+			"client died while freeing a span)",
+			(unsigned long long)lost);
 }

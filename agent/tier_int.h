@@ -23,13 +23,19 @@
 #define KVP_TIER_MAX_DEMOTING 32u
 #define KVP_AGENT_OWNER 0xfffeu /* claims made by the agent (recovery) */
 
-enum { TOP_FREE = 0, TOP_STAGE, TOP_PROMOTE, TOP_DEMOTE, TOP_TOMB };
+enum {
+	TOP_FREE = 0,
+	TOP_STAGE,
+	TOP_PROMOTE,
+	TOP_DEMOTE,
+	TOP_TOMB
+};
 
 struct kvp_waiter {
 	uint32_t client, ring;
-	uint64_t word;  /* the TAKEN word we answer with a CAS */
-	uint64_t cgen;  /* the client slot's state word when taken */
-	uint64_t skip;  /* where its bytes start in the span */
+	uint64_t word; /* the TAKEN word we answer with a CAS */
+	uint64_t cgen; /* the client slot's state word when taken */
+	uint64_t skip; /* where its bytes start in the span */
 };
 
 /*
@@ -61,16 +67,18 @@ struct kvp_tier {
 	struct kvp_top ops[KVP_TIER_MAX_OPS];
 	uint32_t freeops[KVP_TIER_MAX_OPS];
 	uint32_t nfree;
-	uint16_t *busy;         /* per index slot: ops in flight on it */
-	uint8_t *tombed;        /* per index slot: a DELETED value whose
-				 * tombstone is already written or queued */
+	uint16_t *busy; /* per index slot: ops in flight on it */
+	/* per index slot: a DELETED value whose tombstone is already written or
+	 * queued */
+	uint8_t *tombed;
 	unsigned demoting;
-	uint64_t write_fail_until; /* after an SSD write error: drop, not demote */
-	bool *wake;             /* per client: answered this round */
-	uint64_t total_bytes;   /* --ssd-size, or the file system's size */
+	/* after an SSD write error: drop, not demote */
+	uint64_t write_fail_until;
+	bool *wake;           /* per client: answered this round */
+	uint64_t total_bytes; /* --ssd-size, or the file system's size */
 	struct kvp_tomb_later *later; /* tombstones the store could not take */
 	size_t nlater, caplater;
-	uint64_t published_ns;  /* last SSD usage published to the header */
+	uint64_t published_ns; /* last SSD usage published to the header */
 };
 
 /* A request being answered, and the call it belongs to (rings.c). */
@@ -80,8 +88,8 @@ struct kvp_callstate;
 struct kvp_top *kvp_top_get(struct kvp_tier *t, int kind, uint64_t *tag);
 void kvp_top_put(struct kvp_tier *t, struct kvp_top *op);
 int kvp_top_add_waiter(struct kvp_top *op, const struct kvp_waiter *w);
-unsigned kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes, struct iovec *iov,
-		      unsigned max);
+unsigned kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes,
+		      struct iovec *iov, unsigned max);
 void kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq);
 void kvp_tier_publish(struct kvp_agent *a);
 
@@ -89,17 +97,20 @@ void kvp_tier_publish(struct kvp_agent *a);
 void kvp_span_set_holder(struct kvp_span *sp, uint32_t client);
 void kvp_span_clear_holder(struct kvp_span *sp, uint32_t client);
 bool kvp_span_unheld(const struct kvp_span *sp);
-bool kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head, bool count_expired);
+bool kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head,
+			     bool count_expired);
 uint32_t kvp_staging_find(struct kvp_seg *s, unsigned need);
-int64_t kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot, uint64_t astart,
-				uint64_t extent, uint32_t client);
-void kvp_staging_abort_agent(struct kvp_seg *s, uint32_t head, unsigned need, uint32_t client);
+int64_t kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot,
+				uint64_t astart, uint64_t extent,
+				uint32_t client);
+void kvp_staging_abort_agent(struct kvp_seg *s, uint32_t head, unsigned need,
+			     uint32_t client);
 void kvp_staging_account(struct kvp_seg *s, unsigned need);
 uint64_t kvp_staging_reconcile(struct kvp_seg *s);
 
 /* rings.c */
-void kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res, uint64_t where,
-		int span_head);
+void kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res,
+		uint64_t where, int span_head);
 void kvp_wake_clients(struct kvp_agent *a);
 unsigned kvp_serve_rings(struct kvp_agent *a);
 void kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd);
@@ -111,10 +122,12 @@ int kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
 		   const struct kvp_waiter *w, unsigned nw);
 struct kvp_top *kvp_demote_in_flight(struct kvp_tier *t, uint64_t slot);
 size_t kvp_tomb_retry_agent(struct kvp_agent *a);
-bool kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w, uint64_t slot,
-			     uint64_t gen, uint64_t vlen, uint64_t ssd);
+bool kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w,
+			     uint64_t slot, uint64_t gen, uint64_t vlen,
+			     uint64_t ssd);
 void kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op, int status);
-void kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op, const struct kvp_ssd_cqe *cq);
+void kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
+			 const struct kvp_ssd_cqe *cq);
 void kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op, int status);
 
 /* recover.c */
@@ -125,6 +138,7 @@ void kvp_recover_in_flight_agent(struct kvp_agent *a);
 
 /* victim.c: the verdict of the CHECK protocol on one candidate */
 void kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c);
-uint64_t kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr why);
+uint64_t kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
+			   enum kvp_actr why);
 
 #endif /* KVP_TIER_INT_H */

@@ -13,7 +13,7 @@
 void
 kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c)
 {
-	KVP_ASSERT(c->word & KVP_IX_CHECK, "I5"); /* a CHECK this agent set */
+	KVP_ASSERT(c->word & KVP_IX_CHECK, "I5");  /* a CHECK this agent set */
 	kvp_ix_check_release(s, c->slot, c->word); /* step 4, held: back off */
 	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_BACKOFF], 1); /* stat */
 }
@@ -27,7 +27,8 @@ kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c)
  * of DRAM freed.
  */
 uint64_t
-kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr why)
+kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
+		  enum kvp_actr why)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_shm_header *h = s->hdr;
@@ -42,13 +43,15 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr w
 	loc = kvp_load_relaxed(&e->e_loc);
 	len = kvp_load_relaxed(&e->e_len);
 	ssd = kvp_load_relaxed(&e->e_ssd);
-	if (!deleted && why == KVP_ACTR_EVICT && ssd && KVP_LOC_TIER(loc) == KVP_TIER_DRAM) {
+	if (!deleted && why == KVP_ACTR_EVICT && ssd &&
+	    KVP_LOC_TIER(loc) == KVP_TIER_DRAM) {
 		/* relaxed: published by the relocation (clears CHECK) */
 		kvp_store_relaxed(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
 		kvp_store_relaxed(&e->e_run, 0);
 		kvp_ix_relocate(s, i, w); /* readers see the SSD location now */
 		kvp_crashpoint(A_DEMOTE_SWITCHED);
-		return kvp_dram_free_agent(a, (uint32_t)KVP_LOC_VAL(loc), i, KVP_IX_GEN(w));
+		return kvp_dram_free_agent(a, (uint32_t)KVP_LOC_VAL(loc), i,
+					   KVP_IX_GEN(w));
 	}
 	/* the key is read for the tombstone while the slot is still ours */
 	if (ssd && a->tier)
@@ -66,5 +69,6 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c, enum kvp_actr w
 		return 0;
 	kvp_crashpoint(A_EVICT_FREED);
 	/* I9: only runs tagged (i, gen) are freed */
-	return kvp_dram_free_agent(a, (uint32_t)KVP_LOC_VAL(loc), i, KVP_IX_GEN(w));
+	return kvp_dram_free_agent(a, (uint32_t)KVP_LOC_VAL(loc), i,
+				   KVP_IX_GEN(w));
 }

@@ -12,13 +12,17 @@
 static void
 kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 {
-	enum { HBITS = 10, HSIZE = 1u << HBITS };
+	enum {
+		HBITS = 10,
+		HSIZE = 1u << HBITS
+	};
 	int16_t table[HSIZE];
 	uint32_t i, k, hpc = s->g.g_holds_per_client;
 
 	memset(table, 0xff, sizeof(table));
 	for (k = 0; k < n; k++) {
-		uint32_t b = (uint32_t)(c[k].slot * 0x9e3779b1u) >> (32 - HBITS);
+		uint32_t b = (uint32_t)(c[k].slot * 0x9e3779b1u) >>
+			     (32 - HBITS);
 		while (table[b] >= 0)
 			b = (b + 1) & (HSIZE - 1);
 		table[b] = (int16_t)k;
@@ -36,7 +40,8 @@ kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 			if (KVP_LS_STATE(w) == KVP_LS_FREE)
 				continue;
 			/* relaxed: published by the LIVE release */
-			if (KVP_LS_STATE(w) == KVP_LS_LIVE && kvp_load_relaxed(&ls->ls_expiry) <= now)
+			if (KVP_LS_STATE(w) == KVP_LS_LIVE &&
+			    kvp_load_relaxed(&ls->ls_expiry) <= now)
 				continue;
 			slot = kvp_load_relaxed(&ls->ls_slot);
 			b = (uint32_t)(slot * 0x9e3779b1u) >> (32 - HBITS);
@@ -66,10 +71,11 @@ kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 			b = (uint32_t)(slot * 0x9e3779b1u) >> (32 - HBITS);
 			while (table[b] >= 0) {
 				struct kvp_cand *x = &c[table[b]];
-				/* any hold on the slot, whatever its generation:
-				 * a value may change location (demotion,
-				 * promotion) under one generation, and a hold
-				 * whose generation is stale is being dropped */
+				/* any hold on the slot, whatever its
+				 * generation: a value may change location
+				 * (demotion, promotion) under one generation,
+				 * and a hold whose generation is stale is being
+				 * dropped */
 				if (x->slot == slot)
 					x->held = true;
 				b = (b + 1) & (HSIZE - 1);
@@ -98,7 +104,8 @@ kvp_ix_holds_scan_agent(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
  * candidate.  Returns 1 if taken, 0 if the slot changed meanwhile (or is
  * not READY or DELETED without flags). */
 unsigned
-kvp_ix_cand_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w, struct kvp_cand *c)
+kvp_ix_cand_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w,
+		       struct kvp_cand *c)
 {
 	if (!kvp_ix_check_take(s, i, w))
 		return 0;

@@ -109,10 +109,10 @@
 #define KVP_IX_FP(w) ((unsigned)(((w) >> 24) & 0xffffu))
 #define KVP_IX_GEN(w) ((uint32_t)((w) >> 40))
 #define KVP_IX_GEN_MASK 0xffffffu
-#define KVP_IX_WORD(gen, fp, owner, st)                                      \
-	((((uint64_t)(gen)&KVP_IX_GEN_MASK) << 40) |                         \
-	 ((uint64_t)((fp)&0xffffu) << 24) | ((uint64_t)((owner)&0xffffu) << 8) | \
-	 (uint64_t)(st))
+#define KVP_IX_WORD(gen, fp, owner, st)              \
+	((((uint64_t)(gen)&KVP_IX_GEN_MASK) << 40) | \
+	 ((uint64_t)((fp)&0xffffu) << 24) |          \
+	 ((uint64_t)((owner)&0xffffu) << 8) | (uint64_t)(st))
 #define KVP_IX_NEXTGEN(w) (((uint32_t)KVP_IX_GEN(w) + 1) & KVP_IX_GEN_MASK)
 #define KVP_IX_OWNER_AGENT 0xffffu /* owner field of the agent's claims */
 
@@ -120,7 +120,8 @@
  * pin bit marks holds taken by kvp_batch_lookup_pin (for the reaper's
  * count); it does not change what a hold protects. */
 #define KVP_HOLD_PIN (1ull << 39)
-#define KVP_HOLD_MAKE(slot, gen) (((uint64_t)(gen) << 40) | ((uint64_t)(slot) + 1))
+#define KVP_HOLD_MAKE(slot, gen) \
+	(((uint64_t)(gen) << 40) | ((uint64_t)(slot) + 1))
 #define KVP_HOLD_SLOT(h) (((h) & ((1ull << 39) - 1)) - 1)
 #define KVP_HOLD_GEN(h) ((uint32_t)((h) >> 40))
 
@@ -151,7 +152,8 @@ kvp_ix_cand(const struct kvp_seg *s, uint64_t hash, unsigned pos)
 
 	if (b2 == b1)
 		b2 = b1 ^ 1;
-	return ((pos < KVP_IX_WAYS ? b1 : b2) * KVP_IX_WAYS) + (pos % KVP_IX_WAYS);
+	return ((pos < KVP_IX_WAYS ? b1 : b2) * KVP_IX_WAYS) +
+	       (pos % KVP_IX_WAYS);
 }
 
 KVP_INLINE unsigned
@@ -166,15 +168,16 @@ kvp_ix_fp(uint64_t hash)
  * comparison is discarded.
  */
 KVP_INLINE bool
-kvp_ix_key_eq(const struct kvp_seg *s, uint64_t i, uint64_t ns,
-	      const void *key, size_t klen)
+kvp_ix_key_eq(const struct kvp_seg *s, uint64_t i, uint64_t ns, const void *key,
+	      size_t klen)
 {
 	const struct kvp_entry *e = &s->entries[i];
 	const unsigned char *k = (const unsigned char *)key;
 	size_t off;
 
 	/* relaxed: validated by the state word re-read in the caller */
-	if (kvp_load_relaxed(&e->e_klen) != klen || kvp_load_relaxed(&e->e_ns) != ns)
+	if (kvp_load_relaxed(&e->e_klen) != klen ||
+	    kvp_load_relaxed(&e->e_ns) != ns)
 		return false;
 	for (off = 0; off + 8 <= klen; off += 8) {
 		uint64_t w;
@@ -229,7 +232,7 @@ kvp_ix_find(const struct kvp_seg *s, uint64_t ns, uint64_t hash,
 	for (pos = 0; pos < KVP_IX_CANDS; pos++) {
 		uint64_t i = kvp_ix_cand(s, hash, pos), w, w2;
 		int tries = 0;
-	again:
+again:
 		/* acquire: pairs with the release that published the slot's
 		 * key fields (CLAIM store or a CAS); the key reads follow */
 		w = kvp_load_acquire(&s->meta[i]);
@@ -264,8 +267,9 @@ kvp_ix_find(const struct kvp_seg *s, uint64_t ns, uint64_t hash,
 }
 
 #define KVP_IX_M(st) (1u << (st))
-#define KVP_IX_LIVE_MASK                                                     \
-	(KVP_IX_M(KVP_IX_CLAIM) | KVP_IX_M(KVP_IX_PENDING) | KVP_IX_M(KVP_IX_READY))
+#define KVP_IX_LIVE_MASK                                     \
+	(KVP_IX_M(KVP_IX_CLAIM) | KVP_IX_M(KVP_IX_PENDING) | \
+	 KVP_IX_M(KVP_IX_READY))
 
 /*
  * Insert-if-absent, step 1..4 of the sketch above.  On success the slot is
@@ -291,7 +295,8 @@ kvp_ix_claim(struct kvp_seg *s, uint32_t cslot, uint64_t ns, uint64_t hash,
 
 		for (pos = 0; pos < KVP_IX_CANDS; pos++) {
 			/* relaxed: a hint; the CAS below decides */
-			w = kvp_load_relaxed(&s->meta[kvp_ix_cand(s, hash, pos)]);
+			w = kvp_load_relaxed(
+				&s->meta[kvp_ix_cand(s, hash, pos)]);
 			if (KVP_IX_STATE(w) != KVP_IX_EMPTY)
 				continue;
 			if (pos < KVP_IX_WAYS)
@@ -301,7 +306,8 @@ kvp_ix_claim(struct kvp_seg *s, uint32_t cslot, uint64_t ns, uint64_t hash,
 		}
 		if (free1 + free2 == 0 || attempts > 64)
 			return -ENOSPC;
-		for (pos = free1 >= free2 ? 0 : KVP_IX_WAYS; pos < KVP_IX_CANDS; pos++) {
+		for (pos = free1 >= free2 ? 0 : KVP_IX_WAYS; pos < KVP_IX_CANDS;
+		     pos++) {
 			uint64_t i = kvp_ix_cand(s, hash, pos);
 			/* relaxed: the CAS below decides */
 			w = kvp_load_relaxed(&s->meta[i]);
@@ -309,7 +315,8 @@ kvp_ix_claim(struct kvp_seg *s, uint32_t cslot, uint64_t ns, uint64_t hash,
 				continue;
 			/* full CAS: the slot is ours; key writes follow */
 			if (kvp_cas(&s->meta[i], w,
-				    KVP_IX_WORD(KVP_IX_GEN(w), fp, owner, KVP_IX_RESERVED))) {
+				    KVP_IX_WORD(KVP_IX_GEN(w), fp, owner,
+						KVP_IX_RESERVED))) {
 				best = pos;
 				me = i;
 				mine = KVP_IX_GEN(w);
@@ -325,7 +332,8 @@ kvp_ix_claim(struct kvp_seg *s, uint32_t cslot, uint64_t ns, uint64_t hash,
 	kvp_ix_key_write(s, me, ns, hash, key, klen);
 	/* release: publishes the key fields to claimants and readers that
 	 * acquire-load this word */
-	kvp_store_release(&s->meta[me], KVP_IX_WORD(mine, fp, owner, KVP_IX_CLAIM));
+	kvp_store_release(&s->meta[me],
+			  KVP_IX_WORD(mine, fp, owner, KVP_IX_CLAIM));
 	/* full fence: our CLAIM store before our loads of the other slots
 	 * (the store-load pattern of step 2: pairs with the same fence of a
 	 * concurrent claimant) */
@@ -336,10 +344,11 @@ kvp_ix_claim(struct kvp_seg *s, uint32_t cslot, uint64_t ns, uint64_t hash,
 
 		if (i == me)
 			continue;
-	rescan:
+rescan:
 		/* acquire: pairs with the other claimant's CLAIM release */
 		w = kvp_load_acquire(&s->meta[i]);
-		if (!(KVP_IX_LIVE_MASK & KVP_IX_M(KVP_IX_STATE(w))) || KVP_IX_FP(w) != fp)
+		if (!(KVP_IX_LIVE_MASK & KVP_IX_M(KVP_IX_STATE(w))) ||
+		    KVP_IX_FP(w) != fp)
 			continue;
 		if (!kvp_ix_key_eq(s, i, ns, key, klen))
 			continue;
@@ -350,18 +359,21 @@ kvp_ix_claim(struct kvp_seg *s, uint32_t cslot, uint64_t ns, uint64_t hash,
 		if (KVP_IX_STATE(w) == KVP_IX_CLAIM && pos > mypos) {
 			/* full CAS: kill the later claimant (step 3) */
 			if (kvp_cas(&s->meta[i], w,
-				    KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY)))
+				    KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0,
+						KVP_IX_EMPTY)))
 				continue;
 			goto rescan;
 		}
 		/* we lose: give our slot back unless someone killed us */
-		kvp_cas(&s->meta[me], KVP_IX_WORD(mine, fp, owner, KVP_IX_CLAIM),
+		kvp_cas(&s->meta[me],
+			KVP_IX_WORD(mine, fp, owner, KVP_IX_CLAIM),
 			KVP_IX_WORD(mine + 1, 0, 0, KVP_IX_EMPTY));
 		return -EEXIST;
 	}
 	/* full CAS: step 4, fails iff an earlier claimant killed us */
 	w = KVP_IX_WORD(mine, fp, owner, KVP_IX_PENDING);
-	if (!kvp_cas(&s->meta[me], KVP_IX_WORD(mine, fp, owner, KVP_IX_CLAIM), w))
+	if (!kvp_cas(&s->meta[me], KVP_IX_WORD(mine, fp, owner, KVP_IX_CLAIM),
+		     w))
 		return -EEXIST;
 	*wout = w;
 	return (int64_t)me;
@@ -382,7 +394,8 @@ kvp_ix_count_take(struct kvp_seg *s)
 	uint64_t cur;
 
 	/* relaxed: a hint; the CAS decides */
-	while ((cur = kvp_load_relaxed(&s->hdr->h_ix_used)) < s->g.g_index_limit)
+	while ((cur = kvp_load_relaxed(&s->hdr->h_ix_used)) <
+	       s->g.g_index_limit)
 		/* full CAS: one unit is ours; orders the taker's cs_ix_resv
 		 * store before it (pairs with the agent's acquire loads of
 		 * h_ix_used then cs_ix_resv in its recount) */
@@ -407,7 +420,8 @@ KVP_INLINE void
 kvp_ix_abort(struct kvp_seg *s, uint64_t i, uint64_t w)
 {
 	/* full CAS: after this the slot may be reused by anyone */
-	kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+	kvp_cas(&s->meta[i], w,
+		KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
 }
 
 /*
@@ -475,7 +489,8 @@ kvp_ix_delete(struct kvp_seg *s, uint64_t i, uint64_t w)
 	if (KVP_IX_STATE(w) != KVP_IX_READY)
 		return false;
 	/* full CAS: from the exact word (generation included) */
-	return kvp_cas(&s->meta[i], w, (w & ~(uint64_t)(0xfu | KVP_IX_CHECK)) | KVP_IX_DELETED);
+	return kvp_cas(&s->meta[i], w,
+		       (w & ~(uint64_t)(0xfu | KVP_IX_CHECK)) | KVP_IX_DELETED);
 }
 
 /* Agent, step 1 of the CHECK protocol: READY or DELETED(g) -> +CHECK.
@@ -484,7 +499,8 @@ kvp_ix_delete(struct kvp_seg *s, uint64_t i, uint64_t w)
 KVP_INLINE bool
 kvp_ix_check_take(struct kvp_seg *s, uint64_t i, uint64_t w)
 {
-	if ((KVP_IX_STATE(w) != KVP_IX_READY && KVP_IX_STATE(w) != KVP_IX_DELETED) ||
+	if ((KVP_IX_STATE(w) != KVP_IX_READY &&
+	     KVP_IX_STATE(w) != KVP_IX_DELETED) ||
 	    KVP_IX_FLAGS(w))
 		return false;
 	/* full CAS: the flag, before the fence and the hold scan */
@@ -520,7 +536,8 @@ KVP_INLINE bool
 kvp_ix_remove(struct kvp_seg *s, uint64_t i, uint64_t w)
 {
 	/* full CAS: gone for new readers; the generation moves on */
-	return kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+	return kvp_cas(&s->meta[i], w,
+		       KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
 }
 
 /* Reaper, or an attaching agent: a claim or put in progress whose owner
@@ -532,11 +549,13 @@ kvp_ix_reap_owner(struct kvp_seg *s, uint64_t i, uint64_t w, unsigned owner)
 {
 	unsigned st = KVP_IX_STATE(w);
 
-	if ((st != KVP_IX_RESERVED && st != KVP_IX_CLAIM && st != KVP_IX_PENDING) ||
+	if ((st != KVP_IX_RESERVED && st != KVP_IX_CLAIM &&
+	     st != KVP_IX_PENDING) ||
 	    KVP_IX_OWNER(w) != owner)
 		return false;
 	/* full CAS: the owner is dead; the slot is reusable */
-	return kvp_cas(&s->meta[i], w, KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
+	return kvp_cas(&s->meta[i], w,
+		       KVP_IX_WORD(KVP_IX_NEXTGEN(w), 0, 0, KVP_IX_EMPTY));
 }
 
 /* Publish a PENDING slot: its bytes become visible. */

@@ -36,59 +36,77 @@
 /* A lease this client took and has not released (private; see
  * kvp_lease_acquire and the pinned-bytes cap). */
 struct kvp__lease_rec {
-	uint32_t idx, gen;    /* lease slot and its generation */
-	uint64_t len;         /* value bytes it pins */
-	uint64_t expiry;      /* CLOCK_MONOTONIC ns */
+	uint32_t idx, gen; /* lease slot and its generation */
+	uint64_t len;      /* value bytes it pins */
+	uint64_t expiry;   /* CLOCK_MONOTONIC ns */
 };
 
 /* Private client state (not shared). */
 struct kvp_client {
 	struct kvp_seg seg;
-	uint32_t slot;        /* client slot index */
-	uint64_t slot_word;   /* our cs_state value while LIVE */
+	uint32_t slot;      /* client slot index */
+	uint64_t slot_word; /* our cs_state value while LIVE */
 	uint64_t ns_id;
-	kvp_aword_t *holds;   /* our hold slots in the segment */
-	uint32_t *hold_free;  /* private stack of free hold slots */
+	kvp_aword_t *holds;  /* our hold slots in the segment */
+	uint32_t *hold_free; /* private stack of free hold slots */
 	uint32_t hold_nfree;
 	uint32_t hold_hwm;
-	uint64_t put_wait_ns; /* how long a put waits for the evictor */
+	uint64_t put_wait_ns;  /* how long a put waits for the evictor */
 	uint64_t pinned_bytes; /* held by this client's pinsets */
 	uint64_t leased_bytes; /* pinned by its live leases (leases[]) */
 	struct kvp__lease_rec *leases;
 	uint32_t nleases, cap_leases;
 	uint64_t agent_grace_ns; /* SSD reads wait this long for a dead agent */
-	uint32_t call_ssd;    /* keys of the current read call sent to SSD */
+	uint32_t call_ssd;       /* keys of the current read call sent to SSD */
 	char ns[KVP_NS_NAME_MAX + 1];
 };
 
 #define KVP_PUT_WAIT_NS_DEFAULT (50ull * 1000 * 1000)
 #define KVP_RESOLVE_DEAD_NS (8ull * 1000 * 1000) /* -ENOTCONN after (default) */
 #define KVP_CHECK_WAIT_NS (1000ull * 1000 * 1000) /* CHECK: -EBUSY after */
-#define KVP_RESOLVE_SLICE_NS (2ull * 1000 * 1000)  /* agent check period */
+#define KVP_RESOLVE_SLICE_NS (2ull * 1000 * 1000) /* agent check period */
 #define KVP_RESOLVE_BUSY_NS (30ull * 1000 * 1000 * 1000) /* give up on BUSY */
 
 KVP_API const char *
 kvp_strerror(int status)
 {
 	switch (status) {
-	case 0: return "OK";
-	case -ENOENT: return "MISS: no such key";
-	case -EEXIST: return "key exists (or is being put)";
-	case -EBUSY: return "BUSY: retry later";
-	case -E2BIG: return "TOO_LARGE: value exceeds the pool's limit";
-	case -ENOSPC: return "NOSPC: pool full";
-	case -EMSGSIZE: return "buffer smaller than the value";
-	case -EIO: return "FAILED: I/O error";
-	case -EBADMSG: return "FAILED: bad checksum";
-	case -ENOTCONN: return "UNAVAILABLE: agent not running";
-	case -ESTALE: return "STALE: client was reaped or agent restarted";
-	case -EPROTO: return "segment ABI mismatch";
-	case -EUSERS: return "all client slots taken (--max-clients)";
-	case -EACCES: return "permission denied (the pool's segment)";
-	case -EINVAL: return "invalid argument";
-	case -ENOMEM: return "out of memory";
-	case -EUCLEAN: return "pool structure damaged";
-	default: return "unknown status";
+	case 0:
+		return "OK";
+	case -ENOENT:
+		return "MISS: no such key";
+	case -EEXIST:
+		return "key exists (or is being put)";
+	case -EBUSY:
+		return "BUSY: retry later";
+	case -E2BIG:
+		return "TOO_LARGE: value exceeds the pool's limit";
+	case -ENOSPC:
+		return "NOSPC: pool full";
+	case -EMSGSIZE:
+		return "buffer smaller than the value";
+	case -EIO:
+		return "FAILED: I/O error";
+	case -EBADMSG:
+		return "FAILED: bad checksum";
+	case -ENOTCONN:
+		return "UNAVAILABLE: agent not running";
+	case -ESTALE:
+		return "STALE: client was reaped or agent restarted";
+	case -EPROTO:
+		return "segment ABI mismatch";
+	case -EUSERS:
+		return "all client slots taken (--max-clients)";
+	case -EACCES:
+		return "permission denied (the pool's segment)";
+	case -EINVAL:
+		return "invalid argument";
+	case -ENOMEM:
+		return "out of memory";
+	case -EUCLEAN:
+		return "pool structure damaged";
+	default:
+		return "unknown status";
 	}
 }
 
@@ -115,7 +133,8 @@ kvp__hist(struct kvp_client *c, enum kvp_hist h, uint64_t t0)
 
 	/* relaxed: statistics; only this client writes its shard */
 	kvp_store_relaxed(&hw[b], kvp_load_relaxed(&hw[b]) + 1);
-	kvp_store_relaxed(&hw[KVP_HIST_SUM], kvp_load_relaxed(&hw[KVP_HIST_SUM]) + ns);
+	kvp_store_relaxed(&hw[KVP_HIST_SUM],
+			  kvp_load_relaxed(&hw[KVP_HIST_SUM]) + ns);
 }
 
 /* Fold a shard (counters and histograms) into the pool's retired totals
@@ -155,8 +174,10 @@ KVP_INLINE int
 kvp__live(const struct kvp_client *c)
 {
 	/* relaxed: a sanity check; the CAS that publishes decides */
-	return kvp_load_relaxed(&c->seg.clients[c->slot].cs_state) == c->slot_word
-		       ? 0 : -ESTALE;
+	return kvp_load_relaxed(&c->seg.clients[c->slot].cs_state) ==
+			       c->slot_word ?
+		       0 :
+		       -ESTALE;
 }
 
 KVP_INLINE void
@@ -183,7 +204,8 @@ kvp__seg_unmap(struct kvp_seg *s)
  * space); what happened and what to do is in msg.
  */
 KVP_INLINE int
-kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_t cap)
+kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg,
+	    size_t cap)
 {
 	char name[KVP_POOL_NAME_MAX + 16];
 	struct kvp_shm_header h;
@@ -194,28 +216,37 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 	s->fd = -1;
 	rc = kvp_shm_name(pool, name, sizeof(name));
 	if (rc) {
-		snprintf(msg, cap, "bad pool name (use 1-63 of [A-Za-z0-9_.-])");
+		snprintf(msg, cap,
+			 "bad pool name (use 1-63 of [A-Za-z0-9_.-])");
 		return rc;
 	}
 	/* O_NONBLOCK: a FIFO squatting the name must not block the open (a
 	 * regular file ignores the flag); shm_open adds O_NOFOLLOW */
-	s->fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC, 0);
+	s->fd = shm_open(
+		name, (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC,
+		0);
 	if (s->fd < 0) {
 		rc = errno;
 		if (rc == ENOENT) {
-			snprintf(msg, cap, "no pool '%s' (no /dev/shm%s): start the "
-				 "agent first: kvpoold --pool %s", pool, name, pool);
+			snprintf(msg, cap,
+				 "no pool '%s' (no /dev/shm%s): start the "
+				 "agent first: kvpoold --pool %s",
+				 pool, name, pool);
 			return -ENOTCONN;
 		}
-		snprintf(msg, cap, "cannot open /dev/shm%s: %s%s", name, strerror(rc),
-			 rc == EACCES || rc == EPERM ? " (run as the pool's owner, or "
-			 "start the agent with --group)" : "");
+		snprintf(msg, cap, "cannot open /dev/shm%s: %s%s", name,
+			 strerror(rc),
+			 rc == EACCES || rc == EPERM ?
+				 " (run as the pool's owner, or "
+				 "start the agent with --group)" :
+				 "");
 		/* one documented status each: permission, or a resource */
 		return rc == EACCES || rc == EPERM ? -EACCES : -ENOMEM;
 	}
 	if (fstat(s->fd, &st) < 0) {
 		rc = -errno;
-		snprintf(msg, cap, "cannot stat /dev/shm%s: %s", name, strerror(-rc));
+		snprintf(msg, cap, "cannot stat /dev/shm%s: %s", name,
+			 strerror(-rc));
 		goto err_close;
 	}
 	{
@@ -236,7 +267,8 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg, size_
 	if (rc)
 		goto err_close;
 	s->size = (uint64_t)st.st_size;
-	s->base = (unsigned char *)mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0),
+	s->base = (unsigned char *)mmap(NULL, s->size,
+					PROT_READ | (writable ? PROT_WRITE : 0),
 					MAP_SHARED, s->fd, 0);
 	if ((void *)s->base == MAP_FAILED) {
 		rc = errno;
@@ -277,7 +309,8 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 	c = (struct kvp_client *)calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	rc = kvp_seg_map(pool ? pool : "default", true, &c->seg, msg, sizeof(msg));
+	rc = kvp_seg_map(pool ? pool : "default", true, &c->seg, msg,
+			 sizeof(msg));
 	if (rc) {
 		if (rc == -EPROTO || rc == -EACCES || getenv("KVP_VERBOSE"))
 			fprintf(stderr, "kvpool: %s\n", msg);
@@ -294,7 +327,8 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		if (kvp_shm_lock_take(c->seg.fd, KVP_LOCK_CLIENT0 + (off_t)i))
 			continue; /* a live process still has this slot */
 		/* full CAS: the slot is ours; its fields are written below */
-		if (kvp_cas(&cs->cs_state, w, ((w >> 8) + 1) << 8 | KVP_CS_LIVE)) {
+		if (kvp_cas(&cs->cs_state, w,
+			    ((w >> 8) + 1) << 8 | KVP_CS_LIVE)) {
 			c->slot = i;
 			c->slot_word = ((w >> 8) + 1) << 8 | KVP_CS_LIVE;
 			kvp_crashpoint(C_OPEN_CLAIMED);
@@ -325,10 +359,12 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		/* our name to the allocator lock (shm/kvp_shm.h) */
 		c->seg.lock_token = c->slot + 1;
 		c->seg.lock_claim = &cs->cs_alloc_claim;
-		kvp_istore_release(&cs->cs_alloc_claim, 0); /* release: a fresh slot */
-		c->holds = &c->seg.holds[(uint64_t)c->slot * c->seg.g.g_holds_per_client];
+		/* release: a fresh slot */
+		kvp_istore_release(&cs->cs_alloc_claim, 0);
+		c->holds = &c->seg.holds[(uint64_t)c->slot *
+					 c->seg.g.g_holds_per_client];
 		c->hold_free = (uint32_t *)malloc(sizeof(uint32_t) *
-						 c->seg.g.g_holds_per_client);
+						  c->seg.g.g_holds_per_client);
 		if (!c->hold_free) {
 			rc = -ENOMEM;
 			goto err_slot;
@@ -338,17 +374,22 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		c->hold_nfree = c->seg.g.g_holds_per_client;
 		/* relaxed: for humans and the reaper's fork check; the lock
 		 * is the authority while these are still zero */
-		kvp_store_relaxed(&cs->cs_start_time, kvp_proc_start_time((long)getpid()));
+		kvp_store_relaxed(&cs->cs_start_time,
+				  kvp_proc_start_time((long)getpid()));
 		kvp_store_relaxed(&cs->cs_pid, (uint64_t)getpid());
 		kvp_store_relaxed(&cs->cs_open_ns, kvp_now_ns(CLOCK_REALTIME));
 		kvp_store_relaxed(&cs->cs_ns_id, c->ns_id);
 		/* release: no unit of the index count in hand (a FREE slot's
 		 * word is IDLE already, unless someone wrote garbage there) */
-		kvp_store_release(&cs->cs_ix_resv,
-				  KVP_IXR_NEXT(kvp_load_relaxed(&cs->cs_ix_resv), KVP_IXR_IDLE));
+		kvp_store_release(
+			&cs->cs_ix_resv,
+			KVP_IXR_NEXT(kvp_load_relaxed(&cs->cs_ix_resv),
+				     KVP_IXR_IDLE));
 		memset(cs->cs_ns, 0, sizeof(cs->cs_ns));
-		memcpy(cs->cs_ns, ns, strlen(ns) < sizeof(cs->cs_ns) - 1 ? strlen(ns)
-			: sizeof(cs->cs_ns) - 1);
+		memcpy(cs->cs_ns, ns,
+		       strlen(ns) < sizeof(cs->cs_ns) - 1 ?
+			       strlen(ns) :
+			       sizeof(cs->cs_ns) - 1);
 	}
 	/* map the index now (page tables only; the agent populated the
 	 * memory): lookups then never take a minor fault.  The arena is
@@ -375,7 +416,8 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 			/* acquire: the last word the agent or owner wrote */
 			uint64_t w = kvp_load_acquire(&ring[k].rq_state);
 			/* release: a fresh sequence, FREE */
-			kvp_store_release(&ring[k].rq_state, (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
+			kvp_store_release(&ring[k].rq_state,
+					  (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
 		}
 	}
 	{
@@ -383,12 +425,13 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		 * that went away (a restart within it is served); default 8 ms,
 		 * so UNAVAILABLE comes back within 10 ms */
 		const char *e = getenv("KVP_AGENT_GRACE_MS");
-		c->agent_grace_ns = e ? strtoull(e, NULL, 10) * 1000000ull : KVP_RESOLVE_DEAD_NS;
+		c->agent_grace_ns = e ? strtoull(e, NULL, 10) * 1000000ull :
+					KVP_RESOLVE_DEAD_NS;
 	}
 	{
 		const char *e = getenv("KVP_PUT_WAIT_MS");
-		c->put_wait_ns = e ? strtoull(e, NULL, 10) * 1000000ull
-				   : KVP_PUT_WAIT_NS_DEFAULT;
+		c->put_wait_ns = e ? strtoull(e, NULL, 10) * 1000000ull :
+				     KVP_PUT_WAIT_NS_DEFAULT;
 	}
 	*out = c;
 	kvp_crashpoint(C_OPEN_DONE);
@@ -418,9 +461,11 @@ kvp_close(struct kvp_client *c)
 	cs = &c->seg.clients[c->slot];
 	if (kvp__live(c) == 0) {
 		for (k = 0; k < c->hold_hwm; k++)
-			/* release: our copies are done before the slot clears */
+			/* release: our copies are done before the slot
+			 * clears */
 			kvp_store_release(&c->holds[k], 0);
-		kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds left */
+		/* relaxed: no holds left */
+		kvp_store_relaxed(&cs->cs_hold_hwm, 0);
 		kvp_crashpoint(C_CLOSE_HALF);
 		kvp__shard_retire(c->seg.hdr, cs);
 		kvp_store_relaxed(&cs->cs_pid, 0);
@@ -457,10 +502,12 @@ kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 		c->hold_hwm = h + 1;
 		/* relaxed: ordered before the agent's scan by the fence in
 		 * kvp_ix_hold */
-		kvp_store_relaxed(&c->seg.clients[c->slot].cs_hold_hwm, c->hold_hwm);
+		kvp_store_relaxed(&c->seg.clients[c->slot].cs_hold_hwm,
+				  c->hold_hwm);
 	}
 	/* the reader half of the hold protocol (index/kvp_index.h) */
-	rc = kvp_ix_hold(&c->seg, &c->holds[h], i, w, flags, KVP_CHECK_WAIT_NS, &waits);
+	rc = kvp_ix_hold(&c->seg, &c->holds[h], i, w, flags, KVP_CHECK_WAIT_NS,
+			 &waits);
 	if (waits)
 		kvp__ctr(c, KVP_CTR_HOLD_RETRY, waits);
 	if (rc) {
@@ -504,7 +551,8 @@ kvp__lookup_hold_flags(struct kvp_client *c, const void *key, uint32_t klen,
 		if (!kvp_load_relaxed(&c->seg.entries[i].e_ref))
 			/* relaxed: a CLOCK hint, written only when clear so
 			 * readers of a hot value do not bounce its line */
-			kvp_store_relaxed(&c->seg.entries[i].e_ref, 1); /* CLOCK hint */
+			/* CLOCK hint */
+			kvp_store_relaxed(&c->seg.entries[i].e_ref, 1);
 		return h;
 	}
 	return h;
@@ -525,25 +573,29 @@ kvp__lookup_hold(struct kvp_client *c, const void *key, uint32_t klen,
  * the arena.
  */
 KVP_INLINE bool
-kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst, uint64_t n)
+kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst,
+	      uint64_t n)
 {
 	/* relaxed: stable while held */
 	uint64_t loc = kvp_load_relaxed(&c->seg.entries[i].e_loc);
 	uint64_t run = kvp_load_relaxed(&c->seg.entries[i].e_run);
-	uint64_t unit = c->seg.g.g_dram_unit, np = c->seg.g.g_dram_pages, hops = 0;
+	uint64_t unit = c->seg.g.g_dram_unit, np = c->seg.g.g_dram_pages,
+		 hops = 0;
 	uint64_t p = KVP_LOC_VAL(loc);
 	uint32_t next = 0;
 	unsigned char *d = (unsigned char *)dst;
 
 	/* one run covers the range (the usual case): no page-map read */
-	if (p < np && run <= np - p && off <= run * unit && n <= run * unit - off) {
+	if (p < np && run <= np - p && off <= run * unit &&
+	    n <= run * unit - off) {
 		memcpy(d, c->seg.arena + p * unit + off, n);
 		return true;
 	}
 	while (n) {
 		uint64_t rb = 0;
-		unsigned char *src = p < np ? kvp_dram_run(&c->seg, (uint32_t)p, &rb, &next)
-					    : NULL;
+		unsigned char *src = p < np ? kvp_dram_run(&c->seg, (uint32_t)p,
+							   &rb, &next) :
+					      NULL;
 
 		if (!src || ++hops > np) {
 			kvp_dram_report_damage(&c->seg);
@@ -561,14 +613,14 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst, uint64_
 		if (!n)
 			break;
 		if (!next) {
-			kvp_dram_report_damage(&c->seg); /* shorter than its length */
+			/* shorter than its length */
+			kvp_dram_report_damage(&c->seg);
 			return false;
 		}
 		p = next - 1;
 	}
 	return true;
 }
-
 
 #include "shm/client_write_int.h"
 #include "shm/client_read_int.h"

@@ -35,7 +35,8 @@ kvp__pinned_total(struct kvp_client *c)
 		/* acquire: a release or sweep of the lease (its CAS) */
 		uint64_t w = kvp_load_acquire(&c->seg.leases[r->idx].ls_state);
 
-		if (now < r->expiry && w == KVP_LS_WORD(r->gen, 0, KVP_LS_LIVE)) {
+		if (now < r->expiry &&
+		    w == KVP_LS_WORD(r->gen, 0, KVP_LS_LIVE)) {
 			k++;
 			continue;
 		}
@@ -49,12 +50,12 @@ kvp__pinned_total(struct kvp_client *c)
  * memory).  Each is an ordinary attributable hold (the reaper releases it
  * if the process dies; it never expires while the process lives). */
 struct kvp_pinset {
-	size_t count;     /* keys pinned (a prefix of the lookup) */
+	size_t count; /* keys pinned (a prefix of the lookup) */
 	bool released;
-	bool capped;      /* the pinned-bytes cap cut the prefix short */
+	bool capped; /* the pinned-bytes cap cut the prefix short */
 	uint64_t *slot, *gen, *len;
 	int *hold;
-	uint8_t *tier;    /* tier when pinned (KVP_TIER_DRAM / KVP_TIER_SSD) */
+	uint8_t *tier; /* tier when pinned (KVP_TIER_DRAM / KVP_TIER_SSD) */
 };
 
 /* kvp_pinset_release (kvpool.h) */
@@ -67,8 +68,9 @@ kvp_pinset_release(struct kvp_client *c, struct kvp_pinset *ps)
 		return;
 	for (k = 0; k < ps->count; k++) {
 		kvp__drop(c, ps->hold[k]);
-		kvp__ctr(c, ps->tier[k] == KVP_TIER_DRAM ? KVP_CTR_PINNED_DRAM
-							  : KVP_CTR_PINNED_SSD,
+		kvp__ctr(c,
+			 ps->tier[k] == KVP_TIER_DRAM ? KVP_CTR_PINNED_DRAM :
+							KVP_CTR_PINNED_SSD,
 			 (uint64_t)0 - ps->len[k]);
 		c->pinned_bytes -= ps->len[k];
 	}
@@ -99,7 +101,8 @@ kvp_pinset_tier(struct kvp_client *c, const struct kvp_pinset *ps, size_t k)
 	if (!c || !ps || ps->released || k >= ps->count)
 		return -EINVAL;
 	/* acquire: pairs with the agent's release when it moves it */
-	return (int)KVP_LOC_TIER(kvp_load_acquire(&c->seg.entries[ps->slot[k]].e_loc));
+	return (int)KVP_LOC_TIER(
+		kvp_load_acquire(&c->seg.entries[ps->slot[k]].e_loc));
 }
 
 KVP_API uint64_t
@@ -151,7 +154,8 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 			ops[k].status = -EINVAL;
 			break;
 		}
-		h = kvp__lookup_hold_flags(c, ops[k].key, ops[k].klen, &i, &len, KVP_HOLD_PIN);
+		h = kvp__lookup_hold_flags(c, ops[k].key, ops[k].klen, &i, &len,
+					   KVP_HOLD_PIN);
 		if (h < 0) {
 			ops[k].status = h == -ENOBUFS ? -EBUSY : h;
 			break;
@@ -169,9 +173,12 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 		ps->len[k] = len;
 		ps->hold[k] = h;
 		/* acquire: stable enough while held (see kvp__read) */
-		ps->tier[k] = (uint8_t)KVP_LOC_TIER(kvp_load_acquire(&c->seg.entries[i].e_loc));
+		ps->tier[k] = (uint8_t)KVP_LOC_TIER(
+			kvp_load_acquire(&c->seg.entries[i].e_loc));
 		c->pinned_bytes += len;
-		kvp__ctr(c, ps->tier[k] == KVP_TIER_DRAM ? KVP_CTR_PINNED_DRAM : KVP_CTR_PINNED_SSD,
+		kvp__ctr(c,
+			 ps->tier[k] == KVP_TIER_DRAM ? KVP_CTR_PINNED_DRAM :
+							KVP_CTR_PINNED_SSD,
 			 len);
 		ops[k].status = 0;
 		ps->count = k + 1;
@@ -185,7 +192,8 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 
 /* kvp_pinset_get (kvpool.h): the read engine over held keys. */
 KVP_API ssize_t
-kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, size_t n)
+kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops,
+	       size_t n)
 {
 	struct kvp__pend pend[KVP_RING_ENTRIES];
 	uint64_t t0;
@@ -206,14 +214,16 @@ kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, 
 			continue;
 		}
 		len = vlen - off < op->len ? vlen - off : op->len;
-		m = kvp__read_held(c, op, i, ps->gen[k], off, len, ps->hold[k], true, pend, m);
+		m = kvp__read_held(c, op, i, ps->gen[k], off, len, ps->hold[k],
+				   true, pend, m);
 	}
 	if (m)
 		kvp__resolve(c, pend, m);
 	for (k = 0; k < n; k++)
 		ok += ops[k].status == 0;
 	if (n)
-		kvp__hist(c, c->call_ssd ? KVP_HIST_GET_SSD : KVP_HIST_GET_DRAM, t0);
+		kvp__hist(c, c->call_ssd ? KVP_HIST_GET_SSD : KVP_HIST_GET_DRAM,
+			  t0);
 	return (ssize_t)ok;
 }
 
@@ -222,14 +232,15 @@ kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops, 
 /* kvp_lease_acquire (kvpool.h): hold the entry, check the cap, take a
  * lease slot (FREE -> RESERVED naming us -> LIVE), drop the hold. */
 KVP_API int
-kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t ttl_ms,
-		  struct kvp_lease *out)
+kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen,
+		  uint32_t ttl_ms, struct kvp_lease *out)
 {
 	struct kvp_seg *s;
 	uint64_t i = 0, len = 0, n, k, loc, cap, expiry;
 	int h;
 
-	if (!c || !kvp__key_ok(key, klen) || !out || ttl_ms == 0 || ttl_ms > 3600000)
+	if (!c || !kvp__key_ok(key, klen) || !out || ttl_ms == 0 ||
+	    ttl_ms > 3600000)
 		return -EINVAL;
 	s = &c->seg;
 	n = s->g.g_max_leases;
@@ -245,8 +256,8 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 	}
 	if (c->nleases == c->cap_leases) {
 		uint32_t nc = c->cap_leases ? c->cap_leases * 2 : 16;
-		struct kvp__lease_rec *nl =
-			(struct kvp__lease_rec *)realloc(c->leases, nc * sizeof(*nl));
+		struct kvp__lease_rec *nl = (struct kvp__lease_rec *)realloc(
+			c->leases, nc * sizeof(*nl));
 
 		if (!nl) {
 			kvp__drop(c, h);
@@ -265,17 +276,21 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 		if (KVP_LS_STATE(w) != KVP_LS_FREE ||
 		    /* full CAS: the lease slot is ours to fill in; the word
 		     * names us, so the reaper can free it if we die now */
-		    !kvp_cas(&ls->ls_state, w, KVP_LS_WORD(gen, c->slot + 1, KVP_LS_RESERVED)))
+		    !kvp_cas(&ls->ls_state, w,
+			     KVP_LS_WORD(gen, c->slot + 1, KVP_LS_RESERVED)))
 			continue;
 		kvp_crashpoint(C_LEASE_RESERVED);
-		kvp_store_relaxed(&ls->ls_slot, i);       /* relaxed: published below */
+		/* relaxed: published below */
+		kvp_store_relaxed(&ls->ls_slot, i);
 		kvp_store_relaxed(&ls->ls_owner, c->slot + 1);
-		expiry = kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)ttl_ms * 1000000ull;
+		expiry = kvp_now_ns(CLOCK_MONOTONIC) +
+			 (uint64_t)ttl_ms * 1000000ull;
 		kvp_store_relaxed(&ls->ls_expiry, expiry);
 		/* release: the fields before LIVE; the agent's hold scan
 		 * acquires it; our hold is still up, so the value is safe
 		 * until the lease is visible */
-		kvp_store_release(&ls->ls_state, KVP_LS_WORD(gen, 0, KVP_LS_LIVE));
+		kvp_store_release(&ls->ls_state,
+				  KVP_LS_WORD(gen, 0, KVP_LS_LIVE));
 		kvp_crashpoint(C_LEASE_LIVE);
 		/* acquire: the location under our hold */
 		loc = kvp_load_acquire(&s->entries[i].e_loc);
@@ -286,7 +301,8 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen, uint32_t
 		out->seg_off = 0;
 		if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM &&
 		    /* relaxed: stable while held */
-		    kvp_load_relaxed(&s->entries[i].e_run) * s->g.g_dram_unit >= len)
+		    kvp_load_relaxed(&s->entries[i].e_run) * s->g.g_dram_unit >=
+			    len)
 			out->seg_off = s->L.off[KVP_R_ARENA] +
 				       KVP_LOC_VAL(loc) * s->g.g_dram_unit;
 		/* counted against the pinned-bytes cap until released or

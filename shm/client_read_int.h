@@ -21,9 +21,9 @@ struct kvp__pend {
 	uint64_t slot, gen;
 	uint64_t off, len; /* clipped range */
 	int hold;
-	bool pinned;       /* a pinset's hold: the pinset drops it, not us */
-	int ring;          /* ring entry while posted, -1 otherwise */
-	uint64_t rqword;   /* our POSTED state word (seq) */
+	bool pinned;     /* a pinset's hold: the pinset drops it, not us */
+	int ring;        /* ring entry while posted, -1 otherwise */
+	uint64_t rqword; /* our POSTED state word (seq) */
 };
 
 /* Release our bit of staging span 'head'; the last holder frees it. */
@@ -55,9 +55,11 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 	/* full CAS: exactly one freer, named in the word (if we die now
 	 * the reaper finishes the free for us) */
 	if (!kvp_cas(&sp->sp_state, w,
-		     KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, c->slot + 1)))
+		     KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING,
+				  c->slot + 1)))
 		return;
-	w = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING, c->slot + 1);
+	w = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING,
+			 c->slot + 1);
 	/* full: occupancy goes down by the span's slots (the winner of the
 	 * FREEING CAS only, so once; an adopter does not subtract again);
 	 * before the FREE stores, so an agent that sees the span FREE
@@ -81,7 +83,8 @@ kvp__settle(struct kvp_client *c, struct kvp__pend *p, int status)
 KVP_INLINE unsigned
 kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 {
-	struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot * c->seg.g.g_ring_entries];
+	struct kvp_req *ring =
+		&c->seg.rings[(uint64_t)c->slot * c->seg.g.g_ring_entries];
 	unsigned r = 0, k, posted = 0;
 
 	for (k = 0; k < m && r < c->seg.g.g_ring_entries; k++) {
@@ -105,10 +108,17 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 		kvp_store_relaxed(&q->rq_gen, p[k].gen);
 		kvp_store_relaxed(&q->rq_off, p[k].off);
 		kvp_store_relaxed(&q->rq_len, p[k].len);
-		kvp_store_relaxed(&q->rq_call, call | (posted == 0 ? KVP_RQ_FIRST : 0) |
-				  (p[k].off == 0 && p[k].op->off == 0 &&
-				   p[k].len == kvp_load_relaxed(&c->seg.entries[p[k].slot].e_len)
-					   ? KVP_RQ_WHOLE : 0));
+		kvp_store_relaxed(
+			&q->rq_call,
+			call | (posted == 0 ? KVP_RQ_FIRST : 0) |
+				(p[k].off == 0 && p[k].op->off == 0 &&
+						 p[k].len ==
+							 kvp_load_relaxed(
+								 &c->seg.entries
+									  [p[k].slot]
+										  .e_len) ?
+					 KVP_RQ_WHOLE :
+					 0));
 		kvp_store_relaxed(&q->rq_result, 0);
 		kvp_store_relaxed(&q->rq_where, 0);
 		p[k].rqword = (seq << 8) | KVP_RQ_POSTED;
@@ -122,7 +132,8 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 
 /* Copy a finished request's bytes and settle its status. */
 KVP_INLINE int
-kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res, uint64_t where)
+kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res,
+	    uint64_t where)
 {
 	struct kvp_seg *s = &c->seg;
 
@@ -139,12 +150,14 @@ kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res, uint64_t whe
 			return -EIO;
 		return 0;
 	} else {
-		uint64_t head = (where & 0xffffffffull) - 1, skip = (where >> 32) & 0x7fffffff;
+		uint64_t head = (where & 0xffffffffull) - 1,
+			 skip = (where >> 32) & 0x7fffffff;
 		uint64_t sb = s->g.g_staging_slot_bytes;
 
 		if (head >= s->g.g_staging_slots ||
 		    (head * sb + skip + p->len) > s->g.g_staging_slots * sb)
-			return -EIO; /* a damaged answer: never copy out of bounds */
+			/* a damaged answer: never copy out of bounds */
+			return -EIO;
 		kvp_crashpoint(C_RESOLVE_ANSWERED);
 		memcpy(p->op->buf, s->staging + head * sb + skip, p->len);
 		kvp__span_release(c, (uint32_t)head);
@@ -164,7 +177,8 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_client_slot *cs = &s->clients[c->slot];
-	struct kvp_req *ring = &s->rings[(uint64_t)c->slot * s->g.g_ring_entries];
+	struct kvp_req *ring =
+		&s->rings[(uint64_t)c->slot * s->g.g_ring_entries];
 	uint64_t t_busy = kvp_now_ns(CLOCK_MONOTONIC), dead_since = 0;
 	unsigned left = m, k;
 
@@ -177,7 +191,8 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 		uint64_t call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
 
 		kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
-		if (!s->rings || !s->hdr->h_ssd_enabled || !kvp_shm_agent_alive(s)) {
+		if (!s->rings || !s->hdr->h_ssd_enabled ||
+		    !kvp_shm_agent_alive(s)) {
 			for (k = 0; k < m; k++)
 				if (p[k].hold >= 0)
 					kvp__settle(c, &p[k], -ENOTCONN);
@@ -185,7 +200,8 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 		}
 		kvp__post(c, p, m, call & 0xffffffffull);
 		kvp_crashpoint(C_RESOLVE_POSTED);
-		kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake the agent */
+		/* full: wake the agent */
+		kvp_ifetch_add(&s->hdr->h_evict_wake, 1);
 		kvp_futex_wake(&s->hdr->h_evict_wake);
 		for (;;) {
 			pending = 0;
@@ -197,9 +213,11 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				if (p[k].ring < 0)
 					continue;
 				q = &ring[p[k].ring];
-				/* acquire: pairs with the agent's DONE release */
+				/* acquire: pairs with the agent's DONE
+				 * release */
 				w = kvp_load_acquire(&q->rq_state);
-				if (w != ((p[k].rqword & ~0xffull) | KVP_RQ_DONE)) {
+				if (w !=
+				    ((p[k].rqword & ~0xffull) | KVP_RQ_DONE)) {
 					pending++;
 					continue;
 				}
@@ -209,43 +227,57 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				} else {
 					/* the key is held, so it exists: an
 					 * answer that cannot find it is a
-					 * failed read, never a miss (kvp__finish
-					 * makes it -EIO) */
-					int st = kvp__finish(c, &p[k], res,
-							     kvp_load_relaxed(&q->rq_where));
-					kvp__ctr(c, st == 0 ? KVP_CTR_RESOLVE_OK
-							    : KVP_CTR_RESOLVE_FAILED, 1);
+					 * failed read, never a miss
+					 * (kvp__finish makes it -EIO) */
+					int st = kvp__finish(
+						c, &p[k], res,
+						kvp_load_relaxed(&q->rq_where));
+					kvp__ctr(c,
+						 st == 0 ?
+							 KVP_CTR_RESOLVE_OK :
+							 KVP_CTR_RESOLVE_FAILED,
+						 1);
 					if (st == 0)
-						kvp__ctr(c, KVP_CTR_GET_SSD_BYTES, p[k].len);
+						kvp__ctr(c,
+							 KVP_CTR_GET_SSD_BYTES,
+							 p[k].len);
 					kvp__settle(c, &p[k], st);
 					left--;
 					progress++;
 				}
 				/* release: the entry is ours to post again */
-				kvp_store_release(&q->rq_state, (w & ~0xffull) | KVP_RQ_FREE);
+				kvp_store_release(&q->rq_state,
+						  (w & ~0xffull) | KVP_RQ_FREE);
 				p[k].ring = -1;
 			}
 			/* keys came back done, so their spans are free again:
 			 * ask again at once for the ones that were BUSY, as a
 			 * new call, while the rest are still in flight (keeps
-			 * the arena busy instead of waiting for every answer) */
-			if (progress > last_progress && pending && left > pending) {
+			 * the arena busy instead of waiting for every answer)
+			 */
+			if (progress > last_progress && pending &&
+			    left > pending) {
 				unsigned posted;
 
 				last_progress = progress;
 				call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
-				kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
-				posted = kvp__post(c, p, m, call & 0xffffffffull);
+				/* relaxed: ours */
+				kvp_store_relaxed(&cs->cs_call_seq, call);
+				posted = kvp__post(c, p, m,
+						   call & 0xffffffffull);
 				if (posted) {
 					pending += posted;
-					kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full */
+					/* full */
+					kvp_ifetch_add(&s->hdr->h_evict_wake,
+						       1);
 					kvp_futex_wake(&s->hdr->h_evict_wake);
 				}
 			}
 			if (!pending)
 				break;
 			/* sleep until the agent answers; check it is alive */
-			kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
+			kvp_futex_wait(&cs->cs_io_futex, fseq,
+				       KVP_RESOLVE_SLICE_NS);
 			fseq = kvp_iload_acquire(&cs->cs_io_futex);
 			if (kvp_shm_agent_alive(s)) {
 				dead_since = 0;
@@ -255,7 +287,8 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				dead_since = kvp_now_ns(CLOCK_MONOTONIC);
 				continue;
 			}
-			if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since < c->agent_grace_ns)
+			if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since <
+			    c->agent_grace_ns)
 				continue;
 			/* the agent is gone: withdraw what is left (a CAS on
 			 * the exact word, so a late answer cannot land in a
@@ -263,8 +296,11 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 			for (k = 0; k < m; k++) {
 				if (p[k].ring >= 0) {
 					struct kvp_req *q = &ring[p[k].ring];
-					uint64_t w = kvp_load_acquire(&q->rq_state); /* acquire */
-					kvp_cas(&q->rq_state, w, (w & ~0xffull) | KVP_RQ_FREE);
+					/* acquire */
+					uint64_t w =
+						kvp_load_acquire(&q->rq_state);
+					kvp_cas(&q->rq_state, w,
+						(w & ~0xffull) | KVP_RQ_FREE);
 					p[k].ring = -1;
 				}
 				if (p[k].hold >= 0)
@@ -280,13 +316,15 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 		}
 		/* every key BUSY: others hold the whole arena; sleep until a
 		 * span is freed (bounded), then ask again */
-		if (kvp_now_ns(CLOCK_MONOTONIC) - t_busy > KVP_RESOLVE_BUSY_NS) {
+		if (kvp_now_ns(CLOCK_MONOTONIC) - t_busy >
+		    KVP_RESOLVE_BUSY_NS) {
 			for (k = 0; k < m; k++)
 				if (p[k].hold >= 0)
 					kvp__settle(c, &p[k], -EBUSY);
 			return;
 		}
-		kvp_futex_wait(&s->hdr->h_staging_seq, sseq, KVP_RESOLVE_SLICE_NS);
+		kvp_futex_wait(&s->hdr->h_staging_seq, sseq,
+			       KVP_RESOLVE_SLICE_NS);
 	}
 }
 
@@ -296,9 +334,9 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
  * when the ring's worth is full.  Returns the new pend count.
  */
 KVP_INLINE unsigned
-kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen,
-	       uint64_t off, uint64_t len, int h, bool pinned, struct kvp__pend *pend,
-	       unsigned m)
+kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i,
+	       uint64_t gen, uint64_t off, uint64_t len, int h, bool pinned,
+	       struct kvp__pend *pend, unsigned m)
 {
 	/* acquire: pairs with the agent's release when it moves the value;
 	 * any location read under the hold stays valid until it drops */
@@ -331,7 +369,8 @@ kvp__read_held(struct kvp_client *c, struct kvp_op *op, uint64_t i, uint64_t gen
 	pend[m].len = len;
 	pend[m].hold = h;
 	pend[m].pinned = pinned;
-	if (++m == KVP_RING_ENTRIES || (c->seg.rings && m == c->seg.g.g_ring_entries)) {
+	if (++m == KVP_RING_ENTRIES ||
+	    (c->seg.rings && m == c->seg.g.g_ring_entries)) {
 		kvp__resolve(c, pend, m);
 		m = 0;
 	}
@@ -384,28 +423,33 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 			op->status = h == -ENOBUFS ? -EBUSY : h;
 			continue;
 		}
-		if ((exact && vlen > op->len) || (!exact && off > vlen) || !op->buf) {
-			op->status = exact && vlen > op->len ? -EMSGSIZE : -EINVAL;
+		if ((exact && vlen > op->len) || (!exact && off > vlen) ||
+		    !op->buf) {
+			op->status = exact && vlen > op->len ? -EMSGSIZE :
+							       -EINVAL;
 			kvp__drop(c, h);
 			continue;
 		}
-		len = exact ? vlen : (vlen - off < op->len ? vlen - off : op->len);
-		m = kvp__read_held(c, op, i, KVP_IX_GEN(kvp_load_acquire(&c->seg.meta[i])),
-				   off, len, h, false, pend, m);
+		len = exact ? vlen :
+			      (vlen - off < op->len ? vlen - off : op->len);
+		m = kvp__read_held(
+			c, op, i, KVP_IX_GEN(kvp_load_acquire(&c->seg.meta[i])),
+			off, len, h, false, pend, m);
 	}
 	if (m)
 		kvp__resolve(c, pend, m);
 	for (j = 0; j < n; j++)
 		ok += ops[j].status == 0;
 	if (n)
-		kvp__hist(c, c->call_ssd ? KVP_HIST_GET_SSD : KVP_HIST_GET_DRAM, t0);
+		kvp__hist(c, c->call_ssd ? KVP_HIST_GET_SSD : KVP_HIST_GET_DRAM,
+			  t0);
 	return ok;
 }
 
 /* One key as a batch of one (a designated initializer is not C++17). */
 KVP_INLINE void
-kvp__op_init(struct kvp_op *op, const void *key, uint32_t klen, void *buf, uint64_t off,
-	     uint64_t len)
+kvp__op_init(struct kvp_op *op, const void *key, uint32_t klen, void *buf,
+	     uint64_t off, uint64_t len)
 {
 	op->key = key;
 	op->klen = klen;
@@ -417,7 +461,8 @@ kvp__op_init(struct kvp_op *op, const void *key, uint32_t klen, void *buf, uint6
 
 /* kvp_get (kvpool.h): the read engine, exact size. */
 KVP_API ssize_t
-kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf, uint64_t cap)
+kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf,
+	uint64_t cap)
 {
 	struct kvp_op op;
 
@@ -430,8 +475,8 @@ kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf, uint64_
 
 /* kvp_get_range (kvpool.h): the read engine, clipped. */
 KVP_API ssize_t
-kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen, uint64_t off,
-	      void *buf, uint64_t len)
+kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen,
+	      uint64_t off, void *buf, uint64_t len)
 {
 	struct kvp_op op;
 
@@ -448,7 +493,8 @@ KVP_INLINE bool
 kvp__resident_ssd(const struct kvp_client *c, uint64_t i)
 {
 	/* relaxed: a statistic; the location may change right after */
-	return KVP_LOC_TIER(kvp_load_relaxed(&c->seg.entries[i].e_loc)) == KVP_TIER_SSD;
+	return KVP_LOC_TIER(kvp_load_relaxed(&c->seg.entries[i].e_loc)) ==
+	       KVP_TIER_SSD;
 }
 
 /* kvp_exists (kvpool.h): one lookup, no hold. */
@@ -463,8 +509,8 @@ kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 		return -EINVAL;
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	kvp__ctr(c, KVP_CTR_EXISTS, 1);
-	i = kvp_ix_find(&c->seg, c->ns_id, kvp_key_hash(c->ns_id, key, klen), key,
-			klen, KVP_IX_M(KVP_IX_READY), &w);
+	i = kvp_ix_find(&c->seg, c->ns_id, kvp_key_hash(c->ns_id, key, klen),
+			key, klen, KVP_IX_M(KVP_IX_READY), &w);
 	if (i < 0) {
 		kvp__hist(c, KVP_HIST_EXISTS_DRAM, t0);
 		return 0;
@@ -475,7 +521,6 @@ kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 	kvp__hist(c, ssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM, t0);
 	return 1;
 }
-
 
 /* Pipeline helpers for batch lookups: hash key k into ring[k % n] and
  * prefetch its two buckets' state words. */
@@ -530,7 +575,11 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 	/* a two-stage software pipeline: FAR keys ahead, hash and prefetch
 	 * both candidate buckets; NEAR keys ahead, find the fingerprint
 	 * match in the (now cached) state words and prefetch its entry */
-	enum { FAR = 16, NEAR = 8, RING = 32 };
+	enum {
+		FAR = 16,
+		NEAR = 8,
+		RING = 32
+	};
 	uint64_t hashes[RING], t0, nssd = 0;
 	size_t k;
 
@@ -550,10 +599,11 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 		}
 		if (k + FAR < n)
 			kvp__prefetch_buckets(c, ops, k + FAR, hashes, RING);
-		if (k + NEAR < n && kvp__key_ok(ops[k + NEAR].key, ops[k + NEAR].klen))
+		if (k + NEAR < n &&
+		    kvp__key_ok(ops[k + NEAR].key, ops[k + NEAR].klen))
 			kvp__prefetch_entry(c, hashes[(k + NEAR) % RING]);
-		i = kvp_ix_find(&c->seg, c->ns_id, hashes[k % RING], ops[k].key, ops[k].klen,
-				KVP_IX_M(KVP_IX_READY), &w);
+		i = kvp_ix_find(&c->seg, c->ns_id, hashes[k % RING], ops[k].key,
+				ops[k].klen, KVP_IX_M(KVP_IX_READY), &w);
 		if (i < 0) {
 			ops[k].status = -ENOENT;
 			break;
@@ -565,7 +615,8 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 	kvp__ctr(c, KVP_CTR_EXISTS_HIT_DRAM, k - nssd);
 	kvp__ctr(c, KVP_CTR_EXISTS_HIT_SSD, nssd);
 	if (n)
-		kvp__hist(c, nssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM, t0);
+		kvp__hist(c, nssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM,
+			  t0);
 	return (ssize_t)k;
 }
 

@@ -95,7 +95,8 @@ kvp__ix_reserve(struct kvp_client *c, uint64_t i, uint64_t w)
 	/* release: after our last cs_ix_resv store (IDLE), so an agent that
 	 * sees this slot sees that store too (its recount reads the slot,
 	 * then the kind again, with acquire loads) */
-	kvp_store_release(&s->clients[c->slot].cs_ix_slot, KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
+	kvp_store_release(&s->clients[c->slot].cs_ix_slot,
+			  KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
 	for (;;) {
 		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
 		uint64_t now;
@@ -119,7 +120,9 @@ kvp__ix_reserve(struct kvp_client *c, uint64_t i, uint64_t w)
 	if (!kvp_shm_agent_alive(s))
 		return -ENOTCONN;
 	/* relaxed: the evictor's verdict on its last pass */
-	return kvp_load_relaxed(&s->hdr->h_evict_stuck) & KVP_STUCK_INDEX ? -ENOSPC : -EBUSY;
+	return kvp_load_relaxed(&s->hdr->h_evict_stuck) & KVP_STUCK_INDEX ?
+		       -ENOSPC :
+		       -EBUSY;
 }
 
 /* A put that holds a unit gives up: its slot and its unit go back. */
@@ -148,8 +151,8 @@ kvp__above_high(const struct kvp_seg *s)
 /* The body of kvp_put (below); *counted is set once the call counts as a
  * put (it passed validation), so the caller times it.  No clock read. */
 KVP_INLINE int
-kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len,
-	 bool *counted)
+kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
+	 uint64_t len, bool *counted)
 {
 	struct kvp_seg *s;
 	uint64_t hash, w, deadline = 0, unit;
@@ -190,7 +193,9 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 	}
 	deadline = 0;
 	if (i < 0) {
-		kvp__ctr(c, i == -EEXIST ? KVP_CTR_PUT_EXISTS : KVP_CTR_PUT_NOSPC, 1);
+		kvp__ctr(c,
+			 i == -EEXIST ? KVP_CTR_PUT_EXISTS : KVP_CTR_PUT_NOSPC,
+			 1);
 		return (int)i;
 	}
 	kvp_crashpoint(C_PUT_CLAIMED);
@@ -199,7 +204,9 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 	rc = kvp__ix_reserve(c, (uint64_t)i, w);
 	if (rc) {
 		kvp_ix_abort(s, (uint64_t)i, w);
-		kvp__ctr(c, rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY, 1);
+		kvp__ctr(c,
+			 rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY,
+			 1);
 		return rc;
 	}
 	for (;;) {
@@ -209,7 +216,8 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 		/* the first try does not wait for the allocator lock (and
 		 * reads no clock); later ones wait until the deadline: a
 		 * holder that is stopped cannot hold this put longer */
-		rc = kvp_dram_alloc_until(s, len, (uint64_t)i, KVP_IX_GEN(w), &first, deadline);
+		rc = kvp_dram_alloc_until(s, len, (uint64_t)i, KVP_IX_GEN(w),
+					  &first, deadline);
 		if (rc == 0)
 			break;
 		now = kvp_now_ns(CLOCK_MONOTONIC);
@@ -234,12 +242,15 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 			if (!kvp_shm_agent_alive(s))
 				rc = -ENOTCONN;
 			/* relaxed: the evictor's verdict on its last pass */
-			else if (kvp_load_relaxed(&s->hdr->h_evict_stuck) & KVP_STUCK_DRAM)
+			else if (kvp_load_relaxed(&s->hdr->h_evict_stuck) &
+				 KVP_STUCK_DRAM)
 				rc = -ENOSPC;
 			else
 				rc = -EBUSY;
 		}
-		kvp__ctr(c, rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY, 1);
+		kvp__ctr(c,
+			 rc == -ENOSPC ? KVP_CTR_PUT_NOSPC : KVP_CTR_PUT_BUSY,
+			 1);
 		return rc;
 	}
 	kvp_crashpoint(C_PUT_ALLOCATED);
@@ -247,7 +258,8 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 		kvp__kick_evictor(c, 0);
 	/* relaxed: published by the READY CAS in kvp_ix_publish */
 	kvp_store_relaxed(&s->entries[i].e_len, len);
-	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, first));
+	kvp_store_relaxed(&s->entries[i].e_loc,
+			  KVP_LOC_MAKE(KVP_TIER_DRAM, first));
 	/* the run's length is ours to read: we own it until publish */
 	kvp_store_relaxed(&s->entries[i].e_run, s->pages[first].pg_npages);
 	/* no SSD copy yet: the slot's previous value may have had one, and
@@ -280,14 +292,16 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, 
 	if (rc == 0) {
 		/* the unit now belongs to the READY slot */
 		kvp__ixr_set(c, KVP_IXR_IDLE);
-		kvp__ctr(c, KVP_CTR_PUT_BYTES, (uint64_t)(src - (const unsigned char *)val));
+		kvp__ctr(c, KVP_CTR_PUT_BYTES,
+			 (uint64_t)(src - (const unsigned char *)val));
 	}
 	return rc;
 }
 
 /* kvp_put (kvpool.h): kvp__put, timed. */
 KVP_API int
-kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val, uint64_t len)
+kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
+	uint64_t len)
 {
 	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	bool counted = false;
@@ -309,7 +323,9 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_client_slot *cs = &s->clients[c->slot];
-	struct kvp_req *ring = &s->rings[(uint64_t)c->slot * s->g.g_ring_entries], *q = NULL;
+	struct kvp_req
+		*ring = &s->rings[(uint64_t)c->slot * s->g.g_ring_entries],
+		*q = NULL;
 	uint64_t rw = 0, word, dead_since = 0, call;
 	unsigned r;
 
@@ -348,16 +364,19 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 		if (st == ((word & ~0xffull) | KVP_RQ_DONE)) {
 			int res = (int)(int64_t)kvp_load_relaxed(&q->rq_result);
 			/* release: the entry is ours to post again */
-			kvp_store_release(&q->rq_state, (st & ~0xffull) | KVP_RQ_FREE);
+			kvp_store_release(&q->rq_state,
+					  (st & ~0xffull) | KVP_RQ_FREE);
 			return res;
 		}
 		if (kvp_shm_agent_alive(s)) {
 			dead_since = 0;
 		} else if (!dead_since) {
 			dead_since = kvp_now_ns(CLOCK_MONOTONIC);
-		} else if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since >= c->agent_grace_ns &&
+		} else if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since >=
+				   c->agent_grace_ns &&
 			   /* full CAS: withdraw it unless answered meanwhile */
-			   kvp_cas(&q->rq_state, st, (st & ~0xffull) | KVP_RQ_FREE)) {
+			   kvp_cas(&q->rq_state, st,
+				   (st & ~0xffull) | KVP_RQ_FREE)) {
 			return -ENOTCONN;
 		}
 		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
@@ -382,10 +401,12 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 		if (i < 0)
 			return -ENOENT;
 		/* the agent's --durability (a hint it publishes at attach) */
-		if (c->seg.rings && *(const volatile uint32_t *)&c->seg.hdr->h_durability == 1)
+		if (c->seg.rings &&
+		    *(const volatile uint32_t *)&c->seg.hdr->h_durability == 1)
 			return kvp__delete_durable(c, (uint64_t)i, w);
 		/* under CHECK the agent is deciding: wait for its verdict */
-		if (!(w & KVP_IX_CHECK) && kvp_ix_delete(&c->seg, (uint64_t)i, w)) {
+		if (!(w & KVP_IX_CHECK) &&
+		    kvp_ix_delete(&c->seg, (uint64_t)i, w)) {
 			kvp_crashpoint(C_DELETE_MARKED);
 			/* full: tells the agent a reclaim pass has work */
 			kvp_fetch_add(&c->seg.hdr->h_delete_seq, 1);
@@ -399,7 +420,6 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 	}
 }
 
-
 /* kvp_batch_put (kvpool.h): one histogram observation for the batch. */
 KVP_API ssize_t
 kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
@@ -412,8 +432,8 @@ kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
 		return -EINVAL;
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	for (k = 0; k < n; k++) {
-		ops[k].status = kvp__put(c, ops[k].key, ops[k].klen, ops[k].buf, ops[k].len,
-					 &counted);
+		ops[k].status = kvp__put(c, ops[k].key, ops[k].klen, ops[k].buf,
+					 ops[k].len, &counted);
 		ok += ops[k].status == 0;
 	}
 	if (counted) /* one observation for the whole batch */

@@ -21,14 +21,14 @@
 #include "shm/kvp_env.h"
 
 #ifdef KVP_DEBUG
-#define KVP_ASSERT(cond, inv)                                                     \
-	do {                                                                      \
-		if (!(cond)) {                                                    \
-			kvp_log(KVP_LOG_ERROR, "assert",                          \
-				"invariant %s broken: %s (%s:%d, %s)", inv, #cond, \
-				__FILE__, __LINE__, __func__);                     \
-			abort();                                                  \
-		}                                                                 \
+#define KVP_ASSERT(cond, inv)                                               \
+	do {                                                                \
+		if (!(cond)) {                                              \
+			kvp_log(KVP_LOG_ERROR, "assert",                    \
+				"invariant %s broken: %s (%s:%d, %s)", inv, \
+				#cond, __FILE__, __LINE__, __func__);       \
+			abort();                                            \
+		}                                                           \
 	} while (0)
 #else
 #define KVP_ASSERT(cond, inv) ((void)sizeof(!(cond)))

@@ -25,40 +25,46 @@
 KVP_STATIC_ASSERT(sizeof(AO_t) == 8, "kvpool needs a 64-bit AO_t");
 KVP_STATIC_ASSERT(sizeof(unsigned int) == 4, "futex words are 32 bits");
 
-typedef AO_t kvp_aword_t;   /* a 64-bit shared word */
+typedef AO_t kvp_aword_t;        /* a 64-bit shared word */
 typedef unsigned int kvp_aint_t; /* a 32-bit shared word (futexes) */
 
 /* Relaxed: the caller states why no ordering is needed. */
-static inline uint64_t kvp_load_relaxed(const volatile kvp_aword_t *p)
+static inline uint64_t
+kvp_load_relaxed(const volatile kvp_aword_t *p)
 {
 	return (uint64_t)AO_load((const volatile AO_t *)p);
 }
 
-static inline void kvp_store_relaxed(volatile kvp_aword_t *p, uint64_t v)
+static inline void
+kvp_store_relaxed(volatile kvp_aword_t *p, uint64_t v)
 {
 	AO_store(p, (AO_t)v);
 }
 
 /* Acquire load: pairs with a kvp_store_release / kvp_cas of the writer. */
-static inline uint64_t kvp_load_acquire(const volatile kvp_aword_t *p)
+static inline uint64_t
+kvp_load_acquire(const volatile kvp_aword_t *p)
 {
 	return (uint64_t)AO_load_acquire((const volatile AO_t *)p);
 }
 
 /* Release store: pairs with a kvp_load_acquire of the reader. */
-static inline void kvp_store_release(volatile kvp_aword_t *p, uint64_t v)
+static inline void
+kvp_store_release(volatile kvp_aword_t *p, uint64_t v)
 {
 	AO_store_release(p, (AO_t)v);
 }
 
 /* Full-barrier compare-and-swap; true when *p was old and is now nv. */
-static inline int kvp_cas(volatile kvp_aword_t *p, uint64_t old, uint64_t nv)
+static inline int
+kvp_cas(volatile kvp_aword_t *p, uint64_t old, uint64_t nv)
 {
 	return AO_compare_and_swap_full(p, (AO_t)old, (AO_t)nv);
 }
 
 /* Full-barrier fetch-and-add; returns the old value. */
-static inline uint64_t kvp_fetch_add(volatile kvp_aword_t *p, uint64_t d)
+static inline uint64_t
+kvp_fetch_add(volatile kvp_aword_t *p, uint64_t d)
 {
 	return (uint64_t)AO_fetch_and_add_full(p, (AO_t)d);
 }
@@ -72,34 +78,40 @@ static inline uint64_t kvp_fetch_add(volatile kvp_aword_t *p, uint64_t d)
  */
 #if defined(__SANITIZE_THREAD__)
 static AO_t kvp__tsan_fence_word;
-static inline void kvp_fence_full(void)
+static inline void
+kvp_fence_full(void)
 {
 	AO_fetch_and_add_full(&kvp__tsan_fence_word, 0);
 }
 #else
-static inline void kvp_fence_full(void)
+static inline void
+kvp_fence_full(void)
 {
 	AO_nop_full();
 }
 #endif
 
 /* 32-bit futex words. */
-static inline unsigned int kvp_iload_acquire(const volatile kvp_aint_t *p)
+static inline unsigned int
+kvp_iload_acquire(const volatile kvp_aint_t *p)
 {
 	return AO_int_load_acquire((const volatile unsigned int *)p);
 }
 
-static inline unsigned int kvp_ifetch_add(volatile kvp_aint_t *p, unsigned int d)
+static inline unsigned int
+kvp_ifetch_add(volatile kvp_aint_t *p, unsigned int d)
 {
 	return AO_int_fetch_and_add_full(p, d);
 }
 
-static inline void kvp_istore_release(volatile kvp_aint_t *p, unsigned int v)
+static inline void
+kvp_istore_release(volatile kvp_aint_t *p, unsigned int v)
 {
 	AO_int_store_release(p, v);
 }
 
-static inline int kvp_icas(volatile kvp_aint_t *p, unsigned int old, unsigned int nv)
+static inline int
+kvp_icas(volatile kvp_aint_t *p, unsigned int old, unsigned int nv)
 {
 	return AO_int_compare_and_swap_full(p, old, nv);
 }

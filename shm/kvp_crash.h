@@ -27,47 +27,70 @@
 #define KVP_INLINE static inline
 #endif
 
-#define KVP_CRASH_EXIT 86 /* exit status of a process stopped at a crash point */
+/* exit status of a process stopped at a crash point */
+#define KVP_CRASH_EXIT 86
 
 /* X(name, who, where the process dies) */
-#define KVP_CRASHPOINTS(X)                                                      \
-	X(C_OPEN_CLAIMED, client, "client slot CAS'd LIVE, pid/start time unwritten") \
-	X(C_OPEN_DONE, client, "kvp_open finished, nothing held")               \
-	X(C_HOLD_STORED, client, "hold slot written, before the fence/validate")  \
-	X(C_HOLD_TAKEN, client, "hold validated, nothing copied yet")             \
-	X(C_COPY_DONE, client, "DRAM bytes copied, hold not yet dropped")         \
-	X(C_PUT_CLAIMED, client, "index slot claimed for a put, nothing allocated") \
-	X(C_ALLOC_LOCKED, client, "inside the DRAM allocator's robust mutex")     \
-	X(C_PUT_ALLOCATED, client, "runs allocated and tagged, bytes not copied") \
-	X(C_PUT_COPIED, client, "bytes copied, entry not yet published")          \
-	X(C_PUT_PUBLISHED, client, "entry published READY")                      \
-	X(C_DELETE_MARKED, client, "entry marked DELETED, bytes not yet reclaimed") \
-	X(C_RESOLVE_POSTED, client, "SSD requests posted, holds up, not answered") \
-	X(C_RESOLVE_ANSWERED, client, "SSD answer DONE, staged bytes not copied") \
-	X(C_SPAN_BIT_CLEARED, client, "our staging bit cleared, span not freed")  \
-	X(C_SPAN_FREEING, client, "last holder marked the span FREEING")          \
-	X(C_LEASE_RESERVED, client, "lease slot RESERVED, not yet LIVE")          \
-	X(C_LEASE_LIVE, client, "lease LIVE, lookup hold still up")               \
-	X(C_PIN_TAKEN, client, "lookup-and-pin: some keys pinned, call unfinished") \
-	X(C_CLOSE_HALF, client, "kvp_close: holds cleared, slot still LIVE")      \
-	X(A_ATTACH, agent, "agent attached (incarnation bumped), before cleanup") \
-	X(A_EVICT_CHECK, agent, "victim under CHECK, before the hold scan verdict") \
-	X(A_EVICT_FREED, agent, "victim's slot EMPTY (gen + 1), its runs not yet freed")        \
-	X(A_DEMOTE_SUBMITTED, agent, "demotion write queued, value still DRAM-resident") \
-	X(A_DEMOTE_SWITCHED, agent, "location switched to SSD, DRAM not yet freed") \
-	X(A_PROMOTE_SUBMITTED, agent, "promotion: DRAM runs allocated, read in flight") \
-	X(A_PROMOTE_SWITCHED, agent, "promotion: location switched to DRAM, not answered") \
-	X(A_STAGE_SUBMITTED, agent, "staging span READING, device read in flight") \
-	X(A_STAGE_READY, agent, "staging span READY, requests not yet DONE")      \
-	X(A_REQ_TAKEN, agent, "request CAS'd TAKEN, not yet served")              \
-	X(A_REAP_HOLDS, agent, "reaper cleared a dead client's holds, rest undone") \
-	X(A_REAP_FREEING, agent, "reaper done but for the slot's FREE store")     \
-	X(A_LEASE_SWEEP, agent, "lease sweep about to free an expired lease")     \
-	X(A_SEG_RECLAIM, agent, "SSD segment reclaim: entries dropped, segment not given back") \
-	X(A_GC_FREE, agent, "orphan-run sweep about to free a run (allocator lock held)")               \
-	X(A_TOMBSTONE, agent, "record marked dead, tombstone not yet written")   \
-	X(A_REQ_ANSWERING, agent, "request claimed ANSWERING, answer not yet DONE") \
-	X(C_IX_COUNTED, client, "index count raised for a put, not yet recorded as ours")
+#define KVP_CRASHPOINTS(X)                                                     \
+	X(C_OPEN_CLAIMED, client,                                              \
+	  "client slot CAS'd LIVE, pid/start time unwritten")                  \
+	X(C_OPEN_DONE, client, "kvp_open finished, nothing held")              \
+	X(C_HOLD_STORED, client,                                               \
+	  "hold slot written, before the fence/validate")                      \
+	X(C_HOLD_TAKEN, client, "hold validated, nothing copied yet")          \
+	X(C_COPY_DONE, client, "DRAM bytes copied, hold not yet dropped")      \
+	X(C_PUT_CLAIMED, client,                                               \
+	  "index slot claimed for a put, nothing allocated")                   \
+	X(C_ALLOC_LOCKED, client, "inside the DRAM allocator's lock")          \
+	X(C_PUT_ALLOCATED, client,                                             \
+	  "runs allocated and tagged, bytes not copied")                       \
+	X(C_PUT_COPIED, client, "bytes copied, entry not yet published")       \
+	X(C_PUT_PUBLISHED, client, "entry published READY")                    \
+	X(C_DELETE_MARKED, client,                                             \
+	  "entry marked DELETED, bytes not yet reclaimed")                     \
+	X(C_RESOLVE_POSTED, client,                                            \
+	  "SSD requests posted, holds up, not answered")                       \
+	X(C_RESOLVE_ANSWERED, client,                                          \
+	  "SSD answer DONE, staged bytes not copied")                          \
+	X(C_SPAN_BIT_CLEARED, client,                                          \
+	  "our staging bit cleared, span not freed")                           \
+	X(C_SPAN_FREEING, client, "last holder marked the span FREEING")       \
+	X(C_LEASE_RESERVED, client, "lease slot RESERVED, not yet LIVE")       \
+	X(C_LEASE_LIVE, client, "lease LIVE, lookup hold still up")            \
+	X(C_PIN_TAKEN, client,                                                 \
+	  "lookup-and-pin: some keys pinned, call unfinished")                 \
+	X(C_CLOSE_HALF, client, "kvp_close: holds cleared, slot still LIVE")   \
+	X(A_ATTACH, agent,                                                     \
+	  "agent attached (incarnation bumped), before cleanup")               \
+	X(A_EVICT_CHECK, agent,                                                \
+	  "victim under CHECK, before the hold scan verdict")                  \
+	X(A_EVICT_FREED, agent,                                                \
+	  "victim's slot EMPTY (gen + 1), its runs not yet freed")             \
+	X(A_DEMOTE_SUBMITTED, agent,                                           \
+	  "demotion write queued, value still DRAM-resident")                  \
+	X(A_DEMOTE_SWITCHED, agent,                                            \
+	  "location switched to SSD, DRAM not yet freed")                      \
+	X(A_PROMOTE_SUBMITTED, agent,                                          \
+	  "promotion: DRAM runs allocated, read in flight")                    \
+	X(A_PROMOTE_SWITCHED, agent,                                           \
+	  "promotion: location switched to DRAM, not answered")                \
+	X(A_STAGE_SUBMITTED, agent,                                            \
+	  "staging span READING, device read in flight")                       \
+	X(A_STAGE_READY, agent, "staging span READY, requests not yet DONE")   \
+	X(A_REQ_TAKEN, agent, "request CAS'd TAKEN, not yet served")           \
+	X(A_REAP_HOLDS, agent,                                                 \
+	  "reaper cleared a dead client's holds, rest undone")                 \
+	X(A_REAP_FREEING, agent, "reaper done but for the slot's FREE store")  \
+	X(A_LEASE_SWEEP, agent, "lease sweep about to free an expired lease")  \
+	X(A_SEG_RECLAIM, agent,                                                \
+	  "SSD segment reclaim: entries dropped, segment not given back")      \
+	X(A_GC_FREE, agent,                                                    \
+	  "orphan-run sweep about to free a run (allocator lock held)")        \
+	X(A_TOMBSTONE, agent, "record marked dead, tombstone not yet written") \
+	X(A_REQ_ANSWERING, agent,                                              \
+	  "request claimed ANSWERING, answer not yet DONE")                    \
+	X(C_IX_COUNTED, client,                                                \
+	  "index count raised for a put, not yet recorded as ours")
 
 enum kvp_crash_id {
 #define KVP_CP_ENUM_(name, who, what) KVP_CP_##name,
@@ -135,7 +158,8 @@ KVP_INLINE void
 kvp_crash_arm(int id, long skip)
 {
 	__atomic_store_n(&kvp__crash_skip, skip, __ATOMIC_RELAXED);
-	__atomic_store_n(&kvp__crash_at, id >= 0 && id < KVP_CP__N ? id + 1 : -1,
+	__atomic_store_n(&kvp__crash_at,
+			 id >= 0 && id < KVP_CP__N ? id + 1 : -1,
 			 __ATOMIC_RELAXED);
 }
 
@@ -146,7 +170,8 @@ kvp__crash_from_env(void)
 	int id = e ? kvp_crash_lookup(e) : -1;
 
 	if (e && id < 0)
-		fprintf(stderr, "kvpool: KVP_CRASH_AT=%s names no crash point\n", e);
+		fprintf(stderr,
+			"kvpool: KVP_CRASH_AT=%s names no crash point\n", e);
 	kvp_crash_arm(id, sk ? strtol(sk, NULL, 10) : 0);
 	return id >= 0 ? id + 1 : -1;
 }

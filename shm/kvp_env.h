@@ -25,7 +25,12 @@ kvp_now_ns(clockid_t clk)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-enum kvp_log_level { KVP_LOG_DEBUG, KVP_LOG_INFO, KVP_LOG_WARN, KVP_LOG_ERROR };
+enum kvp_log_level {
+	KVP_LOG_DEBUG,
+	KVP_LOG_INFO,
+	KVP_LOG_WARN,
+	KVP_LOG_ERROR
+};
 
 /* One line: time, level, subsystem, message (control bytes escaped). */
 void kvp_log(enum kvp_log_level lvl, const char *subsys, const char *fmt, ...)

@@ -39,8 +39,10 @@ kvp__rd64(const unsigned char *p)
 KVP_INLINE uint64_t
 kvp_hash(uint64_t seed, const void *data, size_t n)
 {
-	static const uint64_t k0 = 0x9e3779b97f4a7c15ull, k1 = 0xc2b2ae3d27d4eb4full,
-			      k2 = 0x165667b19e3779f9ull, k3 = 0xd6e8feb86659fd93ull;
+	static const uint64_t k0 = 0x9e3779b97f4a7c15ull,
+			      k1 = 0xc2b2ae3d27d4eb4full,
+			      k2 = 0x165667b19e3779f9ull,
+			      k3 = 0xd6e8feb86659fd93ull;
 	const unsigned char *p = (const unsigned char *)data;
 	uint64_t h = seed ^ kvp__fold((uint64_t)n ^ k0, k1);
 	uint64_t a, b;
@@ -61,7 +63,8 @@ kvp_hash(uint64_t seed, const void *data, size_t n)
 		a = x;
 		b = y;
 	} else if (n > 0) {
-		a = ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) | p[n - 1];
+		a = ((uint64_t)p[0] << 16) | ((uint64_t)p[n >> 1] << 8) |
+		    p[n - 1];
 	}
 	h = kvp__fold(a ^ k1 ^ h, b ^ k2);
 	return kvp__fold(h ^ k3, h ^ k0);

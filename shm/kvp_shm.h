@@ -59,7 +59,8 @@
 typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
-#define KVP_ABI_MAJOR 5 /* 5.0: the layout signature covers every field's offset */
+/* 5.0: the layout signature covers every field's offset */
+#define KVP_ABI_MAJOR 5
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -97,15 +98,18 @@ enum kvp_ctr {
 	KVP_CTR_EXISTS_HIT,
 	KVP_CTR_DELETE,
 	KVP_CTR_HOLD_RETRY,
-	KVP_CTR_RESOLVE_OK,     /* SSD reads: final answers only */
+	KVP_CTR_RESOLVE_OK, /* SSD reads: final answers only */
 	KVP_CTR_RESOLVE_MISS,
 	KVP_CTR_RESOLVE_FAILED,
-	KVP_CTR_RESOLVE_BUSY,   /* BUSY answers of one part (not outcomes) */
-	KVP_CTR_PIN,            /* keys pinned by kvp_batch_lookup_pin */
-	KVP_CTR_PIN_CAPPED,     /* lookups cut short, leases refused: pinned-bytes cap */
-	KVP_CTR_PINNED_DRAM,    /* gauge: bytes pinned, DRAM-resident at pin time */
-	KVP_CTR_PINNED_SSD,     /* gauge: bytes pinned, SSD-resident at pin time */
-	KVP_CTR_GET_SSD_BYTES,  /* bytes copied out of SSD reads (staged/promoted) */
+	KVP_CTR_RESOLVE_BUSY, /* BUSY answers of one part (not outcomes) */
+	KVP_CTR_PIN,          /* keys pinned by kvp_batch_lookup_pin */
+	/* lookups cut short, leases refused: pinned-bytes cap */
+	KVP_CTR_PIN_CAPPED,
+	/* gauge: bytes pinned, DRAM-resident at pin time */
+	KVP_CTR_PINNED_DRAM,
+	KVP_CTR_PINNED_SSD, /* gauge: bytes pinned, SSD-resident at pin time */
+	/* bytes copied out of SSD reads (staged/promoted) */
+	KVP_CTR_GET_SSD_BYTES,
 	KVP_CTR_EXISTS_HIT_DRAM, /* exists hits by the tier the value was in */
 	KVP_CTR_EXISTS_HIT_SSD,
 	KVP_CTR__N,
@@ -131,13 +135,15 @@ enum kvp_hist {
 	KVP_HIST_EXISTS_SSD,
 	KVP_HIST__N,
 };
-#define KVP_HIST_SLOTS 8      /* room for the HBM tier */
+#define KVP_HIST_SLOTS 8 /* room for the HBM tier */
 #define KVP_HIST_WORDS 32
-#define KVP_HIST_BUCKETS 30   /* 29 bounded + Inf */
-#define KVP_HIST_SUM 30       /* word: sum of durations (ns) */
-#define KVP_HIST_SHIFT 8      /* bucket 0: <= 256 ns */
+#define KVP_HIST_BUCKETS 30 /* 29 bounded + Inf */
+#define KVP_HIST_SUM 30     /* word: sum of durations (ns) */
+#define KVP_HIST_SHIFT 8    /* bucket 0: <= 256 ns */
 KVP_STATIC_ASSERT(KVP_HIST__N <= KVP_HIST_SLOTS, "histogram shard too small");
-KVP_STATIC_ASSERT(KVP_HIST_SUM >= KVP_HIST_BUCKETS && KVP_HIST_SUM < KVP_HIST_WORDS, "hist");
+KVP_STATIC_ASSERT(KVP_HIST_SUM >= KVP_HIST_BUCKETS &&
+			  KVP_HIST_SUM < KVP_HIST_WORDS,
+		  "hist");
 
 /* The bucket of a duration of ns nanoseconds. */
 KVP_INLINE unsigned
@@ -147,7 +153,8 @@ kvp_hist_bucket(uint64_t ns)
 
 	if (ns <= (1ull << KVP_HIST_SHIFT))
 		return 0;
-	b = 64u - (unsigned)__builtin_clzll(ns - 1) - KVP_HIST_SHIFT; /* ceil(log2) */
+	/* ceil(log2) */
+	b = 64u - (unsigned)__builtin_clzll(ns - 1) - KVP_HIST_SHIFT;
 	return b < KVP_HIST_BUCKETS - 1 ? b : KVP_HIST_BUCKETS - 1;
 }
 
@@ -162,11 +169,13 @@ kvp_hist_bucket(uint64_t ns)
 enum kvp_ixr_kind {
 	KVP_IXR_IDLE = 0,      /* no unit of the count in hand */
 	KVP_IXR_RESERVING = 1, /* taking a unit (h_ix_used CAS around now) */
-	KVP_IXR_HAVE_SLOT = 2, /* holds a unit for the PENDING slot in cs_ix_slot */
+	/* holds a unit for the PENDING slot in cs_ix_slot */
+	KVP_IXR_HAVE_SLOT = 2,
 	KVP_IXR_RELEASING = 3, /* giving its unit back (and its slot) */
 };
 #define KVP_IXR_KIND(w) ((unsigned)((w)&0xff))
-#define KVP_IXR_NEXT(w, kind) (((((uint64_t)(w) >> 8) + 1) << 8) | (uint64_t)(kind))
+#define KVP_IXR_NEXT(w, kind) \
+	(((((uint64_t)(w) >> 8) + 1) << 8) | (uint64_t)(kind))
 
 /* One client slot: 38 cache lines (6 of state and counters, 32 of
  * histograms), never shared hot with another client. */
@@ -177,20 +186,24 @@ struct kvp_client_slot {
 	kvp_aword_t cs_open_ns;    /* CLOCK_REALTIME at kvp_open            */
 	kvp_aword_t cs_hold_hwm;   /* hold slots in use are below this      */
 	kvp_aword_t cs_ns_id;      /* namespace id (hash of the name)       */
-	kvp_aint_t cs_io_futex;    /* the agent bumps it when a request is done */
+	kvp_aint_t cs_io_futex; /* the agent bumps it when a request is done */
 	kvp_aint_t cs_alloc_claim; /* the allocator lock word this client holds
 				    * or is taking (0: none) */
-	kvp_aword_t cs_call_seq;   /* client-private call numbering (informative) */
-	char cs_ns[48];            /* namespace name, truncated, for humans */
-	kvp_aword_t cs_ix_resv;    /* [seq:56][kind:8] enum kvp_ixr_kind */
-	kvp_aword_t cs_ix_slot;    /* HAVE_SLOT: KVP_HOLD_MAKE(slot, gen) */
+	/* client-private call numbering (informative) */
+	kvp_aword_t cs_call_seq;
+	char cs_ns[48];         /* namespace name, truncated, for humans */
+	kvp_aword_t cs_ix_resv; /* [seq:56][kind:8] enum kvp_ixr_kind */
+	kvp_aword_t cs_ix_slot; /* HAVE_SLOT: KVP_HOLD_MAKE(slot, gen) */
 	kvp_aword_t cs_ctr[KVP_CTR_SLOTS];
 	kvp_aword_t cs_hist[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* enum kvp_hist */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_client_slot) == 2432, "client slot size");
-KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_ctr) == 128, "ctr offset");
-KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_ix_resv) == 112, "ix resv offset");
-KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_hist) == 384, "hist offset");
+KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_ctr) == 128,
+		  "ctr offset");
+KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_ix_resv) == 112,
+		  "ix resv offset");
+KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_hist) == 384,
+		  "hist offset");
 
 #define KVP_HINTS 16
 #define KVP_STUCK_DRAM 1u  /* h_evict_stuck: DRAM full of held values */
@@ -207,15 +220,17 @@ enum kvp_actr {
 	KVP_ACTR_REAP_HOLDS,
 	KVP_ACTR_REAP_PENDING,
 	KVP_ACTR_REAP_PAGES,
-	KVP_ACTR_ORPHAN_PAGES, /* runs freed by the restart sweep */
-	KVP_ACTR_ALLOC_RECOVER, /* EOWNERDEAD recoveries of the allocator */
-	KVP_ACTR_EVICT_INDEX,   /* evictions from the index: a full bucket pair, or the limit */
-	KVP_ACTR_DEMOTE,        /* values written to SSD */
+	KVP_ACTR_ORPHAN_PAGES,  /* runs freed by the restart sweep */
+	KVP_ACTR_ALLOC_RECOVER, /* allocator lock taken over (dead holder) */
+	/* evictions from the index: a full bucket pair, or the limit */
+	KVP_ACTR_EVICT_INDEX,
+	KVP_ACTR_DEMOTE, /* values written to SSD */
 	KVP_ACTR_DEMOTE_BYTES,
-	KVP_ACTR_PROMOTE,       /* SSD reads that landed in DRAM */
-	KVP_ACTR_STAGED,        /* SSD reads served through the staging arena */
-	KVP_ACTR_BUSY_REJECT,   /* requests answered BUSY (arena budget) */
-	KVP_ACTR_STAGING_EXPIRED, /* spans freed by a sweep, not by their holders */
+	KVP_ACTR_PROMOTE,     /* SSD reads that landed in DRAM */
+	KVP_ACTR_STAGED,      /* SSD reads served through the staging arena */
+	KVP_ACTR_BUSY_REJECT, /* requests answered BUSY (arena budget) */
+	/* spans freed by a sweep, not by their holders */
+	KVP_ACTR_STAGING_EXPIRED,
 	KVP_ACTR_SEGMENT_RECLAIM, /* SSD segments given back */
 	KVP_ACTR_SSD_READ_BYTES,
 	KVP_ACTR_SSD_WRITE_BYTES,
@@ -223,8 +238,8 @@ enum kvp_actr {
 	KVP_ACTR_SINGLE_FLIGHT, /* requests that joined a read in flight */
 	KVP_ACTR_LEASE_EXPIRED, /* leases reclaimed after their expiry */
 	KVP_ACTR_REAP_PINS,     /* pins (pinset holds) released by the reaper */
-	KVP_ACTR_EVICT_SSD,     /* SSD-only values that left with their segment */
-	KVP_ACTR_RETIRED0,      /* + enum kvp_ctr: counters of gone clients */
+	KVP_ACTR_EVICT_SSD, /* SSD-only values that left with their segment */
+	KVP_ACTR_RETIRED0,  /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
 
@@ -242,20 +257,20 @@ enum kvp_actr {
  * its own.
  */
 struct kvp_geom {
-	uint64_t g_seg_size;        /* bytes: the layout's end, the file's size */
-	uint64_t g_index_slots;     /* power of two, 16 .. 2^36 */
-	uint64_t g_index_limit;     /* --index-entries: live entries allowed */
-	uint64_t g_dram_unit;       /* power of two, 4 KiB .. 4 MiB */
-	uint64_t g_dram_pages;      /* arena units, 1 .. 2^32 - 2 */
-	uint64_t g_max_value;       /* 1 .. the arena's bytes */
-	uint64_t g_staging_slots;   /* 0 without an SSD tier, else 1 .. 65535 */
+	uint64_t g_seg_size;      /* bytes: the layout's end, the file's size */
+	uint64_t g_index_slots;   /* power of two, 16 .. 2^36 */
+	uint64_t g_index_limit;   /* --index-entries: live entries allowed */
+	uint64_t g_dram_unit;     /* power of two, 4 KiB .. 4 MiB */
+	uint64_t g_dram_pages;    /* arena units, 1 .. 2^32 - 2 */
+	uint64_t g_max_value;     /* 1 .. the arena's bytes */
+	uint64_t g_staging_slots; /* 0 without an SSD tier, else 1 .. 65535 */
 	uint64_t g_staging_slot_bytes; /* multiple of 4 KiB, <= 1 GiB */
-	uint32_t g_max_clients;     /* 1 .. 65534 (256 with an SSD tier) */
-	uint32_t g_holds_per_client; /* 16 .. 2^20 */
-	uint32_t g_ring_entries;    /* 0 without an SSD tier, else 1 .. 64 */
-	uint32_t g_max_leases;      /* 1 .. 65536 */
+	uint32_t g_max_clients;        /* 1 .. 65534 (256 with an SSD tier) */
+	uint32_t g_holds_per_client;   /* 16 .. 2^20 */
+	uint32_t g_ring_entries;       /* 0 without an SSD tier, else 1 .. 64 */
+	uint32_t g_max_leases;         /* 1 .. 65536 */
 	uint32_t g_pad[2];
-	uint64_t g_sum;             /* kvp_hash of the bytes above */
+	uint64_t g_sum; /* kvp_hash of the bytes above */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_geom) == 96, "geometry size");
 
@@ -264,8 +279,8 @@ struct kvp_shm_header {
 	uint16_t h_abi_major;
 	uint16_t h_abi_minor;
 	uint32_t h_features;
-	uint64_t h_layout_sig;   /* kvp_layout_sig(): see below */
-	uint64_t h_create_ns;    /* CLOCK_REALTIME at creation */
+	uint64_t h_layout_sig; /* kvp_layout_sig(): see below */
+	uint64_t h_create_ns;  /* CLOCK_REALTIME at creation */
 	char h_pool[KVP_POOL_NAME_MAX];
 	struct kvp_geom h_geom[2]; /* two copies (see struct kvp_geom) */
 
@@ -273,53 +288,63 @@ struct kvp_shm_header {
 	kvp_aword_t h_incarnation; /* bumped by every agent that attaches */
 	kvp_aword_t h_agent_pid;   /* for humans; liveness is the OFD lock */
 	kvp_aword_t h_agent_start_ns;
-	kvp_aword_t h_evict_stuck; /* KVP_STUCK_*: last pass found nothing evictable */
-	kvp_aint_t h_evict_wake;   /* futex: clients bump to wake the evictor */
-	kvp_aint_t h_space_seq;    /* futex: evictor bumps after freeing */
-	kvp_aword_t h_evict_req;   /* 1: a wake is already pending */
-	kvp_aword_t h_evict_need;  /* largest unit count a putter waits for */
-	kvp_aword_t h_hint_seq;    /* index-pressure hints: next ring slot */
-	kvp_aword_t h_delete_seq;  /* bumped by every delete: work for the agent */
-	kvp_aword_t h_ix_used;     /* index entries counted against g_index_limit */
-	kvp_aword_t h_ix_req;      /* 1: a putter waits for room in the index */
-	uint64_t h_max_pinned;     /* --max-pinned-per-client bytes; 0: no cap */
-	uint32_t h_dram_high_pct;  /* the agent's watermarks (clients: a hint */
-	uint32_t h_dram_low_pct;   /* to wake the evictor early; set at attach) */
+	/* KVP_STUCK_*: last pass found nothing evictable */
+	kvp_aword_t h_evict_stuck;
+	kvp_aint_t h_evict_wake;  /* futex: clients bump to wake the evictor */
+	kvp_aint_t h_space_seq;   /* futex: evictor bumps after freeing */
+	kvp_aword_t h_evict_req;  /* 1: a wake is already pending */
+	kvp_aword_t h_evict_need; /* largest unit count a putter waits for */
+	kvp_aword_t h_hint_seq;   /* index-pressure hints: next ring slot */
+	/* bumped by every delete: work for the agent */
+	kvp_aword_t h_delete_seq;
+	kvp_aword_t h_ix_used; /* index entries counted against g_index_limit */
+	kvp_aword_t h_ix_req;  /* 1: a putter waits for room in the index */
+	uint64_t h_max_pinned; /* --max-pinned-per-client bytes; 0: no cap */
+	uint32_t h_dram_high_pct; /* the agent's watermarks (clients: a hint */
+	uint32_t h_dram_low_pct; /* to wake the evictor early; set at attach) */
 	kvp_aword_t h_hint[KVP_HINTS]; /* key hashes whose buckets are full */
 
 	/* SSD tier (0 when the agent has no --ssd-dir) */
-	uint32_t h_ssd_enabled;    /* set by the agent that attaches */
-	uint32_t h_durability;     /* the agent's --durability: 1 strict (a hint
-				    * that routes deletes through the agent) */
+	uint32_t h_ssd_enabled; /* set by the agent that attaches */
+	/* the agent's --durability: 1 strict (a hint that routes deletes
+	 * through the agent) */
+	uint32_t h_durability;
 	kvp_aint_t h_agent_alloc_claim; /* the agent's allocator lock claim */
 	uint32_t h_pad3;
-	kvp_aint_t h_io_wake;      /* futex: clients bump after posting */
-	kvp_aint_t h_staging_seq;  /* futex: bumped when spans are freed */
-	kvp_aword_t h_staging_used;  /* slots in use: the agent adds at allocation,
-				      * the freer of a span subtracts (exact) */
-	kvp_aword_t h_staging_peak;  /* highest h_staging_used since creation */
+	kvp_aint_t h_io_wake;     /* futex: clients bump after posting */
+	kvp_aint_t h_staging_seq; /* futex: bumped when spans are freed */
+	/* slots in use: the agent adds at allocation, the freer of a span
+	 * subtracts (exact) */
+	kvp_aword_t h_staging_used;
+	kvp_aword_t h_staging_peak; /* highest h_staging_used since creation */
 
 	kvp_aword_t h_actr[KVP_ACTR__N];
 
 	/* observability: written by the agent, read by tools */
-	kvp_aword_t h_hist_retired[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* gone clients */
+	/* gone clients */
+	kvp_aword_t h_hist_retired[KVP_HIST_SLOTS][KVP_HIST_WORDS];
 #ifndef KVP_TEST_SWAP_HEADER
-	kvp_aword_t h_ssd_used_bytes;  /* SSD on-disk bytes (segments) */
-	kvp_aword_t h_ssd_live_bytes;  /* SSD bytes of live records */
-#else	/* tests/shm/test_layout_swap.c: same sizes, the other order */
+	kvp_aword_t h_ssd_used_bytes; /* SSD on-disk bytes (segments) */
+	kvp_aword_t h_ssd_live_bytes; /* SSD bytes of live records */
+#else /* tests/shm/test_layout_swap.c: same sizes, the other order */
 	kvp_aword_t h_ssd_live_bytes;
 	kvp_aword_t h_ssd_used_bytes;
 #endif
-	kvp_aword_t h_ssd_total_bytes; /* --ssd-size, or the file system's size */
-	kvp_aword_t h_metrics_port;    /* the agent's /metrics TCP port; 0 = off */
+	/* --ssd-size, or the file system's size */
+	kvp_aword_t h_ssd_total_bytes;
+	kvp_aword_t h_metrics_port; /* the agent's /metrics TCP port; 0 = off */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_shm_header) <= KVP_PAGE, "header is one page");
+KVP_STATIC_ASSERT(sizeof(struct kvp_shm_header) <= KVP_PAGE,
+		  "header is one page");
 KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_magic) == 0, "magic first");
-KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_abi_major) == 8, "abi at 8");
+KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_abi_major) == 8,
+		  "abi at 8");
 KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_layout_sig) == 16, "sig");
 KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_geom) % 8 == 0, "aligned");
-KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_incarnation) % 8 == 0, "aligned");
-KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_hist_retired) % 8 == 0, "aligned");
+KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_incarnation) % 8 == 0,
+		  "aligned");
+KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_hist_retired) % 8 == 0,
+		  "aligned");
 
 /*
  * Requests to the agent: one ring per client.  The client fills a FREE
@@ -341,20 +366,21 @@ enum kvp_rq_state {
 };
 #define KVP_RQ_STATE(w) ((unsigned)((w)&0xff)) /* rq_state: [seq:56][state:8] */
 #define KVP_RING_ENTRIES 64
-#define KVP_RQ_FIRST (1ull << 63) /* rq_call: first key of its resolve call */
-#define KVP_RQ_WHOLE (1ull << 62) /* rq_call: whole value (may promote) */
-#define KVP_RQ_DELETE (1ull << 61) /* rq_call: delete (slot, gen), durably */
+#define KVP_RQ_FIRST (1ull << 63)   /* rq_call: first key of its resolve call */
+#define KVP_RQ_WHOLE (1ull << 62)   /* rq_call: whole value (may promote) */
+#define KVP_RQ_DELETE (1ull << 61)  /* rq_call: delete (slot, gen), durably */
 #define KVP_WHERE_DRAM (1ull << 63) /* rq_where: promoted; read the entry */
 
 struct kvp_req {
-	kvp_aword_t rq_state;  /* [seq:56][state:8] */
-	kvp_aword_t rq_slot;   /* index slot (held by the client) */
-	kvp_aword_t rq_gen;    /* its generation */
-	kvp_aword_t rq_off;    /* byte range of the value */
+	kvp_aword_t rq_state; /* [seq:56][state:8] */
+	kvp_aword_t rq_slot;  /* index slot (held by the client) */
+	kvp_aword_t rq_gen;   /* its generation */
+	kvp_aword_t rq_off;   /* byte range of the value */
 	kvp_aword_t rq_len;
 	kvp_aword_t rq_call;   /* call number | KVP_RQ_FIRST | KVP_RQ_WHOLE */
 	kvp_aword_t rq_result; /* status as (uint64_t)(int64_t) */
-	kvp_aword_t rq_where;  /* span head + 1 | skip << 32, or KVP_WHERE_DRAM */
+	/* span head + 1 | skip << 32, or KVP_WHERE_DRAM */
+	kvp_aword_t rq_where;
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_req) == 64, "request size");
 
@@ -376,11 +402,12 @@ enum kvp_sp_state {
 #define KVP_MAX_CLIENTS_STAGING (KVP_SPAN_HOLDER_WORDS * 64)
 
 struct kvp_span {
-	kvp_aword_t sp_state; /* KVP_SP_WORDF below; the protocol: agent/staging.c */
+	/* KVP_SP_WORDF below; the protocol: agent/staging.c */
+	kvp_aword_t sp_state;
 	kvp_aword_t sp_holders[KVP_SPAN_HOLDER_WORDS];
-	kvp_aword_t sp_slot;  /* index slot + 1 whose bytes it stages */
-	kvp_aword_t sp_off;   /* value offset of the staged extent */
-	kvp_aword_t sp_len;   /* bytes staged */
+	kvp_aword_t sp_slot; /* index slot + 1 whose bytes it stages */
+	kvp_aword_t sp_off;  /* value offset of the staged extent */
+	kvp_aword_t sp_len;  /* bytes staged */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_span) == 64, "span size");
 /* [gen:24][freer:16][nslots:16][state:8]; freer (FREEING only) is the
@@ -388,8 +415,9 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_span) == 64, "span size");
  * freer finishes the free, or whoever takes it over once the freer is
  * known dead (reaper, sweep, an attaching agent). */
 #define KVP_SP_AGENT 0xffffu
-#define KVP_SP_WORDF(gen, n, st, freer)                                      \
-	((((uint64_t)(gen)&0xffffffu) << 40) | ((uint64_t)((freer)&0xffffu) << 24) | \
+#define KVP_SP_WORDF(gen, n, st, freer)        \
+	((((uint64_t)(gen)&0xffffffu) << 40) | \
+	 ((uint64_t)((freer)&0xffffu) << 24) | \
 	 ((uint64_t)((n)&0xffffu) << 8) | (st))
 #define KVP_SP_WORD(gen, n, st) KVP_SP_WORDF(gen, n, st, 0)
 #define KVP_SP_FREER(w) ((unsigned)(((w) >> 24) & 0xffffu))
@@ -421,8 +449,9 @@ struct kvp_lease_slot {
 KVP_STATIC_ASSERT(sizeof(struct kvp_lease_slot) == 32, "lease size");
 /* A RESERVED word names its taker (client slot + 1) in the word itself,
  * so a taker that dies before writing anything else is still known. */
-#define KVP_LS_WORD(gen, owner, st)                                          \
-	(((uint64_t)(uint32_t)(gen) << 32) | ((uint64_t)((owner)&0xffff) << 16) | (st))
+#define KVP_LS_WORD(gen, owner, st)          \
+	(((uint64_t)(uint32_t)(gen) << 32) | \
+	 ((uint64_t)((owner)&0xffff) << 16) | (st))
 #define KVP_LS_GEN(w) ((uint32_t)((w) >> 32))
 #define KVP_LS_OWNER(w) ((uint32_t)(((w) >> 16) & 0xffff))
 #define KVP_LS_STATE(w) ((unsigned)((w)&0xff))
@@ -446,14 +475,14 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_lease_slot) == 32, "lease size");
  * never acted on.
  */
 struct kvp_entry {
-	kvp_aword_t e_loc;   /* tier tag | DRAM: first page of the run chain */
-	kvp_aword_t e_len;   /* value length in bytes */
-	kvp_aword_t e_ns;    /* namespace id */
-	kvp_aword_t e_hash;  /* full 64-bit key hash */
-	kvp_aword_t e_klen;  /* key length, 1..255 */
-	kvp_aword_t e_ref;   /* CLOCK reference bit (relaxed) */
-	kvp_aword_t e_ssd;   /* reserved for the SSD tier */
-	kvp_aword_t e_run;   /* DRAM: units in the first run (copy fast path) */
+	kvp_aword_t e_loc;  /* tier tag | DRAM: first page of the run chain */
+	kvp_aword_t e_len;  /* value length in bytes */
+	kvp_aword_t e_ns;   /* namespace id */
+	kvp_aword_t e_hash; /* full 64-bit key hash */
+	kvp_aword_t e_klen; /* key length, 1..255 */
+	kvp_aword_t e_ref;  /* CLOCK reference bit (relaxed) */
+	kvp_aword_t e_ssd;  /* reserved for the SSD tier */
+	kvp_aword_t e_run;  /* DRAM: units in the first run (copy fast path) */
 	kvp_aword_t e_key[32]; /* key bytes, zero padded */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_entry) == 320, "entry size");
@@ -471,9 +500,10 @@ struct kvp_page {
 	uint32_t pg_npages;    /* run length (first page) */
 	uint32_t pg_owner;     /* USED: owning entry slot + 1 */
 	uint32_t pg_owner_gen; /* USED: owning entry generation */
-	uint32_t pg_next;      /* USED: next run of the value (+1); FREE: bin next (+1) */
-	uint32_t pg_prev;      /* FREE: bin prev (+1) */
-	uint32_t pg_head;      /* last page of a run: its first page (+1) */
+	/* USED: next run of the value (+1); FREE: bin next (+1) */
+	uint32_t pg_next;
+	uint32_t pg_prev; /* FREE: bin prev (+1) */
+	uint32_t pg_head; /* last page of a run: its first page (+1) */
 	uint32_t pg_pad;
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_page) == 32, "page map entry size");
@@ -497,18 +527,19 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_page) == 32, "page map entry size");
 #define KVP_LOCK_SEQ_MASK 0x7fff0000u
 
 struct kvp_dram_hdr {
-	kvp_aint_t dh_lock;          /* see above */
+	kvp_aint_t dh_lock; /* see above */
 	uint32_t dh_pad32;
-	kvp_aword_t dh_lock_ns;      /* CLOCK_MONOTONIC when taken (for humans) */
+	kvp_aword_t dh_lock_ns; /* CLOCK_MONOTONIC when taken (for humans) */
 	char dh_pad0[48];
-	uint64_t dh_used_pages;      /* under dh_lock */
-	uint64_t dh_free_pages;      /* under dh_lock */
-	uint64_t dh_peak_used_pages; /* under dh_lock */
-	uint64_t dh_alloc_fail;      /* under dh_lock */
+	uint64_t dh_used_pages;         /* under dh_lock */
+	uint64_t dh_free_pages;         /* under dh_lock */
+	uint64_t dh_peak_used_pages;    /* under dh_lock */
+	uint64_t dh_alloc_fail;         /* under dh_lock */
 	uint32_t dh_bin[KVP_DRAM_BINS]; /* first free run (+1) per log2 class */
-	kvp_aword_t dh_used_mirror;  /* dh_used_pages, readable without lock */
-	kvp_aword_t dh_damaged;      /* 1: someone found the map damaged; the
-				      * agent verifies and repairs it */
+	kvp_aword_t dh_used_mirror; /* dh_used_pages, readable without lock */
+	/* 1: someone found the map damaged; the agent verifies and repairs it
+	 */
+	kvp_aword_t dh_damaged;
 };
 
 /*
@@ -605,16 +636,18 @@ struct kvp_layout_field {
 	uint32_t off;
 	uint32_t size;
 };
-#define KVP__LF_FIELD(S, f)                                                  \
-	{ #S, #f, (uint32_t)offsetof(struct S, f),                           \
+#define KVP__LF_FIELD(S, f)                        \
+	{ #S, #f, (uint32_t)offsetof(struct S, f), \
 	  (uint32_t)sizeof(((struct S *)0)->f) },
-#define KVP__LF_TYPE(S, LIST) LIST(KVP__LF_FIELD){ #S, NULL, 0, (uint32_t)sizeof(struct S) },
+#define KVP__LF_TYPE(S, LIST) \
+	LIST(KVP__LF_FIELD){ #S, NULL, 0, (uint32_t)sizeof(struct S) },
 
 /* The table of every shared field (KVP_SHARED_TYPES); *n its rows. */
 KVP_INLINE const struct kvp_layout_field *
 kvp_layout_fields(size_t *n)
 {
-	static const struct kvp_layout_field rows[] = { KVP_SHARED_TYPES(KVP__LF_TYPE) };
+	static const struct kvp_layout_field rows[] = { KVP_SHARED_TYPES(
+		KVP__LF_TYPE) };
 
 	*n = sizeof(rows) / sizeof(rows[0]);
 	return rows;
@@ -632,7 +665,8 @@ kvp_layout_sig(void)
 
 	f = kvp_layout_fields(&n);
 	for (i = 0; i < n; i++) {
-		uint32_t w[2] = { f[i].field ? f[i].off : 0xffffffffu, f[i].size };
+		uint32_t w[2] = { f[i].field ? f[i].off : 0xffffffffu,
+				  f[i].size };
 
 		h = kvp_hash(h, w, sizeof(w));
 	}
@@ -657,18 +691,20 @@ enum kvp_region {
 	KVP_R_ARENA,      /* dram_pages * dram_unit bytes, 2 MiB aligned */
 	KVP_R_RINGS,      /* struct kvp_req[max_clients][ring_entries] (SSD) */
 	KVP_R_SPANS,      /* struct kvp_span[staging_slots] (SSD) */
-	KVP_R_STAGING,    /* staging_slots * staging_slot_bytes, 2 MiB aligned */
+	KVP_R_STAGING, /* staging_slots * staging_slot_bytes, 2 MiB aligned */
 	KVP_R__N,
 };
 
 struct kvp_layout {
-	uint64_t off[KVP_R__N]; /* from the segment base; 0 for an empty region */
+	/* from the segment base; 0 for an empty region */
+	uint64_t off[KVP_R__N];
 	uint64_t len[KVP_R__N]; /* bytes */
 	uint64_t end;           /* the segment's size */
 };
 
 #define KVP_HUGE_ALIGN (2ull << 20)
-#define KVP_MAX_CLIENTS 65534u /* owner fields are 16 bits; 0xffff is the agent */
+/* owner fields are 16 bits; 0xffff is the agent */
+#define KVP_MAX_CLIENTS 65534u
 #define KVP_MAX_HOLDS_PER_CLIENT (1u << 20)
 #define KVP_MAX_INDEX_SLOTS (1ull << 36)
 #define KVP_MAX_STAGING_SLOTS 65535u /* span words name a head in 16 bits */
@@ -678,9 +714,9 @@ KVP_INLINE const char *
 kvp_region_name(unsigned r)
 {
 	static const char *const names[KVP_R__N] = {
-		"header", "clients", "holds", "index meta", "index entries",
-		"dram header", "page map", "leases", "arena", "request rings",
-		"spans", "staging",
+		"header",        "clients",       "holds",    "index meta",
+		"index entries", "dram header",   "page map", "leases",
+		"arena",         "request rings", "spans",    "staging",
 	};
 
 	return r < KVP_R__N ? names[r] : "?";
@@ -689,7 +725,8 @@ kvp_region_name(unsigned r)
 KVP_INLINE uint64_t
 kvp_geom_sum(const struct kvp_geom *g)
 {
-	return kvp_hash(0x67656f6d6b767031ull, g, offsetof(struct kvp_geom, g_sum));
+	return kvp_hash(0x67656f6d6b767031ull, g,
+			offsetof(struct kvp_geom, g_sum));
 }
 
 /* Bytes of region r for geometry g (0: absent); false on overflow. */
@@ -699,25 +736,54 @@ kvp__region_len(const struct kvp_geom *g, unsigned r, uint64_t *len)
 	uint64_t a = 0, b = 1;
 
 	switch (r) {
-	case KVP_R_HEADER: a = KVP_PAGE; break;
-	case KVP_R_CLIENTS: a = g->g_max_clients; b = sizeof(struct kvp_client_slot); break;
+	case KVP_R_HEADER:
+		a = KVP_PAGE;
+		break;
+	case KVP_R_CLIENTS:
+		a = g->g_max_clients;
+		b = sizeof(struct kvp_client_slot);
+		break;
 	case KVP_R_HOLDS:
 		a = (uint64_t)g->g_max_clients * g->g_holds_per_client;
 		b = sizeof(kvp_aword_t);
 		break;
-	case KVP_R_META: a = g->g_index_slots; b = sizeof(kvp_aword_t); break;
-	case KVP_R_ENTRIES: a = g->g_index_slots; b = sizeof(struct kvp_entry); break;
-	case KVP_R_DRAM: a = sizeof(struct kvp_dram_hdr); break;
-	case KVP_R_PAGEMAP: a = g->g_dram_pages; b = sizeof(struct kvp_page); break;
-	case KVP_R_LEASES: a = g->g_max_leases; b = sizeof(struct kvp_lease_slot); break;
-	case KVP_R_ARENA: a = g->g_dram_pages; b = g->g_dram_unit; break;
+	case KVP_R_META:
+		a = g->g_index_slots;
+		b = sizeof(kvp_aword_t);
+		break;
+	case KVP_R_ENTRIES:
+		a = g->g_index_slots;
+		b = sizeof(struct kvp_entry);
+		break;
+	case KVP_R_DRAM:
+		a = sizeof(struct kvp_dram_hdr);
+		break;
+	case KVP_R_PAGEMAP:
+		a = g->g_dram_pages;
+		b = sizeof(struct kvp_page);
+		break;
+	case KVP_R_LEASES:
+		a = g->g_max_leases;
+		b = sizeof(struct kvp_lease_slot);
+		break;
+	case KVP_R_ARENA:
+		a = g->g_dram_pages;
+		b = g->g_dram_unit;
+		break;
 	case KVP_R_RINGS:
 		a = (uint64_t)g->g_max_clients * g->g_ring_entries;
 		b = sizeof(struct kvp_req);
 		break;
-	case KVP_R_SPANS: a = g->g_staging_slots; b = sizeof(struct kvp_span); break;
-	case KVP_R_STAGING: a = g->g_staging_slots; b = g->g_staging_slot_bytes; break;
-	default: return false;
+	case KVP_R_SPANS:
+		a = g->g_staging_slots;
+		b = sizeof(struct kvp_span);
+		break;
+	case KVP_R_STAGING:
+		a = g->g_staging_slots;
+		b = g->g_staging_slot_bytes;
+		break;
+	default:
+		return false;
 	}
 	return !__builtin_mul_overflow(a, b, len);
 }
@@ -728,7 +794,8 @@ kvp__region_len(const struct kvp_geom *g, unsigned r, uint64_t *len)
  * The checksum and the file size are checked by kvp_geom_check.
  */
 KVP_INLINE int
-kvp_layout_compute(const struct kvp_geom *g, struct kvp_layout *L, char *msg, size_t cap)
+kvp_layout_compute(const struct kvp_geom *g, struct kvp_layout *L, char *msg,
+		   size_t cap)
 {
 	const char *bad = NULL;
 	uint64_t off = 0;
@@ -737,9 +804,11 @@ kvp_layout_compute(const struct kvp_geom *g, struct kvp_layout *L, char *msg, si
 
 	if (g->g_max_clients < 1 || g->g_max_clients > KVP_MAX_CLIENTS)
 		bad = "max_clients";
-	else if (g->g_holds_per_client < 16 || g->g_holds_per_client > KVP_MAX_HOLDS_PER_CLIENT)
+	else if (g->g_holds_per_client < 16 ||
+		 g->g_holds_per_client > KVP_MAX_HOLDS_PER_CLIENT)
 		bad = "holds_per_client";
-	else if (g->g_index_slots < 16 || g->g_index_slots > KVP_MAX_INDEX_SLOTS ||
+	else if (g->g_index_slots < 16 ||
+		 g->g_index_slots > KVP_MAX_INDEX_SLOTS ||
 		 (g->g_index_slots & (g->g_index_slots - 1)))
 		bad = "index_slots";
 	else if (g->g_index_limit < 1 || g->g_index_limit > g->g_index_slots)
@@ -749,13 +818,15 @@ kvp_layout_compute(const struct kvp_geom *g, struct kvp_layout *L, char *msg, si
 		bad = "dram_unit";
 	else if (g->g_dram_pages < 1 || g->g_dram_pages > UINT32_MAX - 1)
 		bad = "dram_pages";
-	else if (g->g_max_value < 1 || g->g_max_value > g->g_dram_pages * g->g_dram_unit)
+	else if (g->g_max_value < 1 ||
+		 g->g_max_value > g->g_dram_pages * g->g_dram_unit)
 		bad = "max_value";
 	else if (g->g_max_leases < 1 || g->g_max_leases > KVP_MAX_LEASE_SLOTS)
 		bad = "max_leases";
 	else if (g->g_ring_entries > KVP_RING_ENTRIES)
 		bad = "ring_entries";
-	else if (ssd && (g->g_staging_slots < 1 || g->g_staging_slots > KVP_MAX_STAGING_SLOTS ||
+	else if (ssd && (g->g_staging_slots < 1 ||
+			 g->g_staging_slots > KVP_MAX_STAGING_SLOTS ||
 			 g->g_staging_slot_bytes < KVP_PAGE ||
 			 g->g_staging_slot_bytes > (1ull << 30) ||
 			 g->g_staging_slot_bytes % KVP_PAGE ||
@@ -777,7 +848,8 @@ kvp_layout_compute(const struct kvp_geom *g, struct kvp_layout *L, char *msg, si
 		off = (off + align - 1) & ~(align - 1);
 		L->off[r] = len ? off : 0;
 		L->len[r] = len;
-		if (__builtin_add_overflow(off, len, &off) || off > (1ull << 50))
+		if (__builtin_add_overflow(off, len, &off) ||
+		    off > (1ull << 50))
 			goto overflow;
 	}
 	L->end = (off + KVP_PAGE - 1) & ~(uint64_t)(KVP_PAGE - 1);
@@ -801,8 +873,8 @@ kvp_geom_seal(struct kvp_geom *g)
  * with the reason in msg.
  */
 KVP_INLINE int
-kvp_geom_check(const struct kvp_geom *g, uint64_t file_size, struct kvp_layout *L,
-	       char *msg, size_t cap)
+kvp_geom_check(const struct kvp_geom *g, uint64_t file_size,
+	       struct kvp_layout *L, char *msg, size_t cap)
 {
 	if (g->g_sum != kvp_geom_sum(g)) {
 		snprintf(msg, cap, "segment geometry: bad checksum");
@@ -811,9 +883,13 @@ kvp_geom_check(const struct kvp_geom *g, uint64_t file_size, struct kvp_layout *
 	if (kvp_layout_compute(g, L, msg, cap))
 		return -EPROTO;
 	if (L->end != g->g_seg_size || g->g_seg_size != file_size) {
-		snprintf(msg, cap, "segment geometry: layout of %llu bytes, header says %llu, "
-			 "file has %llu", (unsigned long long)L->end,
-			 (unsigned long long)g->g_seg_size, (unsigned long long)file_size);
+		snprintf(
+			msg, cap,
+			"segment geometry: layout of %llu bytes, header says %llu, "
+			"file has %llu",
+			(unsigned long long)L->end,
+			(unsigned long long)g->g_seg_size,
+			(unsigned long long)file_size);
 		return -EPROTO;
 	}
 	return 0;
@@ -837,10 +913,10 @@ struct kvp_seg {
 	struct kvp_page *pages;
 	unsigned char *arena;
 	struct kvp_lease_slot *leases;
-	struct kvp_req *rings;     /* NULL without an SSD tier */
+	struct kvp_req *rings; /* NULL without an SSD tier */
 	struct kvp_span *spans;
 	unsigned char *staging;
-	uint64_t slot_mask;  /* index_slots - 1 */
+	uint64_t slot_mask;   /* index_slots - 1 */
 	uint64_t bucket_mask; /* index_slots / 8 - 1 */
 	/* who this process is to the allocator lock (0: no one; tools) */
 	unsigned int lock_token;
@@ -850,7 +926,6 @@ struct kvp_seg {
 };
 
 /* ---- small helpers shared by client, agent and tools ---- */
-
 
 /* Bounds-checked offset to pointer: NULL when [off, off+len) is outside. */
 KVP_INLINE void *
@@ -956,9 +1031,11 @@ kvp_span_finish_free(struct kvp_seg *s, uint32_t head, uint64_t w)
 	for (k = 1; k < n && head + k < s->g.g_staging_slots; k++)
 		/* full CAS: only a body of this span (a dead freer may have
 		 * freed it, and the agent reused it, already) */
-		kvp_cas(&s->spans[head + k].sp_state, KVP_SP_BODYW(KVP_SP_GEN(w), head), 0);
+		kvp_cas(&s->spans[head + k].sp_state,
+			KVP_SP_BODYW(KVP_SP_GEN(w), head), 0);
 	/* release: the span is free for the agent's next allocation */
-	kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
+	kvp_store_release(&sp->sp_state,
+			  KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
 	kvp_ifetch_add(&s->hdr->h_staging_seq, 1); /* full: wake BUSY waiters */
 	kvp_futex_wake(&s->hdr->h_staging_seq);
 }
@@ -1011,17 +1088,21 @@ kvp_shm_bind(struct kvp_seg *s, char *msg, size_t cap)
 		/* a plain copy: a torn read of a copy being repaired fails
 		 * its checksum and the other copy is used */
 		memcpy(&s->g, &s->hdr->h_geom[k], sizeof(s->g));
-		if (kvp_geom_check(&s->g, s->size, &s->L, why[k], sizeof(why[k])) == 0)
+		if (kvp_geom_check(&s->g, s->size, &s->L, why[k],
+				   sizeof(why[k])) == 0)
 			break;
 	}
 	if (k == 2) {
 		memset(&s->g, 0, sizeof(s->g));
-		snprintf(msg, cap, "both geometry copies of the segment header are damaged "
-			 "(%s): stop the agent and the workers, remove the segment, restart",
-			 why[0]);
+		snprintf(
+			msg, cap,
+			"both geometry copies of the segment header are damaged "
+			"(%s): stop the agent and the workers, remove the segment, restart",
+			why[0]);
 		return -EPROTO;
 	}
-	s->clients = (struct kvp_client_slot *)(s->base + s->L.off[KVP_R_CLIENTS]);
+	s->clients =
+		(struct kvp_client_slot *)(s->base + s->L.off[KVP_R_CLIENTS]);
 	s->holds = (kvp_aword_t *)(s->base + s->L.off[KVP_R_HOLDS]);
 	s->meta = (kvp_aword_t *)(s->base + s->L.off[KVP_R_META]);
 	s->entries = (struct kvp_entry *)(s->base + s->L.off[KVP_R_ENTRIES]);
@@ -1056,7 +1137,8 @@ kvp_shm_name(const char *pool, char *out, size_t cap)
 	for (i = 0; i < n; i++) {
 		char ch = pool[i];
 		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' || ch == '.'))
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' ||
+		      ch == '.'))
 			return -EINVAL;
 	}
 	if ((size_t)snprintf(out, cap, "/kvpool.%s", pool) >= cap)
@@ -1115,24 +1197,30 @@ kvp_shm_trusted(const struct stat *st, const char *path, char *msg, size_t cap)
 	unsigned mode = (unsigned)(st->st_mode & 07777);
 
 	if (!S_ISREG(st->st_mode)) {
-		kvp_shm_msg(msg, cap, "%s is not a regular file: refused; remove it and "
-			    "restart kvpoold", path);
+		kvp_shm_msg(msg, cap,
+			    "%s is not a regular file: refused; remove it and "
+			    "restart kvpoold",
+			    path);
 		return -EACCES;
 	}
 	if (mode & S_IWOTH) {
-		kvp_shm_msg(msg, cap, "%s is writable by everyone (mode %04o): refused; "
-			    "remove it (rm %s) and restart kvpoold", path, mode, path);
+		kvp_shm_msg(msg, cap,
+			    "%s is writable by everyone (mode %04o): refused; "
+			    "remove it (rm %s) and restart kvpoold",
+			    path, mode, path);
 		return -EACCES;
 	}
 	if (st->st_uid == geteuid())
 		return 0;
 	if (mode == 0660 && kvp_shm_in_group(st->st_gid))
 		return 0;
-	kvp_shm_msg(msg, cap, "%s is owned by uid %u, not by you (uid %u), and is not "
-		    "a --group segment (mode 0660) of your groups (mode %04o, gid %u): "
-		    "refused; remove it (rm %s) unless that user's agent serves this pool",
-		    path, (unsigned)st->st_uid, (unsigned)geteuid(), mode,
-		    (unsigned)st->st_gid, path);
+	kvp_shm_msg(
+		msg, cap,
+		"%s is owned by uid %u, not by you (uid %u), and is not "
+		"a --group segment (mode 0660) of your groups (mode %04o, gid %u): "
+		"refused; remove it (rm %s) unless that user's agent serves this pool",
+		path, (unsigned)st->st_uid, (unsigned)geteuid(), mode,
+		(unsigned)st->st_gid, path);
 	return -EACCES;
 }
 
@@ -1145,18 +1233,22 @@ KVP_INLINE int
 kvp_shm_check_header(const struct kvp_shm_header *h, char *msg, size_t cap)
 {
 	if (h->h_magic != KVP_SHM_MAGIC) {
-		snprintf(msg, cap, "not a kvpool segment (bad magic); remove it "
+		snprintf(msg, cap,
+			 "not a kvpool segment (bad magic); remove it "
 			 "from /dev/shm or pick another --pool");
 		return -EPROTO;
 	}
-	if (h->h_abi_major != KVP_ABI_MAJOR || h->h_layout_sig != kvp_layout_sig()) {
-		snprintf(msg, cap, "segment ABI %u.%u (layout %016llx) does not "
-			 "match this build's %u.%u (layout %016llx): run a kvpool "
-			 "client built for the agent's version, or stop the agent, "
-			 "remove the segment and restart it",
-			 h->h_abi_major, h->h_abi_minor,
-			 (unsigned long long)h->h_layout_sig, KVP_ABI_MAJOR,
-			 KVP_ABI_MINOR, (unsigned long long)kvp_layout_sig());
+	if (h->h_abi_major != KVP_ABI_MAJOR ||
+	    h->h_layout_sig != kvp_layout_sig()) {
+		snprintf(
+			msg, cap,
+			"segment ABI %u.%u (layout %016llx) does not "
+			"match this build's %u.%u (layout %016llx): run a kvpool "
+			"client built for the agent's version, or stop the agent, "
+			"remove the segment and restart it",
+			h->h_abi_major, h->h_abi_minor,
+			(unsigned long long)h->h_layout_sig, KVP_ABI_MAJOR,
+			KVP_ABI_MINOR, (unsigned long long)kvp_layout_sig());
 		return -EPROTO;
 	}
 	return 0;

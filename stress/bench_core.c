@@ -57,11 +57,11 @@
 struct kvpb_cfg {
 	bool quick;
 	const char *json;
-	unsigned rounds;     /* recorded rounds (a warm-up round precedes) */
-	uint64_t get_ws;     /* bytes of values per size, cycled by cold gets */
-	uint64_t put_ws;     /* bytes put per round per size */
-	uint64_t ix_ops;     /* lookups per index measurement */
-	unsigned nix;        /* index sizes measured */
+	unsigned rounds; /* recorded rounds (a warm-up round precedes) */
+	uint64_t get_ws; /* bytes of values per size, cycled by cold gets */
+	uint64_t put_ws; /* bytes put per round per size */
+	uint64_t ix_ops; /* lookups per index measurement */
+	unsigned nix;    /* index sizes measured */
 	uint64_t ix_entries[2]; /* --index-entries of each */
 };
 
@@ -101,7 +101,8 @@ kvpb_metric(const char *section, const char *name, const char *unit)
 	unsigned k;
 
 	for (k = 0; k < kvpb_nm; k++)
-		if (!strcmp(kvpb_m[k].section, section) && !strcmp(kvpb_m[k].name, name))
+		if (!strcmp(kvpb_m[k].section, section) &&
+		    !strcmp(kvpb_m[k].name, name))
 			return &kvpb_m[k];
 	if (kvpb_nm == KVPB_MAX_METRICS)
 		return NULL;
@@ -121,8 +122,8 @@ kvpb_add(const char *section, const char *name, const char *unit, double v)
 		m->v[m->n++] = v;
 }
 
-static void
-kvpb_info(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void kvpb_info(const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 static void
 kvpb_info(const char *name, const char *fmt, ...)
@@ -168,7 +169,8 @@ kvpb_find(const char *section, const char *name)
 	unsigned k;
 
 	for (k = 0; k < kvpb_nm; k++)
-		if (!strcmp(kvpb_m[k].section, section) && !strcmp(kvpb_m[k].name, name))
+		if (!strcmp(kvpb_m[k].section, section) &&
+		    !strcmp(kvpb_m[k].name, name))
 			return kvpb_m[k].n ? &kvpb_m[k] : NULL;
 	return NULL;
 }
@@ -221,9 +223,12 @@ kvpb_machine(struct kvpb_machine *mc)
 	if (f)
 		fclose(f);
 	if (uname(&u) == 0)
-		snprintf(mc->kernel, sizeof(mc->kernel), "%s %s", u.sysname, u.release);
-	kvpb_sysfs("/sys/devices/system/cpu/cpu0/cache/index2/size", mc->l2, sizeof(mc->l2));
-	kvpb_sysfs("/sys/devices/system/cpu/cpu0/cache/index3/size", mc->l3, sizeof(mc->l3));
+		snprintf(mc->kernel, sizeof(mc->kernel), "%s %s", u.sysname,
+			 u.release);
+	kvpb_sysfs("/sys/devices/system/cpu/cpu0/cache/index2/size", mc->l2,
+		   sizeof(mc->l2));
+	kvpb_sysfs("/sys/devices/system/cpu/cpu0/cache/index3/size", mc->l3,
+		   sizeof(mc->l3));
 	if (sysinfo(&si) == 0)
 		mc->mem = (uint64_t)si.totalram * si.mem_unit;
 }
@@ -290,7 +295,8 @@ kvpb_pool_start(struct kvpb_pool *p, const char *label, uint64_t dram,
 		char log[2200];
 
 		kvpt_agent_log(p->a.pool, log, sizeof(log));
-		fprintf(stderr, "bench_core: cannot start kvpoold (%s/kvpoold, "
+		fprintf(stderr,
+			"bench_core: cannot start kvpoold (%s/kvpoold, "
 			"--dram %s): %s; its log is %s\n",
 			kvpt_bindir(), d, strerror(-rc), log);
 		kvpt_agent_stop(&p->a);
@@ -309,7 +315,8 @@ kvpb_pool_start(struct kvpb_pool *p, const char *label, uint64_t dram,
 static void
 kvpb_pool_stop(struct kvpb_pool *p)
 {
-	kvp_close(p->c); /* first: the agent keeps a segment with live clients */
+	/* first: the agent keeps a segment with live clients */
+	kvp_close(p->c);
 	p->c = NULL;
 	kvpt_agent_stop(&p->a);
 }
@@ -318,8 +325,8 @@ kvpb_pool_stop(struct kvpb_pool *p)
 
 struct kvpb_vset {
 	uint64_t size, n;
-	unsigned char *keys;        /* n keys of KVPB_KLEN bytes */
-	const unsigned char **src;  /* each value's address in the arena */
+	unsigned char *keys;       /* n keys of KVPB_KLEN bytes */
+	const unsigned char **src; /* each value's address in the arena */
 };
 
 /* Put n values of vs->size bytes and find where each one lives. */
@@ -344,13 +351,14 @@ kvpb_vset_fill(struct kvp_client *c, struct kvpb_vset *vs, uint64_t tag)
 		rc = kvp_put(c, key, KVPB_KLEN, buf, vs->size);
 		if (rc)
 			fprintf(stderr, "bench_core: put %llu of %llu: %s\n",
-				(unsigned long long)k, (unsigned long long)vs->n,
-				kvp_strerror(rc));
+				(unsigned long long)k,
+				(unsigned long long)vs->n, kvp_strerror(rc));
 	}
 	for (k = 0; k < vs->n && !rc; k++) {
 		uint64_t i, len, loc, rb = 0;
 		uint32_t next = 0;
-		int h = kvp__lookup_hold(c, vs->keys + k * KVPB_KLEN, KVPB_KLEN, &i, &len);
+		int h = kvp__lookup_hold(c, vs->keys + k * KVPB_KLEN, KVPB_KLEN,
+					 &i, &len);
 
 		if (h < 0) {
 			rc = h;
@@ -358,7 +366,8 @@ kvpb_vset_fill(struct kvp_client *c, struct kvpb_vset *vs, uint64_t tag)
 		}
 		/* relaxed: stable while held (published by the READY CAS) */
 		loc = kvp_load_relaxed(&c->seg.entries[i].e_loc);
-		vs->src[k] = kvp_dram_run(&c->seg, (uint32_t)KVP_LOC_VAL(loc), &rb, &next);
+		vs->src[k] = kvp_dram_run(&c->seg, (uint32_t)KVP_LOC_VAL(loc),
+					  &rb, &next);
 		kvp__drop(c, h);
 		/*
 		 * The baseline reads this address later without a hold: safe
@@ -367,13 +376,15 @@ kvpb_vset_fill(struct kvp_client *c, struct kvpb_vset *vs, uint64_t tag)
 		 * value; a chained value would need a chained baseline.
 		 */
 		if (!vs->src[k] || len != vs->size || next || rb < len) {
-			fprintf(stderr, "bench_core: value %llu is not one run\n",
+			fprintf(stderr,
+				"bench_core: value %llu is not one run\n",
 				(unsigned long long)k);
 			rc = -EUCLEAN;
 		}
 	}
 	/* a sanity check of what is measured, not a test */
-	if (!rc && (kvp_get(c, vs->keys, KVPB_KLEN, buf, vs->size) != (ssize_t)vs->size ||
+	if (!rc && (kvp_get(c, vs->keys, KVPB_KLEN, buf, vs->size) !=
+			    (ssize_t)vs->size ||
 		    !kvpt_check(buf, vs->size, vs->keys, KVPB_KLEN, 1) ||
 		    memcmp(buf, vs->src[0], vs->size))) {
 		fprintf(stderr, "bench_core: value 0 reads back wrong\n");
@@ -401,7 +412,8 @@ kvpb_time_get(struct kvp_client *c, const struct kvpb_vset *vs, bool hot,
 	uint64_t t0 = kvpb_now(), k, j = 0;
 
 	for (k = 0; k < iters; k++) {
-		ssize_t r = kvp_get(c, vs->keys + j * KVPB_KLEN, KVPB_KLEN, dst, vs->size);
+		ssize_t r = kvp_get(c, vs->keys + j * KVPB_KLEN, KVPB_KLEN, dst,
+				    vs->size);
 
 		*bad += r != (ssize_t)vs->size;
 		kvpb_clobber(dst);
@@ -413,7 +425,8 @@ kvpb_time_get(struct kvp_client *c, const struct kvpb_vset *vs, bool hot,
 
 /* The same loop with memcpy from the value's own arena address. */
 static uint64_t
-kvpb_time_memcpy(const struct kvpb_vset *vs, bool hot, uint64_t iters, void *dst)
+kvpb_time_memcpy(const struct kvpb_vset *vs, bool hot, uint64_t iters,
+		 void *dst)
 {
 	uint64_t t0 = kvpb_now(), k, j = 0;
 
@@ -433,7 +446,8 @@ kvpb_time_hold(struct kvp_client *c, const struct kvpb_vset *vs, uint64_t *bad)
 	uint64_t t0 = kvpb_now(), k, i, len;
 
 	for (k = 0; k < vs->n; k++) {
-		int h = kvp__lookup_hold(c, vs->keys + k * KVPB_KLEN, KVPB_KLEN, &i, &len);
+		int h = kvp__lookup_hold(c, vs->keys + k * KVPB_KLEN, KVPB_KLEN,
+					 &i, &len);
 
 		if (h < 0)
 			(*bad)++;
@@ -486,15 +500,19 @@ kvpb_get_round(struct kvp_client *c, const struct kvpb_vset *vs, void *dst,
 		kvpb_add("get", name, "ns/op", (double)tg / (double)iters);
 		snprintf(name, sizeof(name), "%s %s memcpy latency", sz, v);
 		kvpb_add("get", name, "ns/op", (double)tm / (double)iters);
-		snprintf(name, sizeof(name), "%s %s overhead (get-memcpy)", sz, v);
-		kvpb_add("get", name, "ns/op", ((double)tg - (double)tm) / (double)iters);
+		snprintf(name, sizeof(name), "%s %s overhead (get-memcpy)", sz,
+			 v);
+		kvpb_add("get", name, "ns/op",
+			 ((double)tg - (double)tm) / (double)iters);
 	}
 	{
 		uint64_t th = kvpb_time_hold(c, vs, bad);
 
 		if (record) {
-			snprintf(name, sizeof(name), "%s cold lookup+hold+drop only", sz);
-			kvpb_add("get", name, "ns/op", (double)th / (double)vs->n);
+			snprintf(name, sizeof(name),
+				 "%s cold lookup+hold+drop only", sz);
+			kvpb_add("get", name, "ns/op",
+				 (double)th / (double)vs->n);
 		}
 	}
 }
@@ -527,7 +545,8 @@ kvpb_bench_get(const struct kvpb_cfg *cfg, struct kvpb_pool *p)
 		for (s = 0; s < 2; s++)
 			kvpb_get_round(p->c, &vs[s], dst, r, r > 0, &bad);
 	if (bad) {
-		fprintf(stderr, "bench_core: %llu gets did not return the value\n",
+		fprintf(stderr,
+			"bench_core: %llu gets did not return the value\n",
 			(unsigned long long)bad);
 		kvpb_info("get.failed_gets", "%llu", (unsigned long long)bad);
 	}
@@ -560,9 +579,11 @@ kvpb_bench_put(const struct kvpb_cfg *cfg, struct kvpb_pool *p)
 	kvpt_fill(src, 1u << 20, "put", 3, 1);
 	for (r = 0; r <= cfg->rounds; r++) {
 		for (s = 0; s < 2; s++) {
-			uint64_t size = sizes[s], n = cfg->put_ws / size, k, tp = 0, tm = 0;
+			uint64_t size = sizes[s], n = cfg->put_ws / size, k,
+				 tp = 0, tm = 0;
 			double bytes = (double)n * (double)size;
-			struct kvpb_used u = { &p->c->seg, kvpt_units_used(&p->c->seg) };
+			struct kvpb_used u = { &p->c->seg,
+					       kvpt_units_used(&p->c->seg) };
 			const char *sz = kvpb_size_name(size);
 			char name[80];
 			int pass;
@@ -575,12 +596,15 @@ kvpb_bench_put(const struct kvpb_cfg *cfg, struct kvpb_pool *p)
 
 				if ((pass == 0) == (r % 2 == 0)) {
 					for (k = 0; k < n; k++)
-						bad += kvp_put(p->c, keys + k * KVPB_KLEN,
-							       KVPB_KLEN, src, size) != 0;
+						bad += kvp_put(p->c,
+							       keys + k * KVPB_KLEN,
+							       KVPB_KLEN, src,
+							       size) != 0;
 					tp = kvpb_now() - t0;
 				} else {
 					for (k = 0; k < n; k++) {
-						memcpy(shm + k * size, src, size);
+						memcpy(shm + k * size, src,
+						       size);
 						kvpb_clobber(shm);
 					}
 					tm = kvpb_now() - t0;
@@ -589,16 +613,21 @@ kvpb_bench_put(const struct kvpb_cfg *cfg, struct kvpb_pool *p)
 			/* give the room back (untimed): delete, then wait for
 			 * the agent's periodic pass to reclaim */
 			for (k = 0; k < n; k++)
-				kvp_delete(p->c, keys + k * KVPB_KLEN, KVPB_KLEN);
+				kvp_delete(p->c, keys + k * KVPB_KLEN,
+					   KVPB_KLEN);
 			if (kvpt_wait_until(kvpb_used_below, &u, 5000) < 0)
 				slow_reclaim++;
 			if (r == 0) {
-				snprintf(name, sizeof(name), "put.%s.first_touch_gbps", sz);
-				kvpb_info(name, "%.2f GB/s in the warm-up round (first "
-					  "writes of this client to these arena pages: "
-					  "%.2f us more per 4 KiB page than memcpy)",
-					  bytes / (double)tp, ((double)tp - (double)tm) /
-					  1e3 / (bytes / KVP_PAGE));
+				snprintf(name, sizeof(name),
+					 "put.%s.first_touch_gbps", sz);
+				kvpb_info(
+					name,
+					"%.2f GB/s in the warm-up round (first "
+					"writes of this client to these arena pages: "
+					"%.2f us more per 4 KiB page than memcpy)",
+					bytes / (double)tp,
+					((double)tp - (double)tm) / 1e3 /
+						(bytes / KVP_PAGE));
 				continue;
 			}
 			snprintf(name, sizeof(name), "%s kvp_put", sz);
@@ -607,14 +636,17 @@ kvpb_bench_put(const struct kvpb_cfg *cfg, struct kvpb_pool *p)
 			kvpb_add("put", name, "GB/s", bytes / (double)tm);
 			snprintf(name, sizeof(name), "%s ratio put/memcpy", sz);
 			kvpb_add("put", name, "x", (double)tm / (double)tp);
-			snprintf(name, sizeof(name), "%s overhead (put-memcpy)", sz);
-			kvpb_add("put", name, "ns/op", ((double)tp - (double)tm) / (double)n);
+			snprintf(name, sizeof(name), "%s overhead (put-memcpy)",
+				 sz);
+			kvpb_add("put", name, "ns/op",
+				 ((double)tp - (double)tm) / (double)n);
 		}
 	}
 	if (bad)
 		kvpb_info("put.failed_puts", "%llu", (unsigned long long)bad);
 	if (slow_reclaim)
-		kvpb_info("put.slow_reclaim", "%llu rounds waited > 5 s for reclaim",
+		kvpb_info("put.slow_reclaim",
+			  "%llu rounds waited > 5 s for reclaim",
 			  (unsigned long long)slow_reclaim);
 out:
 	free(keys);
@@ -629,12 +661,12 @@ struct kvpb_ix {
 	uint64_t nslots;
 	unsigned char *present; /* keys inserted, in insertion order */
 	uint64_t npresent, cap;
-	unsigned char *absent;  /* keys never inserted */
+	unsigned char *absent; /* keys never inserted */
 	uint64_t nabsent;
-	struct kvp_op *ops;     /* one per present key, for the batches */
-	uint64_t next;          /* next key number to try */
-	uint64_t nospc;         /* inserts the index refused */
-	uint64_t evicted;       /* keys evicted to make room in a full pair */
+	struct kvp_op *ops; /* one per present key, for the batches */
+	uint64_t next;      /* next key number to try */
+	uint64_t nospc;     /* inserts the index refused */
+	uint64_t evicted;   /* keys evicted to make room in a full pair */
 };
 
 /* A put into a full bucket pair makes the agent evict another key of
@@ -645,11 +677,13 @@ kvpb_ix_compact(struct kvp_client *c, struct kvpb_ix *ix)
 	uint64_t k, n = 0;
 
 	for (k = 0; k < ix->npresent; k++) {
-		if (kvp_exists(c, ix->present + k * KVPB_KLEN, KVPB_KLEN) != 1) {
+		if (kvp_exists(c, ix->present + k * KVPB_KLEN, KVPB_KLEN) !=
+		    1) {
 			ix->evicted++;
 			continue;
 		}
-		memmove(ix->present + n * KVPB_KLEN, ix->present + k * KVPB_KLEN, KVPB_KLEN);
+		memmove(ix->present + n * KVPB_KLEN,
+			ix->present + k * KVPB_KLEN, KVPB_KLEN);
 		ix->ops[n].key = ix->present + n * KVPB_KLEN;
 		ix->ops[n].klen = KVPB_KLEN;
 		n++;
@@ -678,12 +712,14 @@ kvpb_ix_fill(struct kvp_client *c, struct kvpb_ix *ix, uint64_t target)
 			continue;
 		}
 		if (rc) {
-			fprintf(stderr, "bench_core: index fill: %s\n", kvp_strerror(rc));
+			fprintf(stderr, "bench_core: index fill: %s\n",
+				kvp_strerror(rc));
 			return rc;
 		}
 		fails = 0;
 		memcpy(ix->present + ix->npresent * KVPB_KLEN, key, KVPB_KLEN);
-		ix->ops[ix->npresent].key = ix->present + ix->npresent * KVPB_KLEN;
+		ix->ops[ix->npresent].key =
+			ix->present + ix->npresent * KVPB_KLEN;
 		ix->ops[ix->npresent].klen = KVPB_KLEN;
 		ix->npresent++;
 	}
@@ -707,28 +743,35 @@ kvpb_time_exists(struct kvp_client *c, const unsigned char *keys, uint64_t n,
 }
 
 static void
-kvpb_ix_measure(const struct kvpb_cfg *cfg, struct kvp_client *c, struct kvpb_ix *ix,
-		const char *label, unsigned r, uint64_t *bad)
+kvpb_ix_measure(const struct kvpb_cfg *cfg, struct kvp_client *c,
+		struct kvpb_ix *ix, const char *label, unsigned r,
+		uint64_t *bad)
 {
-	uint64_t nb = ix->npresent / KVPB_BATCH, done, b = 0, sum = 0, worst = 0, nbt = 0;
+	uint64_t nb = ix->npresent / KVPB_BATCH, done, b = 0, sum = 0,
+		 worst = 0, nbt = 0;
 	uint64_t t;
 	char name[80];
 
 	t = kvpb_time_exists(c, ix->present, ix->npresent, cfg->ix_ops, 1, bad);
 	if (r) {
 		snprintf(name, sizeof(name), "%s kvp_exists hit", label);
-		kvpb_add("index", name, "M/s", (double)cfg->ix_ops * 1e3 / (double)t);
-		snprintf(name, sizeof(name), "%s kvp_exists hit latency", label);
-		kvpb_add("index", name, "ns/op", (double)t / (double)cfg->ix_ops);
+		kvpb_add("index", name, "M/s",
+			 (double)cfg->ix_ops * 1e3 / (double)t);
+		snprintf(name, sizeof(name), "%s kvp_exists hit latency",
+			 label);
+		kvpb_add("index", name, "ns/op",
+			 (double)t / (double)cfg->ix_ops);
 	}
 	t = kvpb_time_exists(c, ix->absent, ix->nabsent, cfg->ix_ops, 0, bad);
 	if (r) {
 		snprintf(name, sizeof(name), "%s kvp_exists miss", label);
-		kvpb_add("index", name, "M/s", (double)cfg->ix_ops * 1e3 / (double)t);
+		kvpb_add("index", name, "M/s",
+			 (double)cfg->ix_ops * 1e3 / (double)t);
 	}
 	for (done = 0; nb && done < cfg->ix_ops; done += KVPB_BATCH) {
 		uint64_t t0 = kvpb_now();
-		ssize_t got = kvp_batch_exists_prefix(c, ix->ops + b * KVPB_BATCH, KVPB_BATCH);
+		ssize_t got = kvp_batch_exists_prefix(
+			c, ix->ops + b * KVPB_BATCH, KVPB_BATCH);
 
 		t = kvpb_now() - t0;
 		*bad += got != (ssize_t)KVPB_BATCH;
@@ -740,12 +783,17 @@ kvpb_ix_measure(const struct kvpb_cfg *cfg, struct kvp_client *c, struct kvpb_ix
 			b = 0;
 	}
 	if (r && nbt) {
-		snprintf(name, sizeof(name), "%s batch_exists_prefix(2000) mean", label);
-		kvpb_add("index", name, "us/batch", (double)sum / (double)nbt / 1e3);
-		snprintf(name, sizeof(name), "%s batch_exists_prefix(2000) worst", label);
+		snprintf(name, sizeof(name),
+			 "%s batch_exists_prefix(2000) mean", label);
+		kvpb_add("index", name, "us/batch",
+			 (double)sum / (double)nbt / 1e3);
+		snprintf(name, sizeof(name),
+			 "%s batch_exists_prefix(2000) worst", label);
 		kvpb_add("index", name, "us/batch", (double)worst / 1e3);
-		snprintf(name, sizeof(name), "%s batch_exists_prefix lookups", label);
-		kvpb_add("index", name, "M/s", (double)(nbt * KVPB_BATCH) * 1e3 / (double)sum);
+		snprintf(name, sizeof(name), "%s batch_exists_prefix lookups",
+			 label);
+		kvpb_add("index", name, "M/s",
+			 (double)(nbt * KVPB_BATCH) * 1e3 / (double)sum);
 	}
 }
 
@@ -760,16 +808,20 @@ kvpb_bench_index(const struct kvpb_cfg *cfg, uint64_t entries)
 	char label0[32];
 
 	memset(&ix, 0, sizeof(ix));
-	/* the agent's sizing (agent/segment.c): slots = pow2 >= 1.25 x entries */
+	/* the agent's sizing (agent/segment.c): slots = pow2 >= 1.25 x
+	 * entries */
 	ix.nslots = kvpb_pow2_at_least(entries + entries / 4);
 	ix.cap = ix.nslots * 9 / 10;
 	units = ix.cap + ix.cap / 16 + 64; /* one 4 KiB unit per 1-byte value */
 	dram = units * 4096;
-	snprintf(label0, sizeof(label0), "ix%llu", (unsigned long long)ix.nslots);
+	snprintf(label0, sizeof(label0), "ix%llu",
+		 (unsigned long long)ix.nslots);
 	printf("# index: %llu slots (%llu MiB of entries + meta), --index-entries "
 	       "%llu, --dram %llu MiB in 4 KiB units, 80-byte keys, 1-byte values\n",
 	       (unsigned long long)ix.nslots,
-	       (unsigned long long)(ix.nslots * (sizeof(struct kvp_entry) + 8) >> 20),
+	       (unsigned long long)(ix.nslots *
+					    (sizeof(struct kvp_entry) + 8) >>
+				    20),
 	       (unsigned long long)entries, (unsigned long long)(dram >> 20));
 	if (kvpb_pool_start(&p, label0, dram, "4K", entries)) {
 		kvpb_failed++;
@@ -790,7 +842,8 @@ kvpb_bench_index(const struct kvpb_cfg *cfg, uint64_t entries)
 		goto out;
 	}
 	for (r = 0; r < ix.nabsent; r++)
-		kvpb_key(ix.absent + (uint64_t)r * KVPB_KLEN, KVPB_TAG_ABSENT, r);
+		kvpb_key(ix.absent + (uint64_t)r * KVPB_KLEN, KVPB_TAG_ABSENT,
+			 r);
 	for (l = 0; l < 2; l++) {
 		uint64_t target = ix.nslots * pct[l] / 100, ready;
 		char label[48], name[80];
@@ -804,20 +857,27 @@ kvpb_bench_index(const struct kvpb_cfg *cfg, uint64_t entries)
 		snprintf(label, sizeof(label), "ix%llu@%u%%",
 			 (unsigned long long)ix.nslots, pct[l]);
 		snprintf(name, sizeof(name), "index.%s.load_reached", label);
-		kvpb_info(name, "%.4f (%llu READY of %llu slots; %llu inserts "
-			  "refused with -ENOSPC, %llu keys evicted to make room in "
-			  "full bucket pairs so far; fill %.2f s)",
-			  (double)ready / (double)ix.nslots, (unsigned long long)ready,
-			  (unsigned long long)ix.nslots, (unsigned long long)ix.nospc,
-			  (unsigned long long)ix.evicted, (double)(kvpb_now() - t0) / 1e9);
+		kvpb_info(
+			name,
+			"%.4f (%llu READY of %llu slots; %llu inserts "
+			"refused with -ENOSPC, %llu keys evicted to make room in "
+			"full bucket pairs so far; fill %.2f s)",
+			(double)ready / (double)ix.nslots,
+			(unsigned long long)ready,
+			(unsigned long long)ix.nslots,
+			(unsigned long long)ix.nospc,
+			(unsigned long long)ix.evicted,
+			(double)(kvpb_now() - t0) / 1e9);
 		if (ix.npresent < KVPB_BATCH)
 			continue;
 		for (r = 0; r <= cfg->rounds; r++)
 			kvpb_ix_measure(cfg, p.c, &ix, label, r, &bad);
 	}
 	if (bad)
-		kvpb_info("index.unexpected_answers", "%llu (a present key reported "
-			  "absent or the reverse)", (unsigned long long)bad);
+		kvpb_info("index.unexpected_answers",
+			  "%llu (a present key reported "
+			  "absent or the reverse)",
+			  (unsigned long long)bad);
 out:
 	free(ix.present);
 	free(ix.absent);
@@ -845,8 +905,8 @@ kvpb_print_table(void)
 			sec = m->section;
 			printf("%s\n", sec);
 		}
-		printf("%-6s %-52s %-9s %10.3f %10.3f %10.3f\n", "", m->name, m->unit,
-		       m->med, m->min, m->max);
+		printf("%-6s %-52s %-9s %10.3f %10.3f %10.3f\n", "", m->name,
+		       m->unit, m->med, m->min, m->max);
 	}
 }
 
@@ -868,9 +928,11 @@ kvpb_goals(const struct kvpb_cfg *cfg, struct kvpb_goal *g, unsigned cap)
 	unsigned n = 0, s, k, l;
 
 	for (s = 0; s < 2 && n < cap; s++, n++) {
-		snprintf(g[n].text, sizeof(g[n].text), "kvp_get %s >= 0.9x memcpy (cold)", sz[s]);
+		snprintf(g[n].text, sizeof(g[n].text),
+			 "kvp_get %s >= 0.9x memcpy (cold)", sz[s]);
 		snprintf(g[n].section, sizeof(g[n].section), "get");
-		snprintf(g[n].name, sizeof(g[n].name), "%s cold ratio get/memcpy", sz[s]);
+		snprintf(g[n].name, sizeof(g[n].name),
+			 "%s cold ratio get/memcpy", sz[s]);
 		g[n].target = 0.9;
 		g[n].at_least = true;
 	}
@@ -879,31 +941,37 @@ kvpb_goals(const struct kvpb_cfg *cfg, struct kvpb_goal *g, unsigned cap)
 		unsigned long long ns = kvpb_pow2_at_least(e + e / 4);
 
 		for (l = 50; l <= 90 && n + 2 <= cap; l += 40) {
-			snprintf(g[n].text, sizeof(g[n].text),
-				 ">= 20 M lookups/s/core, %llu slots, %u%% load", ns, l);
+			snprintf(
+				g[n].text, sizeof(g[n].text),
+				">= 20 M lookups/s/core, %llu slots, %u%% load",
+				ns, l);
 			snprintf(g[n].section, sizeof(g[n].section), "index");
-			snprintf(g[n].name, sizeof(g[n].name), "ix%llu@%u%% kvp_exists hit", ns, l);
+			snprintf(g[n].name, sizeof(g[n].name),
+				 "ix%llu@%u%% kvp_exists hit", ns, l);
 			g[n].target = 20;
 			g[n].at_least = true;
 			n++;
-			snprintf(g[n].text, sizeof(g[n].text),
-				 "prefix-exists of 2000 keys < 100 us, %llu slots, %u%% load",
-				 ns, l);
+			snprintf(
+				g[n].text, sizeof(g[n].text),
+				"prefix-exists of 2000 keys < 100 us, %llu slots, %u%% load",
+				ns, l);
 			snprintf(g[n].section, sizeof(g[n].section), "index");
 			snprintf(g[n].name, sizeof(g[n].name),
-				 "ix%llu@%u%% batch_exists_prefix(2000) mean", ns, l);
+				 "ix%llu@%u%% batch_exists_prefix(2000) mean",
+				 ns, l);
 			g[n].target = 100;
 			g[n].at_least = false;
 			n++;
 		}
 	}
 	for (k = 0; k < n; k++) {
-		const struct kvpb_metric *m = kvpb_find(g[k].section, g[k].name);
+		const struct kvpb_metric *m =
+			kvpb_find(g[k].section, g[k].name);
 
 		g[k].have = m != NULL;
 		g[k].med = m ? m->med : 0;
-		g[k].met = m && (g[k].at_least ? m->med >= g[k].target
-					       : m->med < g[k].target);
+		g[k].met = m && (g[k].at_least ? m->med >= g[k].target :
+						 m->med < g[k].target);
 	}
 	return n;
 }
@@ -941,12 +1009,15 @@ kvpb_write_json(const char *path, const struct kvpb_cfg *cfg,
 	kvpb_json_str(f, mc->l2);
 	fprintf(f, ", \"l3\": ");
 	kvpb_json_str(f, mc->l3);
-	fprintf(f, ", \"mem_bytes\": %llu},\n  \"command\": ", (unsigned long long)mc->mem);
+	fprintf(f, ", \"mem_bytes\": %llu},\n  \"command\": ",
+		(unsigned long long)mc->mem);
 	kvpb_json_str(f, cmd);
-	fprintf(f, ",\n  \"mode\": \"%s\", \"rounds\": %u, \"get_ws_bytes\": %llu, "
+	fprintf(f,
+		",\n  \"mode\": \"%s\", \"rounds\": %u, \"get_ws_bytes\": %llu, "
 		"\"put_ws_bytes\": %llu, \"index_ops\": %llu,\n  \"metrics\": [\n",
 		cfg->quick ? "quick" : "default", cfg->rounds,
-		(unsigned long long)cfg->get_ws, (unsigned long long)cfg->put_ws,
+		(unsigned long long)cfg->get_ws,
+		(unsigned long long)cfg->put_ws,
 		(unsigned long long)cfg->ix_ops);
 	for (k = 0, j = 0; k < kvpb_nm; k++) {
 		const struct kvpb_metric *m = &kvpb_m[k];
@@ -954,11 +1025,13 @@ kvpb_write_json(const char *path, const struct kvpb_cfg *cfg,
 
 		if (!m->n)
 			continue;
-		fprintf(f, "%s    {\"section\": \"%s\", \"name\": ", j++ ? ",\n" : "",
-			m->section);
+		fprintf(f, "%s    {\"section\": \"%s\", \"name\": ",
+			j++ ? ",\n" : "", m->section);
 		kvpb_json_str(f, m->name);
-		fprintf(f, ", \"unit\": \"%s\", \"median\": %.6g, \"min\": %.6g, "
-			"\"max\": %.6g, \"samples\": [", m->unit, m->med, m->min, m->max);
+		fprintf(f,
+			", \"unit\": \"%s\", \"median\": %.6g, \"min\": %.6g, "
+			"\"max\": %.6g, \"samples\": [",
+			m->unit, m->med, m->min, m->max);
 		for (s = 0; s < m->n; s++)
 			fprintf(f, "%s%.6g", s ? ", " : "", m->v[s]);
 		fprintf(f, "]}");
@@ -989,7 +1062,8 @@ kvpb_write_json(const char *path, const struct kvpb_cfg *cfg,
 static void
 kvpb_usage(FILE *f)
 {
-	fprintf(f, "usage: bench_core [--quick] [--rounds N] [--json FILE]\n"
+	fprintf(f,
+		"usage: bench_core [--quick] [--rounds N] [--json FILE]\n"
 		"  --quick      fewer rounds, smaller working sets (< 20 s)\n"
 		"  --rounds N   recorded rounds per figure (default 9, quick 5; >= 5\n"
 		"               for a meaningful median)\n"
@@ -1020,17 +1094,26 @@ main(int argc, char **argv)
 	memset(&cfg, 0, sizeof(cfg));
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'q': cfg.quick = true; break;
-		case 'j': cfg.json = optarg; break;
+		case 'q':
+			cfg.quick = true;
+			break;
+		case 'j':
+			cfg.json = optarg;
+			break;
 		case 'r':
 			rounds = (unsigned)strtoul(optarg, NULL, 10);
 			if (rounds < 1 || rounds > KVPB_MAX_ROUNDS) {
-				fprintf(stderr, "bench_core: --rounds 1..%u\n", KVPB_MAX_ROUNDS);
+				fprintf(stderr, "bench_core: --rounds 1..%u\n",
+					KVPB_MAX_ROUNDS);
 				return 2;
 			}
 			break;
-		case 'h': kvpb_usage(stdout); return 0;
-		default: kvpb_usage(stderr); return 2;
+		case 'h':
+			kvpb_usage(stdout);
+			return 0;
+		default:
+			kvpb_usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc) {
@@ -1043,15 +1126,16 @@ main(int argc, char **argv)
 		cfg.put_ws = 64ull << 20;
 		cfg.ix_ops = 300000;
 		cfg.nix = 1;
-		cfg.ix_entries[0] = 50000;   /* 65,536 slots */
+		cfg.ix_entries[0] = 50000; /* 65,536 slots */
 	} else {
 		cfg.rounds = 9;
 		cfg.get_ws = 256ull << 20;
 		cfg.put_ws = 128ull << 20;
 		cfg.ix_ops = 1000000;
 		cfg.nix = 2;
-		cfg.ix_entries[0] = 50000;   /* 65,536 slots: ~21 MiB, fits L3 */
-		cfg.ix_entries[1] = 200000;  /* 262,144 slots: ~82 MiB, does not */
+		cfg.ix_entries[0] = 50000; /* 65,536 slots: ~21 MiB, fits L3 */
+		/* 262,144 slots: ~82 MiB, does not */
+		cfg.ix_entries[1] = 200000;
 	}
 	if (rounds)
 		cfg.rounds = rounds;
@@ -1064,13 +1148,14 @@ main(int argc, char **argv)
 	printf("bench_core: kvpool core benchmark (%s mode, %u rounds + 1 warm-up)\n",
 	       cfg.quick ? "quick" : "default", cfg.rounds);
 	printf("machine: nproc %ld, CPU \"%s\", L2 %s/core, L3 %s, RAM %llu MiB, %s\n",
-	       mc.nproc, mc.cpu, mc.l2, mc.l3, (unsigned long long)(mc.mem >> 20),
-	       mc.kernel);
+	       mc.nproc, mc.cpu, mc.l2, mc.l3,
+	       (unsigned long long)(mc.mem >> 20), mc.kernel);
 	printf("command: %s\n", cmd);
 
 	/* values pool: both get sets, one put round, headroom */
-	if (kvpb_pool_start(&pool, "values", 2 * cfg.get_ws + cfg.put_ws + (64ull << 20),
-			    "16K", 65536) == 0) {
+	if (kvpb_pool_start(&pool, "values",
+			    2 * cfg.get_ws + cfg.put_ws + (64ull << 20), "16K",
+			    65536) == 0) {
 		kvpb_bench_get(&cfg, &pool);
 		kvpb_bench_put(&cfg, &pool);
 		kvpb_pool_stop(&pool);
@@ -1085,8 +1170,8 @@ main(int argc, char **argv)
 	printf("\ngoals (informational: a benchmark asserts nothing)\n");
 	for (k = 0; k < ng; k++) {
 		if (goals[k].have)
-			printf("  %-66s median %8.3f  %s\n", goals[k].text, goals[k].med,
-			       goals[k].met ? "met" : "MISSED");
+			printf("  %-66s median %8.3f  %s\n", goals[k].text,
+			       goals[k].med, goals[k].met ? "met" : "MISSED");
 		else
 			printf("  %-66s not measured\n", goals[k].text);
 	}
@@ -1094,14 +1179,15 @@ main(int argc, char **argv)
 		int rc = kvpb_write_json(cfg.json, &cfg, &mc, cmd, goals, ng);
 
 		if (rc)
-			fprintf(stderr, "bench_core: cannot write %s: %s\n", cfg.json,
-				strerror(-rc));
+			fprintf(stderr, "bench_core: cannot write %s: %s\n",
+				cfg.json, strerror(-rc));
 		else
 			printf("json: %s\n", cfg.json);
 	}
 	printf("elapsed: %.1f s\n", (double)(kvpb_now() - t0) / 1e9);
 	if (kvpb_failed)
-		printf("bench_core: %d section(s) could not run (see above)\n", kvpb_failed);
+		printf("bench_core: %d section(s) could not run (see above)\n",
+		       kvpb_failed);
 	printf("bench_core: done\n");
 	return kvpb_failed ? 1 : 0;
 }

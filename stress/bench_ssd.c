@@ -37,15 +37,19 @@ fio_bw(const char *rw, const char *bs, unsigned mib)
 }
 
 static void
-report(const char *name, double v, const char *unit, double ref, const char *refname)
+report(const char *name, double v, const char *unit, double ref,
+       const char *refname)
 {
 	if (ref > 0)
-		printf("  %-44s %10.2f %-6s  %.2fx %s\n", name, v, unit, v / ref, refname);
+		printf("  %-44s %10.2f %-6s  %.2fx %s\n", name, v, unit,
+		       v / ref, refname);
 	else
 		printf("  %-44s %10.2f %-6s\n", name, v, unit);
 	if (json)
-		fprintf(json, "%s\"%s\":{\"value\":%.4f,\"unit\":\"%s\",\"ratio\":%.4f}",
-			ftell(json) > 1 ? "," : "", name, v, unit, ref > 0 ? v / ref : 0);
+		fprintf(json,
+			"%s\"%s\":{\"value\":%.4f,\"unit\":\"%s\",\"ratio\":%.4f}",
+			ftell(json) > 1 ? "," : "", name, v, unit,
+			ref > 0 ? v / ref : 0);
 }
 
 int
@@ -62,10 +66,17 @@ main(int argc, char **argv)
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'd': snprintf(dir, sizeof(dir), "%s", optarg); break;
-		case 'q': quick = true; break;
-		case 'j': json = fopen(optarg, "w"); break;
-		default: return 2;
+		case 'd':
+			snprintf(dir, sizeof(dir), "%s", optarg);
+			break;
+		case 'q':
+			quick = true;
+			break;
+		case 'j':
+			json = fopen(optarg, "w");
+			break;
+		default:
+			return 2;
 		}
 	}
 	setvbuf(stdout, NULL, _IONBF, 0); /* the harness forks */
@@ -73,18 +84,21 @@ main(int argc, char **argv)
 		fputc('{', json);
 	n1m = quick ? 256 : 1024;
 	nrec = quick ? 20000 : 100000;
-	snprintf(sdir, sizeof(sdir), "%s/kvpool-bench-ssd.%d", dir, (int)getpid());
+	snprintf(sdir, sizeof(sdir), "%s/kvpool-bench-ssd.%d", dir,
+		 (int)getpid());
 	mkdir(sdir, 0700);
 	printf("bench_ssd: %s in %s (%s)\n", quick ? "quick" : "full", sdir,
 	       "2 vCPU; same file system for fio and kvpool");
 
 	{
 		/* the cost of the promise: lookup_pin vs the plain probe */
-		enum { N = 2000 };
+		enum {
+			N = 2000
+		};
 		struct kvpt_agent a;
 		struct kvp_client *c;
 		struct kvp_op *ops = calloc(N, sizeof(*ops));
-		char (*keys)[100] = calloc(N, 100);
+		char(*keys)[100] = calloc(N, 100);
 		unsigned char one = 1;
 		double t0, tp, tl;
 		int i, r, rounds = quick ? 200 : 1000;
@@ -112,8 +126,8 @@ main(int argc, char **argv)
 		}
 		tl = (now_s() - t0) / rounds;
 		report("exists_prefix of 2000 keys", tp * 1e6, "us", 0, "");
-		report("lookup_pin + release of 2000 keys", tl * 1e6, "us", tp * 1e6,
-		       "exists_prefix");
+		report("lookup_pin + release of 2000 keys", tl * 1e6, "us",
+		       tp * 1e6, "exists_prefix");
 		kvp_close(c);
 		kvpt_agent_stop(&a);
 		free(ops);
@@ -124,7 +138,8 @@ main(int argc, char **argv)
 	fio_r64 = fio_bw("read", "64k", quick ? 128 : 512);
 	kvpb_rm_rf(sdir);
 	mkdir(sdir, 0700);
-	report("fio seq write 1MiB (O_DIRECT, io_uring)", fio_w / 1e9, "GB/s", 0, "");
+	report("fio seq write 1MiB (O_DIRECT, io_uring)", fio_w / 1e9, "GB/s",
+	       0, "");
 	report("fio seq read 1MiB", fio_r / 1e9, "GB/s", 0, "");
 	report("fio seq read 64KiB", fio_r64 / 1e9, "GB/s", 0, "");
 
@@ -135,18 +150,19 @@ main(int argc, char **argv)
 		char ssd[700];
 
 		snprintf(ssd, sizeof(ssd), "%s/store", sdir);
-		if (kvpt_pool_up(&a, &s, &c, "--dram", "2G", "--dram-high", "0", "--dram-low", "0",
-				 "--ssd-dir", ssd, "--staging", "64M", "--staging-slot", "1M",
+		if (kvpt_pool_up(&a, &s, &c, "--dram", "2G", "--dram-high", "0",
+				 "--dram-low", "0", "--ssd-dir", ssd,
+				 "--staging", "64M", "--staging-slot", "1M",
 				 "--no-promote", NULL)) {
 			printf("cannot start the agent\n");
 			return 1;
 		}
 		bw = kvpb_ssd_fill_and_demote(c, &s, n1m, 1 << 20);
-		report("demotion 1MiB (put + write to SSD)", bw / 1e9, "GB/s", fio_w / 1e9,
-		       "fio write");
+		report("demotion 1MiB (put + write to SSD)", bw / 1e9, "GB/s",
+		       fio_w / 1e9, "fio write");
 		bw = kvpb_ssd_cold_gets(c, n1m, 1 << 20, 16, NULL);
-		report("cold SSD batch_get 1MiB via staging", bw / 1e9, "GB/s", fio_r / 1e9,
-		       "fio read");
+		report("cold SSD batch_get 1MiB via staging", bw / 1e9, "GB/s",
+		       fio_r / 1e9, "fio read");
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
@@ -158,9 +174,11 @@ main(int argc, char **argv)
 		double t0, secs, bound;
 
 		snprintf(ssd, sizeof(ssd), "%s/store64", sdir);
-		if (kvpt_pool_up(&a, &s, &c, "--dram", "1G", "--dram-unit", "4K", "--dram-high", "0",
-				 "--dram-low", "0", "--ssd-dir", ssd, "--staging", "512K",
-				 "--staging-slot", "64K", "--no-promote", NULL)) {
+		if (kvpt_pool_up(&a, &s, &c, "--dram", "1G", "--dram-unit",
+				 "4K", "--dram-high", "0", "--dram-low", "0",
+				 "--ssd-dir", ssd, "--staging", "512K",
+				 "--staging-slot", "64K", "--no-promote",
+				 NULL)) {
 			printf("cannot start the agent\n");
 			return 1;
 		}
@@ -171,7 +189,8 @@ main(int argc, char **argv)
 		bound = 2000.0 * 65536 / fio_r64;
 		printf("  2000 x 64KiB through an 8-slot arena: %.3f s (bandwidth bound %.3f s)\n",
 		       secs, bound);
-		report("2000-key batch time / bandwidth bound", secs / bound, "x", 0, "");
+		report("2000-key batch time / bandwidth bound", secs / bound,
+		       "x", 0, "");
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
@@ -185,9 +204,10 @@ main(int argc, char **argv)
 		int i;
 
 		snprintf(ssd, sizeof(ssd), "%s/rebuild", sdir);
-		if (kvpt_agent_start(&a, "--dram", "256M", "--dram-unit", "4K", "--dram-high", "0",
-				     "--dram-low", "0", "--index-entries", "200000",
-				     "--ssd-dir", ssd, "--ssd-segment", "64M", NULL) ||
+		if (kvpt_agent_start(&a, "--dram", "256M", "--dram-unit", "4K",
+				     "--dram-high", "0", "--dram-low", "0",
+				     "--index-entries", "200000", "--ssd-dir",
+				     ssd, "--ssd-segment", "64M", NULL) ||
 		    kvpt_seg_map(a.pool, &s) || kvp_open(a.pool, "bench", &c)) {
 			printf("cannot start the agent\n");
 			return 1;
@@ -203,14 +223,16 @@ main(int argc, char **argv)
 		kvp__seg_unmap(&s);
 		kvpt_agent_stop(&a); /* seals the active segment */
 		t0 = now_s();
-		kvpt_agent_restart(&a, "--dram", "256M", "--dram-unit", "4K", "--index-entries",
-				   "200000", "--ssd-dir", ssd, "--ssd-segment", "64M", NULL);
+		kvpt_agent_restart(&a, "--dram", "256M", "--dram-unit", "4K",
+				   "--index-entries", "200000", "--ssd-dir",
+				   ssd, "--ssd-segment", "64M", NULL);
 		secs = now_s() - t0;
-		report("agent restart with the index rebuilt", (double)nrec / secs / 1e6, "M/s",
-		       0, "");
+		report("agent restart with the index rebuilt",
+		       (double)nrec / secs / 1e6, "M/s", 0, "");
 		kvpt_agent_stop(&a);
 		{
-			/* the store's part alone, from the agent's own log line */
+			/* the store's part alone, from the agent's own log
+			 * line */
 			char path[2200], line[512];
 			FILE *f;
 			double rec_s = 0;

@@ -115,7 +115,8 @@ kvpb_shm_region(uint64_t size)
 	void *p;
 	int fd;
 
-	snprintf(name, sizeof(name), "/kvpool-bench.%d.%u", (int)getpid(), seq++);
+	snprintf(name, sizeof(name), "/kvpool-bench.%d.%u", (int)getpid(),
+		 seq++);
 	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return NULL;
@@ -124,7 +125,8 @@ kvpb_shm_region(uint64_t size)
 		close(fd);
 		return NULL;
 	}
-	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+		 fd, 0);
 	close(fd);
 	if (p == MAP_FAILED)
 		return NULL;
@@ -150,10 +152,23 @@ kvpb_parse_size(const char *s)
 	uint64_t v = strtoull(s, &end, 10);
 
 	switch (*end) {
-	case 'k': case 'K': v <<= 10; end++; break;
-	case 'm': case 'M': v <<= 20; end++; break;
-	case 'g': case 'G': v <<= 30; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		v <<= 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		v <<= 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		v <<= 30;
+		end++;
+		break;
+	default:
+		break;
 	}
 	return *end || end == s ? 0 : v;
 }
@@ -164,17 +179,19 @@ kvpb_parse_size(const char *s)
  * fio is missing or fails.  A read job lays its file out first, untimed.
  */
 static inline double
-kvpb_fio_bw(const char *dir, const char *rw, const char *bs, unsigned mib, unsigned qd)
+kvpb_fio_bw(const char *dir, const char *rw, const char *bs, unsigned mib,
+	    unsigned qd)
 {
 	char cmd[1024], buf[1 << 16];
 	size_t n;
 	FILE *f;
 	const char *p;
 
-	snprintf(cmd, sizeof(cmd),
-		 "fio --name=kvpb --directory=%s --direct=1 --ioengine=io_uring --rw=%s "
-		 "--bs=%s --size=%uM --iodepth=%u --output-format=json 2>/dev/null",
-		 dir, rw, bs, mib, qd);
+	snprintf(
+		cmd, sizeof(cmd),
+		"fio --name=kvpb --directory=%s --direct=1 --ioengine=io_uring --rw=%s "
+		"--bs=%s --size=%uM --iodepth=%u --output-format=json 2>/dev/null",
+		dir, rw, bs, mib, qd);
 	f = popen(cmd, "r");
 	if (!f)
 		return 0;
@@ -192,7 +209,8 @@ kvpb_fio_bw(const char *dir, const char *rw, const char *bs, unsigned mib, unsig
 static inline uint32_t
 kvpb_ssd_key(char *k, int i)
 {
-	return (uint32_t)snprintf(k, 100, "%064x_bench_%d", (unsigned)i * 2654435761u, i);
+	return (uint32_t)snprintf(k, 100, "%064x_bench_%d",
+				  (unsigned)i * 2654435761u, i);
 }
 
 /* Is no READY value left in DRAM? (for kvpt_wait_until) */
@@ -203,8 +221,10 @@ kvpb_ssd_demoted(void *p)
 	uint64_t i, dram = 0;
 
 	for (i = 0; i < s->g.g_index_slots; i++)
-		if (KVP_IX_STATE(kvp_load_acquire(&s->meta[i])) == KVP_IX_READY &&
-		    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) == KVP_TIER_DRAM)
+		if (KVP_IX_STATE(kvp_load_acquire(&s->meta[i])) ==
+			    KVP_IX_READY &&
+		    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) ==
+			    KVP_TIER_DRAM)
 			dram++;
 	return dram == 0;
 }
@@ -213,7 +233,8 @@ kvpb_ssd_demoted(void *p)
  * (--dram-high 0) and wait until every one is on SSD.  Returns bytes/s
  * from the first put to the last demotion. */
 static inline double
-kvpb_ssd_fill_and_demote(struct kvp_client *c, struct kvp_seg *s, int n, uint64_t sz)
+kvpb_ssd_fill_and_demote(struct kvp_client *c, struct kvp_seg *s, int n,
+			 uint64_t sz)
 {
 	unsigned char *v = malloc(sz);
 	double t0 = kvpb_now_s();
@@ -239,10 +260,11 @@ kvpb_ssd_fill_and_demote(struct kvp_client *c, struct kvp_seg *s, int n, uint64_
 /* Read values 0..n-1 back with kvp_batch_get, batch keys per call.
  * Returns bytes/s; *bad counts values not read whole. */
 static inline double
-kvpb_ssd_cold_gets(struct kvp_client *c, int n, uint64_t sz, int batch, uint64_t *bad)
+kvpb_ssd_cold_gets(struct kvp_client *c, int n, uint64_t sz, int batch,
+		   uint64_t *bad)
 {
 	struct kvp_op *ops = calloc((size_t)batch, sizeof(*ops));
-	char (*keys)[100] = calloc((size_t)batch, 100);
+	char(*keys)[100] = calloc((size_t)batch, 100);
 	unsigned char *out = malloc((size_t)batch * sz);
 	double t0, bw = 0;
 	int i, k;
@@ -263,7 +285,8 @@ kvpb_ssd_cold_gets(struct kvp_client *c, int n, uint64_t sz, int batch, uint64_t
 		}
 		got = kvp_batch_get(c, ops, (size_t)m);
 		if (got != m) {
-			fprintf(stderr, "bench: batch get: %zd of %d ok\n", got, m);
+			fprintf(stderr, "bench: batch get: %zd of %d ok\n", got,
+				m);
 			if (bad)
 				*bad += (uint64_t)(m - (got > 0 ? got : 0));
 		}

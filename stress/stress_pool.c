@@ -36,16 +36,18 @@ struct shared {
 	kvp_aword_t wrong;    /* wrong bytes seen (must stay 0) */
 	kvp_aword_t verified; /* bytes verified */
 	kvp_aword_t ops;
-	kvp_aword_t errors;   /* unexpected statuses */
+	kvp_aword_t errors; /* unexpected statuses */
 	kvp_aword_t killed;
-	kvp_aword_t agent_down;     /* 1 while the chaos loop has the agent dead */
-	kvp_aword_t outage_hits;    /* DRAM hits served while the agent was dead */
-	kvp_aword_t outage_unavail; /* reads answered -ENOTCONN while it was dead */
+	kvp_aword_t agent_down;  /* 1 while the chaos loop has the agent dead */
+	kvp_aword_t outage_hits; /* DRAM hits served while the agent was dead */
+	/* reads answered -ENOTCONN while it was dead */
+	kvp_aword_t outage_unavail;
 	kvp_aword_t unavail_max_ns; /* slowest -ENOTCONN answer */
 	kvp_aword_t unavail_slow;   /* -ENOTCONN answers slower than 10 ms */
 	kvp_aword_t leases;
-	kvp_aword_t slot_word[MAXW]; /* each worker's client slot word (reap timing) */
-	kvp_aword_t slot_idx[MAXW];  /* and its slot + 1 */
+	/* each worker's client slot word (reap timing) */
+	kvp_aword_t slot_word[MAXW];
+	kvp_aword_t slot_idx[MAXW]; /* and its slot + 1 */
 	kvp_aword_t last_error;
 };
 
@@ -70,14 +72,18 @@ rnd(uint64_t *s)
 static uint32_t
 mk(char *k, uint64_t i)
 {
-	return (uint32_t)snprintf(k, 100, "%064llx-stress-%llu", (unsigned long long)(i * 0x9e3779b97f4a7c15ull),
-				  (unsigned long long)i);
+	return (uint32_t)snprintf(
+		k, 100, "%064llx-stress-%llu",
+		(unsigned long long)(i * 0x9e3779b97f4a7c15ull),
+		(unsigned long long)i);
 }
 
 static void
-make_val(unsigned char *b, uint64_t len, const char *k, uint32_t kl, uint64_t version)
+make_val(unsigned char *b, uint64_t len, const char *k, uint32_t kl,
+	 uint64_t version)
 {
-	struct val_hdr h = { 0x5354524553535631ull, version, len, kvp_hash(1, k, kl) };
+	struct val_hdr h = { 0x5354524553535631ull, version, len,
+			     kvp_hash(1, k, kl) };
 
 	memcpy(b, &h, sizeof(h));
 	kvpt_fill(b + sizeof(h), len - sizeof(h), k, kl, version);
@@ -92,9 +98,12 @@ check_val(const unsigned char *b, uint64_t len, const char *k, uint32_t kl)
 	if (len < sizeof(h))
 		return -1;
 	memcpy(&h, b, sizeof(h));
-	if (h.magic != 0x5354524553535631ull || h.len != len || h.keyhash != kvp_hash(1, k, kl))
+	if (h.magic != 0x5354524553535631ull || h.len != len ||
+	    h.keyhash != kvp_hash(1, k, kl))
 		return -1;
-	return kvpt_check(b + sizeof(h), len - sizeof(h), k, kl, h.version) ? 0 : -1;
+	return kvpt_check(b + sizeof(h), len - sizeof(h), k, kl, h.version) ?
+		       0 :
+		       -1;
 }
 
 static void
@@ -107,7 +116,8 @@ static void
 note_error(int st)
 {
 	add(&sh->errors, 1);
-	kvp_store_relaxed(&sh->last_error, (uint64_t)(int64_t)st); /* relaxed: a report */
+	/* relaxed: a report */
+	kvp_store_relaxed(&sh->last_error, (uint64_t)(int64_t)st);
 }
 
 static void
@@ -126,26 +136,31 @@ atomic_max(kvp_aword_t *w, uint64_t v)
 #define RECENT 32
 
 static void
-outage_probe(struct kvp_client *c, uint64_t *seed, unsigned char *buf, const uint64_t *recent)
+outage_probe(struct kvp_client *c, uint64_t *seed, unsigned char *buf,
+	     const uint64_t *recent)
 {
 	int k;
 
-	for (k = 0; k < 16 && kvp_load_acquire(&sh->agent_down); k++) { /* acquire */
+	/* acquire */
+	for (k = 0; k < 16 && kvp_load_acquire(&sh->agent_down); k++) {
 		char key[100];
 		/* keys this worker put lately (likely DRAM-resident) and
 		 * random ones (likely on SSD) */
-		uint32_t kl = mk(key, k & 1 ? rnd(seed) % KEYSPACE : recent[rnd(seed) % RECENT]);
+		uint32_t kl = mk(key, k & 1 ? rnd(seed) % KEYSPACE :
+					      recent[rnd(seed) % RECENT]);
 		uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), dt;
 		ssize_t n = kvp_get(c, key, kl, buf, MAXVAL);
 
 		dt = kvp_now_ns(CLOCK_MONOTONIC) - t0;
-		if (!kvp_load_acquire(&sh->agent_down)) /* acquire: restarted meanwhile */
+		/* acquire: restarted meanwhile */
+		if (!kvp_load_acquire(&sh->agent_down))
 			break;
 		if (n >= 0) {
 			if (check_val(buf, (uint64_t)n, key, kl))
 				add(&sh->wrong, 1);
 			else
-				add(&sh->outage_hits, 1), add(&sh->verified, (uint64_t)n);
+				add(&sh->outage_hits, 1),
+					add(&sh->verified, (uint64_t)n);
 		} else if (n == -ENOTCONN) {
 			add(&sh->outage_unavail, 1);
 			atomic_max(&sh->unavail_max_ns, dt);
@@ -183,17 +198,21 @@ worker(unsigned idx, uint64_t seed)
 		return;
 	}
 	if (idx < MAXW) {
-		kvp_store_relaxed(&sh->slot_word[idx], c->slot_word); /* relaxed: before... */
-		kvp_store_release(&sh->slot_idx[idx], c->slot + 1);  /* release: ...this */
+		/* relaxed: before... */
+		kvp_store_relaxed(&sh->slot_word[idx], c->slot_word);
+		/* release: ...this */
+		kvp_store_release(&sh->slot_idx[idx], c->slot + 1);
 	}
 	while (!stop_flag && kvp_now_ns(CLOCK_MONOTONIC) < t_end) {
 		uint64_t op = rnd(&seed) % 100, base = rnd(&seed) % KEYSPACE;
 		ssize_t n;
 
-		if (kvp_load_acquire(&sh->agent_down)) /* acquire: the chaos loop's flag */
+		/* acquire: the chaos loop's flag */
+		if (kvp_load_acquire(&sh->agent_down))
 			outage_probe(c, &seed, bufs, recent);
 		for (k = 0; k < BATCH; k++) {
-			ops[k].klen = mk(keys[k], (base + (uint64_t)k) % KEYSPACE);
+			ops[k].klen =
+				mk(keys[k], (base + (uint64_t)k) % KEYSPACE);
 			ops[k].key = keys[k];
 			ops[k].buf = bufs + (size_t)k * MAXVAL;
 			ops[k].off = 0;
@@ -203,17 +222,21 @@ worker(unsigned idx, uint64_t seed)
 		if (op < 30) { /* batch put of fresh versions */
 			for (k = 0; k < BATCH; k++) {
 				ops[k].len = 64 + rnd(&seed) % (MAXVAL - 64);
-				make_val(ops[k].buf, ops[k].len, keys[k], ops[k].klen, rnd(&seed));
+				make_val(ops[k].buf, ops[k].len, keys[k],
+					 ops[k].klen, rnd(&seed));
 			}
 			kvp_batch_put(c, ops, BATCH);
 			for (k = 0; k < BATCH; k++)
 				if (ops[k].status == 0)
-					recent[nrecent++ % RECENT] = (base + (uint64_t)k) % KEYSPACE;
+					recent[nrecent++ % RECENT] =
+						(base + (uint64_t)k) % KEYSPACE;
 				else if (ops[k].status != -EEXIST &&
-				    ops[k].status != -EBUSY && ops[k].status != -ENOSPC &&
-				    ops[k].status != -ENOTCONN)
+					 ops[k].status != -EBUSY &&
+					 ops[k].status != -ENOSPC &&
+					 ops[k].status != -ENOTCONN)
 					note_error(ops[k].status);
-		} else if (op < 65) { /* batch get (through the staging arena in parts) */
+			/* batch get (through the staging arena in parts) */
+		} else if (op < 65) {
 			/* acquire: the chaos loop's flag, before and after */
 			bool down = kvp_load_acquire(&sh->agent_down);
 
@@ -221,7 +244,8 @@ worker(unsigned idx, uint64_t seed)
 			down = down && kvp_load_acquire(&sh->agent_down);
 			for (k = 0; k < BATCH; k++) {
 				if (ops[k].status == 0) {
-					if (check_val(ops[k].buf, ops[k].len, keys[k], ops[k].klen))
+					if (check_val(ops[k].buf, ops[k].len,
+						      keys[k], ops[k].klen))
 						add(&sh->wrong, 1);
 					else
 						add(&sh->verified, ops[k].len);
@@ -231,45 +255,63 @@ worker(unsigned idx, uint64_t seed)
 					note_error(ops[k].status);
 				}
 			}
-		} else if (op < 78) { /* prefix probe, then whole and ranged gets */
+			/* prefix probe, then whole and ranged gets */
+		} else if (op < 78) {
 			n = kvp_batch_exists_prefix(c, ops, BATCH);
 			if (n < 0)
 				note_error((int)n);
 			for (k = 0; k < n && k < 8; k++) {
-				unsigned char *whole = bufs, *part = bufs + MAXVAL;
-				ssize_t len = kvp_get(c, keys[k], ops[k].klen, whole, MAXVAL);
+				unsigned char *whole = bufs,
+					      *part = bufs + MAXVAL;
+				ssize_t len = kvp_get(c, keys[k], ops[k].klen,
+						      whole, MAXVAL);
 
 				if (len < 0 && !read_ok_status((int)len))
 					note_error((int)len);
 				if (len > 64) {
-					uint64_t off = rnd(&seed) % (uint64_t)len;
+					uint64_t off =
+						rnd(&seed) % (uint64_t)len;
 					ssize_t m;
 
-					if (check_val(whole, (uint64_t)len, keys[k], ops[k].klen)) {
+					if (check_val(whole, (uint64_t)len,
+						      keys[k], ops[k].klen)) {
 						add(&sh->wrong, 1);
 						continue;
 					}
-					/* the ranged read must equal the slice, unless the
-					 * key was replaced meanwhile (then the new value
-					 * must itself be valid) */
-					m = kvp_get_range(c, keys[k], ops[k].klen, off, part, 4096);
-					if (m > 0 && memcmp(part, whole + off, (size_t)m)) {
-						ssize_t l2 = kvp_get(c, keys[k], ops[k].klen, whole, MAXVAL);
-						if (l2 >= 0 && check_val(whole, (uint64_t)l2, keys[k],
-									 ops[k].klen))
+					/* the ranged read must equal the slice,
+					 * unless the key was replaced meanwhile
+					 * (then the new value must itself be
+					 * valid) */
+					m = kvp_get_range(c, keys[k],
+							  ops[k].klen, off,
+							  part, 4096);
+					if (m > 0 && memcmp(part, whole + off,
+							    (size_t)m)) {
+						ssize_t l2 = kvp_get(
+							c, keys[k], ops[k].klen,
+							whole, MAXVAL);
+						if (l2 >= 0 &&
+						    check_val(whole,
+							      (uint64_t)l2,
+							      keys[k],
+							      ops[k].klen))
 							add(&sh->wrong, 1);
 					} else if (m > 0) {
 						add(&sh->verified, (uint64_t)m);
-					} else if (m < 0 && !read_ok_status((int)m) && m != -EINVAL) {
+					} else if (m < 0 &&
+						   !read_ok_status((int)m) &&
+						   m != -EINVAL) {
 						note_error((int)m);
 					}
 				}
 			}
-		} else if (op < 88) { /* leases: half released, half left to expire */
+			/* leases: half released, half left to expire */
+		} else if (op < 88) {
 			for (k = 0; k < 4; k++) {
 				struct kvp_lease l;
-				rc = kvp_lease_acquire(c, keys[k], ops[k].klen,
-						       5 + (uint32_t)(rnd(&seed) % 45), &l);
+				rc = kvp_lease_acquire(
+					c, keys[k], ops[k].klen,
+					5 + (uint32_t)(rnd(&seed) % 45), &l);
 				if (rc == 0) {
 					add(&sh->leases, 1);
 					if (k & 1)
@@ -322,7 +364,8 @@ no_leases(void *p)
 
 	for (k = 0; k < s->g.g_max_leases; k++)
 		/* acquire: pairs with the sweep's CAS */
-		if (KVP_LS_STATE(kvp_load_acquire(&s->leases[k].ls_state)) != KVP_LS_FREE)
+		if (KVP_LS_STATE(kvp_load_acquire(&s->leases[k].ls_state)) !=
+		    KVP_LS_FREE)
 			return false;
 	return true;
 }
@@ -335,22 +378,29 @@ agent_up(struct kvpt_agent *a, bool first)
 {
 	if (use_ssd) {
 		if (first)
-			return kvpt_agent_start(a, "--dram", "8M", "--dram-unit", "4K",
-						"--index-entries", "8192", "--dram-high", "85",
-						"--dram-low", "60", "--ssd-dir", ssd_dir,
-						"--ssd-segment", "4M", "--ssd-size", "24M",
-						"--staging", "1M", "--staging-slot", "64K", NULL);
-		return kvpt_agent_restart(a, "--dram", "8M", "--dram-unit", "4K",
-					  "--index-entries", "8192", "--dram-high", "85",
-					  "--dram-low", "60", "--ssd-dir", ssd_dir,
-					  "--ssd-segment", "4M", "--ssd-size", "24M",
-					  "--staging", "1M", "--staging-slot", "64K", NULL);
+			return kvpt_agent_start(
+				a, "--dram", "8M", "--dram-unit", "4K",
+				"--index-entries", "8192", "--dram-high", "85",
+				"--dram-low", "60", "--ssd-dir", ssd_dir,
+				"--ssd-segment", "4M", "--ssd-size", "24M",
+				"--staging", "1M", "--staging-slot", "64K",
+				NULL);
+		return kvpt_agent_restart(a, "--dram", "8M", "--dram-unit",
+					  "4K", "--index-entries", "8192",
+					  "--dram-high", "85", "--dram-low",
+					  "60", "--ssd-dir", ssd_dir,
+					  "--ssd-segment", "4M", "--ssd-size",
+					  "24M", "--staging", "1M",
+					  "--staging-slot", "64K", NULL);
 	}
 	if (first)
-		return kvpt_agent_start(a, "--dram", "8M", "--dram-unit", "4K", "--index-entries",
-					"8192", "--dram-high", "85", "--dram-low", "60", NULL);
-	return kvpt_agent_restart(a, "--dram", "8M", "--dram-unit", "4K", "--index-entries",
-				  "8192", "--dram-high", "85", "--dram-low", "60", NULL);
+		return kvpt_agent_start(a, "--dram", "8M", "--dram-unit", "4K",
+					"--index-entries", "8192",
+					"--dram-high", "85", "--dram-low", "60",
+					NULL);
+	return kvpt_agent_restart(a, "--dram", "8M", "--dram-unit", "4K",
+				  "--index-entries", "8192", "--dram-high",
+				  "85", "--dram-low", "60", NULL);
 }
 
 static void
@@ -361,7 +411,8 @@ sleep_until(uint64_t t)
 	if (t > now) {
 		struct timespec ts = { (time_t)((t - now) / 1000000000ull),
 				       (long)((t - now) % 1000000000ull) };
-		nanosleep(&ts, NULL); /* the chaos schedule, not a synchronisation */
+		/* the chaos schedule, not a synchronisation */
+		nanosleep(&ts, NULL);
 	}
 }
 
@@ -408,7 +459,8 @@ main(int argc, char **argv)
 		{ "no-ssd", no_argument, NULL, 'n' },
 		{ NULL, 0, NULL, 0 },
 	};
-	unsigned procs = 4, kill_ms = 0, restart_ms = 0, passed = 0, failed = 0, i;
+	unsigned procs = 4, kill_ms = 0, restart_ms = 0, passed = 0, failed = 0,
+		 i;
 	unsigned restarts = 0, reaps_timed = 0, kills_in_outage = 0;
 	uint64_t seed = (uint64_t)time(NULL), rs, reap_worst = 0, reap_sum = 0;
 	uint64_t outage_reap_worst = 0;
@@ -424,15 +476,30 @@ main(int argc, char **argv)
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'p': procs = (unsigned)atoi(optarg); break;
-		case 's': seconds = (unsigned)atoi(optarg); break;
-		case 'x': seed = strtoull(optarg, NULL, 0); break;
-		case 't': threads = true; break;
-		case 'k': kill_ms = (unsigned)atoi(optarg); break;
-		case 'a': restart_ms = (unsigned)atoi(optarg); break;
-		case 'n': use_ssd = false; break;
+		case 'p':
+			procs = (unsigned)atoi(optarg);
+			break;
+		case 's':
+			seconds = (unsigned)atoi(optarg);
+			break;
+		case 'x':
+			seed = strtoull(optarg, NULL, 0);
+			break;
+		case 't':
+			threads = true;
+			break;
+		case 'k':
+			kill_ms = (unsigned)atoi(optarg);
+			break;
+		case 'a':
+			restart_ms = (unsigned)atoi(optarg);
+			break;
+		case 'n':
+			use_ssd = false;
+			break;
 		default:
-			fprintf(stderr, "usage: stress_pool --procs N --seconds S --seed X "
+			fprintf(stderr,
+				"usage: stress_pool --procs N --seconds S --seed X "
 				"[--threads] [--kill-every MS] [--agent-restart-every MS] "
 				"[--no-ssd]\n");
 			return 2;
@@ -446,13 +513,16 @@ main(int argc, char **argv)
 		procs = MAXW;
 	nthreads_arg = procs;
 	printf("seed %llu\n", (unsigned long long)seed);
-	printf("stress_pool: %u %s, %u s, %s%s%s\n", procs, threads ? "threads" : "processes",
-	       seconds, use_ssd ? "DRAM 8 MiB + SSD 24 MiB, staging 1 MiB" : "DRAM 8 MiB only",
+	printf("stress_pool: %u %s, %u s, %s%s%s\n", procs,
+	       threads ? "threads" : "processes", seconds,
+	       use_ssd ? "DRAM 8 MiB + SSD 24 MiB, staging 1 MiB" :
+			 "DRAM 8 MiB only",
 	       kill_ms && !threads ? ", random SIGKILLs" : "",
 	       restart_ms ? ", agent kill -9 + restart" : "");
 	fflush(stdout);
 	rs = seed | 1;
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
+		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 1;
 	if (use_ssd && kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "stress")) {
@@ -468,12 +538,14 @@ main(int argc, char **argv)
 		printf("cannot map the pool\n0 passed, 1 failed\n");
 		return 1;
 	}
-	t_end_all = kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)seconds * 1000000000ull;
+	t_end_all =
+		kvp_now_ns(CLOCK_MONOTONIC) + (uint64_t)seconds * 1000000000ull;
 	t_end = t_end_all;
 	if (threads) {
 		th = calloc(procs, sizeof(*th));
 		for (i = 0; i < procs; i++)
-			pthread_create(&th[i], NULL, worker_thread, (void *)(uintptr_t)(seed * MAXW + i));
+			pthread_create(&th[i], NULL, worker_thread,
+				       (void *)(uintptr_t)(seed * MAXW + i));
 	} else {
 		pid = calloc(procs, sizeof(*pid));
 		for (i = 0; i < procs; i++)
@@ -482,11 +554,15 @@ main(int argc, char **argv)
 	/* the chaos loop */
 	if (threads)
 		kill_ms = 0;
-	next_kill = kill_ms ? kvp_now_ns(CLOCK_MONOTONIC) + kill_ms * 1000000ull : UINT64_MAX;
-	next_restart = restart_ms ? kvp_now_ns(CLOCK_MONOTONIC) + restart_ms * 1000000ull
-				  : UINT64_MAX;
+	next_kill = kill_ms ?
+			    kvp_now_ns(CLOCK_MONOTONIC) + kill_ms * 1000000ull :
+			    UINT64_MAX;
+	next_restart = restart_ms ? kvp_now_ns(CLOCK_MONOTONIC) +
+					    restart_ms * 1000000ull :
+				    UINT64_MAX;
 	for (;;) {
-		uint64_t next = next_kill < next_restart ? next_kill : next_restart;
+		uint64_t next = next_kill < next_restart ? next_kill :
+							   next_restart;
 
 		if (next >= t_end)
 			break;
@@ -502,14 +578,16 @@ main(int argc, char **argv)
 			waitpid(pid[i], NULL, 0);
 			add(&sh->killed, 1);
 			/* acquire: pairs with the worker's release of slot_idx,
-			 * which orders its relaxed store of slot_word before it;
-			 * agent_down is ours (relaxed) */
+			 * which orders its relaxed store of slot_word before
+			 * it; agent_down is ours (relaxed) */
 			slot = (uint32_t)kvp_load_acquire(&sh->slot_idx[i]);
 			word = kvp_load_relaxed(&sh->slot_word[i]);
 			if (slot && !kvp_load_relaxed(&sh->agent_down)) {
 				struct reap_cond rc = { &s, slot - 1, word };
-				long long ns = kvpt_wait_until(reaped, &rc, 3000);
-				uint64_t v = ns < 0 ? 3000000000ull : (uint64_t)ns;
+				long long ns =
+					kvpt_wait_until(reaped, &rc, 3000);
+				uint64_t v = ns < 0 ? 3000000000ull :
+						      (uint64_t)ns;
 
 				reaps_timed++;
 				reap_sum += v;
@@ -519,36 +597,49 @@ main(int argc, char **argv)
 				kills_in_outage++;
 			}
 			/* relaxed: killed is only written by this thread */
-			pid[i] = spawn(i, seed * 1000 + procs + (uint64_t)kvp_load_relaxed(&sh->killed));
+			pid[i] = spawn(i, seed * 1000 + procs +
+						  (uint64_t)kvp_load_relaxed(
+							  &sh->killed));
 		} else {
 			next_restart += restart_ms * 1000000ull;
 			kvpt_agent_kill(&a);
-			kvp_store_release(&sh->agent_down, 1); /* release: workers probe */
+			/* release: workers probe */
+			kvp_store_release(&sh->agent_down, 1);
 			restarts++;
 			/* the outage: workers keep serving DRAM hits; one of
-			 * them dies meanwhile (the restarted agent reaps it) and
-			 * its replacement opens the pool with no agent */
-			sleep_until(kvp_now_ns(CLOCK_MONOTONIC) + 150ull * 1000000);
+			 * them dies meanwhile (the restarted agent reaps it)
+			 * and its replacement opens the pool with no agent */
+			sleep_until(kvp_now_ns(CLOCK_MONOTONIC) +
+				    150ull * 1000000);
 			struct reap_cond orc = { &s, 0, 0 };
 			if (!threads) {
 				i = (unsigned)(rnd(&rs) % procs);
 				if (pid[i] > 0 && kill(pid[i], SIGKILL) == 0) {
 					waitpid(pid[i], NULL, 0);
 					add(&sh->killed, 1);
-					/* acquire: pairs with the worker's release */
-					orc.slot = (uint32_t)kvp_load_acquire(&sh->slot_idx[i]);
-					/* relaxed: ordered by the acquire above;
-					 * killed is only written by this thread */
-					orc.word = kvp_load_relaxed(&sh->slot_word[i]);
-					pid[i] = spawn(i, seed * 1000 + procs +
-						       (uint64_t)kvp_load_relaxed(&sh->killed));
+					/* acquire: pairs with the worker's
+					 * release */
+					orc.slot = (uint32_t)kvp_load_acquire(
+						&sh->slot_idx[i]);
+					/* relaxed: ordered by the acquire
+					 * above; killed is only written by this
+					 * thread */
+					orc.word = kvp_load_relaxed(
+						&sh->slot_word[i]);
+					pid[i] = spawn(
+						i,
+						seed * 1000 + procs +
+							(uint64_t)kvp_load_relaxed(
+								&sh->killed));
 				}
 			}
-			sleep_until(kvp_now_ns(CLOCK_MONOTONIC) + 150ull * 1000000);
+			sleep_until(kvp_now_ns(CLOCK_MONOTONIC) +
+				    150ull * 1000000);
 			if (agent_up(&a, false) || a.pid <= 0) {
 				printf("FAIL: the agent did not restart\n");
 				failed++;
-				kvp_store_release(&sh->agent_down, 0); /* release */
+				/* release */
+				kvp_store_release(&sh->agent_down, 0);
 				break;
 			}
 			kvp_store_release(&sh->agent_down, 0); /* release */
@@ -559,7 +650,9 @@ main(int argc, char **argv)
 				ns = kvpt_wait_until(reaped, &orc, 3000);
 				kills_in_outage++;
 				if (ns < 0 || (uint64_t)ns > outage_reap_worst)
-					outage_reap_worst = ns < 0 ? 3000000000ull : (uint64_t)ns;
+					outage_reap_worst =
+						ns < 0 ? 3000000000ull :
+							 (uint64_t)ns;
 			}
 		}
 	}
@@ -582,10 +675,13 @@ main(int argc, char **argv)
 				if (pid[i] == w) {
 					pid[i] = -1;
 					alive--;
-					if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+					if (WIFEXITED(st) &&
+					    WEXITSTATUS(st) == 0)
 						passed++;
 					else
-						failed++, printf("FAIL: worker %u exited with %#x\n", i, st);
+						failed++,
+							printf("FAIL: worker %u exited with %#x\n",
+							       i, st);
 				}
 		}
 		free(pid);
@@ -600,50 +696,62 @@ main(int argc, char **argv)
 	if (kvpt_wait_until(pool_quiet, &pc, 3000) >= 0)
 		passed++;
 	else
-		failed++, printf("FAIL: pool not quiet: %llu clients, %llu holds, %llu pending\n",
-				 (unsigned long long)kvpt_clients_nonfree(&s),
-				 (unsigned long long)kvpt_holds_total(&s),
-				 (unsigned long long)kvpt_count_state(&s, KVP_IX_PENDING));
+		failed++,
+			printf("FAIL: pool not quiet: %llu clients, %llu holds, %llu pending\n",
+			       (unsigned long long)kvpt_clients_nonfree(&s),
+			       (unsigned long long)kvpt_holds_total(&s),
+			       (unsigned long long)kvpt_count_state(
+				       &s, KVP_IX_PENDING));
 	if (kvpt_wait_until(no_leases, &pc, 3000) >= 0)
 		passed++;
 	else
 		failed++, printf("FAIL: leases left after their expiry\n");
 	if (kvp_check_wait(&s, 3000, stdout, &rep) == 0 && rep.holds == 0 &&
-	    rep.spans_in_use == 0 && rep.leases_live == 0 && rep.entries_pending == 0)
+	    rep.spans_in_use == 0 && rep.leases_live == 0 &&
+	    rep.entries_pending == 0)
 		passed++;
 	else
-		failed++, printf("FAIL: invariant check (%u violations, %llu holds, %llu staging "
-				 "slots, %llu leases)\n", rep.violations,
-				 (unsigned long long)rep.holds,
-				 (unsigned long long)rep.spans_in_use,
-				 (unsigned long long)rep.leases_live);
+		failed++,
+			printf("FAIL: invariant check (%u violations, %llu holds, %llu staging "
+			       "slots, %llu leases)\n",
+			       rep.violations, (unsigned long long)rep.holds,
+			       (unsigned long long)rep.spans_in_use,
+			       (unsigned long long)rep.leases_live);
 	kvp_check_summary(&rep, stdout);
 	if (kvp_load_relaxed(&sh->wrong) == 0)
 		passed++;
 	else
 		failed++, printf("FAIL: %llu wrong values read\n",
-				 (unsigned long long)kvp_load_relaxed(&sh->wrong));
+				 (unsigned long long)kvp_load_relaxed(
+					 &sh->wrong));
 	if (kvp_load_relaxed(&sh->errors) == 0)
 		passed++;
 	else
 		failed++, printf("FAIL: %llu unexpected statuses (last: %s)\n",
-				 (unsigned long long)kvp_load_relaxed(&sh->errors),
-				 kvp_strerror((int)(int64_t)kvp_load_relaxed(&sh->last_error)));
+				 (unsigned long long)kvp_load_relaxed(
+					 &sh->errors),
+				 kvp_strerror((int)(int64_t)kvp_load_relaxed(
+					 &sh->last_error)));
 	if (reaps_timed || kills_in_outage) {
-		if (reap_worst <= 1000000000ull && outage_reap_worst <= 1000000000ull)
+		if (reap_worst <= 1000000000ull &&
+		    outage_reap_worst <= 1000000000ull)
 			passed++;
 		else
-			failed++, printf("FAIL: a killed worker was reaped only after %.0f ms\n",
-					 (double)(reap_worst > outage_reap_worst ? reap_worst
-						  : outage_reap_worst) / 1e6);
+			failed++,
+				printf("FAIL: a killed worker was reaped only after %.0f ms\n",
+				       (double)(reap_worst > outage_reap_worst ?
+							reap_worst :
+							outage_reap_worst) /
+					       1e6);
 	}
 	if (restarts) {
 		/* DRAM hits kept coming while the agent was dead */
 		if (kvp_load_relaxed(&sh->outage_hits) > 0)
 			passed++;
 		else
-			failed++, printf("FAIL: no DRAM hit was served during %u agent outages\n",
-					 restarts);
+			failed++,
+				printf("FAIL: no DRAM hit was served during %u agent outages\n",
+				       restarts);
 	}
 	printf("ops %llu batches, %.1f MiB verified, %llu leases; %llu evictions, %llu "
 	       "demotions, %llu promotions, %llu staged, %llu busy rejects, %llu SSD segments "
@@ -651,19 +759,27 @@ main(int argc, char **argv)
 	       (unsigned long long)kvp_load_relaxed(&sh->ops),
 	       (double)kvp_load_relaxed(&sh->verified) / 1048576.0,
 	       (unsigned long long)kvp_load_relaxed(&sh->leases),
-	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT]),
-	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_DEMOTE]),
-	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_PROMOTE]),
-	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_STAGED]),
-	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_BUSY_REJECT]),
-	       (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM]));
+	       (unsigned long long)kvp_load_relaxed(
+		       &s.hdr->h_actr[KVP_ACTR_EVICT]),
+	       (unsigned long long)kvp_load_relaxed(
+		       &s.hdr->h_actr[KVP_ACTR_DEMOTE]),
+	       (unsigned long long)kvp_load_relaxed(
+		       &s.hdr->h_actr[KVP_ACTR_PROMOTE]),
+	       (unsigned long long)kvp_load_relaxed(
+		       &s.hdr->h_actr[KVP_ACTR_STAGED]),
+	       (unsigned long long)kvp_load_relaxed(
+		       &s.hdr->h_actr[KVP_ACTR_BUSY_REJECT]),
+	       (unsigned long long)kvp_load_relaxed(
+		       &s.hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM]));
 	printf("chaos: %llu workers killed (%u with the agent up: reaped in %.1f ms worst, "
 	       "%.1f ms mean; %u during outages: reaped %.1f ms after the restart at worst), "
 	       "%u agent restarts; during outages %llu DRAM hits served, "
 	       "%llu reads UNAVAILABLE (slowest %.1f ms, %llu over 10 ms)\n",
 	       (unsigned long long)kvp_load_relaxed(&sh->killed), reaps_timed,
-	       (double)reap_worst / 1e6, reaps_timed ? (double)reap_sum / reaps_timed / 1e6 : 0.0,
-	       kills_in_outage, (double)outage_reap_worst / 1e6, restarts, (unsigned long long)kvp_load_relaxed(&sh->outage_hits),
+	       (double)reap_worst / 1e6,
+	       reaps_timed ? (double)reap_sum / reaps_timed / 1e6 : 0.0,
+	       kills_in_outage, (double)outage_reap_worst / 1e6, restarts,
+	       (unsigned long long)kvp_load_relaxed(&sh->outage_hits),
 	       (unsigned long long)kvp_load_relaxed(&sh->outage_unavail),
 	       (double)kvp_load_relaxed(&sh->unavail_max_ns) / 1e6,
 	       (unsigned long long)kvp_load_relaxed(&sh->unavail_slow));

@@ -153,10 +153,12 @@ done
 # who owns what (docs/design.md): index state words written in index/
 # only, nothing under shm/ index/ tiers/ includes agent/, no include cycle
 run "structure: owners, includes, no cycles" tests/structure/test_structure.sh
+# the tree passes its .clang-format (SKIP without clang-format: .ci/run installs it)
+run "structure: the tree passes .clang-format" tests/structure/test_format.sh
 # the layout signature sees order, not only sizes: a client built with two
 # same-size header fields swapped refuses a real agent's segment
 run "layout: test_layout fails with two fields swapped" tests/shm/test_layout_swapped.sh
-run "release/test_layout_swap (fields swapped: -EPROTO)" build/release/test_layout_swap
+run "layout: a client with two fields swapped gets -EPROTO" build/release/test_layout_swap
 # the client as engines use it (tests/client/): kvpool.h from C++, header
 # only and linked with libkvpool.so; the library exports exactly the API
 # of kvpool.h, has a SONAME, and serves a real agent through dlopen()

@@ -45,8 +45,9 @@ kvp_crc_init(void)
 	}
 	for (i = 0; i < 256; i++)
 		for (k = 1; k < 8; k++)
-			kvp_crc_tab[k][i] = (kvp_crc_tab[k - 1][i] >> 8) ^
-					    kvp_crc_tab[0][kvp_crc_tab[k - 1][i] & 0xff];
+			kvp_crc_tab[k][i] =
+				(kvp_crc_tab[k - 1][i] >> 8) ^
+				kvp_crc_tab[0][kvp_crc_tab[k - 1][i] & 0xff];
 #if KVP_CRC_HAVE_X86
 	__builtin_cpu_init();
 	kvp_crc_hw = __builtin_cpu_supports("sse4.2");
@@ -69,10 +70,14 @@ kvp_crc32c_sw(uint32_t crc, const void *buf, size_t len)
 
 		memcpy(&v, p, 8); /* little-endian load */
 		v ^= crc;
-		crc = kvp_crc_tab[7][v & 0xff] ^ kvp_crc_tab[6][(v >> 8) & 0xff] ^
-		      kvp_crc_tab[5][(v >> 16) & 0xff] ^ kvp_crc_tab[4][(v >> 24) & 0xff] ^
-		      kvp_crc_tab[3][(v >> 32) & 0xff] ^ kvp_crc_tab[2][(v >> 40) & 0xff] ^
-		      kvp_crc_tab[1][(v >> 48) & 0xff] ^ kvp_crc_tab[0][v >> 56];
+		crc = kvp_crc_tab[7][v & 0xff] ^
+		      kvp_crc_tab[6][(v >> 8) & 0xff] ^
+		      kvp_crc_tab[5][(v >> 16) & 0xff] ^
+		      kvp_crc_tab[4][(v >> 24) & 0xff] ^
+		      kvp_crc_tab[3][(v >> 32) & 0xff] ^
+		      kvp_crc_tab[2][(v >> 40) & 0xff] ^
+		      kvp_crc_tab[1][(v >> 48) & 0xff] ^
+		      kvp_crc_tab[0][v >> 56];
 		p += 8;
 		len -= 8;
 	}

@@ -13,14 +13,16 @@
  * header (for coalescing).  The free bins (log2 size classes, doubly
  * linked through the page map) are derived data.
  *
- * Concurrency: one process-shared robust mutex.  It is held for a few
- * hundred nanoseconds per allocation (never across a copy).  Crash
- * safety: every header write keeps the forward chain "page 0, then
+ * Concurrency: one lock word in the segment (dh_lock, a futex; see
+ * KVP_LOCK_WAITERS in shm/kvp_shm.h for its format and its claims), held
+ * for a few hundred nanoseconds per allocation, never across a copy.
+ * Crash safety: every header write keeps the forward chain "page 0, then
  * page 0 + npages, ..." valid (a split writes the tail header before it
- * shrinks the head; a merge grows one header), so a locker that gets
- * EOWNERDEAD rebuilds the bins and counts from the chain and marks the
- * mutex consistent.  A run whose owner died before publishing is found
- * by its owner tag (entry slot + generation) and freed by the agent.
+ * shrinks the head; a merge grows one header), so whoever takes the lock
+ * over from a dead holder (or from a word no holder claims) rebuilds the
+ * bins and counts from the chain.  A run whose owner died before
+ * publishing is found by its owner tag (entry slot + generation) and
+ * freed by the agent.
  *
  * A client that can write the segment can write any of it (DESIGN-NOTES
  * 9): every unit number, run length and bin link read from the page map
@@ -29,9 +31,10 @@
  * of an operation passed.  A run taken or merged must also carry its tail
  * tag, and a header absorbed by a merge is cleared (interior units are
  * NONE), so a bin link or a length forged outside a value's units cannot
- * hand out or merge units inside it.  A damaged map makes an operation fail with
- * -EUCLEAN (never a write out of bounds); the caller sets dh_damaged and
- * the agent repairs the map (tiers/dram_agent.c, kvp_dram_repair_agent).
+ * hand out or merge units inside it.  A damaged map makes an operation
+ * fail with -EUCLEAN (never a write out of bounds); the caller sets
+ * dh_damaged and the agent repairs the map (agent/dram.c,
+ * kvp_dram_repair_agent).
  *
  * Waiting: a client never waits for the lock longer than its deadline
  * (a live holder may be stopped: SIGSTOP, a debugger, a frozen cgroup);
@@ -84,7 +87,8 @@ kvp__dram_bin_unlink(struct kvp_seg *s, uint32_t p)
 
 	if (p >= n || prev > n || next > n || prev == p + 1 || next == p + 1)
 		return -EUCLEAN;
-	if (prev ? s->pages[prev - 1].pg_next != p + 1 : s->dram->dh_bin[b] != p + 1)
+	if (prev ? s->pages[prev - 1].pg_next != p + 1 :
+		   s->dram->dh_bin[b] != p + 1)
 		return -EUCLEAN;
 	if (next && s->pages[next - 1].pg_prev != p + 1)
 		return -EUCLEAN;
@@ -139,7 +143,8 @@ kvp_dram_rebuild_locked(struct kvp_seg *s)
 		struct kvp_page *pg = &s->pages[p];
 		uint32_t len, st = pg->pg_state;
 
-		if (!kvp__dram_run_ok(s, p, &len) || (st != KVP_PG_FREE && st != KVP_PG_USED))
+		if (!kvp__dram_run_ok(s, p, &len) ||
+		    (st != KVP_PG_FREE && st != KVP_PG_USED))
 			return -EUCLEAN;
 		p += len;
 	}
@@ -159,7 +164,8 @@ kvp_dram_rebuild_locked(struct kvp_seg *s)
 				kvp__dram_interior(s, p - 1);
 			else
 				s->pages[last_free].pg_head = 0;
-			pg->pg_state = KVP_PG_NONE; /* its tag, if it is the tail, stays */
+			/* its tag, if it is the tail, stays */
+			pg->pg_state = KVP_PG_NONE;
 			pg->pg_npages = 0;
 			if (len > 1)
 				pg->pg_head = 0;
@@ -177,7 +183,8 @@ kvp_dram_rebuild_locked(struct kvp_seg *s)
 	}
 	for (p = 0; p < n; p += s->pages[p].pg_npages)
 		if (s->pages[p].pg_state == KVP_PG_FREE)
-			kvp__dram_bin_link(s, (uint32_t)p); /* bins were just cleared */
+			/* bins were just cleared */
+			kvp__dram_bin_link(s, (uint32_t)p);
 	s->dram->dh_used_pages = used;
 	s->dram->dh_free_pages = n - used;
 	/* relaxed: a statistic for lock-free readers */
@@ -220,8 +227,8 @@ kvp__dram_lock_orphan(const struct kvp_seg *s, unsigned int v, bool check_alive)
 		return true;
 	if (!check_alive)
 		return false;
-	return t == KVP_LOCK_TOKEN_AGENT ? !kvp_shm_agent_alive(s)
-					 : !kvp_shm_client_alive(s, t - 1);
+	return t == KVP_LOCK_TOKEN_AGENT ? !kvp_shm_agent_alive(s) :
+					   !kvp_shm_client_alive(s, t - 1);
 }
 
 /*
@@ -275,11 +282,15 @@ kvp_dram_lock_until(struct kvp_seg *s, uint64_t deadline_ns)
 			return -EBUSY;
 		}
 		/* full CAS: say a waiter sleeps, so the holder wakes one */
-		if (!(v & KVP_LOCK_WAITERS) && !kvp_icas(w, v, v | KVP_LOCK_WAITERS))
+		if (!(v & KVP_LOCK_WAITERS) &&
+		    !kvp_icas(w, v, v | KVP_LOCK_WAITERS))
 			continue;
 		kvp_futex_wait(w, v | KVP_LOCK_WAITERS,
-			       deadline_ns - now < 2000000ull ? deadline_ns - now : 2000000ull);
-		/* full CAS: after a sleep others may sleep too: keep the flag */
+			       deadline_ns - now < 2000000ull ?
+				       deadline_ns - now :
+				       2000000ull);
+		/* full CAS: after a sleep others may sleep too: keep the
+		 * flag */
 		if (kvp_icas(w, 0, mine | KVP_LOCK_WAITERS))
 			break;
 	}
@@ -292,7 +303,8 @@ kvp_dram_lock_until(struct kvp_seg *s, uint64_t deadline_ns)
 			kvp_dram_report_damage(s);
 			return -EUCLEAN;
 		}
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER], 1); /* stat */
+		/* stat */
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER], 1);
 	}
 	return 0;
 }
@@ -368,7 +380,8 @@ kvp_dram_unlock(struct kvp_seg *s)
  * own, at p + len - 1)?  A header or tag there means two runs overlap:
  * the map is damaged. */
 KVP_INLINE bool
-kvp__dram_interior_ok(const struct kvp_seg *s, uint64_t p, uint32_t take, uint32_t len)
+kvp__dram_interior_ok(const struct kvp_seg *s, uint64_t p, uint32_t take,
+		      uint32_t len)
 {
 	uint64_t k;
 
@@ -376,7 +389,8 @@ kvp__dram_interior_ok(const struct kvp_seg *s, uint64_t p, uint32_t take, uint32
 		const struct kvp_page *pg = &s->pages[k];
 
 		if (pg->pg_state != KVP_PG_NONE || pg->pg_npages ||
-		    (pg->pg_head && !(k == p + len - 1 && pg->pg_head == p + 1)))
+		    (pg->pg_head &&
+		     !(k == p + len - 1 && pg->pg_head == p + 1)))
 			return false;
 	}
 	return true;
@@ -397,7 +411,8 @@ kvp__dram_take(struct kvp_seg *s, uint32_t p, uint64_t want, uint32_t owner,
 	    !kvp__dram_tail_ok(s, p, len))
 		return 0;
 	take = want < len ? (uint32_t)want : len;
-	if (!kvp__dram_interior_ok(s, p, take, len) || kvp__dram_bin_unlink(s, p))
+	if (!kvp__dram_interior_ok(s, p, take, len) ||
+	    kvp__dram_bin_unlink(s, p))
 		return 0;
 	if (take < len) {
 		/* tail header first: the chain stays valid through FREE(len) */
@@ -406,7 +421,8 @@ kvp__dram_take(struct kvp_seg *s, uint32_t p, uint64_t want, uint32_t owner,
 		t->pg_npages = len - take;
 		t->pg_owner = t->pg_owner_gen = 0;
 		s->pages[p + len - 1].pg_head = p + take + 1;
-		kvp__dram_bin_link(s, p + take); /* checked by the unlink above */
+		/* checked by the unlink above */
+		kvp__dram_bin_link(s, p + take);
 	}
 	pg->pg_owner = owner;
 	pg->pg_owner_gen = gen;
@@ -430,8 +446,8 @@ kvp__dram_take(struct kvp_seg *s, uint32_t p, uint64_t want, uint32_t owner,
  * taken before the damage showed are tagged and the agent frees them).
  */
 KVP_INLINE int
-kvp_dram_alloc_until(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot, uint32_t gen,
-		     uint32_t *first, uint64_t deadline_ns)
+kvp_dram_alloc_until(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot,
+		     uint32_t gen, uint32_t *first, uint64_t deadline_ns)
 {
 	uint64_t unit = s->g.g_dram_unit, n = s->g.g_dram_pages;
 	uint64_t want = (bytes + unit - 1) / unit, got = 0;
@@ -508,10 +524,11 @@ damaged:
 
 /* kvp_dram_alloc_until without a deadline (tests, tools). */
 KVP_INLINE int
-kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot, uint32_t gen,
-	       uint32_t *first)
+kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot,
+	       uint32_t gen, uint32_t *first)
 {
-	return kvp_dram_alloc_until(s, bytes, owner_slot, gen, first, UINT64_MAX);
+	return kvp_dram_alloc_until(s, bytes, owner_slot, gen, first,
+				    UINT64_MAX);
 }
 
 /*
@@ -521,7 +538,8 @@ kvp_dram_alloc(struct kvp_seg *s, uint64_t bytes, uint64_t owner_slot, uint32_t 
  * writes past the arena).
  */
 KVP_INLINE unsigned char *
-kvp_dram_run(const struct kvp_seg *s, uint32_t p, uint64_t *run_bytes, uint32_t *next)
+kvp_dram_run(const struct kvp_seg *s, uint32_t p, uint64_t *run_bytes,
+	     uint32_t *next)
 {
 	uint32_t len, nx;
 
@@ -551,17 +569,20 @@ kvp__dram_free_run_locked(struct kvp_seg *s, uint32_t p)
 	    !kvp__dram_tail_ok(s, p, len))
 		return -EUCLEAN;
 	if (p + len < n && s->pages[p + len].pg_state == KVP_PG_FREE) {
-		if (!kvp__dram_run_ok(s, p + len, &qlen) || !kvp__dram_tail_ok(s, p + len, qlen))
+		if (!kvp__dram_run_ok(s, p + len, &qlen) ||
+		    !kvp__dram_tail_ok(s, p + len, qlen))
 			return -EUCLEAN;
 		right = true;
 	}
 	if (p > 0) {
 		h = s->pages[p - 1].pg_head;
-		left = h && h - 1 < p && s->pages[h - 1].pg_state == KVP_PG_FREE &&
+		left = h && h - 1 < p &&
+		       s->pages[h - 1].pg_state == KVP_PG_FREE &&
 		       kvp__dram_run_ok(s, h - 1, &hlen) && h - 1 + hlen == p;
 	}
 	/* the bins first: nothing else is written if they are damaged */
-	if ((right && kvp__dram_bin_unlink(s, p + len)) || (left && kvp__dram_bin_unlink(s, h - 1)))
+	if ((right && kvp__dram_bin_unlink(s, p + len)) ||
+	    (left && kvp__dram_bin_unlink(s, h - 1)))
 		return -EUCLEAN;
 	s->dram->dh_used_pages -= len;
 	s->dram->dh_free_pages += len;
@@ -578,15 +599,16 @@ kvp__dram_free_run_locked(struct kvp_seg *s, uint32_t p)
 	}
 	if (left) {
 		s->pages[h - 1].pg_npages = (uint32_t)(hlen + L);
-		stale[ns++] = p - 1;       /* its tail */
-		stale[ns++] = p;           /* our header */
+		stale[ns++] = p - 1; /* its tail */
+		stale[ns++] = p;     /* our header */
 		P = h - 1;
 		L += hlen;
 	}
 	for (k = 0; k < ns; k++) {
 		if (stale[k] == P)
 			continue;
-		kvp__dram_interior(s, stale[k]); /* the tail's tag is set below */
+		/* the tail's tag is set below */
+		kvp__dram_interior(s, stale[k]);
 	}
 	s->pages[P + L - 1].pg_head = (uint32_t)P + 1;
 	return kvp__dram_bin_link(s, (uint32_t)P);
@@ -600,7 +622,8 @@ kvp__dram_free_run_locked(struct kvp_seg *s, uint32_t p)
  * the deadline: nothing freed), -EUCLEAN (damage found and reported).
  */
 KVP_INLINE int64_t
-kvp_dram_free_chain_until(struct kvp_seg *s, uint32_t first, uint64_t owner_slot, uint32_t gen,
+kvp_dram_free_chain_until(struct kvp_seg *s, uint32_t first,
+			  uint64_t owner_slot, uint32_t gen,
 			  uint64_t deadline_ns)
 {
 	uint64_t n = s->g.g_dram_pages, freed = 0, guard = 0;
@@ -615,8 +638,10 @@ kvp_dram_free_chain_until(struct kvp_seg *s, uint32_t first, uint64_t owner_slot
 
 		if (pg->pg_state != KVP_PG_USED || pg->pg_owner != owner ||
 		    pg->pg_owner_gen != gen)
-			break; /* not (or no longer) this value's: a stale location */
-		if (!kvp__dram_run_ok(s, p, &len) || kvp__dram_free_run_locked(s, p)) {
+			/* not (or no longer) this value's: a stale location */
+			break;
+		if (!kvp__dram_run_ok(s, p, &len) ||
+		    kvp__dram_free_run_locked(s, p)) {
 			rc = -EUCLEAN;
 			break;
 		}
@@ -634,7 +659,8 @@ kvp_dram_free_chain_until(struct kvp_seg *s, uint32_t first, uint64_t owner_slot
 }
 
 KVP_INLINE int64_t
-kvp_dram_free_chain(struct kvp_seg *s, uint32_t first, uint64_t owner_slot, uint32_t gen)
+kvp_dram_free_chain(struct kvp_seg *s, uint32_t first, uint64_t owner_slot,
+		    uint32_t gen)
 {
 	return kvp_dram_free_chain_until(s, first, owner_slot, gen, UINT64_MAX);
 }

@@ -87,11 +87,10 @@ enum kvp_ssd_op {
 };
 
 /* kvp_ssd_write_agent() flags */
-#define KVP_SSD_SRC_PADDED 0x1u /* the memory after the last source iovec
-				 * up to the next 4 KiB boundary may be read
-				 * (and written to disk as padding): lets a
-				 * value whose last run is 4 KiB aligned go
-				 * to disk without any copy */
+/* the memory after the last source iovec up to the next 4 KiB boundary
+ * may be read (and written to disk as padding): lets a value whose last
+ * run is 4 KiB aligned go to disk without any copy */
+#define KVP_SSD_SRC_PADDED 0x1u
 
 struct kvp_ssd;
 
@@ -107,10 +106,12 @@ struct kvp_ssd;
 typedef int (*kvp_ssd_evict_fn)(void *arg, struct kvp_ssd *s, uint32_t seg_id);
 
 struct kvp_ssd_cfg {
-	const char *dir;           /* created (0700) if missing; must be a directory
-				    * owned by the euid, not group/other-writable */
-	uint64_t segment_bytes;    /* --ssd-segment; 0 = 256 MiB; multiple of 4 KiB */
-	uint64_t capacity_bytes;   /* --ssd-size; 0 = no limit but the disk's */
+	/* created (0700) if missing; must be a directory owned by the euid, not
+	 * group/other-writable */
+	const char *dir;
+	/* --ssd-segment; 0 = 256 MiB; multiple of 4 KiB */
+	uint64_t segment_bytes;
+	uint64_t capacity_bytes; /* --ssd-size; 0 = no limit but the disk's */
 	enum kvp_ssd_durability durability;
 	uint32_t queue_depth;      /* device ops in flight; 0 = 128 */
 	uint32_t max_requests;     /* outstanding requests; 0 = 4096 */
@@ -126,12 +127,13 @@ struct kvp_ssd_rec {
 	uint64_t loc;
 	uint64_t seq;
 	uint64_t ns;
-	uint64_t vlen;    /* 0 for tombstones */
-	uint64_t target;  /* tombstones: the location of the value record
-			   * they delete (0: format 1, every older record) */
+	uint64_t vlen; /* 0 for tombstones */
+	/* tombstones: the location of the value record they delete (0: format
+	 * 1, every older record) */
+	uint64_t target;
 	const void *key;
 	uint32_t klen;
-	uint32_t type;    /* enum kvp_ssd_rec_type */
+	uint32_t type; /* enum kvp_ssd_rec_type */
 };
 
 /* Recovery callback: 0 = keep (the record is live, its bytes count as
@@ -143,15 +145,16 @@ typedef int (*kvp_ssd_rec_fn)(void *arg, const struct kvp_ssd_rec *r);
 /* One read: value bytes [off, off + len) of the record at loc. */
 struct kvp_ssd_read {
 	uint64_t loc;
-	uint64_t vlen;            /* the record's value length (as written) */
+	uint64_t vlen; /* the record's value length (as written) */
 	uint64_t off;
-	uint64_t len;             /* 0 = to the end of the value */
-	uint64_t ns;              /* expected identity, checked when key != NULL */
+	uint64_t len; /* 0 = to the end of the value */
+	uint64_t ns;  /* expected identity, checked when key != NULL */
 	const void *key;
 	uint32_t klen;
 	unsigned ndst;
-	const struct iovec *dst;  /* 4 KiB aligned bases and lengths; total
-				   * >= kvp_ssd_extent(off, len, NULL) */
+	/* 4 KiB aligned bases and lengths; total >= kvp_ssd_extent(off, len,
+	 * NULL) */
+	const struct iovec *dst;
 };
 
 struct kvp_ssd_cqe {
@@ -170,8 +173,8 @@ struct kvp_ssd_usage {
 	uint64_t live_bytes;     /* record bytes not reported dead */
 	uint64_t segment_bytes;
 	uint32_t nsegments;
-	uint32_t oldest_id;      /* 0 = none */
-	uint32_t active_id;      /* 0 = none */
+	uint32_t oldest_id; /* 0 = none */
+	uint32_t active_id; /* 0 = none */
 	uint32_t pad;
 };
 
@@ -184,24 +187,25 @@ struct kvp_ssd_seg_info {
 };
 
 struct kvp_ssd_stats {
-	uint64_t writes, tombstones, write_bytes;    /* completed OK; value bytes */
-	uint64_t dev_write_bytes;                    /* bytes written to files */
-	uint64_t copied_bytes;                       /* value bytes staged through
-						      * an aligned bounce buffer */
-	uint64_t reads, read_bytes;                  /* completed OK; requested bytes */
-	uint64_t dev_read_bytes;                     /* bytes read for reads
-						      * (record header + extent) */
-	uint64_t recover_read_bytes;                 /* bytes read by recovery */
+	/* completed OK; value bytes */
+	uint64_t writes, tombstones, write_bytes;
+	uint64_t dev_write_bytes; /* bytes written to files */
+	/* value bytes staged through an aligned bounce buffer */
+	uint64_t copied_bytes;
+	uint64_t reads, read_bytes; /* completed OK; requested bytes */
+	/* bytes read for reads (record header + extent) */
+	uint64_t dev_read_bytes;
+	uint64_t recover_read_bytes; /* bytes read by recovery */
 	uint64_t chunks_verified, crc_errors, io_errors, enospc;
 	uint64_t fsyncs;
-	uint64_t fixed_ops;                          /* ops on registered buffers */
+	uint64_t fixed_ops; /* ops on registered buffers */
 	uint64_t segs_created, segs_sealed, segs_dropped, segs_vetoed;
-	uint64_t carried_tombstones;                 /* written by out-of-order drops */
-	uint64_t recovered, recover_ns;              /* last recovery */
+	uint64_t carried_tombstones;    /* written by out-of-order drops */
+	uint64_t recovered, recover_ns; /* last recovery */
 	uint32_t inflight_requests, inflight_ops;
-	bool uring;          /* false: pread/pwrite thread pool */
-	bool direct;         /* false: O_DIRECT refused, buffered I/O */
-	bool registered;     /* buffers registered with io_uring */
+	bool uring;      /* false: pread/pwrite thread pool */
+	bool direct;     /* false: O_DIRECT refused, buffered I/O */
+	bool registered; /* buffers registered with io_uring */
 };
 
 /* Bytes of destination needed to read [off, off + len) of a value, and
@@ -210,7 +214,8 @@ static inline uint64_t
 kvp_ssd_extent(uint64_t off, uint64_t len, uint32_t *dst_off)
 {
 	uint64_t a = off & ~(uint64_t)(KVP_SSD_BLOCK - 1);
-	uint64_t b = (off + len + KVP_SSD_BLOCK - 1) & ~(uint64_t)(KVP_SSD_BLOCK - 1);
+	uint64_t b = (off + len + KVP_SSD_BLOCK - 1) &
+		     ~(uint64_t)(KVP_SSD_BLOCK - 1);
 
 	if (dst_off)
 		*dst_off = (uint32_t)(off - a);
@@ -221,7 +226,8 @@ kvp_ssd_extent(uint64_t off, uint64_t len, uint32_t *dst_off)
 static inline uint64_t
 kvp_ssd_record_bytes(uint64_t vlen)
 {
-	return KVP_SSD_BLOCK + ((vlen + KVP_SSD_BLOCK - 1) & ~(uint64_t)(KVP_SSD_BLOCK - 1));
+	return KVP_SSD_BLOCK +
+	       ((vlen + KVP_SSD_BLOCK - 1) & ~(uint64_t)(KVP_SSD_BLOCK - 1));
 }
 
 /*
@@ -261,15 +267,16 @@ void kvp_ssd_close_agent(struct kvp_ssd *s);
  * (-ENOSPC, -EIO).  Returns 0 (queued; call submit), -EINVAL, -E2BIG,
  * -EBUSY (max_requests outstanding: poll first), -ENOMEM.
  */
-int kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
-			uint32_t klen, const struct iovec *src, unsigned nsrc, unsigned flags);
+int kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
+			const void *key, uint32_t klen, const struct iovec *src,
+			unsigned nsrc, unsigned flags);
 
 /* Queue a tombstone for (ns, key) that deletes the value record at
  * 'target' (its location, nonzero): after a restart that record is not
  * reported, nor any older one of the key; a newer value record of the key
  * is.  Returns as kvp_ssd_write_agent(). */
-int kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
-			    uint32_t klen, uint64_t target);
+int kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
+			    const void *key, uint32_t klen, uint64_t target);
 
 /*
  * Queue a read (see struct kvp_ssd_read).  The device reads the record's
@@ -278,7 +285,8 @@ int kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const 
  * the extent fully covers.  Returns 0 (queued), -EINVAL (bad range or
  * destination), -ENOENT (no such segment), -EBUSY, -ENOMEM.
  */
-int kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag, const struct kvp_ssd_read *rd);
+int kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
+		       const struct kvp_ssd_read *rd);
 
 /* Hand queued operations to the kernel (or the pool).  0 or -errno. */
 int kvp_ssd_submit_agent(struct kvp_ssd *s);
@@ -289,8 +297,8 @@ int kvp_ssd_submit_agent(struct kvp_ssd *s);
  * is outstanding), > 0 = wait at most that long.  Also submits whatever
  * is queued.  Returns the number of completions (>= 0) or -errno.
  */
-int kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *cqes, unsigned max,
-		       int timeout_ms);
+int kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *cqes,
+		       unsigned max, int timeout_ms);
 
 /* Requests not yet handed back by poll. */
 unsigned kvp_ssd_outstanding_agent(const struct kvp_ssd *s);
@@ -302,14 +310,15 @@ int kvp_ssd_record_dead_agent(struct kvp_ssd *s, uint64_t loc, uint64_t vlen);
 
 /* The oldest sealed segment with id > after (0 = the very oldest):
  * 0 and *id, or -ENOENT. */
-int kvp_ssd_oldest_segment_agent(const struct kvp_ssd *s, uint32_t after, uint32_t *id);
+int kvp_ssd_oldest_segment_agent(const struct kvp_ssd *s, uint32_t after,
+				 uint32_t *id);
 
 /* Every record of segment id (values and tombstones, live or not, from
  * its summary, or its headers when the summary is unreadable).  Stops at
  * the first nonzero return of cb and returns it.  Blocks (reads the
  * summary).  0, cb's code, -ENOENT, -EIO, -ENOMEM. */
-int kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id, kvp_ssd_rec_fn cb,
-				  void *arg);
+int kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id,
+				  kvp_ssd_rec_fn cb, void *arg);
 
 /*
  * Give segment id back to the file system now.  If older segments remain
@@ -339,15 +348,16 @@ uint64_t kvp_ssd_max_value_agent(const struct kvp_ssd *s);
  * 0, -EBUSY (I/O in flight), -EOPNOTSUPP (thread pool), or the kernel's
  * error (-ENOMEM: memlock limit).
  */
-int kvp_ssd_register_buffers_agent(struct kvp_ssd *s, const struct iovec *regions,
-				   unsigned n);
+int kvp_ssd_register_buffers_agent(struct kvp_ssd *s,
+				   const struct iovec *regions, unsigned n);
 
 /* CRC-32C (Castagnoli), tiers/crc32c.c.  crc = 0 to start; chaining
  * kvp_crc32c(kvp_crc32c(0, a), b) equals the CRC of a then b.  The
  * dispatcher uses the SSE4.2 instruction when the CPU has it. */
 uint32_t kvp_crc32c(uint32_t crc, const void *buf, size_t len);
 uint32_t kvp_crc32c_sw(uint32_t crc, const void *buf, size_t len);
-uint32_t kvp_crc32c_hw(uint32_t crc, const void *buf, size_t len); /* sw if no SSE4.2 */
+/* sw if no SSE4.2 */
+uint32_t kvp_crc32c_hw(uint32_t crc, const void *buf, size_t len);
 bool kvp_crc32c_hw_available(void);
 
 /*
@@ -366,26 +376,26 @@ bool kvp_crc32c_hw_available(void);
 struct kvp_ssd_file_hdr {
 	uint32_t fh_magic;
 	uint16_t fh_version;
-	uint16_t fh_hdr_size;    /* sizeof(struct kvp_ssd_file_hdr) */
+	uint16_t fh_hdr_size; /* sizeof(struct kvp_ssd_file_hdr) */
 	uint32_t fh_seg_id;
-	uint32_t fh_crc;         /* CRC-32C of the struct with fh_crc = 0 */
-	uint64_t fh_create_seq;  /* next sequence number when created */
-	uint64_t fh_seg_size;    /* the file's size in bytes */
+	uint32_t fh_crc;        /* CRC-32C of the struct with fh_crc = 0 */
+	uint64_t fh_create_seq; /* next sequence number when created */
+	uint64_t fh_seg_size;   /* the file's size in bytes */
 	uint64_t fh_ctime_ns;
 };
 
 struct kvp_ssd_rec_hdr {
 	uint32_t rh_magic;
 	uint16_t rh_version;
-	uint8_t rh_type;         /* enum kvp_ssd_rec_type */
-	uint8_t rh_klen;         /* 1..255 */
-	uint32_t rh_crc;         /* CRC-32C of [0, rh_len) with rh_crc = 0 */
-	uint32_t rh_len;         /* header bytes covered by rh_crc */
-	uint32_t rh_seg_id;      /* where it was written: a record found */
-	uint32_t rh_block;       /* anywhere else is not trusted */
+	uint8_t rh_type;    /* enum kvp_ssd_rec_type */
+	uint8_t rh_klen;    /* 1..255 */
+	uint32_t rh_crc;    /* CRC-32C of [0, rh_len) with rh_crc = 0 */
+	uint32_t rh_len;    /* header bytes covered by rh_crc */
+	uint32_t rh_seg_id; /* where it was written: a record found */
+	uint32_t rh_block;  /* anywhere else is not trusted */
 	uint64_t rh_ns;
 	uint64_t rh_seq;
-	uint64_t rh_vlen;        /* tombstones (format 2): target location */
+	uint64_t rh_vlen; /* tombstones (format 2): target location */
 	uint32_t rh_nchunks;
 	uint8_t rh_chunk_shift;
 	uint8_t rh_pad[3];
@@ -395,12 +405,12 @@ struct kvp_ssd_rec_hdr {
 struct kvp_ssd_sum_ent {
 	uint8_t se_type;
 	uint8_t se_klen;
-	uint16_t se_flags;       /* 0 on disk */
+	uint16_t se_flags; /* 0 on disk */
 	uint32_t se_block;
 	uint64_t se_ns;
 	uint64_t se_seq;
-	uint64_t se_vlen;        /* tombstones (format 2): target location */
-	/* then: key[klen], zeros to a multiple of 8 */
+	uint64_t se_vlen; /* tombstones (format 2): target location */
+			  /* then: key[klen], zeros to a multiple of 8 */
 };
 
 struct kvp_ssd_trailer {
@@ -408,21 +418,24 @@ struct kvp_ssd_trailer {
 	uint16_t st_version;
 	uint16_t st_pad;
 	uint32_t st_seg_id;
-	uint32_t st_crc;         /* CRC-32C of the struct with st_crc = 0 */
+	uint32_t st_crc; /* CRC-32C of the struct with st_crc = 0 */
 	uint64_t st_seg_size;
 	uint64_t st_create_seq;
-	uint64_t st_sum_off;     /* bytes; == end of the last record */
-	uint64_t st_sum_len;     /* bytes of summary entries */
+	uint64_t st_sum_off; /* bytes; == end of the last record */
+	uint64_t st_sum_len; /* bytes of summary entries */
 	uint64_t st_max_seq;
 	uint32_t st_sum_crc;
 	uint32_t st_nrecs;
 };
 
 _Static_assert(sizeof(struct kvp_ssd_file_hdr) == 40, "ssd file header layout");
-_Static_assert(sizeof(struct kvp_ssd_rec_hdr) == 56, "ssd record header layout");
-_Static_assert(sizeof(struct kvp_ssd_sum_ent) == 32, "ssd summary entry layout");
+_Static_assert(sizeof(struct kvp_ssd_rec_hdr) == 56,
+	       "ssd record header layout");
+_Static_assert(sizeof(struct kvp_ssd_sum_ent) == 32,
+	       "ssd summary entry layout");
 _Static_assert(sizeof(struct kvp_ssd_trailer) == 64, "ssd trailer layout");
-_Static_assert(sizeof(struct kvp_ssd_rec_hdr) + 256 + 4 * KVP_SSD_MAX_CHUNKS <= KVP_SSD_BLOCK,
+_Static_assert(sizeof(struct kvp_ssd_rec_hdr) + 256 + 4 * KVP_SSD_MAX_CHUNKS <=
+		       KVP_SSD_BLOCK,
 	       "chunk CRCs fit the header block");
 
 #endif /* KVP_SSD_H */

@@ -54,13 +54,14 @@ struct kvp_sseg {
 	uint32_t id;
 	int fd;
 	uint64_t size, create_seq, max_seq;
-	uint64_t wpos;        /* next record block (active) */
+	uint64_t wpos; /* next record block (active) */
 	uint64_t live_bytes, nrecs;
 	bool sealed;
-	bool dirty;           /* written since open: synced at close */
-	uint64_t valid_end;   /* bytes found on disk at open (a truncated
-			       * file's records past it are torn) */
-	unsigned char *sum;   /* active: summary entries so far */
+	bool dirty; /* written since open: synced at close */
+	/* bytes found on disk at open (a truncated file's records past it are
+	 * torn) */
+	uint64_t valid_end;
+	unsigned char *sum; /* active: summary entries so far */
 	size_t sum_len, sum_cap;
 };
 
@@ -69,10 +70,10 @@ struct kvp_sreq {
 	uint32_t op, dst_off;
 	int status;
 	unsigned nsub;
-	uint64_t want[2];     /* bytes each sub-op must transfer */
+	uint64_t want[2]; /* bytes each sub-op must transfer */
 	struct kvp_sseg *seg;
-	void *hdr;            /* header block (aligned) */
-	void *bounce;         /* write: aligned copy of the value */
+	void *hdr;    /* header block (aligned) */
+	void *bounce; /* write: aligned copy of the value */
 	struct kvp_ssd_read rd;
 	struct iovec dst[KVP_SSD_MAX_IOV];
 	unsigned ndst;
@@ -85,14 +86,14 @@ struct kvp_sreq {
 
 struct kvp_ssd {
 	struct kvp_ssd_cfg cfg;
-	char dir[1024];       /* for messages: files are reached through dirfd */
-	int dirfd;            /* the directory checked at open (owner, mode) */
+	char dir[1024]; /* for messages: files are reached through dirfd */
+	int dirfd;      /* the directory checked at open (owner, mode) */
 	int lockfd;
 	struct kvp_sseg **segs; /* sorted by id */
 	unsigned nsegs, capsegs;
 	struct kvp_sseg *active;
 	uint64_t next_seq;
-	uint32_t next_id;     /* never above KVP_SSD_SEG_ID_MAX + 1 */
+	uint32_t next_id; /* never above KVP_SSD_SEG_ID_MAX + 1 */
 	bool ids_exhausted_logged;
 	struct io_uring ring;
 	bool uring, direct, registered;
@@ -185,7 +186,8 @@ kvp_seg_name_id(const char *name)
 	uint32_t id = 0;
 	unsigned k;
 
-	if (strncmp(name, "seg-", 4) || strlen(name) != 16 || strcmp(name + 12, ".kvs"))
+	if (strncmp(name, "seg-", 4) || strlen(name) != 16 ||
+	    strcmp(name + 12, ".kvs"))
 		return 0;
 	for (k = 4; k < 12; k++) {
 		char ch = name[k];
@@ -212,8 +214,8 @@ kvp_open_file(struct kvp_ssd *s, const char *name, int flags)
 	if (s->direct) {
 		fd = openat(s->dirfd, name, flags | O_DIRECT, 0600);
 		if (fd < 0 && errno == EINVAL) {
-			kvp_log(KVP_LOG_WARN, "ssd", "O_DIRECT refused in %s: buffered I/O",
-				s->dir);
+			kvp_log(KVP_LOG_WARN, "ssd",
+				"O_DIRECT refused in %s: buffered I/O", s->dir);
 			s->direct = false;
 		}
 	}
@@ -306,7 +308,8 @@ kvp_seg_seal(struct kvp_ssd *s, struct kvp_sseg *g)
 		return -ENOMEM;
 	if (g->sum_len) /* a segment sealed empty (recovered with no records) */
 		memcpy(buf, g->sum, g->sum_len);
-	if (sum_bytes && pwrite(g->fd, buf, sum_bytes, (off_t)sum_off) != (ssize_t)sum_bytes)
+	if (sum_bytes &&
+	    pwrite(g->fd, buf, sum_bytes, (off_t)sum_off) != (ssize_t)sum_bytes)
 		rc = -EIO;
 	tr = (struct kvp_ssd_trailer *)(buf + sum_bytes);
 	tr->st_magic = KVP_SSD_MAGIC_TRAIL;
@@ -321,7 +324,8 @@ kvp_seg_seal(struct kvp_ssd *s, struct kvp_sseg *g)
 	tr->st_nrecs = (uint32_t)g->nrecs;
 	tr->st_crc = 0;
 	tr->st_crc = kvp_crc32c(0, tr, sizeof(*tr));
-	if (!rc && pwrite(g->fd, buf + sum_bytes, B, (off_t)(g->size - B)) != (ssize_t)B)
+	if (!rc && pwrite(g->fd, buf + sum_bytes, B, (off_t)(g->size - B)) !=
+			   (ssize_t)B)
 		rc = -EIO;
 	if (!rc && s->cfg.durability == KVP_SSD_STRICT && fdatasync(g->fd))
 		rc = -EIO;
@@ -355,7 +359,8 @@ kvp_seg_new(struct kvp_ssd *s)
 		/* never wrap: id 0 is no segment, and a lower id would sort
 		 * as the oldest (reclaimed first, shadowed at recovery) */
 		if (!s->ids_exhausted_logged)
-			kvp_log(KVP_LOG_ERROR, "ssd", "no segment id left in %s (the highest, "
+			kvp_log(KVP_LOG_ERROR, "ssd",
+				"no segment id left in %s (the highest, "
 				"%08x, is taken): move the directory away or empty it",
 				s->dir, KVP_SSD_SEG_ID_MAX);
 		s->ids_exhausted_logged = true;
@@ -438,7 +443,8 @@ kvp_make_room(struct kvp_ssd *s)
 {
 	if (!s->cfg.capacity_bytes)
 		return 0;
-	while ((uint64_t)(s->nsegs + 1) * s->cfg.segment_bytes > s->cfg.capacity_bytes) {
+	while ((uint64_t)(s->nsegs + 1) * s->cfg.segment_bytes >
+	       s->cfg.capacity_bytes) {
 		struct kvp_sseg *g = s->nsegs ? s->segs[0] : NULL;
 		int veto;
 
@@ -447,7 +453,9 @@ kvp_make_room(struct kvp_ssd *s)
 			return -ENOSPC;
 		}
 		s->in_evict = true;
-		veto = s->cfg.evict_cb ? s->cfg.evict_cb(s->cfg.evict_arg, s, g->id) : 0;
+		veto = s->cfg.evict_cb ?
+			       s->cfg.evict_cb(s->cfg.evict_arg, s, g->id) :
+			       0;
 		s->in_evict = false;
 		if (veto) {
 			s->st.segs_vetoed++;
@@ -506,7 +514,8 @@ kvp_req_done(struct kvp_ssd *s, struct kvp_sreq *r)
 static ssize_t
 kvp_sync_rw(int fd, bool wr, const struct iovec *iov, unsigned n, uint64_t off)
 {
-	ssize_t got = wr ? pwritev(fd, iov, (int)n, (off_t)off) : preadv(fd, iov, (int)n, (off_t)off);
+	ssize_t got = wr ? pwritev(fd, iov, (int)n, (off_t)off) :
+			   preadv(fd, iov, (int)n, (off_t)off);
 
 	return got < 0 ? -errno : got;
 }
@@ -621,16 +630,22 @@ kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
 		}
 		if (s->registered && n == 1)
 			for (k = 0; k < s->nreg; k++)
-				if ((char *)iov[0].iov_base >= (char *)s->reg[k].iov_base &&
+				if ((char *)iov[0].iov_base >=
+					    (char *)s->reg[k].iov_base &&
 				    (char *)iov[0].iov_base + iov[0].iov_len <=
-					    (char *)s->reg[k].iov_base + s->reg[k].iov_len)
+					    (char *)s->reg[k].iov_base +
+						    s->reg[k].iov_len)
 					bi = (int)k;
 		if (bi >= 0 && wr)
-			io_uring_prep_write_fixed(sqe, r->seg->fd, iov[0].iov_base,
-						  (unsigned)iov[0].iov_len, off, bi);
+			io_uring_prep_write_fixed(sqe, r->seg->fd,
+						  iov[0].iov_base,
+						  (unsigned)iov[0].iov_len, off,
+						  bi);
 		else if (bi >= 0)
-			io_uring_prep_read_fixed(sqe, r->seg->fd, iov[0].iov_base,
-						 (unsigned)iov[0].iov_len, off, bi);
+			io_uring_prep_read_fixed(sqe, r->seg->fd,
+						 iov[0].iov_base,
+						 (unsigned)iov[0].iov_len, off,
+						 bi);
 		else if (wr)
 			io_uring_prep_writev(sqe, r->seg->fd, iov, n, off);
 		else
@@ -655,7 +670,9 @@ kvp_reserve(struct kvp_ssd *s, uint64_t vlen, unsigned klen, uint64_t *blk)
 		struct kvp_sseg *g = s->active;
 
 		if (g) {
-			uint64_t sum = kvp_rup(g->sum_len + kvp_sum_ent_size(klen)) / B;
+			uint64_t sum =
+				kvp_rup(g->sum_len + kvp_sum_ent_size(klen)) /
+				B;
 			if (g->wpos + need + sum + 1 <= g->size / B) {
 				*blk = g->wpos;
 				g->wpos += need;
@@ -670,8 +687,8 @@ kvp_reserve(struct kvp_ssd *s, uint64_t vlen, unsigned klen, uint64_t *blk)
 }
 
 static int
-kvp_sum_append(struct kvp_sseg *g, uint8_t type, uint32_t blk, uint64_t ns, uint64_t seq,
-	       uint64_t vlen, const void *key, unsigned klen)
+kvp_sum_append(struct kvp_sseg *g, uint8_t type, uint32_t blk, uint64_t ns,
+	       uint64_t seq, uint64_t vlen, const void *key, unsigned klen)
 {
 	size_t n = kvp_sum_ent_size(klen);
 	struct kvp_ssd_sum_ent *e;
@@ -702,13 +719,15 @@ kvp_sum_append(struct kvp_sseg *g, uint8_t type, uint32_t blk, uint64_t ns, uint
 
 /* Build a record header in r->hdr. */
 static void
-kvp_build_hdr(struct kvp_sreq *r, uint8_t type, uint64_t ns, const void *key, unsigned klen,
-	      uint64_t vlen, uint64_t seq, uint32_t seg, uint32_t blk,
-	      const struct iovec *src, unsigned nsrc)
+kvp_build_hdr(struct kvp_sreq *r, uint8_t type, uint64_t ns, const void *key,
+	      unsigned klen, uint64_t vlen, uint64_t seq, uint32_t seg,
+	      uint32_t blk, const struct iovec *src, unsigned nsrc)
 {
 	struct kvp_ssd_rec_hdr *h = r->hdr;
 	uint32_t nchunks = 0, *crc;
-	unsigned sh = type == KVP_SSD_REC_VALUE ? kvp_chunk_shift(vlen, &nchunks) : 16;
+	unsigned sh = type == KVP_SSD_REC_VALUE ?
+			      kvp_chunk_shift(vlen, &nchunks) :
+			      16;
 	size_t koff = (sizeof(*h) + klen + 3) & ~(size_t)3;
 	uint64_t cs = 1ull << sh, done = 0;
 	unsigned c, i = 0;
@@ -736,7 +755,8 @@ kvp_build_hdr(struct kvp_sreq *r, uint8_t type, uint64_t ns, const void *key, un
 			size_t take = src[i].iov_len - in;
 			if (take > end - done)
 				take = (size_t)(end - done);
-			v = kvp_crc32c(v, (const char *)src[i].iov_base + in, take);
+			v = kvp_crc32c(v, (const char *)src[i].iov_base + in,
+				       take);
 			in += take;
 			done += take;
 			if (in == src[i].iov_len) {
@@ -754,17 +774,19 @@ kvp_build_hdr(struct kvp_sreq *r, uint8_t type, uint64_t ns, const void *key, un
  * the value record it deletes, written where a value's length goes). */
 static int
 kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
-		 const void *key, uint32_t klen, const struct iovec *src, unsigned nsrc,
-		 unsigned flags, uint64_t target)
+		 const void *key, uint32_t klen, const struct iovec *src,
+		 unsigned nsrc, unsigned flags, uint64_t target)
 {
 	struct iovec *iov;
-	uint64_t vlen = 0, blk = 0; /* set by kvp_reserve (gcc -O1 cannot see it) */
+	/* set by kvp_reserve (gcc -O1 cannot see it) */
+	uint64_t vlen = 0, blk = 0;
 	struct kvp_sreq *r;
 	bool zero_copy = s->direct ? (flags & KVP_SSD_SRC_PADDED) : true;
 	unsigned k, n = 0;
 	int rc;
 
-	if (!key || klen == 0 || klen > KVP_SSD_KEY_MAX || nsrc > KVP_SSD_MAX_IOV - 2)
+	if (!key || klen == 0 || klen > KVP_SSD_KEY_MAX ||
+	    nsrc > KVP_SSD_MAX_IOV - 2)
 		return -EINVAL;
 	for (k = 0; k < nsrc; k++) {
 		vlen += src[k].iov_len;
@@ -772,9 +794,12 @@ kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 		    (k + 1 < nsrc && src[k].iov_len % B))
 			zero_copy = false;
 	}
-	if (type == KVP_SSD_REC_VALUE && (vlen == 0 || vlen > kvp_ssd_max_value_agent(s)))
+	if (type == KVP_SSD_REC_VALUE &&
+	    (vlen == 0 || vlen > kvp_ssd_max_value_agent(s)))
 		return vlen ? -E2BIG : -EINVAL;
-	r = kvp_req_new(s, tag, type == KVP_SSD_REC_VALUE ? KVP_SSD_OP_WRITE : KVP_SSD_OP_TOMBSTONE);
+	r = kvp_req_new(s, tag,
+			type == KVP_SSD_REC_VALUE ? KVP_SSD_OP_WRITE :
+						    KVP_SSD_OP_TOMBSTONE);
 	if (!r)
 		return -EBUSY;
 	rc = kvp_reserve(s, vlen, klen, &blk);
@@ -788,15 +813,17 @@ kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 	r->seg->dirty = true;
 	r->seq = s->next_seq++;
 	r->loc = KVP_SSD_LOC(r->seg->id, blk);
-	kvp_build_hdr(r, type, ns, key, klen, type == KVP_SSD_REC_VALUE ? vlen : target, r->seq,
+	kvp_build_hdr(r, type, ns, key, klen,
+		      type == KVP_SSD_REC_VALUE ? vlen : target, r->seq,
 		      r->seg->id, (uint32_t)blk, src, nsrc);
 	iov[n].iov_base = r->hdr;
 	iov[n++].iov_len = B;
 	if (vlen && zero_copy) {
 		for (k = 0; k < nsrc; k++) {
 			iov[n].iov_base = src[k].iov_base;
-			iov[n++].iov_len = k + 1 < nsrc || !s->direct ? src[k].iov_len
-								     : kvp_rup(src[k].iov_len);
+			iov[n++].iov_len = k + 1 < nsrc || !s->direct ?
+						   src[k].iov_len :
+						   kvp_rup(src[k].iov_len);
 		}
 	} else if (vlen) {
 		unsigned char *b = kvp_aligned(kvp_rup(vlen));
@@ -836,24 +863,27 @@ kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 }
 
 int
-kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
-		    uint32_t klen, const struct iovec *src, unsigned nsrc, unsigned flags)
+kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
+		    const void *key, uint32_t klen, const struct iovec *src,
+		    unsigned nsrc, unsigned flags)
 {
-	return kvp_queue_record(s, tag, KVP_SSD_REC_VALUE, ns, key, klen, src, nsrc, flags, 0);
+	return kvp_queue_record(s, tag, KVP_SSD_REC_VALUE, ns, key, klen, src,
+				nsrc, flags, 0);
 }
 
 int
-kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns, const void *key,
-			uint32_t klen, uint64_t target)
+kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
+			const void *key, uint32_t klen, uint64_t target)
 {
 	if (!target)
 		return -EINVAL;
-	return kvp_queue_record(s, tag, KVP_SSD_REC_TOMBSTONE, ns, key, klen, NULL, 0, 0,
-				target);
+	return kvp_queue_record(s, tag, KVP_SSD_REC_TOMBSTONE, ns, key, klen,
+				NULL, 0, 0, target);
 }
 
 int
-kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag, const struct kvp_ssd_read *rd)
+kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
+		   const struct kvp_ssd_read *rd)
 {
 	struct kvp_sseg *g;
 	struct kvp_sreq *r;
@@ -873,7 +903,8 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag, const struct kvp_ssd_read *r
 		return -EINVAL;
 	extent = kvp_ssd_extent(rd->off, len, &dst_off);
 	astart = rd->off - dst_off;
-	if ((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1 + (astart + extent) / B > g->size / B)
+	if ((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1 + (astart + extent) / B >
+	    g->size / B)
 		return -EINVAL;
 	r = kvp_req_new(s, tag, KVP_SSD_OP_READ);
 	if (!r)
@@ -919,8 +950,10 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag, const struct kvp_ssd_read *r
 		rc = kvp_queue_rw(s, r, 0, false, r->wiov, 1,
 				  (uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) * B);
 		if (!rc && extent)
-			rc = kvp_queue_rw(s, r, 1, false, r->dst, r->ndst,
-					  ((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1) * B + astart);
+			rc = kvp_queue_rw(
+				s, r, 1, false, r->dst, r->ndst,
+				((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1) * B +
+					astart);
 	}
 	if (rc) {
 		/* what was queued completes and reports the error */
@@ -942,12 +975,15 @@ kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
 	uint32_t saved, *crc;
 	size_t koff;
 
-	if (h->rh_magic != KVP_SSD_MAGIC_REC || h->rh_version < KVP_SSD_FORMAT_MIN ||
-	    h->rh_version > KVP_SSD_FORMAT ||
-	    h->rh_len < sizeof(*h) || h->rh_len > B || h->rh_type != KVP_SSD_REC_VALUE ||
+	if (h->rh_magic != KVP_SSD_MAGIC_REC ||
+	    h->rh_version < KVP_SSD_FORMAT_MIN ||
+	    h->rh_version > KVP_SSD_FORMAT || h->rh_len < sizeof(*h) ||
+	    h->rh_len > B || h->rh_type != KVP_SSD_REC_VALUE ||
 	    h->rh_seg_id != KVP_SSD_LOC_SEG(r->rd.loc) ||
-	    h->rh_block != KVP_SSD_LOC_BLOCK(r->rd.loc) || h->rh_vlen != r->rd.vlen ||
-	    h->rh_chunk_shift < KVP_SSD_CHUNK_SHIFT_MIN || h->rh_chunk_shift > 40)
+	    h->rh_block != KVP_SSD_LOC_BLOCK(r->rd.loc) ||
+	    h->rh_vlen != r->rd.vlen ||
+	    h->rh_chunk_shift < KVP_SSD_CHUNK_SHIFT_MIN ||
+	    h->rh_chunk_shift > 40)
 		goto bad;
 	saved = h->rh_crc;
 	((struct kvp_ssd_rec_hdr *)r->hdr)->rh_crc = 0;
@@ -963,7 +999,8 @@ kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
 		goto bad;
 	crc = (uint32_t *)((char *)r->hdr + koff);
 	for (c = off / cs; c < nch && c * cs < off + len; c++) {
-		uint64_t a = c * cs, e = a + cs < h->rh_vlen ? a + cs : h->rh_vlen;
+		uint64_t a = c * cs,
+			 e = a + cs < h->rh_vlen ? a + cs : h->rh_vlen;
 		uint64_t pos = r->dst_off + (a - off), left = e - a;
 		uint32_t v = 0;
 		unsigned k = 0;
@@ -977,7 +1014,8 @@ kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
 			size_t take = r->dst[k].iov_len - pos;
 			if (take > left)
 				take = (size_t)left;
-			v = kvp_crc32c(v, (char *)r->dst[k].iov_base + pos, take);
+			v = kvp_crc32c(v, (char *)r->dst[k].iov_base + pos,
+				       take);
 			left -= take;
 			pos = 0;
 			k++;
@@ -1031,7 +1069,8 @@ kvp_reap_cqe(struct kvp_ssd *s, struct io_uring_cqe *cqe)
 }
 
 int
-kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max, int timeout_ms)
+kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max,
+		   int timeout_ms)
 {
 	unsigned n = 0;
 	bool synced = false;
@@ -1041,9 +1080,13 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max, int
 		struct io_uring_cqe *cqe;
 
 		if (!s->done_head && timeout_ms != 0 && s->outstanding) {
-			struct __kernel_timespec ts = { timeout_ms / 1000,
-							(long long)(timeout_ms % 1000) * 1000000 };
-			if (io_uring_wait_cqe_timeout(&s->ring, &cqe, timeout_ms > 0 ? &ts : NULL) == 0) {
+			struct __kernel_timespec ts = {
+				timeout_ms / 1000,
+				(long long)(timeout_ms % 1000) * 1000000
+			};
+			if (io_uring_wait_cqe_timeout(
+				    &s->ring, &cqe,
+				    timeout_ms > 0 ? &ts : NULL) == 0) {
 				kvp_reap_cqe(s, cqe);
 				io_uring_cqe_seen(&s->ring, cqe);
 			}
@@ -1061,10 +1104,13 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max, int
 			} else {
 				struct timespec ts;
 				clock_gettime(CLOCK_REALTIME, &ts);
-				ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-				ts.tv_sec += timeout_ms / 1000 + ts.tv_nsec / 1000000000L;
+				ts.tv_nsec +=
+					(long)(timeout_ms % 1000) * 1000000L;
+				ts.tv_sec += timeout_ms / 1000 +
+					     ts.tv_nsec / 1000000000L;
 				ts.tv_nsec %= 1000000000L;
-				pthread_cond_timedwait(&s->cv_done, &s->mu, &ts);
+				pthread_cond_timedwait(&s->cv_done, &s->mu,
+						       &ts);
 			}
 		}
 	}
@@ -1077,7 +1123,8 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max, int
 			 * for every segment written in the batch */
 			unsigned k;
 			for (k = 0; k < s->nsegs; k++)
-				if (!s->segs[k]->sealed && fdatasync(s->segs[k]->fd))
+				if (!s->segs[k]->sealed &&
+				    fdatasync(s->segs[k]->fd))
 					r->status = -EIO;
 			s->st.fsyncs++;
 			synced = true;
@@ -1098,9 +1145,12 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max, int
 				s->st.read_bytes += r->rd.len;
 			} else if (r->op == KVP_SSD_OP_WRITE) {
 				s->st.writes++;
-				s->st.write_bytes += ((struct kvp_ssd_rec_hdr *)r->hdr)->rh_vlen;
+				s->st.write_bytes +=
+					((struct kvp_ssd_rec_hdr *)r->hdr)
+						->rh_vlen;
 				s->st.dev_write_bytes += kvp_ssd_record_bytes(
-					((struct kvp_ssd_rec_hdr *)r->hdr)->rh_vlen);
+					((struct kvp_ssd_rec_hdr *)r->hdr)
+						->rh_vlen);
 			} else {
 				s->st.tombstones++;
 				s->st.dev_write_bytes += B;
@@ -1125,10 +1175,10 @@ kvp_ssd_outstanding_agent(const struct kvp_ssd *s)
 
 /* ---- recovery ---- */
 
-struct kvp_rrec {          /* one key seen during recovery */
+struct kvp_rrec {                    /* one key seen during recovery */
 	uint64_t loc, seq, ns, vlen; /* its latest value record (loc 0: none) */
-	uint64_t tseq;     /* its latest format-1 tombstone (0: none) */
-	uint32_t koff;     /* into the key arena */
+	uint64_t tseq; /* its latest format-1 tombstone (0: none) */
+	uint32_t koff; /* into the key arena */
 	uint8_t klen;
 };
 
@@ -1138,9 +1188,9 @@ struct kvp_rtab {
 	size_t n, cap;
 	unsigned char *keys;
 	size_t klen, kcap;
-	uint32_t *slot;    /* open addressing: record index + 1 */
+	uint32_t *slot; /* open addressing: record index + 1 */
 	size_t nslot;
-	uint64_t *dead;    /* open addressing: locations tombstones target */
+	uint64_t *dead; /* open addressing: locations tombstones target */
 	size_t ndead, deadcap;
 };
 
@@ -1156,7 +1206,8 @@ kvp_rtab_grow(struct kvp_rtab *t)
 		uint32_t v = t->slot[k];
 		if (v) {
 			const struct kvp_rrec *x = &t->r[v - 1];
-			size_t h = kvp_hash(x->ns, t->keys + x->koff, x->klen) & (ns - 1);
+			size_t h = kvp_hash(x->ns, t->keys + x->koff, x->klen) &
+				   (ns - 1);
 			while (n[h])
 				h = (h + 1) & (ns - 1);
 			n[h] = v;
@@ -1198,7 +1249,8 @@ kvp_rtab_kill(struct kvp_rtab *t, uint64_t loc)
 		t->dead = n;
 		t->deadcap = cap;
 	}
-	for (h = kvp_loc_slot(loc, t->deadcap); t->dead[h]; h = (h + 1) & (t->deadcap - 1))
+	for (h = kvp_loc_slot(loc, t->deadcap); t->dead[h];
+	     h = (h + 1) & (t->deadcap - 1))
 		if (t->dead[h] == loc)
 			return 0;
 	t->dead[h] = loc;
@@ -1213,7 +1265,8 @@ kvp_rtab_killed(const struct kvp_rtab *t, uint64_t loc)
 
 	if (!t->deadcap)
 		return false;
-	for (h = kvp_loc_slot(loc, t->deadcap); t->dead[h]; h = (h + 1) & (t->deadcap - 1))
+	for (h = kvp_loc_slot(loc, t->deadcap); t->dead[h];
+	     h = (h + 1) & (t->deadcap - 1))
 		if (t->dead[h] == loc)
 			return true;
 	return false;
@@ -1229,7 +1282,8 @@ kvp_rtab_add(struct kvp_rtab *t, const struct kvp_ssd_rec *r)
 	size_t h;
 
 	if (r->type == KVP_SSD_REC_TOMBSTONE) {
-		struct kvp_sseg *g = kvp_seg_find(t->s, KVP_SSD_LOC_SEG(r->loc));
+		struct kvp_sseg *g =
+			kvp_seg_find(t->s, KVP_SSD_LOC_SEG(r->loc));
 
 		if (g)
 			g->live_bytes += B; /* it keeps an older record dead */
@@ -1278,7 +1332,8 @@ kvp_rtab_add(struct kvp_rtab *t, const struct kvp_ssd_rec *r)
 	}
 	if (r->type == KVP_SSD_REC_TOMBSTONE) {
 		if (r->seq > x->tseq)
-			x->tseq = r->seq; /* format 1: kills up to its sequence */
+			/* format 1: kills up to its sequence */
+			x->tseq = r->seq;
 	} else if (!x->loc || r->seq > x->seq) {
 		x->loc = r->loc;
 		x->seq = r->seq;
@@ -1289,8 +1344,8 @@ kvp_rtab_add(struct kvp_rtab *t, const struct kvp_ssd_rec *r)
 
 /* A record as a summary entry describes it (key at key). */
 static void
-kvp_rec_from_sum(const struct kvp_sseg *g, const struct kvp_ssd_sum_ent *e, const void *key,
-		 struct kvp_ssd_rec *rec)
+kvp_rec_from_sum(const struct kvp_sseg *g, const struct kvp_ssd_sum_ent *e,
+		 const void *key, struct kvp_ssd_rec *rec)
 {
 	rec->loc = KVP_SSD_LOC(g->id, e->se_block);
 	rec->seq = e->se_seq;
@@ -1304,16 +1359,19 @@ kvp_rec_from_sum(const struct kvp_sseg *g, const struct kvp_ssd_sum_ent *e, cons
 
 /* Validate a record header read from block blk of segment g. */
 static bool
-kvp_hdr_valid(const struct kvp_sseg *g, const struct kvp_ssd_rec_hdr *h, uint64_t blk)
+kvp_hdr_valid(const struct kvp_sseg *g, const struct kvp_ssd_rec_hdr *h,
+	      uint64_t blk)
 {
 	struct kvp_ssd_rec_hdr tmp;
 	uint32_t crc;
 
-	if (h->rh_magic != KVP_SSD_MAGIC_REC || h->rh_version < KVP_SSD_FORMAT_MIN ||
-	    h->rh_version > KVP_SSD_FORMAT ||
-	    h->rh_len < sizeof(*h) || h->rh_len > B || h->rh_seg_id != g->id ||
-	    h->rh_block != blk || h->rh_klen == 0 ||
-	    (h->rh_type != KVP_SSD_REC_VALUE && h->rh_type != KVP_SSD_REC_TOMBSTONE) ||
+	if (h->rh_magic != KVP_SSD_MAGIC_REC ||
+	    h->rh_version < KVP_SSD_FORMAT_MIN ||
+	    h->rh_version > KVP_SSD_FORMAT || h->rh_len < sizeof(*h) ||
+	    h->rh_len > B || h->rh_seg_id != g->id || h->rh_block != blk ||
+	    h->rh_klen == 0 ||
+	    (h->rh_type != KVP_SSD_REC_VALUE &&
+	     h->rh_type != KVP_SSD_REC_TOMBSTONE) ||
 	    (h->rh_type == KVP_SSD_REC_VALUE &&
 	     (h->rh_vlen == 0 || h->rh_vlen > g->size ||
 	      blk + 1 + kvp_rup(h->rh_vlen) / B > g->size / B)))
@@ -1328,8 +1386,8 @@ kvp_hdr_valid(const struct kvp_sseg *g, const struct kvp_ssd_rec_hdr *h, uint64_
 
 /* Call cb for every record of g (summary when sealed, else headers). */
 static int
-kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb, void *arg,
-		bool repair)
+kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
+		void *arg, bool repair)
 {
 	unsigned char *buf = kvp_aligned(B);
 	struct kvp_ssd_trailer tr;
@@ -1344,8 +1402,10 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb, void *
 		memcpy(&tr, buf, sizeof(tr));
 		crc = tr.st_crc;
 		tr.st_crc = 0;
-		if (tr.st_magic == KVP_SSD_MAGIC_TRAIL && tr.st_seg_id == g->id &&
-		    kvp_crc32c(0, &tr, sizeof(tr)) == crc && tr.st_sum_off % B == 0 &&
+		if (tr.st_magic == KVP_SSD_MAGIC_TRAIL &&
+		    tr.st_seg_id == g->id &&
+		    kvp_crc32c(0, &tr, sizeof(tr)) == crc &&
+		    tr.st_sum_off % B == 0 &&
 		    tr.st_sum_off + tr.st_sum_len <= g->size - B) {
 			uint64_t bytes = kvp_rup(tr.st_sum_len), p = 0;
 			unsigned char *sum = kvp_aligned(bytes);
@@ -1354,10 +1414,15 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb, void *
 				free(buf);
 				return -ENOMEM;
 			}
-			if ((bytes && pread(g->fd, sum, bytes, (off_t)tr.st_sum_off) != (ssize_t)bytes) ||
-			    kvp_crc32c(0, sum, tr.st_sum_len) != tr.st_sum_crc) {
-				kvp_log(KVP_LOG_WARN, "ssd", "segment %08x: bad summary; "
-					"scanning its records", g->id);
+			if ((bytes &&
+			     pread(g->fd, sum, bytes, (off_t)tr.st_sum_off) !=
+				     (ssize_t)bytes) ||
+			    kvp_crc32c(0, sum, tr.st_sum_len) !=
+				    tr.st_sum_crc) {
+				kvp_log(KVP_LOG_WARN, "ssd",
+					"segment %08x: bad summary; "
+					"scanning its records",
+					g->id);
 				free(sum);
 				goto scan;
 			}
@@ -1365,16 +1430,20 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb, void *
 			g->sealed = true;
 			g->wpos = tr.st_sum_off / B;
 			g->max_seq = tr.st_max_seq;
-			while (p + sizeof(struct kvp_ssd_sum_ent) <= tr.st_sum_len && !rc) {
+			while (p + sizeof(struct kvp_ssd_sum_ent) <=
+				       tr.st_sum_len &&
+			       !rc) {
 				struct kvp_ssd_sum_ent e;
 				struct kvp_ssd_rec rec;
 
 				memcpy(&e, sum + p, sizeof(e));
 				if (e.se_klen == 0 ||
-				    p + kvp_sum_ent_size(e.se_klen) > tr.st_sum_len ||
+				    p + kvp_sum_ent_size(e.se_klen) >
+					    tr.st_sum_len ||
 				    (uint64_t)e.se_block * B >= tr.st_sum_off)
 					break;
-				kvp_rec_from_sum(g, &e, sum + p + sizeof(e), &rec);
+				kvp_rec_from_sum(g, &e, sum + p + sizeof(e),
+						 &rec);
 				rc = cb(arg, &rec);
 				p += kvp_sum_ent_size(e.se_klen);
 			}
@@ -1383,66 +1452,72 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb, void *
 			return rc;
 		}
 	}
-scan:
-	{
-		uint64_t blk = 1;
+scan : {
+	uint64_t blk = 1;
 
-		while (blk + 1 < g->size / B) {
-			const struct kvp_ssd_rec_hdr *h = (const void *)buf;
-			struct kvp_ssd_rec rec;
+	while (blk + 1 < g->size / B) {
+		const struct kvp_ssd_rec_hdr *h = (const void *)buf;
+		struct kvp_ssd_rec rec;
 
-			if (pread(g->fd, buf, B, (off_t)(blk * B)) != (ssize_t)B)
-				break;
-			s->st.recover_read_bytes += B;
-			if (!kvp_hdr_valid(g, h, blk) ||
-			    (blk + 1) * B + kvp_rup(h->rh_type == KVP_SSD_REC_VALUE ? h->rh_vlen : 0) >
-				    g->valid_end) {
-				bool zero = true;
-				unsigned k;
-				for (k = 0; k < B && zero; k++)
-					zero = buf[k] == 0;
-				if (!zero)
-					kvp_log(KVP_LOG_WARN, "ssd", "segment %08x: bad record at "
-						"block %llu: the rest of the file is not served",
-						g->id, (unsigned long long)blk);
-				break;
-			}
-			rec.loc = KVP_SSD_LOC(g->id, blk);
-			rec.seq = h->rh_seq;
-			rec.ns = h->rh_ns;
-			rec.vlen = h->rh_type == KVP_SSD_REC_VALUE ? h->rh_vlen : 0;
-			rec.target = h->rh_type == KVP_SSD_REC_TOMBSTONE ? h->rh_vlen : 0;
-			rec.key = h + 1;
-			rec.klen = h->rh_klen;
-			rec.type = h->rh_type;
-			if (h->rh_seq > g->max_seq)
-				g->max_seq = h->rh_seq;
-			if (repair)
-				kvp_sum_append(g, h->rh_type, (uint32_t)blk, h->rh_ns, h->rh_seq,
-					       h->rh_vlen, rec.key, rec.klen);
-			g->nrecs++;
-			rc = cb(arg, &rec);
-			if (rc)
-				break;
-			blk += 1 + kvp_rup(rec.vlen) / B;
+		if (pread(g->fd, buf, B, (off_t)(blk * B)) != (ssize_t)B)
+			break;
+		s->st.recover_read_bytes += B;
+		if (!kvp_hdr_valid(g, h, blk) ||
+		    (blk + 1) * B + kvp_rup(h->rh_type == KVP_SSD_REC_VALUE ?
+						    h->rh_vlen :
+						    0) >
+			    g->valid_end) {
+			bool zero = true;
+			unsigned k;
+			for (k = 0; k < B && zero; k++)
+				zero = buf[k] == 0;
+			if (!zero)
+				kvp_log(KVP_LOG_WARN, "ssd",
+					"segment %08x: bad record at "
+					"block %llu: the rest of the file is not served",
+					g->id, (unsigned long long)blk);
+			break;
 		}
-		if (repair && !rc) {
-			/* torn tail: clear the first bad block, then seal here
-			 * (the summary must fit before the trailer) */
-			memset(buf, 0, B);
-			if (blk + 1 < g->size / B && pwrite(g->fd, buf, B, (off_t)(blk * B)) != (ssize_t)B)
-				rc = -EIO;
-			g->wpos = blk;
-			while (g->wpos * B + kvp_rup(g->sum_len) > g->size - B && g->nrecs) {
-				/* no room for the summary: cannot happen with
-				 * reserved space; drop the last record's entry */
-				rc = -EUCLEAN;
-				break;
-			}
-			if (!rc)
-				rc = kvp_seg_seal(s, g);
-		}
+		rec.loc = KVP_SSD_LOC(g->id, blk);
+		rec.seq = h->rh_seq;
+		rec.ns = h->rh_ns;
+		rec.vlen = h->rh_type == KVP_SSD_REC_VALUE ? h->rh_vlen : 0;
+		rec.target = h->rh_type == KVP_SSD_REC_TOMBSTONE ? h->rh_vlen :
+								   0;
+		rec.key = h + 1;
+		rec.klen = h->rh_klen;
+		rec.type = h->rh_type;
+		if (h->rh_seq > g->max_seq)
+			g->max_seq = h->rh_seq;
+		if (repair)
+			kvp_sum_append(g, h->rh_type, (uint32_t)blk, h->rh_ns,
+				       h->rh_seq, h->rh_vlen, rec.key,
+				       rec.klen);
+		g->nrecs++;
+		rc = cb(arg, &rec);
+		if (rc)
+			break;
+		blk += 1 + kvp_rup(rec.vlen) / B;
 	}
+	if (repair && !rc) {
+		/* torn tail: clear the first bad block, then seal here (the
+		 * summary must fit before the trailer) */
+		memset(buf, 0, B);
+		if (blk + 1 < g->size / B &&
+		    pwrite(g->fd, buf, B, (off_t)(blk * B)) != (ssize_t)B)
+			rc = -EIO;
+		g->wpos = blk;
+		while (g->wpos * B + kvp_rup(g->sum_len) > g->size - B &&
+		       g->nrecs) {
+			/* no room for the summary: cannot happen with reserved
+			 * space; drop the last record's entry */
+			rc = -EUCLEAN;
+			break;
+		}
+		if (!rc)
+			rc = kvp_seg_seal(s, g);
+	}
+}
 	free(buf);
 	return rc;
 }
@@ -1493,7 +1568,8 @@ kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 		rc = cb(arg, &rec);
 		if (rc == KVP_SSD_DECLINE) {
 			declined++;
-			rc = kvp_ssd_tombstone_agent(s, 0, x->ns, rec.key, x->klen, x->loc);
+			rc = kvp_ssd_tombstone_agent(s, 0, x->ns, rec.key,
+						     x->klen, x->loc);
 			continue;
 		}
 		if (rc == 0) {
@@ -1512,9 +1588,12 @@ out:
 	s->st.recovered = kept;
 	s->st.recover_ns = kvp_now_ns(CLOCK_MONOTONIC) - t0;
 	if (rc >= 0)
-		kvp_log(KVP_LOG_INFO, "ssd", "recovered %llu records (%zu keys seen, %llu "
-			"declined) from %u segments in %.3f s", (unsigned long long)kept, t.n,
-			(unsigned long long)declined, s->nsegs, (double)s->st.recover_ns / 1e9);
+		kvp_log(KVP_LOG_INFO, "ssd",
+			"recovered %llu records (%zu keys seen, %llu "
+			"declined) from %u segments in %.3f s",
+			(unsigned long long)kept, t.n,
+			(unsigned long long)declined, s->nsegs,
+			(double)s->st.recover_ns / 1e9);
 	free(t.r);
 	free(t.keys);
 	free(t.slot);
@@ -1540,15 +1619,17 @@ kvp_ssd_dir_open(struct kvp_ssd *s)
 
 	if (mkdir(s->dir, 0700) && errno != EEXIST) {
 		rc = -errno;
-		kvp_log(KVP_LOG_ERROR, "ssd", "cannot create %s: %s", s->dir, strerror(-rc));
+		kvp_log(KVP_LOG_ERROR, "ssd", "cannot create %s: %s", s->dir,
+			strerror(-rc));
 		return rc;
 	}
 	s->dirfd = open(s->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (s->dirfd < 0) {
 		rc = -errno;
-		kvp_log(KVP_LOG_ERROR, "ssd", "%s: %s", s->dir, rc == -ENOTDIR ?
-			"not a directory (give --ssd-dir a directory, or a path to create)" :
-			strerror(-rc));
+		kvp_log(KVP_LOG_ERROR, "ssd", "%s: %s", s->dir,
+			rc == -ENOTDIR ?
+				"not a directory (give --ssd-dir a directory, or a path to create)" :
+				strerror(-rc));
 		return rc;
 	}
 	if (fstat(s->dirfd, &st)) {
@@ -1557,14 +1638,16 @@ kvp_ssd_dir_open(struct kvp_ssd *s)
 		return rc;
 	}
 	if (st.st_uid != geteuid()) {
-		kvp_log(KVP_LOG_ERROR, "ssd", "%s is owned by uid %u, not by this agent's "
+		kvp_log(KVP_LOG_ERROR, "ssd",
+			"%s is owned by uid %u, not by this agent's "
 			"uid %u: refused (its files could be anyone's); give --ssd-dir a "
 			"directory of this user, or a path that does not exist yet",
 			s->dir, (unsigned)st.st_uid, (unsigned)geteuid());
 		return -EACCES;
 	}
 	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-		kvp_log(KVP_LOG_ERROR, "ssd", "%s is writable by group or others (mode "
+		kvp_log(KVP_LOG_ERROR, "ssd",
+			"%s is writable by group or others (mode "
 			"%04o): refused (anyone could plant segment files); chmod go-w %s",
 			s->dir, (unsigned)(st.st_mode & 07777), s->dir);
 		return -EACCES;
@@ -1581,7 +1664,8 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 	DIR *d;
 	int rc;
 
-	if (!cfg || !cfg->dir || !*cfg->dir || strlen(cfg->dir) >= sizeof(s->dir))
+	if (!cfg || !cfg->dir || !*cfg->dir ||
+	    strlen(cfg->dir) >= sizeof(s->dir))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -1589,9 +1673,11 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 	s->cfg = *cfg;
 	if (!s->cfg.segment_bytes)
 		s->cfg.segment_bytes = KVP_SSD_SEGMENT_DEFAULT;
-	if (s->cfg.segment_bytes < KVP_SSD_SEGMENT_MIN || s->cfg.segment_bytes > KVP_SSD_SEGMENT_MAX ||
+	if (s->cfg.segment_bytes < KVP_SSD_SEGMENT_MIN ||
+	    s->cfg.segment_bytes > KVP_SSD_SEGMENT_MAX ||
 	    s->cfg.segment_bytes % B ||
-	    (s->cfg.capacity_bytes && s->cfg.capacity_bytes < 2 * s->cfg.segment_bytes)) {
+	    (s->cfg.capacity_bytes &&
+	     s->cfg.capacity_bytes < 2 * s->cfg.segment_bytes)) {
 		free(s);
 		return -EINVAL;
 	}
@@ -1608,14 +1694,18 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 	rc = kvp_ssd_dir_open(s);
 	if (rc)
 		goto err;
-	s->lockfd = openat(s->dirfd, "LOCK", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	s->lockfd = openat(s->dirfd, "LOCK",
+			   O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (s->lockfd < 0 || flock(s->lockfd, LOCK_EX | LOCK_NB)) {
 		rc = s->lockfd < 0 ? -errno : -EBUSY;
 		if (rc == -EBUSY)
-			kvp_log(KVP_LOG_ERROR, "ssd", "%s is in use by another kvpoold "
-				"(its LOCK is held)", s->dir);
+			kvp_log(KVP_LOG_ERROR, "ssd",
+				"%s is in use by another kvpoold "
+				"(its LOCK is held)",
+				s->dir);
 		else
-			kvp_log(KVP_LOG_ERROR, "ssd", "%s/LOCK: %s", s->dir, strerror(-rc));
+			kvp_log(KVP_LOG_ERROR, "ssd", "%s/LOCK: %s", s->dir,
+				strerror(-rc));
 		goto err;
 	}
 	{
@@ -1638,9 +1728,11 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		uint32_t crc;
 
 		if (!id) {
-			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+			if (strcmp(de->d_name, ".") &&
+			    strcmp(de->d_name, "..") &&
 			    strcmp(de->d_name, "LOCK"))
-				kvp_log(KVP_LOG_WARN, "ssd", "%s/%s: not a segment file name "
+				kvp_log(KVP_LOG_WARN, "ssd",
+					"%s/%s: not a segment file name "
 					"(seg-XXXXXXXX.kvs, ids 00000001..%08x): ignored",
 					s->dir, de->d_name, KVP_SSD_SEG_ID_MAX);
 			continue;
@@ -1648,7 +1740,8 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		/* a new segment never reuses the id of a file that is there,
 		 * served or not (its O_EXCL create would fail for good) */
 		if (id >= s->next_id)
-			s->next_id = id + 1; /* at most KVP_SSD_SEG_ID_MAX + 1 */
+			/* at most KVP_SSD_SEG_ID_MAX + 1 */
+			s->next_id = id + 1;
 		snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
 		if (cfg->wipe) {
 			unlinkat(s->dirfd, de->d_name, 0);
@@ -1656,12 +1749,15 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		}
 		/* look before opening: a FIFO or a device is never opened */
 		if (fstatat(s->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW)) {
-			kvp_log(KVP_LOG_WARN, "ssd", "%s: %s: skipped", path, strerror(errno));
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: %s: skipped", path,
+				strerror(errno));
 			continue;
 		}
 		if (kvp_file_ours(&st, why, sizeof(why))) {
-			kvp_log(KVP_LOG_WARN, "ssd", "%s: %s: skipped, never served (remove "
-				"it, or move it away)", path, why);
+			kvp_log(KVP_LOG_WARN, "ssd",
+				"%s: %s: skipped, never served (remove "
+				"it, or move it away)",
+				path, why);
 			continue;
 		}
 		g = calloc(1, sizeof(*g));
@@ -1675,42 +1771,54 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		}
 		g->fd = kvp_open_file(s, de->d_name, O_RDWR);
 		if (g->fd < 0 || fstat(g->fd, &st)) {
-			kvp_log(KVP_LOG_WARN, "ssd", "%s: unreadable: skipped", path);
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: unreadable: skipped",
+				path);
 			goto skip;
 		}
 		if (kvp_file_ours(&st, why, sizeof(why))) { /* what we opened */
-			kvp_log(KVP_LOG_WARN, "ssd", "%s: %s: skipped, never served", path, why);
+			kvp_log(KVP_LOG_WARN, "ssd",
+				"%s: %s: skipped, never served", path, why);
 			goto skip;
 		}
 		if (pread(g->fd, fh, B, 0) != (ssize_t)B) {
-			kvp_log(KVP_LOG_WARN, "ssd", "%s: unreadable: skipped", path);
+			kvp_log(KVP_LOG_WARN, "ssd", "%s: unreadable: skipped",
+				path);
 			goto skip;
 		}
 		crc = fh->fh_crc;
 		fh->fh_crc = 0;
 		if (fh->fh_magic == KVP_SSD_MAGIC_FILE && fh->fh_seg_id == id &&
 		    kvp_crc32c(0, fh, sizeof(*fh)) == crc &&
-		    fh->fh_seg_size > (uint64_t)st.st_size && fh->fh_seg_size % B == 0 &&
+		    fh->fh_seg_size > (uint64_t)st.st_size &&
+		    fh->fh_seg_size % B == 0 &&
 		    fh->fh_seg_size <= KVP_SSD_SEGMENT_MAX) {
-			/* truncated (a torn tail of another kind): give the file
-			 * its size back; the scan stops at the first bad record */
-			kvp_log(KVP_LOG_WARN, "ssd", "%s: truncated to %lld bytes: repairing",
-				path, (long long)st.st_size);
+			/* truncated (a torn tail of another kind): give the
+			 * file its size back; the scan stops at the first bad
+			 * record */
+			kvp_log(KVP_LOG_WARN, "ssd",
+				"%s: truncated to %lld bytes: repairing", path,
+				(long long)st.st_size);
 			g->valid_end = (uint64_t)st.st_size;
 			if (ftruncate(g->fd, (off_t)fh->fh_seg_size) == 0)
 				st.st_size = (off_t)fh->fh_seg_size;
 		}
 		if (fh->fh_magic != KVP_SSD_MAGIC_FILE || fh->fh_seg_id != id ||
-		    kvp_crc32c(0, fh, sizeof(*fh)) != crc || fh->fh_seg_size != (uint64_t)st.st_size ||
-		    fh->fh_seg_size % B || fh->fh_seg_size < KVP_SSD_SEGMENT_MIN) {
-			kvp_log(KVP_LOG_WARN, "ssd", "%s: bad file header: skipped, never served",
+		    kvp_crc32c(0, fh, sizeof(*fh)) != crc ||
+		    fh->fh_seg_size != (uint64_t)st.st_size ||
+		    fh->fh_seg_size % B ||
+		    fh->fh_seg_size < KVP_SSD_SEGMENT_MIN) {
+			kvp_log(KVP_LOG_WARN, "ssd",
+				"%s: bad file header: skipped, never served",
 				path);
 			goto skip;
 		}
-		if (fh->fh_version < KVP_SSD_FORMAT_MIN || fh->fh_version > KVP_SSD_FORMAT) {
-			kvp_log(KVP_LOG_ERROR, "ssd", "%s: format %u, this build reads %u..%u: "
-				"move the directory away", path, fh->fh_version,
-				KVP_SSD_FORMAT_MIN, KVP_SSD_FORMAT);
+		if (fh->fh_version < KVP_SSD_FORMAT_MIN ||
+		    fh->fh_version > KVP_SSD_FORMAT) {
+			kvp_log(KVP_LOG_ERROR, "ssd",
+				"%s: format %u, this build reads %u..%u: "
+				"move the directory away",
+				path, fh->fh_version, KVP_SSD_FORMAT_MIN,
+				KVP_SSD_FORMAT);
 			free(fh);
 			kvp_seg_free(g);
 			closedir(d);
@@ -1738,19 +1846,25 @@ skip:
 	}
 	closedir(d);
 	if (getenv("KVP_SSD_FORCE_PREAD")) {
-		kvp_log(KVP_LOG_INFO, "ssd", "KVP_SSD_FORCE_PREAD: pread/pwrite thread path");
-	} else if ((rc = io_uring_queue_init(s->cfg.queue_depth, &s->ring, 0)) == 0) {
+		kvp_log(KVP_LOG_INFO, "ssd",
+			"KVP_SSD_FORCE_PREAD: pread/pwrite thread path");
+	} else if ((rc = io_uring_queue_init(s->cfg.queue_depth, &s->ring,
+					     0)) == 0) {
 		s->uring = true;
 	} else {
-		kvp_log(KVP_LOG_WARN, "ssd", "io_uring refused (%s): pread/pwrite thread "
-			"path", strerror(-rc));
+		kvp_log(KVP_LOG_WARN, "ssd",
+			"io_uring refused (%s): pread/pwrite thread "
+			"path",
+			strerror(-rc));
 	}
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv_work, NULL);
 	pthread_cond_init(&s->cv_done, NULL);
 	if (!s->uring) {
-		for (s->nworkers = 0; s->nworkers < KVP_SSD_WORKERS; s->nworkers++)
-			if (pthread_create(&s->workers[s->nworkers], NULL, kvp_worker, s))
+		for (s->nworkers = 0; s->nworkers < KVP_SSD_WORKERS;
+		     s->nworkers++)
+			if (pthread_create(&s->workers[s->nworkers], NULL,
+					   kvp_worker, s))
 				break;
 		if (!s->nworkers) {
 			rc = -EAGAIN;
@@ -1790,8 +1904,10 @@ kvp_ssd_close_agent(struct kvp_ssd *s)
 		unsigned k;
 
 		for (k = 0; k < s->nsegs; k++)
-			if (s->segs[k]->dirty && s->segs[k]->fd >= 0 && fdatasync(s->segs[k]->fd))
-				kvp_log(KVP_LOG_ERROR, "ssd", "segment %08x: fdatasync at close: %s",
+			if (s->segs[k]->dirty && s->segs[k]->fd >= 0 &&
+			    fdatasync(s->segs[k]->fd))
+				kvp_log(KVP_LOG_ERROR, "ssd",
+					"segment %08x: fdatasync at close: %s",
 					s->segs[k]->id, strerror(errno));
 	}
 	if (s->uring)
@@ -1827,7 +1943,8 @@ kvp_ssd_record_dead_agent(struct kvp_ssd *s, uint64_t loc, uint64_t vlen)
 }
 
 int
-kvp_ssd_oldest_segment_agent(const struct kvp_ssd *s, uint32_t after, uint32_t *id)
+kvp_ssd_oldest_segment_agent(const struct kvp_ssd *s, uint32_t after,
+			     uint32_t *id)
 {
 	unsigned k;
 
@@ -1840,7 +1957,8 @@ kvp_ssd_oldest_segment_agent(const struct kvp_ssd *s, uint32_t after, uint32_t *
 }
 
 int
-kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id, kvp_ssd_rec_fn cb, void *arg)
+kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id, kvp_ssd_rec_fn cb,
+			      void *arg)
 {
 	struct kvp_sseg *g = kvp_seg_find(s, id);
 
@@ -1850,7 +1968,8 @@ kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id, kvp_ssd_rec_fn cb,
 		/* the active segment: its summary is in memory */
 		size_t p = 0;
 		int rc = 0;
-		while (p + sizeof(struct kvp_ssd_sum_ent) <= g->sum_len && !rc) {
+		while (p + sizeof(struct kvp_ssd_sum_ent) <= g->sum_len &&
+		       !rc) {
 			struct kvp_ssd_sum_ent e;
 			struct kvp_ssd_rec rec;
 
@@ -1892,7 +2011,8 @@ kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id)
 }
 
 int
-kvp_ssd_segment_info_agent(const struct kvp_ssd *s, uint32_t id, struct kvp_ssd_seg_info *info)
+kvp_ssd_segment_info_agent(const struct kvp_ssd *s, uint32_t id,
+			   struct kvp_ssd_seg_info *info)
 {
 	const struct kvp_sseg *g = kvp_seg_find(s, id);
 
@@ -1932,7 +2052,8 @@ kvp_ssd_stats_agent(const struct kvp_ssd *s, struct kvp_ssd_stats *st)
 }
 
 int
-kvp_ssd_register_buffers_agent(struct kvp_ssd *s, const struct iovec *regions, unsigned n)
+kvp_ssd_register_buffers_agent(struct kvp_ssd *s, const struct iovec *regions,
+			       unsigned n)
 {
 	int rc;
 
@@ -1948,8 +2069,10 @@ kvp_ssd_register_buffers_agent(struct kvp_ssd *s, const struct iovec *regions, u
 	}
 	rc = io_uring_register_buffers(&s->ring, regions, n);
 	if (rc) {
-		kvp_log(KVP_LOG_INFO, "ssd", "buffer registration refused (%s): plain "
-			"reads and writes", strerror(-rc));
+		kvp_log(KVP_LOG_INFO, "ssd",
+			"buffer registration refused (%s): plain "
+			"reads and writes",
+			strerror(-rc));
 		return rc;
 	}
 	memcpy(s->reg, regions, n * sizeof(*regions));

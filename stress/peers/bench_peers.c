@@ -63,14 +63,16 @@
 #include "stress/peers/peers_int.h"
 
 static int
-kvpb_parse_list(const char *arg, const char *const *names, unsigned n, unsigned *mask)
+kvpb_parse_list(const char *arg, const char *const *names, unsigned n,
+		unsigned *mask)
 {
 	char buf[256], *tok, *save = NULL;
 	unsigned k;
 
 	snprintf(buf, sizeof(buf), "%s", arg);
 	*mask = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
 		for (k = 0; k < n && strcmp(tok, names[k]); k++)
 			;
 		if (k == n) {
@@ -83,14 +85,17 @@ kvpb_parse_list(const char *arg, const char *const *names, unsigned n, unsigned 
 }
 
 static int
-kvpb_parse_u64s(const char *arg, uint64_t *out, unsigned cap, unsigned *n, bool sizes)
+kvpb_parse_u64s(const char *arg, uint64_t *out, unsigned cap, unsigned *n,
+		bool sizes)
 {
 	char buf[256], *tok, *save = NULL;
 
 	snprintf(buf, sizeof(buf), "%s", arg);
 	*n = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		uint64_t v = sizes ? kvpb_parse_size(tok) : strtoull(tok, NULL, 10);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		uint64_t v = sizes ? kvpb_parse_size(tok) :
+				     strtoull(tok, NULL, 10);
 
 		if (!v || *n == cap)
 			return -EINVAL;
@@ -128,7 +133,8 @@ kvpb_sets_make(void)
 
 		v->size = c->sizes[s];
 		v->n = c->ws / v->size < 4 ? 4 : c->ws / v->size;
-		v->batch = c->batch ? c->batch : (unsigned)((1u << 20) / v->size);
+		v->batch = c->batch ? c->batch :
+				      (unsigned)((1u << 20) / v->size);
 		v->batch = v->batch > 16 ? 16 : v->batch < 1 ? 1 : v->batch;
 		v->keys = malloc(v->n * KVPB_KLEN);
 		if (!v->keys)
@@ -146,13 +152,15 @@ kvpb_sets_make(void)
 		if (!v->keys)
 			return -ENOMEM;
 		for (i = 0; i < v->n; i++)
-			kvpb_key(v->keys + i * KVPB_KLEN, KVPB_TAG_GET + KVPB_RTT, i);
+			kvpb_key(v->keys + i * KVPB_KLEN,
+				 KVPB_TAG_GET + KVPB_RTT, i);
 	}
 	for (k = 0; k < c->nix; k++) {
 		uint64_t e = c->ix_entries[k];
 
 		kvpb_ixcap[k] = kvpb_pow2_at_least(e + e / 4) * 9 / 10;
-		kvpb_ixkeys[k] = mmap(NULL, kvpb_ixcap[k] * KVPB_KLEN, PROT_READ | PROT_WRITE,
+		kvpb_ixkeys[k] = mmap(NULL, kvpb_ixcap[k] * KVPB_KLEN,
+				      PROT_READ | PROT_WRITE,
 				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		if (kvpb_ixkeys[k] == MAP_FAILED)
 			return -ENOMEM;
@@ -210,34 +218,64 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	/* the selectable sections ("exists" comes with "prefix") */
-	static const char *const secs[] = { "get", "mixed", "prefix", "ssd", "rtt" };
-	static const unsigned sec_bit[] = { SEC_GET, SEC_MIXED, SEC_PREFIX, SEC_SSD, SEC_RTT };
+	static const char *const secs[] = { "get", "mixed", "prefix", "ssd",
+					    "rtt" };
+	static const unsigned sec_bit[] = { SEC_GET, SEC_MIXED, SEC_PREFIX,
+					    SEC_SSD, SEC_RTT };
 	struct kvpb_cfg *c = &kvpb_cfg;
-	const char *a_sizes = NULL, *a_procs = NULL, *a_sys = NULL, *a_sec = NULL;
+	const char *a_sizes = NULL, *a_procs = NULL, *a_sys = NULL,
+		   *a_sec = NULL;
 	const char *a_ssd = NULL, *sys_names[KVPB_NSYS];
 	uint64_t a_ws = 0, u64[8];
 	unsigned rounds = 0, batch = 0, k, n, mask;
 	double t0 = kvpb_now_s(), t;
 	int opt, rc = 0;
 
-	signal(SIGPIPE, SIG_IGN); /* a server that dies is an error, not a kill */
+	/* a server that dies is an error, not a kill */
+	signal(SIGPIPE, SIG_IGN);
 	c->pin = true;
 	snprintf(c->ssd_dir, sizeof(c->ssd_dir), "/var/tmp");
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'q': c->quick = true; break;
-		case 'r': rounds = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 's': a_sizes = optarg; break;
-		case 'p': a_procs = optarg; break;
-		case 'y': a_sys = optarg; break;
-		case 'e': a_sec = optarg; break;
-		case 'w': a_ws = kvpb_parse_size(optarg); break;
-		case 'b': batch = (unsigned)strtoul(optarg, NULL, 10); break;
-		case 'd': snprintf(c->ssd_dir, sizeof(c->ssd_dir), "%s", optarg); break;
-		case 'z': a_ssd = optarg; break;
-		case 'n': c->pin = false; break;
-		case 'h': kvpb_usage(stdout); return 0;
-		default: kvpb_usage(stderr); return 2;
+		case 'q':
+			c->quick = true;
+			break;
+		case 'r':
+			rounds = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 's':
+			a_sizes = optarg;
+			break;
+		case 'p':
+			a_procs = optarg;
+			break;
+		case 'y':
+			a_sys = optarg;
+			break;
+		case 'e':
+			a_sec = optarg;
+			break;
+		case 'w':
+			a_ws = kvpb_parse_size(optarg);
+			break;
+		case 'b':
+			batch = (unsigned)strtoul(optarg, NULL, 10);
+			break;
+		case 'd':
+			snprintf(c->ssd_dir, sizeof(c->ssd_dir), "%s", optarg);
+			break;
+		case 'z':
+			a_ssd = optarg;
+			break;
+		case 'n':
+			c->pin = false;
+			break;
+		case 'h':
+			kvpb_usage(stdout);
+			return 0;
+		default:
+			kvpb_usage(stderr);
+			return 2;
 		}
 	}
 	if (optind < argc) {
@@ -271,8 +309,8 @@ main(int argc, char **argv)
 	c->procs[0] = 1;
 	c->procs[1] = 2;
 	c->sys_mask = (1u << KVPB_NSYS) - 1;
-	c->sec_mask = (1u << SEC_GET) | (1u << SEC_MIXED) | (1u << SEC_PREFIX) | (1u << SEC_SSD) |
-		      (1u << SEC_RTT);
+	c->sec_mask = (1u << SEC_GET) | (1u << SEC_MIXED) | (1u << SEC_PREFIX) |
+		      (1u << SEC_SSD) | (1u << SEC_RTT);
 	if (rounds)
 		c->rounds = rounds;
 	if (a_ws)
@@ -280,10 +318,13 @@ main(int argc, char **argv)
 	c->batch = batch;
 	for (k = 0; k < KVPB_NSYS; k++)
 		sys_names[k] = kvpb_drv[k]->name;
-	if ((a_sizes && kvpb_parse_u64s(a_sizes, c->sizes, KVPB_MAX_SIZES, &c->nsizes, true)) ||
-	    (a_ssd && kvpb_parse_u64s(a_ssd, c->ssd_sizes, KVPB_MAX_SIZES, &c->nssd, true)) ||
+	if ((a_sizes && kvpb_parse_u64s(a_sizes, c->sizes, KVPB_MAX_SIZES,
+					&c->nsizes, true)) ||
+	    (a_ssd && kvpb_parse_u64s(a_ssd, c->ssd_sizes, KVPB_MAX_SIZES,
+				      &c->nssd, true)) ||
 	    (a_procs && kvpb_parse_u64s(a_procs, u64, 8, &n, false)) ||
-	    (a_sys && kvpb_parse_list(a_sys, sys_names, KVPB_NSYS, &c->sys_mask)) ||
+	    (a_sys &&
+	     kvpb_parse_list(a_sys, sys_names, KVPB_NSYS, &c->sys_mask)) ||
 	    (a_sec && kvpb_parse_list(a_sec, secs, 5, &mask)) ||
 	    c->rounds < 1 || c->rounds > 100 || batch > KVPB_MAX_CALL / 2) {
 		kvpb_usage(stderr);
@@ -292,7 +333,9 @@ main(int argc, char **argv)
 	if (a_procs) {
 		c->nprocs = n;
 		for (k = 0; k < n; k++)
-			c->procs[k] = u64[k] < KVPB_MAX_PROCS ? (unsigned)u64[k] : KVPB_MAX_PROCS;
+			c->procs[k] = u64[k] < KVPB_MAX_PROCS ?
+					      (unsigned)u64[k] :
+					      KVPB_MAX_PROCS;
 	}
 	if (a_sec) {
 		c->sec_mask = 0;
@@ -303,7 +346,8 @@ main(int argc, char **argv)
 	c->nproc = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
 	c->nworkers = c->procs[c->nprocs - 1];
 	if (c->nworkers < c->nproc && kvpb_limit_on())
-		c->nworkers = c->nproc < KVPB_MAX_PROCS ? c->nproc : KVPB_MAX_PROCS;
+		c->nworkers = c->nproc < KVPB_MAX_PROCS ? c->nproc :
+							  KVPB_MAX_PROCS;
 	setvbuf(stdout, NULL, _IOFBF, 1 << 16);
 
 	kvpb_ctl = mmap(NULL, sizeof(*kvpb_ctl), PROT_READ | PROT_WRITE,
@@ -312,10 +356,12 @@ main(int argc, char **argv)
 		return 1;
 	memset(kvpb_ctl, 0, sizeof(*kvpb_ctl));
 	kvpb_emit_config();
-	kvpb_log("bench_peers: %s mode, %u rounds + 1 warm-up, %llu MiB per value size, "
-		 "%u CPUs, workers %s\n", c->quick ? "quick" : "full", c->rounds,
-		 (unsigned long long)(c->ws >> 20), c->nproc,
-		 c->pin ? "pinned (worker w on CPU w mod nproc)" : "not pinned");
+	kvpb_log(
+		"bench_peers: %s mode, %u rounds + 1 warm-up, %llu MiB per value size, "
+		"%u CPUs, workers %s\n",
+		c->quick ? "quick" : "full", c->rounds,
+		(unsigned long long)(c->ws >> 20), c->nproc,
+		c->pin ? "pinned (worker w on CPU w mod nproc)" : "not pinned");
 
 	/* the sets, and what each system's workers inherit, before the fork */
 	if (kvpb_sets_make()) {
@@ -337,7 +383,8 @@ main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	if (c->sec_mask & ((1u << SEC_GET) | (1u << SEC_MIXED) | (1u << SEC_RTT))) {
+	if (c->sec_mask &
+	    ((1u << SEC_GET) | (1u << SEC_MIXED) | (1u << SEC_RTT))) {
 		t = kvpb_now_s();
 		if (kvpb_fill_values()) {
 			rc = 1;
@@ -356,15 +403,16 @@ main(int argc, char **argv)
 	for (k = 0; k <= c->rounds; k++) {
 		double tr = kvpb_now_s();
 
-		if (kvpb_run_values(k) || (kvpb_sec_on(SEC_RTT) && kvpb_run_rtt(k)) ||
+		if (kvpb_run_values(k) ||
+		    (kvpb_sec_on(SEC_RTT) && kvpb_run_rtt(k)) ||
 		    (kvpb_sec_on(SEC_PREFIX) && kvpb_run_index(k))) {
 			rc = 1;
 			goto out;
 		}
 		if (k && kvpb_sec_on(SEC_SSD))
 			kvpb_run_ssd(k);
-		kvpb_log("bench_peers: round %u%s done in %.1f s\n", k, k ? "" : " (warm-up)",
-			 kvpb_now_s() - tr);
+		kvpb_log("bench_peers: round %u%s done in %.1f s\n", k,
+			 k ? "" : " (warm-up)", kvpb_now_s() - tr);
 	}
 out:
 	kvpb_workers_stop();

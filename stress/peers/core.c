@@ -25,12 +25,9 @@ unsigned char *kvpb_ixkeys[KVPB_MAX_IX];
 uint64_t kvpb_ixcap[KVPB_MAX_IX];
 
 const struct kvpb_driver *const kvpb_drv[KVPB_NSYS] = {
-	[SYS_MEMCPY] = &kvpb_drv_memcpy,
-	[SYS_KVPOOL] = &kvpb_drv_kvpool,
-	[SYS_LMDB] = &kvpb_drv_lmdb,
-	[SYS_REDIS] = &kvpb_drv_redis,
-	[SYS_RPC] = &kvpb_drv_rpc,
-	[SYS_RPC1] = &kvpb_drv_rpc1,
+	[SYS_MEMCPY] = &kvpb_drv_memcpy, [SYS_KVPOOL] = &kvpb_drv_kvpool,
+	[SYS_LMDB] = &kvpb_drv_lmdb,     [SYS_REDIS] = &kvpb_drv_redis,
+	[SYS_RPC] = &kvpb_drv_rpc,       [SYS_RPC1] = &kvpb_drv_rpc1,
 };
 
 static int kvpb_cmd_fd[KVPB_MAX_PROCS]; /* parent: write end per worker */
@@ -52,7 +49,8 @@ kvpb_store_on(const struct kvpb_driver *d)
 	unsigned sys;
 
 	for (sys = 0; sys < KVPB_NSYS; sys++)
-		if (kvpb_sys_on(sys) && (kvpb_drv[sys] == d || kvpb_drv[sys]->shares == d))
+		if (kvpb_sys_on(sys) &&
+		    (kvpb_drv[sys] == d || kvpb_drv[sys]->shares == d))
 			return true;
 	return false;
 }
@@ -174,8 +172,8 @@ kvpb_pin(unsigned cpu)
 	CPU_ZERO(&set);
 	CPU_SET(cpu % kvpb_cfg.nproc, &set);
 	if (sched_setaffinity(0, sizeof(set), &set))
-		kvpb_log("bench_peers: cannot pin to CPU %u: %s\n", cpu % kvpb_cfg.nproc,
-			 strerror(errno));
+		kvpb_log("bench_peers: cannot pin to CPU %u: %s\n",
+			 cpu % kvpb_cfg.nproc, strerror(errno));
 }
 
 /* ---- the JSON lines (stress/bench_report.py reads them) ---- */
@@ -191,12 +189,14 @@ kvpb_emit_config(void)
 	       "\"passes\": %u, \"nproc\": %u, \"pinned\": %s, \"ssd_dir\": \"%s\", "
 	       "\"ssd_bytes\": %llu, \"prefix_batches\": %u, \"rtt_ops\": %llu, "
 	       "\"rtt_size\": %u, \"rtt_keys\": %u, \"sizes\": [",
-	       c->quick ? "quick" : "full", c->rounds, (unsigned long long)c->ws,
-	       c->passes, c->nproc, c->pin ? "true" : "false", c->ssd_dir,
+	       c->quick ? "quick" : "full", c->rounds,
+	       (unsigned long long)c->ws, c->passes, c->nproc,
+	       c->pin ? "true" : "false", c->ssd_dir,
 	       (unsigned long long)c->ssd_bytes, c->prefix_batches,
 	       (unsigned long long)c->rtt_ops, KVPB_RTT_SIZE, KVPB_RTT_KEYS);
 	for (k = 0; k < c->nsizes; k++)
-		printf("%s%llu", k ? ", " : "", (unsigned long long)c->sizes[k]);
+		printf("%s%llu", k ? ", " : "",
+		       (unsigned long long)c->sizes[k]);
 	printf("], \"procs\": [");
 	for (k = 0; k < c->nprocs; k++)
 		printf("%s%u", k ? ", " : "", c->procs[k]);
@@ -222,8 +222,9 @@ kvpb_emit(unsigned round, const char *sec, const char *sys, uint64_t size,
 	int k = 0;
 
 	printf("{\"round\": %u, \"section\": \"%s\", \"system\": \"%s\", \"size\": %llu, "
-	       "\"procs\": %u, \"batch\": %u, \"bad\": %llu, \"v\": {", round, sec, sys,
-	       (unsigned long long)size, procs, batch, (unsigned long long)bad);
+	       "\"procs\": %u, \"batch\": %u, \"bad\": %llu, \"v\": {",
+	       round, sec, sys, (unsigned long long)size, procs, batch,
+	       (unsigned long long)bad);
 	va_start(ap, bad);
 	while ((name = va_arg(ap, const char *)) != NULL) {
 		double v = va_arg(ap, double);
@@ -263,12 +264,14 @@ kvpb_info(const char *name, const char *fmt, ...)
 static uint64_t
 kvpb_mix_tag(unsigned round, unsigned w, unsigned s)
 {
-	return KVPB_TAG_MIX + ((uint64_t)round * KVPB_MAX_PROCS + w) * KVPB_MAX_SIZES + s;
+	return KVPB_TAG_MIX +
+	       ((uint64_t)round * KVPB_MAX_PROCS + w) * KVPB_MAX_SIZES + s;
 }
 
 /* Key k of those worker w puts in the mixed measurement cmd. */
 void
-kvpb_mixed_key(unsigned char *key, const struct kvpb_cmd *cmd, unsigned w, uint64_t k)
+kvpb_mixed_key(unsigned char *key, const struct kvpb_cmd *cmd, unsigned w,
+	       uint64_t k)
 {
 	kvpb_key(key, kvpb_mix_tag(cmd->round, w, cmd->s), k);
 }
@@ -295,15 +298,17 @@ kvpb_cmp_u64(const void *a, const void *b)
 
 /* One batch of gets through d; verifies the first value if check. */
 static uint64_t
-kvpb_w_get(struct kvpb_worker *W, const struct kvpb_driver *d, const struct kvpb_vset *v,
-	   const uint64_t *idx, unsigned m, bool check)
+kvpb_w_get(struct kvpb_worker *W, const struct kvpb_driver *d,
+	   const struct kvpb_vset *v, const uint64_t *idx, unsigned m,
+	   bool check)
 {
 	const unsigned char *first = W->dst;
 	uint64_t bad = d->get(W, v, idx, m, &first);
 
 	kvpb_clobber(W->dst);
-	if (check && !bad && !kvpt_check(first, v->size, v->keys + idx[0] * KVPB_KLEN,
-					  KVPB_KLEN, 1))
+	if (check && !bad &&
+	    !kvpt_check(first, v->size, v->keys + idx[0] * KVPB_KLEN, KVPB_KLEN,
+			1))
 		bad++;
 	return bad;
 }
@@ -314,12 +319,15 @@ static int
 kvpb_w_prepare(struct kvpb_worker *W, const struct kvpb_driver *d,
 	       const struct kvpb_cmd *cmd, uint64_t nput)
 {
-	unsigned pool = cmd->sec == SEC_PREFIX || cmd->sec == SEC_EXISTS ? 1 + cmd->s : 0;
+	unsigned pool = cmd->sec == SEC_PREFIX || cmd->sec == SEC_EXISTS ?
+				1 + cmd->s :
+				0;
 	int rc = d->open ? d->open(W, pool) : 0;
 	uint64_t k;
 
 	if (rc) {
-		kvpb_log("bench_peers: worker %u: cannot open %s: %d\n", W->w, d->name, rc);
+		kvpb_log("bench_peers: worker %u: cannot open %s: %d\n", W->w,
+			 d->name, rc);
 		return rc;
 	}
 	if (cmd->sec == SEC_MIXED) {
@@ -355,9 +363,12 @@ kvpb_w_run(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 {
 	const struct kvpb_driver *d = kvpb_drv[cmd->sys];
 	struct kvpb_wres *res = &kvpb_ctl->res[W->w];
-	const struct kvpb_vset *v = cmd->sec <= SEC_MIXED || cmd->sec == SEC_RTT
-				    ? &kvpb_vs[cmd->s] : NULL;
-	uint64_t idx[KVPB_MAX_CALL], j = 0, done = 0, bad = 0, nput = 0, bytes = 0;
+	const struct kvpb_vset *v = cmd->sec <= SEC_MIXED ||
+						    cmd->sec == SEC_RTT ?
+					    &kvpb_vs[cmd->s] :
+					    NULL;
+	uint64_t idx[KVPB_MAX_CALL], j = 0, done = 0, bad = 0, nput = 0,
+				     bytes = 0;
 	uint64_t sum = 0, worst = 0;
 	unsigned ix = cmd->s;
 	char ack = 1;
@@ -414,7 +425,8 @@ kvpb_w_run(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 					j = 0;
 			}
 			bad += kvpb_w_get(W, d, v, idx, hb, cmd->round == 0);
-			bad += d->put(W, W->pkeys + p * KVPB_KLEN, hb, v->size, p);
+			bad += d->put(W, W->pkeys + p * KVPB_KLEN, hb, v->size,
+				      p);
 			p += hb;
 			done += 2 * hb;
 		}
@@ -427,7 +439,9 @@ kvpb_w_run(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 
 			b = it % nb;
 			t0 = kvpb_now_ns();
-			bad += d->prefix(W, ix, kvpb_ixkeys[ix] + b * KVPB_PREFIX * KVPB_KLEN,
+			bad += d->prefix(W, ix,
+					 kvpb_ixkeys[ix] +
+						 b * KVPB_PREFIX * KVPB_KLEN,
 					 b * KVPB_PREFIX) != KVPB_PREFIX;
 			t = kvpb_now_ns() - t0;
 			sum += t;
@@ -474,8 +488,7 @@ kvpb_w_run(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 	return kvpb_write_full(kvpb_ack_wr, &ack, 1);
 }
 
-static void __attribute__((noreturn))
-kvpb_worker_main(unsigned w, int cmd_fd)
+static void __attribute__((noreturn)) kvpb_worker_main(unsigned w, int cmd_fd)
 {
 	const struct kvpb_cfg *c = &kvpb_cfg;
 	struct kvpb_worker W;
@@ -495,9 +508,11 @@ kvpb_worker_main(unsigned w, int cmd_fd)
 	if (!W.dst || !W.src)
 		_exit(3);
 	/* the put source: the smallest value size repeated (a fixed page) */
-	for (s = 0; s + c->sizes[0] <= c->sizes[c->nsizes - 1]; s += (unsigned)c->sizes[0])
+	for (s = 0; s + c->sizes[0] <= c->sizes[c->nsizes - 1];
+	     s += (unsigned)c->sizes[0])
 		kvpt_fill(W.src + s, c->sizes[0], "put", 3, 1);
-	while (kvpb_read_full(cmd_fd, &cmd, sizeof(cmd)) == 0 && cmd.op == CMD_RUN)
+	while (kvpb_read_full(cmd_fd, &cmd, sizeof(cmd)) == 0 &&
+	       cmd.op == CMD_RUN)
 		if (kvpb_w_run(&W, &cmd))
 			break;
 	/* close the clients (had the worker died instead, the pool's
@@ -617,10 +632,14 @@ kvpb_measure(struct kvpb_cmd *cmd, struct kvpb_agg *a)
 		a->bytes += r->bytes;
 		a->bad += r->bad;
 		a->sum_ns += (double)r->sum_ns;
-		a->worst_ns = (double)r->worst_ns > a->worst_ns ? (double)r->worst_ns : a->worst_ns;
+		a->worst_ns = (double)r->worst_ns > a->worst_ns ?
+				      (double)r->worst_ns :
+				      a->worst_ns;
 		/* rtt runs on one worker; with more, the slowest one's */
-		a->p50_ns = (double)r->p50_ns > a->p50_ns ? (double)r->p50_ns : a->p50_ns;
-		a->p99_ns = (double)r->p99_ns > a->p99_ns ? (double)r->p99_ns : a->p99_ns;
+		a->p50_ns = (double)r->p50_ns > a->p50_ns ? (double)r->p50_ns :
+							    a->p50_ns;
+		a->p99_ns = (double)r->p99_ns > a->p99_ns ? (double)r->p99_ns :
+							    a->p99_ns;
 	}
 	a->wall_s = (double)(t1 - t0) / 1e9;
 	return 0;

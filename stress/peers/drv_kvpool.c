@@ -20,7 +20,7 @@ static uint64_t kvpb_used_before; /* pool 0's units before a mixed run */
 
 /* a worker's */
 static struct kvp_client *kvpb_wc[1 + KVPB_MAX_IX];
-static struct kvp_op *kvpb_wops;               /* a batch of gets */
+static struct kvp_op *kvpb_wops;                /* a batch of gets */
 static struct kvp_op *kvpb_wixops[KVPB_MAX_IX]; /* an index set's keys */
 
 /* ---- the parent: the pools and the fill ---- */
@@ -34,19 +34,22 @@ kvpb_pool_start(unsigned k, uint64_t dram, const char *unit, uint64_t entries)
 	snprintf(d, sizeof(d), "%lluK", (unsigned long long)(dram >> 10));
 	snprintf(e, sizeof(e), "%llu", (unsigned long long)entries);
 	rc = kvpt_agent_start(&kvpb_agent[k], "--dram", d, "--dram-unit", unit,
-			      "--index-entries", e, "--dram-high", "100", "--dram-low", "99",
-			      NULL);
+			      "--index-entries", e, "--dram-high", "100",
+			      "--dram-low", "99", NULL);
 	if (rc) {
 		char log[2200];
 
 		kvpt_agent_log(kvpb_agent[k].pool, log, sizeof(log));
-		kvpb_log("bench_peers: cannot start kvpoold (%s/kvpoold --dram %s): %s; "
-			 "log %s\n", kvpt_bindir(), d, strerror(-rc), log);
+		kvpb_log(
+			"bench_peers: cannot start kvpoold (%s/kvpoold --dram %s): %s; "
+			"log %s\n",
+			kvpt_bindir(), d, strerror(-rc), log);
 		kvpt_agent_stop(&kvpb_agent[k]);
 		return rc;
 	}
 	kvpb_agent_up[k] = true;
-	snprintf(kvpb_ctl->pool[k], sizeof(kvpb_ctl->pool[k]), "%s", kvpb_agent[k].pool);
+	snprintf(kvpb_ctl->pool[k], sizeof(kvpb_ctl->pool[k]), "%s",
+		 kvpb_agent[k].pool);
 	rc = kvp_open(kvpb_agent[k].pool, "bench", &kvpb_pc[k]);
 	if (rc)
 		kvpb_log("bench_peers: kvp_open: %s\n", kvp_strerror(rc));
@@ -62,11 +65,13 @@ kvpb_kvpool_start(void)
 	uint64_t dram = 64ull << 20;
 	unsigned s;
 
-	if (!(c->sec_mask & ((1u << SEC_GET) | (1u << SEC_MIXED) | (1u << SEC_RTT))))
+	if (!(c->sec_mask &
+	      ((1u << SEC_GET) | (1u << SEC_MIXED) | (1u << SEC_RTT))))
 		return 0;
 	for (s = 0; s <= KVPB_RTT; s++)
 		dram += kvpb_vs[s].n * kvpb_vs[s].size;
-	dram += (uint64_t)c->procs[c->nprocs - 1] * (c->ws / 2 + 16 * c->sizes[c->nsizes - 1]);
+	dram += (uint64_t)c->procs[c->nprocs - 1] *
+		(c->ws / 2 + 16 * c->sizes[c->nsizes - 1]);
 	return kvpb_pool_start(0, dram, "16K", 65536);
 }
 
@@ -75,8 +80,8 @@ kvpb_kvpool_fill_value(const struct kvpb_vset *v, uint64_t i, const void *val)
 {
 	int rc;
 
-	while ((rc = kvp_put(kvpb_pc[0], v->keys + i * KVPB_KLEN, KVPB_KLEN, val,
-			     v->size)) == -EBUSY)
+	while ((rc = kvp_put(kvpb_pc[0], v->keys + i * KVPB_KLEN, KVPB_KLEN,
+			     val, v->size)) == -EBUSY)
 		;
 	return rc != 0;
 }
@@ -94,8 +99,10 @@ kvpb_kvpool_fill_value(const struct kvpb_vset *v, uint64_t i, const void *val)
 int
 kvpb_kvpool_make_index(unsigned ix)
 {
-	uint64_t e = kvpb_cfg.ix_entries[ix], nslots = kvpb_pow2_at_least(e + e / 4);
-	uint64_t cap = nslots * 9 / 10, units = cap + cap / 16 + 64, next = 0, n = 0, k;
+	uint64_t e = kvpb_cfg.ix_entries[ix],
+		 nslots = kvpb_pow2_at_least(e + e / 4);
+	uint64_t cap = nslots * 9 / 10, units = cap + cap / 16 + 64, next = 0,
+		 n = 0, k;
 	uint64_t fails = 0, nospc = 0, evicted = 0, kept;
 	unsigned char *keys = kvpb_ixkeys[ix], one = 1;
 	struct kvp_client *c;
@@ -118,15 +125,19 @@ kvpb_kvpool_make_index(unsigned ix)
 		int rc;
 
 		kvpb_key(keys + n * KVPB_KLEN, KVPB_TAG_IX + ix, next++);
-		while ((rc = kvp_put(c, keys + n * KVPB_KLEN, KVPB_KLEN, &one, 1)) == -EBUSY)
-			; /* the agent is making room: wait as the value fill does */
+		while ((rc = kvp_put(c, keys + n * KVPB_KLEN, KVPB_KLEN, &one,
+				     1)) == -EBUSY)
+			/* the agent is making room: wait as the value fill
+			 * does */
+			;
 		if (rc == -ENOSPC) {
 			nospc++;
 			fails++;
 			continue;
 		}
 		if (rc) {
-			kvpb_log("bench_peers: index fill: %s\n", kvp_strerror(rc));
+			kvpb_log("bench_peers: index fill: %s\n",
+				 kvp_strerror(rc));
 			return rc;
 		}
 		fails = 0;
@@ -137,16 +148,19 @@ kvpb_kvpool_make_index(unsigned ix)
 			evicted++;
 			continue;
 		}
-		memmove(keys + kept * KVPB_KLEN, keys + k * KVPB_KLEN, KVPB_KLEN);
+		memmove(keys + kept * KVPB_KLEN, keys + k * KVPB_KLEN,
+			KVPB_KLEN);
 		kept++;
 	}
 	n = kept;
 	kvpb_ctl->ix_n[ix] = n;
 	kvpb_ctl->ix_slots[ix] = nslots;
 	snprintf(name, sizeof(name), "index%u_load", ix);
-	kvpb_info(name, "%.4f of %llu slots (%llu keys present; %llu refused, %llu "
+	kvpb_info(name,
+		  "%.4f of %llu slots (%llu keys present; %llu refused, %llu "
 		  "evicted from full bucket pairs; filled in %.1f s)",
-		  (double)kvpt_count_state(&c->seg, KVP_IX_READY) / (double)nslots,
+		  (double)kvpt_count_state(&c->seg, KVP_IX_READY) /
+			  (double)nslots,
 		  (unsigned long long)nslots, (unsigned long long)n,
 		  (unsigned long long)nospc, (unsigned long long)evicted,
 		  kvpb_now_s() - t0);
@@ -169,7 +183,8 @@ kvpb_kvpool_mixed_undo(const unsigned char *keys, uint64_t nput, unsigned procs)
 	for (k = 0; k < procs * nput; k++)
 		kvp_delete(kvpb_pc[0], keys + k * KVPB_KLEN, KVPB_KLEN);
 	if (kvpt_wait_until(kvpb_used_below, &u, 10000) < 0)
-		kvpb_log("bench_peers: kvpool took > 10 s to reclaim deleted values\n");
+		kvpb_log(
+			"bench_peers: kvpool took > 10 s to reclaim deleted values\n");
 }
 
 static void
@@ -198,7 +213,9 @@ kvpb_kvpool_open(struct kvpb_worker *W, unsigned pool)
 		if (!kvpb_wops)
 			return -ENOMEM;
 	}
-	return kvpb_wc[pool] ? 0 : kvp_open(kvpb_ctl->pool[pool], "bench", &kvpb_wc[pool]);
+	return kvpb_wc[pool] ?
+		       0 :
+		       kvp_open(kvpb_ctl->pool[pool], "bench", &kvpb_wc[pool]);
 }
 
 /* The prefix and exists sections: index set ix as an array of ops. */
@@ -209,7 +226,8 @@ kvpb_kvpool_prepare(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 	uint64_t k, n;
 
 	(void)W;
-	if ((cmd->sec != SEC_PREFIX && cmd->sec != SEC_EXISTS) || kvpb_wixops[ix])
+	if ((cmd->sec != SEC_PREFIX && cmd->sec != SEC_EXISTS) ||
+	    kvpb_wixops[ix])
 		return 0;
 	n = kvpb_ctl->ix_n[ix];
 	kvpb_wixops[ix] = calloc(n ? n : 1, sizeof(struct kvp_op));
@@ -223,16 +241,16 @@ kvpb_kvpool_prepare(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 }
 
 static uint64_t
-kvpb_kvpool_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t *idx,
-		unsigned m, const unsigned char **first)
+kvpb_kvpool_get(struct kvpb_worker *W, const struct kvpb_vset *v,
+		const uint64_t *idx, unsigned m, const unsigned char **first)
 {
 	uint64_t sz = v->size;
 	unsigned k;
 
 	(void)first;
 	if (m == 1)
-		return kvp_get(kvpb_wc[0], v->keys + idx[0] * KVPB_KLEN, KVPB_KLEN, W->dst,
-			       sz) != (ssize_t)sz;
+		return kvp_get(kvpb_wc[0], v->keys + idx[0] * KVPB_KLEN,
+			       KVPB_KLEN, W->dst, sz) != (ssize_t)sz;
 	for (k = 0; k < m; k++) {
 		kvpb_wops[k].key = v->keys + idx[k] * KVPB_KLEN;
 		kvpb_wops[k].klen = KVPB_KLEN;
@@ -244,27 +262,29 @@ kvpb_kvpool_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t
 }
 
 static uint64_t
-kvpb_kvpool_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m, uint64_t sz,
-		uint64_t slot)
+kvpb_kvpool_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m,
+		uint64_t sz, uint64_t slot)
 {
 	uint64_t bad = 0;
 	unsigned k;
 
 	(void)slot;
 	for (k = 0; k < m; k++)
-		bad += kvp_put(kvpb_wc[0], keys + k * KVPB_KLEN, KVPB_KLEN, W->src, sz) != 0;
+		bad += kvp_put(kvpb_wc[0], keys + k * KVPB_KLEN, KVPB_KLEN,
+			       W->src, sz) != 0;
 	return bad;
 }
 
 static uint64_t
-kvpb_kvpool_prefix(struct kvpb_worker *W, unsigned ix, const unsigned char *keys,
-		   uint64_t first)
+kvpb_kvpool_prefix(struct kvpb_worker *W, unsigned ix,
+		   const unsigned char *keys, uint64_t first)
 {
 	ssize_t got;
 
 	(void)W;
 	(void)keys;
-	got = kvp_batch_exists_prefix(kvpb_wc[1 + ix], kvpb_wixops[ix] + first, KVPB_PREFIX);
+	got = kvp_batch_exists_prefix(kvpb_wc[1 + ix], kvpb_wixops[ix] + first,
+				      KVPB_PREFIX);
 	return got < 0 ? 0 : (uint64_t)got;
 }
 

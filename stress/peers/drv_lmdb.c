@@ -12,7 +12,7 @@
 
 #include "stress/peers/peers_int.h"
 
-static MDB_env *kvpb_penv;  /* the parent's */
+static MDB_env *kvpb_penv; /* the parent's */
 static MDB_dbi kvpb_pdbi;
 static MDB_txn *kvpb_pfill; /* the fill's open write transaction */
 static MDB_env *kvpb_wenv;  /* a worker's, and its read transaction */
@@ -37,7 +37,8 @@ kvpb_lmdb_open(MDB_env **env, MDB_dbi *dbi)
 	if (!rc)
 		rc = mdb_env_set_maxreaders(*env, 2 * KVPB_MAX_PROCS + 8);
 	if (!rc)
-		rc = mdb_env_open(*env, kvpb_ctl->lmdb_dir, MDB_NOSYNC | MDB_WRITEMAP, 0600);
+		rc = mdb_env_open(*env, kvpb_ctl->lmdb_dir,
+				  MDB_NOSYNC | MDB_WRITEMAP, 0600);
 	if (!rc)
 		rc = mdb_txn_begin(*env, NULL, 0, &t);
 	if (!rc) {
@@ -64,8 +65,8 @@ kvpb_lmdb_start(void)
 
 	for (s = 0; s <= KVPB_RTT; s++)
 		total += kvpb_vs[s].n * kvpb_vs[s].size;
-	snprintf(kvpb_ctl->lmdb_dir, sizeof(kvpb_ctl->lmdb_dir), "/dev/shm/kvpb-lmdb.%d",
-		 (int)getpid());
+	snprintf(kvpb_ctl->lmdb_dir, sizeof(kvpb_ctl->lmdb_dir),
+		 "/dev/shm/kvpb-lmdb.%d", (int)getpid());
 	kvpb_rm_rf(kvpb_ctl->lmdb_dir);
 	kvpb_ctl->lmdb_mapsize = 4 * total + (1ull << 30);
 	if (mkdir(kvpb_ctl->lmdb_dir, 0700))
@@ -100,7 +101,8 @@ kvpb_lmdb_fill_index(const unsigned char *keys, uint64_t n)
 	MDB_txn *t = NULL;
 
 	for (k = 0; k < n; k++) {
-		MDB_val kk = { KVPB_KLEN, kvpb_unconst(keys + k * KVPB_KLEN) }, v = { 1, &one };
+		MDB_val kk = { KVPB_KLEN, kvpb_unconst(keys + k * KVPB_KLEN) },
+			v = { 1, &one };
 
 		if (!t && mdb_txn_begin(kvpb_penv, NULL, 0, &t))
 			return bad + n - k;
@@ -126,7 +128,8 @@ kvpb_lmdb_mixed_undo(const unsigned char *keys, uint64_t nput, unsigned procs)
 		if (mdb_txn_begin(kvpb_penv, NULL, 0, &t))
 			return;
 		for (k = w * nput; k < (w + 1) * nput; k++) {
-			MDB_val kk = { KVPB_KLEN, kvpb_unconst(keys + k * KVPB_KLEN) };
+			MDB_val kk = { KVPB_KLEN,
+				       kvpb_unconst(keys + k * KVPB_KLEN) };
 
 			mdb_del(t, kvpb_pdbi, &kk, NULL);
 		}
@@ -155,7 +158,8 @@ kvpb_lmdb_wopen(struct kvpb_worker *W, unsigned pool)
 	(void)pool;
 	if (!kvpb_wenv) {
 		rc = kvpb_lmdb_open(&kvpb_wenv, &kvpb_wdbi);
-		if (!rc && mdb_txn_begin(kvpb_wenv, NULL, MDB_RDONLY, &kvpb_wrtxn))
+		if (!rc &&
+		    mdb_txn_begin(kvpb_wenv, NULL, MDB_RDONLY, &kvpb_wrtxn))
 			rc = -EIO;
 		if (!rc)
 			mdb_txn_reset(kvpb_wrtxn);
@@ -164,8 +168,8 @@ kvpb_lmdb_wopen(struct kvpb_worker *W, unsigned pool)
 }
 
 static uint64_t
-kvpb_lmdb_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t *idx,
-	      unsigned m, const unsigned char **first)
+kvpb_lmdb_get(struct kvpb_worker *W, const struct kvpb_vset *v,
+	      const uint64_t *idx, unsigned m, const unsigned char **first)
 {
 	uint64_t sz = v->size, bad = 0;
 	unsigned k;
@@ -174,10 +178,12 @@ kvpb_lmdb_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t *
 	if (mdb_txn_renew(kvpb_wrtxn))
 		return m;
 	for (k = 0; k < m; k++) {
-		MDB_val key = { KVPB_KLEN, kvpb_unconst(v->keys + idx[k] * KVPB_KLEN) };
+		MDB_val key = { KVPB_KLEN,
+				kvpb_unconst(v->keys + idx[k] * KVPB_KLEN) };
 		MDB_val val;
 
-		if (mdb_get(kvpb_wrtxn, kvpb_wdbi, &key, &val) || val.mv_size != sz) {
+		if (mdb_get(kvpb_wrtxn, kvpb_wdbi, &key, &val) ||
+		    val.mv_size != sz) {
 			bad++;
 			continue;
 		}
@@ -188,8 +194,8 @@ kvpb_lmdb_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t *
 }
 
 static uint64_t
-kvpb_lmdb_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m, uint64_t sz,
-	      uint64_t slot)
+kvpb_lmdb_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m,
+	      uint64_t sz, uint64_t slot)
 {
 	uint64_t bad = 0;
 	MDB_txn *t;
@@ -202,7 +208,8 @@ kvpb_lmdb_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m, uint
 		MDB_val key = { KVPB_KLEN, kvpb_unconst(keys + k * KVPB_KLEN) };
 		MDB_val val = { sz, NULL };
 
-		if (mdb_put(t, kvpb_wdbi, &key, &val, MDB_RESERVE | MDB_NOOVERWRITE)) {
+		if (mdb_put(t, kvpb_wdbi, &key, &val,
+			    MDB_RESERVE | MDB_NOOVERWRITE)) {
 			bad++;
 			continue;
 		}

@@ -32,7 +32,8 @@ kvpb_memcpy_setup(void)
 			continue;
 		kvpb_mc[s] = kvpb_shm_region(v->n * v->size);
 		if (!kvpb_mc[s]) {
-			kvpb_log("bench_peers: out of memory for the value sets\n");
+			kvpb_log(
+				"bench_peers: out of memory for the value sets\n");
 			return -ENOMEM;
 		}
 	}
@@ -61,8 +62,8 @@ kvpb_memcpy_prepare(struct kvpb_worker *W, const struct kvpb_cmd *cmd)
 }
 
 static uint64_t
-kvpb_memcpy_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t *idx,
-		unsigned m, const unsigned char **first)
+kvpb_memcpy_get(struct kvpb_worker *W, const struct kvpb_vset *v,
+		const uint64_t *idx, unsigned m, const unsigned char **first)
 {
 	const unsigned char *mc = kvpb_memcpy_of(v);
 	uint64_t sz = v->size;
@@ -76,8 +77,8 @@ kvpb_memcpy_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t
 
 /* slot: where in the put region the batch starts (it wraps). */
 static uint64_t
-kvpb_memcpy_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m, uint64_t sz,
-		uint64_t slot)
+kvpb_memcpy_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m,
+		uint64_t sz, uint64_t slot)
 {
 	uint64_t nslots = kvpb_mput_sz / sz;
 	unsigned k;

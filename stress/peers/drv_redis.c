@@ -13,9 +13,9 @@
 
 #include "stress/peers/peers_int.h"
 
-static redisContext *kvpb_predis;  /* the parent's */
+static redisContext *kvpb_predis; /* the parent's */
 static pid_t kvpb_redis_pid = -1;
-static redisContext *kvpb_wredis;  /* a worker's */
+static redisContext *kvpb_wredis; /* a worker's */
 
 static redisContext *
 kvpb_redis_connect(void)
@@ -89,14 +89,16 @@ kvpb_redis_start(void)
 	if (kvpb_redis_pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		kvpb_close_fds_but(-1);
-		execlp("redis-server", "redis-server", "--port", "0", "--unixsocket",
-		       kvpb_ctl->redis_sock, "--unixsocketperm", "700", "--save", "",
-		       "--appendonly", "no", "--dir", "/tmp", "--logfile", log,
-		       "--daemonize", "no", "--maxmemory", "0", (char *)NULL);
+		execlp("redis-server", "redis-server", "--port", "0",
+		       "--unixsocket", kvpb_ctl->redis_sock, "--unixsocketperm",
+		       "700", "--save", "", "--appendonly", "no", "--dir",
+		       "/tmp", "--logfile", log, "--daemonize", "no",
+		       "--maxmemory", "0", (char *)NULL);
 		_exit(127);
 	}
 	if (kvpt_wait_until(kvpb_redis_ready, NULL, 10000) < 0) {
-		kvpb_log("bench_peers: redis-server did not come up (log %s)\n", log);
+		kvpb_log("bench_peers: redis-server did not come up (log %s)\n",
+			 log);
 		return -ETIMEDOUT;
 	}
 	kvpb_predis = kvpb_redis_connect();
@@ -119,8 +121,9 @@ kvpb_redis_fill_index(const unsigned char *keys, uint64_t n)
 	uint64_t k, bad = 0;
 
 	for (k = 0; k < n; k++) {
-		redisAppendCommand(kvpb_predis, "SET %b %b", keys + k * KVPB_KLEN,
-				   (size_t)KVPB_KLEN, &one, (size_t)1);
+		redisAppendCommand(kvpb_predis, "SET %b %b",
+				   keys + k * KVPB_KLEN, (size_t)KVPB_KLEN,
+				   &one, (size_t)1);
 		if (k % 1024 == 1023 || k + 1 == n)
 			bad += kvpb_redis_drain(kvpb_predis, k % 1024 + 1);
 	}
@@ -136,7 +139,8 @@ kvpb_redis_mixed_undo(const unsigned char *keys, uint64_t nput, unsigned procs)
 
 	for (w = 0; w < procs; w++) {
 		for (k = w * nput; k < (w + 1) * nput; k++)
-			redisAppendCommand(kvpb_predis, "UNLINK %b", keys + k * KVPB_KLEN,
+			redisAppendCommand(kvpb_predis, "UNLINK %b",
+					   keys + k * KVPB_KLEN,
 					   (size_t)KVPB_KLEN);
 		kvpb_redis_drain(kvpb_predis, nput);
 	}
@@ -173,15 +177,16 @@ kvpb_redis_open(struct kvpb_worker *W, unsigned pool)
 }
 
 static uint64_t
-kvpb_redis_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t *idx,
-	       unsigned m, const unsigned char **first)
+kvpb_redis_get(struct kvpb_worker *W, const struct kvpb_vset *v,
+	       const uint64_t *idx, unsigned m, const unsigned char **first)
 {
 	uint64_t sz = v->size, bad = 0;
 	unsigned k;
 
 	(void)first;
 	for (k = 0; k < m; k++)
-		redisAppendCommand(kvpb_wredis, "GET %b", v->keys + idx[k] * KVPB_KLEN,
+		redisAppendCommand(kvpb_wredis, "GET %b",
+				   v->keys + idx[k] * KVPB_KLEN,
 				   (size_t)KVPB_KLEN);
 	for (k = 0; k < m; k++) {
 		redisReply *r = NULL;
@@ -200,16 +205,17 @@ kvpb_redis_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t 
 }
 
 static uint64_t
-kvpb_redis_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m, uint64_t sz,
-	       uint64_t slot)
+kvpb_redis_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m,
+	       uint64_t sz, uint64_t slot)
 {
 	uint64_t bad = 0;
 	unsigned k;
 
 	(void)slot;
 	for (k = 0; k < m; k++)
-		redisAppendCommand(kvpb_wredis, "SET %b %b", keys + k * KVPB_KLEN,
-				   (size_t)KVPB_KLEN, W->src, (size_t)sz);
+		redisAppendCommand(kvpb_wredis, "SET %b %b",
+				   keys + k * KVPB_KLEN, (size_t)KVPB_KLEN,
+				   W->src, (size_t)sz);
 	for (k = 0; k < m; k++) {
 		redisReply *r = NULL;
 
@@ -234,8 +240,8 @@ kvpb_redis_prefix(struct kvpb_worker *W, unsigned ix, const unsigned char *keys,
 	(void)ix;
 	(void)first;
 	for (k = 0; k < KVPB_PREFIX; k++)
-		redisAppendCommand(kvpb_wredis, "EXISTS %b", keys + k * KVPB_KLEN,
-				   (size_t)KVPB_KLEN);
+		redisAppendCommand(kvpb_wredis, "EXISTS %b",
+				   keys + k * KVPB_KLEN, (size_t)KVPB_KLEN);
 	for (k = 0; k < KVPB_PREFIX; k++) {
 		redisReply *r = NULL;
 

@@ -21,15 +21,16 @@
 
 struct kvpb_rpc {
 	int fd;
-	unsigned char *buf; /* registered: [0, half) lands gets, [half, 2 half) puts */
+	/* registered: [0, half) lands gets, [half, 2 half) puts */
+	unsigned char *buf;
 	uint64_t bufsz, half;
 	unsigned char *req, *rep; /* messages: header, then ops / statuses */
 	struct kvpb_rpc_op *ops;  /* in req */
 	int64_t *st;              /* in rep */
 };
 
-static struct kvpb_rpc kvpb_prpc;  /* the parent's: fills and deletes */
-static struct kvpb_rpc kvpb_wrpc;  /* a worker's (rpc and rpc1 share it) */
+static struct kvpb_rpc kvpb_prpc; /* the parent's: fills and deletes */
+static struct kvpb_rpc kvpb_wrpc; /* a worker's (rpc and rpc1 share it) */
 static bool kvpb_wrpc_up;
 
 /* Connect to the server and register a buffer of 2 half bytes; its put
@@ -44,8 +45,10 @@ kvpb_rpc_connect(struct kvpb_rpc *r, uint64_t half, const unsigned char *putsrc,
 		char b[CMSG_SPACE(sizeof(int))];
 	} cm;
 	struct iovec iov;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-			     .msg_control = cm.b, .msg_controllen = sizeof(cm.b) };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cm.b,
+			     .msg_controllen = sizeof(cm.b) };
 	struct cmsghdr *c;
 	uint64_t k;
 	char ok;
@@ -54,14 +57,18 @@ kvpb_rpc_connect(struct kvpb_rpc *r, uint64_t half, const unsigned char *putsrc,
 	memset(r, 0, sizeof(*r));
 	r->half = half;
 	r->bufsz = 2 * half;
-	r->req = malloc(sizeof(struct kvpb_rpc_hdr) + KVPB_RPC_MAXN * sizeof(*r->ops));
-	r->rep = malloc(sizeof(struct kvpb_rpc_hdr) + KVPB_RPC_MAXN * sizeof(*r->st));
+	r->req = malloc(sizeof(struct kvpb_rpc_hdr) +
+			KVPB_RPC_MAXN * sizeof(*r->ops));
+	r->rep = malloc(sizeof(struct kvpb_rpc_hdr) +
+			KVPB_RPC_MAXN * sizeof(*r->st));
 	mfd = memfd_create("kvpb-rpc", MFD_CLOEXEC);
 	if (!r->req || !r->rep || mfd < 0 || ftruncate(mfd, (off_t)r->bufsz))
 		goto err;
-	r->ops = (struct kvpb_rpc_op *)(void *)(r->req + sizeof(struct kvpb_rpc_hdr));
+	r->ops = (struct kvpb_rpc_op *)(void *)(r->req +
+						sizeof(struct kvpb_rpc_hdr));
 	r->st = (int64_t *)(void *)(r->rep + sizeof(struct kvpb_rpc_hdr));
-	r->buf = mmap(NULL, r->bufsz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mfd, 0);
+	r->buf = mmap(NULL, r->bufsz, PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_POPULATE, mfd, 0);
 	if (r->buf == MAP_FAILED)
 		goto err;
 	memset(r->buf, 0, r->half);
@@ -101,7 +108,8 @@ kvpb_rpc_call(struct kvpb_rpc *r, uint32_t n, uint32_t *prefix)
 
 	memcpy(r->req, &h, sizeof(h));
 	if (kvpb_write_full(r->fd, r->req, sizeof(h) + n * sizeof(*r->ops)) ||
-	    kvpb_rpc_read_msg(r->fd, r->rep, sizeof(h) + KVPB_RPC_MAXN * sizeof(*r->st),
+	    kvpb_rpc_read_msg(r->fd, r->rep,
+			      sizeof(h) + KVPB_RPC_MAXN * sizeof(*r->st),
 			      sizeof(*r->st)))
 		return -EIO;
 	memcpy(&h, r->rep, sizeof(h));
@@ -127,7 +135,8 @@ kvpb_rpc_setop(struct kvpb_rpc_op *op, unsigned kind, const unsigned char *key,
  * a put's value sits at [half, half + len) of the registered buffer.
  * Returns how many failed. */
 static uint64_t
-kvpb_rpc_fill(const unsigned char *keys, uint64_t n, uint64_t len, unsigned kind)
+kvpb_rpc_fill(const unsigned char *keys, uint64_t n, uint64_t len,
+	      unsigned kind)
 {
 	uint64_t k = 0, bad = 0;
 
@@ -135,7 +144,8 @@ kvpb_rpc_fill(const unsigned char *keys, uint64_t n, uint64_t len, unsigned kind
 		uint32_t m = n - k < 1024 ? (uint32_t)(n - k) : 1024, i;
 
 		for (i = 0; i < m; i++)
-			kvpb_rpc_setop(&kvpb_prpc.ops[i], kind, keys + (k + i) * KVPB_KLEN,
+			kvpb_rpc_setop(&kvpb_prpc.ops[i], kind,
+				       keys + (k + i) * KVPB_KLEN,
 				       kvpb_prpc.half, len);
 		if (kvpb_rpc_call(&kvpb_prpc, m, NULL))
 			return bad + n - k;
@@ -151,7 +161,8 @@ kvpb_rpc_start(void)
 {
 	int rc = kvpb_rpc_server_start();
 
-	return rc ? rc : kvpb_rpc_connect(&kvpb_prpc, kvpb_max_value(), NULL, 0);
+	return rc ? rc :
+		    kvpb_rpc_connect(&kvpb_prpc, kvpb_max_value(), NULL, 0);
 }
 
 static uint64_t
@@ -195,7 +206,8 @@ kvpb_rpc_open(struct kvpb_worker *W, unsigned pool)
 
 	(void)pool;
 	if (!kvpb_wrpc_up) {
-		rc = kvpb_rpc_connect(&kvpb_wrpc, W->maxbb, W->src, kvpb_cfg.sizes[0]);
+		rc = kvpb_rpc_connect(&kvpb_wrpc, W->maxbb, W->src,
+				      kvpb_cfg.sizes[0]);
 		kvpb_wrpc_up = rc == 0;
 	}
 	return rc;
@@ -208,8 +220,8 @@ kvpb_rpc_open(struct kvpb_worker *W, unsigned pool)
  * it.  Failures; a failed round trip fails the rest.
  */
 static uint64_t
-kvpb_rpc_get_by(const struct kvpb_vset *v, const uint64_t *idx, unsigned m, unsigned per,
-		const unsigned char **first)
+kvpb_rpc_get_by(const struct kvpb_vset *v, const uint64_t *idx, unsigned m,
+		unsigned per, const unsigned char **first)
 {
 	uint64_t sz = v->size, bad = 0;
 	unsigned k, i, n;
@@ -218,7 +230,8 @@ kvpb_rpc_get_by(const struct kvpb_vset *v, const uint64_t *idx, unsigned m, unsi
 		n = m - k < per ? m - k : per;
 		for (i = 0; i < n; i++)
 			kvpb_rpc_setop(&kvpb_wrpc.ops[i], RPC_GET,
-				       v->keys + idx[k + i] * KVPB_KLEN, (k + i) * sz, sz);
+				       v->keys + idx[k + i] * KVPB_KLEN,
+				       (k + i) * sz, sz);
 		if (kvpb_rpc_call(&kvpb_wrpc, n, NULL))
 			return bad + m - k;
 		for (i = 0; i < n; i++)
@@ -231,7 +244,8 @@ kvpb_rpc_get_by(const struct kvpb_vset *v, const uint64_t *idx, unsigned m, unsi
 /* Put the m keys, per keys to a request, each value taken from the put
  * half of the registered buffer.  Failures. */
 static uint64_t
-kvpb_rpc_put_by(const unsigned char *keys, unsigned m, unsigned per, uint64_t sz)
+kvpb_rpc_put_by(const unsigned char *keys, unsigned m, unsigned per,
+		uint64_t sz)
 {
 	uint64_t bad = 0;
 	unsigned k, i, n;
@@ -239,8 +253,11 @@ kvpb_rpc_put_by(const unsigned char *keys, unsigned m, unsigned per, uint64_t sz
 	for (k = 0; k < m; k += n) {
 		n = m - k < per ? m - k : per;
 		for (i = 0; i < n; i++)
-			kvpb_rpc_setop(&kvpb_wrpc.ops[i], RPC_PUT, keys + (k + i) * KVPB_KLEN,
-				       kvpb_wrpc.half + ((k + i) * sz) % (kvpb_wrpc.half - sz + 1),
+			kvpb_rpc_setop(&kvpb_wrpc.ops[i], RPC_PUT,
+				       keys + (k + i) * KVPB_KLEN,
+				       kvpb_wrpc.half +
+					       ((k + i) *
+						sz) % (kvpb_wrpc.half - sz + 1),
 				       sz);
 		if (kvpb_rpc_call(&kvpb_wrpc, n, NULL))
 			return bad + m - k;
@@ -251,24 +268,24 @@ kvpb_rpc_put_by(const unsigned char *keys, unsigned m, unsigned per, uint64_t sz
 }
 
 static uint64_t
-kvpb_rpc_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t *idx,
-	     unsigned m, const unsigned char **first)
+kvpb_rpc_get(struct kvpb_worker *W, const struct kvpb_vset *v,
+	     const uint64_t *idx, unsigned m, const unsigned char **first)
 {
 	(void)W;
 	return kvpb_rpc_get_by(v, idx, m, m, first);
 }
 
 static uint64_t
-kvpb_rpc1_get(struct kvpb_worker *W, const struct kvpb_vset *v, const uint64_t *idx,
-	      unsigned m, const unsigned char **first)
+kvpb_rpc1_get(struct kvpb_worker *W, const struct kvpb_vset *v,
+	      const uint64_t *idx, unsigned m, const unsigned char **first)
 {
 	(void)W;
 	return kvpb_rpc_get_by(v, idx, m, 1, first);
 }
 
 static uint64_t
-kvpb_rpc_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m, uint64_t sz,
-	     uint64_t slot)
+kvpb_rpc_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m,
+	     uint64_t sz, uint64_t slot)
 {
 	(void)W;
 	(void)slot;
@@ -276,8 +293,8 @@ kvpb_rpc_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m, uint6
 }
 
 static uint64_t
-kvpb_rpc1_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m, uint64_t sz,
-	      uint64_t slot)
+kvpb_rpc1_put(struct kvpb_worker *W, const unsigned char *keys, unsigned m,
+	      uint64_t sz, uint64_t slot)
 {
 	(void)W;
 	(void)slot;
@@ -295,7 +312,8 @@ kvpb_rpc_prefix(struct kvpb_worker *W, unsigned ix, const unsigned char *keys,
 	(void)ix;
 	(void)first;
 	for (k = 0; k < KVPB_PREFIX; k++)
-		kvpb_rpc_setop(&kvpb_wrpc.ops[k], RPC_EXISTS, keys + k * KVPB_KLEN, 0, 0);
+		kvpb_rpc_setop(&kvpb_wrpc.ops[k], RPC_EXISTS,
+			       keys + k * KVPB_KLEN, 0, 0);
 	if (kvpb_rpc_call(&kvpb_wrpc, KVPB_PREFIX, &prefix))
 		return 0;
 	return prefix;

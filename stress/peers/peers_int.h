@@ -23,11 +23,11 @@
 #define KVPB_MAX_SIZES 4u
 #define KVPB_MAX_PROCS 64u
 #define KVPB_MAX_IX 2u
-#define KVPB_MAX_CALL 4096u     /* keys in one driver call at the most */
+#define KVPB_MAX_CALL 4096u /* keys in one driver call at the most */
 #define KVPB_PREFIX 2000u
 #define KVPB_RTT KVPB_MAX_SIZES /* the rtt value set's index in kvpb_vs */
 #define KVPB_RTT_SIZE 4096u
-#define KVPB_RTT_KEYS 4096u     /* 16 MiB of values */
+#define KVPB_RTT_KEYS 4096u /* 16 MiB of values */
 #define KVPB_NSETS (KVPB_MAX_SIZES + 1)
 
 #define KVPB_TAG_GET 0x676574ull /* key families: never collide */
@@ -35,9 +35,25 @@
 #define KVPB_TAG_MIX (0x6d6978ull << 32)
 
 /* The systems, in the order each round starts from (it rotates). */
-enum { SYS_MEMCPY, SYS_KVPOOL, SYS_LMDB, SYS_REDIS, SYS_RPC, SYS_RPC1, KVPB_NSYS };
+enum {
+	SYS_MEMCPY,
+	SYS_KVPOOL,
+	SYS_LMDB,
+	SYS_REDIS,
+	SYS_RPC,
+	SYS_RPC1,
+	KVPB_NSYS
+};
 
-enum { SEC_GET, SEC_MIXED, SEC_PREFIX, SEC_EXISTS, SEC_SSD, SEC_RTT, KVPB_NSEC };
+enum {
+	SEC_GET,
+	SEC_MIXED,
+	SEC_PREFIX,
+	SEC_EXISTS,
+	SEC_SSD,
+	SEC_RTT,
+	KVPB_NSEC
+};
 
 struct kvpb_cfg {
 	bool quick, pin;
@@ -47,19 +63,19 @@ struct kvpb_cfg {
 	unsigned nprocs;
 	unsigned procs[8];
 	unsigned sys_mask, sec_mask;
-	uint64_t ws;            /* bytes of values per size */
-	unsigned passes;        /* passes over the working set per get */
-	unsigned batch;         /* keys per batch; 0 = auto */
+	uint64_t ws;     /* bytes of values per size */
+	unsigned passes; /* passes over the working set per get */
+	unsigned batch;  /* keys per batch; 0 = auto */
 	unsigned nix;
 	uint64_t ix_entries[KVPB_MAX_IX];
 	unsigned prefix_batches; /* 2,000-key batches per system and round */
 	uint64_t exists_ops;
-	uint64_t rtt_ops;       /* timed 1-key gets per system and round */
+	uint64_t rtt_ops; /* timed 1-key gets per system and round */
 	char ssd_dir[512];
 	unsigned nssd;
 	uint64_t ssd_sizes[KVPB_MAX_SIZES];
-	uint64_t ssd_bytes;     /* per SSD size and round */
-	unsigned nproc;         /* online CPUs */
+	uint64_t ssd_bytes; /* per SSD size and round */
+	unsigned nproc;     /* online CPUs */
 	unsigned nworkers;
 };
 
@@ -97,7 +113,7 @@ struct kvpb_ctl {
 	char redis_sock[108];
 	char rpc_sock[108];
 	uint64_t lmdb_mapsize;
-	uint64_t ix_n[KVPB_MAX_IX];     /* present keys of each index set */
+	uint64_t ix_n[KVPB_MAX_IX]; /* present keys of each index set */
 	uint64_t ix_slots[KVPB_MAX_IX];
 };
 
@@ -107,23 +123,26 @@ extern uint64_t kvpb_ixcap[KVPB_MAX_IX];
 
 /* A measurement, as the parent sends it to each of its workers. */
 struct kvpb_cmd {
-	uint32_t op; /* CMD_* */
+	uint32_t op;                        /* CMD_* */
 	uint32_t sec, sys, s, procs, round; /* s: the value or index set */
 	uint64_t seq, iters;
 };
 
-enum { CMD_RUN = 1, CMD_EXIT };
+enum {
+	CMD_RUN = 1,
+	CMD_EXIT
+};
 
 /* A worker: a process of its own, pinned, forked once at start. */
 struct kvpb_worker {
 	unsigned w;
-	unsigned char *dst;  /* private destination of gets */
-	unsigned char *src;  /* put source, cache-hot */
-	uint64_t maxbb;      /* the largest batch in bytes */
+	unsigned char *dst; /* private destination of gets */
+	unsigned char *src; /* put source, cache-hot */
+	uint64_t maxbb;     /* the largest batch in bytes */
 	/* the core's own */
 	unsigned char *pkeys; /* this measurement's new keys */
 	uint64_t pkeys_cap;
-	uint64_t *lat;        /* rtt: one time per call */
+	uint64_t *lat; /* rtt: one time per call */
 	uint64_t lat_cap;
 };
 
@@ -139,9 +158,10 @@ struct kvpb_worker {
  * of the parent's handles.
  */
 struct kvpb_driver {
-	const char *name;                 /* in --systems and in the JSON */
-	const struct kvpb_driver *shares; /* the store and client it uses, if
-					   * another's (its parent hooks: NULL) */
+	const char *name; /* in --systems and in the JSON */
+	/* the store and client it uses, if another's (its parent hooks: NULL)
+	 */
+	const struct kvpb_driver *shares;
 	bool limit;   /* a physical limit: also run on every CPU (get) */
 	bool per_key; /* one request per key: its batch is reported as 1 */
 	bool rtt;     /* in the rtt section */
@@ -151,14 +171,16 @@ struct kvpb_driver {
 	/* parent, after the fork: the store and the parent's client */
 	int (*start)(void);
 	/* parent: store value i of set v, its bytes at val; failures */
-	uint64_t (*fill_value)(const struct kvpb_vset *v, uint64_t i, const void *val);
+	uint64_t (*fill_value)(const struct kvpb_vset *v, uint64_t i,
+			       const void *val);
 	/* parent: store the n keys of an index set, 1-byte values; failures */
 	uint64_t (*fill_index)(const unsigned char *keys, uint64_t n);
 	/* parent, around a mixed measurement (untimed): note the state
 	 * before it; afterwards remove the keys its procs workers put,
 	 * worker w's nput keys from keys + w * nput * KVPB_KLEN */
 	void (*mixed_mark)(void);
-	void (*mixed_undo)(const unsigned char *keys, uint64_t nput, unsigned procs);
+	void (*mixed_undo)(const unsigned char *keys, uint64_t nput,
+			   unsigned procs);
 	/* parent, at the end, whether started or not */
 	void (*stop)(void);
 
@@ -170,15 +192,16 @@ struct kvpb_driver {
 	/* worker: get the m values v->keys[idx[k]] into W->dst (or where
 	 * *first then says the first one landed); failures */
 	uint64_t (*get)(struct kvpb_worker *W, const struct kvpb_vset *v,
-			const uint64_t *idx, unsigned m, const unsigned char **first);
+			const uint64_t *idx, unsigned m,
+			const unsigned char **first);
 	/* worker: put the m new keys keys[0..m) with sz bytes of W->src;
 	 * slot: the put's number in this measurement; failures */
-	uint64_t (*put)(struct kvpb_worker *W, const unsigned char *keys, unsigned m,
-			uint64_t sz, uint64_t slot);
+	uint64_t (*put)(struct kvpb_worker *W, const unsigned char *keys,
+			unsigned m, uint64_t sz, uint64_t slot);
 	/* worker: the length of the present prefix of the 2,000 keys at
 	 * keys, keys number first.. of index set ix */
-	uint64_t (*prefix)(struct kvpb_worker *W, unsigned ix, const unsigned char *keys,
-			   uint64_t first);
+	uint64_t (*prefix)(struct kvpb_worker *W, unsigned ix,
+			   const unsigned char *keys, uint64_t first);
 	/* worker: is key in index set ix? */
 	bool (*exists)(unsigned ix, const unsigned char *key);
 	/* worker, at exit */
@@ -207,12 +230,14 @@ const char *kvpb_size_name(uint64_t size, char *buf, size_t cap);
 void kvpb_emit_config(void);
 void kvpb_emit(unsigned round, const char *sec, const char *sys, uint64_t size,
 	       unsigned procs, unsigned batch, uint64_t bad, ...);
-void kvpb_info(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void kvpb_info(const char *name, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 
 /* ---- core.c: the workload, the workers, a measurement ---- */
 
 uint64_t kvpb_mixed_puts(const struct kvpb_vset *v, uint64_t iters);
-void kvpb_mixed_key(unsigned char *key, const struct kvpb_cmd *cmd, unsigned w, uint64_t k);
+void kvpb_mixed_key(unsigned char *key, const struct kvpb_cmd *cmd, unsigned w,
+		    uint64_t k);
 int kvpb_workers_start(void);
 void kvpb_workers_stop(void);
 

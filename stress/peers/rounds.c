@@ -30,7 +30,8 @@ kvpb_fill_values(void)
 		if (!v->keys)
 			continue; /* sizes not given; or no rtt section */
 		for (i = 0; i < v->n; i++) {
-			kvpt_fill(buf, v->size, v->keys + i * KVPB_KLEN, KVPB_KLEN, 1);
+			kvpt_fill(buf, v->size, v->keys + i * KVPB_KLEN,
+				  KVPB_KLEN, 1);
 			for (sys = 0; sys < KVPB_NSYS; sys++) {
 				const struct kvpb_driver *d = kvpb_drv[sys];
 
@@ -62,7 +63,8 @@ kvpb_fill_index(unsigned ix)
 		const struct kvpb_driver *d = kvpb_drv[sys];
 
 		if (d->fill_index && kvpb_store_on(d))
-			bad += d->fill_index(kvpb_ixkeys[ix], kvpb_ctl->ix_n[ix]);
+			bad += d->fill_index(kvpb_ixkeys[ix],
+					     kvpb_ctl->ix_n[ix]);
 	}
 	if (bad)
 		kvpb_log("bench_peers: %llu index-set puts into peers failed\n",
@@ -80,8 +82,8 @@ kvpb_store(unsigned sys)
 /* ---- the sections ---- */
 
 static void
-kvpb_cmd_init(struct kvpb_cmd *cmd, unsigned r, unsigned sec, unsigned sys, unsigned s,
-	      unsigned procs, uint64_t iters)
+kvpb_cmd_init(struct kvpb_cmd *cmd, unsigned r, unsigned sec, unsigned sys,
+	      unsigned s, unsigned procs, uint64_t iters)
 {
 	memset(cmd, 0, sizeof(*cmd));
 	cmd->sec = sec;
@@ -110,14 +112,16 @@ kvpb_mixed_undo(const struct kvpb_driver *st, const struct kvpb_cmd *cmd)
 	}
 	for (w = 0; w < cmd->procs; w++)
 		for (k = 0; k < nput; k++)
-			kvpb_mixed_key(keys + (w * nput + k) * KVPB_KLEN, cmd, w, k);
+			kvpb_mixed_key(keys + (w * nput + k) * KVPB_KLEN, cmd,
+				       w, k);
 	st->mixed_undo(keys, nput, cmd->procs);
 	free(keys);
 }
 
 /* One get or mixed measurement: set s, procs workers, system sys. */
 static int
-kvpb_run_value(unsigned r, unsigned sec, unsigned s, unsigned procs, unsigned sys)
+kvpb_run_value(unsigned r, unsigned sec, unsigned s, unsigned procs,
+	       unsigned sys)
 {
 	const struct kvpb_vset *v = &kvpb_vs[s];
 	const struct kvpb_driver *d = kvpb_drv[sys], *st = kvpb_store(sys);
@@ -135,24 +139,26 @@ kvpb_run_value(unsigned r, unsigned sec, unsigned s, unsigned procs, unsigned sy
 		st->mixed_mark();
 	rc = kvpb_measure(&cmd, &a);
 	if (rc) {
-		kvpb_log("bench_peers: a worker stopped answering (%s)\n", strerror(-rc));
+		kvpb_log("bench_peers: a worker stopped answering (%s)\n",
+			 strerror(-rc));
 		return rc;
 	}
 	if (sec == SEC_MIXED)
 		kvpb_mixed_undo(st, &cmd);
 	if (a.bad)
-		kvpb_log("bench_peers: %s %s %s x%u: %llu failed\n", kvpb_sec_name[sec],
-			 d->name, kvpb_size_name(v->size, sn, sizeof(sn)), procs,
+		kvpb_log("bench_peers: %s %s %s x%u: %llu failed\n",
+			 kvpb_sec_name[sec], d->name,
+			 kvpb_size_name(v->size, sn, sizeof(sn)), procs,
 			 (unsigned long long)a.bad);
 	if (r == 0)
 		return 0;
 	/* batch: keys per call (per request) */
 	kvpb_emit(r, kvpb_sec_name[sec], d->name, v->size, procs,
-		  d->per_key ? 1 : v->batch, a.bad,
-		  "GB/s", (double)a.bytes / a.wall_s / 1e9,
-		  "Mop/s", (double)a.ops / a.wall_s / 1e6,
-		  "ns/op", a.busy_s * 1e9 / (double)a.ops,
-		  "s", a.wall_s, (const char *)NULL);
+		  d->per_key ? 1 : v->batch, a.bad, "GB/s",
+		  (double)a.bytes / a.wall_s / 1e9, "Mop/s",
+		  (double)a.ops / a.wall_s / 1e6, "ns/op",
+		  a.busy_s * 1e9 / (double)a.ops, "s", a.wall_s,
+		  (const char *)NULL);
 	return 0;
 }
 
@@ -170,8 +176,11 @@ kvpb_run_values(unsigned r)
 		np = c->nprocs;
 		memcpy(plist, c->procs, sizeof(c->procs));
 		/* the all-core limit, when no process count reaches it */
-		if (c->procs[c->nprocs - 1] < c->nproc && sec == SEC_GET && kvpb_limit_on())
-			plist[np++] = c->nproc < KVPB_MAX_PROCS ? c->nproc : KVPB_MAX_PROCS;
+		if (c->procs[c->nprocs - 1] < c->nproc && sec == SEC_GET &&
+		    kvpb_limit_on())
+			plist[np++] = c->nproc < KVPB_MAX_PROCS ?
+					      c->nproc :
+					      KVPB_MAX_PROCS;
 		for (s = 0; s < c->nsizes; s++) {
 			for (pi = 0; pi < np; pi++) {
 				/* every system, the order rotating with r */
@@ -179,9 +188,11 @@ kvpb_run_values(unsigned r)
 					unsigned sys = (k + r) % KVPB_NSYS;
 
 					if (!kvpb_sys_on(sys) ||
-					    (pi >= c->nprocs && !kvpb_drv[sys]->limit))
+					    (pi >= c->nprocs &&
+					     !kvpb_drv[sys]->limit))
 						continue;
-					rc = kvpb_run_value(r, sec, s, plist[pi], sys);
+					rc = kvpb_run_value(r, sec, s,
+							    plist[pi], sys);
 					if (rc)
 						return rc;
 				}
@@ -199,7 +210,8 @@ kvpb_run_index(unsigned r)
 	unsigned ix, k;
 
 	for (ix = 0; ix < kvpb_cfg.nix; ix++) {
-		double load = (double)kvpb_ctl->ix_n[ix] / (double)kvpb_ctl->ix_slots[ix];
+		double load = (double)kvpb_ctl->ix_n[ix] /
+			      (double)kvpb_ctl->ix_slots[ix];
 
 		for (k = 0; k < KVPB_NSYS; k++) {
 			unsigned sys = (k + r) % KVPB_NSYS;
@@ -209,15 +221,19 @@ kvpb_run_index(unsigned r)
 
 			if (!kvpb_sys_on(sys) || !d->prefix)
 				continue;
-			kvpb_cmd_init(&cmd, r, SEC_PREFIX, sys, ix, 1, kvpb_cfg.prefix_batches);
+			kvpb_cmd_init(&cmd, r, SEC_PREFIX, sys, ix, 1,
+				      kvpb_cfg.prefix_batches);
 			if (kvpb_measure(&cmd, &a))
 				return -EPIPE;
 			if (r && a.ops)
-				kvpb_emit(r, "prefix", d->name, kvpb_ctl->ix_slots[ix], 1,
+				kvpb_emit(r, "prefix", d->name,
+					  kvpb_ctl->ix_slots[ix], 1,
 					  KVPB_PREFIX, a.bad, "us/batch",
-					  a.sum_ns / 1e3 * KVPB_PREFIX / (double)a.ops,
+					  a.sum_ns / 1e3 * KVPB_PREFIX /
+						  (double)a.ops,
 					  "worst us", a.worst_ns / 1e3,
-					  "Mlookup/s", (double)a.ops * 1e3 / a.sum_ns,
+					  "Mlookup/s",
+					  (double)a.ops * 1e3 / a.sum_ns,
 					  "load", load, (const char *)NULL);
 			if (!d->exists)
 				continue;
@@ -226,10 +242,12 @@ kvpb_run_index(unsigned r)
 			if (kvpb_measure(&cmd, &a))
 				return -EPIPE;
 			if (r && a.ops)
-				kvpb_emit(r, "exists", d->name, kvpb_ctl->ix_slots[ix], 1, 1,
-					  a.bad,
-					  "Mlookup/s", (double)a.ops / a.wall_s / 1e6,
-					  "ns/op", a.wall_s * 1e9 / (double)a.ops,
+				kvpb_emit(r, "exists", d->name,
+					  kvpb_ctl->ix_slots[ix], 1, 1, a.bad,
+					  "Mlookup/s",
+					  (double)a.ops / a.wall_s / 1e6,
+					  "ns/op",
+					  a.wall_s * 1e9 / (double)a.ops,
 					  "load", load, (const char *)NULL);
 		}
 	}
@@ -259,11 +277,13 @@ kvpb_run_rtt(unsigned r)
 
 		if (!kvpb_sys_on(sys))
 			continue;
-		kvpb_cmd_init(&cmd, r, SEC_RTT, sys, KVPB_RTT, 1, kvpb_cfg.rtt_ops);
+		kvpb_cmd_init(&cmd, r, SEC_RTT, sys, KVPB_RTT, 1,
+			      kvpb_cfg.rtt_ops);
 		rc = kvpb_measure(&cmd, &a);
 		if (rc) {
-			kvpb_log("bench_peers: a worker stopped answering (%s)\n",
-				 strerror(-rc));
+			kvpb_log(
+				"bench_peers: a worker stopped answering (%s)\n",
+				strerror(-rc));
 			return rc;
 		}
 		if (a.bad)
@@ -273,8 +293,8 @@ kvpb_run_rtt(unsigned r)
 			continue;
 		kvpb_emit(r, "rtt", d->name, KVPB_RTT_SIZE, 1, 1, a.bad,
 			  "us p50", a.p50_ns / 1e3, "us p99", a.p99_ns / 1e3,
-			  "us mean", a.sum_ns / 1e3 / (double)a.ops,
-			  "us worst", a.worst_ns / 1e3, (const char *)NULL);
+			  "us mean", a.sum_ns / 1e3 / (double)a.ops, "us worst",
+			  a.worst_ns / 1e3, (const char *)NULL);
 	}
 	return 0;
 }

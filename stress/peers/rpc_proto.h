@@ -19,7 +19,12 @@
 #define KVPB_RPC_KMAX 96u
 #define KVPB_RPC_MAXN KVPB_MAX_CALL /* ops in one request at the most */
 
-enum { RPC_GET = 1, RPC_PUT, RPC_DEL, RPC_EXISTS };
+enum {
+	RPC_GET = 1,
+	RPC_PUT,
+	RPC_DEL,
+	RPC_EXISTS
+};
 
 struct kvpb_rpc_op {
 	uint8_t ro_op;

@@ -42,7 +42,8 @@ kvpb_rt_find_locked(uint64_t h, const unsigned char *key, uint32_t klen)
 	struct kvpb_rnode **pp = &kvpb_rt.b[h & kvpb_rt.mask];
 
 	for (; *pp; pp = &(*pp)->next)
-		if ((*pp)->hash == h && (*pp)->klen == klen && !memcmp((*pp)->key, key, klen))
+		if ((*pp)->hash == h && (*pp)->klen == klen &&
+		    !memcmp((*pp)->key, key, klen))
 			return pp;
 	return pp;
 }
@@ -55,8 +56,8 @@ kvpb_rt_op(const struct kvpb_rpc_op *op, unsigned char *buf, uint64_t bufsz)
 	struct kvpb_rnode **pp, *n;
 	int64_t st;
 
-	if (op->ro_klen == 0 || op->ro_klen > KVPB_RPC_KMAX || op->ro_off > bufsz ||
-	    op->ro_len > bufsz - op->ro_off)
+	if (op->ro_klen == 0 || op->ro_klen > KVPB_RPC_KMAX ||
+	    op->ro_off > bufsz || op->ro_len > bufsz - op->ro_off)
 		return -EINVAL;
 	switch (op->ro_op) {
 	case RPC_GET:
@@ -81,7 +82,8 @@ kvpb_rt_op(const struct kvpb_rpc_op *op, unsigned char *buf, uint64_t bufsz)
 			free(n);
 			return -ENOMEM;
 		}
-		memcpy(n->val, buf + op->ro_off, op->ro_len); /* outside the lock */
+		/* outside the lock */
+		memcpy(n->val, buf + op->ro_off, op->ro_len);
 		n->len = op->ro_len;
 		n->hash = h;
 		n->klen = op->ro_klen;
@@ -131,28 +133,36 @@ kvpb_rpc_conn(void *arg)
 	} cm;
 	struct kvpb_rpc_hdr hdr;
 	/* a request: header + ops; a reply: header + statuses */
-	unsigned char *req = malloc(sizeof(hdr) + KVPB_RPC_MAXN * sizeof(struct kvpb_rpc_op));
-	unsigned char *rep = malloc(sizeof(hdr) + KVPB_RPC_MAXN * sizeof(int64_t));
-	struct kvpb_rpc_op *ops = (struct kvpb_rpc_op *)(void *)(req + sizeof(hdr));
+	unsigned char *req = malloc(sizeof(hdr) +
+				    KVPB_RPC_MAXN * sizeof(struct kvpb_rpc_op));
+	unsigned char *rep =
+		malloc(sizeof(hdr) + KVPB_RPC_MAXN * sizeof(int64_t));
+	struct kvpb_rpc_op *ops =
+		(struct kvpb_rpc_op *)(void *)(req + sizeof(hdr));
 	int64_t *st = (int64_t *)(void *)(rep + sizeof(hdr));
 	unsigned char *buf = MAP_FAILED;
 	uint64_t bufsz = 0;
 	struct iovec iov = { &bufsz, sizeof(bufsz) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-			     .msg_control = cm.b, .msg_controllen = sizeof(cm.b) };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cm.b,
+			     .msg_controllen = sizeof(cm.b) };
 	struct cmsghdr *c;
 	char ok = 1;
 
-	if (!req || !rep || recvmsg(fd, &mh, MSG_WAITALL) != (ssize_t)sizeof(bufsz))
+	if (!req || !rep ||
+	    recvmsg(fd, &mh, MSG_WAITALL) != (ssize_t)sizeof(bufsz))
 		goto out;
 	c = CMSG_FIRSTHDR(&mh);
 	if (!c || c->cmsg_type != SCM_RIGHTS)
 		goto out;
 	memcpy(&mfd, CMSG_DATA(c), sizeof(int));
-	buf = mmap(NULL, bufsz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mfd, 0);
+	buf = mmap(NULL, bufsz, PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_POPULATE, mfd, 0);
 	if (buf == MAP_FAILED || kvpb_write_full(fd, &ok, 1))
 		goto out;
-	while (kvpb_rpc_read_msg(fd, req, sizeof(hdr) + KVPB_RPC_MAXN * sizeof(*ops),
+	while (kvpb_rpc_read_msg(fd, req,
+				 sizeof(hdr) + KVPB_RPC_MAXN * sizeof(*ops),
 				 sizeof(*ops)) == 0) {
 		struct kvpb_rpc_hdr rh = { 0, 0 };
 		uint32_t k;
@@ -163,10 +173,12 @@ kvpb_rpc_conn(void *arg)
 			pthread_rwlock_rdlock(&kvpb_rt.lock);
 			for (k = 0; k < hdr.rh_n; k++) {
 				const struct kvpb_rpc_op *op = &ops[k];
-				uint64_t h = kvp_hash(7, op->ro_key, op->ro_klen);
+				uint64_t h =
+					kvp_hash(7, op->ro_key, op->ro_klen);
 
 				if (op->ro_klen > KVPB_RPC_KMAX ||
-				    !*kvpb_rt_find_locked(h, op->ro_key, op->ro_klen))
+				    !*kvpb_rt_find_locked(h, op->ro_key,
+							  op->ro_klen))
 					break;
 			}
 			pthread_rwlock_unlock(&kvpb_rt.lock);
@@ -178,8 +190,10 @@ kvpb_rpc_conn(void *arg)
 		for (k = 0; k < hdr.rh_n; k++)
 			st[k] = kvpb_rt_op(&ops[k], buf, bufsz);
 		rh.rh_n = hdr.rh_n;
-		memcpy(rep, &rh, sizeof(rh)); /* one write: header and statuses */
-		if (kvpb_write_full(fd, rep, sizeof(rh) + hdr.rh_n * sizeof(*st)))
+		/* one write: header and statuses */
+		memcpy(rep, &rh, sizeof(rh));
+		if (kvpb_write_full(fd, rep,
+				    sizeof(rh) + hdr.rh_n * sizeof(*st)))
 			break;
 	}
 out:
@@ -193,8 +207,7 @@ out:
 	return NULL;
 }
 
-static void __attribute__((noreturn))
-kvpb_rpc_server(int lfd)
+static void __attribute__((noreturn)) kvpb_rpc_server(int lfd)
 {
 	pthread_rwlockattr_t ra;
 
@@ -202,7 +215,8 @@ kvpb_rpc_server(int lfd)
 	mallopt(M_MMAP_THRESHOLD, 32 << 20);
 	mallopt(M_TRIM_THRESHOLD, INT_MAX);
 	pthread_rwlockattr_init(&ra);
-	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlockattr_setkind_np(
+		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&kvpb_rt.lock, &ra);
 	kvpb_rt.mask = (1u << 20) - 1;
 	kvpb_rt.b = calloc(kvpb_rt.mask + 1, sizeof(*kvpb_rt.b));
@@ -217,7 +231,8 @@ kvpb_rpc_server(int lfd)
 				continue;
 			_exit(1);
 		}
-		if (pthread_create(&t, NULL, kvpb_rpc_conn, (void *)(intptr_t)fd))
+		if (pthread_create(&t, NULL, kvpb_rpc_conn,
+				   (void *)(intptr_t)fd))
 			close(fd);
 		else
 			pthread_detach(t);
@@ -232,12 +247,13 @@ kvpb_rpc_server_start(void)
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	int lfd;
 
-	snprintf(kvpb_ctl->rpc_sock, sizeof(kvpb_ctl->rpc_sock), "/tmp/kvpb-rpc.%d.sock",
-		 (int)getpid());
+	snprintf(kvpb_ctl->rpc_sock, sizeof(kvpb_ctl->rpc_sock),
+		 "/tmp/kvpb-rpc.%d.sock", (int)getpid());
 	unlink(kvpb_ctl->rpc_sock);
 	snprintf(a.sun_path, sizeof(a.sun_path), "%s", kvpb_ctl->rpc_sock);
 	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 64)) {
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) ||
+	    listen(lfd, 64)) {
 		if (lfd >= 0)
 			close(lfd);
 		return -errno;

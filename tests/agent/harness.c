@@ -37,13 +37,16 @@ kvpt_run_tag(void)
 		bool ok = n >= 1 && n < sizeof(tag);
 
 		for (i = 0; ok && i < n; i++)
-			ok = (t[i] >= 'a' && t[i] <= 'z') || (t[i] >= 'A' && t[i] <= 'Z') ||
+			ok = (t[i] >= 'a' && t[i] <= 'z') ||
+			     (t[i] >= 'A' && t[i] <= 'Z') ||
 			     (t[i] >= '0' && t[i] <= '9');
 		if (ok)
 			memcpy(tag, t, n + 1);
 		else if (t)
-			fprintf(stderr, "harness: KVPT_RUN='%s' ignored (want 1-16 of "
-				"[A-Za-z0-9])\n", t);
+			fprintf(stderr,
+				"harness: KVPT_RUN='%s' ignored (want 1-16 of "
+				"[A-Za-z0-9])\n",
+				t);
 		done = true;
 	}
 	return tag;
@@ -122,7 +125,8 @@ kvpt_step_wait(const kvp_aword_t *p, uint64_t v, const kvp_aword_t *stop)
 
 	/* acquire: pairs with the other thread's release of *p */
 	while (kvp_load_acquire(p) < v) {
-		if (stop && kvp_load_acquire(stop)) /* acquire: its stop store */
+		/* acquire: its stop store */
+		if (stop && kvp_load_acquire(stop))
 			return false;
 		if (++n % 256 == 0)
 			sched_yield(); /* fewer cores than threads */
@@ -161,7 +165,8 @@ kvpt_agent_ready(void *arg)
 		return true; /* died: the caller sees pid -1 */
 	}
 	if (kvp_seg_map(a->pool, false, &s, msg, sizeof(msg)) == 0) {
-		/* acquire-free check: the agent stores its pid after the lock */
+		/* acquire-free check: the agent stores its pid after the
+		 * lock */
 		up = kvp_shm_agent_alive(&s) &&
 		     kvp_load_relaxed(&s.hdr->h_agent_pid) == (uint64_t)a->pid;
 		kvp__seg_unmap(&s);
@@ -179,8 +184,8 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 		/* child: build argv here, so the parent allocates nothing */
 		char *argv[64];
 		char path[4200], fg[] = "--foreground", po[] = "--pool",
-			rm[] = "--reap-ms", rv[] = "50", ma[] = "--metrics-addr",
-			mo[] = "off";
+				 rm[] = "--reap-ms", rv[] = "50",
+				 ma[] = "--metrics-addr", mo[] = "off";
 		const char *arg;
 		int n = 0;
 
@@ -204,7 +209,9 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 			int fd;
 
 			kvpt_agent_log(a->pool, log, sizeof(log));
-			fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
+			fd = open(log,
+				  O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW,
+				  0600);
 			if (fd >= 0 && fd != 2) {
 				dup2(fd, 2);
 				close(fd);
@@ -247,7 +254,8 @@ kvpt_pool_new(struct kvpt_agent *a)
 		kvpt_creator = getpid();
 		atexit(kvpt_cleanup_at_exit);
 	}
-	if (kvpt_pool_name(a->pool, sizeof(a->pool), "t%d_%u", (int)getpid(), seq++))
+	if (kvpt_pool_name(a->pool, sizeof(a->pool), "t%d_%u", (int)getpid(),
+			   seq++))
 		return -ENAMETOOLONG;
 	if (kvpt_npools < 64)
 		snprintf(kvpt_pools[kvpt_npools++], 64, "%s", a->pool);
@@ -396,7 +404,8 @@ kvpt_seg_bare(struct kvp_seg *s, uint64_t index_slots, uint32_t max_clients,
 	s->size = g.g_seg_size;
 	if (ftruncate(s->fd, (off_t)s->size) < 0)
 		goto err_errno;
-	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd,
+		       0);
 	if (s->base == MAP_FAILED) {
 		s->base = NULL;
 		goto err_errno;
@@ -425,10 +434,11 @@ err_errno:
 }
 
 int64_t
-kvpt_ix_put(struct kvp_seg *s, uint32_t cslot, uint64_t ns, const void *key, size_t klen,
-	    uint64_t *w)
+kvpt_ix_put(struct kvp_seg *s, uint32_t cslot, uint64_t ns, const void *key,
+	    size_t klen, uint64_t *w)
 {
-	int64_t i = kvp_ix_claim(s, cslot, ns, kvp_key_hash(ns, key, klen), key, klen, w);
+	int64_t i = kvp_ix_claim(s, cslot, ns, kvp_key_hash(ns, key, klen), key,
+				 klen, w);
 
 	if (i < 0)
 		return i;
@@ -453,10 +463,13 @@ kvpt_count_state(const struct kvp_seg *s, unsigned state)
 uint64_t
 kvpt_holds_total(const struct kvp_seg *s)
 {
-	uint64_t i, n = 0, total = (uint64_t)s->g.g_max_clients * s->g.g_holds_per_client;
+	uint64_t i,
+		n = 0,
+		total = (uint64_t)s->g.g_max_clients * s->g.g_holds_per_client;
 
 	for (i = 0; i < total; i++)
-		n += kvp_load_acquire(&s->holds[i]) != 0; /* acquire: drop release */
+		/* acquire: drop release */
+		n += kvp_load_acquire(&s->holds[i]) != 0;
 	return n;
 }
 
@@ -475,7 +488,8 @@ kvpt_clients_nonfree(const struct kvp_seg *s)
 
 	for (i = 0; i < s->g.g_max_clients; i++)
 		/* acquire: pairs with the FREE store-release */
-		n += KVP_CS_STATE(kvp_load_acquire(&s->clients[i].cs_state)) != KVP_CS_FREE;
+		n += KVP_CS_STATE(kvp_load_acquire(&s->clients[i].cs_state)) !=
+		     KVP_CS_FREE;
 	return n;
 }
 
@@ -486,7 +500,8 @@ kvpt_ctr_total(const struct kvp_seg *s, enum kvp_ctr k)
 	uint32_t i;
 
 	for (i = 0; i < s->g.g_max_clients; i++)
-		n += kvp_load_relaxed(&s->clients[i].cs_ctr[k]); /* relaxed: stats */
+		/* relaxed: stats */
+		n += kvp_load_relaxed(&s->clients[i].cs_ctr[k]);
 	return n;
 }
 
@@ -497,7 +512,8 @@ kvpt_seed(const void *key, uint32_t klen, uint64_t version)
 }
 
 void
-kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t version)
+kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen,
+	  uint64_t version)
 {
 	uint64_t x = kvpt_seed(key, klen, version), i;
 	unsigned char *b = buf;
@@ -511,7 +527,8 @@ kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t vers
 }
 
 bool
-kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t version)
+kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen,
+	   uint64_t version)
 {
 	uint64_t x = kvpt_seed(key, klen, version), i;
 	const unsigned char *b = buf;
@@ -529,8 +546,8 @@ kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen, uint64
 }
 
 int
-kvpt_put_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_t vsize,
-	      uint64_t version)
+kvpt_put_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to,
+	      uint64_t vsize, uint64_t version)
 {
 	unsigned char *v = malloc(vsize);
 	char k[300];
@@ -550,8 +567,8 @@ kvpt_put_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_t 
 }
 
 int
-kvpt_wrong_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_t vsize,
-		uint64_t version, bool retry_busy)
+kvpt_wrong_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to,
+		uint64_t vsize, uint64_t version, bool retry_busy)
 {
 	unsigned char *v = malloc(vsize);
 	char k[300];
@@ -564,15 +581,17 @@ kvpt_wrong_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_
 		ssize_t got;
 		bool ok;
 
-		while ((got = kvp_get(c, k, kl, v, vsize)) == -EBUSY && retry_busy)
+		while ((got = kvp_get(c, k, kl, v, vsize)) == -EBUSY &&
+		       retry_busy)
 			;
 		if (version == 0)
 			ok = got == -ENOENT;
 		else
-			ok = got == (ssize_t)vsize && kvpt_check(v, vsize, k, kl, version);
+			ok = got == (ssize_t)vsize &&
+			     kvpt_check(v, vsize, k, kl, version);
 		if (!ok && !wrong++)
-			fprintf(stderr, "key %d: %zd bytes%s (want %s)\n", i, got,
-				got == (ssize_t)vsize ? ", wrong" : "",
+			fprintf(stderr, "key %d: %zd bytes%s (want %s)\n", i,
+				got, got == (ssize_t)vsize ? ", wrong" : "",
 				version ? "its value" : "a miss");
 	}
 	free(v);
@@ -582,7 +601,8 @@ kvpt_wrong_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_
 int
 kvpt_tmpdir(char *dir, size_t cap, const char *tag)
 {
-	if ((size_t)snprintf(dir, cap, "/var/tmp/kvpt-%s-%d-XXXXXX", tag, (int)getpid()) >= cap)
+	if ((size_t)snprintf(dir, cap, "/var/tmp/kvpt-%s-%d-XXXXXX", tag,
+			     (int)getpid()) >= cap)
 		return -1;
 	return mkdtemp(dir) ? 0 : -1;
 }
@@ -593,7 +613,8 @@ int
 kvpt_ssd_dir_setup(void **state)
 {
 	(void)state;
-	return kvpt_tmpdir(kvpt_ssd_dir, sizeof(kvpt_ssd_dir), program_invocation_short_name);
+	return kvpt_tmpdir(kvpt_ssd_dir, sizeof(kvpt_ssd_dir),
+			   program_invocation_short_name);
 }
 
 int
@@ -645,10 +666,12 @@ kvpt_cli_check(const char *pool, int wait_ms, char *out, size_t cap)
 
 	if (wait_ms >= 0)
 		snprintf(wait, sizeof(wait), " --wait %d", wait_ms);
-	st = kvpt_run(out ? out : own, out ? cap : sizeof(own), "%s/kvpool --pool %s check%s 2>&1",
-		      kvpt_bindir(), pool, wait);
+	st = kvpt_run(out ? out : own, out ? cap : sizeof(own),
+		      "%s/kvpool --pool %s check%s 2>&1", kvpt_bindir(), pool,
+		      wait);
 	if (!out && st != 0)
-		fprintf(stderr, "kvpool --pool %s check: exit %d\n%s", pool, st, own);
+		fprintf(stderr, "kvpool --pool %s check: exit %d\n%s", pool, st,
+			own);
 	return st;
 }
 
@@ -666,12 +689,14 @@ kvpt_tmpdir_empty(const char *dir)
 {
 	char cmd[2400];
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -m 0700 '%s'", dir, dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -m 0700 '%s'", dir,
+		 dir);
 	return system(cmd) == 0 ? 0 : -1;
 }
 
 bool
-kvpt_all_on_ssd(struct kvp_client *c, const struct kvp_seg *s, int n, kvpt_key_fn key)
+kvpt_all_on_ssd(struct kvp_client *c, const struct kvp_seg *s, int n,
+		kvpt_key_fn key)
 {
 	char k[300];
 	int i;
@@ -679,12 +704,14 @@ kvpt_all_on_ssd(struct kvp_client *c, const struct kvp_seg *s, int n, kvpt_key_f
 	for (i = 0; i < n; i++) {
 		uint32_t kl = key(k, i);
 		uint64_t w;
-		int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+		int64_t slot = kvp_ix_find(s, c->ns_id,
+					   kvp_key_hash(c->ns_id, k, kl), k, kl,
 					   KVP_IX_M(KVP_IX_READY), &w);
 
 		/* relaxed: a test's look at a READY entry */
 		if (slot < 0 ||
-		    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) != KVP_TIER_SSD)
+		    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) !=
+			    KVP_TIER_SSD)
 			return false;
 	}
 	return true;
@@ -706,15 +733,18 @@ kvpt_ssd_cond_true(void *p)
 }
 
 int
-kvpt_put_and_demote(struct kvp_client *c, const struct kvp_seg *s, int n, uint64_t vsize,
-		    kvpt_key_fn key, uint64_t version, unsigned timeout_ms)
+kvpt_put_and_demote(struct kvp_client *c, const struct kvp_seg *s, int n,
+		    uint64_t vsize, kvpt_key_fn key, uint64_t version,
+		    unsigned timeout_ms)
 {
 	struct kvpt_ssd_cond sc = { c, s, n, key };
 	int rc = kvpt_put_keys(c, key, 0, n, vsize, version);
 
 	if (rc)
 		return rc;
-	return kvpt_wait_until(kvpt_ssd_cond_true, &sc, timeout_ms) >= 0 ? 0 : -ETIMEDOUT;
+	return kvpt_wait_until(kvpt_ssd_cond_true, &sc, timeout_ms) >= 0 ?
+		       0 :
+		       -ETIMEDOUT;
 }
 
 uint64_t
@@ -731,6 +761,7 @@ kvpt_spans_in_use(const struct kvp_seg *s)
 
 	for (k = 0; k < s->g.g_staging_slots; k++)
 		/* acquire: pairs with the freer's FREE release */
-		n += KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) != KVP_SP_FREE;
+		n += KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) !=
+		     KVP_SP_FREE;
 	return n;
 }

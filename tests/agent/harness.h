@@ -30,8 +30,8 @@ int kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...);
  * run on the same machine.  Without them (a test run by hand): no tag,
  * logs in /tmp.
  */
-const char *kvpt_run_tag(void);   /* "" when KVPT_RUN is unset */
-const char *kvpt_log_dir(void);   /* KVPT_LOG_DIR (absolute) or /tmp */
+const char *kvpt_run_tag(void); /* "" when KVPT_RUN is unset */
+const char *kvpt_log_dir(void); /* KVPT_LOG_DIR (absolute) or /tmp */
 /* "<tag>.<fmt...>" (or just fmt... without a tag) into out: 0, or -1 if it
  * does not fit in cap or KVP_POOL_NAME_MAX */
 int kvpt_pool_name(char *out, size_t cap, const char *fmt, ...)
@@ -41,13 +41,13 @@ void kvpt_agent_log(const char *pool, char *out, size_t cap);
 
 /* Restart on the same pool (after a kill). */
 int kvpt_agent_restart(struct kvpt_agent *a, const char *arg, ...);
-int kvpt_agent_stop(struct kvpt_agent *a);  /* SIGTERM + wait; removes segment */
+int kvpt_agent_stop(struct kvpt_agent *a); /* SIGTERM + wait; removes segment */
 void kvpt_agent_kill(struct kvpt_agent *a); /* SIGKILL + wait */
 /* SIGSTOP the agent and wait until it is stopped (the signal is
  * asynchronous: a request posted meanwhile could still be taken); 0, or
  * -1 if it did not stop.  SIGCONT resumes it. */
 int kvpt_agent_pause(struct kvpt_agent *a);
-void kvpt_pool_remove(const char *pool);    /* shm_unlink, ignore errors */
+void kvpt_pool_remove(const char *pool); /* shm_unlink, ignore errors */
 
 /*
  * The pool most agent tests start from: kvpt_agent_start(a, arg...), a
@@ -58,7 +58,8 @@ void kvpt_pool_remove(const char *pool);    /* shm_unlink, ignore errors */
  */
 int kvpt_pool_up(struct kvpt_agent *a, struct kvp_seg *s, struct kvp_client **c,
 		 const char *arg, ...);
-int kvpt_pool_down(struct kvpt_agent *a, struct kvp_seg *s, struct kvp_client *c);
+int kvpt_pool_down(struct kvpt_agent *a, struct kvp_seg *s,
+		   struct kvp_client *c);
 
 /* Wait until cond(arg) is true or timeout_ms passes; polls every ~1 ms
  * (a condition with a deadline, not a sleep).  Returns elapsed ns, or -1
@@ -99,8 +100,8 @@ int kvpt_seg_bare(struct kvp_seg *s, uint64_t index_slots, uint32_t max_clients,
  * kvp_ix_claim (client slot cslot, hash kvp_key_hash(ns, key)), then
  * kvp_ix_publish.  The READY slot and its word in *w, or kvp_ix_claim's
  * error (-EEXIST, -ENOSPC). */
-int64_t kvpt_ix_put(struct kvp_seg *s, uint32_t cslot, uint64_t ns, const void *key,
-		    size_t klen, uint64_t *w);
+int64_t kvpt_ix_put(struct kvp_seg *s, uint32_t cslot, uint64_t ns,
+		    const void *key, size_t klen, uint64_t *w);
 
 /* Totals read from a segment, as the CLI computes them. */
 uint64_t kvpt_count_state(const struct kvp_seg *s, unsigned state);
@@ -113,29 +114,34 @@ uint64_t kvpt_ctr_total(const struct kvp_seg *s, enum kvp_ctr k);
  * kvpt_key_fn (key i into k, returns its length). */
 typedef uint32_t (*kvpt_key_fn)(char *k, int i);
 /* Are keys 0..n-1 all READY and SSD-resident? */
-bool kvpt_all_on_ssd(struct kvp_client *c, const struct kvp_seg *s, int n, kvpt_key_fn key);
+bool kvpt_all_on_ssd(struct kvp_client *c, const struct kvp_seg *s, int n,
+		     kvpt_key_fn key);
 /* Put keys 0..n-1 (vsize bytes, kvpt_fill(version)), retrying -EBUSY, then
  * wait up to timeout_ms until the agent demoted all of them (run it with
  * --dram-high 0).  0, a put's error, or -ETIMEDOUT. */
-int kvpt_put_and_demote(struct kvp_client *c, const struct kvp_seg *s, int n, uint64_t vsize,
-			kvpt_key_fn key, uint64_t version, unsigned timeout_ms);
-uint64_t kvpt_actr(const struct kvp_seg *s, enum kvp_actr k); /* an agent counter */
-unsigned kvpt_spans_in_use(const struct kvp_seg *s);          /* staging slots not FREE */
+int kvpt_put_and_demote(struct kvp_client *c, const struct kvp_seg *s, int n,
+			uint64_t vsize, kvpt_key_fn key, uint64_t version,
+			unsigned timeout_ms);
+/* an agent counter */
+uint64_t kvpt_actr(const struct kvp_seg *s, enum kvp_actr k);
+/* staging slots not FREE */
+unsigned kvpt_spans_in_use(const struct kvp_seg *s);
 
 /* Self-verifying payloads: every byte depends on (key, version). */
-void kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen, uint64_t version);
+void kvpt_fill(void *buf, uint64_t len, const void *key, uint32_t klen,
+	       uint64_t version);
 bool kvpt_check(const void *buf, uint64_t len, const void *key, uint32_t klen,
 		uint64_t version);
 /* Put keys from..to-1 (vsize bytes, kvpt_fill(version)), retrying -EBUSY:
  * 0, or the first other status. */
-int kvpt_put_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_t vsize,
-		  uint64_t version);
+int kvpt_put_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to,
+		  uint64_t vsize, uint64_t version);
 /* How many of keys from..to-1 do not read back whole as version's vsize
  * bytes (version 0: as misses, -ENOENT).  An -EBUSY answer is asked again
  * when retry_busy, else it counts as wrong.  The first wrong key is
  * printed (stderr). */
-int kvpt_wrong_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to, uint64_t vsize,
-		    uint64_t version, bool retry_busy);
+int kvpt_wrong_keys(struct kvp_client *c, kvpt_key_fn key, int from, int to,
+		    uint64_t vsize, uint64_t version, bool retry_busy);
 
 /* A private directory for a test's SSD store: /var/tmp/kvpt-<tag>-<pid>-XXXXXX
  * (mkdtemp, 0700) into dir; emptied again (rm -rf, mkdir 0700: the agent

@@ -76,7 +76,8 @@ test_double_put_aborts_in_debug(void **state)
 		if (!op || tag == 0 || !kvp_top_get(t, TOP_PROMOTE, &tag))
 			_exit(3);
 		kvp_top_put(t, op);
-		kvp_top_put(t, op); /* the bug: the free pool now holds op twice */
+		/* the bug: the free pool now holds op twice */
+		kvp_top_put(t, op);
 		_exit(t->nfree == KVP_TIER_MAX_OPS ? 0 : 4);
 	}
 	close(pfd[1]);

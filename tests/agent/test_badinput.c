@@ -22,7 +22,9 @@ test_bad_keys_and_buffers(void **state)
 	struct kvp_op op;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-value", "1M", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-value",
+					  "1M", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	memset(key, 'k', sizeof(key));
 	memset(val, 1, sizeof(val));
@@ -46,7 +48,8 @@ test_bad_keys_and_buffers(void **state)
 	/* over --max-value: TOO_LARGE, before any work */
 	{
 		unsigned char *big = calloc(1, (1 << 20) + 1);
-		assert_int_equal(kvp_put(c, "big", 3, big, (1 << 20) + 1), -E2BIG);
+		assert_int_equal(kvp_put(c, "big", 3, big, (1 << 20) + 1),
+				 -E2BIG);
 		assert_int_equal(kvp_put(c, "big", 3, big, 1 << 20), 0);
 		free(big);
 	}
@@ -68,9 +71,12 @@ test_bad_keys_and_buffers(void **state)
 		struct kvp_pinset *ps = (struct kvp_pinset *)1;
 		struct kvp_op miss = { .key = "absent", .klen = 6 };
 
-		assert_int_equal(kvp_batch_lookup_pin(c, &miss, SIZE_MAX / 29 + 1, &ps), -EINVAL);
+		assert_int_equal(kvp_batch_lookup_pin(c, &miss,
+						      SIZE_MAX / 29 + 1, &ps),
+				 -EINVAL);
 		assert_null(ps);
-		assert_int_equal(kvp_batch_lookup_pin(c, &miss, SIZE_MAX, &ps), -EINVAL);
+		assert_int_equal(kvp_batch_lookup_pin(c, &miss, SIZE_MAX, &ps),
+				 -EINVAL);
 		/* the largest n that sizes is only as long as its ops: one
 		 * absent key ends the prefix */
 		assert_int_equal(kvp_batch_lookup_pin(c, &miss, 1, &ps), 0);
@@ -128,7 +134,9 @@ test_open_errors(void **state)
 
 	(void)state;
 	/* no agent, no segment: UNAVAILABLE, with a message */
-	assert_int_equal(kvpt_pool_name(name, sizeof(name), "kvpt_nobody_%d", (int)getpid()), 0);
+	assert_int_equal(kvpt_pool_name(name, sizeof(name), "kvpt_nobody_%d",
+					(int)getpid()),
+			 0);
 	kvpt_pool_remove(name);
 	assert_int_equal(kvp_open(name, "ns", &c), -ENOTCONN);
 	assert_null(c);
@@ -137,7 +145,9 @@ test_open_errors(void **state)
 	assert_int_equal(kvp_open("x", "ns", NULL), -EINVAL);
 
 	/* a segment from another ABI: -EPROTO, never mapped as ours */
-	assert_int_equal(kvpt_pool_name(name, sizeof(name), "kvpt_abi_%d", (int)getpid()), 0);
+	assert_int_equal(kvpt_pool_name(name, sizeof(name), "kvpt_abi_%d",
+					(int)getpid()),
+			 0);
 	snprintf(path, sizeof(path), "/kvpool.%s", name);
 	fd = shm_open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
 	assert_true(fd >= 0);
@@ -175,7 +185,8 @@ test_second_agent_refused(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
-	snprintf(cmd, sizeof(cmd), "%s/kvpoold --foreground --pool %s --dram 16M 2>/dev/null",
+	snprintf(cmd, sizeof(cmd),
+		 "%s/kvpoold --foreground --pool %s --dram 16M 2>/dev/null",
 		 kvpt_bindir(), a.pool);
 	assert_int_equal(WEXITSTATUS(system(cmd)), 1);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);

@@ -26,16 +26,19 @@ setup(void **state)
 
 	(void)state;
 	if (!v || kvpt_ssd_dir_setup(state) ||
-	    kvpt_agent_start(&ag, "--dram", "16M", "--dram-unit", "4K", "--index-entries",
-			     "1024", "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M", "--ssd-size",
-			     "16M", "--staging", "1M", "--staging-slot", "64K", NULL) ||
+	    kvpt_agent_start(&ag, "--dram", "16M", "--dram-unit", "4K",
+			     "--index-entries", "1024", "--ssd-dir",
+			     kvpt_ssd_dir, "--ssd-segment", "4M", "--ssd-size",
+			     "16M", "--staging", "1M", "--staging-slot", "64K",
+			     NULL) ||
 	    kvp_open(ag.pool, "chk", &c))
 		return -1;
 	for (k = 0; k < 20; k++) {
 		char key[32];
 		int kl = snprintf(key, sizeof(key), "check-%d", k);
 		kvpt_fill(v, 50000 + (uint64_t)k * 1000, key, (uint32_t)kl, 1);
-		if (kvp_put(c, key, (uint32_t)kl, v, 50000 + (uint64_t)k * 1000))
+		if (kvp_put(c, key, (uint32_t)kl, v,
+			    50000 + (uint64_t)k * 1000))
 			return -1;
 	}
 	kvp_close(c);
@@ -60,7 +63,8 @@ expect(unsigned inv)
 	kvp_check_seg(&ws, NULL, &r);
 	if (!r.violations || !r.by_inv[inv]) {
 		kvp_check_seg(&ws, stderr, &r);
-		fail_msg("expected I%u to be reported (%u violations)", inv, r.violations);
+		fail_msg("expected I%u to be reported (%u violations)", inv,
+			 r.violations);
 	}
 }
 
@@ -82,8 +86,10 @@ some_ready_slot(void)
 	uint64_t i;
 
 	for (i = 0; i < ws.g.g_index_slots; i++)
-		if (KVP_IX_STATE(kvp_load_acquire(&ws.meta[i])) == KVP_IX_READY &&
-		    KVP_LOC_TIER(kvp_load_relaxed(&ws.entries[i].e_loc)) == KVP_TIER_DRAM)
+		if (KVP_IX_STATE(kvp_load_acquire(&ws.meta[i])) ==
+			    KVP_IX_READY &&
+		    KVP_LOC_TIER(kvp_load_relaxed(&ws.entries[i].e_loc)) ==
+			    KVP_TIER_DRAM)
 			return i;
 	fail_msg("no READY DRAM slot");
 	return 0;
@@ -100,7 +106,8 @@ static void
 test_leaked_run(void **state)
 {
 	uint64_t i = some_ready_slot(), w = kvp_load_acquire(&ws.meta[i]);
-	uint32_t p = (uint32_t)KVP_LOC_VAL(kvp_load_relaxed(&ws.entries[i].e_loc));
+	uint32_t p =
+		(uint32_t)KVP_LOC_VAL(kvp_load_relaxed(&ws.entries[i].e_loc));
 
 	(void)state;
 	/* the run's owner tag names the wrong generation: the value's
@@ -152,7 +159,8 @@ test_bad_hash(void **state)
 static void
 test_duplicate_key(void **state)
 {
-	uint64_t i = some_ready_slot(), w = kvp_load_acquire(&ws.meta[i]), j = UINT64_MAX, q;
+	uint64_t i = some_ready_slot(), w = kvp_load_acquire(&ws.meta[i]),
+		 j = UINT64_MAX, q;
 	uint64_t hsh = kvp_load_relaxed(&ws.entries[i].e_hash);
 	unsigned pos;
 
@@ -164,10 +172,12 @@ test_duplicate_key(void **state)
 			j = q;
 	}
 	assert_true(j != UINT64_MAX);
-	memcpy((void *)&ws.entries[j], (const void *)&ws.entries[i], sizeof(struct kvp_entry));
+	memcpy((void *)&ws.entries[j], (const void *)&ws.entries[i],
+	       sizeof(struct kvp_entry));
 	kvp_store_release(&ws.meta[j], w);
 	expect(2);
-	kvp_store_release(&ws.meta[j], KVP_IX_WORD(KVP_IX_GEN(w) + 1, 0, 0, KVP_IX_EMPTY));
+	kvp_store_release(&ws.meta[j],
+			  KVP_IX_WORD(KVP_IX_GEN(w) + 1, 0, 0, KVP_IX_EMPTY));
 	expect_clean();
 }
 

@@ -67,7 +67,8 @@ child_holds(const char *pool)
 		_exit(2);
 	memset(buf, 7, sizeof(buf));
 	for (i = 0; i < 10; i++) {
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "held-%d", i);
+		uint32_t kl =
+			(uint32_t)snprintf(key, sizeof(key), "held-%d", i);
 		if (kvp_put(c, key, kl, buf, sizeof(buf)) && i < 5)
 			_exit(2);
 		if (i < 5 && kvp__lookup_hold(c, key, kl, &idx, &len) < 0)
@@ -86,11 +87,13 @@ child_half_put(const char *pool)
 	if (kvp_open(pool, "ns", &c))
 		_exit(2);
 	/* a put cut at its worst point: claimed, allocated, half copied */
-	i = kvp_ix_claim(&c->seg, c->slot, c->ns_id, kvp_key_hash(c->ns_id, "half", 4),
-			 "half", 4, &w);
-	if (i < 0 || kvp_dram_alloc(&c->seg, 1 << 20, (uint64_t)i, KVP_IX_GEN(w), &first))
+	i = kvp_ix_claim(&c->seg, c->slot, c->ns_id,
+			 kvp_key_hash(c->ns_id, "half", 4), "half", 4, &w);
+	if (i < 0 || kvp_dram_alloc(&c->seg, 1 << 20, (uint64_t)i,
+				    KVP_IX_GEN(w), &first))
 		_exit(2);
-	memset(c->seg.arena + (uint64_t)first * c->seg.g.g_dram_unit, 1, 1 << 19);
+	memset(c->seg.arena + (uint64_t)first * c->seg.g.g_dram_unit, 1,
+	       1 << 19);
 }
 
 static void
@@ -103,8 +106,8 @@ child_alloc_lock(const char *pool)
 }
 
 static void
-kill_and_measure(const char *what, void (*fn)(const char *), uint64_t expect_holds,
-		 uint64_t expect_pending)
+kill_and_measure(const char *what, void (*fn)(const char *),
+		 uint64_t expect_holds, uint64_t expect_pending)
 {
 	struct kvpt_agent a;
 	struct kvp_seg s;
@@ -112,8 +115,9 @@ kill_and_measure(const char *what, void (*fn)(const char *), uint64_t expect_hol
 	long long ns;
 	pid_t pid;
 
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--reap-ms", "1000", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit",
+					  "4K", "--reap-ms", "1000", NULL),
+			 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	cond.s = &s;
 	cond.units0 = kvpt_units_used(&s);
@@ -122,16 +126,22 @@ kill_and_measure(const char *what, void (*fn)(const char *), uint64_t expect_hol
 	assert_int_equal(kvpt_count_state(&s, KVP_IX_PENDING), expect_pending);
 	assert_int_equal(kvpt_clients_nonfree(&s), 1);
 	if (fn == child_holds)
-		cond.units0 = kvpt_units_used(&s); /* its published values stay */
+		/* its published values stay */
+		cond.units0 = kvpt_units_used(&s);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	/* the reaper period is 1 s here: the pidfd must make it prompt */
 	ns = kvpt_wait_until(all_released, &cond, 1000);
 	assert_true(ns >= 0);
-	print_message("  %s: released %.1f ms after SIGKILL\n", what, (double)ns / 1e6);
-	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_CLIENTS]), 1);
-	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_HOLDS]), expect_holds);
-	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_PENDING]), expect_pending);
+	print_message("  %s: released %.1f ms after SIGKILL\n", what,
+		      (double)ns / 1e6);
+	assert_int_equal(
+		kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_CLIENTS]), 1);
+	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_HOLDS]),
+			 expect_holds);
+	assert_int_equal(
+		kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_PENDING]),
+		expect_pending);
 	kvp__seg_unmap(&s);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
@@ -185,14 +195,16 @@ test_segv_mid_copy(void **state)
 	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
 	ns = kvpt_wait_until(all_released, &cond, 1000);
 	assert_true(ns >= 0);
-	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_PENDING]), 1);
-	print_message("  SIGSEGV mid-copy: released %.1f ms after death\n", (double)ns / 1e6);
+	assert_int_equal(
+		kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_PENDING]), 1);
+	print_message("  SIGSEGV mid-copy: released %.1f ms after death\n",
+		      (double)ns / 1e6);
 	kvp__seg_unmap(&s);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
-/* Killed while holding the allocator's robust mutex: the next locker
- * recovers it (EOWNERDEAD) and the pool keeps working. */
+/* Killed while holding the allocator's lock: the next locker
+ * takes it over, rebuilds the bins, and the pool keeps working. */
 static void
 test_kill_holding_alloc_lock(void **state)
 {
@@ -211,7 +223,8 @@ test_kill_holding_alloc_lock(void **state)
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	assert_int_equal(kvp_put(c, "after", 5, buf, sizeof(buf)), 0);
 	assert_int_equal(kvp_get(c, "after", 5, buf, sizeof(buf)), 4096);
-	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_ALLOC_RECOVER]), 1);
+	assert_int_equal(
+		kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_ALLOC_RECOVER]), 1);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
@@ -264,7 +277,8 @@ test_agent_restart(void **state)
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	assert_int_equal(kvp_get(c, "during", 6, out, sizeof(out)), 8192);
 	assert_true(kvpt_check(out, sizeof(out), "during", 6, 1));
-	assert_int_equal(kvp_get(c, "held-0", 6, out, sizeof(out)), 10000 > 8192 ? -EMSGSIZE : 0);
+	assert_int_equal(kvp_get(c, "held-0", 6, out, sizeof(out)),
+			 10000 > 8192 ? -EMSGSIZE : 0);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 

@@ -33,15 +33,18 @@
 #define BATCH 24
 #define VMIN (16u << 10)
 #define VMAX (192u << 10)
-#define REACH_NS (15ull * 1000 * 1000 * 1000) /* a point must be reached by then */
+/* a point must be reached by then */
+#define REACH_NS (15ull * 1000 * 1000 * 1000)
 
 static struct kvpt_agent ag;
-static struct kvp_client *pc; /* the test's own client: verifies, drives agent points */
+/* the test's own client: verifies, drives agent points */
+static struct kvp_client *pc;
 
-#define AGENT_ARGS                                                                           \
-	"--dram", "4M", "--dram-unit", "16K", "--dram-high", "60", "--dram-low", "40",       \
-		"--index-entries", "1024", "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M", \
-		"--ssd-size", "16M", "--staging", "512K", "--staging-slot", "64K", NULL
+#define AGENT_ARGS                                                          \
+	"--dram", "4M", "--dram-unit", "16K", "--dram-high", "60",          \
+		"--dram-low", "40", "--index-entries", "1024", "--ssd-dir", \
+		kvpt_ssd_dir, "--ssd-segment", "4M", "--ssd-size", "16M",   \
+		"--staging", "512K", "--staging-slot", "64K", NULL
 
 static uint32_t
 key_of(char *k, unsigned i)
@@ -54,7 +57,8 @@ key_of(char *k, unsigned i)
 static uint64_t
 len_of(unsigned i, unsigned r)
 {
-	return VMIN + ((uint64_t)i * 7919u + (uint64_t)r * 104729u) % (VMAX - VMIN);
+	return VMIN +
+	       ((uint64_t)i * 7919u + (uint64_t)r * 104729u) % (VMAX - VMIN);
 }
 
 struct wl {
@@ -67,7 +71,8 @@ struct wl {
 };
 
 static void
-wl_check(struct wl *w, const char *key, uint32_t kl, const unsigned char *b, uint64_t len)
+wl_check(struct wl *w, const char *key, uint32_t kl, const unsigned char *b,
+	 uint64_t len)
 {
 	if (kvpt_check(b, len, key, kl, len))
 		w->verified++;
@@ -79,10 +84,11 @@ wl_check(struct wl *w, const char *key, uint32_t kl, const unsigned char *b, uin
 static bool
 is_failure(int st)
 {
-	if (getenv("KVPT_VERBOSE") && st < 0 && st != -ENOENT && st != -EBUSY && st != -ENOTCONN)
+	if (getenv("KVPT_VERBOSE") && st < 0 && st != -ENOENT && st != -EBUSY &&
+	    st != -ENOTCONN)
 		fprintf(stderr, "status %s\n", kvp_strerror(st));
-	return st == -EIO || st == -EBADMSG || st == -EINVAL || st == -EMSGSIZE ||
-	       st == -ESTALE;
+	return st == -EIO || st == -EBADMSG || st == -EINVAL ||
+	       st == -EMSGSIZE || st == -ESTALE;
 }
 
 static void
@@ -112,7 +118,8 @@ wl_round(struct wl *w)
 	wl_keys(w, base);
 	for (k = 0; k < BATCH; k++) {
 		w->ops[k].len = len_of((base + k) % NKEYS, r);
-		kvpt_fill(w->ops[k].buf, w->ops[k].len, w->keys[k], w->ops[k].klen, w->ops[k].len);
+		kvpt_fill(w->ops[k].buf, w->ops[k].len, w->keys[k],
+			  w->ops[k].klen, w->ops[k].len);
 	}
 	kvp_batch_put(w->c, w->ops, BATCH);
 	/* batch get of older keys (SSD-resident by now, many of them) */
@@ -120,7 +127,8 @@ wl_round(struct wl *w)
 	kvp_batch_get(w->c, w->ops, BATCH);
 	for (k = 0; k < BATCH; k++) {
 		if (w->ops[k].status == 0)
-			wl_check(w, w->keys[k], w->ops[k].klen, w->ops[k].buf, w->ops[k].len);
+			wl_check(w, w->keys[k], w->ops[k].klen, w->ops[k].buf,
+				 w->ops[k].len);
 		else if (is_failure(w->ops[k].status))
 			w->failed++;
 	}
@@ -132,8 +140,8 @@ wl_round(struct wl *w)
 		kvp_pinset_get(w->c, ps, w->ops, (size_t)n);
 		for (k = 0; k < (unsigned)n; k++) {
 			if (w->ops[k].status == 0)
-				wl_check(w, w->keys[k], w->ops[k].klen, w->ops[k].buf,
-					 w->ops[k].len);
+				wl_check(w, w->keys[k], w->ops[k].klen,
+					 w->ops[k].buf, w->ops[k].len);
 			else if (is_failure(w->ops[k].status))
 				w->failed++;
 		}
@@ -143,15 +151,20 @@ wl_round(struct wl *w)
 	wl_keys(w, base + 7);
 	{
 		unsigned char *whole = w->bufs, *part = w->bufs + VMAX;
-		ssize_t len = kvp_get(w->c, w->keys[0], w->ops[0].klen, whole, VMAX), m;
+		ssize_t len = kvp_get(w->c, w->keys[0], w->ops[0].klen, whole,
+				      VMAX),
+			m;
 
 		if (len > 0) {
-			wl_check(w, w->keys[0], w->ops[0].klen, whole, (uint64_t)len);
-			m = kvp_get_range(w->c, w->keys[0], w->ops[0].klen, 4096, part, 8192);
+			wl_check(w, w->keys[0], w->ops[0].klen, whole,
+				 (uint64_t)len);
+			m = kvp_get_range(w->c, w->keys[0], w->ops[0].klen,
+					  4096, part, 8192);
 			/* the key may have been replaced in between: then the
 			 * whole value changed length too */
 			if (m > 0 && memcmp(part, whole + 4096, (size_t)m) &&
-			    kvp_get(w->c, w->keys[0], w->ops[0].klen, whole, VMAX) == len)
+			    kvp_get(w->c, w->keys[0], w->ops[0].klen, whole,
+				    VMAX) == len)
 				w->wrong++;
 		} else if (is_failure((int)len)) {
 			w->failed++;
@@ -237,10 +250,12 @@ verify_pool(const char *what)
 
 		if (n >= 0) {
 			if (!kvpt_check(buf, (uint64_t)n, k, kl, (uint64_t)n))
-				fail_msg("after %s: key %u has wrong bytes", what, i);
+				fail_msg("after %s: key %u has wrong bytes",
+					 what, i);
 			ok++;
 		} else if (n != -ENOENT && n != -EBUSY) {
-			fail_msg("after %s: key %u: %s", what, i, kvp_strerror((int)n));
+			fail_msg("after %s: key %u: %s", what, i,
+				 kvp_strerror((int)n));
 		}
 	}
 	free(buf);
@@ -259,12 +274,14 @@ test_client_point(void **state)
 		child_run(id);
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != KVP_CRASH_EXIT)
-		fail_msg("%s: the worker did not die there (status %#x)", kvp_crash_name(id), st);
+		fail_msg("%s: the worker did not die there (status %#x)",
+			 kvp_crash_name(id), st);
 	/* the reaper frees its slot (and so its holds, half-done put,
 	 * staging bits, half-taken lease) within a second */
 	assert_int_equal(kvpt_seg_map(ag.pool, &s), 0);
 	if (kvpt_wait_until(only_us, &s, 1000) < 0)
-		fail_msg("%s: the dead worker was not reaped within 1 s", kvp_crash_name(id));
+		fail_msg("%s: the dead worker was not reaped within 1 s",
+			 kvp_crash_name(id));
 	kvp__seg_unmap(&s);
 	verify_pool(kvp_crash_name(id));
 }
@@ -282,7 +299,8 @@ agent_log_says(int id)
 	if (!f)
 		return false;
 	while (fgets(line, sizeof(line), f))
-		if (strstr(line, "crash point ") && strstr(line, kvp_crash_name(id)))
+		if (strstr(line, "crash point ") &&
+		    strstr(line, kvp_crash_name(id)))
 			found = true;
 	fclose(f);
 	return found;
@@ -322,12 +340,14 @@ test_agent_point(void **state)
 			waitpid(child, NULL, 0);
 		}
 		if (ag.pid > 0)
-			fail_msg("%s: the agent never reached it", kvp_crash_name(id));
+			fail_msg("%s: the agent never reached it",
+				 kvp_crash_name(id));
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != KVP_CRASH_EXIT)
-			fail_msg("%s: the agent died otherwise (status %#x)", kvp_crash_name(id),
-				 st);
+			fail_msg("%s: the agent died otherwise (status %#x)",
+				 kvp_crash_name(id), st);
 	} else if (!agent_log_says(id)) {
-		fail_msg("%s: the agent did not start and did not die there", kvp_crash_name(id));
+		fail_msg("%s: the agent did not start and did not die there",
+			 kvp_crash_name(id));
 	}
 	assert_int_equal(w.wrong, 0);
 	assert_int_equal(w.failed, 0);
@@ -340,8 +360,9 @@ test_agent_point(void **state)
 
 		assert_int_equal(kvpt_seg_map(ag.pool, &s), 0);
 		if (kvpt_wait_until(only_us, &s, 1000) < 0)
-			fail_msg("%s: dead workers not reaped by the new agent within 1 s",
-				 kvp_crash_name(id));
+			fail_msg(
+				"%s: dead workers not reaped by the new agent within 1 s",
+				kvp_crash_name(id));
 		kvp__seg_unmap(&s);
 	}
 	verify_pool(kvp_crash_name(id));
@@ -364,8 +385,10 @@ group_setup(void **state)
 		wl_round(&w);
 	free(w.bufs);
 	if (w.wrong || w.failed)
-		fprintf(stderr, "warm-up: %llu wrong, %llu failed, %llu verified\n",
-			(unsigned long long)w.wrong, (unsigned long long)w.failed,
+		fprintf(stderr,
+			"warm-up: %llu wrong, %llu failed, %llu verified\n",
+			(unsigned long long)w.wrong,
+			(unsigned long long)w.failed,
 			(unsigned long long)w.verified);
 	return w.wrong || w.failed ? -1 : 0;
 }
@@ -392,9 +415,11 @@ main(int argc, char **argv)
 			continue;
 		memset(&tests[n], 0, sizeof(tests[n]));
 		tests[n].name = kvp_crash_name(id);
-		tests[n].test_func = kvp_crash_is_agent(id) ? test_agent_point : test_client_point;
+		tests[n].test_func = kvp_crash_is_agent(id) ? test_agent_point :
+							      test_client_point;
 		tests[n].initial_state = (void *)(intptr_t)id;
 		n++;
 	}
-	return _cmocka_run_group_tests("crashpoints", tests, n, group_setup, group_teardown);
+	return _cmocka_run_group_tests("crashpoints", tests, n, group_setup,
+				       group_teardown);
 }

@@ -23,19 +23,22 @@
 static uint32_t
 key_a(char *k, int i)
 {
-	return (uint32_t)snprintf(k, 100, "%064x-a-%d", (unsigned)i * 2654435761u, i);
+	return (uint32_t)snprintf(k, 100, "%064x-a-%d",
+				  (unsigned)i * 2654435761u, i);
 }
 
 static uint32_t
 key_b(char *k, int i)
 {
-	return (uint32_t)snprintf(k, 100, "%064x-b-%d", (unsigned)i * 2246822519u, i);
+	return (uint32_t)snprintf(k, 100, "%064x-b-%d",
+				  (unsigned)i * 2246822519u, i);
 }
 
-#define FLAGS(high, low, dur)                                                         \
-	"--dram", "32M", "--dram-unit", "4K", "--dram-high", high, "--dram-low", low, \
-		"--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M", "--staging", "4M",  \
-		"--staging-slot", "256K", "--durability", dur, NULL
+#define FLAGS(high, low, dur)                                                  \
+	"--dram", "32M", "--dram-unit", "4K", "--dram-high", high,             \
+		"--dram-low", low, "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", \
+		"4M", "--staging", "4M", "--staging-slot", "256K",             \
+		"--durability", dur, NULL
 
 #define DEMOTE_ALL FLAGS("0", "0", "relaxed")
 #define KEEP_IN_DRAM FLAGS("90", "80", "relaxed")
@@ -57,7 +60,10 @@ no_deleted(void *p)
 static void
 test_delete_put_again_restart(void **state)
 {
-	enum { N = 200, SZ = 16 << 10 };
+	enum {
+		N = 200,
+		SZ = 16 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -78,7 +84,8 @@ test_delete_put_again_restart(void **state)
 	assert_true(kvpt_wait_until(no_deleted, &s, 10000) >= 0);
 	kvp_close(c);
 	kvp__seg_unmap(&s);
-	assert_int_equal(kvpt_agent_stop(&a), 0); /* SIGTERM; no client: segment gone */
+	assert_int_equal(kvpt_agent_stop(&a),
+			 0); /* SIGTERM; no client: segment gone */
 
 	assert_int_equal(kvpt_agent_restart(&a, DEMOTE_ALL), 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
@@ -113,12 +120,13 @@ in_dram(struct kvp_client *c, const struct kvp_seg *s, kvpt_key_fn kfn, int i)
 	char k[100];
 	uint32_t kl = kfn(k, i);
 	uint64_t w;
-	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
-				   KVP_IX_M(KVP_IX_READY), &w);
+	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
+				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
 
 	/* relaxed: a test's look at a READY entry */
-	return slot >= 0 && KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) ==
-				    KVP_TIER_DRAM &&
+	return slot >= 0 &&
+	       KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) ==
+		       KVP_TIER_DRAM &&
 	       !kvp_load_relaxed(&s->entries[slot].e_ssd);
 }
 
@@ -133,7 +141,11 @@ in_dram(struct kvp_client *c, const struct kvp_seg *s, kvpt_key_fn kfn, int i)
 static void
 test_stop_flushes_dram(void **state)
 {
-	enum { NA = 100, NB = 200, SZ = 16 << 10 };
+	enum {
+		NA = 100,
+		NB = 200,
+		SZ = 16 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c, *holder;
 	struct kvp_pinset *ps = NULL;
@@ -148,7 +160,8 @@ test_stop_flushes_dram(void **state)
 	assert_non_null(v);
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
 	assert_int_equal(kvpt_pool_up(&a, &s, &c, DEMOTE_ALL), 0);
-	assert_int_equal(kvpt_put_and_demote(c, &s, NA, SZ, key_a, 1, 30000), 0);
+	assert_int_equal(kvpt_put_and_demote(c, &s, NA, SZ, key_a, 1, 30000),
+			 0);
 	/* the same pool with the usual watermarks: new values stay in DRAM */
 	kvpt_agent_kill(&a);
 	assert_int_equal(kvpt_agent_restart(&a, KEEP_IN_DRAM), 0);
@@ -209,7 +222,10 @@ test_stop_flushes_dram(void **state)
 static void
 test_strict_delete_durable(void **state)
 {
-	enum { N = 50, SZ = 16 << 10 };
+	enum {
+		N = 50,
+		SZ = 16 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c, *holder;
 	struct kvp_pinset *ps = NULL;
@@ -220,7 +236,8 @@ test_strict_delete_durable(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, FLAGS("0", "0", "strict")), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, FLAGS("0", "0", "strict")),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &holder), 0);
 	assert_int_equal(kvpt_put_and_demote(c, &s, N, SZ, key_a, 1, 30000), 0);
 	for (i = 0; i < N; i++) {
@@ -267,5 +284,6 @@ main(void)
 		cmocka_unit_test(test_strict_delete_durable),
 	};
 
-	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
+				      kvpt_ssd_dir_teardown);
 }

@@ -54,9 +54,11 @@ setup(void **state)
 	{
 		char cmd[1200];
 
-		snprintf(cmd, sizeof(cmd), "mkdir -m 0755 '%s/bin' && cp '%s/kvpoold' '%s/kvpool' "
-			 "'%s/bin/' && chmod 0755 '%s/bin/kvpoold' '%s/bin/kvpool'", tmp,
-			 kvpt_bindir(), kvpt_bindir(), tmp, tmp, tmp);
+		snprintf(
+			cmd, sizeof(cmd),
+			"mkdir -m 0755 '%s/bin' && cp '%s/kvpoold' '%s/kvpool' "
+			"'%s/bin/' && chmod 0755 '%s/bin/kvpoold' '%s/bin/kvpool'",
+			tmp, kvpt_bindir(), kvpt_bindir(), tmp, tmp, tmp);
 		if (system(cmd) != 0)
 			return -1;
 	}
@@ -82,7 +84,8 @@ can_run(void)
 
 	if (geteuid() == 0 && pw && tmp[0])
 		return true;
-	print_message("  SKIP: needs root and a user nobody (uid %u)\n", NOBODY);
+	print_message("  SKIP: needs root and a user nobody (uid %u)\n",
+		      NOBODY);
 	return false;
 }
 
@@ -90,7 +93,8 @@ can_run(void)
 static void
 new_pool(char *pool, size_t cap)
 {
-	assert_int_equal(kvpt_pool_name(pool, cap, "f%d_%u", (int)getpid(), npool), 0);
+	assert_int_equal(
+		kvpt_pool_name(pool, cap, "f%d_%u", (int)getpid(), npool), 0);
 	assert_true(npool < 32);
 	snprintf(pools[npool++], 64, "%s", pool);
 	kvpt_pool_remove(pool);
@@ -174,7 +178,8 @@ wait_exit(pid_t pid, unsigned ms)
  * outf.  Returns the pid.
  */
 static pid_t
-spawn_v(uid_t uid, const char *xdg, const char *outf, const char *prog, va_list ap)
+spawn_v(uid_t uid, const char *xdg, const char *outf, const char *prog,
+	va_list ap)
 {
 	char path[4200];
 	const char *argv[32];
@@ -308,8 +313,8 @@ seg_agent_is(void *p)
 {
 	struct seg_up *u = p;
 
-	return seg_word(u->pool, offsetof(struct kvp_shm_header, h_agent_pid)) ==
-	       (uint64_t)u->pid;
+	return seg_word(u->pool, offsetof(struct kvp_shm_header,
+					  h_agent_pid)) == (uint64_t)u->pid;
 }
 
 /*
@@ -340,8 +345,9 @@ test_squatted_segment(void **state)
 	new_pool(pool, sizeof(pool));
 	seg_path(pool, path, sizeof(path));
 	snprintf(outf, sizeof(outf), "%s/nobody-agent.out", tmp);
-	pid = spawn(NOBODY, NULL, outf, "kvpoold", "--foreground", "--keep", "--pool", pool,
-		    "--dram", "16M", "--metrics-addr", "off", NULL);
+	pid = spawn(NOBODY, NULL, outf, "kvpoold", "--foreground", "--keep",
+		    "--pool", pool, "--dram", "16M", "--metrics-addr", "off",
+		    NULL);
 	up.pool = pool;
 	up.pid = pid;
 	assert_true(kvpt_wait_until(seg_agent_is, &up, 20000) >= 0);
@@ -351,26 +357,36 @@ test_squatted_segment(void **state)
 	assert_int_equal(st.st_uid, NOBODY);
 	assert_int_equal(st.st_mode & 07777, 0600);
 	/* the squat: nobody makes it writable by everyone */
-	assert_int_equal(run(NOBODY, NULL, out, "/bin/chmod", "0666", path, NULL), 0);
+	assert_int_equal(
+		run(NOBODY, NULL, out, "/bin/chmod", "0666", path, NULL), 0);
 	inc = seg_word(pool, offsetof(struct kvp_shm_header, h_incarnation));
 	apid = seg_word(pool, offsetof(struct kvp_shm_header, h_agent_pid));
 	assert_int_equal(apid, (uint64_t)pid);
 
 	/* a root agent refuses it, naming the file to remove */
-	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
-			     "--dram", "16M", "--metrics-addr", "off", NULL), 1);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground",
+			     "--pool", pool, "--dram", "16M", "--metrics-addr",
+			     "off", NULL),
+			 1);
 	assert_non_null(strstr(out, path));
 	assert_non_null(strstr(out, "writable by everyone"));
 	assert_non_null(strstr(out, "rm "));
 	/* nothing written to it */
-	assert_int_equal(seg_word(pool, offsetof(struct kvp_shm_header, h_incarnation)), inc);
-	assert_int_equal(seg_word(pool, offsetof(struct kvp_shm_header, h_agent_pid)), apid);
+	assert_int_equal(
+		seg_word(pool, offsetof(struct kvp_shm_header, h_incarnation)),
+		inc);
+	assert_int_equal(seg_word(pool,
+				  offsetof(struct kvp_shm_header, h_agent_pid)),
+			 apid);
 	/* root's clients and tools refuse it */
 	assert_int_equal(kvp_open(pool, "ns", &c), -EACCES);
 	assert_null(c);
-	assert_int_equal(kvp_seg_map(pool, false, &s, msg, sizeof(msg)), -EACCES);
+	assert_int_equal(kvp_seg_map(pool, false, &s, msg, sizeof(msg)),
+			 -EACCES);
 	assert_non_null(strstr(msg, path));
-	assert_int_not_equal(run(AS_ROOT, NULL, out, "kvpool", "--pool", pool, "stat", NULL), 0);
+	assert_int_not_equal(run(AS_ROOT, NULL, out, "kvpool", "--pool", pool,
+				 "stat", NULL),
+			     0);
 	assert_non_null(strstr(out, "writable by everyone"));
 	/* nobody's client refuses a world-writable segment too */
 	pid = fork();
@@ -382,14 +398,20 @@ test_squatted_segment(void **state)
 	assert_int_equal(wait_exit(pid, 10000), 0);
 
 	/* private again, but nobody's: still not root's to use */
-	assert_int_equal(run(NOBODY, NULL, out, "/bin/chmod", "0600", path, NULL), 0);
-	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
-			     "--dram", "16M", "--metrics-addr", "off", NULL), 1);
+	assert_int_equal(
+		run(NOBODY, NULL, out, "/bin/chmod", "0600", path, NULL), 0);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground",
+			     "--pool", pool, "--dram", "16M", "--metrics-addr",
+			     "off", NULL),
+			 1);
 	assert_non_null(strstr(out, "owned by uid 65534"));
 	assert_non_null(strstr(out, path));
-	assert_int_equal(seg_word(pool, offsetof(struct kvp_shm_header, h_incarnation)), inc);
+	assert_int_equal(
+		seg_word(pool, offsetof(struct kvp_shm_header, h_incarnation)),
+		inc);
 	assert_int_equal(kvp_open(pool, "ns", &c), -EACCES);
-	assert_int_equal(kvp_seg_map(pool, false, &s, msg, sizeof(msg)), -EACCES);
+	assert_int_equal(kvp_seg_map(pool, false, &s, msg, sizeof(msg)),
+			 -EACCES);
 	assert_non_null(strstr(msg, "owned by uid 65534"));
 	/* ... and its owner's client may use it */
 	pid = fork();
@@ -406,17 +428,24 @@ test_squatted_segment(void **state)
 	/* a FIFO in the segment's place: refused, and opening it does not
 	 * block (a child, so a hang cannot hang the test) */
 	assert_int_equal(unlink(path), 0);
-	assert_int_equal(run(NOBODY, NULL, out, "/usr/bin/mkfifo", "-m", "0666", path, NULL), 0);
+	assert_int_equal(run(NOBODY, NULL, out, "/usr/bin/mkfifo", "-m", "0666",
+			     path, NULL),
+			 0);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		alarm(20);
-		_exit(kvp_seg_map(pool, false, &s, msg, sizeof(msg)) == -EACCES &&
-		      kvp_open(pool, "ns", &c) == -EACCES ? 0 : 1);
+		_exit(kvp_seg_map(pool, false, &s, msg, sizeof(msg)) ==
+					      -EACCES &&
+				      kvp_open(pool, "ns", &c) == -EACCES ?
+			      0 :
+			      1);
 	}
 	assert_int_equal(wait_exit(pid, 10000), 0);
-	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
-			     "--dram", "16M", "--metrics-addr", "off", NULL), 1);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground",
+			     "--pool", pool, "--dram", "16M", "--metrics-addr",
+			     "off", NULL),
+			 1);
 	assert_non_null(strstr(out, "not a regular file"));
 	unlink(path);
 out:
@@ -452,7 +481,8 @@ test_own_segment_modes(void **state)
 	kvpt_agent_log(a.pool, log, sizeof(log));
 	kvpt_agent_kill(&a);
 	assert_int_equal(chmod(path, 0666), 0);
-	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", NULL), -ETIMEDOUT);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", NULL),
+			 -ETIMEDOUT);
 	read_file(log, out, OUT_MAX);
 	assert_non_null(strstr(out, "writable by everyone"));
 	assert_int_equal(kvp_open(a.pool, "ns", &c), -EACCES);
@@ -463,7 +493,9 @@ test_own_segment_modes(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 
 	/* a --group segment */
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--group", "nogroup", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--group",
+					  "nogroup", NULL),
+			 0);
 	seg_path(a.pool, path, sizeof(path));
 	kvpt_agent_log(a.pool, log, sizeof(log));
 	assert_int_equal(stat(path, &st), 0);
@@ -473,7 +505,8 @@ test_own_segment_modes(void **state)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		become(NOBODY, NOBODY); /* in group nogroup */
-		if (kvp_open(a.pool, "ns", &c) || kvp_put(c, "g", 1, "shared", 6) ||
+		if (kvp_open(a.pool, "ns", &c) ||
+		    kvp_put(c, "g", 1, "shared", 6) ||
 		    kvp_get(c, "g", 1, v, sizeof(v)) != 6)
 			_exit(1);
 		kvp_close(c);
@@ -488,11 +521,14 @@ test_own_segment_modes(void **state)
 	}
 	assert_int_equal(wait_exit(pid, 10000), 0);
 	kvpt_agent_kill(&a);
-	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", NULL), -ETIMEDOUT);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", NULL),
+			 -ETIMEDOUT);
 	read_file(log, out, OUT_MAX);
 	assert_non_null(strstr(out, "--group"));
 	assert_non_null(strstr(out, path));
-	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--group", "nogroup", NULL), 0);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--group",
+					    "nogroup", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	assert_int_equal(kvp_get(c, "g", 1, v, sizeof(v)), 6);
 	kvp_close(c);
@@ -502,8 +538,9 @@ test_own_segment_modes(void **state)
 	new_pool(pool, sizeof(pool));
 	seg_path(pool, path, sizeof(path));
 	snprintf(outf, sizeof(outf), "%s/nobody-group.out", tmp);
-	pid = spawn(NOBODY, NULL, outf, "kvpoold", "--foreground", "--keep", "--pool", pool,
-		    "--dram", "16M", "--metrics-addr", "off", "--group", "nogroup", NULL);
+	pid = spawn(NOBODY, NULL, outf, "kvpoold", "--foreground", "--keep",
+		    "--pool", pool, "--dram", "16M", "--metrics-addr", "off",
+		    "--group", "nogroup", NULL);
 	up.pool = pool;
 	up.pid = pid;
 	assert_true(kvpt_wait_until(seg_agent_is, &up, 20000) >= 0);
@@ -512,9 +549,10 @@ test_own_segment_modes(void **state)
 	assert_int_equal(stat(path, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0660);
 	assert_int_equal(st.st_uid, NOBODY);
-	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
-			     "--dram", "16M", "--metrics-addr", "off", "--group", "nogroup",
-			     NULL), 1);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground",
+			     "--pool", pool, "--dram", "16M", "--metrics-addr",
+			     "off", "--group", "nogroup", NULL),
+			 1);
 	assert_non_null(strstr(out, path));
 	assert_int_equal(kvp_open(pool, "ns", &c), -EACCES);
 	unlink(path);
@@ -534,7 +572,8 @@ static void
 test_log_planted(void **state)
 {
 	int rc;
-	char pool[64], path[128], shared[300], secret[300], link[400], deflt[300];
+	char pool[64], path[128], shared[300], secret[300], link[400],
+		deflt[300];
 	char runlog[300], foreign[400], *out = malloc(OUT_MAX);
 	struct stat st;
 	FILE *f;
@@ -557,7 +596,8 @@ test_log_planted(void **state)
 
 	/* a symlink where --log points */
 	snprintf(link, sizeof(link), "%s/agent.log", shared);
-	assert_int_equal(run(NOBODY, NULL, out, "/bin/ln", "-s", secret, link, NULL), 0);
+	assert_int_equal(
+		run(NOBODY, NULL, out, "/bin/ln", "-s", secret, link, NULL), 0);
 	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", pool, "--dram", "16M",
 		 "--metrics-addr", "off", "--log", link, NULL);
 	assert_int_equal(daemon_stop(out), 0);
@@ -570,7 +610,9 @@ test_log_planted(void **state)
 	/* a symlink at the old default: not followed, not even looked at */
 	snprintf(deflt, sizeof(deflt), "/tmp/kvpoold.%s.log", pool);
 	unlink(deflt);
-	assert_int_equal(run(NOBODY, NULL, out, "/bin/ln", "-s", secret, deflt, NULL), 0);
+	assert_int_equal(run(NOBODY, NULL, out, "/bin/ln", "-s", secret, deflt,
+			     NULL),
+			 0);
 	snprintf(runlog, sizeof(runlog), "/run/kvpool/kvpoold.%s.log", pool);
 	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", pool, "--dram", "16M",
 		 "--metrics-addr", "off", NULL);
@@ -594,7 +636,8 @@ test_log_planted(void **state)
 
 	/* a file nobody made where --log points */
 	snprintf(foreign, sizeof(foreign), "%s/other.log", shared);
-	assert_int_equal(run(NOBODY, NULL, out, "/usr/bin/touch", foreign, NULL), 0);
+	assert_int_equal(
+		run(NOBODY, NULL, out, "/usr/bin/touch", foreign, NULL), 0);
 	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", pool, "--dram", "16M",
 		 "--metrics-addr", "off", "--log", foreign, NULL);
 	assert_int_equal(daemon_stop(out), 0);
@@ -661,8 +704,8 @@ test_log_runtime_dir(void **state)
 	snprintf(dir, sizeof(dir), "%s/kvpool", shared);
 	assert_int_equal(mkdir(dir, 0700), 0);
 	assert_int_equal(chmod(dir, 0777), 0);
-	rc = run(NOBODY, shared, out, "kvpoold", "--pool", pool, "--dram", "16M",
-		 "--metrics-addr", "off", NULL);
+	rc = run(NOBODY, shared, out, "kvpoold", "--pool", pool, "--dram",
+		 "16M", "--metrics-addr", "off", NULL);
 	assert_int_equal(daemon_stop(out), 0);
 	assert_int_equal(rc, 1);
 	assert_non_null(strstr(out, dir));
@@ -709,9 +752,10 @@ test_pool_name_checked(void **state)
 	longname[64] = '\0';
 	memcpy(cut, longname, 63);
 	cut[63] = '\0';
-	snprintf(pools[npool++], 64, "%s", cut); /* removed at teardown if made */
-	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", longname, "--dram", "16M",
-		 "--metrics-addr", "off", NULL);
+	/* removed at teardown if made */
+	snprintf(pools[npool++], 64, "%s", cut);
+	rc = run(AS_ROOT, NULL, out, "kvpoold", "--pool", longname, "--dram",
+		 "16M", "--metrics-addr", "off", NULL);
 	assert_int_equal(daemon_stop(out), 0);
 	assert_int_equal(rc, 2);
 	assert_non_null(strstr(out, "bad value"));
@@ -721,9 +765,10 @@ out:
 	free(out);
 }
 
-#define SSD_ARGS(dir)                                                                  \
-	"--dram", "16M", "--dram-unit", "4K", "--ssd-dir", dir, "--ssd-segment", "4M", \
-		"--staging", "4M", "--staging-slot", "1M"
+#define SSD_ARGS(dir)                                                       \
+	"--dram", "16M", "--dram-unit", "4K", "--ssd-dir", dir,             \
+		"--ssd-segment", "4M", "--staging", "4M", "--staging-slot", \
+		"1M"
 
 /*
  * The SSD directory: one that nobody owns, and one that everyone can
@@ -751,9 +796,13 @@ test_ssd_dir_refused(void **state)
 	seg_path(pool, path, sizeof(path));
 
 	snprintf(d1, sizeof(d1), "%s/ssd-nobody", pub);
-	assert_int_equal(run(NOBODY, NULL, out, "/bin/mkdir", "-m", "0755", d1, NULL), 0);
-	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
-			     "--metrics-addr", "off", SSD_ARGS(d1), NULL), 1);
+	assert_int_equal(run(NOBODY, NULL, out, "/bin/mkdir", "-m", "0755", d1,
+			     NULL),
+			 0);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground",
+			     "--pool", pool, "--metrics-addr", "off",
+			     SSD_ARGS(d1), NULL),
+			 1);
 	assert_non_null(strstr(out, d1));
 	assert_non_null(strstr(out, "owned by uid 65534"));
 	assert_int_equal(dir_entries(d1), 0);
@@ -762,8 +811,10 @@ test_ssd_dir_refused(void **state)
 	snprintf(d2, sizeof(d2), "%s/ssd-open", tmp);
 	assert_int_equal(mkdir(d2, 0700), 0);
 	assert_int_equal(chmod(d2, 0777), 0);
-	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
-			     "--metrics-addr", "off", SSD_ARGS(d2), NULL), 1);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground",
+			     "--pool", pool, "--metrics-addr", "off",
+			     SSD_ARGS(d2), NULL),
+			 1);
 	assert_non_null(strstr(out, d2));
 	assert_non_null(strstr(out, "writable by group or others"));
 	assert_int_equal(dir_entries(d2), 0);
@@ -773,8 +824,10 @@ test_ssd_dir_refused(void **state)
 	fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0600);
 	assert_true(fd >= 0);
 	close(fd);
-	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground", "--pool", pool,
-			     "--metrics-addr", "off", SSD_ARGS(file), NULL), 1);
+	assert_int_equal(run(AS_ROOT, NULL, out, "kvpoold", "--foreground",
+			     "--pool", pool, "--metrics-addr", "off",
+			     SSD_ARGS(file), NULL),
+			 1);
 	assert_non_null(strstr(out, "not a directory"));
 	assert_non_null(strstr(out, "removed"));
 	assert_false(exists(path));
@@ -787,7 +840,8 @@ test_ssd_dir_refused(void **state)
 	assert_int_equal(kvp_put(c, "kept", 4, "value", 5), 0);
 	kvp_close(c);
 	kvpt_agent_kill(&a);
-	assert_int_equal(kvpt_agent_restart(&a, SSD_ARGS(file), NULL), -ETIMEDOUT);
+	assert_int_equal(kvpt_agent_restart(&a, SSD_ARGS(file), NULL),
+			 -ETIMEDOUT);
 	kvpt_agent_log(a.pool, log, sizeof(log));
 	read_file(log, out, OUT_MAX);
 	assert_non_null(strstr(out, "kept (re-attached to)"));
@@ -818,13 +872,15 @@ key_b(char *k, int i)
 #define VSIZE (64u << 10)
 
 /* Keys 0..NKEYS-1 of key read back whole with version's bytes. */
-#define check_keys(c, key, version)                                           \
-	assert_int_equal(kvpt_wrong_keys(c, key, 0, NKEYS, VSIZE, version, false), 0)
+#define check_keys(c, key, version) \
+	assert_int_equal(           \
+		kvpt_wrong_keys(c, key, 0, NKEYS, VSIZE, version, false), 0)
 
-#define AGENT_DEMOTE(a, dir)                                                       \
-	kvpt_agent_start(a, "--dram", "16M", "--dram-unit", "4K", "--dram-high", "0",  \
-			 "--dram-low", "0", "--ssd-dir", dir, "--ssd-segment", "4M",   \
-			 "--staging", "4M", "--staging-slot", "1M", NULL)
+#define AGENT_DEMOTE(a, dir)                                                 \
+	kvpt_agent_start(a, "--dram", "16M", "--dram-unit", "4K",            \
+			 "--dram-high", "0", "--dram-low", "0", "--ssd-dir", \
+			 dir, "--ssd-segment", "4M", "--staging", "4M",      \
+			 "--staging-slot", "1M", NULL)
 
 /*
  * Garbage and extreme names in the SSD directory: values demoted before
@@ -838,9 +894,10 @@ static void
 test_ssd_garbage_names(void **state)
 {
 	static const char *const names[] = {
-		"seg-ffffffff.kvs", "seg-00000000.kvs", "seg-1.kvs", "seg-0000000A.kvs",
-		"seg-+0000001.kvs", "seg- 0000001.kvs", "seg-00000001.kvs.bak",
-		"seg-000000001.kvs", "seg-00000001.kvx", "seg-fffffffff.kvs",
+		"seg-ffffffff.kvs",     "seg-00000000.kvs",  "seg-1.kvs",
+		"seg-0000000A.kvs",     "seg-+0000001.kvs",  "seg- 0000001.kvs",
+		"seg-00000001.kvs.bak", "seg-000000001.kvs", "seg-00000001.kvx",
+		"seg-fffffffff.kvs",
 	};
 	char dir[300], p[600], log[2200], *out = malloc(OUT_MAX);
 	unsigned char junk[4096];
@@ -859,7 +916,8 @@ test_ssd_garbage_names(void **state)
 	assert_int_equal(AGENT_DEMOTE(&a, dir), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvpt_put_and_demote(c, &s, NKEYS, VSIZE, key_a, 1, 30000), 0);
+	assert_int_equal(
+		kvpt_put_and_demote(c, &s, NKEYS, VSIZE, key_a, 1, 30000), 0);
 	kvp__seg_unmap(&s);
 	kvp_close(c);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
@@ -869,7 +927,8 @@ test_ssd_garbage_names(void **state)
 		snprintf(p, sizeof(p), "%s/%s", dir, names[k]);
 		fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
 		assert_true(fd >= 0);
-		assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+		assert_int_equal(write(fd, junk, sizeof(junk)),
+				 (ssize_t)sizeof(junk));
 		close(fd);
 	}
 	snprintf(p, sizeof(p), "%s/seg-00000abc.kvs", dir);
@@ -882,7 +941,8 @@ test_ssd_garbage_names(void **state)
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	check_keys(c, key_a, 1);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
-	assert_int_equal(kvpt_put_and_demote(c, &s, NKEYS, VSIZE, key_b, 2, 30000), 0);
+	assert_int_equal(
+		kvpt_put_and_demote(c, &s, NKEYS, VSIZE, key_b, 2, 30000), 0);
 	kvp__seg_unmap(&s);
 	kvp_close(c);
 	kvpt_agent_log(a.pool, log, sizeof(log));
@@ -891,7 +951,8 @@ test_ssd_garbage_names(void **state)
 	snprintf(p, sizeof(p), "%s/seg-00000abe.kvs", dir);
 	assert_true(exists(p));
 	read_file(log, out, OUT_MAX);
-	assert_non_null(strstr(out, "seg-ffffffff.kvs: not a segment file name"));
+	assert_non_null(
+		strstr(out, "seg-ffffffff.kvs: not a segment file name"));
 	assert_non_null(strstr(out, "seg-1.kvs: not a segment file name"));
 	assert_non_null(strstr(out, "seg-00000abd.kvs: not a regular file"));
 

@@ -26,7 +26,8 @@
 static uint32_t
 key_of(char *k, int i)
 {
-	return (uint32_t)snprintf(k, 100, "%064x-hostile-%d", (unsigned)i * 2654435761u, i);
+	return (uint32_t)snprintf(k, 100, "%064x-hostile-%d",
+				  (unsigned)i * 2654435761u, i);
 }
 
 /* A writable view of the pool: what a hostile process maps. */
@@ -39,9 +40,11 @@ map_rw(const char *pool, struct kvp_seg *s)
 }
 
 /* Values 0..n-1 (version 1) put, retrying BUSY. */
-#define put_all(c, n) assert_int_equal(kvpt_put_keys(c, key_of, 0, n, VSZ, 1), 0)
+#define put_all(c, n) \
+	assert_int_equal(kvpt_put_keys(c, key_of, 0, n, VSZ, 1), 0)
 /* Every value 0..n-1 reads back whole with its bytes (BUSY asked again). */
-#define verify_all(c, n) assert_int_equal(kvpt_wrong_keys(c, key_of, 0, n, VSZ, 1, true), 0)
+#define verify_all(c, n) \
+	assert_int_equal(kvpt_wrong_keys(c, key_of, 0, n, VSZ, 1, true), 0)
 
 static bool
 agent_alive(const struct kvpt_agent *a)
@@ -135,7 +138,9 @@ test_geometry_overwritten(void **state)
 	struct dier d;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-clients", "16", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-clients",
+					  "16", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_all(c, NV);
 	map_rw(a.pool, &ws);
@@ -148,7 +153,8 @@ test_geometry_overwritten(void **state)
 	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0); /* the other copy */
 	kvp_close(c2);
 	assert_true(kvpt_wait_until(geom_restored, &gc, 5000) >= 0);
-	assert_true(kvpt_wait_until(no_client_but, &ws, 5000) >= 0); /* reaped */
+	/* reaped */
+	assert_true(kvpt_wait_until(no_client_but, &ws, 5000) >= 0);
 	assert_true(agent_alive(&a));
 
 	dier_start(&d, a.pool);
@@ -169,7 +175,9 @@ test_geometry_overwritten(void **state)
 	 * one attaches from the other copy and restores the first */
 	ws.hdr->h_geom[1].g_index_slots = 3;
 	kvpt_agent_kill(&a);
-	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--max-clients", "16", NULL), 0);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M",
+					    "--max-clients", "16", NULL),
+			 0);
 	assert_true(kvpt_wait_until(geom_restored, &gc, 5000) >= 0);
 	verify_all(c, NV);
 	assert_int_equal(kvpt_cli_check(a.pool, 3000, NULL, 0), 0);
@@ -181,7 +189,8 @@ test_geometry_overwritten(void **state)
 	ws.hdr->h_geom[0].g_dram_pages = 7;
 	ws.hdr->h_geom[1].g_dram_pages = 7;
 	assert_int_equal(kvp_open(a.pool, "ns", &c2), -EPROTO);
-	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--max-clients", "16", NULL),
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M",
+					    "--max-clients", "16", NULL),
 			 -ETIMEDOUT);
 	kvp__seg_unmap(&ws);
 	kvp_close(c);
@@ -207,15 +216,17 @@ test_page_map_overwritten(void **state)
 
 	(void)state;
 	assert_non_null(v);
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "16K", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit",
+					  "16K", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &bad), 0);
 	put_all(c, NV);
 	memset(v, 7, VSZ);
 	assert_int_equal(kvp_put(bad, "mine", 4, v, VSZ), 0);
 	map_rw(a.pool, &ws);
-	slot = kvp_ix_find(&ws, bad->ns_id, kvp_key_hash(bad->ns_id, "mine", 4), "mine", 4,
-			   KVP_IX_M(KVP_IX_READY), &w);
+	slot = kvp_ix_find(&ws, bad->ns_id, kvp_key_hash(bad->ns_id, "mine", 4),
+			   "mine", 4, KVP_IX_M(KVP_IX_READY), &w);
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&ws.entries[slot].e_loc);
 	ws.pages[KVP_LOC_VAL(loc)].pg_npages = 0x40000000u;
@@ -267,19 +278,23 @@ test_stopped_lock_holder(void **state)
 	assert_non_null(v);
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
 	setenv("KVP_PUT_WAIT_MS", "50", 1);
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "8M", "--dram-unit", "16K",
-				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M",
-				      "--staging", "2M", "--staging-slot", "64K", NULL), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "8M", "--dram-unit",
+				      "16K", "--ssd-dir", kvpt_ssd_dir,
+				      "--ssd-segment", "4M", "--staging", "2M",
+				      "--staging-slot", "64K", NULL),
+			 0);
 	/* more than the DRAM tier holds: the oldest are demoted */
 	put_all(c, 200);
 	for (i = 0; i < 200; i++) {
 		uint32_t kl = key_of(k, i);
 		uint64_t w;
-		int64_t sl = kvp_ix_find(&s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+		int64_t sl = kvp_ix_find(&s, c->ns_id,
+					 kvp_key_hash(c->ns_id, k, kl), k, kl,
 					 KVP_IX_M(KVP_IX_READY), &w);
 		/* relaxed: a test's look */
-		nssd += sl >= 0 && KVP_LOC_TIER(kvp_load_relaxed(&s.entries[sl].e_loc)) ==
-					   KVP_TIER_SSD;
+		nssd += sl >= 0 &&
+			KVP_LOC_TIER(kvp_load_relaxed(&s.entries[sl].e_loc)) ==
+				KVP_TIER_SSD;
 	}
 	assert_true(nssd >= 20);
 	holder = fork();
@@ -307,7 +322,8 @@ test_stopped_lock_holder(void **state)
 			worst = t0;
 	}
 	printf("  a put with the allocator lock held by a stopped process: -EBUSY "
-	       "after %.1f ms at worst\n", (double)worst / 1e6);
+	       "after %.1f ms at worst\n",
+	       (double)worst / 1e6);
 	assert_true(worst < 60ull * 1000 * 1000);
 	/* every value reads back: DRAM hits, SSD reads through staging */
 	verify_all(c, 200);
@@ -319,7 +335,8 @@ test_stopped_lock_holder(void **state)
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	while (kvpt_count_state(&s, KVP_IX_DELETED) &&
 	       kvp_now_ns(CLOCK_MONOTONIC) - t0 < 5000000000ull)
-		kvp_futex_wait(&s.hdr->h_space_seq, kvp_iload_acquire(&s.hdr->h_space_seq),
+		kvp_futex_wait(&s.hdr->h_space_seq,
+			       kvp_iload_acquire(&s.hdr->h_space_seq),
 			       10000000ull);
 	assert_int_equal(kvpt_count_state(&s, KVP_IX_DELETED), 0);
 	assert_true(agent_alive(&a));
@@ -373,7 +390,8 @@ test_forged_lock_word(void **state)
 	/* a word with a forged claim of another live client: held, as far
 	 * as anyone can tell */
 	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0);
-	kvp_istore_release(&ws.clients[c2->slot].cs_alloc_claim, (0x55u << 16) | (c2->slot + 1));
+	kvp_istore_release(&ws.clients[c2->slot].cs_alloc_claim,
+			   (0x55u << 16) | (c2->slot + 1));
 	kvp_istore_release(&ws.dram->dh_lock, (0x55u << 16) | (c2->slot + 1));
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	rc = kvp_put(c, "x3", 2, v, VSZ);
@@ -417,13 +435,17 @@ test_staging_geometry_overwritten(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "8M", "--dram-unit", "16K",
-					  "--dram-high", "0", "--dram-low", "0",
-					  "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M",
-					  "--staging", "1M", "--staging-slot", "64K", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "8M", "--dram-unit",
+					  "16K", "--dram-high", "0",
+					  "--dram-low", "0", "--ssd-dir",
+					  kvpt_ssd_dir, "--ssd-segment", "4M",
+					  "--staging", "1M", "--staging-slot",
+					  "64K", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	map_rw(a.pool, &ws);
-	assert_int_equal(kvpt_put_and_demote(c, &ws, NV, VSZ, key_of, 1, 30000), 0);
+	assert_int_equal(kvpt_put_and_demote(c, &ws, NV, VSZ, key_of, 1, 30000),
+			 0);
 	dier_start(&d, a.pool);
 	ws.hdr->h_geom[0].g_staging_slots = 100000000;
 	ws.hdr->h_geom[1].g_staging_slots = 100000000;
@@ -448,5 +470,6 @@ main(void)
 		cmocka_unit_test(test_staging_geometry_overwritten),
 	};
 
-	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
+				      kvpt_ssd_dir_teardown);
 }

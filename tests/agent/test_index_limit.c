@@ -20,25 +20,29 @@
 static uint32_t
 key_of(char *k, int i)
 {
-	return (uint32_t)snprintf(k, 100, "%064x_limit_%d", (unsigned)i * 2654435761u, i);
+	return (uint32_t)snprintf(k, 100, "%064x_limit_%d",
+				  (unsigned)i * 2654435761u, i);
 }
 
 /* Entries the limit counts: READY and DELETED slots. */
 static uint64_t
 entries(const struct kvp_seg *s)
 {
-	return kvpt_count_state(s, KVP_IX_READY) + kvpt_count_state(s, KVP_IX_DELETED);
+	return kvpt_count_state(s, KVP_IX_READY) +
+	       kvpt_count_state(s, KVP_IX_DELETED);
 }
 
 static uint64_t
 ix_used(const struct kvp_seg *s)
 {
-	return kvp_load_acquire(&s->hdr->h_ix_used); /* acquire: a test's look */
+	/* acquire: a test's look */
+	return kvp_load_acquire(&s->hdr->h_ix_used);
 }
 
 /* Put key i (version ver), retrying BUSY for at most 10 s; the status. */
 static int
-put_retry(struct kvp_client *c, int i, uint64_t sz, uint64_t ver, unsigned *busy)
+put_retry(struct kvp_client *c, int i, uint64_t sz, uint64_t ver,
+	  unsigned *busy)
 {
 	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	unsigned char *v = malloc(sz);
@@ -82,7 +86,8 @@ below_high_mark(void *p)
 static bool
 count_exact_settled(void *p)
 {
-	return kvpt_count_state(((struct quiet *)p)->s, KVP_IX_PENDING) == 0 && count_exact(p);
+	return kvpt_count_state(((struct quiet *)p)->s, KVP_IX_PENDING) == 0 &&
+	       count_exact(p);
 }
 
 /*
@@ -94,7 +99,11 @@ count_exact_settled(void *p)
 static void
 test_limit_kept(void **state)
 {
-	enum { N = 1000, SZ = 4096, LIMIT = 100 };
+	enum {
+		N = 1000,
+		SZ = 4096,
+		LIMIT = 100
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -106,8 +115,9 @@ test_limit_kept(void **state)
 	int i;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--index-entries", "100", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit",
+					  "4K", "--index-entries", "100", NULL),
+			 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(s.g.g_index_limit, LIMIT);
 	assert_int_equal(s.g.g_index_slots, 128);
@@ -126,10 +136,13 @@ test_limit_kept(void **state)
 		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
 		assert_true(kvpt_check(out, SZ, k, kl, 1));
 	}
-	print_message("  %d puts: at most %llu entries of %d, %llu removed for room, %u BUSY "
-		      "answers\n", N, (unsigned long long)most, LIMIT,
-		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_INDEX), busy);
-	assert_true(most >= LIMIT - LIMIT / 16); /* the limit, not the table, binds */
+	print_message(
+		"  %d puts: at most %llu entries of %d, %llu removed for room, %u BUSY "
+		"answers\n",
+		N, (unsigned long long)most, LIMIT,
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_INDEX), busy);
+	/* the limit, not the table, binds */
+	assert_true(most >= LIMIT - LIMIT / 16);
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX) >= N - LIMIT);
 	q.s = &s;
 	assert_true(kvpt_wait_until(count_exact, &q, 5000) >= 0);
@@ -146,7 +159,10 @@ test_limit_kept(void **state)
 static void
 test_limit_all_held(void **state)
 {
-	enum { SZ = 4096, LIMIT = 64 };
+	enum {
+		SZ = 4096,
+		LIMIT = 64
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -158,8 +174,10 @@ test_limit_all_held(void **state)
 	int i, rc;
 
 	(void)state;
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
-				      "--index-entries", "64", NULL), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K", "--index-entries",
+				      "64", NULL),
+			 0);
 	for (i = 0; i < LIMIT; i++)
 		assert_int_equal(put_retry(c, i, SZ, 2, &busy), 0);
 	for (i = 0; i < LIMIT; i++) {
@@ -177,7 +195,8 @@ test_limit_all_held(void **state)
 
 		ps = NULL;
 		for (i = 0; i < LIMIT; i++) {
-			if (kvp_batch_lookup_pin(c, &ops[i], 1, &more[nmore]) == 1)
+			if (kvp_batch_lookup_pin(c, &ops[i], 1, &more[nmore]) ==
+			    1)
 				nmore++;
 			else
 				kvp_pinset_free(c, more[nmore]);
@@ -235,7 +254,11 @@ test_limit_all_held(void **state)
 static void
 test_count_survives_deaths(void **state)
 {
-	enum { SZ = 4096, LIMIT = 100, DEATHS = 60 };
+	enum {
+		SZ = 4096,
+		LIMIT = 100,
+		DEATHS = 60
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -244,8 +267,9 @@ test_count_survives_deaths(void **state)
 	int i, round;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--index-entries", "100", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit",
+					  "4K", "--index-entries", "100", NULL),
+			 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	for (round = 0; round < 2; round++) {
 		const char *at = round ? "C_PUT_COPIED" : "C_IX_COUNTED";
@@ -261,8 +285,10 @@ test_count_survives_deaths(void **state)
 				kvp_crash_arm(kvp_crash_lookup(at), 0);
 				if (kvp_open(a.pool, "ns", &cc))
 					_exit(2);
-				put_retry(cc, 10000 + round * DEATHS + i, SZ, 3, &b);
-				_exit(3); /* not reached: the crash point exits 86 */
+				put_retry(cc, 10000 + round * DEATHS + i, SZ, 3,
+					  &b);
+				/* not reached: the crash point exits 86 */
+				_exit(3);
 			}
 			assert_int_equal(waitpid(pid, &st, 0), pid);
 			assert_true(WIFEXITED(st));
@@ -291,7 +317,11 @@ test_count_survives_deaths(void **state)
 static void
 test_limit_ssd_tombstones(void **state)
 {
-	enum { N = 300, SZ = 16 << 10, LIMIT = 64 };
+	enum {
+		N = 300,
+		SZ = 16 << 10,
+		LIMIT = 64
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -304,10 +334,11 @@ test_limit_ssd_tombstones(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
-#define AGENT_ARGS                                                                         \
-	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", "--dram-low", "0",       \
-		"--index-entries", "64", "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M", \
-		"--staging", "8M", "--staging-slot", "1M", NULL
+#define AGENT_ARGS                                                       \
+	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0",        \
+		"--dram-low", "0", "--index-entries", "64", "--ssd-dir", \
+		kvpt_ssd_dir, "--ssd-segment", "8M", "--staging", "8M",  \
+		"--staging-slot", "1M", NULL
 	assert_int_equal(kvpt_pool_up(&a, &s, &c, AGENT_ARGS), 0);
 	for (i = 0; i < N; i++) {
 		assert_int_equal(put_retry(c, i, SZ, 4, &busy), 0);
@@ -346,7 +377,8 @@ test_limit_ssd_tombstones(void **state)
 		ssize_t n = kvp_get(c, k, kl, out, SZ);
 
 		if (!present[i]) {
-			assert_int_equal(n, -ENOENT); /* evicted: its tombstone holds */
+			/* evicted: its tombstone holds */
+			assert_int_equal(n, -ENOENT);
 			continue;
 		}
 		assert_int_equal(n, SZ);
@@ -368,5 +400,6 @@ main(void)
 		cmocka_unit_test(test_limit_ssd_tombstones),
 	};
 
-	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
+				      kvpt_ssd_dir_teardown);
 }

@@ -40,8 +40,11 @@ test_insert_if_absent_race(void **state)
 	int p, k;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K", NULL), 0);
-	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit",
+					  "4K", NULL),
+			 0);
+	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE,
+		 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	assert_ptr_not_equal(r, MAP_FAILED);
 	for (p = 0; p < RACERS; p++) {
 		pid[p] = fork();
@@ -49,14 +52,18 @@ test_insert_if_absent_race(void **state)
 		if (pid[p] == 0) {
 			if (kvp_open(a.pool, "ns", &c))
 				_exit(2);
-			/* start together: wait on a shared futex, no spinning */
+			/* start together: wait on a shared futex, no
+			 * spinning */
 			while (kvp_iload_acquire(&r->go) == 0)
 				kvp_futex_wait(&r->go, 0, 100000000ull);
 			for (k = 0; k < RKEYS; k++) {
-				uint32_t kl = (uint32_t)snprintf(key, sizeof(key),
-					"%064x-race-%d", (unsigned)k, k);
-				kvpt_fill(val, sizeof(val), key, kl, (uint64_t)p);
-				r->result[p][k] = kvp_put(c, key, kl, val, sizeof(val));
+				uint32_t kl = (uint32_t)snprintf(
+					key, sizeof(key), "%064x-race-%d",
+					(unsigned)k, k);
+				kvpt_fill(val, sizeof(val), key, kl,
+					  (uint64_t)p);
+				r->result[p][k] =
+					kvp_put(c, key, kl, val, sizeof(val));
 			}
 			kvp_close(c);
 			_exit(0);
@@ -72,8 +79,8 @@ test_insert_if_absent_race(void **state)
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	for (k = 0; k < RKEYS; k++) {
 		int winners = 0, winner = -1;
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "%064x-race-%d",
-						 (unsigned)k, k);
+		uint32_t kl = (uint32_t)snprintf(
+			key, sizeof(key), "%064x-race-%d", (unsigned)k, k);
 		for (p = 0; p < RACERS; p++) {
 			if (r->result[p][k] == 0) {
 				winners++;
@@ -83,8 +90,10 @@ test_insert_if_absent_race(void **state)
 			}
 		}
 		assert_int_equal(winners, 1);
-		assert_int_equal(kvp_get(c, key, kl, out, sizeof(out)), sizeof(out));
-		assert_true(kvpt_check(out, sizeof(out), key, kl, (uint64_t)winner));
+		assert_int_equal(kvp_get(c, key, kl, out, sizeof(out)),
+				 sizeof(out));
+		assert_true(kvpt_check(out, sizeof(out), key, kl,
+				       (uint64_t)winner));
 	}
 	kvp_close(c);
 	munmap(r, sizeof(*r));
@@ -108,8 +117,9 @@ test_delete_and_reput(void **state)
 	uint64_t used;
 
 	(void)state;
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "16M", "--dram-unit", "4K",
-				      NULL), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "16M",
+				      "--dram-unit", "4K", NULL),
+			 0);
 	used = kvpt_units_used(&s);
 	kvpt_fill(v, sizeof(v), "d", 1, 1);
 	assert_int_equal(kvp_put(c, "d", 1, v, sizeof(v)), 0);
@@ -126,7 +136,8 @@ test_delete_and_reput(void **state)
 	/* the agent gives the deleted bytes back */
 	assert_true(kvpt_wait_until(slot_reclaimed, &s, 2000) >= 0);
 	assert_int_equal(kvpt_units_used(&s), used + 1);
-	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_DELETE_RECLAIM]), 1);
+	assert_int_equal(
+		kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_DELETE_RECLAIM]), 1);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
@@ -145,13 +156,15 @@ test_full_table(void **state)
 	uint64_t idx, len;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit", "4K",
-					  "--index-entries", "64", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--dram-unit",
+					  "4K", "--index-entries", "64", NULL),
+			 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(s.g.g_index_slots, 128);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	for (i = 0; i < 256; i++) {
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "full-%d", i);
+		uint32_t kl =
+			(uint32_t)snprintf(key, sizeof(key), "full-%d", i);
 		rc = kvp_put(c, key, kl, &v, 1);
 		if (rc)
 			break;
@@ -161,21 +174,26 @@ test_full_table(void **state)
 	assert_int_equal(rc, -ENOSPC);
 	/* 2-choice buckets of 8 fill most of the table before a pair fills */
 	assert_true(stored >= 64);
-	print_message("  first -ENOSPC after %d of 128 slots (all held)\n", stored);
+	print_message("  first -ENOSPC after %d of 128 slots (all held)\n",
+		      stored);
 	for (i = 0; i < stored; i++) {
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "full-%d", i);
+		uint32_t kl =
+			(uint32_t)snprintf(key, sizeof(key), "full-%d", i);
 		assert_int_equal(kvp_get(c, key, kl, &out, 1), 1);
 		kvp__drop(c, holds[i]);
 	}
 	/* unheld: every put succeeds, the evictor freeing slots in the
 	 * full bucket pairs on demand */
 	for (i = 256; i < 1256; i++) {
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "full-%d", i);
+		uint32_t kl =
+			(uint32_t)snprintf(key, sizeof(key), "full-%d", i);
 		assert_int_equal(kvp_put(c, key, kl, &v, 1), 0);
 	}
 	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_INDEX]) > 0);
-	print_message("  1000 more puts into a full index: %llu slots freed on demand\n",
-		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_INDEX]));
+	print_message(
+		"  1000 more puts into a full index: %llu slots freed on demand\n",
+		(unsigned long long)kvp_load_relaxed(
+			&s.hdr->h_actr[KVP_ACTR_EVICT_INDEX]));
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 

@@ -60,7 +60,8 @@ http_get(unsigned port, const char *path, struct http_reply *r)
 		close(fd);
 		return n;
 	}
-	n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+	n = snprintf(req, sizeof(req),
+		     "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
 	if (write(fd, req, (size_t)n) != n) {
 		close(fd);
 		return -EIO;
@@ -179,7 +180,8 @@ check_exposition(const char *body)
 			      "(apt-get install prometheus)\n");
 		return;
 	}
-	snprintf(path, sizeof(path), "/tmp/kvpt-metrics-%d-XXXXXX", (int)getpid());
+	snprintf(path, sizeof(path), "/tmp/kvpt-metrics-%d-XXXXXX",
+		 (int)getpid());
 	fd = mkstemp(path);
 	assert_true(fd >= 0);
 	f = fdopen(fd, "w");
@@ -198,7 +200,8 @@ metrics_port(const char *pool)
 	unsigned port;
 
 	assert_int_equal(kvpt_seg_map(pool, &s), 0);
-	port = (unsigned)kvp_load_relaxed(&s.hdr->h_metrics_port); /* relaxed: tool */
+	/* relaxed: tool */
+	port = (unsigned)kvp_load_relaxed(&s.hdr->h_metrics_port);
 	kvp__seg_unmap(&s);
 	return port;
 }
@@ -214,7 +217,11 @@ key_of(char *k, int i)
 static void
 test_scrape_dram(void **state)
 {
-	enum { N = 100, SZ = 5000, B = 40 };
+	enum {
+		N = 100,
+		SZ = 5000,
+		B = 40
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_op ops[N];
@@ -225,8 +232,9 @@ test_scrape_dram(void **state)
 	int i;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--metrics-addr", "127.0.0.1:0",
-					  NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--metrics-addr",
+					  "127.0.0.1:0", NULL),
+			 0);
 	port = metrics_port(a.pool);
 	assert_true(port > 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
@@ -239,7 +247,7 @@ test_scrape_dram(void **state)
 	}
 	memset(v, 7, SZ);
 	assert_int_equal(kvp_batch_put(c, ops, B), B); /* one call */
-	for (i = B; i < N; i++)                         /* N - B calls */
+	for (i = B; i < N; i++)                        /* N - B calls */
 		assert_int_equal(kvp_put(c, keys[i], ops[i].klen, v, SZ), 0);
 	for (i = 0; i < 30; i++)
 		assert_int_equal(kvp_get(c, keys[i], ops[i].klen, out, SZ), SZ);
@@ -252,33 +260,65 @@ test_scrape_dram(void **state)
 	assert_int_equal(prom_u(body, "kvpool_ops_total{op=\"put\"}"), N);
 	assert_int_equal(prom_u(body, "kvpool_ops_total{op=\"get\"}"), 35);
 	assert_int_equal(prom_u(body, "kvpool_ops_total{op=\"exists\"}"), N);
-	assert_int_equal(prom_u(body, "kvpool_op_bytes_total{op=\"put\",tier=\"DRAM\"}"),
-			 (uint64_t)N * SZ);
-	assert_int_equal(prom_u(body, "kvpool_op_bytes_total{op=\"get\",tier=\"DRAM\"}"),
-			 30ull * SZ);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"DRAM\",status=\"ok\"}"), 30);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"DRAM\",status=\"miss\"}"), 5);
-	assert_int_equal(prom_u(body, "kvpool_op_hits_total{op=\"exists\",tier=\"DRAM\"}"), N);
+	assert_int_equal(
+		prom_u(body, "kvpool_op_bytes_total{op=\"put\",tier=\"DRAM\"}"),
+		(uint64_t)N * SZ);
+	assert_int_equal(
+		prom_u(body, "kvpool_op_bytes_total{op=\"get\",tier=\"DRAM\"}"),
+		30ull * SZ);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"DRAM\",status=\"ok\"}"),
+		30);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"DRAM\",status=\"miss\"}"),
+		5);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_op_hits_total{op=\"exists\",tier=\"DRAM\"}"),
+		N);
 	/* one observation per call: the batch put is one */
-	assert_int_equal(prom_u(body, "kvpool_op_duration_seconds_count{op=\"put\",tier=\"DRAM\"}"),
-			 1 + N - B);
-	assert_int_equal(prom_u(body, "kvpool_op_duration_seconds_count{op=\"get\",tier=\"DRAM\"}"),
-			 35);
-	assert_int_equal(prom_u(body, "kvpool_op_duration_seconds_bucket{op=\"get\",tier=\"DRAM\","
-				"le=\"+Inf\"}"), 35);
-	assert_int_equal(prom_u(body,
-				"kvpool_op_duration_seconds_count{op=\"exists\",tier=\"DRAM\"}"), 1);
-	assert_true(prom_value(body, "kvpool_op_duration_seconds_sum{op=\"put\",tier=\"DRAM\"}") >
-		    0.0);
-	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"DRAM\",state=\"entries\"}"), N);
-	assert_true(prom_u(body, "kvpool_medium_state{tier=\"DRAM\",state=\"bytes_used\"}") >=
-		    (uint64_t)N * SZ);
-	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"DRAM\",state=\"bytes_total\"}"),
-			 64ull << 20);
-	assert_int_equal(prom_u(body, "kvpool_index_entries{state=\"ready\"}"), N);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_op_duration_seconds_count{op=\"put\",tier=\"DRAM\"}"),
+		1 + N - B);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_op_duration_seconds_count{op=\"get\",tier=\"DRAM\"}"),
+		35);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_op_duration_seconds_bucket{op=\"get\",tier=\"DRAM\","
+		       "le=\"+Inf\"}"),
+		35);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_op_duration_seconds_count{op=\"exists\",tier=\"DRAM\"}"),
+		1);
+	assert_true(
+		prom_value(
+			body,
+			"kvpool_op_duration_seconds_sum{op=\"put\",tier=\"DRAM\"}") >
+		0.0);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"DRAM\",state=\"entries\"}"),
+		N);
+	assert_true(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"DRAM\",state=\"bytes_used\"}") >=
+		(uint64_t)N * SZ);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"DRAM\",state=\"bytes_total\"}"),
+		64ull << 20);
+	assert_int_equal(prom_u(body, "kvpool_index_entries{state=\"ready\"}"),
+			 N);
 	assert_true(prom_value(body, "kvpool_index_probe_length_mean") >= 1.0);
 	assert_int_equal(prom_u(body, "kvpool_clients{state=\"alive\"}"), 1);
-	snprintf(series, sizeof(series), "kvpool_info{pool=\"%s\",abi=\"%u.%u\"}", a.pool,
+	snprintf(series, sizeof(series),
+		 "kvpool_info{pool=\"%s\",abi=\"%u.%u\"}", a.pool,
 		 KVP_ABI_MAJOR, KVP_ABI_MINOR);
 	assert_int_equal(prom_u(body, series), 1);
 	free(body);
@@ -287,8 +327,10 @@ test_scrape_dram(void **state)
 	kvp_close(c);
 	body = scrape(port);
 	assert_int_equal(prom_u(body, "kvpool_ops_total{op=\"put\"}"), N);
-	assert_int_equal(prom_u(body, "kvpool_op_duration_seconds_count{op=\"put\",tier=\"DRAM\"}"),
-			 1 + N - B);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_op_duration_seconds_count{op=\"put\",tier=\"DRAM\"}"),
+		1 + N - B);
 	assert_int_equal(prom_u(body, "kvpool_clients{state=\"alive\"}"), 0);
 	free(body);
 
@@ -322,14 +364,15 @@ series_reaches(void *p)
 	return !isnan(v) && (uint64_t)v >= rc->want;
 }
 
-#define SSD_METRICS_ARGS                                                                 \
-	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", "--dram-low", "0",     \
-		"--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "16M", "--staging", "8M",    \
-		"--staging-slot", "1M", "--no-promote", "--metrics-addr", "127.0.0.1:0", \
-		NULL
+#define SSD_METRICS_ARGS                                                       \
+	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0",              \
+		"--dram-low", "0", "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", \
+		"16M", "--staging", "8M", "--staging-slot", "1M",              \
+		"--no-promote", "--metrics-addr", "127.0.0.1:0", NULL
 
-#define put_and_demote(c, s, n, vsize)                                         \
-	assert_int_equal(kvpt_put_and_demote(c, s, n, vsize, key_of, 9, 30000), 0)
+#define put_and_demote(c, s, n, vsize) \
+	assert_int_equal(              \
+		kvpt_put_and_demote(c, s, n, vsize, key_of, 9, 30000), 0)
 
 /* An SSD batch larger than half the staging arena: BUSY rejects, every
  * key ok (BUSY is not an outcome), one get call in the SSD histogram,
@@ -337,12 +380,15 @@ series_reaches(void *p)
 static void
 test_scrape_ssd_busy(void **state)
 {
-	enum { N = 300, SZ = 64 << 10 };
+	enum {
+		N = 300,
+		SZ = 64 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
 	struct kvp_op *ops = calloc(N, sizeof(*ops));
-	char (*keys)[100] = calloc(N, 100), *body;
+	char(*keys)[100] = calloc(N, 100), *body;
 	unsigned char *out = malloc((size_t)N * SZ);
 	struct series_cond uc;
 	unsigned port;
@@ -362,7 +408,8 @@ test_scrape_ssd_busy(void **state)
 	}
 	assert_int_equal(kvp_batch_get(c, ops, N), N);
 	for (i = 0; i < N; i++)
-		assert_true(kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 9));
+		assert_true(
+			kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 9));
 	/* the tier thread publishes the SSD store's usage every 50 ms */
 	uc.port = port;
 	uc.series = "kvpool_medium_state{tier=\"SSD\",state=\"bytes_used\"}";
@@ -371,39 +418,80 @@ test_scrape_ssd_busy(void **state)
 
 	body = scrape(port);
 	check_exposition(body);
-	assert_true(prom_u(body, "kvpool_medium_events_total{tier=\"SSD\",event=\"busy_reject\"}") >
-		    0);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"SSD\",status=\"ok\"}"), N);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"SSD\",status=\"miss\"}"), 0);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"SSD\",status=\"failed\"}"), 0);
+	assert_true(
+		prom_u(body,
+		       "kvpool_medium_events_total{tier=\"SSD\",event=\"busy_reject\"}") >
+		0);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"SSD\",status=\"ok\"}"),
+		N);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"SSD\",status=\"miss\"}"),
+		0);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"SSD\",status=\"failed\"}"),
+		0);
 	assert_true(prom_u(body, "kvpool_resolve_busy_total") > 0);
-	assert_int_equal(prom_u(body, "kvpool_op_hits_total{op=\"get\",tier=\"SSD\"}"), N);
-	assert_int_equal(prom_u(body, "kvpool_op_bytes_total{op=\"get\",tier=\"SSD\"}"),
-			 (uint64_t)N * SZ);
-	assert_int_equal(prom_u(body, "kvpool_op_duration_seconds_count{op=\"get\",tier=\"SSD\"}"),
-			 1);
-	assert_int_equal(prom_u(body, "kvpool_medium_events_total{tier=\"DRAM\",event=\"demotion\"}"),
-			 N);
-	assert_int_equal(prom_u(body, "kvpool_medium_events_total{tier=\"SSD\",event=\"promotion\"}"),
-			 0);
-	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"entries\"}"), N);
-	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"DRAM\",state=\"entries\"}"), 0);
-	assert_true(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"bytes_total\"}") > 0);
-	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_total\"}"),
-			 8);
+	assert_int_equal(
+		prom_u(body, "kvpool_op_hits_total{op=\"get\",tier=\"SSD\"}"),
+		N);
+	assert_int_equal(
+		prom_u(body, "kvpool_op_bytes_total{op=\"get\",tier=\"SSD\"}"),
+		(uint64_t)N * SZ);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_op_duration_seconds_count{op=\"get\",tier=\"SSD\"}"),
+		1);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_events_total{tier=\"DRAM\",event=\"demotion\"}"),
+		N);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_events_total{tier=\"SSD\",event=\"promotion\"}"),
+		0);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"SSD\",state=\"entries\"}"),
+		N);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"DRAM\",state=\"entries\"}"),
+		0);
+	assert_true(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"SSD\",state=\"bytes_total\"}") >
+		0);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_total\"}"),
+		8);
 	/* the staging arena is empty again; its peak is what the agent
 	 * allocated at most at once: at least one 1-slot span, at most the
 	 * whole arena */
-	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_in_use\"}"),
-			 0);
-	peak = prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_peak\"}");
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_in_use\"}"),
+		0);
+	peak = prom_u(
+		body,
+		"kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_peak\"}");
 	assert_true(peak >= 1 && peak <= 8);
-	assert_true(prom_u(body, "kvpool_ssd_bytes_total{direction=\"write\"}") >= (uint64_t)N * SZ);
-	assert_true(prom_u(body, "kvpool_ssd_bytes_total{direction=\"read\"}") >= (uint64_t)N * SZ);
+	assert_true(
+		prom_u(body, "kvpool_ssd_bytes_total{direction=\"write\"}") >=
+		(uint64_t)N * SZ);
+	assert_true(
+		prom_u(body, "kvpool_ssd_bytes_total{direction=\"read\"}") >=
+		(uint64_t)N * SZ);
 	assert_int_equal(prom_u(body, "kvpool_ssd_errors_total"), 0);
-	print_message("  %d keys: %llu busy rejects, staging peak %llu of 8\n", N,
-		      (unsigned long long)prom_u(body, "kvpool_medium_events_total{tier=\"SSD\","
-						 "event=\"busy_reject\"}"),
+	print_message("  %d keys: %llu busy rejects, staging peak %llu of 8\n",
+		      N,
+		      (unsigned long long)prom_u(
+			      body, "kvpool_medium_events_total{tier=\"SSD\","
+				    "event=\"busy_reject\"}"),
 		      (unsigned long long)peak);
 	free(body);
 	free(ops);
@@ -419,7 +507,9 @@ test_scrape_ssd_busy(void **state)
 static void
 test_staging_peak_exact(void **state)
 {
-	enum { SZ = 3 << 20 };
+	enum {
+		SZ = 3 << 20
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -443,13 +533,22 @@ test_staging_peak_exact(void **state)
 	}
 	assert_int_equal(kvp_batch_get(c, ops, 2), 2);
 	body = scrape(port);
-	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_peak\"}"),
-			 3);
-	assert_int_equal(prom_u(body, "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_in_use\"}"),
-			 0);
-	assert_true(prom_u(body, "kvpool_medium_events_total{tier=\"SSD\",event=\"busy_reject\"}") >=
-		    1);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"SSD\",status=\"ok\"}"), 2);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_peak\"}"),
+		3);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_in_use\"}"),
+		0);
+	assert_true(
+		prom_u(body,
+		       "kvpool_medium_events_total{tier=\"SSD\",event=\"busy_reject\"}") >=
+		1);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"SSD\",status=\"ok\"}"),
+		2);
 	free(body);
 	free(out);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
@@ -459,7 +558,10 @@ test_staging_peak_exact(void **state)
 static void
 test_failed_not_miss(void **state)
 {
-	enum { N = 4, SZ = 128 << 10 };
+	enum {
+		N = 4,
+		SZ = 128 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -482,7 +584,8 @@ test_failed_not_miss(void **state)
 			   KVP_IX_M(KVP_IX_READY), &w);
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&s.entries[slot].e_ssd);
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc));
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir,
+		 KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
 	at = (off_t)KVP_SSD_LOC_BLOCK(loc) * 4096 + 4096 + 999;
@@ -495,10 +598,22 @@ test_failed_not_miss(void **state)
 	kl = key_of(k, 1);
 	assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
 	body = scrape(port);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"SSD\",status=\"failed\"}"), 1);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"SSD\",status=\"miss\"}"), 0);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"SSD\",status=\"ok\"}"), 1);
-	assert_int_equal(prom_u(body, "kvpool_resolve_total{tier=\"DRAM\",status=\"miss\"}"), 0);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"SSD\",status=\"failed\"}"),
+		1);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"SSD\",status=\"miss\"}"),
+		0);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"SSD\",status=\"ok\"}"),
+		1);
+	assert_int_equal(
+		prom_u(body,
+		       "kvpool_resolve_total{tier=\"DRAM\",status=\"miss\"}"),
+		0);
 	assert_true(prom_u(body, "kvpool_ssd_errors_total") >= 1);
 	free(body);
 	free(out);
@@ -510,7 +625,10 @@ test_failed_not_miss(void **state)
 static void
 test_reaper_metrics(void **state)
 {
-	enum { N = 8, SZ = 4096 };
+	enum {
+		N = 8,
+		SZ = 4096
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_lease l;
@@ -522,8 +640,9 @@ test_reaper_metrics(void **state)
 	int st, i;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--metrics-addr", "127.0.0.1:0",
-					  NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--metrics-addr",
+					  "127.0.0.1:0", NULL),
+			 0);
 	port = metrics_port(a.pool);
 	memset(v, 3, sizeof(v));
 	pid = fork();
@@ -555,16 +674,23 @@ test_reaper_metrics(void **state)
 	/* a lease of 1 ms, left to expire */
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	key_of(k, 0);
-	assert_int_equal(kvp_lease_acquire(c, k, (uint32_t)strlen(k), 1, &l), 0);
+	assert_int_equal(kvp_lease_acquire(c, k, (uint32_t)strlen(k), 1, &l),
+			 0);
 	rc.series = "kvpool_reaper_released_total{what=\"leases\"}";
 	assert_true(kvpt_wait_until(series_reaches, &rc, 10000) >= 0);
 
 	body = scrape(port);
 	assert_int_equal(prom_u(body, "kvpool_reaper_clients_total"), 1);
-	assert_int_equal(prom_u(body, "kvpool_reaper_released_total{what=\"holds\"}"), N);
-	assert_int_equal(prom_u(body, "kvpool_reaper_released_total{what=\"pins\"}"), N);
-	assert_int_equal(prom_u(body, "kvpool_reaper_released_total{what=\"leases\"}"), 1);
-	assert_int_equal(prom_u(body, "kvpool_ops_total{op=\"put\"}"), N); /* retired */
+	assert_int_equal(prom_u(body,
+				"kvpool_reaper_released_total{what=\"holds\"}"),
+			 N);
+	assert_int_equal(
+		prom_u(body, "kvpool_reaper_released_total{what=\"pins\"}"), N);
+	assert_int_equal(
+		prom_u(body, "kvpool_reaper_released_total{what=\"leases\"}"),
+		1);
+	/* retired */
+	assert_int_equal(prom_u(body, "kvpool_ops_total{op=\"put\"}"), N);
 	assert_int_equal(prom_u(body, "kvpool_pins_total"), N);
 	assert_int_equal(prom_u(body, "kvpool_pinned_bytes{tier=\"DRAM\"}"), 0);
 	assert_int_equal(prom_u(body, "kvpool_holds"), 0);
@@ -595,8 +721,10 @@ test_stat_agent_down(void **state)
 	}
 	kvp_close(c);
 	kvpt_agent_kill(&a);
-	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s stat --json",
-				  kvpt_bindir(), a.pool), 0);
+	assert_int_equal(kvpt_run(out, sizeof(out),
+				  "%s/kvpool --pool %s stat --json",
+				  kvpt_bindir(), a.pool),
+			 0);
 	assert_non_null(strstr(out, "\"agent_alive\":false"));
 	assert_non_null(strstr(out, ",\"put\":7,"));
 	assert_non_null(strstr(out, ",\"entries\":7,"));
@@ -625,7 +753,8 @@ printable(const char *s)
 static void
 test_pool_name_escaped(void **state)
 {
-	static const char evil[] = "x\"} 1\nkvpool_agent_up 7\n\\\x01\x1b[2J\xff\xfe{\"a\":1}";
+	static const char evil[] =
+		"x\"} 1\nkvpool_agent_up 7\n\\\x01\x1b[2J\xff\xfe{\"a\":1}";
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg w;
@@ -633,8 +762,9 @@ test_pool_name_escaped(void **state)
 	unsigned port;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--metrics-addr", "127.0.0.1:0",
-					  NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--metrics-addr",
+					  "127.0.0.1:0", NULL),
+			 0);
 	port = metrics_port(a.pool);
 	assert_int_equal(kvp_seg_map(a.pool, true, &w, msg, sizeof(msg)), 0);
 	memset(w.hdr->h_pool, 'Z', sizeof(w.hdr->h_pool));
@@ -645,7 +775,8 @@ test_pool_name_escaped(void **state)
 	body = scrape(port);
 	check_exposition(body);
 	assert_non_null(p = strstr(body, "\nkvpool_info{"));
-	snprintf(line, sizeof(line), "\nkvpool_info{pool=\"%s\",abi=\"%u.%u\"} 1\n", a.pool,
+	snprintf(line, sizeof(line),
+		 "\nkvpool_info{pool=\"%s\",abi=\"%u.%u\"} 1\n", a.pool,
 		 KVP_ABI_MAJOR, KVP_ABI_MINOR);
 	assert_memory_equal(p, line, strlen(line));
 	assert_int_equal(prom_u(body, "kvpool_agent_up"), 1);
@@ -653,34 +784,44 @@ test_pool_name_escaped(void **state)
 	free(body);
 
 	/* stat --json: one JSON object whose pool is the name asked for */
-	assert_int_equal(kvpt_run(out, 1 << 16, "%s/kvpool --pool %s stat --json",
-				  kvpt_bindir(), a.pool), 0);
-	snprintf(line, sizeof(line), "{\"pool\":\"%s\",\"agent_alive\":true,", a.pool);
+	assert_int_equal(kvpt_run(out, 1 << 16,
+				  "%s/kvpool --pool %s stat --json",
+				  kvpt_bindir(), a.pool),
+			 0);
+	snprintf(line, sizeof(line), "{\"pool\":\"%s\",\"agent_alive\":true,",
+		 a.pool);
 	assert_memory_equal(out, line, strlen(line));
 	assert_true(printable(out));
 	assert_int_equal(strchr(out, '\n') - out, (long)strlen(out) - 1);
 	if (system("command -v jq >/dev/null 2>&1") == 0) {
-		assert_int_equal(kvpt_run(out, 1 << 16,
-					  "%s/kvpool --pool %s stat --json | jq -e -r .pool",
-					  kvpt_bindir(), a.pool), 0);
+		assert_int_equal(
+			kvpt_run(
+				out, 1 << 16,
+				"%s/kvpool --pool %s stat --json | jq -e -r .pool",
+				kvpt_bindir(), a.pool),
+			0);
 		snprintf(line, sizeof(line), "%s\n", a.pool);
 		assert_string_equal(out, line);
 	}
 	/* the human table and top: the same name, no control byte */
 	assert_int_equal(kvpt_run(out, 1 << 16, "%s/kvpool --pool %s stat",
-				  kvpt_bindir(), a.pool), 0);
+				  kvpt_bindir(), a.pool),
+			 0);
 	snprintf(line, sizeof(line), "pool %s: agent up", a.pool);
 	assert_memory_equal(out, line, strlen(line));
 	assert_true(printable(out));
-	assert_int_equal(kvpt_run(out, 1 << 16,
-				  "%s/kvpool --pool %s top --count 1 --interval 0.01",
-				  kvpt_bindir(), a.pool), 0);
+	assert_int_equal(
+		kvpt_run(out, 1 << 16,
+			 "%s/kvpool --pool %s top --count 1 --interval 0.01",
+			 kvpt_bindir(), a.pool),
+		0);
 	snprintf(line, sizeof(line), "kvpool top - pool %s - ", a.pool);
 	assert_memory_equal(out, line, strlen(line));
 	assert_true(printable(out));
 	/* clients: the namespace a client wrote, escaped */
 	assert_int_equal(kvpt_run(out, 1 << 16, "%s/kvpool --pool %s clients",
-				  kvpt_bindir(), a.pool), 0);
+				  kvpt_bindir(), a.pool),
+			 0);
 	assert_true(printable(out));
 	assert_non_null(strstr(out, " ns\\x1b[2J\\x0d\\x0afake\n"));
 	kvp_close(c);
@@ -699,14 +840,18 @@ test_metrics_addr(void **state)
 	unsigned port;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--metrics-addr", "127.0.0.1:0",
-					  NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--metrics-addr",
+					  "127.0.0.1:0", NULL),
+			 0);
 	port = metrics_port(a.pool);
 	assert_true(port > 0);
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
-	assert_true(kvpt_agent_start(&b, "--dram", "64M", "--metrics-addr", addr, NULL) < 0);
+	assert_true(kvpt_agent_start(&b, "--dram", "64M", "--metrics-addr",
+				     addr, NULL) < 0);
 	kvpt_pool_remove(b.pool);
-	assert_int_equal(kvpt_agent_start(&b, "--dram", "64M", "--metrics-addr", "off", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&b, "--dram", "64M", "--metrics-addr",
+					  "off", NULL),
+			 0);
 	assert_int_equal(metrics_port(b.pool), 0);
 	assert_int_equal(kvpt_agent_stop(&b), 0);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
@@ -726,5 +871,6 @@ main(void)
 		cmocka_unit_test(test_pool_name_escaped),
 	};
 
-	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
+				      kvpt_ssd_dir_teardown);
 }

@@ -18,7 +18,8 @@
 static uint32_t
 key_of(char *k, int who, int i)
 {
-	return (uint32_t)snprintf(k, 100, "%064x_w%d_%d", (unsigned)i * 2654435761u, who, i);
+	return (uint32_t)snprintf(k, 100, "%064x_w%d_%d",
+				  (unsigned)i * 2654435761u, who, i);
 }
 
 static void
@@ -48,10 +49,12 @@ count_in_dram(struct kvp_client *c, struct kvp_seg *s, int who, int n)
 	for (i = 0; i < n; i++) {
 		uint32_t kl = key_of(k, who, i);
 		uint64_t w;
-		int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+		int64_t slot = kvp_ix_find(s, c->ns_id,
+					   kvp_key_hash(c->ns_id, k, kl), k, kl,
 					   KVP_IX_M(KVP_IX_READY), &w);
 		p += slot >= 0 &&
-		     KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) == KVP_TIER_DRAM;
+		     KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) ==
+			     KVP_TIER_DRAM;
 	}
 	return p;
 }
@@ -62,23 +65,28 @@ count_in_dram(struct kvp_client *c, struct kvp_seg *s, int who, int n)
 static void
 test_probe_then_evict(void **state)
 {
-	enum { N = 2000, SZ = 16 << 10 };
+	enum {
+		N = 2000,
+		SZ = 16 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
 	struct kvp_op *ops = calloc(N, sizeof(*ops));
-	char (*keys)[100] = calloc(N, 100);
+	char(*keys)[100] = calloc(N, 100);
 	unsigned char *out = malloc((size_t)N * SZ);
 	struct kvp_pinset *ps;
 	pid_t w[2];
 	int i, k, ssd_pinned = 0, dram_pinned;
 
 	(void)state;
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "16M", "--dram-unit", "4K",
-				      "--dram-high", "50", "--dram-low", "30",
-				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M",
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "16M",
+				      "--dram-unit", "4K", "--dram-high", "50",
+				      "--dram-low", "30", "--ssd-dir",
+				      kvpt_ssd_dir, "--ssd-segment", "4M",
 				      "--ssd-size", "64M", "--staging", "2M",
-				      "--staging-slot", "256K", NULL), 0);
+				      "--staging-slot", "256K", NULL),
+			 0);
 	put_all(c, 0, 0, N, SZ);
 	for (i = 0; i < N; i++) {
 		ops[i].klen = key_of(keys[i], 0, i);
@@ -109,12 +117,18 @@ test_probe_then_evict(void **state)
 		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	}
 	/* evicted from DRAM, or from SSD with a reclaimed segment */
-	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT]) +
-		    kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_SSD]) > 0);
-	print_message("  churned: %llu evictions, %llu demotions, %llu segments reclaimed\n",
-		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT]),
-		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_DEMOTE]),
-		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM]));
+	assert_true(
+		kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT]) +
+			kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_SSD]) >
+		0);
+	print_message(
+		"  churned: %llu evictions, %llu demotions, %llu segments reclaimed\n",
+		(unsigned long long)kvp_load_relaxed(
+			&s.hdr->h_actr[KVP_ACTR_EVICT]),
+		(unsigned long long)kvp_load_relaxed(
+			&s.hdr->h_actr[KVP_ACTR_DEMOTE]),
+		(unsigned long long)kvp_load_relaxed(
+			&s.hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM]));
 	/* while pinned, the churn could not move them out of DRAM (counted
 	 * before the release: after it the evictor may move them at once) */
 	assert_int_equal(count_in_dram(c, &s, 0, N), dram_pinned);
@@ -126,7 +140,8 @@ test_probe_then_evict(void **state)
 	assert_int_equal(kvp_pinset_get(c, ps, ops, N), N);
 	for (i = 0; i < N; i++) {
 		assert_int_equal(ops[i].status, 0);
-		assert_true(kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 3));
+		assert_true(
+			kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 3));
 	}
 	kvp_pinset_release(c, ps);
 	kvp_pinset_release(c, ps); /* twice: harmless */
@@ -157,7 +172,9 @@ no_holds(void *p)
 static void
 test_killed_with_pinset(void **state)
 {
-	enum { N = 500 };
+	enum {
+		N = 500
+	};
 	struct kvpt_agent a;
 	struct kvp_seg s;
 	struct pin_cond pc;
@@ -167,8 +184,9 @@ test_killed_with_pinset(void **state)
 	char b;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--reap-ms", "1000", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit",
+					  "4K", "--reap-ms", "1000", NULL),
+			 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(pipe(pfd), 0);
 	pid = fork();
@@ -186,21 +204,25 @@ test_killed_with_pinset(void **state)
 			ops[i].klen = key_of(keys[i], 0, i);
 			ops[i].key = keys[i];
 		}
-		if (kvp_batch_lookup_pin(c, ops, N, &ps) != N || write(pfd[1], "r", 1) != 1)
+		if (kvp_batch_lookup_pin(c, ops, N, &ps) != N ||
+		    write(pfd[1], "r", 1) != 1)
 			_exit(3);
 		for (;;)
 			pause();
 	}
 	assert_int_equal(read(pfd[0], &b, 1), 1);
 	assert_int_equal(kvpt_holds_total(&s), N);
-	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_PINNED_DRAM), (uint64_t)N * 4096);
+	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_PINNED_DRAM),
+			 (uint64_t)N * 4096);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
 	pc.s = &s;
 	ns = kvpt_wait_until(no_holds, &pc, 1000);
 	assert_true(ns >= 0);
-	print_message("  %d pins released %.1f ms after SIGKILL\n", N, (double)ns / 1e6);
-	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_PINS]), N);
+	print_message("  %d pins released %.1f ms after SIGKILL\n", N,
+		      (double)ns / 1e6);
+	assert_int_equal(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_REAP_PINS]),
+			 N);
 	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_PINNED_DRAM), 0);
 	kvp__seg_unmap(&s);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
@@ -254,14 +276,17 @@ test_pinned_cap(void **state)
 	int k;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--max-pinned-per-client", "1M", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit",
+					  "4K", "--max-pinned-per-client", "1M",
+					  NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_all(c, 0, 0, 100, 16 << 10);
 	for (k = 0; k < 3; k++) {
 		x[k].pool = a.pool;
 		x[k].who = k;
-		assert_int_equal(pthread_create(&t[k], NULL, cap_worker, &x[k]), 0);
+		assert_int_equal(pthread_create(&t[k], NULL, cap_worker, &x[k]),
+				 0);
 	}
 	for (k = 0; k < 3; k++) {
 		pthread_join(t[k], NULL);
@@ -296,7 +321,10 @@ lease_taken(void *p)
 static void
 test_leases_count_against_cap(void **state)
 {
-	enum { SZ = 16 << 10, CAPN = 16 }; /* the cap: 256K = 16 values */
+	enum {
+		SZ = 16 << 10,
+		CAPN = 16
+	}; /* the cap: 256K = 16 values */
 	struct kvpt_agent a;
 	struct kvp_client *c, *c2;
 	struct kvp_lease l[CAPN + 8], x;
@@ -309,17 +337,23 @@ test_leases_count_against_cap(void **state)
 	int i, st;
 
 	(void)state;
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
-				      "--max-pinned-per-client", "256K", NULL), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K",
+				      "--max-pinned-per-client", "256K", NULL),
+			 0);
 	put_all(c, 0, 0, 40, SZ);
 	for (i = 0; i < 40; i++)
 		key_of(keys[i], 0, i);
 	for (i = 0; i < CAPN; i++)
-		assert_int_equal(kvp_lease_acquire(c, keys[i], (uint32_t)strlen(keys[i]), 60000,
-						   &l[i]), 0);
+		assert_int_equal(kvp_lease_acquire(c, keys[i],
+						   (uint32_t)strlen(keys[i]),
+						   60000, &l[i]),
+				 0);
 	/* the 17th would pass the cap: BUSY, and nothing was taken */
-	assert_int_equal(kvp_lease_acquire(c, keys[CAPN], (uint32_t)strlen(keys[CAPN]), 60000,
-					   &x), -EBUSY);
+	assert_int_equal(kvp_lease_acquire(c, keys[CAPN],
+					   (uint32_t)strlen(keys[CAPN]), 60000,
+					   &x),
+			 -EBUSY);
 	assert_int_equal(kvpt_holds_total(&s), 0);
 	assert_true(kvpt_ctr_total(&s, KVP_CTR_PIN_CAPPED) >= 1);
 	/* the leases fill the cap for pins too */
@@ -334,29 +368,38 @@ test_leases_count_against_cap(void **state)
 	/* four released: four pins fit, then the cap stops the prefix */
 	for (i = 0; i < 4; i++)
 		assert_int_equal(kvp_lease_release(c, &l[i]), 0);
-	assert_int_equal(kvp_lease_release(c, &l[0]), 0); /* twice: no double credit */
+	/* twice: no double credit */
+	assert_int_equal(kvp_lease_release(c, &l[0]), 0);
 	assert_int_equal(kvp_batch_lookup_pin(c, ops, 8, &ps), 4);
 	assert_true(ps->capped);
 	/* and with pins and leases at the cap, no lease either */
-	assert_int_equal(kvp_lease_acquire(c, keys[CAPN], (uint32_t)strlen(keys[CAPN]), 60000,
-					   &x), -EBUSY);
+	assert_int_equal(kvp_lease_acquire(c, keys[CAPN],
+					   (uint32_t)strlen(keys[CAPN]), 60000,
+					   &x),
+			 -EBUSY);
 	kvp_pinset_free(c, ps);
 	/* another client handle has a cap of its own */
 	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0);
 	for (i = 0; i < CAPN; i++)
-		assert_int_equal(kvp_lease_acquire(c2, keys[20 + i], (uint32_t)strlen(keys[20 + i]),
-						   60000, &l[i]), 0);
+		assert_int_equal(
+			kvp_lease_acquire(c2, keys[20 + i],
+					  (uint32_t)strlen(keys[20 + i]), 60000,
+					  &l[i]),
+			0);
 	kvp_close(c2); /* its leases outlive it (until they expire) */
 	/* short leases stop counting when they expire: fill the cap with
 	 * 4 leases of 100 ms, then one more is taken once they are over */
 	for (i = 0; i < 4; i++)
-		assert_int_equal(kvp_lease_acquire(c, keys[i], (uint32_t)strlen(keys[i]), 100,
-						   &x), 0);
+		assert_int_equal(kvp_lease_acquire(c, keys[i],
+						   (uint32_t)strlen(keys[i]),
+						   100, &x),
+				 0);
 	lc.c = c;
 	lc.key = keys[39];
 	lc.klen = (uint32_t)strlen(keys[39]);
 	lc.l = &x;
-	assert_int_equal(kvp_lease_acquire(c, lc.key, lc.klen, 60000, &x), -EBUSY);
+	assert_int_equal(kvp_lease_acquire(c, lc.key, lc.klen, 60000, &x),
+			 -EBUSY);
 	assert_true(kvpt_wait_until(lease_taken, &lc, 5000) >= 0);
 	/* a process that exits holding leases at its cap: a new client
 	 * starts from zero (its leases count against nobody) */
@@ -368,17 +411,24 @@ test_leases_count_against_cap(void **state)
 		if (kvp_open(a.pool, "ns", &cc))
 			_exit(2);
 		for (i = 0; i < CAPN; i++)
-			if (kvp_lease_acquire(cc, keys[i], (uint32_t)strlen(keys[i]), 60000, &y))
+			if (kvp_lease_acquire(cc, keys[i],
+					      (uint32_t)strlen(keys[i]), 60000,
+					      &y))
 				_exit(3);
-		_exit(kvp_lease_acquire(cc, keys[CAPN], (uint32_t)strlen(keys[CAPN]), 60000,
-					&y) == -EBUSY ? 0 : 4);
+		_exit(kvp_lease_acquire(cc, keys[CAPN],
+					(uint32_t)strlen(keys[CAPN]), 60000,
+					&y) == -EBUSY ?
+			      0 :
+			      4);
 	}
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFEXITED(st));
 	assert_int_equal(WEXITSTATUS(st), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0);
-	assert_int_equal(kvp_lease_acquire(c2, keys[CAPN], (uint32_t)strlen(keys[CAPN]), 60000,
-					   &x), 0);
+	assert_int_equal(kvp_lease_acquire(c2, keys[CAPN],
+					   (uint32_t)strlen(keys[CAPN]), 60000,
+					   &x),
+			 0);
 	kvp_close(c2);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
@@ -393,5 +443,6 @@ main(void)
 		cmocka_unit_test(test_probe_then_evict),
 	};
 
-	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
+				      kvpt_ssd_dir_teardown);
 }

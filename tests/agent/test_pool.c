@@ -32,9 +32,9 @@ static uint32_t
 mkkey(char *buf, int owner, int i)
 {
 	/* ~80-byte keys like the engines': a 64-hex prefix + suffixes */
-	return (uint32_t)snprintf(buf, 128,
-		"%016x%016x%016x%016x_r%d_k%d", (unsigned)i * 2654435761u,
-		(unsigned)owner, 0xabcdefu, (unsigned)i, owner, i);
+	return (uint32_t)snprintf(buf, 128, "%016x%016x%016x%016x_r%d_k%d",
+				  (unsigned)i * 2654435761u, (unsigned)owner,
+				  0xabcdefu, (unsigned)i, owner, i);
 }
 
 static uint64_t
@@ -78,14 +78,16 @@ worker(void *p)
 				w->wrong++;
 		}
 		for (i = 0; i < NKEYS; i++) {
-			int owner = (i + r) % 3 == 0 ? -1 : (w->id + i) % NWORKERS;
+			int owner = (i + r) % 3 == 0 ? -1 :
+						       (w->id + i) % NWORKERS;
 			uint32_t kl = mkkey(key, owner, i);
 			ssize_t n = kvp_get(c, key, kl, got, 262144);
 			int e = kvp_exists(c, key, kl);
 
 			if (n >= 0) {
 				w->hits++;
-				if ((uint64_t)n != size_of(i) || !kvpt_check(got, (uint64_t)n, key, kl, 1))
+				if ((uint64_t)n != size_of(i) ||
+				    !kvpt_check(got, (uint64_t)n, key, kl, 1))
 					w->wrong++;
 				else
 					w->verified_bytes += (uint64_t)n;
@@ -98,14 +100,16 @@ worker(void *p)
 				w->wrong++;
 			/* a ranged read of the middle */
 			if (n > 16) {
-				ssize_t m = kvp_get_range(c, key, kl, (uint64_t)n / 4, got,
+				ssize_t m = kvp_get_range(c, key, kl,
+							  (uint64_t)n / 4, got,
 							  (uint64_t)n / 2);
 				if (m >= 0) {
 					kvpt_fill(buf, (uint64_t)n, key, kl, 1);
 					if (memcmp(got, buf + n / 4, (size_t)m))
 						w->wrong++;
 					else
-						w->verified_bytes += (uint64_t)m;
+						w->verified_bytes +=
+							(uint64_t)m;
 				} else if (m != -ENOENT) {
 					w->wrong++;
 				}
@@ -127,7 +131,9 @@ run_workers(bool threads)
 	uint64_t verified = 0, hits = 0, ok = 0;
 	int i;
 
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "256M", "--dram-unit", "4K", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "256M", "--dram-unit",
+					  "4K", NULL),
+			 0);
 	args = mmap(NULL, sizeof(*args) * NWORKERS, PROT_READ | PROT_WRITE,
 		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	assert_ptr_not_equal(args, MAP_FAILED);
@@ -139,7 +145,9 @@ run_workers(bool threads)
 	if (threads) {
 		pthread_t t[NWORKERS];
 		for (i = 0; i < NWORKERS; i++)
-			assert_int_equal(pthread_create(&t[i], NULL, worker, &args[i]), 0);
+			assert_int_equal(pthread_create(&t[i], NULL, worker,
+							&args[i]),
+					 0);
 		for (i = 0; i < NWORKERS; i++)
 			pthread_join(t[i], NULL);
 	} else {
@@ -173,7 +181,8 @@ run_workers(bool threads)
 	assert_int_equal(kvpt_clients_nonfree(&s), 0);
 	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_PUT_EXISTS),
 			 (uint64_t)NKEYS * ROUNDS * NWORKERS - ok);
-	print_message("  %s: %llu hits, %llu bytes verified\n", threads ? "threads" : "processes",
+	print_message("  %s: %llu hits, %llu bytes verified\n",
+		      threads ? "threads" : "processes",
 		      (unsigned long long)hits, (unsigned long long)verified);
 	kvp__seg_unmap(&s);
 	munmap(args, sizeof(*args) * NWORKERS);
@@ -224,8 +233,10 @@ test_hold_blocks_eviction(void **state)
 	struct evict_arg ea;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "4M", "--dram-unit", "4K",
-					  "--dram-high", "90", "--dram-low", "50", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "4M", "--dram-unit",
+					  "4K", "--dram-high", "90",
+					  "--dram-low", "50", NULL),
+			 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &reader), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &writer), 0);
@@ -236,7 +247,8 @@ test_hold_blocks_eviction(void **state)
 	backoff0 = kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_BACKOFF]);
 	/* 4 MiB arena, 64 KiB values: 400 puts turn it over six times */
 	for (i = 0; i < 400; i++) {
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "filler-%d", i);
+		uint32_t kl =
+			(uint32_t)snprintf(key, sizeof(key), "filler-%d", i);
 		kvpt_fill(buf, 65536, key, kl, 1);
 		rc = kvp_put(writer, key, kl, buf, 65536);
 		if (rc == -EBUSY) {
@@ -246,14 +258,16 @@ test_hold_blocks_eviction(void **state)
 			continue;
 		}
 		assert_int_equal(rc, 0);
-		/* the held value stays readable under the hold, byte for byte */
+		/* the held value stays readable under the hold, byte for
+		 * byte */
 		if (i % 50 == 0) {
 			kvp__copy_out(reader, idx, 0, got, len);
 			assert_true(kvpt_check(got, 65536, akey, 12, 7));
 		}
 	}
 	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT]) > 50);
-	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_BACKOFF]) > backoff0);
+	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_BACKOFF]) >
+		    backoff0);
 	assert_int_equal(kvp_exists(writer, akey, 12), 1);
 	kvp__copy_out(reader, idx, 0, got, len);
 	assert_true(kvpt_check(got, 65536, akey, 12, 7));
@@ -265,7 +279,8 @@ test_hold_blocks_eviction(void **state)
 	ea.key = akey;
 	ea.klen = 12;
 	for (i = 400; i < 2000 && !key_gone(&ea); i++) {
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "filler-%d", i);
+		uint32_t kl =
+			(uint32_t)snprintf(key, sizeof(key), "filler-%d", i);
 		kvpt_fill(buf, 65536, key, kl, 1);
 		rc = kvp_put(writer, key, kl, buf, 65536);
 		assert_true(rc == 0 || rc == -EBUSY);
@@ -292,7 +307,9 @@ test_full_and_held(void **state)
 	uint64_t idx = 0, len = 0;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "1M", "--dram-unit", "4K", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "1M", "--dram-unit",
+					  "4K", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	for (i = 0; i < 16; i++) {
 		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "k%d", i);
@@ -306,7 +323,8 @@ test_full_and_held(void **state)
 	for (i = 0; i < n; i++)
 		kvp__drop(c, holds[i]);
 	/* the evictor may need one pass to see the holds gone */
-	for (i = 0; i < 100 && (rc = kvp_put(c, "one-more", 8, buf, 65536)) != 0; i++)
+	for (i = 0;
+	     i < 100 && (rc = kvp_put(c, "one-more", 8, buf, 65536)) != 0; i++)
 		assert_true(rc == -EBUSY || rc == -ENOSPC);
 	assert_int_equal(rc, 0);
 	kvp_close(c);
@@ -318,17 +336,23 @@ test_full_and_held(void **state)
 static void
 test_batch_2000(void **state)
 {
-	enum { N = 2000, SZ = 8192 };
+	enum {
+		N = 2000,
+		SZ = 8192
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_op *ops = calloc(N, sizeof(*ops));
-	char (*keys)[100] = calloc(N, 100);
-	unsigned char *vals = malloc((size_t)N * SZ), *out = malloc((size_t)N * SZ);
+	char(*keys)[100] = calloc(N, 100);
+	unsigned char *vals = malloc((size_t)N * SZ),
+		      *out = malloc((size_t)N * SZ);
 	struct kvp_seg s;
 	int i;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit",
+					  "4K", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	for (i = 0; i < N; i++) {
 		ops[i].klen = mkkey(keys[i], 9, i);
@@ -350,7 +374,8 @@ test_batch_2000(void **state)
 	for (i = 0; i < N; i++) {
 		assert_int_equal(ops[i].status, 0);
 		assert_int_equal(ops[i].len, SZ);
-		assert_true(kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 3));
+		assert_true(
+			kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 3));
 	}
 	/* the plain probe holds nothing */
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
@@ -407,7 +432,8 @@ static bool
 leases_expired(void *p)
 {
 	struct lease_cond *lc = p;
-	return kvp_load_relaxed(&lc->s->hdr->h_actr[KVP_ACTR_LEASE_EXPIRED]) >= lc->want;
+	return kvp_load_relaxed(&lc->s->hdr->h_actr[KVP_ACTR_LEASE_EXPIRED]) >=
+	       lc->want;
 }
 
 /* Fill a 4 MiB arena several times over with 64 KiB values. */
@@ -419,7 +445,8 @@ churn(struct kvp_client *c, int from, int n)
 	int i, rc;
 
 	for (i = from; i < from + n; i++) {
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "churn-%d", i);
+		uint32_t kl =
+			(uint32_t)snprintf(key, sizeof(key), "churn-%d", i);
 		while ((rc = kvp_put(c, key, kl, buf, 65536)) == -EBUSY)
 			;
 		assert_int_equal(rc, 0);
@@ -442,8 +469,10 @@ test_leases(void **state)
 	unsigned char *v = malloc(65536);
 
 	(void)state;
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "4M", "--dram-unit", "4K",
-				      "--dram-high", "90", "--dram-low", "50", NULL), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "4M", "--dram-unit",
+				      "4K", "--dram-high", "90", "--dram-low",
+				      "50", NULL),
+			 0);
 	kvpt_fill(v, 65536, "A", 1, 1);
 	assert_int_equal(kvp_put(c, "A", 1, v, 65536), 0);
 	kvpt_fill(v, 65536, "B", 1, 1);
@@ -453,7 +482,7 @@ test_leases(void **state)
 	assert_int_equal(la.tier, KVP_TIER_DRAM);
 	assert_true(la.seg_off > 0);
 	assert_int_equal(kvp_lease_acquire(c, "nope", 4, 100, &lb), -ENOENT);
-	assert_int_equal(kvp_lease_acquire(c, "A", 1, 0, &lb) , -EINVAL);
+	assert_int_equal(kvp_lease_acquire(c, "A", 1, 0, &lb), -EINVAL);
 	/* the short lease expires and the reaper takes it back */
 	lc.s = &s;
 	lc.want = 1;
@@ -464,7 +493,8 @@ test_leases(void **state)
 	assert_true(kvpt_check(s.base + la.seg_off, 65536, "A", 1, 1));
 	assert_int_equal(kvp_exists(c, "A", 1), 1);
 	assert_int_equal(kvp_exists(c, "B", 1), 0);
-	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_BACKOFF]) > 0);
+	assert_true(kvp_load_relaxed(&s.hdr->h_actr[KVP_ACTR_EVICT_BACKOFF]) >
+		    0);
 	assert_int_equal(kvp_lease_release(c, &la), 0);
 	assert_int_equal(kvp_lease_release(c, &la), 0); /* twice: harmless */
 	churn(c, 200, 200);
@@ -485,34 +515,47 @@ test_cli(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
+	assert_int_equal(
+		kvpt_run(
+			out, sizeof(out),
+			"printf 'hello pool' | %s/kvpool --pool %s --ns cli put k1 -",
+			bin, a.pool),
+		0);
 	assert_int_equal(kvpt_run(out, sizeof(out),
-				  "printf 'hello pool' | %s/kvpool --pool %s --ns cli put k1 -",
-				  bin, a.pool), 0);
-	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s --ns cli get k1 -",
-				  bin, a.pool), 0);
+				  "%s/kvpool --pool %s --ns cli get k1 -", bin,
+				  a.pool),
+			 0);
 	assert_string_equal(out, "hello pool");
-	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s --ns cli exists k1",
-				  bin, a.pool), 0);
+	assert_int_equal(kvpt_run(out, sizeof(out),
+				  "%s/kvpool --pool %s --ns cli exists k1", bin,
+				  a.pool),
+			 0);
 	assert_string_equal(out, "k1 1\n");
 	assert_int_equal(kvp_open(a.pool, "cli", &c), 0);
 	assert_int_equal(kvp_get(c, "k1", 2, out, sizeof(out)), 10);
-	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s clients",
-				  bin, a.pool), 0);
+	assert_int_equal(kvpt_run(out, sizeof(out),
+				  "%s/kvpool --pool %s clients", bin, a.pool),
+			 0);
 	snprintf(needle, sizeof(needle), " %d ", (int)getpid());
 	assert_non_null(strstr(out, needle));
 	assert_non_null(strstr(out, " yes "));
-	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s stat --json",
-				  bin, a.pool), 0);
+	assert_int_equal(kvpt_run(out, sizeof(out),
+				  "%s/kvpool --pool %s stat --json", bin,
+				  a.pool),
+			 0);
 	assert_non_null(strstr(out, "\"entries\":1,"));
 	assert_non_null(strstr(out, "\"clients\":1,"));
 	assert_non_null(strstr(out, "\"holds\":0,"));
 	assert_non_null(strstr(out, "\"put\":1,"));
 	assert_non_null(strstr(out, "\"agent_alive\":true"));
 	kvp_close(c);
-	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s --ns cli del k1",
-				  bin, a.pool), 0);
+	assert_int_equal(kvpt_run(out, sizeof(out),
+				  "%s/kvpool --pool %s --ns cli del k1", bin,
+				  a.pool),
+			 0);
 	assert_int_equal(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s stat",
-				  bin, a.pool), 0);
+				  bin, a.pool),
+			 0);
 	assert_non_null(strstr(out, "index    0 entries"));
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
@@ -521,8 +564,8 @@ test_cli(void **state)
  * none) and, when data_limit, RLIMIT_DATA set to it; its stderr into err.
  * Returns its exit status (or -1 if it did not exit). */
 static int
-cli_put(const char *pool, const char *key, const char *arg, int fd_in, rlim_t data_limit,
-	char *err, size_t cap)
+cli_put(const char *pool, const char *key, const char *arg, int fd_in,
+	rlim_t data_limit, char *err, size_t cap)
 {
 	char path[4200], tmpl[] = "/tmp/kvpt-cli-err-XXXXXX";
 	int efd = mkstemp(tmpl), st;
@@ -534,8 +577,10 @@ cli_put(const char *pool, const char *key, const char *arg, int fd_in, rlim_t da
 	snprintf(path, sizeof(path), "%s/kvpool", kvpt_bindir());
 	pid = fork();
 	if (pid == 0) {
-		char p0[] = "kvpool", p1[] = "--pool", p3[] = "--ns", p4[] = "cli", p5[] = "put";
-		char *argv[] = { p0, p1, strdup(pool), p3, p4, p5, strdup(key), strdup(arg), NULL };
+		char p0[] = "kvpool", p1[] = "--pool", p3[] = "--ns",
+		     p4[] = "cli", p5[] = "put";
+		char *argv[] = { p0, p1,          strdup(pool), p3,  p4,
+				 p5, strdup(key), strdup(arg),  NULL };
 
 		if (fd_in >= 0)
 			dup2(fd_in, 0);
@@ -562,7 +607,10 @@ cli_put(const char *pool, const char *key, const char *arg, int fd_in, rlim_t da
 static void
 test_cli_put_all_or_nothing(void **state)
 {
-	enum { BIG = 25 << 20, PART = 60000 };
+	enum {
+		BIG = 25 << 20,
+		PART = 60000
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	char err[1024], file[] = "/tmp/kvpt-cli-in-XXXXXX";
@@ -570,7 +618,9 @@ test_cli_put_all_or_nothing(void **state)
 	int p[2], fd;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--max-value", "16M", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--max-value",
+					  "16M", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "cli", &c), 0);
 	kvpt_fill(v, BIG, "in", 2, 1);
 
@@ -579,7 +629,8 @@ test_cli_put_all_or_nothing(void **state)
 	assert_int_equal(pipe(p), 0);
 	assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
 	assert_int_equal(write(p[1], v, PART), PART);
-	assert_int_equal(cli_put(a.pool, "part", "-", p[0], 0, err, sizeof(err)), 1);
+	assert_int_equal(
+		cli_put(a.pool, "part", "-", p[0], 0, err, sizeof(err)), 1);
 	assert_non_null(strstr(err, "failed part way"));
 	assert_non_null(strstr(err, "nothing stored"));
 	close(p[0]);
@@ -591,17 +642,21 @@ test_cli_put_all_or_nothing(void **state)
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, v, BIG), BIG);
 	close(fd);
-	assert_int_equal(cli_put(a.pool, "big", file, -1, 0, err, sizeof(err)), 1);
+	assert_int_equal(cli_put(a.pool, "big", file, -1, 0, err, sizeof(err)),
+			 1);
 	assert_non_null(strstr(err, "larger than the pool's --max-value"));
 	assert_int_equal(kvp_exists(c, "big", 3), 0);
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-	print_message("  SKIP the out-of-memory read: a sanitizer's shadow memory counts "
-		      "against RLIMIT_DATA\n");
+	print_message(
+		"  SKIP the out-of-memory read: a sanitizer's shadow memory counts "
+		"against RLIMIT_DATA\n");
 #else
 	/* the buffer cannot grow past 8 MiB (RLIMIT_DATA 12 MiB): the
 	 * previous code stored the first 8 MiB and exited 0 */
-	assert_int_equal(cli_put(a.pool, "oom", file, -1, 12u << 20, err, sizeof(err)), 1);
+	assert_int_equal(cli_put(a.pool, "oom", file, -1, 12u << 20, err,
+				 sizeof(err)),
+			 1);
 	assert_non_null(strstr(err, "nothing stored"));
 	assert_int_equal(kvp_exists(c, "oom", 3), 0);
 #endif
@@ -612,7 +667,8 @@ test_cli_put_all_or_nothing(void **state)
 	assert_int_equal(write(fd, v, 3 << 20), 3 << 20);
 	close(fd);
 	fd = open(file, O_RDONLY);
-	assert_int_equal(cli_put(a.pool, "good", "-", fd, 0, err, sizeof(err)), 0);
+	assert_int_equal(cli_put(a.pool, "good", "-", fd, 0, err, sizeof(err)),
+			 0);
 	close(fd);
 	assert_int_equal(kvp_get(c, "good", 4, out, BIG), 3 << 20);
 	assert_memory_equal(out, v, 3 << 20);

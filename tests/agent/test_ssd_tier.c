@@ -20,18 +20,20 @@
 static uint32_t
 key_of(char *k, int i)
 {
-	return (uint32_t)snprintf(k, 100, "%064x_ssd_%d", (unsigned)i * 2654435761u, i);
+	return (uint32_t)snprintf(k, 100, "%064x_ssd_%d",
+				  (unsigned)i * 2654435761u, i);
 }
 
 /* Put n values of vsize (version 5), then let the agent demote them all
  * (a DRAM high watermark of 0 keeps it demoting). */
-#define put_and_demote(c, s, n, vsize)                                         \
-	assert_int_equal(kvpt_put_and_demote(c, s, n, vsize, key_of, 5, 30000), 0)
+#define put_and_demote(c, s, n, vsize) \
+	assert_int_equal(              \
+		kvpt_put_and_demote(c, s, n, vsize, key_of, 5, 30000), 0)
 
-#define SSD_ARGS                                                                      \
-	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0", "--dram-low", "0",  \
-		"--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M", "--staging", "8M",  \
-		"--staging-slot", "1M", NULL
+#define SSD_ARGS                                                               \
+	"--dram", "64M", "--dram-unit", "4K", "--dram-high", "0",              \
+		"--dram-low", "0", "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", \
+		"8M", "--staging", "8M", "--staging-slot", "1M", NULL
 
 /* 2,000 SSD-resident keys in one batch through an 8-slot arena: served in
  * parts, every key OK with its bytes; BUSY answers are not outcomes;
@@ -39,12 +41,15 @@ key_of(char *k, int i)
 static void
 test_batch_through_small_arena(void **state)
 {
-	enum { N = 2000, SZ = 64 << 10 };
+	enum {
+		N = 2000,
+		SZ = 64 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
 	struct kvp_op *ops = calloc(N, sizeof(*ops));
-	char (*keys)[100] = calloc(N, 100);
+	char(*keys)[100] = calloc(N, 100);
 	unsigned char *out = malloc((size_t)N * SZ);
 	int i;
 
@@ -59,12 +64,14 @@ test_batch_through_small_arena(void **state)
 		ops[i].len = SZ;
 	}
 	assert_int_equal(kvp_batch_exists_prefix(c, ops, N), N);
-	assert_int_equal(kvpt_spans_in_use(&s), 0); /* the probe staged nothing */
+	/* the probe staged nothing */
+	assert_int_equal(kvpt_spans_in_use(&s), 0);
 	assert_int_equal(kvp_batch_get(c, ops, N), N);
 	for (i = 0; i < N; i++) {
 		assert_int_equal(ops[i].status, 0);
 		assert_int_equal(ops[i].len, SZ);
-		assert_true(kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 5));
+		assert_true(
+			kvpt_check(ops[i].buf, SZ, keys[i], ops[i].klen, 5));
 	}
 	/* staging lives exactly as long as its holds */
 	assert_int_equal(kvpt_spans_in_use(&s), 0);
@@ -74,9 +81,10 @@ test_batch_through_small_arena(void **state)
 	assert_true(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_BUSY) > 0);
 	assert_true(kvpt_actr(&s, KVP_ACTR_BUSY_REJECT) > 0);
 	assert_true(kvp_load_relaxed(&s.hdr->h_staging_peak) <= 8);
-	print_message("  2000 keys: %llu busy answers, staging peak %llu of 8 slots\n",
-		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_BUSY_REJECT),
-		      (unsigned long long)kvp_load_relaxed(&s.hdr->h_staging_peak));
+	print_message(
+		"  2000 keys: %llu busy answers, staging peak %llu of 8 slots\n",
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_BUSY_REJECT),
+		(unsigned long long)kvp_load_relaxed(&s.hdr->h_staging_peak));
 	free(ops);
 	free(keys);
 	free(out);
@@ -89,7 +97,10 @@ test_batch_through_small_arena(void **state)
 static void
 test_ranged_extents(void **state)
 {
-	enum { N = 20, SZ = 1 << 20 };
+	enum {
+		N = 20,
+		SZ = 1 << 20
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -105,7 +116,8 @@ test_ranged_extents(void **state)
 	before = kvpt_actr(&s, KVP_ACTR_SSD_READ_BYTES);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
-		uint64_t off = (uint64_t)i * 40000 + 100, len = 10000 + (uint64_t)i;
+		uint64_t off = (uint64_t)i * 40000 + 100,
+			 len = 10000 + (uint64_t)i;
 		uint32_t skip;
 		ssize_t n = kvp_get_range(c, k, kl, off, part, len);
 
@@ -114,7 +126,8 @@ test_ranged_extents(void **state)
 		assert_memory_equal(part, whole + off, len);
 		expect += kvp_ssd_extent(off, len, &skip);
 	}
-	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SSD_READ_BYTES) - before, expect);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SSD_READ_BYTES) - before,
+			 expect);
 	print_message("  20 ranged gets read %llu bytes (whole values: %u)\n",
 		      (unsigned long long)expect, N * SZ);
 	assert_int_equal(kvpt_spans_in_use(&s), 0);
@@ -127,7 +140,10 @@ test_ranged_extents(void **state)
 static void
 test_promotion(void **state)
 {
-	enum { N = 8, SZ = 256 << 10 };
+	enum {
+		N = 8,
+		SZ = 256 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -140,16 +156,19 @@ test_promotion(void **state)
 	assert_int_equal(kvpt_agent_start(&a, SSD_ARGS), 0);
 	{
 		char msg[256];
-		assert_int_equal(kvp_seg_map(a.pool, true, &s, msg, sizeof(msg)), 0);
+		assert_int_equal(
+			kvp_seg_map(a.pool, true, &s, msg, sizeof(msg)), 0);
 	}
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_and_demote(c, &s, N, SZ);
 	/* restart the agent with the usual watermarks (it re-attaches and
 	 * keeps the index): DRAM is now below high */
 	kvpt_agent_kill(&a);
-	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit", "4K",
-					    "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
-					    "--staging", "8M", "--staging-slot", "1M", NULL), 0);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit",
+					    "4K", "--ssd-dir", kvpt_ssd_dir,
+					    "--ssd-segment", "8M", "--staging",
+					    "8M", "--staging-slot", "1M", NULL),
+			 0);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
 		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
@@ -161,7 +180,8 @@ test_promotion(void **state)
 		uint32_t kl = key_of(k, i);
 		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
 	}
-	assert_int_equal(kvpt_actr(&s, KVP_ACTR_PROMOTE), N); /* DRAM hits now */
+	/* DRAM hits now */
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_PROMOTE), N);
 	free(out);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
@@ -172,7 +192,10 @@ test_promotion(void **state)
 static void
 test_restart_rebuild(void **state)
 {
-	enum { N = 200, SZ = 32 << 10 };
+	enum {
+		N = 200,
+		SZ = 32 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -190,16 +213,20 @@ test_restart_rebuild(void **state)
 	}
 	/* the tombstones are written when the agent reclaims the deletes */
 	while (kvpt_count_state(&s, KVP_IX_DELETED))
-		kvp_futex_wait(&s.hdr->h_space_seq, kvp_iload_acquire(&s.hdr->h_space_seq),
+		kvp_futex_wait(&s.hdr->h_space_seq,
+			       kvp_iload_acquire(&s.hdr->h_space_seq),
 			       10000000ull);
 	kvp_close(c);
 	kvp__seg_unmap(&s);
 	kvpt_agent_kill(&a);
 	kvpt_pool_remove(a.pool); /* a reboot: only the disk is left */
-	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit", "4K",
-					    "--dram-high", "0", "--dram-low", "0",
-					    "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
-					    "--staging", "8M", "--staging-slot", "1M", NULL), 0);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit",
+					    "4K", "--dram-high", "0",
+					    "--dram-low", "0", "--ssd-dir",
+					    kvpt_ssd_dir, "--ssd-segment", "8M",
+					    "--staging", "8M", "--staging-slot",
+					    "1M", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
@@ -233,7 +260,8 @@ corrupt_value_byte(struct kvp_seg *s, struct kvp_client *c, int i)
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&s->entries[slot].e_ssd);
 	assert_true(loc != 0);
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc));
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir,
+		 KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
 	at = (off_t)KVP_SSD_LOC_BLOCK(loc) * 4096 + 4096 + 777;
@@ -249,7 +277,10 @@ corrupt_value_byte(struct kvp_seg *s, struct kvp_client *c, int i)
 static void
 test_corruption(void **state)
 {
-	enum { N = 16, SZ = 128 << 10 };
+	enum {
+		N = 16,
+		SZ = 128 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -293,7 +324,10 @@ reclaimed_twice(void *p)
 static void
 test_reclaim_many_small(void **state)
 {
-	enum { N = 9000, SZ = 2048 };
+	enum {
+		N = 9000,
+		SZ = 2048
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -303,11 +337,14 @@ test_reclaim_many_small(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
-				      "--dram-high", "0", "--dram-low", "0",
-				      "--index-entries", "16384", "--ssd-dir", kvpt_ssd_dir,
-				      "--ssd-segment", "16M", "--ssd-size", "40M",
-				      "--staging", "1M", "--staging-slot", "64K", NULL), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K", "--dram-high", "0",
+				      "--dram-low", "0", "--index-entries",
+				      "16384", "--ssd-dir", kvpt_ssd_dir,
+				      "--ssd-segment", "16M", "--ssd-size",
+				      "40M", "--staging", "1M",
+				      "--staging-slot", "64K", NULL),
+			 0);
 	/* 9,000 x 8 KiB on disk = ~70 MiB through a 40 MiB budget of 16 MiB
 	 * segments of ~2,000 records each */
 	for (i = 0; i < N; i++) {
@@ -327,8 +364,9 @@ test_reclaim_many_small(void **state)
 		assert_true(kvpt_check(v, SZ, k, kl, 5));
 		hits++;
 	}
-	print_message("  %d of %d still readable after %llu segment reclaims\n", hits, N,
-		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
+	print_message(
+		"  %d of %d still readable after %llu segment reclaims\n", hits,
+		N, (unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
 	assert_true(hits > 0);
 	free(v);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
@@ -337,7 +375,10 @@ test_reclaim_many_small(void **state)
 static void
 test_ssd_full(void **state)
 {
-	enum { N = 600, SZ = 64 << 10 };
+	enum {
+		N = 600,
+		SZ = 64 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -347,11 +388,13 @@ test_ssd_full(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
-				      "--dram-high", "0", "--dram-low", "0",
-				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "4M",
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K", "--dram-high", "0",
+				      "--dram-low", "0", "--ssd-dir",
+				      kvpt_ssd_dir, "--ssd-segment", "4M",
 				      "--ssd-size", "16M", "--staging", "8M",
-				      "--staging-slot", "1M", NULL), 0);
+				      "--staging-slot", "1M", NULL),
+			 0);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
 		kvpt_fill(v, SZ, k, kl, 5);
@@ -361,7 +404,8 @@ test_ssd_full(void **state)
 	}
 	/* 600 x 68 KiB on disk = ~40 MiB through a 16 MiB budget */
 	while (kvpt_actr(&s, KVP_ACTR_DEMOTE) < N / 2)
-		kvp_futex_wait(&s.hdr->h_space_seq, kvp_iload_acquire(&s.hdr->h_space_seq),
+		kvp_futex_wait(&s.hdr->h_space_seq,
+			       kvp_iload_acquire(&s.hdr->h_space_seq),
 			       10000000ull);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
@@ -374,8 +418,10 @@ test_ssd_full(void **state)
 		assert_true(kvpt_check(v, SZ, k, kl, 5));
 		hits++;
 	}
-	print_message("  %d hits, %d gone with their segments, %llu segments given back\n",
-		      hits, miss, (unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
+	print_message(
+		"  %d hits, %d gone with their segments, %llu segments given back\n",
+		hits, miss,
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
 	assert_true(kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM) > 0);
 	assert_true(miss > 0 && hits > 0);
 	free(v);
@@ -387,7 +433,10 @@ test_ssd_full(void **state)
 static void
 test_agent_down(void **state)
 {
-	enum { N = 4, SZ = 64 << 10 };
+	enum {
+		N = 4,
+		SZ = 64 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -432,7 +481,8 @@ sf_reader(void *p)
 
 	if (kvp_open(x->pool, "ns", &c) == 0) {
 		x->got = kvp_get(c, k, kl, out, 256 << 10);
-		x->ok = x->got == (256 << 10) && kvpt_check(out, 256 << 10, k, kl, 5);
+		x->ok = x->got == (256 << 10) &&
+			kvpt_check(out, 256 << 10, k, kl, 5);
 		kvp_close(c);
 	}
 	free(out);
@@ -448,10 +498,13 @@ static bool
 requests_posted(void *p)
 {
 	struct posted_cond *pc = p;
-	uint64_t k, n = 0, total = (uint64_t)pc->s->g.g_max_clients * pc->s->g.g_ring_entries;
+	uint64_t k, n = 0,
+		    total = (uint64_t)pc->s->g.g_max_clients *
+			    pc->s->g.g_ring_entries;
 
 	for (k = 0; k < total; k++)
-		n += KVP_RQ_STATE(kvp_load_acquire(&pc->s->rings[k].rq_state)) == KVP_RQ_POSTED;
+		n += KVP_RQ_STATE(kvp_load_acquire(
+			     &pc->s->rings[k].rq_state)) == KVP_RQ_POSTED;
 	return n >= pc->want;
 }
 
@@ -461,10 +514,13 @@ requests_posted(void *p)
 static int
 mr_reader(const char *pool, int first, bool whole_last, int ready)
 {
-	enum { SZ = 1 << 20 };
+	enum {
+		SZ = 1 << 20
+	};
 	struct kvp_client *c;
 	struct kvp_op ops[64];
-	unsigned char *whole = malloc(SZ), *ref = malloc(SZ), *blk = malloc(64 * 4096);
+	unsigned char *whole = malloc(SZ), *ref = malloc(SZ),
+		      *blk = malloc(64 * 4096);
 	char k[100];
 	uint32_t kl = key_of(k, 0);
 	int j, bad = 0;
@@ -518,7 +574,9 @@ mr_reader(const char *pool, int first, bool whole_last, int ready)
 static void
 test_many_reads_one_key(void **state)
 {
-	enum { SZ = 1 << 20 };
+	enum {
+		SZ = 1 << 20
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
@@ -532,17 +590,21 @@ test_many_reads_one_key(void **state)
 	(void)state;
 	assert_non_null(v);
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "16M", "--dram-unit", "4K",
-				      "--dram-high", "0", "--dram-low", "0",
-				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
-				      "--staging", "4M", "--staging-slot", "4K", NULL), 0);
+	assert_int_equal(
+		kvpt_pool_up(&a, &s, &c, "--dram", "16M", "--dram-unit", "4K",
+			     "--dram-high", "0", "--dram-low", "0", "--ssd-dir",
+			     kvpt_ssd_dir, "--ssd-segment", "8M", "--staging",
+			     "4M", "--staging-slot", "4K", NULL),
+		0);
 	put_and_demote(c, &s, 1, SZ);
 	kvp_close(c);
 	/* the usual watermarks: a whole read is promoted into DRAM */
 	kvpt_agent_kill(&a);
-	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--dram-unit", "4K",
-					    "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
-					    "--staging", "4M", "--staging-slot", "4K", NULL), 0);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", "--dram-unit",
+					    "4K", "--ssd-dir", kvpt_ssd_dir,
+					    "--ssd-segment", "8M", "--staging",
+					    "4M", "--staging-slot", "4K", NULL),
+			 0);
 	assert_int_equal(kvpt_agent_pause(&a), 0);
 	assert_int_equal(pipe(pipefd), 0);
 	victim = fork();
@@ -582,7 +644,8 @@ test_many_reads_one_key(void **state)
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	for (j = 0; j < 64; j++) {
 		char k2[100];
-		uint32_t kl2 = (uint32_t)snprintf(k2, sizeof(k2), "churn-%d", j);
+		uint32_t kl2 =
+			(uint32_t)snprintf(k2, sizeof(k2), "churn-%d", j);
 
 		kvpt_fill(v, 256 << 10, k2, kl2, 9);
 		while (kvp_put(c, k2, kl2, v, 256 << 10) == -EBUSY)
@@ -617,13 +680,15 @@ test_single_flight(void **state)
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
 	assert_int_equal(kvpt_pool_up(&a, &s, &c, SSD_ARGS), 0);
 	put_and_demote(c, &s, 2, 256 << 10);
-	staged0 = kvpt_actr(&s, KVP_ACTR_STAGED) + kvpt_actr(&s, KVP_ACTR_PROMOTE);
+	staged0 = kvpt_actr(&s, KVP_ACTR_STAGED) +
+		  kvpt_actr(&s, KVP_ACTR_PROMOTE);
 	assert_int_equal(kvpt_agent_pause(&a), 0);
 	for (k = 0; k < 3; k++) {
 		x[k].pool = a.pool;
 		x[k].i = 1;
 		x[k].ok = false;
-		assert_int_equal(pthread_create(&t[k], NULL, sf_reader, &x[k]), 0);
+		assert_int_equal(pthread_create(&t[k], NULL, sf_reader, &x[k]),
+				 0);
 	}
 	pc.s = &s;
 	pc.want = 3;
@@ -633,7 +698,9 @@ test_single_flight(void **state)
 		pthread_join(t[k], NULL);
 		assert_true(x[k].ok);
 	}
-	assert_int_equal(kvpt_actr(&s, KVP_ACTR_STAGED) + kvpt_actr(&s, KVP_ACTR_PROMOTE) - staged0, 1);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_STAGED) +
+				 kvpt_actr(&s, KVP_ACTR_PROMOTE) - staged0,
+			 1);
 	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SINGLE_FLIGHT), 2);
 	assert_int_equal(kvpt_spans_in_use(&s), 0);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
@@ -646,7 +713,9 @@ test_single_flight(void **state)
 static void
 test_span_hold_fences(void **state)
 {
-	enum { SZ = 256 << 10 };
+	enum {
+		SZ = 256 << 10
+	};
 	struct kvpt_agent a;
 	struct kvp_client *c, *other;
 	struct kvp_seg s;
@@ -661,11 +730,13 @@ test_span_hold_fences(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
-				      "--dram-high", "0", "--dram-low", "0",
-				      "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
-				      "--staging", "2M", "--staging-slot", "256K",
-				      "--no-promote", NULL), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K", "--dram-high", "0",
+				      "--dram-low", "0", "--ssd-dir",
+				      kvpt_ssd_dir, "--ssd-segment", "8M",
+				      "--staging", "2M", "--staging-slot",
+				      "256K", "--no-promote", NULL),
+			 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &other), 0);
 	put_and_demote(c, &s, 24, SZ);
 	/* client c resolves key 0 by hand and stops before copying */
@@ -687,10 +758,13 @@ test_span_hold_fences(void **state)
 	assert_int_equal(kvp__post(c, &p, 1, 77), 1);
 	kvp_ifetch_add(&c->seg.hdr->h_evict_wake, 1);
 	kvp_futex_wake(&c->seg.hdr->h_evict_wake);
-	q = &c->seg.rings[(uint64_t)c->slot * s.g.g_ring_entries + (unsigned)p.ring];
+	q = &c->seg.rings[(uint64_t)c->slot * s.g.g_ring_entries +
+			  (unsigned)p.ring];
 	while (KVP_RQ_STATE(kvp_load_acquire(&q->rq_state)) != KVP_RQ_DONE)
-		kvp_futex_wait(&c->seg.clients[c->slot].cs_io_futex,
-			       kvp_iload_acquire(&c->seg.clients[c->slot].cs_io_futex), 2000000);
+		kvp_futex_wait(
+			&c->seg.clients[c->slot].cs_io_futex,
+			kvp_iload_acquire(&c->seg.clients[c->slot].cs_io_futex),
+			2000000);
 	assert_int_equal((int64_t)kvp_load_relaxed(&q->rq_result), 0);
 	where = kvp_load_relaxed(&q->rq_where);
 	head = (where & 0xffffffffull) - 1;
@@ -704,10 +778,15 @@ test_span_hold_fences(void **state)
 	/* c's span was never reused: its bytes are still key 0's */
 	kl = key_of(k, 0);
 	kvpt_fill(v, SZ, k, kl, 5);
-	assert_memory_equal(s.staging + head * s.g.g_staging_slot_bytes + skip, v, SZ);
-	assert_int_equal(KVP_SP_STATE(kvp_load_acquire(&s.spans[head].sp_state)), KVP_SP_READY);
+	assert_memory_equal(s.staging + head * s.g.g_staging_slot_bytes + skip,
+			    v, SZ);
+	assert_int_equal(
+		KVP_SP_STATE(kvp_load_acquire(&s.spans[head].sp_state)),
+		KVP_SP_READY);
 	/* dropped: free at once, no timer */
-	kvp_store_release(&q->rq_state, (kvp_load_acquire(&q->rq_state) & ~0xffull) | KVP_RQ_FREE);
+	kvp_store_release(&q->rq_state,
+			  (kvp_load_acquire(&q->rq_state) & ~0xffull) |
+				  KVP_RQ_FREE);
 	kvp__span_release(c, (uint32_t)head);
 	kvp__drop(c, h);
 	assert_int_equal(kvpt_spans_in_use(&s), 0);
@@ -738,7 +817,8 @@ test_restart_serves_taken(void **state)
 	assert_int_equal(kvpt_agent_start(&a, SSD_ARGS), 0);
 	{
 		char msg[256];
-		assert_int_equal(kvp_seg_map(a.pool, true, &s, msg, sizeof(msg)), 0);
+		assert_int_equal(
+			kvp_seg_map(a.pool, true, &s, msg, sizeof(msg)), 0);
 	}
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	put_and_demote(c, &s, 2, 256 << 10);
@@ -757,15 +837,19 @@ test_restart_serves_taken(void **state)
 	for (k = 0; k < total; k++) {
 		uint64_t w = kvp_load_acquire(&s.rings[k].rq_state);
 		if (KVP_RQ_STATE(w) == KVP_RQ_POSTED)
-			assert_true(kvp_cas(&s.rings[k].rq_state, w, (w & ~0xffull) | KVP_RQ_TAKEN));
+			assert_true(kvp_cas(&s.rings[k].rq_state, w,
+					    (w & ~0xffull) | KVP_RQ_TAKEN));
 	}
 	kill(a.pid, SIGKILL);
 	waitpid(a.pid, NULL, 0);
 	a.pid = -1;
-	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit", "4K",
-					    "--dram-high", "0", "--dram-low", "0",
-					    "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
-					    "--staging", "8M", "--staging-slot", "1M", NULL), 0);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit",
+					    "4K", "--dram-high", "0",
+					    "--dram-low", "0", "--ssd-dir",
+					    kvpt_ssd_dir, "--ssd-segment", "8M",
+					    "--staging", "8M", "--staging-slot",
+					    "1M", NULL),
+			 0);
 	pthread_join(t, NULL);
 	unsetenv("KVP_AGENT_GRACE_MS");
 	assert_true(x.ok);
@@ -791,5 +875,6 @@ main(void)
 		cmocka_unit_test(test_restart_serves_taken),
 	};
 
-	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
+				      kvpt_ssd_dir_teardown);
 }

@@ -20,9 +20,21 @@
 /* ---- what each public call may return (0 stands for any success) ---- */
 
 enum call {
-	CALL_OPEN, CALL_SEG_MAP, CALL_PUT, CALL_BATCH_PUT, CALL_GET, CALL_GET_RANGE,
-	CALL_BATCH_GET, CALL_EXISTS, CALL_DELETE, CALL_PREFIX, CALL_LOOKUP_PIN,
-	CALL_PINSET_GET, CALL_PINSET_TIER, CALL_LEASE_ACQUIRE, CALL_LEASE_RELEASE,
+	CALL_OPEN,
+	CALL_SEG_MAP,
+	CALL_PUT,
+	CALL_BATCH_PUT,
+	CALL_GET,
+	CALL_GET_RANGE,
+	CALL_BATCH_GET,
+	CALL_EXISTS,
+	CALL_DELETE,
+	CALL_PREFIX,
+	CALL_LOOKUP_PIN,
+	CALL_PINSET_GET,
+	CALL_PINSET_TIER,
+	CALL_LEASE_ACQUIRE,
+	CALL_LEASE_RELEASE,
 	CALL__N
 };
 
@@ -32,31 +44,43 @@ static const struct {
 	const char *name;
 	int st[20];
 } calls[CALL__N] = {
-	[CALL_OPEN] = { "kvp_open", { 0, -ENOTCONN, -EPROTO, -EUSERS, -EACCES, -EINVAL,
-				       -ENOMEM, END } },
-	[CALL_SEG_MAP] = { "kvp_seg_map", { 0, -ENOTCONN, -EPROTO, -EACCES, -EINVAL, -ENOMEM,
-					     END } },
-	[CALL_PUT] = { "kvp_put", { 0, -EEXIST, -EBUSY, -ENOSPC, -ENOTCONN, -E2BIG, -EINVAL,
-				     -ESTALE, END } },
+	[CALL_OPEN] = { "kvp_open",
+			{ 0, -ENOTCONN, -EPROTO, -EUSERS, -EACCES, -EINVAL,
+			  -ENOMEM, END } },
+	[CALL_SEG_MAP] = { "kvp_seg_map",
+			   { 0, -ENOTCONN, -EPROTO, -EACCES, -EINVAL, -ENOMEM,
+			     END } },
+	[CALL_PUT] = { "kvp_put",
+		       { 0, -EEXIST, -EBUSY, -ENOSPC, -ENOTCONN, -E2BIG,
+			 -EINVAL, -ESTALE, END } },
 	/* batch calls: the call's own return, then each key's status */
-	[CALL_BATCH_PUT] = { "kvp_batch_put", { 0, -EEXIST, -EBUSY, -ENOSPC, -ENOTCONN,
-						 -E2BIG, -EINVAL, -ESTALE, END } },
-	[CALL_GET] = { "kvp_get", { 0, -EMSGSIZE, -ENOENT, -EINVAL, -EBUSY, -EIO, -EBADMSG,
-				     -E2BIG, -ENOTCONN, END } },
-	[CALL_GET_RANGE] = { "kvp_get_range", { 0, -ENOENT, -EINVAL, -EBUSY, -EIO, -EBADMSG,
-						 -E2BIG, -ENOTCONN, END } },
-	[CALL_BATCH_GET] = { "kvp_batch_get", { 0, -ENOENT, -EINVAL, -EBUSY, -EIO, -EBADMSG,
-						 -E2BIG, -ENOTCONN, END } },
+	[CALL_BATCH_PUT] = { "kvp_batch_put",
+			     { 0, -EEXIST, -EBUSY, -ENOSPC, -ENOTCONN, -E2BIG,
+			       -EINVAL, -ESTALE, END } },
+	[CALL_GET] = { "kvp_get",
+		       { 0, -EMSGSIZE, -ENOENT, -EINVAL, -EBUSY, -EIO, -EBADMSG,
+			 -E2BIG, -ENOTCONN, END } },
+	[CALL_GET_RANGE] = { "kvp_get_range",
+			     { 0, -ENOENT, -EINVAL, -EBUSY, -EIO, -EBADMSG,
+			       -E2BIG, -ENOTCONN, END } },
+	[CALL_BATCH_GET] = { "kvp_batch_get",
+			     { 0, -ENOENT, -EINVAL, -EBUSY, -EIO, -EBADMSG,
+			       -E2BIG, -ENOTCONN, END } },
 	[CALL_EXISTS] = { "kvp_exists", { 0, -EINVAL, END } },
-	[CALL_DELETE] = { "kvp_delete", { 0, -ENOENT, -EBUSY, -EINVAL, -EIO, -ENOTCONN, END } },
-	[CALL_PREFIX] = { "kvp_batch_exists_prefix", { 0, -ENOENT, -EINVAL, END } },
-	[CALL_LOOKUP_PIN] = { "kvp_batch_lookup_pin", { 0, -ENOENT, -EINVAL, -EBUSY, -ENOMEM,
-							 END } },
-	[CALL_PINSET_GET] = { "kvp_pinset_get", { 0, -EINVAL, -EBUSY, -EIO, -EBADMSG, -E2BIG,
-						   -ENOTCONN, END } },
+	[CALL_DELETE] = { "kvp_delete",
+			  { 0, -ENOENT, -EBUSY, -EINVAL, -EIO, -ENOTCONN,
+			    END } },
+	[CALL_PREFIX] = { "kvp_batch_exists_prefix",
+			  { 0, -ENOENT, -EINVAL, END } },
+	[CALL_LOOKUP_PIN] = { "kvp_batch_lookup_pin",
+			      { 0, -ENOENT, -EINVAL, -EBUSY, -ENOMEM, END } },
+	[CALL_PINSET_GET] = { "kvp_pinset_get",
+			      { 0, -EINVAL, -EBUSY, -EIO, -EBADMSG, -E2BIG,
+				-ENOTCONN, END } },
 	[CALL_PINSET_TIER] = { "kvp_pinset_tier", { 0, -EINVAL, END } },
-	[CALL_LEASE_ACQUIRE] = { "kvp_lease_acquire", { 0, -ENOENT, -EBUSY, -EINVAL, -ENOMEM,
-							 END } },
+	[CALL_LEASE_ACQUIRE] = { "kvp_lease_acquire",
+				 { 0, -ENOENT, -EBUSY, -EINVAL, -ENOMEM,
+				   END } },
 	[CALL_LEASE_RELEASE] = { "kvp_lease_release", { 0, -EINVAL, END } },
 };
 
@@ -64,12 +88,14 @@ static const struct {
 	int st;
 	const char *name;
 } names[] = {
-	{ -ENOENT, "ENOENT" }, { -EEXIST, "EEXIST" }, { -EBUSY, "EBUSY" },
-	{ -E2BIG, "E2BIG" }, { -ENOSPC, "ENOSPC" }, { -EMSGSIZE, "EMSGSIZE" },
-	{ -EIO, "EIO" }, { -EBADMSG, "EBADMSG" }, { -ENOTCONN, "ENOTCONN" },
-	{ -ESTALE, "ESTALE" }, { -EPROTO, "EPROTO" }, { -EUSERS, "EUSERS" },
-	{ -EACCES, "EACCES" }, { -ENOMEM, "ENOMEM" }, { -EUCLEAN, "EUCLEAN" },
-	{ -EINVAL, "EINVAL" },
+	{ -ENOENT, "ENOENT" },     { -EEXIST, "EEXIST" },
+	{ -EBUSY, "EBUSY" },       { -E2BIG, "E2BIG" },
+	{ -ENOSPC, "ENOSPC" },     { -EMSGSIZE, "EMSGSIZE" },
+	{ -EIO, "EIO" },           { -EBADMSG, "EBADMSG" },
+	{ -ENOTCONN, "ENOTCONN" }, { -ESTALE, "ESTALE" },
+	{ -EPROTO, "EPROTO" },     { -EUSERS, "EUSERS" },
+	{ -EACCES, "EACCES" },     { -ENOMEM, "ENOMEM" },
+	{ -EUCLEAN, "EUCLEAN" },   { -EINVAL, "EINVAL" },
 };
 
 static const char *
@@ -104,8 +130,9 @@ static void
 seen_at(enum call c, int rc, int line)
 {
 	if (!documented(c, rc))
-		fail_msg("line %d: %s returned %d (%s), which it does not document", line,
-			 calls[c].name, rc, kvp_strerror(rc));
+		fail_msg(
+			"line %d: %s returned %d (%s), which it does not document",
+			line, calls[c].name, rc, kvp_strerror(rc));
 	if (!strcmp(kvp_strerror(rc > 0 ? 0 : rc), "unknown status"))
 		fail_msg("line %d: kvp_strerror does not know %d", line, rc);
 }
@@ -135,7 +162,8 @@ header_status_table(void)
 		buf[n] = '\0';
 		end = strstr(buf, "#ifndef KVPOOL_H");
 		if (!end || !strstr(buf, "Status codes"))
-			fail_msg("%s: no status table before the include guard", try[k]);
+			fail_msg("%s: no status table before the include guard",
+				 try[k]);
 		*end = '\0';
 		return buf;
 	}
@@ -159,15 +187,17 @@ test_every_status_documented(void **state)
 			char needle[32];
 
 			if (!strcmp(kvp_strerror(st), "unknown status"))
-				fail_msg("%s can return %d: kvp_strerror does not know it",
-					 calls[c].name, st);
+				fail_msg(
+					"%s can return %d: kvp_strerror does not know it",
+					calls[c].name, st);
 			if (st == 0)
 				continue;
 			assert_non_null(nm);
 			snprintf(needle, sizeof(needle), "-%s", nm);
 			if (!strstr(table, needle))
-				fail_msg("%s can return -%s: not in the status table of kvpool.h",
-					 calls[c].name, nm);
+				fail_msg(
+					"%s can return -%s: not in the status table of kvpool.h",
+					calls[c].name, nm);
 			n++;
 		}
 	}
@@ -182,16 +212,24 @@ test_every_status_documented(void **state)
 static uint32_t
 key_s(char *k, int i)
 {
-	return (uint32_t)snprintf(k, 100, "%064x_ssd_%d", (unsigned)i * 2654435761u, i);
+	return (uint32_t)snprintf(k, 100, "%064x_ssd_%d",
+				  (unsigned)i * 2654435761u, i);
 }
 
 static uint32_t
 key_d(char *k, int i)
 {
-	return (uint32_t)snprintf(k, 100, "%064x_dram_%d", (unsigned)i * 40503u, i);
+	return (uint32_t)snprintf(k, 100, "%064x_dram_%d", (unsigned)i * 40503u,
+				  i);
 }
 
-enum { NS = 48, ND = 48, N = NS + ND, SZ = 64 << 10, HOLDS = 16 };
+enum {
+	NS = 48,
+	ND = 48,
+	N = NS + ND,
+	SZ = 64 << 10,
+	HOLDS = 16
+};
 
 struct mixed {
 	char keys[N][100];
@@ -206,7 +244,8 @@ mixed_ops(struct mixed *x)
 	int k;
 
 	for (k = 0; k < N; k++) {
-		x->ops[k].klen = k % 2 ? key_d(x->keys[k], k / 2) : key_s(x->keys[k], k / 2);
+		x->ops[k].klen = k % 2 ? key_d(x->keys[k], k / 2) :
+					 key_s(x->keys[k], k / 2);
 		x->ops[k].key = x->keys[k];
 		x->ops[k].buf = x->out + (size_t)k * SZ;
 		x->ops[k].off = 0;
@@ -226,7 +265,8 @@ check_all_ok(struct mixed *x, size_t n, enum call call)
 			fail_msg("key %zu (%s): %s", k, k % 2 ? "DRAM" : "SSD",
 				 kvp_strerror(x->ops[k].status));
 		assert_int_equal(x->ops[k].len, SZ);
-		assert_true(kvpt_check(x->ops[k].buf, SZ, x->keys[k], x->ops[k].klen, 7));
+		assert_true(kvpt_check(x->ops[k].buf, SZ, x->keys[k],
+				       x->ops[k].klen, 7));
 	}
 }
 
@@ -255,16 +295,20 @@ test_few_hold_slots(void **state)
 	(void)state;
 	x->out = malloc((size_t)N * SZ);
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
-					  "--dram-high", "0", "--dram-low", "0",
-					  "--holds-per-client", "16", "--no-promote",
-					  "--ssd-dir", kvpt_ssd_dir, "--ssd-segment", "8M",
-					  "--staging", "8M", "--staging-slot", "1M", NULL), 0);
+	assert_int_equal(
+		kvpt_agent_start(&a, "--dram", "64M", "--dram-unit", "4K",
+				 "--dram-high", "0", "--dram-low", "0",
+				 "--holds-per-client", "16", "--no-promote",
+				 "--ssd-dir", kvpt_ssd_dir, "--ssd-segment",
+				 "8M", "--staging", "8M", "--staging-slot",
+				 "1M", NULL),
+		0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(s.g.g_holds_per_client, HOLDS);
 	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
 	/* 48 SSD-resident keys (the agent demotes everything: --dram-high 0) */
-	assert_int_equal(kvpt_put_and_demote(c, &s, NS, SZ, key_s, 7, 30000), 0);
+	assert_int_equal(kvpt_put_and_demote(c, &s, NS, SZ, key_s, 7, 30000),
+			 0);
 	/* 48 DRAM-resident keys: put and leased while the agent is stopped,
 	 * so it can copy them to SSD but never move them out of DRAM */
 	assert_int_equal(kvpt_agent_pause(&a), 0);
@@ -273,7 +317,8 @@ test_few_hold_slots(void **state)
 
 		kvpt_fill(v, SZ, k, kl, 7);
 		assert_int_equal(kvp_put(c, k, kl, v, SZ), 0);
-		assert_int_equal(kvp_lease_acquire(c, k, kl, 600000, &leases[i]), 0);
+		assert_int_equal(
+			kvp_lease_acquire(c, k, kl, 600000, &leases[i]), 0);
 		assert_int_equal(leases[i].tier, KVP_TIER_DRAM);
 	}
 	kill(a.pid, SIGCONT);
@@ -345,7 +390,8 @@ test_few_hold_slots(void **state)
 	assert_int_equal(n, HOLDS / 2);
 	for (i = 10; i < 10 + HOLDS / 2; i++) {
 		assert_int_equal(x->ops[i].status, 0);
-		assert_true(kvpt_check(x->ops[i].buf, SZ, x->keys[i], x->ops[i].klen, 7));
+		assert_true(kvpt_check(x->ops[i].buf, SZ, x->keys[i],
+				       x->ops[i].klen, 7));
 	}
 	assert_int_equal(kvpt_holds_total(&s), HOLDS / 2);
 	kvp_pinset_free(c, ps);
@@ -389,11 +435,14 @@ test_statuses_in_use(void **state)
 	SEEN(CALL_OPEN, rc);
 	assert_int_equal(rc, -ENOTCONN);
 	SEEN(CALL_OPEN, kvp_open("bad/name", "ns", &c));
-	SEEN(CALL_SEG_MAP, kvp_seg_map("kvpt_st_nobody", false, &s, msg, sizeof(msg)));
-	SEEN(CALL_SEG_MAP, kvp_seg_map("bad name", false, &s, msg, sizeof(msg)));
+	SEEN(CALL_SEG_MAP,
+	     kvp_seg_map("kvpt_st_nobody", false, &s, msg, sizeof(msg)));
+	SEEN(CALL_SEG_MAP,
+	     kvp_seg_map("bad name", false, &s, msg, sizeof(msg)));
 
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-clients", "2",
-					  "--max-value", "1M", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-clients",
+					  "2", "--max-value", "1M", NULL),
+			 0);
 	rc = kvp_open(a.pool, "ns", &c);
 	SEEN(CALL_OPEN, rc);
 	SEEN(CALL_OPEN, kvp_open(a.pool, "ns", &c2));
@@ -404,15 +453,17 @@ test_statuses_in_use(void **state)
 	kvp_close(c2);
 
 	SEEN(CALL_PUT, kvp_put(c, "k", 1, v, sizeof(v)));
-	SEEN(CALL_PUT, kvp_put(c, "k", 1, v, sizeof(v)));           /* EEXIST */
-	SEEN(CALL_PUT, kvp_put(c, "k", 0, v, sizeof(v)));           /* EINVAL */
-	SEEN(CALL_PUT, kvp_put(c, "big", 3, v, (2u << 20)));        /* E2BIG */
+	SEEN(CALL_PUT, kvp_put(c, "k", 1, v, sizeof(v)));    /* EEXIST */
+	SEEN(CALL_PUT, kvp_put(c, "k", 0, v, sizeof(v)));    /* EINVAL */
+	SEEN(CALL_PUT, kvp_put(c, "big", 3, v, (2u << 20))); /* E2BIG */
 	SEEN(CALL_GET, kvp_get(c, "k", 1, out, sizeof(out)));
-	SEEN(CALL_GET, kvp_get(c, "k", 1, out, 10));                /* EMSGSIZE */
-	SEEN(CALL_GET, kvp_get(c, "nope", 4, out, sizeof(out)));    /* ENOENT */
-	SEEN(CALL_GET, kvp_get(c, NULL, 4, out, sizeof(out)));      /* EINVAL */
-	SEEN(CALL_GET_RANGE, kvp_get_range(c, "k", 1, 5000, out, 10)); /* off past end */
-	SEEN(CALL_GET_RANGE, kvp_get_range(c, "k", 1, 4096, out, 10)); /* 0 bytes */
+	SEEN(CALL_GET, kvp_get(c, "k", 1, out, 10));             /* EMSGSIZE */
+	SEEN(CALL_GET, kvp_get(c, "nope", 4, out, sizeof(out))); /* ENOENT */
+	SEEN(CALL_GET, kvp_get(c, NULL, 4, out, sizeof(out)));   /* EINVAL */
+	/* off past end */
+	SEEN(CALL_GET_RANGE, kvp_get_range(c, "k", 1, 5000, out, 10));
+	/* 0 bytes */
+	SEEN(CALL_GET_RANGE, kvp_get_range(c, "k", 1, 4096, out, 10));
 	SEEN(CALL_EXISTS, kvp_exists(c, "k", 1));
 	SEEN(CALL_EXISTS, kvp_exists(c, "k", 0));
 	memset(&op, 0, sizeof(op));
@@ -425,20 +476,20 @@ test_statuses_in_use(void **state)
 	SEEN(CALL_PREFIX, kvp_batch_exists_prefix(c, NULL, 1));
 	SEEN(CALL_BATCH_GET, kvp_batch_get(c, NULL, 1));
 	SEEN(CALL_BATCH_PUT, kvp_batch_put(c, &op, 1));
-	SEEN(CALL_BATCH_PUT, op.status);                           /* EEXIST */
+	SEEN(CALL_BATCH_PUT, op.status); /* EEXIST */
 	SEEN(CALL_LOOKUP_PIN, kvp_batch_lookup_pin(c, &op, 1, &ps));
 	SEEN(CALL_LOOKUP_PIN, op.status);
 	SEEN(CALL_PINSET_TIER, kvp_pinset_tier(c, ps, 0));
 	SEEN(CALL_PINSET_TIER, kvp_pinset_tier(c, ps, 1));
 	SEEN(CALL_PINSET_GET, kvp_pinset_get(c, ps, &op, 1));
 	SEEN(CALL_PINSET_GET, op.status);
-	SEEN(CALL_PINSET_GET, kvp_pinset_get(c, ps, &op, 2));      /* n > count */
+	SEEN(CALL_PINSET_GET, kvp_pinset_get(c, ps, &op, 2)); /* n > count */
 	kvp_pinset_free(c, ps);
 	SEEN(CALL_LOOKUP_PIN, kvp_batch_lookup_pin(c, &op, 1, NULL));
 	op.key = "zz";
 	op.klen = 2;
 	SEEN(CALL_LOOKUP_PIN, kvp_batch_lookup_pin(c, &op, 1, &ps));
-	SEEN(CALL_LOOKUP_PIN, op.status);                          /* ENOENT */
+	SEEN(CALL_LOOKUP_PIN, op.status); /* ENOENT */
 	kvp_pinset_free(c, ps);
 	SEEN(CALL_LEASE_ACQUIRE, kvp_lease_acquire(c, "k", 1, 1000, &l));
 	SEEN(CALL_LEASE_RELEASE, kvp_lease_release(c, &l));
@@ -446,7 +497,7 @@ test_statuses_in_use(void **state)
 	SEEN(CALL_LEASE_ACQUIRE, kvp_lease_acquire(c, "nope", 4, 1000, &l));
 	SEEN(CALL_LEASE_ACQUIRE, kvp_lease_acquire(c, "k", 1, 0, &l));
 	SEEN(CALL_DELETE, kvp_delete(c, "k", 1));
-	SEEN(CALL_DELETE, kvp_delete(c, "k", 1));                  /* ENOENT */
+	SEEN(CALL_DELETE, kvp_delete(c, "k", 1)); /* ENOENT */
 	SEEN(CALL_DELETE, kvp_delete(c, "k", 0));
 	kvp_close(c);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
@@ -461,5 +512,6 @@ main(void)
 		cmocka_unit_test(test_few_hold_slots),
 	};
 
-	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup, kvpt_ssd_dir_teardown);
+	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
+				      kvpt_ssd_dir_teardown);
 }

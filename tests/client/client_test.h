@@ -38,7 +38,8 @@ struct kvpc_agent {
 };
 
 /* kvp_open as the test reaches it: inline, from -lkvpool, or dlsym'd */
-typedef int (*kvpc_open_fn)(const char *pool, const char *ns, struct kvp_client **out);
+typedef int (*kvpc_open_fn)(const char *pool, const char *ns,
+			    struct kvp_client **out);
 
 /* The directory of the running executable into out (its kvpoold and
  * libkvpool.so lie there).  0 or -1. */
@@ -80,21 +81,24 @@ kvpc_agent_start(struct kvpc_agent *a, const char *name)
 		return -1;
 	strcat(path, "/kvpoold");
 	if (tag && *tag)
-		snprintf(a->pool, sizeof(a->pool), "%s.%s%d", tag, name, (int)getpid());
+		snprintf(a->pool, sizeof(a->pool), "%s.%s%d", tag, name,
+			 (int)getpid());
 	else
-		snprintf(a->pool, sizeof(a->pool), "t%d_%s", (int)getpid(), name);
-	snprintf(a->log, sizeof(a->log), "%s/kvpt.%s.log", dir && *dir ? dir : "/tmp",
-		 a->pool);
+		snprintf(a->pool, sizeof(a->pool), "t%d_%s", (int)getpid(),
+			 name);
+	snprintf(a->log, sizeof(a->log), "%s/kvpt.%s.log",
+		 dir && *dir ? dir : "/tmp", a->pool);
 	kvpc_pool_remove(a->pool);
 	fflush(NULL); /* the child must not write our buffered output again */
 	a->pid = fork();
 	if (a->pid < 0)
 		return -1;
 	if (a->pid == 0) {
-		char fg[] = "--foreground", po[] = "--pool", dr[] = "--dram", ds[] = "64M",
-		     ma[] = "--metrics-addr", mo[] = "off";
+		char fg[] = "--foreground", po[] = "--pool", dr[] = "--dram",
+		     ds[] = "64M", ma[] = "--metrics-addr", mo[] = "off";
 		char *argv[] = { path, fg, po, a->pool, dr, ds, ma, mo, NULL };
-		int fd = open(a->log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
+		int fd = open(a->log,
+			      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
 
 		/* the agent dies with the test, whatever way the test ends */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -127,15 +131,18 @@ kvpc_open_wait(struct kvpc_agent *a, kvpc_open_fn open_fn, const char *ns,
 		if (rc != -ENOTCONN)
 			return rc;
 		if (waitpid(a->pid, &st, WNOHANG) == a->pid) {
-			fprintf(stderr, "kvpoold exited (status %d): see %s\n", st, a->log);
+			fprintf(stderr, "kvpoold exited (status %d): see %s\n",
+				st, a->log);
 			a->pid = -1;
 			return -ECHILD;
 		}
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		if ((now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000 >
+		if ((now.tv_sec - t0.tv_sec) * 1000 +
+			    (now.tv_nsec - t0.tv_nsec) / 1000000 >
 		    (long)timeout_ms)
 			return rc;
-		nanosleep(&tick, NULL); /* the poll interval of a deadline wait */
+		/* the poll interval of a deadline wait */
+		nanosleep(&tick, NULL);
 	}
 }
 

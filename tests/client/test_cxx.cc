@@ -25,48 +25,59 @@
 
 // The declarations say what the documentation says (a C++ engine's
 // wrapper would be written against these types).
-static_assert(std::is_same<decltype(&kvp_open),
-			   int (*)(const char *, const char *, kvp_client **)>::value,
-	      "kvp_open");
-static_assert(std::is_same<decltype(&kvp_get), ssize_t (*)(kvp_client *, const void *, uint32_t,
-							   void *, uint64_t)>::value,
+static_assert(
+	std::is_same<decltype(&kvp_open),
+		     int (*)(const char *, const char *, kvp_client **)>::value,
+	"kvp_open");
+static_assert(std::is_same<decltype(&kvp_get),
+			   ssize_t (*)(kvp_client *, const void *, uint32_t,
+				       void *, uint64_t)>::value,
 	      "kvp_get");
 static_assert(std::is_same<decltype(&kvp_batch_lookup_pin),
-			   ssize_t (*)(kvp_client *, kvp_op *, size_t, kvp_pinset **)>::value,
+			   ssize_t (*)(kvp_client *, kvp_op *, size_t,
+				       kvp_pinset **)>::value,
 	      "kvp_batch_lookup_pin");
-static_assert(std::is_standard_layout<kvp_op>::value && std::is_trivially_copyable<kvp_op>::value,
+static_assert(std::is_standard_layout<kvp_op>::value &&
+		      std::is_trivially_copyable<kvp_op>::value,
 	      "struct kvp_op is a plain C struct");
-static_assert(std::is_standard_layout<kvp_lease>::value, "struct kvp_lease is a plain C struct");
+static_assert(std::is_standard_layout<kvp_lease>::value,
+	      "struct kvp_lease is a plain C struct");
 
-template <typename T, typename = void> struct is_complete : std::false_type {};
-template <typename T> struct is_complete<T, decltype(void(sizeof(T)))> : std::true_type {};
+template <typename T, typename = void> struct is_complete : std::false_type {
+};
+template <typename T>
+struct is_complete<T, decltype(void(sizeof(T)))> : std::true_type {
+};
 #ifdef KVP_LINK_SHARED
-static_assert(!is_complete<kvp_client>::value && !is_complete<kvp_pinset>::value,
+static_assert(!is_complete<kvp_client>::value &&
+		      !is_complete<kvp_pinset>::value,
 	      "with -lkvpool the client and the pinset are opaque");
 static const char mode[] = "-lkvpool (KVP_LINK_SHARED)";
 #else
 static const char mode[] = "header only";
 #endif
 
-#define CHECK(e)                                                                   \
-	do {                                                                       \
-		if (!(e)) {                                                        \
-			std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, \
-				     __LINE__, #e);                                \
-			return 1;                                                  \
-		}                                                                  \
+#define CHECK(e)                                                          \
+	do {                                                              \
+		if (!(e)) {                                               \
+			std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", \
+				     __FILE__, __LINE__, #e);             \
+			return 1;                                         \
+		}                                                         \
 	} while (0)
 
 // a status: what it was and what it means, when it is not what we want
-#define CHECK_RC(rc, want)                                                         \
-	do {                                                                       \
-		long long rc_ = (long long)(rc);                                   \
-		if (rc_ != (long long)(want)) {                                    \
-			std::fprintf(stderr, "%s:%d: %s = %lld (%s), want %lld\n",  \
-				     __FILE__, __LINE__, #rc, rc_,                 \
-				     kvp_strerror((int)rc_), (long long)(want));   \
-			return 1;                                                  \
-		}                                                                  \
+#define CHECK_RC(rc, want)                                                 \
+	do {                                                               \
+		long long rc_ = (long long)(rc);                           \
+		if (rc_ != (long long)(want)) {                            \
+			std::fprintf(stderr,                               \
+				     "%s:%d: %s = %lld (%s), want %lld\n", \
+				     __FILE__, __LINE__, #rc, rc_,         \
+				     kvp_strerror((int)rc_),               \
+				     (long long)(want));                   \
+			return 1;                                          \
+		}                                                          \
 	} while (0)
 
 // An engine's handle: closed however the scope ends.
@@ -75,7 +86,10 @@ struct client {
 	client() = default;
 	client(const client &) = delete;
 	client &operator=(const client &) = delete;
-	~client() { kvp_close(c); }
+	~client()
+	{
+		kvp_close(c);
+	}
 };
 
 static std::vector<unsigned char>
@@ -92,7 +106,9 @@ static int
 exercise(kvpc_agent *a)
 {
 	client cl;
-	CHECK_RC(kvpc_open_wait(a, kvp_open, "test_cxx|fp16|page16", &cl.c, 20000), 0);
+	CHECK_RC(kvpc_open_wait(a, kvp_open, "test_cxx|fp16|page16", &cl.c,
+				20000),
+		 0);
 	kvp_client *c = cl.c;
 
 	// single keys
@@ -103,7 +119,8 @@ exercise(kvpc_agent *a)
 
 	CHECK_RC(kvp_put(c, key.data(), klen, val.data(), val.size()), 0);
 	CHECK_RC(kvp_put(c, key.data(), klen, val.data(), val.size()), -EEXIST);
-	CHECK_RC(kvp_get(c, key.data(), klen, out.data(), out.size()), val.size());
+	CHECK_RC(kvp_get(c, key.data(), klen, out.data(), out.size()),
+		 val.size());
 	CHECK(out == val);
 	CHECK_RC(kvp_get(c, key.data(), klen, out.data(), 10), -EMSGSIZE);
 	CHECK_RC(kvp_get_range(c, key.data(), klen, 100, out.data(), 50), 50);
@@ -119,7 +136,8 @@ exercise(kvpc_agent *a)
 	std::vector<kvp_op> ops(n + 1);
 
 	for (int i = 0; i <= n; i++) {
-		keys[i] = i < n ? "cxx-batch-" + std::to_string(i) : "cxx-absent";
+		keys[i] = i < n ? "cxx-batch-" + std::to_string(i) :
+				  "cxx-absent";
 		ops[i] = kvp_op{};
 		ops[i].key = keys[i].data();
 		ops[i].klen = (uint32_t)keys[i].size();
@@ -143,7 +161,8 @@ exercise(kvpc_agent *a)
 	CHECK_RC(kvp_batch_get(c, ops.data(), n), n);
 	for (int i = 0; i < n; i++) {
 		CHECK_RC(ops[i].len, vals[i].size());
-		CHECK(std::memcmp(bufs[i].data(), vals[i].data(), vals[i].size()) == 0);
+		CHECK(std::memcmp(bufs[i].data(), vals[i].data(),
+				  vals[i].size()) == 0);
 	}
 
 	// lookup-and-pin
@@ -159,7 +178,8 @@ exercise(kvpc_agent *a)
 		ops[i].len = bufs[i].size();
 	}
 	CHECK_RC(kvp_pinset_get(c, ps, ops.data(), n), n);
-	CHECK(std::memcmp(bufs[n - 1].data(), vals[n - 1].data(), vals[n - 1].size()) == 0);
+	CHECK(std::memcmp(bufs[n - 1].data(), vals[n - 1].data(),
+			  vals[n - 1].size()) == 0);
 	kvp_pinset_release(c, ps);
 	CHECK_RC(kvp_pinset_count(ps), 0);
 	kvp_pinset_free(c, ps);
@@ -188,7 +208,8 @@ main()
 {
 	// where the calls come from: this program, or libkvpool.so.1
 	Dl_info info;
-	CHECK(dladdr(reinterpret_cast<void *>(&kvp_open), &info) && info.dli_fname);
+	CHECK(dladdr(reinterpret_cast<void *>(&kvp_open), &info) &&
+	      info.dli_fname);
 #ifdef KVP_LINK_SHARED
 	CHECK(std::strstr(info.dli_fname, "/libkvpool.so.1") != nullptr);
 #else
@@ -201,7 +222,9 @@ main()
 	int rc = exercise(&a);
 	int st = kvpc_agent_stop(&a);
 	if (st != 0)
-		std::fprintf(stderr, "kvpoold did not stop cleanly (%d): see %s\n", st, a.log);
+		std::fprintf(stderr,
+			     "kvpoold did not stop cleanly (%d): see %s\n", st,
+			     a.log);
 	if (rc == 0 && st == 0)
 		std::printf("ok: every call of kvpool.h from C++ (%s)\n", mode);
 	return rc == 0 && st == 0 ? 0 : 1;

@@ -21,47 +21,64 @@
 
 /* every call kvpool.h declares (libkvpool.map: KVPOOL_1.0) */
 static const char *const api[] = {
-	"kvp_open", "kvp_close", "kvp_put", "kvp_get", "kvp_get_range", "kvp_exists",
-	"kvp_batch_exists_prefix", "kvp_delete", "kvp_batch_put", "kvp_batch_get",
-	"kvp_batch_lookup_pin", "kvp_pinset_get", "kvp_pinset_count", "kvp_pinset_len",
-	"kvp_pinset_tier", "kvp_pinset_release", "kvp_pinset_free", "kvp_lease_acquire",
-	"kvp_lease_release", "kvp_strerror",
+	"kvp_open",
+	"kvp_close",
+	"kvp_put",
+	"kvp_get",
+	"kvp_get_range",
+	"kvp_exists",
+	"kvp_batch_exists_prefix",
+	"kvp_delete",
+	"kvp_batch_put",
+	"kvp_batch_get",
+	"kvp_batch_lookup_pin",
+	"kvp_pinset_get",
+	"kvp_pinset_count",
+	"kvp_pinset_len",
+	"kvp_pinset_tier",
+	"kvp_pinset_release",
+	"kvp_pinset_free",
+	"kvp_lease_acquire",
+	"kvp_lease_release",
+	"kvp_strerror",
 };
 
 /* names of the implementation a loader must not find (a sample of each
  * kind: the tools' mapping, kvp__ helpers, the modules' inline code, the
  * crash-point words) */
 static const char *const hidden[] = {
-	"kvp_seg_map", "kvp__put", "kvp__read", "kvp__seg_unmap", "kvp_ix_find",
-	"kvp_ix_claim", "kvp_dram_alloc", "kvp_shm_bind", "kvp_hash", "kvp_now_ns",
-	"kvp__crash_at", "kvp_crash_arm",
+	"kvp_seg_map", "kvp__put",     "kvp__read",      "kvp__seg_unmap",
+	"kvp_ix_find", "kvp_ix_claim", "kvp_dram_alloc", "kvp_shm_bind",
+	"kvp_hash",    "kvp_now_ns",   "kvp__crash_at",  "kvp_crash_arm",
 };
 
-#define FAIL(...)                                                  \
-	do {                                                       \
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);    \
-		fprintf(stderr, __VA_ARGS__);                      \
-		fprintf(stderr, "\n");                             \
-		return 1;                                          \
+#define FAIL(...)                                               \
+	do {                                                    \
+		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__); \
+		fprintf(stderr, __VA_ARGS__);                   \
+		fprintf(stderr, "\n");                          \
+		return 1;                                       \
 	} while (0)
 
 struct lib {
 	int (*open)(const char *, const char *, struct kvp_client **);
 	void (*close)(struct kvp_client *);
-	int (*put)(struct kvp_client *, const void *, uint32_t, const void *, uint64_t);
-	ssize_t (*get)(struct kvp_client *, const void *, uint32_t, void *, uint64_t);
+	int (*put)(struct kvp_client *, const void *, uint32_t, const void *,
+		   uint64_t);
+	ssize_t (*get)(struct kvp_client *, const void *, uint32_t, void *,
+		       uint64_t);
 	int (*exists)(struct kvp_client *, const void *, uint32_t);
 	int (*del)(struct kvp_client *, const void *, uint32_t);
 	const char *(*strerror)(int);
 };
 
 /* dlsym's void * as a function pointer (POSIX guarantees it converts) */
-#define SYM(h, name, fp)                                                      \
-	do {                                                                  \
-		void *p_ = dlsym(h, name);                                    \
-		if (!p_)                                                      \
-			FAIL("dlsym(%s): %s", name, dlerror());               \
-		memcpy(&(fp), &p_, sizeof(p_));                               \
+#define SYM(h, name, fp)                                        \
+	do {                                                    \
+		void *p_ = dlsym(h, name);                      \
+		if (!p_)                                        \
+			FAIL("dlsym(%s): %s", name, dlerror()); \
+		memcpy(&(fp), &p_, sizeof(p_));                 \
 	} while (0)
 
 static int
@@ -84,7 +101,8 @@ serve(struct lib *l, struct kvpc_agent *a)
 		FAIL("kvp_put: %d (%s)", rc, l->strerror(rc));
 	rc = l->put(c, key, sizeof(key) - 1, val, sizeof(val));
 	if (rc != -EEXIST)
-		FAIL("second kvp_put: %d (%s), want -EEXIST", rc, l->strerror(rc));
+		FAIL("second kvp_put: %d (%s), want -EEXIST", rc,
+		     l->strerror(rc));
 	got = l->get(c, key, sizeof(key) - 1, out, sizeof(out));
 	if (got != (ssize_t)sizeof(val) || memcmp(out, val, sizeof(val)))
 		FAIL("kvp_get: %zd, or the bytes differ", got);
@@ -114,18 +132,22 @@ main(void)
 
 	if (kvpc_bindir(path, sizeof(path) - 32))
 		FAIL("no directory of this program");
-	strcat(path, "/libkvpool.so.1"); /* the SONAME, as a loader asks for it */
+	/* the SONAME, as a loader asks for it */
+	strcat(path, "/libkvpool.so.1");
 	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!h)
 		FAIL("dlopen(%s): %s", path, dlerror());
 	for (k = 0; k < sizeof(api) / sizeof(api[0]); k++)
 		if (!dlvsym(h, api[k], "KVPOOL_1.0"))
-			FAIL("%s@KVPOOL_1.0 is not in the library: %s", api[k], dlerror());
+			FAIL("%s@KVPOOL_1.0 is not in the library: %s", api[k],
+			     dlerror());
 	for (k = 0; k < sizeof(hidden) / sizeof(hidden[0]); k++)
 		if (dlsym(h, hidden[k]))
-			FAIL("%s is exported: only kvpool.h's calls may be", hidden[k]);
-	printf("ok: %s exports the %zu calls of kvpool.h, none of %zu internal names\n", path,
-	       sizeof(api) / sizeof(api[0]), sizeof(hidden) / sizeof(hidden[0]));
+			FAIL("%s is exported: only kvpool.h's calls may be",
+			     hidden[k]);
+	printf("ok: %s exports the %zu calls of kvpool.h, none of %zu internal names\n",
+	       path, sizeof(api) / sizeof(api[0]),
+	       sizeof(hidden) / sizeof(hidden[0]));
 	SYM(h, "kvp_open", l.open);
 	SYM(h, "kvp_close", l.close);
 	SYM(h, "kvp_put", l.put);

@@ -36,12 +36,12 @@
 
 #define FZ_KEYS 12
 #define FZ_VMAX (200u << 10)
-#define FZ_PROT 8              /* the innocent client's values */
+#define FZ_PROT 8 /* the innocent client's values */
 #define FZ_PSZ (40u << 10)
 
 static struct kvp_agent fz_agent;
 static struct kvp_client *fz_c;
-static struct kvp_client *fz_p; /* innocent: its values must survive */
+static struct kvp_client *fz_p;    /* innocent: its values must survive */
 static uint64_t fz_pslot[FZ_PROT]; /* their index slots (+1; 0: none now) */
 static uint64_t fz_missed, fz_checked;
 static uint64_t fz_slot[FZ_KEYS], fz_gen[FZ_KEYS], fz_len[FZ_KEYS];
@@ -92,15 +92,18 @@ fz_refresh_keys(void)
 
 	for (k = 0; k < FZ_KEYS; k++) {
 		char key[64];
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "fuzz-key-%u", k);
+		uint32_t kl =
+			(uint32_t)snprintf(key, sizeof(key), "fuzz-key-%u", k);
 		uint64_t w;
 		int64_t i = kvp_ix_find(&fz_c->seg, fz_c->ns_id,
-					kvp_key_hash(fz_c->ns_id, key, kl), key, kl,
-					KVP_IX_M(KVP_IX_READY), &w);
+					kvp_key_hash(fz_c->ns_id, key, kl), key,
+					kl, KVP_IX_M(KVP_IX_READY), &w);
 
 		fz_slot[k] = i >= 0 ? (uint64_t)i : 0;
 		fz_gen[k] = i >= 0 ? KVP_IX_GEN(w) : 0;
-		fz_len[k] = i >= 0 ? kvp_load_relaxed(&fz_c->seg.entries[i].e_len) : 0;
+		fz_len[k] =
+			i >= 0 ? kvp_load_relaxed(&fz_c->seg.entries[i].e_len) :
+				 0;
 	}
 }
 
@@ -129,8 +132,9 @@ fz_protect(void)
 		kvpt_fill(v, FZ_PSZ, key, kl, 3);
 		if (kvp_exists(fz_p, key, kl) != 1)
 			kvp_put(fz_p, key, kl, v, FZ_PSZ);
-		i = kvp_ix_find(&fz_p->seg, fz_p->ns_id, kvp_key_hash(fz_p->ns_id, key, kl), key,
-				kl, KVP_IX_M(KVP_IX_READY), &w);
+		i = kvp_ix_find(&fz_p->seg, fz_p->ns_id,
+				kvp_key_hash(fz_p->ns_id, key, kl), key, kl,
+				KVP_IX_M(KVP_IX_READY), &w);
 		fz_pslot[k] = i >= 0 ? (uint64_t)i + 1 : 0;
 	}
 	free(v);
@@ -164,8 +168,10 @@ fz_protected_unit(uint64_t u)
 		loc = kvp_load_relaxed(&s->entries[i].e_loc);
 		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
 			continue;
-		for (p = KVP_LOC_VAL(loc); p < s->g.g_dram_pages && hops++ < 64;) {
-			uint32_t len = s->pages[p].pg_npages, next = s->pages[p].pg_next;
+		for (p = KVP_LOC_VAL(loc);
+		     p < s->g.g_dram_pages && hops++ < 64;) {
+			uint32_t len = s->pages[p].pg_npages,
+				 next = s->pages[p].pg_next;
 
 			if (!len || len > s->g.g_dram_pages - p)
 				break;
@@ -205,13 +211,15 @@ fz_verify_protected(void)
 			fz_missed++;
 			continue;
 		}
-		if (n != (ssize_t)FZ_PSZ || !kvpt_check(v, FZ_PSZ, key, kl, 3)) {
+		if (n != (ssize_t)FZ_PSZ ||
+		    !kvpt_check(v, FZ_PSZ, key, kl, 3)) {
 			fprintf(stderr, "fuzz_ring: innocent value %u: %s\n", k,
 				n < 0 ? kvp_strerror((int)n) : "wrong bytes");
 			abort();
 		}
 	}
-	kvp_store_release(&fz_agent.stop, 1); /* release: the thread acquires it */
+	/* release: the thread acquires it */
+	kvp_store_release(&fz_agent.stop, 1);
 	kvp_ifetch_add(&fz_agent.seg.hdr->h_evict_wake, 1); /* full: wake it */
 	kvp_futex_wake(&fz_agent.seg.hdr->h_evict_wake);
 	pthread_join(tier, NULL);
@@ -226,7 +234,8 @@ fz_setup(void)
 	unsigned k;
 
 	kvp_log_set_level(KVP_LOG_ERROR);
-	snprintf(fz_dir, sizeof(fz_dir), "/var/tmp/kvp-fuzz-%d-XXXXXX", (int)getpid());
+	snprintf(fz_dir, sizeof(fz_dir), "/var/tmp/kvp-fuzz-%d-XXXXXX",
+		 (int)getpid());
 	if (!mkdtemp(fz_dir))
 		return -1;
 	atexit(fz_cleanup);
@@ -248,7 +257,8 @@ fz_setup(void)
 	cfg->ssd_segment = 4u << 20;
 	cfg->staging_bytes = 256u << 10;
 	cfg->staging_slot = 64u << 10;
-	if (kvp_shm_create_or_attach_agent(&fz_agent) || kvp_tier_open_agent(&fz_agent) ||
+	if (kvp_shm_create_or_attach_agent(&fz_agent) ||
+	    kvp_tier_open_agent(&fz_agent) ||
 	    kvp_open(cfg->pool, "fuzz", &fz_c))
 		return -1;
 	v = malloc(FZ_VMAX);
@@ -256,7 +266,8 @@ fz_setup(void)
 		return -1;
 	for (k = 0; k < FZ_KEYS; k++) {
 		char key[64];
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "fuzz-key-%u", k);
+		uint32_t kl =
+			(uint32_t)snprintf(key, sizeof(key), "fuzz-key-%u", k);
 		uint64_t len = 4096 + (uint64_t)k * 17000;
 
 		memset(v, (int)k, len);
@@ -299,12 +310,18 @@ static uint64_t
 fz_field(struct fz_in *in, uint64_t valid, uint64_t bound)
 {
 	switch (fz_u64(in, 1) % 6) {
-	case 0: return valid;
-	case 1: return valid + fz_u64(in, 1);
-	case 2: return bound + fz_u64(in, 1);
-	case 3: return bound - 1 - (fz_u64(in, 1) % (bound ? bound : 1));
-	case 4: return (uint64_t)0 - fz_u64(in, 1);
-	default: return fz_u64(in, 8);
+	case 0:
+		return valid;
+	case 1:
+		return valid + fz_u64(in, 1);
+	case 2:
+		return bound + fz_u64(in, 1);
+	case 3:
+		return bound - 1 - (fz_u64(in, 1) % (bound ? bound : 1));
+	case 4:
+		return (uint64_t)0 - fz_u64(in, 1);
+	default:
+		return fz_u64(in, 8);
 	}
 }
 
@@ -328,49 +345,79 @@ fz_one(const uint8_t *data, size_t size)
 		case 0:
 		case 1:
 		case 2: { /* a request (the common case) */
-			struct kvp_req *q = &ring[fz_u64(&in, 1) % s->g.g_ring_entries];
-			uint64_t w = kvp_load_relaxed(&q->rq_state); /* relaxed: ours */
+			struct kvp_req *q =
+				&ring[fz_u64(&in, 1) % s->g.g_ring_entries];
+			/* relaxed: ours */
+			uint64_t w = kvp_load_relaxed(&q->rq_state);
 
-			kvp_store_relaxed(&q->rq_slot, fz_field(&in, fz_slot[key], s->g.g_index_slots));
-			kvp_store_relaxed(&q->rq_gen, fz_field(&in, fz_gen[key], 1u << 24));
-			kvp_store_relaxed(&q->rq_off, fz_field(&in, 0, fz_len[key]));
-			kvp_store_relaxed(&q->rq_len, fz_field(&in, fz_len[key], fz_len[key]));
-			kvp_store_relaxed(&q->rq_call, fz_field(&in, KVP_RQ_FIRST | KVP_RQ_WHOLE | 1,
-								 KVP_RQ_WHOLE));
+			kvp_store_relaxed(&q->rq_slot,
+					  fz_field(&in, fz_slot[key],
+						   s->g.g_index_slots));
+			kvp_store_relaxed(&q->rq_gen,
+					  fz_field(&in, fz_gen[key], 1u << 24));
+			kvp_store_relaxed(&q->rq_off,
+					  fz_field(&in, 0, fz_len[key]));
+			kvp_store_relaxed(&q->rq_len, fz_field(&in, fz_len[key],
+							       fz_len[key]));
+			kvp_store_relaxed(
+				&q->rq_call,
+				fz_field(&in, KVP_RQ_FIRST | KVP_RQ_WHOLE | 1,
+					 KVP_RQ_WHOLE));
 			kvp_store_relaxed(&q->rq_result, fz_u64(&in, 8));
 			kvp_store_relaxed(&q->rq_where, fz_u64(&in, 8));
 			/* release: a POSTED word, or garbage */
-			kvp_store_release(&q->rq_state, op % 8 == 2 ? fz_u64(&in, 8)
-					  : (((w >> 8) + 1) << 8) | KVP_RQ_POSTED);
+			kvp_store_release(&q->rq_state,
+					  op % 8 == 2 ? fz_u64(&in, 8) :
+							(((w >> 8) + 1) << 8) |
+								KVP_RQ_POSTED);
 			break;
 		}
 		case 3: /* hold slots and the high-water mark */
-			kvp_store_release(&holds[fz_u64(&in, 1) % s->g.g_holds_per_client],
-					  fz_u64(&in, 1) & 1 ? KVP_HOLD_MAKE(fz_slot[key], fz_gen[key])
-							     : fz_u64(&in, 8)); /* release */
+			kvp_store_release(
+				&holds[fz_u64(&in, 1) % s->g.g_holds_per_client],
+				fz_u64(&in, 1) & 1 ?
+					KVP_HOLD_MAKE(fz_slot[key], fz_gen[key])
+					/* release */
+					:
+					fz_u64(&in, 8));
 			kvp_store_relaxed(&s->clients[me].cs_hold_hwm,
-					  fz_field(&in, s->g.g_holds_per_client, s->g.g_holds_per_client));
+					  fz_field(&in, s->g.g_holds_per_client,
+						   s->g.g_holds_per_client));
 			break;
 		case 4: { /* a lease record */
-			struct kvp_lease_slot *ls = &s->leases[fz_u64(&in, 2) % s->g.g_max_leases];
+			struct kvp_lease_slot *ls =
+				&s->leases[fz_u64(&in, 2) % s->g.g_max_leases];
 
-			kvp_store_relaxed(&ls->ls_slot, fz_field(&in, fz_slot[key], s->g.g_index_slots));
-			kvp_store_relaxed(&ls->ls_expiry, kvp_now_ns(CLOCK_MONOTONIC) +
-					  fz_u64(&in, 4) * 1000);
+			kvp_store_relaxed(&ls->ls_slot,
+					  fz_field(&in, fz_slot[key],
+						   s->g.g_index_slots));
+			kvp_store_relaxed(&ls->ls_expiry,
+					  kvp_now_ns(CLOCK_MONOTONIC) +
+						  fz_u64(&in, 4) * 1000);
 			kvp_store_relaxed(&ls->ls_owner, fz_u64(&in, 2));
-			kvp_store_release(&ls->ls_state, fz_u64(&in, 1) & 1 /* release */
-					  ? KVP_LS_WORD(fz_u64(&in, 4), fz_u64(&in, 2), fz_u64(&in, 1) % 4)
-					  : fz_u64(&in, 8));
+			/* release */
+			kvp_store_release(
+				&ls->ls_state,
+				fz_u64(&in, 1) & 1 ?
+					KVP_LS_WORD(fz_u64(&in, 4),
+						    fz_u64(&in, 2),
+						    fz_u64(&in, 1) % 4) :
+					fz_u64(&in, 8));
 			break;
 		}
 		case 5: { /* a staging span word a worker damaged */
-			struct kvp_span *sp = &s->spans[fz_u64(&in, 1) % s->g.g_staging_slots];
+			struct kvp_span *sp =
+				&s->spans[fz_u64(&in, 1) % s->g.g_staging_slots];
 
 			if (fz_u64(&in, 1) & 1)
-				kvp_store_release(&sp->sp_state, fz_u64(&in, 8)); /* release */
+				/* release */
+				kvp_store_release(&sp->sp_state,
+						  fz_u64(&in, 8));
 			else
-				kvp_store_release(&sp->sp_holders[fz_u64(&in, 1) % KVP_SPAN_HOLDER_WORDS],
-						  fz_u64(&in, 8)); /* release */
+				kvp_store_release(
+					&sp->sp_holders[fz_u64(&in, 1) %
+							KVP_SPAN_HOLDER_WORDS],
+					fz_u64(&in, 8)); /* release */
 			break;
 		}
 		case 6: /* let the agent run in between */
@@ -380,27 +427,33 @@ fz_one(const uint8_t *data, size_t size)
 			kvp_reaper_round_agent(&fz_agent);
 			kvp_dram_round_agent(&fz_agent);
 			break;
-		case 8: { /* a word of a header geometry copy, or its identity */
+		/* a word of a header geometry copy, or its identity */
+		case 8: {
 			unsigned c = (unsigned)fz_u64(&in, 1);
 			uint64_t *g = (uint64_t *)&h->h_geom[c & 1];
 
 			if (c & 2)
-				g[fz_u64(&in, 1) % (sizeof(struct kvp_geom) / 8)] = fz_u64(&in, 8);
+				g[fz_u64(&in, 1) % (sizeof(struct kvp_geom) /
+						    8)] = fz_u64(&in, 8);
 			else
-				((uint32_t *)g)[fz_u64(&in, 1) % (sizeof(struct kvp_geom) / 4)] =
+				((uint32_t *)g)[fz_u64(&in, 1) %
+						(sizeof(struct kvp_geom) / 4)] =
 					(uint32_t)fz_field(&in, 1, 1u << 20);
 			if (c & 4)
 				h->h_abi_major = (uint16_t)fz_u64(&in, 2);
 			break;
 		}
-		case 9: { /* a field of a page map entry (not an innocent value's) */
-			uint64_t u = fz_field(&in, fz_u64(&in, 2), s->g.g_dram_pages) %
+		/* a field of a page map entry (not an innocent value's) */
+		case 9: {
+			uint64_t u = fz_field(&in, fz_u64(&in, 2),
+					      s->g.g_dram_pages) %
 				     s->g.g_dram_pages;
 			uint32_t *f = (uint32_t *)&s->pages[u];
 
 			if (fz_protected_unit(u))
 				break;
-			f[fz_u64(&in, 1) % 8] = (uint32_t)fz_field(&in, u + 1, s->g.g_dram_pages);
+			f[fz_u64(&in, 1) % 8] = (uint32_t)fz_field(
+				&in, u + 1, s->g.g_dram_pages);
 			break;
 		}
 		case 10: { /* the allocator's bins, counts, damage flag, lock;
@@ -409,26 +462,39 @@ fz_one(const uint8_t *data, size_t size)
 
 			if (what == 0)
 				s->dram->dh_bin[fz_u64(&in, 1) % KVP_DRAM_BINS] =
-					(uint32_t)fz_field(&in, 1, s->g.g_dram_pages);
+					(uint32_t)fz_field(&in, 1,
+							   s->g.g_dram_pages);
 			else if (what == 1)
-				s->dram->dh_free_pages = fz_field(&in, 1, s->g.g_dram_pages);
+				s->dram->dh_free_pages =
+					fz_field(&in, 1, s->g.g_dram_pages);
 			else if (what == 2)
-				s->dram->dh_used_pages = fz_field(&in, 1, s->g.g_dram_pages);
+				s->dram->dh_used_pages =
+					fz_field(&in, 1, s->g.g_dram_pages);
 			else if (what == 3)
-				kvp_store_relaxed(&s->dram->dh_damaged, fz_u64(&in, 1));
+				kvp_store_relaxed(&s->dram->dh_damaged,
+						  fz_u64(&in, 1));
 			else if (what == 6) /* relaxed: hostile */
-				kvp_store_relaxed(&h->h_ix_used, fz_field(&in, 0, s->g.g_index_limit));
+				kvp_store_relaxed(&h->h_ix_used,
+						  fz_field(&in, 0,
+							   s->g.g_index_limit));
 			else if (what == 7) /* relaxed: hostile */
 				kvp_store_relaxed(&h->h_ix_req, fz_u64(&in, 1));
 			else if (what == 4) /* a lock word no holder wrote */
-				kvp_istore_release(&s->dram->dh_lock, /* release: hostile */
-						   (unsigned int)fz_field(&in, me + 1, 0x10000));
-			else /* a claim (a forged one makes the lock look held) */
-				kvp_istore_release(fz_u64(&in, 1) & 1 /* release: hostile */
-						   ? &s->hdr->h_agent_alloc_claim
-						   : &s->clients[fz_u64(&in, 1) % s->g.g_max_clients]
-							      .cs_alloc_claim,
-						   (unsigned int)fz_u64(&in, 4));
+				/* release: hostile */
+				kvp_istore_release(
+					&s->dram->dh_lock,
+					(unsigned int)fz_field(&in, me + 1,
+							       0x10000));
+			/* a claim (a forged one makes the lock look held) */
+			else
+				/* release: hostile */
+				kvp_istore_release(
+					fz_u64(&in, 1) & 1 ?
+						&s->hdr->h_agent_alloc_claim :
+						&s->clients[fz_u64(&in, 1) %
+							    s->g.g_max_clients]
+							 .cs_alloc_claim,
+					(unsigned int)fz_u64(&in, 4));
 			break;
 		}
 		case 11: { /* a field of any client slot */
@@ -437,60 +503,90 @@ fz_one(const uint8_t *data, size_t size)
 			unsigned what = (unsigned)fz_u64(&in, 1) % 8;
 
 			if (what == 0) /* relaxed: hostile */
-				kvp_store_relaxed(&cs->cs_state, fz_field(&in, KVP_CS_LIVE, 4));
+				kvp_store_relaxed(&cs->cs_state,
+						  fz_field(&in, KVP_CS_LIVE,
+							   4));
 			else if (what == 1)
 				kvp_store_relaxed(&cs->cs_pid, fz_u64(&in, 4));
 			else if (what == 2)
-				kvp_store_relaxed(&cs->cs_start_time, fz_u64(&in, 8));
+				kvp_store_relaxed(&cs->cs_start_time,
+						  fz_u64(&in, 8));
 			else if (what == 3)
-				kvp_store_relaxed(&cs->cs_hold_hwm, fz_u64(&in, 8));
+				kvp_store_relaxed(&cs->cs_hold_hwm,
+						  fz_u64(&in, 8));
 			else if (what == 4)
-				kvp_store_relaxed(&cs->cs_ctr[fz_u64(&in, 1) % KVP_CTR_SLOTS],
+				kvp_store_relaxed(&cs->cs_ctr[fz_u64(&in, 1) %
+							      KVP_CTR_SLOTS],
 						  fz_u64(&in, 8));
 			else if (what == 5) /* its share of the index count */
-				kvp_store_relaxed(&cs->cs_ix_resv, fz_field(&in, KVP_IXR_HAVE_SLOT, 8));
+				kvp_store_relaxed(
+					&cs->cs_ix_resv,
+					fz_field(&in, KVP_IXR_HAVE_SLOT, 8));
 			else if (what == 6)
-				kvp_store_relaxed(&cs->cs_ix_slot,
-						  fz_field(&in, KVP_HOLD_MAKE(fz_slot[key], fz_gen[key]),
-							   s->g.g_index_slots));
+				kvp_store_relaxed(
+					&cs->cs_ix_slot,
+					fz_field(&in,
+						 KVP_HOLD_MAKE(fz_slot[key],
+							       fz_gen[key]),
+						 s->g.g_index_slots));
 			else
-				kvp_store_relaxed(&cs->cs_hist[fz_u64(&in, 1) % KVP_HIST_SLOTS]
-							      [fz_u64(&in, 1) % KVP_HIST_WORDS],
+				kvp_store_relaxed(&cs->cs_hist[fz_u64(&in, 1) %
+							       KVP_HIST_SLOTS]
+							      [fz_u64(&in, 1) %
+							       KVP_HIST_WORDS],
 						  fz_u64(&in, 8));
 			break;
 		}
 		case 12: { /* an index state word (not an innocent value's) */
-			uint64_t i = fz_field(&in, fz_slot[key], s->g.g_index_slots) %
+			uint64_t i = fz_field(&in, fz_slot[key],
+					      s->g.g_index_slots) %
 				     s->g.g_index_slots;
-			uint64_t w = kvp_load_relaxed(&s->meta[i]); /* relaxed: hostile */
+			/* relaxed: hostile */
+			uint64_t w = kvp_load_relaxed(&s->meta[i]);
 
 			if (fz_protected_slot(i))
 				break;
 			switch (fz_u64(&in, 1) % 4) {
-			case 0: w ^= KVP_IX_CHECK; break;
-			case 1: w = (w & ~0xfull) | (fz_u64(&in, 1) & 0xf); break;
-			case 2: w = KVP_IX_WORD(KVP_IX_GEN(w), KVP_IX_FP(w), fz_u64(&in, 2),
-					       KVP_IX_STATE(w)); break;
-			default: w = fz_u64(&in, 8); break;
+			case 0:
+				w ^= KVP_IX_CHECK;
+				break;
+			case 1:
+				w = (w & ~0xfull) | (fz_u64(&in, 1) & 0xf);
+				break;
+			case 2:
+				w = KVP_IX_WORD(KVP_IX_GEN(w), KVP_IX_FP(w),
+						fz_u64(&in, 2),
+						KVP_IX_STATE(w));
+				break;
+			default:
+				w = fz_u64(&in, 8);
+				break;
 			}
-			kvp_store_release(&s->meta[i], w); /* release: hostile */
+			/* release: hostile */
+			kvp_store_release(&s->meta[i], w);
 			break;
 		}
-		default: { /* an index entry's field (not an innocent value's) */
-			uint64_t i = fz_field(&in, fz_slot[key], s->g.g_index_slots) %
+		/* an index entry's field (not an innocent value's) */
+		default: {
+			uint64_t i = fz_field(&in, fz_slot[key],
+					      s->g.g_index_slots) %
 				     s->g.g_index_slots;
 			struct kvp_entry *e = &s->entries[i];
-			kvp_aword_t *f[] = { &e->e_loc, &e->e_len, &e->e_ns, &e->e_hash,
-					     &e->e_klen, &e->e_ref, &e->e_ssd, &e->e_run };
+			kvp_aword_t *f[] = { &e->e_loc,  &e->e_len,  &e->e_ns,
+					     &e->e_hash, &e->e_klen, &e->e_ref,
+					     &e->e_ssd,  &e->e_run };
 
 			if (fz_protected_slot(i))
 				break;
 			/* relaxed: hostile */
-			kvp_store_relaxed(f[fz_u64(&in, 1) % 8],
-					  fz_u64(&in, 1) & 1
-						  ? KVP_LOC_MAKE(fz_u64(&in, 1) & 3,
-								 fz_field(&in, 0, s->g.g_dram_pages))
-						  : fz_u64(&in, 8));
+			kvp_store_relaxed(
+				f[fz_u64(&in, 1) % 8],
+				fz_u64(&in, 1) & 1 ?
+					KVP_LOC_MAKE(
+						fz_u64(&in, 1) & 3,
+						fz_field(&in, 0,
+							 s->g.g_dram_pages)) :
+					fz_u64(&in, 8));
 			break;
 		}
 		}
@@ -509,11 +605,14 @@ fz_one(const uint8_t *data, size_t size)
 		uint64_t w = kvp_load_acquire(&ring[r].rq_state); /* acquire */
 		uint64_t where = kvp_load_relaxed(&ring[r].rq_where);
 
-		if (KVP_RQ_STATE(w) == KVP_RQ_DONE && kvp_load_relaxed(&ring[r].rq_result) == 0 &&
+		if (KVP_RQ_STATE(w) == KVP_RQ_DONE &&
+		    kvp_load_relaxed(&ring[r].rq_result) == 0 &&
 		    !(where & KVP_WHERE_DRAM) && (where & 0xffffffffull) &&
 		    (where & 0xffffffffull) - 1 < s->g.g_staging_slots)
-			kvp__span_release(fz_c, (uint32_t)((where & 0xffffffffull) - 1));
-		kvp_store_release(&ring[r].rq_state, (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
+			kvp__span_release(
+				fz_c, (uint32_t)((where & 0xffffffffull) - 1));
+		kvp_store_release(&ring[r].rq_state,
+				  (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
 	}
 	for (k = 0; k < s->g.g_holds_per_client; k++)
 		kvp_store_release(&holds[k], 0); /* release */
@@ -535,17 +634,19 @@ fz_one(const uint8_t *data, size_t size)
 	/* nobody holds the lock between scripts: a word or claims the
 	 * script forged go (a live forged holder is a wedge the agent waits
 	 * out, test_hostile) */
-	kvp_istore_release(&s->dram->dh_lock, 0); /* release */
+	kvp_istore_release(&s->dram->dh_lock, 0);            /* release */
 	kvp_istore_release(&s->hdr->h_agent_alloc_claim, 0); /* release */
 	for (k = 0; k < s->g.g_max_clients; k++)
-		kvp_istore_release(&s->clients[k].cs_alloc_claim, 0); /* release */
+		/* release */
+		kvp_istore_release(&s->clients[k].cs_alloc_claim, 0);
 	fz_agent.dram_damaged = true;
 	fz_agent.last_repair_ns = 0;
 	kvp_dram_repair_agent(&fz_agent);
 	for (k = 0; k < s->g.g_max_clients; k++) {
 		/* client slots nobody owns: the ones the script invented */
 		if (k != fz_c->slot && k != fz_p->slot)
-			kvp_store_release(&s->clients[k].cs_state, 0); /* release */
+			/* release */
+			kvp_store_release(&s->clients[k].cs_state, 0);
 	}
 	/* relaxed: the harness's own clients, restored */
 	kvp_store_relaxed(&s->clients[fz_c->slot].cs_state, fz_c->slot_word);
@@ -558,7 +659,8 @@ fz_one(const uint8_t *data, size_t size)
 	 * second near the limit) puts it right; here at once */
 	for (k = 0; k < s->g.g_max_clients; k++)
 		if (k != fz_c->slot && k != fz_p->slot)
-			kvp_store_release(&s->clients[k].cs_ix_resv, 0); /* release */
+			/* release */
+			kvp_store_release(&s->clients[k].cs_ix_resv, 0);
 	kvp_ix_recount_agent(&fz_agent);
 	fz_agent_settle();
 	fz_verify_protected();
@@ -598,10 +700,15 @@ main(int argc, char **argv)
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
-		case 's': seconds = (unsigned)atoi(optarg); break;
-		case 'x': seed = strtoull(optarg, NULL, 0); break;
+		case 's':
+			seconds = (unsigned)atoi(optarg);
+			break;
+		case 'x':
+			seed = strtoull(optarg, NULL, 0);
+			break;
 		default:
-			fprintf(stderr, "usage: fuzz_ring [--seconds S] [--seed X] [FILE...]\n");
+			fprintf(stderr,
+				"usage: fuzz_ring [--seconds S] [--seed X] [FILE...]\n");
 			return 2;
 		}
 	}
@@ -633,8 +740,10 @@ main(int argc, char **argv)
 		runs++;
 	}
 	printf("fuzz_ring: %llu scripts, agent survived; %llu requests answered BUSY, "
-	       "%llu staged, %llu promoted\n", (unsigned long long)runs,
-	       (unsigned long long)fz_agent.seg.hdr->h_actr[KVP_ACTR_BUSY_REJECT],
+	       "%llu staged, %llu promoted\n",
+	       (unsigned long long)runs,
+	       (unsigned long long)
+		       fz_agent.seg.hdr->h_actr[KVP_ACTR_BUSY_REJECT],
 	       (unsigned long long)fz_agent.seg.hdr->h_actr[KVP_ACTR_STAGED],
 	       (unsigned long long)fz_agent.seg.hdr->h_actr[KVP_ACTR_PROMOTE]);
 	printf("1 passed, 0 failed\n");

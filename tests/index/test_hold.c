@@ -34,7 +34,7 @@
 #include "tests/agent/harness.h"
 
 #define NS1 0x401d0001ull
-#define HPC 64u             /* hold slots per client */
+#define HPC 64u /* hold slots per client */
 #define CLIENTS 8u
 #define AGENT_CS (CLIENTS - 1) /* the client slot the "agent" claims with */
 
@@ -95,7 +95,8 @@ test_hold_seen_by_scan(void **state)
 	i = put(&s, "held", &w);
 	set_hwm(&s, 0, 1);
 	assert_int_equal(kvp_ix_hold(&s, hold_slot(&s, 0, 0), (uint64_t)i, w, 0,
-				     1000000000ull, &waits), 0);
+				     1000000000ull, &waits),
+			 0);
 	assert_int_equal(waits, 0);
 	assert_int_equal(kvp_load_relaxed(hold_slot(&s, 0, 0)),
 			 KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
@@ -112,7 +113,8 @@ test_hold_seen_by_scan(void **state)
 	assert_false(check_one(&s, (uint64_t)i, &c));
 	assert_true(kvp_ix_remove(&s, (uint64_t)i, c.word));
 	assert_int_equal(kvp_ix_hold(&s, hold_slot(&s, 0, 0), (uint64_t)i, w, 0,
-				     1000000000ull, &waits), -ENOENT);
+				     1000000000ull, &waits),
+			 -ENOENT);
 	assert_int_equal(kvp_load_relaxed(hold_slot(&s, 0, 0)), 0);
 	assert_int_equal(waits, 0);
 	kvp__seg_unmap(&s);
@@ -127,10 +129,21 @@ test_hold_seen_by_scan(void **state)
 static void
 test_scan_what_counts(void **state)
 {
-	enum { HOLD_GEN, HOLD_OLD, HOLD_PIN, HOLD_FORGED_HWM, LEASE_LIVE, LEASE_RESERVED,
-	       HOLD_ABOVE_HWM, LEASE_EXPIRED, LEASE_FREE, NOBODY, N };
-	static const bool want[N] = { true, true, true, true, true, true,
-				      false, false, false, false };
+	enum {
+		HOLD_GEN,
+		HOLD_OLD,
+		HOLD_PIN,
+		HOLD_FORGED_HWM,
+		LEASE_LIVE,
+		LEASE_RESERVED,
+		HOLD_ABOVE_HWM,
+		LEASE_EXPIRED,
+		LEASE_FREE,
+		NOBODY,
+		N
+	};
+	static const bool want[N] = { true, true,  true,  true,  true,
+				      true, false, false, false, false };
 	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), w[N];
 	struct kvp_cand c[N];
 	struct kvp_seg s;
@@ -147,35 +160,45 @@ test_scan_what_counts(void **state)
 	/* client 0: a hold of the current generation */
 	set_hwm(&s, 0, 1);
 	kvp_store_release(hold_slot(&s, 0, 0),
-			  KVP_HOLD_MAKE(slot[HOLD_GEN], KVP_IX_GEN(w[HOLD_GEN])));
+			  KVP_HOLD_MAKE(slot[HOLD_GEN],
+					KVP_IX_GEN(w[HOLD_GEN])));
 	/* client 1: an older generation, in its 4th slot */
 	set_hwm(&s, 1, 4);
 	kvp_store_release(hold_slot(&s, 1, 3),
-			  KVP_HOLD_MAKE(slot[HOLD_OLD], KVP_IX_GEN(w[HOLD_OLD]) + 5));
+			  KVP_HOLD_MAKE(slot[HOLD_OLD],
+					KVP_IX_GEN(w[HOLD_OLD]) + 5));
 	/* client 2: a pin */
 	set_hwm(&s, 2, 1);
 	kvp_store_release(hold_slot(&s, 2, 0),
-			  KVP_HOLD_MAKE(slot[HOLD_PIN], KVP_IX_GEN(w[HOLD_PIN])) | KVP_HOLD_PIN);
+			  KVP_HOLD_MAKE(slot[HOLD_PIN],
+					KVP_IX_GEN(w[HOLD_PIN])) |
+				  KVP_HOLD_PIN);
 	/* client 3: its mark says 2; a hold in slot 5 is not in use */
 	set_hwm(&s, 3, 2);
 	kvp_store_release(hold_slot(&s, 3, 5),
-			  KVP_HOLD_MAKE(slot[HOLD_ABOVE_HWM], KVP_IX_GEN(w[HOLD_ABOVE_HWM])));
+			  KVP_HOLD_MAKE(slot[HOLD_ABOVE_HWM],
+					KVP_IX_GEN(w[HOLD_ABOVE_HWM])));
 	/* client 4: a forged mark; its last slot is read, nothing beyond */
 	set_hwm(&s, 4, ~0ull);
 	kvp_store_release(hold_slot(&s, 4, HPC - 1),
-			  KVP_HOLD_MAKE(slot[HOLD_FORGED_HWM], KVP_IX_GEN(w[HOLD_FORGED_HWM])));
+			  KVP_HOLD_MAKE(slot[HOLD_FORGED_HWM],
+					KVP_IX_GEN(w[HOLD_FORGED_HWM])));
 	/* leases (release: published as a taker's LIVE store is) */
 	kvp_store_relaxed(&s.leases[0].ls_slot, (uint64_t)slot[LEASE_LIVE]);
 	kvp_store_relaxed(&s.leases[0].ls_expiry, now + 60000000000ull);
-	kvp_store_release(&s.leases[0].ls_state, KVP_LS_WORD(1, 1, KVP_LS_LIVE));
+	kvp_store_release(&s.leases[0].ls_state,
+			  KVP_LS_WORD(1, 1, KVP_LS_LIVE));
 	kvp_store_relaxed(&s.leases[1].ls_slot, (uint64_t)slot[LEASE_EXPIRED]);
 	kvp_store_relaxed(&s.leases[1].ls_expiry, now - 1);
-	kvp_store_release(&s.leases[1].ls_state, KVP_LS_WORD(1, 1, KVP_LS_LIVE));
+	kvp_store_release(&s.leases[1].ls_state,
+			  KVP_LS_WORD(1, 1, KVP_LS_LIVE));
 	kvp_store_relaxed(&s.leases[2].ls_slot, (uint64_t)slot[LEASE_RESERVED]);
-	kvp_store_release(&s.leases[2].ls_state, KVP_LS_WORD(1, 2, KVP_LS_RESERVED));
+	kvp_store_release(&s.leases[2].ls_state,
+			  KVP_LS_WORD(1, 2, KVP_LS_RESERVED));
 	kvp_store_relaxed(&s.leases[3].ls_slot, (uint64_t)slot[LEASE_FREE]);
 	kvp_store_relaxed(&s.leases[3].ls_expiry, now + 60000000000ull);
-	kvp_store_release(&s.leases[3].ls_state, KVP_LS_WORD(1, 1, KVP_LS_FREE));
+	kvp_store_release(&s.leases[3].ls_state,
+			  KVP_LS_WORD(1, 1, KVP_LS_FREE));
 	for (k = 0; k < N; k++)
 		n += kvp_ix_cand_take_agent(&s, (uint64_t)slot[k], w[k], &c[n]);
 	assert_int_equal(n, N);
@@ -183,7 +206,8 @@ test_scan_what_counts(void **state)
 	for (k = 0; k < N; k++) {
 		assert_int_equal(c[k].slot, slot[k]);
 		if (c[k].held != want[k])
-			fail_msg("candidate %u: held %d, want %d", k, c[k].held, want[k]);
+			fail_msg("candidate %u: held %d, want %d", k, c[k].held,
+				 want[k]);
 	}
 	kvp__seg_unmap(&s);
 }
@@ -194,7 +218,9 @@ test_scan_what_counts(void **state)
 static void
 test_scan_many_candidates(void **state)
 {
-	enum { N = 1500 };
+	enum {
+		N = 1500
+	};
 	struct kvp_cand *c = calloc(N, sizeof(*c));
 	uint32_t used[CLIENTS] = { 0 };
 	struct kvp_seg s;
@@ -227,7 +253,8 @@ test_scan_many_candidates(void **state)
 				 (unsigned long long)c[k].slot, c[k].held);
 		held += c[k].held;
 		if (c[k].held)
-			assert_true(kvp_ix_check_release(&s, c[k].slot, c[k].word));
+			assert_true(
+				kvp_ix_check_release(&s, c[k].slot, c[k].word));
 		else
 			assert_true(kvp_ix_remove(&s, c[k].slot, c[k].word));
 	}
@@ -255,7 +282,8 @@ test_hold_busy_after_bound(void **state)
 	assert_int_equal(kvp_ix_cand_take_agent(&s, (uint64_t)i, w, &c), 1);
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	assert_int_equal(kvp_ix_hold(&s, hold_slot(&s, 0, 0), (uint64_t)i, w, 0,
-				     5000000ull, &waits), -EBUSY);
+				     5000000ull, &waits),
+			 -EBUSY);
 	dt = kvp_now_ns(CLOCK_MONOTONIC) - t0;
 	assert_true(dt >= 5000000ull);
 	assert_true(waits > 0);
@@ -263,8 +291,9 @@ test_hold_busy_after_bound(void **state)
 	assert_int_equal(word(&s, (uint64_t)i), w | KVP_IX_CHECK);
 	/* the word the reader passes may carry the flag: the same answer */
 	waits = 0;
-	assert_int_equal(kvp_ix_hold(&s, hold_slot(&s, 0, 0), (uint64_t)i, w | KVP_IX_CHECK, 0,
-				     1000000ull, &waits), -EBUSY);
+	assert_int_equal(kvp_ix_hold(&s, hold_slot(&s, 0, 0), (uint64_t)i,
+				     w | KVP_IX_CHECK, 0, 1000000ull, &waits),
+			 -EBUSY);
 	assert_true(waits > 0);
 	kvp__seg_unmap(&s);
 }
@@ -272,18 +301,23 @@ test_hold_busy_after_bound(void **state)
 /* ---- a reader waiting for the verdict (a forked child) ---- */
 
 struct verdict {
-	kvp_aint_t waits;  /* the child's wait count, updated as it waits */
-	kvp_aword_t loc;   /* the location it held */
-	kvp_aword_t word;  /* the state word while it held */
-	kvp_aword_t hold;  /* its hold slot's value while it held */
+	kvp_aint_t waits; /* the child's wait count, updated as it waits */
+	kvp_aword_t loc;  /* the location it held */
+	kvp_aword_t word; /* the state word while it held */
+	kvp_aword_t hold; /* its hold slot's value while it held */
 };
 
-enum { V_RELEASE, V_RELOCATE, V_REMOVE };
+enum {
+	V_RELEASE,
+	V_RELOCATE,
+	V_REMOVE
+};
 
 static bool
 child_waits(void *p)
 {
-	return kvp_iload_acquire(&((struct verdict *)p)->waits) > 0; /* acquire: a look */
+	/* acquire: a look */
+	return kvp_iload_acquire(&((struct verdict *)p)->waits) > 0;
 }
 
 /* The reader: hold slot i (READY word w) with a bound far beyond the
@@ -296,7 +330,8 @@ verdict_child(struct kvp_seg *s, struct verdict *v, uint64_t i, uint64_t w)
 
 	if (rc == 0) {
 		/* relaxed: the hold's validation (acquire) ordered these */
-		kvp_store_relaxed(&v->loc, kvp_load_relaxed(&s->entries[i].e_loc));
+		kvp_store_relaxed(&v->loc,
+				  kvp_load_relaxed(&s->entries[i].e_loc));
 		kvp_store_relaxed(&v->word, word(s, i));
 		kvp_store_relaxed(&v->hold, kvp_load_relaxed(h));
 		kvp_ix_unhold(h);
@@ -329,7 +364,8 @@ run_verdict(int verdict)
 	memset(v, 0, sizeof(*v));
 	assert_int_equal(kvpt_seg_bare(&s, 256, CLIENTS, HPC, 8), 0);
 	i = put(&s, "verdict", &w);
-	kvp_store_release(&s.entries[i].e_loc, old_loc); /* release: before the fork */
+	/* release: before the fork */
+	kvp_store_release(&s.entries[i].e_loc, old_loc);
 	set_hwm(&s, 0, 1);
 	assert_int_equal(kvp_ix_cand_take_agent(&s, (uint64_t)i, w, &c), 1);
 	if (verdict != V_RELEASE) {
@@ -345,7 +381,8 @@ run_verdict(int verdict)
 		fail_msg("the reader never waited on CHECK");
 	}
 	/* it waits: its hold is stored (before its fence) */
-	assert_int_equal(kvp_load_acquire(hold_slot(&s, 0, 0)), KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
+	assert_int_equal(kvp_load_acquire(hold_slot(&s, 0, 0)),
+			 KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
 	switch (verdict) {
 	case V_RELEASE:
 		kvp_ix_holds_scan_agent(&s, &c, 1);
@@ -353,7 +390,8 @@ run_verdict(int verdict)
 		assert_true(kvp_ix_check_release(&s, (uint64_t)i, c.word));
 		break;
 	case V_RELOCATE:
-		kvp_store_relaxed(&s.entries[i].e_loc, new_loc); /* relaxed: the CAS publishes */
+		/* relaxed: the CAS publishes */
+		kvp_store_relaxed(&s.entries[i].e_loc, new_loc);
 		assert_true(kvp_ix_relocate(&s, (uint64_t)i, c.word));
 		break;
 	default:
@@ -367,7 +405,8 @@ run_verdict(int verdict)
 	} else {
 		assert_int_equal(WEXITSTATUS(st), 0);
 		assert_int_equal(kvp_load_relaxed(&v->word), w);
-		assert_int_equal(kvp_load_relaxed(&v->hold), KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
+		assert_int_equal(kvp_load_relaxed(&v->hold),
+				 KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
 		assert_int_equal(kvp_load_relaxed(&v->loc),
 				 verdict == V_RELEASE ? old_loc : new_loc);
 	}
@@ -418,7 +457,8 @@ test_wait_remove(void **state)
 #define SKEYS 4
 #define NLOC 256
 #define SREADERS 2
-#define TAG(slot, gen) ((1ull << 63) | ((uint64_t)(gen) << 32) | (uint64_t)(slot))
+#define TAG(slot, gen) \
+	((1ull << 63) | ((uint64_t)(gen) << 32) | (uint64_t)(slot))
 #define POISON 0xdeadull
 
 struct stress {
@@ -462,7 +502,8 @@ stress_put(struct stress *x, unsigned k)
 {
 	uint64_t w;
 	int64_t i = kvp_ix_claim(x->s, AGENT_CS, NS1,
-				 kvp_key_hash(NS1, stress_keys[k], strlen(stress_keys[k])),
+				 kvp_key_hash(NS1, stress_keys[k],
+					      strlen(stress_keys[k])),
 				 stress_keys[k], strlen(stress_keys[k]), &w);
 
 	if (i < 0)
@@ -483,12 +524,14 @@ stress_done(struct stress *x, uint64_t t0)
 	if (kvp_now_ns(CLOCK_MONOTONIC) - t0 < x->min_ns)
 		return false;
 	for (k = 0; k < SREADERS; k++) {
-		/* relaxed: a progress look; the numbers are read again after join */
+		/* relaxed: a progress look; the numbers are read again after
+		 * join */
 		held += __atomic_load_n(&x->r[k].held, __ATOMIC_RELAXED);
 		moved += __atomic_load_n(&x->r[k].moved, __ATOMIC_RELAXED);
 		waits += __atomic_load_n(&x->r[k].waits, __ATOMIC_RELAXED);
 	}
-	return held && moved && waits && x->relocated && x->removed && x->backed_off;
+	return held && moved && waits && x->relocated && x->removed &&
+	       x->backed_off;
 }
 
 static void *
@@ -506,7 +549,8 @@ stress_agent(void *p)
 		/* one READY slot per pass: the scan follows its CHECK at once,
 		 * the tightest window a reader's hold can race */
 		for (i = 0; i < s->g.g_index_slots && n < 1; i++) {
-			uint64_t j = (x->rounds + i) % s->g.g_index_slots, w = word(s, j);
+			uint64_t j = (x->rounds + i) % s->g.g_index_slots,
+				 w = word(s, j);
 
 			if (KVP_IX_STATE(w) == KVP_IX_READY &&
 			    kvp_ix_cand_take_agent(s, j, w, &c[n]))
@@ -514,7 +558,8 @@ stress_agent(void *p)
 		}
 		kvp_ix_holds_scan_agent(s, c, n);
 		for (k = 0; k < n; k++) {
-			uint64_t i2 = c[k].slot, old = kvp_load_relaxed(&s->entries[i2].e_loc);
+			uint64_t i2 = c[k].slot,
+				 old = kvp_load_relaxed(&s->entries[i2].e_loc);
 			unsigned key;
 
 			if (c[k].held) {
@@ -569,28 +614,33 @@ stress_reader(void *p)
 		size_t kl = strlen(key);
 		unsigned waits = 0, spin;
 		uint64_t w, loc, want;
-		int64_t i = kvp_ix_find(s, NS1, kvp_key_hash(NS1, key, kl), key, kl,
-					KVP_IX_M(KVP_IX_READY), &w);
+		int64_t i = kvp_ix_find(s, NS1, kvp_key_hash(NS1, key, kl), key,
+					kl, KVP_IX_M(KVP_IX_READY), &w);
 		int rc;
 
 		if (i < 0)
 			continue; /* between a removal and the put again */
-		rc = kvp_ix_hold(s, h, (uint64_t)i, w, 0, 10000000000ull, &waits);
+		rc = kvp_ix_hold(s, h, (uint64_t)i, w, 0, 10000000000ull,
+				 &waits);
 		__atomic_fetch_add(&x->r[a->me].waits, waits, __ATOMIC_RELAXED);
 		if (rc == -ENOENT) {
-			__atomic_fetch_add(&x->r[a->me].moved, 1, __ATOMIC_RELAXED);
+			__atomic_fetch_add(&x->r[a->me].moved, 1,
+					   __ATOMIC_RELAXED);
 			continue;
 		}
 		if (rc) {
 			x->r[a->me].busy++;
 			continue;
 		}
-		/* held: the location and its tag must stay ours until the drop */
-		loc = kvp_load_relaxed(&s->entries[i].e_loc); /* relaxed: held */
+		/* held: the location and its tag must stay ours until the
+		 * drop */
+		/* relaxed: held */
+		loc = kvp_load_relaxed(&s->entries[i].e_loc);
 		want = TAG(i, KVP_IX_GEN(w));
 		for (spin = 0; spin < 64; spin++) {
 			x->r[a->me].checks++;
-			if (loc >= NLOC || kvp_load_acquire(&x->tag[loc]) != want ||
+			if (loc >= NLOC ||
+			    kvp_load_acquire(&x->tag[loc]) != want ||
 			    kvp_load_relaxed(&s->entries[i].e_loc) != loc) {
 				x->r[a->me].bad++;
 				break;
@@ -623,13 +673,15 @@ test_hold_stress(void **state)
 	}
 	x->nfree = NLOC;
 	for (k = 0; k < SKEYS; k++) {
-		snprintf(stress_keys[k], sizeof(stress_keys[k]), "stress-%u", k);
+		snprintf(stress_keys[k], sizeof(stress_keys[k]), "stress-%u",
+			 k);
 		stress_put(x, k);
 	}
 	for (k = 0; k < SREADERS; k++) {
 		ra[k].x = x;
 		ra[k].me = k;
-		assert_int_equal(pthread_create(&rt[k], NULL, stress_reader, &ra[k]), 0);
+		assert_int_equal(
+			pthread_create(&rt[k], NULL, stress_reader, &ra[k]), 0);
 	}
 	assert_int_equal(pthread_create(&at, NULL, stress_agent, x), 0);
 	pthread_join(at, NULL);
@@ -642,14 +694,16 @@ test_hold_stress(void **state)
 		bad += x->r[k].bad;
 		checks += x->r[k].checks;
 	}
-	print_message("  %llu agent rounds: %llu backed off, %llu relocated, %llu removed; "
-		      "readers: %llu held (%llu checks), %llu moved away, %llu waits on CHECK, "
-		      "%llu busy\n",
-		      (unsigned long long)x->rounds, (unsigned long long)x->backed_off,
-		      (unsigned long long)x->relocated, (unsigned long long)x->removed,
-		      (unsigned long long)held, (unsigned long long)checks,
-		      (unsigned long long)moved, (unsigned long long)waits,
-		      (unsigned long long)busy);
+	print_message(
+		"  %llu agent rounds: %llu backed off, %llu relocated, %llu removed; "
+		"readers: %llu held (%llu checks), %llu moved away, %llu waits on CHECK, "
+		"%llu busy\n",
+		(unsigned long long)x->rounds,
+		(unsigned long long)x->backed_off,
+		(unsigned long long)x->relocated,
+		(unsigned long long)x->removed, (unsigned long long)held,
+		(unsigned long long)checks, (unsigned long long)moved,
+		(unsigned long long)waits, (unsigned long long)busy);
 	assert_int_equal(bad, 0);
 	/* it exercised every outcome (else it ran out of time: 60 s) */
 	assert_true(held > 0 && moved > 0 && waits > 0);
@@ -699,10 +753,12 @@ lockstep_agent(void *p)
 {
 	struct lockstep *x = p;
 	struct kvp_seg *s = x->s;
-	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), r, seed = 0x9e3779b97f4a7c15ull;
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), r,
+		 seed = 0x9e3779b97f4a7c15ull;
 
 	for (r = 1;; r++) {
-		uint64_t i = kvp_load_relaxed(&x->slot), w = kvp_load_relaxed(&x->word), now;
+		uint64_t i = kvp_load_relaxed(&x->slot),
+			 w = kvp_load_relaxed(&x->word), now;
 		struct kvp_cand c;
 
 		kvpt_step_wait(&x->ready, r, NULL);
@@ -712,7 +768,8 @@ lockstep_agent(void *p)
 			abort(); /* nobody else writes the word */
 		kvp_ix_holds_scan_agent(s, &c, 1);
 		x->scan_t[1] = kvp_now_ns(CLOCK_MONOTONIC);
-		/* release: the reader waits for the scan's answer (and times) */
+		/* release: the reader waits for the scan's answer (and
+		 * times) */
 		kvp_store_release(&x->scanned, r << 1 | c.held);
 		if (c.held) {
 			if (!kvp_ix_check_release(s, i, c.word))
@@ -725,7 +782,8 @@ lockstep_agent(void *p)
 		}
 		kvpt_step_wait(&x->done, r, NULL);
 		if (!c.held) {
-			int64_t j = kvpt_ix_put(s, AGENT_CS, NS1, "lockstep", 8, &w);
+			int64_t j = kvpt_ix_put(s, AGENT_CS, NS1, "lockstep", 8,
+						&w);
 
 			if (j < 0)
 				abort();
@@ -737,11 +795,14 @@ lockstep_agent(void *p)
 		now = kvp_now_ns(CLOCK_MONOTONIC);
 		if (now - t0 > 60000000000ull ||
 		    (now - t0 >= x->min_ns && x->released && x->removed &&
-		     __atomic_load_n(&x->overlapped, __ATOMIC_RELAXED) >= HOLD_OVERLAPS)) {
-			kvp_store_release(&x->stop, 1); /* release: the reader stops */
+		     __atomic_load_n(&x->overlapped, __ATOMIC_RELAXED) >=
+			     HOLD_OVERLAPS)) {
+			/* release: the reader stops */
+			kvp_store_release(&x->stop, 1);
 			break;
 		}
-		kvp_store_release(&x->next, r); /* release: round r + 1's slot and word */
+		/* release: round r + 1's slot and word */
+		kvp_store_release(&x->next, r);
 	}
 	return NULL;
 }
@@ -778,9 +839,11 @@ lockstep_reader(void *p)
 		 * copy into a cold buffer: the hold store drains after them
 		 * (TSO keeps stores in order), the reload of the state word
 		 * need not wait, unless the fence makes it */
-		h0 = kvp_now_ns(CLOCK_MONOTONIC); /* before: its fences would drain them */
+		/* before: its fences would drain them */
+		h0 = kvp_now_ns(CLOCK_MONOTONIC);
 		for (n = 0; n < 32; n++)
-			cold[((seed >> 7) + (uint64_t)n * 4099) % COLD_LINES * 8] = r;
+			cold[((seed >> 7) + (uint64_t)n * 4099) % COLD_LINES *
+			     8] = r;
 		rc = kvp_ix_hold(s, h, i, w, 0, 10000000000ull, &waits);
 		h1 = kvp_now_ns(CLOCK_MONOTONIC);
 		x->waited += waits != 0;
@@ -796,11 +859,13 @@ lockstep_reader(void *p)
 			lead -= lead > 0;
 		if (rc == 0) {
 			x->held++;
-			x->bad += !(scan & 1); /* held, and the scan did not see it */
+			/* held, and the scan did not see it */
+			x->bad += !(scan & 1);
 			kvp_ix_unhold(h);
 		} else if (rc == -ENOENT) {
 			x->moved++;
-			x->bad += scan & 1; /* the scan saw a hold that was never taken */
+			/* the scan saw a hold that was never taken */
+			x->bad += scan & 1;
 		} else {
 			x->busy++;
 		}
@@ -832,23 +897,27 @@ test_hold_dekker_lockstep(void **state)
 	assert_int_equal(pthread_create(&at, NULL, lockstep_agent, x), 0);
 	pthread_join(at, NULL);
 	pthread_join(rt, NULL);
-	print_message("  %llu rounds (%llu with the hold and the scan at once): the scan "
-		      "saw the hold %llu times, removed %llu; the reader held %llu, was told "
-		      "ENOENT %llu, waited on CHECK in %llu, busy %llu\n",
-		      (unsigned long long)x->rounds, (unsigned long long)x->overlapped,
-		      (unsigned long long)x->released,
-		      (unsigned long long)x->removed, (unsigned long long)x->held,
-		      (unsigned long long)x->moved, (unsigned long long)x->waited,
-		      (unsigned long long)x->busy);
+	print_message(
+		"  %llu rounds (%llu with the hold and the scan at once): the scan "
+		"saw the hold %llu times, removed %llu; the reader held %llu, was told "
+		"ENOENT %llu, waited on CHECK in %llu, busy %llu\n",
+		(unsigned long long)x->rounds,
+		(unsigned long long)x->overlapped,
+		(unsigned long long)x->released, (unsigned long long)x->removed,
+		(unsigned long long)x->held, (unsigned long long)x->moved,
+		(unsigned long long)x->waited, (unsigned long long)x->busy);
 	if (x->bad)
-		fail_msg("%llu rounds where the reader's hold and the agent's scan disagreed",
-			 (unsigned long long)x->bad);
+		fail_msg(
+			"%llu rounds where the reader's hold and the agent's scan disagreed",
+			(unsigned long long)x->bad);
 	assert_true(x->released > 0 && x->removed > 0);
 	/* what it could not check is said, not passed off as checked */
 	if (x->overlapped < HOLD_OVERLAPS)
-		print_message("SKIP lock-step Dekker: the hold and the scan overlapped in %llu "
-			      "rounds of %llu in 60 s (fewer than two free cores?)\n",
-			      (unsigned long long)x->overlapped, (unsigned long long)x->rounds);
+		print_message(
+			"SKIP lock-step Dekker: the hold and the scan overlapped in %llu "
+			"rounds of %llu in 60 s (fewer than two free cores?)\n",
+			(unsigned long long)x->overlapped,
+			(unsigned long long)x->rounds);
 	assert_int_equal(kvpt_holds_total(&s), 0);
 	kvp__seg_unmap(&s);
 	free(x->cold);

@@ -70,13 +70,13 @@ is_cand(const struct kvp_seg *s, uint64_t h, uint64_t i)
 /* Set slot j up by hand in a state no call leaves it in for long
  * (RESERVED, CLAIM: a claimant between two steps), key written. */
 static void
-craft(struct kvp_seg *s, uint64_t j, uint64_t ns, uint64_t h, const void *key, size_t klen,
-      unsigned owner, unsigned st)
+craft(struct kvp_seg *s, uint64_t j, uint64_t ns, uint64_t h, const void *key,
+      size_t klen, unsigned owner, unsigned st)
 {
 	kvp_ix_key_write(s, j, ns, h, key, klen);
 	/* release: the key fields before the word, as kvp_ix_claim does */
-	kvp_store_release(&s->meta[j],
-			  KVP_IX_WORD(KVP_IX_GEN(word(s, j)), kvp_ix_fp(h), owner, st));
+	kvp_store_release(&s->meta[j], KVP_IX_WORD(KVP_IX_GEN(word(s, j)),
+						   kvp_ix_fp(h), owner, st));
 }
 
 /* The first EMPTY candidate of hash h. */
@@ -86,17 +86,19 @@ free_cand(const struct kvp_seg *s, uint64_t h)
 	unsigned pos;
 
 	for (pos = 0; pos < KVP_IX_CANDS; pos++)
-		if (KVP_IX_STATE(word(s, kvp_ix_cand(s, h, pos))) == KVP_IX_EMPTY)
+		if (KVP_IX_STATE(word(s, kvp_ix_cand(s, h, pos))) ==
+		    KVP_IX_EMPTY)
 			return kvp_ix_cand(s, h, pos);
 	fail_msg("no EMPTY candidate");
 	return 0;
 }
 
 static int64_t
-find(const struct kvp_seg *s, uint64_t ns, const void *key, size_t klen, unsigned mask,
-     uint64_t *w)
+find(const struct kvp_seg *s, uint64_t ns, const void *key, size_t klen,
+     unsigned mask, uint64_t *w)
 {
-	return kvp_ix_find(s, ns, kvp_key_hash(ns, key, klen), key, klen, mask, w);
+	return kvp_ix_find(s, ns, kvp_key_hash(ns, key, klen), key, klen, mask,
+			   w);
 }
 
 /* ---- claim, publish, find ---- */
@@ -119,7 +121,8 @@ test_claim_publish(void **state)
 	assert_true(i >= 0);
 	assert_true(is_cand(&s, h, (uint64_t)i));
 	assert_int_equal(word(&s, (uint64_t)i), w);
-	assert_int_equal(w, KVP_IX_WORD(0, kvp_ix_fp(h), CS_A + 1, KVP_IX_PENDING));
+	assert_int_equal(w, KVP_IX_WORD(0, kvp_ix_fp(h), CS_A + 1,
+					KVP_IX_PENDING));
 	e = &s.entries[i];
 	assert_int_equal(kvp_load_relaxed(&e->e_ns), NS1);
 	assert_int_equal(kvp_load_relaxed(&e->e_hash), h);
@@ -129,14 +132,16 @@ test_claim_publish(void **state)
 	/* a PENDING key is live: found by the live mask, not by READY */
 	assert_int_equal(find(&s, NS1, "k", 1, KVP_IX_LIVE_MASK, &w2), i);
 	assert_int_equal(w2, w);
-	assert_int_equal(find(&s, NS1, "k", 1, KVP_IX_M(KVP_IX_READY), &w2), -ENOENT);
+	assert_int_equal(find(&s, NS1, "k", 1, KVP_IX_M(KVP_IX_READY), &w2),
+			 -ENOENT);
 	/* a second claimant loses and gives back whatever it reserved */
 	assert_int_equal(kvp_ix_claim(&s, CS_B, NS1, h, "k", 1, &w2), -EEXIST);
 	assert_int_equal(word(&s, (uint64_t)i), w);
 	assert_int_equal(nonempty(&s), 1);
 	/* publish: READY, same generation and fingerprint, no owner; once */
 	assert_int_equal(kvp_ix_publish(&s, (uint64_t)i, w), 0);
-	assert_int_equal(word(&s, (uint64_t)i), KVP_IX_WORD(0, kvp_ix_fp(h), 0, KVP_IX_READY));
+	assert_int_equal(word(&s, (uint64_t)i),
+			 KVP_IX_WORD(0, kvp_ix_fp(h), 0, KVP_IX_READY));
 	assert_int_equal(kvp_ix_publish(&s, (uint64_t)i, w), -ESTALE);
 	assert_int_equal(find(&s, NS1, "k", 1, KVP_IX_M(KVP_IX_READY), &w2), i);
 	assert_int_equal(w2, word(&s, (uint64_t)i));
@@ -152,11 +157,22 @@ test_claim_publish(void **state)
 static void
 test_find_masks(void **state)
 {
-	enum { K_RESERVED, K_CLAIM, K_PENDING, K_READY, K_DELETED, K_CHECK, K_EMPTIED, NK };
-	static const char *const keys[NK] = { "reserved", "claim", "pending", "ready",
-					      "deleted", "check", "emptied" };
-	static const unsigned states[NK] = { KVP_IX_RESERVED, KVP_IX_CLAIM, KVP_IX_PENDING,
-					     KVP_IX_READY, KVP_IX_DELETED, KVP_IX_READY,
+	enum {
+		K_RESERVED,
+		K_CLAIM,
+		K_PENDING,
+		K_READY,
+		K_DELETED,
+		K_CHECK,
+		K_EMPTIED,
+		NK
+	};
+	static const char *const keys[NK] = { "reserved", "claim",   "pending",
+					      "ready",    "deleted", "check",
+					      "emptied" };
+	static const unsigned states[NK] = { KVP_IX_RESERVED, KVP_IX_CLAIM,
+					     KVP_IX_PENDING,  KVP_IX_READY,
+					     KVP_IX_DELETED,  KVP_IX_READY,
 					     KVP_IX_EMPTY };
 	struct kvp_seg s;
 	uint64_t slot[NK], w;
@@ -187,16 +203,18 @@ test_find_masks(void **state)
 		if (k == K_CHECK)
 			assert_true(kvp_ix_check_take(&s, slot[k], w));
 		if (k == K_EMPTIED) {
-			/* removed: the key bytes are still there, the slot EMPTY */
+			/* removed: the key bytes are still there, the slot
+			 * EMPTY */
 			assert_true(kvp_ix_remove(&s, slot[k], w));
 		}
 	}
 	for (mask = 0; mask < 64; mask++) {
 		for (k = 0; k < NK; k++) {
 			unsigned st = states[k];
-			bool want = (mask & KVP_IX_M(st)) && st != KVP_IX_EMPTY &&
-				    st != KVP_IX_RESERVED;
-			int64_t i = find(&s, NS1, keys[k], strlen(keys[k]), mask, &w);
+			bool want = (mask & KVP_IX_M(st)) &&
+				    st != KVP_IX_EMPTY && st != KVP_IX_RESERVED;
+			int64_t i = find(&s, NS1, keys[k], strlen(keys[k]),
+					 mask, &w);
 
 			if (!want) {
 				assert_int_equal(i, -ENOENT);
@@ -241,7 +259,9 @@ test_keys_every_length(void **state)
 		const struct kvp_entry *e = &s.entries[slot[L]];
 		unsigned char stored[256];
 
-		assert_int_equal(find(&s, NS1, buf, L, KVP_IX_M(KVP_IX_READY), &w), slot[L]);
+		assert_int_equal(find(&s, NS1, buf, L, KVP_IX_M(KVP_IX_READY),
+				      &w),
+				 slot[L]);
 		assert_int_equal(kvp_load_relaxed(&e->e_klen), L);
 		for (b = 0; b < 32; b++) {
 			uint64_t v = kvp_load_relaxed(&e->e_key[b]);
@@ -253,12 +273,15 @@ test_keys_every_length(void **state)
 		/* the same length, one byte off (the first, the last) */
 		memcpy(alt, buf, L);
 		alt[L - 1] ^= 0x40;
-		assert_int_equal(find(&s, NS1, alt, L, KVP_IX_LIVE_MASK, &w), -ENOENT);
+		assert_int_equal(find(&s, NS1, alt, L, KVP_IX_LIVE_MASK, &w),
+				 -ENOENT);
 		alt[L - 1] ^= 0x40;
 		alt[0] ^= 0x01;
-		assert_int_equal(find(&s, NS1, alt, L, KVP_IX_LIVE_MASK, &w), -ENOENT);
+		assert_int_equal(find(&s, NS1, alt, L, KVP_IX_LIVE_MASK, &w),
+				 -ENOENT);
 		/* every length is taken: another put of it exists */
-		assert_int_equal(kvpt_ix_put(&s, CS_B, NS1, buf, L, &w), -EEXIST);
+		assert_int_equal(kvpt_ix_put(&s, CS_B, NS1, buf, L, &w),
+				 -EEXIST);
 	}
 	assert_int_equal(kvpt_count_state(&s, KVP_IX_READY), KVP_KEY_MAX);
 	kvp__seg_unmap(&s);
@@ -288,28 +311,36 @@ test_same_hash_keys(void **state)
 		for (j = 0; j < k; j++)
 			assert_true(slot[j] != slot[k]);
 		if (k % 2)
-			assert_int_equal(kvp_ix_publish(&s, (uint64_t)slot[k], w[k]), 0);
+			assert_int_equal(
+				kvp_ix_publish(&s, (uint64_t)slot[k], w[k]), 0);
 	}
 	for (k = 0; k < 16; k++) {
-		assert_int_equal(kvp_ix_find(&s, NS1, H, key, k + 1, KVP_IX_LIVE_MASK, &w2),
+		assert_int_equal(kvp_ix_find(&s, NS1, H, key, k + 1,
+					     KVP_IX_LIVE_MASK, &w2),
 				 slot[k]);
 		/* present: -EEXIST even though both buckets are full */
-		assert_int_equal(kvp_ix_claim(&s, CS_B, NS1, H, key, k + 1, &w2), -EEXIST);
+		assert_int_equal(kvp_ix_claim(&s, CS_B, NS1, H, key, k + 1,
+					      &w2),
+				 -EEXIST);
 	}
-	assert_int_equal(kvp_ix_find(&s, NS1, H, "y", 1, KVP_IX_LIVE_MASK, &w2), -ENOENT);
+	assert_int_equal(kvp_ix_find(&s, NS1, H, "y", 1, KVP_IX_LIVE_MASK, &w2),
+			 -ENOENT);
 	assert_int_equal(kvp_ix_claim(&s, CS_B, NS1, H, "y", 1, &w2), -ENOSPC);
 	assert_int_equal(kvp_ix_claim(&s, CS_B, NS1, H, key, 17, &w2), -ENOSPC);
 	assert_int_equal(nonempty(&s), 16);
 	/* give one PENDING slot back: the next claim takes it (gen 1) */
 	kvp_ix_abort(&s, (uint64_t)slot[4], w[4]);
-	assert_int_equal(kvp_ix_find(&s, NS1, H, key, 5, KVP_IX_LIVE_MASK, &w2), -ENOENT);
+	assert_int_equal(kvp_ix_find(&s, NS1, H, key, 5, KVP_IX_LIVE_MASK, &w2),
+			 -ENOENT);
 	assert_int_equal(kvp_ix_claim(&s, CS_B, NS1, H, "y", 1, &w2), slot[4]);
 	assert_int_equal(KVP_IX_GEN(w2), 1);
-	assert_int_equal(kvp_ix_find(&s, NS1, H, "y", 1, KVP_IX_LIVE_MASK, &w2), slot[4]);
+	assert_int_equal(kvp_ix_find(&s, NS1, H, "y", 1, KVP_IX_LIVE_MASK, &w2),
+			 slot[4]);
 	for (k = 0; k < 16; k++)
 		if (k != 4)
 			assert_int_equal(kvp_ix_find(&s, NS1, H, key, k + 1,
-						     KVP_IX_LIVE_MASK, &w2), slot[k]);
+						     KVP_IX_LIVE_MASK, &w2),
+					 slot[k]);
 	kvp__seg_unmap(&s);
 }
 
@@ -342,26 +373,31 @@ test_enospc_bucket_pair(void **state)
 			i = kvp_ix_claim(&s, CS_A, NS1, h, key, (size_t)kl, &w);
 			if (n < 16) {
 				assert_true(i >= 0);
-				assert_true(i / 8 == (int64_t)b1 || i / 8 == (int64_t)b2);
+				assert_true(i / 8 == (int64_t)b1 ||
+					    i / 8 == (int64_t)b2);
 			} else {
 				assert_int_equal(i, -ENOSPC);
 			}
 			if (++n == 17)
 				break;
-		} else if (one_shared < 0 && (c1 == b1 || c2 == b1 || c1 == b2 || c2 == b2)) {
+		} else if (one_shared < 0 &&
+			   (c1 == b1 || c2 == b1 || c1 == b2 || c2 == b2)) {
 			one_shared = k;
-		} else if (other < 0 && c1 != b1 && c2 != b1 && c1 != b2 && c2 != b2) {
+		} else if (other < 0 && c1 != b1 && c2 != b1 && c1 != b2 &&
+			   c2 != b2) {
 			other = k;
 		}
 	}
 	assert_int_equal(n, 17);
 	assert_true(one_shared >= 0 && other >= 0);
 	kl = snprintf(key, sizeof(key), "pair-%d", one_shared);
-	i = kvp_ix_claim(&s, CS_A, NS1, kvp_key_hash(NS1, key, (size_t)kl), key, (size_t)kl, &w);
+	i = kvp_ix_claim(&s, CS_A, NS1, kvp_key_hash(NS1, key, (size_t)kl), key,
+			 (size_t)kl, &w);
 	assert_true(i >= 0);
 	assert_true(i / 8 != (int64_t)b1 && i / 8 != (int64_t)b2);
 	kl = snprintf(key, sizeof(key), "pair-%d", other);
-	assert_true(kvp_ix_claim(&s, CS_A, NS1, kvp_key_hash(NS1, key, (size_t)kl), key,
+	assert_true(kvp_ix_claim(&s, CS_A, NS1,
+				 kvp_key_hash(NS1, key, (size_t)kl), key,
 				 (size_t)kl, &w) >= 0);
 	kvp__seg_unmap(&s);
 }
@@ -387,16 +423,21 @@ test_namespaces(void **state)
 	assert_true(a >= 0 && b >= 0 && a != b);
 	assert_int_equal(find(&s, NS1, "shared", 6, KVP_IX_LIVE_MASK, &w), a);
 	assert_int_equal(find(&s, NS2, "shared", 6, KVP_IX_LIVE_MASK, &w), b);
-	assert_int_equal(find(&s, NS1 + 7, "shared", 6, KVP_IX_LIVE_MASK, &w), -ENOENT);
+	assert_int_equal(find(&s, NS1 + 7, "shared", 6, KVP_IX_LIVE_MASK, &w),
+			 -ENOENT);
 	assert_int_equal(kvp_load_relaxed(&s.entries[a].e_ns), NS1);
 	assert_int_equal(kvp_load_relaxed(&s.entries[b].e_ns), NS2);
 	/* the same hash in both namespaces */
 	a = kvp_ix_claim(&s, CS_A, NS1, H, "k", 1, &w);
 	b = kvp_ix_claim(&s, CS_B, NS2, H, "k", 1, &w);
 	assert_true(a >= 0 && b >= 0 && a != b);
-	assert_int_equal(kvp_ix_find(&s, NS1, H, "k", 1, KVP_IX_LIVE_MASK, &w), a);
-	assert_int_equal(kvp_ix_find(&s, NS2, H, "k", 1, KVP_IX_LIVE_MASK, &w), b);
-	assert_int_equal(kvp_ix_find(&s, NS1 + 7, H, "k", 1, KVP_IX_LIVE_MASK, &w), -ENOENT);
+	assert_int_equal(kvp_ix_find(&s, NS1, H, "k", 1, KVP_IX_LIVE_MASK, &w),
+			 a);
+	assert_int_equal(kvp_ix_find(&s, NS2, H, "k", 1, KVP_IX_LIVE_MASK, &w),
+			 b);
+	assert_int_equal(kvp_ix_find(&s, NS1 + 7, H, "k", 1, KVP_IX_LIVE_MASK,
+				     &w),
+			 -ENOENT);
 	assert_int_equal(kvp_ix_claim(&s, CS_A, NS2, H, "k", 1, &w), -EEXIST);
 	kvp__seg_unmap(&s);
 }
@@ -418,11 +459,14 @@ test_publish_abort(void **state)
 	i = kvp_ix_claim(&s, CS_A, NS1, kvp_key_hash(NS1, "p", 1), "p", 1, &w);
 	assert_true(i >= 0);
 	kvp_ix_abort(&s, (uint64_t)i, w);
-	assert_int_equal(word(&s, (uint64_t)i), KVP_IX_WORD(1, 0, 0, KVP_IX_EMPTY));
+	assert_int_equal(word(&s, (uint64_t)i),
+			 KVP_IX_WORD(1, 0, 0, KVP_IX_EMPTY));
 	kvp_ix_abort(&s, (uint64_t)i, w);
-	assert_int_equal(word(&s, (uint64_t)i), KVP_IX_WORD(1, 0, 0, KVP_IX_EMPTY));
+	assert_int_equal(word(&s, (uint64_t)i),
+			 KVP_IX_WORD(1, 0, 0, KVP_IX_EMPTY));
 	assert_int_equal(kvp_ix_publish(&s, (uint64_t)i, w), -ESTALE);
-	assert_int_equal(word(&s, (uint64_t)i), KVP_IX_WORD(1, 0, 0, KVP_IX_EMPTY));
+	assert_int_equal(word(&s, (uint64_t)i),
+			 KVP_IX_WORD(1, 0, 0, KVP_IX_EMPTY));
 	/* one key in a 16-slot index lands in the same slot again */
 	j = kvp_ix_claim(&s, CS_A, NS1, kvp_key_hash(NS1, "p", 1), "p", 1, &w2);
 	assert_int_equal(j, i);
@@ -430,7 +474,8 @@ test_publish_abort(void **state)
 	/* the reaper empties it: the owner's publish is -ESTALE */
 	assert_true(kvp_ix_reap_owner(&s, (uint64_t)j, w2, CS_A + 1));
 	assert_int_equal(kvp_ix_publish(&s, (uint64_t)j, w2), -ESTALE);
-	assert_int_equal(word(&s, (uint64_t)j), KVP_IX_WORD(2, 0, 0, KVP_IX_EMPTY));
+	assert_int_equal(word(&s, (uint64_t)j),
+			 KVP_IX_WORD(2, 0, 0, KVP_IX_EMPTY));
 	/* published: an abort from the PENDING word is a no-op */
 	j = kvp_ix_claim(&s, CS_A, NS1, kvp_key_hash(NS1, "p", 1), "p", 1, &w2);
 	assert_int_equal(kvp_ix_publish(&s, (uint64_t)j, w2), 0);
@@ -459,8 +504,9 @@ test_delete(void **state)
 	assert_true(kvp_ix_delete(&s, (uint64_t)i, w));
 	assert_int_equal(word(&s, (uint64_t)i), (w & ~0xfull) | KVP_IX_DELETED);
 	assert_int_equal(KVP_IX_GEN(word(&s, (uint64_t)i)), KVP_IX_GEN(w));
-	assert_false(kvp_ix_delete(&s, (uint64_t)i, w));                 /* done */
-	assert_false(kvp_ix_delete(&s, (uint64_t)i, word(&s, (uint64_t)i))); /* DELETED */
+	assert_false(kvp_ix_delete(&s, (uint64_t)i, w)); /* done */
+	/* DELETED */
+	assert_false(kvp_ix_delete(&s, (uint64_t)i, word(&s, (uint64_t)i)));
 	/* PENDING: not deleted */
 	p = kvp_ix_claim(&s, CS_A, NS1, kvp_key_hash(NS1, "q", 1), "q", 1, &wp);
 	assert_true(p >= 0);
@@ -480,7 +526,8 @@ test_delete(void **state)
 	assert_int_equal(word(&s, (uint64_t)i), w1 | KVP_IX_CHECK);
 	/* ... the agent's strict delete passes the CHECK word: flag cleared */
 	assert_true(kvp_ix_delete(&s, (uint64_t)i, w1 | KVP_IX_CHECK));
-	assert_int_equal(word(&s, (uint64_t)i), (w1 & ~0xfull) | KVP_IX_DELETED);
+	assert_int_equal(word(&s, (uint64_t)i),
+			 (w1 & ~0xfull) | KVP_IX_DELETED);
 	kvp__seg_unmap(&s);
 }
 
@@ -511,7 +558,8 @@ test_check_relocate_remove(void **state)
 	assert_false(kvp_ix_relocate(&s, (uint64_t)i, w | KVP_IX_CHECK));
 	/* relocate: the location written under CHECK, same generation */
 	assert_true(kvp_ix_check_take(&s, (uint64_t)i, w));
-	kvp_store_relaxed(&s.entries[i].e_loc, loc); /* relaxed: the CAS publishes */
+	/* relaxed: the CAS publishes */
+	kvp_store_relaxed(&s.entries[i].e_loc, loc);
 	assert_true(kvp_ix_relocate(&s, (uint64_t)i, w | KVP_IX_CHECK));
 	assert_int_equal(word(&s, (uint64_t)i), w);
 	assert_int_equal(kvp_load_relaxed(&s.entries[i].e_loc), loc);
@@ -519,9 +567,11 @@ test_check_relocate_remove(void **state)
 	/* remove: EMPTY, the next generation, no owner, no fingerprint */
 	assert_true(kvp_ix_check_take(&s, (uint64_t)i, w));
 	assert_true(kvp_ix_remove(&s, (uint64_t)i, w | KVP_IX_CHECK));
-	assert_int_equal(word(&s, (uint64_t)i), KVP_IX_WORD(KVP_IX_GEN(w) + 1, 0, 0, KVP_IX_EMPTY));
+	assert_int_equal(word(&s, (uint64_t)i),
+			 KVP_IX_WORD(KVP_IX_GEN(w) + 1, 0, 0, KVP_IX_EMPTY));
 	assert_false(kvp_ix_remove(&s, (uint64_t)i, w | KVP_IX_CHECK));
-	assert_false(kvp_ix_check_take(&s, (uint64_t)i, word(&s, (uint64_t)i))); /* EMPTY */
+	/* EMPTY */
+	assert_false(kvp_ix_check_take(&s, (uint64_t)i, word(&s, (uint64_t)i)));
 	/* DELETED slots are taken too, and removed */
 	assert_int_equal(kvpt_ix_put(&s, CS_A, NS1, "c", 1, &w), i);
 	assert_true(kvp_ix_delete(&s, (uint64_t)i, w));
@@ -534,13 +584,16 @@ test_check_relocate_remove(void **state)
 	assert_true(p >= 0);
 	assert_false(kvp_ix_check_take(&s, (uint64_t)p, wp));
 	assert_int_equal(word(&s, (uint64_t)p), wp);
-	assert_false(kvp_ix_check_take(&s, (uint64_t)p, (wp & ~0xfull) | KVP_IX_CLAIM));
+	assert_false(kvp_ix_check_take(&s, (uint64_t)p,
+				       (wp & ~0xfull) | KVP_IX_CLAIM));
 	/* the generation wraps at 24 bits */
-	kvp_store_release(&s.meta[i], KVP_IX_WORD(KVP_IX_GEN_MASK, 0x77, 0, KVP_IX_READY));
+	kvp_store_release(&s.meta[i],
+			  KVP_IX_WORD(KVP_IX_GEN_MASK, 0x77, 0, KVP_IX_READY));
 	w = word(&s, (uint64_t)i);
 	assert_true(kvp_ix_check_take(&s, (uint64_t)i, w));
 	assert_true(kvp_ix_remove(&s, (uint64_t)i, w | KVP_IX_CHECK));
-	assert_int_equal(word(&s, (uint64_t)i), KVP_IX_WORD(0, 0, 0, KVP_IX_EMPTY));
+	assert_int_equal(word(&s, (uint64_t)i),
+			 KVP_IX_WORD(0, 0, 0, KVP_IX_EMPTY));
 	kvp__seg_unmap(&s);
 }
 
@@ -572,8 +625,10 @@ test_stale_words(void **state)
 		assert_false(kvp_ix_delete(&s, (uint64_t)i, w0));
 		assert_false(kvp_ix_delete(&s, (uint64_t)i, w0 | KVP_IX_CHECK));
 		assert_false(kvp_ix_check_take(&s, (uint64_t)i, w0));
-		assert_false(kvp_ix_check_release(&s, (uint64_t)i, w0 | KVP_IX_CHECK));
-		assert_false(kvp_ix_relocate(&s, (uint64_t)i, w0 | KVP_IX_CHECK));
+		assert_false(kvp_ix_check_release(&s, (uint64_t)i,
+						  w0 | KVP_IX_CHECK));
+		assert_false(
+			kvp_ix_relocate(&s, (uint64_t)i, w0 | KVP_IX_CHECK));
 		assert_false(kvp_ix_remove(&s, (uint64_t)i, w0));
 		assert_false(kvp_ix_remove(&s, (uint64_t)i, w0 | KVP_IX_CHECK));
 		assert_int_equal(kvp_ix_publish(&s, (uint64_t)i, p0), -ESTALE);
@@ -599,14 +654,20 @@ test_reap_owner(void **state)
 
 	(void)state;
 	bare(&s, 1024);
-	p = kvp_ix_claim(&s, CS_A, NS1, kvp_key_hash(NS1, "pend", 4), "pend", 4, &w);
+	p = kvp_ix_claim(&s, CS_A, NS1, kvp_key_hash(NS1, "pend", 4), "pend", 4,
+			 &w);
 	assert_true(p >= 0);
-	assert_false(kvp_ix_reap_owner(&s, (uint64_t)p, w, CS_B + 1)); /* not its owner */
+	/* not its owner */
+	assert_false(kvp_ix_reap_owner(&s, (uint64_t)p, w, CS_B + 1));
 	assert_false(kvp_ix_reap_owner(&s, (uint64_t)p, w, 0));
 	assert_true(kvp_ix_reap_owner(&s, (uint64_t)p, w, CS_A + 1));
-	assert_int_equal(word(&s, (uint64_t)p), KVP_IX_WORD(KVP_IX_GEN(w) + 1, 0, 0, KVP_IX_EMPTY));
-	assert_false(kvp_ix_reap_owner(&s, (uint64_t)p, w, CS_A + 1)); /* stale */
-	assert_false(kvp_ix_reap_owner(&s, (uint64_t)p, word(&s, (uint64_t)p), 0)); /* EMPTY */
+	assert_int_equal(word(&s, (uint64_t)p),
+			 KVP_IX_WORD(KVP_IX_GEN(w) + 1, 0, 0, KVP_IX_EMPTY));
+	/* stale */
+	assert_false(kvp_ix_reap_owner(&s, (uint64_t)p, w, CS_A + 1));
+	/* EMPTY */
+	assert_false(
+		kvp_ix_reap_owner(&s, (uint64_t)p, word(&s, (uint64_t)p), 0));
 	/* RESERVED and CLAIM of owner 9 (a claimant between two steps) */
 	for (st = KVP_IX_RESERVED; st <= KVP_IX_CLAIM; st++) {
 		h = kvp_key_hash(NS1, "half", 4);
@@ -635,11 +696,12 @@ test_reap_owner(void **state)
 	 * (owner 0xffff, SSD recovery) reaped, a client's PENDING kept */
 	assert_true(kvp_ix_check_take(&s, (uint64_t)r, wr));
 	assert_true(kvp_ix_check_take(&s, (uint64_t)d, wd));
-	c = kvp_ix_claim(&s, KVP_IX_OWNER_AGENT - 1, NS1, kvp_key_hash(NS1, "agent", 5),
-			 "agent", 5, &wc);
+	c = kvp_ix_claim(&s, KVP_IX_OWNER_AGENT - 1, NS1,
+			 kvp_key_hash(NS1, "agent", 5), "agent", 5, &wc);
 	assert_true(c >= 0);
 	assert_int_equal(KVP_IX_OWNER(wc), KVP_IX_OWNER_AGENT);
-	p = kvp_ix_claim(&s, CS_B, NS1, kvp_key_hash(NS1, "client", 6), "client", 6, &w);
+	p = kvp_ix_claim(&s, CS_B, NS1, kvp_key_hash(NS1, "client", 6),
+			 "client", 6, &w);
 	assert_true(p >= 0);
 	assert_int_equal(kvp_ix_clear_stale_agent(&s), 3);
 	assert_int_equal(word(&s, (uint64_t)r), wr);
@@ -668,7 +730,8 @@ static uint32_t
 race_key(char *k, int who, int i)
 {
 	if (who < 0)
-		return (uint32_t)snprintf(k, 100, "%040x-shared-%d", (unsigned)i * 2654435761u, i);
+		return (uint32_t)snprintf(k, 100, "%040x-shared-%d",
+					  (unsigned)i * 2654435761u, i);
 	return (uint32_t)snprintf(k, 100, "own-%d-%d", who, i);
 }
 
@@ -688,15 +751,18 @@ racer(struct race *r, int who)
 		kvp_futex_wait(&r->go, 0, 100000000ull);
 	for (i = 0; i < RKEYS; i++) {
 		uint32_t kl = race_key(k, -1, i);
-		int64_t slot = kvp_ix_claim(r->s, (uint32_t)who, NS1, kvp_key_hash(NS1, k, kl),
-					    k, kl, &w);
+		int64_t slot = kvp_ix_claim(r->s, (uint32_t)who, NS1,
+					    kvp_key_hash(NS1, k, kl), k, kl,
+					    &w);
 
 		r->res[who][i] = slot;
-		if (slot >= 0 && i % 2 == 0 && kvp_ix_publish(r->s, (uint64_t)slot, w))
+		if (slot >= 0 && i % 2 == 0 &&
+		    kvp_ix_publish(r->s, (uint64_t)slot, w))
 			r->res[who][i] = -ESTALE;
 		if (i < OWNKEYS) {
 			kl = race_key(k, who, i);
-			r->own_failed[who] += kvpt_ix_put(r->s, (uint32_t)who, NS1, k, kl, &w) < 0;
+			r->own_failed[who] += kvpt_ix_put(r->s, (uint32_t)who,
+							  NS1, k, kl, &w) < 0;
 		}
 	}
 }
@@ -744,12 +810,14 @@ check_race(struct race *r)
 		}
 		assert_int_equal(winners, 1);
 		slot = r->res[winner][key];
-		assert_int_equal(find(s, NS1, k, kl, KVP_IX_LIVE_MASK, &w), slot);
+		assert_int_equal(find(s, NS1, k, kl, KVP_IX_LIVE_MASK, &w),
+				 slot);
 		if (key % 2 == 0)
 			assert_int_equal(KVP_IX_STATE(w), KVP_IX_READY);
 		else
 			assert_int_equal(w & 0xffff0fu,
-					 ((uint64_t)(winner + 1) << 8) | KVP_IX_PENDING);
+					 ((uint64_t)(winner + 1) << 8) |
+						 KVP_IX_PENDING);
 		for (i = 0; i < s->g.g_index_slots; i++)
 			copies += KVP_IX_STATE(word(s, i)) != KVP_IX_EMPTY &&
 				  kvp_ix_key_eq(s, i, NS1, k, kl);
@@ -792,7 +860,8 @@ test_claim_race_threads(void **state)
 	for (who = 0; who < RACERS; who++) {
 		a[who].r = r;
 		a[who].who = who;
-		assert_int_equal(pthread_create(&t[who], NULL, racer_main, &a[who]), 0);
+		assert_int_equal(
+			pthread_create(&t[who], NULL, racer_main, &a[who]), 0);
 	}
 	race_go(r);
 	for (who = 0; who < RACERS; who++)
@@ -866,7 +935,8 @@ claim_step_main(void *p)
 	struct stepper_arg *a = p;
 	struct claim_step *x = a->x;
 	unsigned me = a->me, other = 1 - a->me;
-	uint64_t seed = 0x9e3779b97f4a7c15ull * (me + 1), r, t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	uint64_t seed = 0x9e3779b97f4a7c15ull * (me + 1), r,
+		 t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	char key[64];
 
 	for (r = 1;; r++) {
@@ -879,7 +949,8 @@ claim_step_main(void *p)
 		kvpt_step_wait(&x->arrive[other], r, NULL);
 		kvpt_delay(&seed, 255);
 		x->t[me][0] = kvp_now_ns(CLOCK_MONOTONIC);
-		x->res[me] = kvp_ix_claim(x->s, me, NS1, h, key, kl, &x->word[me]);
+		x->res[me] =
+			kvp_ix_claim(x->s, me, NS1, h, key, kl, &x->word[me]);
 		x->t[me][1] = kvp_now_ns(CLOCK_MONOTONIC);
 		kvp_store_release(&x->leave[me], r); /* release: our result */
 		kvpt_step_wait(&x->leave[other], r, NULL);
@@ -901,18 +972,21 @@ claim_step_main(void *p)
 			}
 			if (live != (win >= 0))
 				x->bad++;
-			if (win >= 0 && kvp_ix_find(x->s, NS1, h, key, kl, KVP_IX_LIVE_MASK,
-						    &w) != win)
+			if (win >= 0 &&
+			    kvp_ix_find(x->s, NS1, h, key, kl, KVP_IX_LIVE_MASK,
+					&w) != win)
 				x->bad++;
 			if (win >= 0)
 				kvp_ix_abort(x->s, (uint64_t)win, x->word[wi]);
 			/* the two claims ran at the same time (two cores) */
-			x->overlapped += x->t[0][0] < x->t[1][1] && x->t[1][0] < x->t[0][1];
+			x->overlapped += x->t[0][0] < x->t[1][1] &&
+					 x->t[1][0] < x->t[0][1];
 			x->rounds = r;
 			if ((r >= 20000 && x->overlapped >= CLAIM_OVERLAPS &&
 			     kvp_now_ns(CLOCK_MONOTONIC) - t0 >= x->min_ns) ||
 			    kvp_now_ns(CLOCK_MONOTONIC) - t0 > 60000000000ull)
-				/* relaxed: published by our past[] release below */
+				/* relaxed: published by our past[] release
+				 * below */
 				kvp_store_relaxed(&x->stop, 1);
 		}
 		/* both past the judge before the next round's claims; both
@@ -942,20 +1016,25 @@ test_claim_race_lockstep(void **state)
 	for (k = 0; k < 2; k++) {
 		a[k].x = x;
 		a[k].me = k;
-		assert_int_equal(pthread_create(&t[k], NULL, claim_step_main, &a[k]), 0);
+		assert_int_equal(
+			pthread_create(&t[k], NULL, claim_step_main, &a[k]), 0);
 	}
 	for (k = 0; k < 2; k++)
 		pthread_join(t[k], NULL);
 	print_message("  %llu rounds, the two claims overlapping in %llu\n",
-		      (unsigned long long)x->rounds, (unsigned long long)x->overlapped);
+		      (unsigned long long)x->rounds,
+		      (unsigned long long)x->overlapped);
 	if (x->bad)
-		fail_msg("%llu rounds without exactly one winner", (unsigned long long)x->bad);
+		fail_msg("%llu rounds without exactly one winner",
+			 (unsigned long long)x->bad);
 	assert_true(x->rounds >= 20000);
 	/* what it could not check is said, not passed off as checked */
 	if (x->overlapped < CLAIM_OVERLAPS)
-		print_message("SKIP lock-step claim race: the claims overlapped in %llu rounds "
-			      "of %llu in 60 s (fewer than two free cores?)\n",
-			      (unsigned long long)x->overlapped, (unsigned long long)x->rounds);
+		print_message(
+			"SKIP lock-step claim race: the claims overlapped in %llu rounds "
+			"of %llu in 60 s (fewer than two free cores?)\n",
+			(unsigned long long)x->overlapped,
+			(unsigned long long)x->rounds);
 	assert_int_equal(nonempty(&s), 0);
 	kvp__seg_unmap(&s);
 	free(x);
@@ -988,12 +1067,14 @@ struct torn {
 	unsigned char key[3][KVP_KEY_MAX]; /* A, B, C */
 	int64_t c_slot;
 	uint64_t c_word;
-	kvp_aword_t hist[16][TORN_HIST]; /* gen << 2 | key, written before READY */
+	/* gen << 2 | key, written before READY */
+	kvp_aword_t hist[16][TORN_HIST];
 	kvp_aword_t stop;
 	unsigned rounds, done; /* rewrites asked for (at least), done */
 	uint64_t min_ns;
 	/* per reader */
-	uint64_t wrong[TORN_READERS], right[TORN_READERS], unknown[TORN_READERS];
+	uint64_t wrong[TORN_READERS], right[TORN_READERS],
+		unknown[TORN_READERS];
 	int id_seq;
 };
 
@@ -1010,7 +1091,8 @@ torn_enough(struct torn *t, unsigned n, uint64_t t0)
 	if (n < t->rounds || dt < t->min_ns)
 		return false;
 	for (k = 0; k < TORN_READERS; k++)
-		right += __atomic_load_n(&t->right[k], __ATOMIC_RELAXED); /* a progress look */
+		/* a progress look */
+		right += __atomic_load_n(&t->right[k], __ATOMIC_RELAXED);
 	return right >= TORN_JUDGED;
 }
 
@@ -1025,7 +1107,8 @@ torn_writer(void *p)
 	for (n = 0; !torn_enough(t, n, t0); n++) {
 		unsigned which = n & 1;
 		uint64_t w;
-		int64_t i = kvp_ix_claim(s, CS_A, NS1, t->H, t->key[which], KVP_KEY_MAX, &w);
+		int64_t i = kvp_ix_claim(s, CS_A, NS1, t->H, t->key[which],
+					 KVP_KEY_MAX, &w);
 
 		if (i < 0 || i >= 16)
 			break; /* the check below sees the round fail */
@@ -1060,7 +1143,8 @@ torn_reader(void *p)
 
 		for (which = 0; which < 3; which++) {
 			uint64_t w, rec;
-			int64_t i = kvp_ix_find(s, NS1, t->H, t->key[which], KVP_KEY_MAX,
+			int64_t i = kvp_ix_find(s, NS1, t->H, t->key[which],
+						KVP_KEY_MAX,
 						KVP_IX_M(KVP_IX_READY), &w);
 
 			if (which == 2) {
@@ -1075,13 +1159,16 @@ torn_reader(void *p)
 				continue;
 			}
 			/* relaxed: written before the READY CAS we acquired */
-			rec = kvp_load_relaxed(&t->hist[i][KVP_IX_GEN(w) % TORN_HIST]);
+			rec = kvp_load_relaxed(
+				&t->hist[i][KVP_IX_GEN(w) % TORN_HIST]);
 			if (rec >> 2 != KVP_IX_GEN(w))
-				t->unknown[me]++; /* that generation's record was reused */
+				/* that generation's record was reused */
+				t->unknown[me]++;
 			else if ((rec & 3) != which)
 				t->wrong[me]++;
 			else
-				__atomic_fetch_add(&t->right[me], 1, __ATOMIC_RELAXED);
+				__atomic_fetch_add(&t->right[me], 1,
+						   __ATOMIC_RELAXED);
 		}
 	}
 	return NULL;
@@ -1108,12 +1195,14 @@ test_find_torn(void **state)
 			t->key[k][b] = (unsigned char)(b * 131 + 7);
 		t->key[k][KVP_KEY_MAX - 1] = (unsigned char)('A' + k);
 	}
-	t->c_slot = kvp_ix_claim(&s, CS_B, NS1, t->H, t->key[2], KVP_KEY_MAX, &t->c_word);
+	t->c_slot = kvp_ix_claim(&s, CS_B, NS1, t->H, t->key[2], KVP_KEY_MAX,
+				 &t->c_word);
 	assert_true(t->c_slot >= 0);
 	assert_int_equal(kvp_ix_publish(&s, (uint64_t)t->c_slot, t->c_word), 0);
 	t->c_word = word(&s, (uint64_t)t->c_slot);
 	for (k = 0; k < TORN_READERS; k++)
-		assert_int_equal(pthread_create(&rt[k], NULL, torn_reader, t), 0);
+		assert_int_equal(pthread_create(&rt[k], NULL, torn_reader, t),
+				 0);
 	assert_int_equal(pthread_create(&wt, NULL, torn_writer, t), 0);
 	pthread_join(wt, NULL);
 	for (k = 0; k < TORN_READERS; k++) {
@@ -1122,13 +1211,16 @@ test_find_torn(void **state)
 		right += t->right[k];
 		unknown += t->unknown[k];
 	}
-	print_message("  %u rewrites; %llu lookups of A/B checked, %llu unjudged\n",
-		      t->done, (unsigned long long)right, (unsigned long long)unknown);
+	print_message(
+		"  %u rewrites; %llu lookups of A/B checked, %llu unjudged\n",
+		t->done, (unsigned long long)right,
+		(unsigned long long)unknown);
 	assert_true(t->done >= t->rounds); /* no rewrite failed */
 	if (wrong)
 		fail_msg("%llu lookups reported a key the slot did not hold",
 			 (unsigned long long)wrong);
-	assert_true(right >= TORN_JUDGED); /* it checked enough (else 60 s ran out) */
+	/* it checked enough (else 60 s ran out) */
+	assert_true(right >= TORN_JUDGED);
 	kvp__seg_unmap(&s);
 	free(t);
 }
@@ -1138,7 +1230,10 @@ test_find_torn(void **state)
 static void
 test_hash_spread(void **state)
 {
-	enum { NB = 4096, NK = 1 << 20 };
+	enum {
+		NB = 4096,
+		NK = 1 << 20
+	};
 	struct kvp_seg s;
 	unsigned *cnt = calloc(NB, sizeof(unsigned)), max = 0;
 	char key[96];
@@ -1148,9 +1243,11 @@ test_hash_spread(void **state)
 	memset(&s, 0, sizeof(s));
 	s.bucket_mask = NB - 1;
 	for (k = 0; k < NK; k++) {
-		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "%064x_%d", (unsigned)k, k % 8);
+		uint32_t kl = (uint32_t)snprintf(key, sizeof(key), "%064x_%d",
+						 (unsigned)k, k % 8);
 		uint64_t h = kvp_key_hash(7, key, kl);
-		uint64_t b1 = kvp_ix_cand(&s, h, 0) / 8, b2 = kvp_ix_cand(&s, h, 8) / 8;
+		uint64_t b1 = kvp_ix_cand(&s, h, 0) / 8,
+			 b2 = kvp_ix_cand(&s, h, 8) / 8;
 		assert_true(b1 != b2);
 		cnt[b1]++;
 	}

@@ -23,25 +23,37 @@ test_static_layout(void **state)
 	assert_int_equal(offsetof(struct kvp_shm_header, h_layout_sig), 16);
 	assert_true(sizeof(struct kvp_shm_header) <= KVP_PAGE);
 	assert_int_equal(sizeof(struct kvp_client_slot) % KVP_CACHELINE, 0);
-	assert_int_equal(offsetof(struct kvp_client_slot, cs_ctr) % KVP_CACHELINE, 0);
+	assert_int_equal(
+		offsetof(struct kvp_client_slot, cs_ctr) % KVP_CACHELINE, 0);
 	assert_int_equal(sizeof(struct kvp_entry) % KVP_CACHELINE, 0);
 	assert_int_equal(offsetof(struct kvp_entry, e_key) % 8, 0);
 	assert_true(sizeof(((struct kvp_entry *)0)->e_key) >= KVP_KEY_MAX);
 	assert_int_equal(sizeof(struct kvp_page), 32);
-	assert_int_equal(offsetof(struct kvp_dram_hdr, dh_used_pages) % KVP_CACHELINE, 0);
+	assert_int_equal(offsetof(struct kvp_dram_hdr, dh_used_pages) %
+				 KVP_CACHELINE,
+			 0);
 	/* state word packing round-trips */
 	{
-		uint64_t w = KVP_IX_WORD(0xabcdef, 0x1234, 0x5678, KVP_IX_PENDING) | KVP_IX_CHECK;
+		uint64_t w =
+			KVP_IX_WORD(0xabcdef, 0x1234, 0x5678, KVP_IX_PENDING) |
+			KVP_IX_CHECK;
 		assert_int_equal(KVP_IX_GEN(w), 0xabcdef);
 		assert_int_equal(KVP_IX_FP(w), 0x1234);
 		assert_int_equal(KVP_IX_OWNER(w), 0x5678);
 		assert_int_equal(KVP_IX_STATE(w), KVP_IX_PENDING);
 		assert_int_equal(KVP_IX_FLAGS(w), KVP_IX_CHECK);
-		assert_int_equal(KVP_IX_NEXTGEN(KVP_IX_WORD(0xffffff, 0, 0, 0)), 0);
-		assert_int_equal(KVP_HOLD_SLOT(KVP_HOLD_MAKE(123456789, 0xfedcba)), 123456789);
-		assert_int_equal(KVP_HOLD_GEN(KVP_HOLD_MAKE(123456789, 0xfedcba)), 0xfedcba);
-		assert_int_equal(KVP_LOC_TIER(KVP_LOC_MAKE(KVP_TIER_SSD, 77)), KVP_TIER_SSD);
-		assert_int_equal(KVP_LOC_VAL(KVP_LOC_MAKE(KVP_TIER_SSD, 77)), 77);
+		assert_int_equal(KVP_IX_NEXTGEN(KVP_IX_WORD(0xffffff, 0, 0, 0)),
+				 0);
+		assert_int_equal(
+			KVP_HOLD_SLOT(KVP_HOLD_MAKE(123456789, 0xfedcba)),
+			123456789);
+		assert_int_equal(
+			KVP_HOLD_GEN(KVP_HOLD_MAKE(123456789, 0xfedcba)),
+			0xfedcba);
+		assert_int_equal(KVP_LOC_TIER(KVP_LOC_MAKE(KVP_TIER_SSD, 77)),
+				 KVP_TIER_SSD);
+		assert_int_equal(KVP_LOC_VAL(KVP_LOC_MAKE(KVP_TIER_SSD, 77)),
+				 77);
 	}
 }
 
@@ -65,17 +77,19 @@ test_field_lists_tile(void **state)
 		if (!f[i].field) {
 			/* the type's end: at most 7 bytes of tail padding */
 			if (f[i].size < end || f[i].size - end >= 8)
-				fail_msg("%s: fields end at %u, the struct is %u bytes: "
-					 "a field is missing from KVP_FIELDS_*",
-					 f[i].type, end, f[i].size);
+				fail_msg(
+					"%s: fields end at %u, the struct is %u bytes: "
+					"a field is missing from KVP_FIELDS_*",
+					f[i].type, end, f[i].size);
 			types++;
 			end = 0;
 			continue;
 		}
 		if (f[i].off < end || f[i].off - end >= 8)
-			fail_msg("%s.%s at %u, the field before it ends at %u: a field "
-				 "is missing from its list or out of order",
-				 f[i].type, f[i].field, f[i].off, end);
+			fail_msg(
+				"%s.%s at %u, the field before it ends at %u: a field "
+				"is missing from its list or out of order",
+				f[i].type, f[i].field, f[i].off, end);
 		assert_true(f[i].size > 0);
 		end = f[i].off + f[i].size;
 		fields++;
@@ -84,7 +98,8 @@ test_field_lists_tile(void **state)
 	assert_true(fields >= 100);
 }
 
-/* The source tree's root: the test runs as <root>/build/<variant>/test_layout. */
+/* The source tree's root: the test runs as
+ * <root>/build/<variant>/test_layout. */
 static void
 tree_root(char *out, size_t cap)
 {
@@ -137,17 +152,22 @@ test_docs_table(void **state)
 		assert_non_null(end);
 		*end = '\0';
 		if (r >= KVP_R__N)
-			fail_msg("docs/design.md lists region '%s' after the %u of "
-				 "enum kvp_region", name, (unsigned)KVP_R__N);
+			fail_msg(
+				"docs/design.md lists region '%s' after the %u of "
+				"enum kvp_region",
+				name, (unsigned)KVP_R__N);
 		if (strcmp(name, kvp_region_name(r)))
-			fail_msg("docs/design.md region %u is '%s', enum kvp_region "
-				 "says '%s'", r, name, kvp_region_name(r));
+			fail_msg(
+				"docs/design.md region %u is '%s', enum kvp_region "
+				"says '%s'",
+				r, name, kvp_region_name(r));
 		r++;
 	}
 	fclose(f);
 	if (r != KVP_R__N)
-		fail_msg("docs/design.md lists %u regions, enum kvp_region has %u", r,
-			 (unsigned)KVP_R__N);
+		fail_msg(
+			"docs/design.md lists %u regions, enum kvp_region has %u",
+			r, (unsigned)KVP_R__N);
 }
 
 /*
@@ -164,10 +184,12 @@ test_signature_recorded(void **state)
 	(void)state;
 	assert_int_equal(KVP_ABI_MAJOR, 5);
 	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI5)
-		fail_msg("the shared layout changed (signature %016llx, recorded "
-			 "%016llx for ABI 5): bump KVP_ABI_MAJOR and record the "
-			 "new signature", (unsigned long long)kvp_layout_sig(),
-			 KVPT_LAYOUT_SIG_ABI5);
+		fail_msg(
+			"the shared layout changed (signature %016llx, recorded "
+			"%016llx for ABI 5): bump KVP_ABI_MAJOR and record the "
+			"new signature",
+			(unsigned long long)kvp_layout_sig(),
+			KVPT_LAYOUT_SIG_ABI5);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
@@ -194,19 +216,28 @@ check_layout(const struct kvp_seg *s)
 	}
 	assert_int_equal(L->off[KVP_R_ARENA] % KVP_HUGE_ALIGN, 0);
 	assert_int_equal(L->len[KVP_R_CLIENTS],
-			 (uint64_t)s->g.g_max_clients * sizeof(struct kvp_client_slot));
-	assert_int_equal(L->len[KVP_R_HOLDS],
-			 (uint64_t)s->g.g_max_clients * s->g.g_holds_per_client * 8);
+			 (uint64_t)s->g.g_max_clients *
+				 sizeof(struct kvp_client_slot));
+	assert_int_equal(L->len[KVP_R_HOLDS], (uint64_t)s->g.g_max_clients *
+						      s->g.g_holds_per_client *
+						      8);
 	assert_int_equal(L->len[KVP_R_META], s->g.g_index_slots * 8);
-	assert_int_equal(L->len[KVP_R_ENTRIES], s->g.g_index_slots * sizeof(struct kvp_entry));
+	assert_int_equal(L->len[KVP_R_ENTRIES],
+			 s->g.g_index_slots * sizeof(struct kvp_entry));
 	assert_int_equal(L->len[KVP_R_DRAM], sizeof(struct kvp_dram_hdr));
-	assert_int_equal(L->len[KVP_R_PAGEMAP], s->g.g_dram_pages * sizeof(struct kvp_page));
-	assert_int_equal(L->len[KVP_R_LEASES], s->g.g_max_leases * sizeof(struct kvp_lease_slot));
-	assert_int_equal(L->len[KVP_R_ARENA], s->g.g_dram_pages * s->g.g_dram_unit);
+	assert_int_equal(L->len[KVP_R_PAGEMAP],
+			 s->g.g_dram_pages * sizeof(struct kvp_page));
+	assert_int_equal(L->len[KVP_R_LEASES],
+			 s->g.g_max_leases * sizeof(struct kvp_lease_slot));
+	assert_int_equal(L->len[KVP_R_ARENA],
+			 s->g.g_dram_pages * s->g.g_dram_unit);
 	assert_int_equal(L->len[KVP_R_RINGS], (uint64_t)s->g.g_max_clients *
-			 s->g.g_ring_entries * sizeof(struct kvp_req));
-	assert_int_equal(L->len[KVP_R_SPANS], s->g.g_staging_slots * sizeof(struct kvp_span));
-	assert_int_equal(L->len[KVP_R_STAGING], s->g.g_staging_slots * s->g.g_staging_slot_bytes);
+						      s->g.g_ring_entries *
+						      sizeof(struct kvp_req));
+	assert_int_equal(L->len[KVP_R_SPANS],
+			 s->g.g_staging_slots * sizeof(struct kvp_span));
+	assert_int_equal(L->len[KVP_R_STAGING],
+			 s->g.g_staging_slots * s->g.g_staging_slot_bytes);
 	if (L->len[KVP_R_STAGING])
 		assert_int_equal(L->off[KVP_R_STAGING] % KVP_HUGE_ALIGN, 0);
 	assert_int_equal(L->end, s->size);
@@ -235,9 +266,11 @@ test_agent_segment(void **state)
 	const struct kvp_shm_header *h;
 
 	(void)state;
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "32M", "--dram-unit", "8K",
-					  "--max-clients", "16", "--holds-per-client", "256",
-					  "--index-entries", "1000", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "32M", "--dram-unit",
+					  "8K", "--max-clients", "16",
+					  "--holds-per-client", "256",
+					  "--index-entries", "1000", NULL),
+			 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	h = s.hdr;
 	assert_int_equal(h->h_magic, KVP_SHM_MAGIC);
@@ -268,9 +301,10 @@ test_agent_segment_ssd(void **state)
 
 	(void)state;
 	assert_int_equal(kvpt_tmpdir(dir, sizeof(dir), "layout"), 0);
-	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-clients", "8",
-					  "--ssd-dir", dir, "--staging", "1M",
-					  "--staging-slot", "64K", NULL), 0);
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-clients",
+					  "8", "--ssd-dir", dir, "--staging",
+					  "1M", "--staging-slot", "64K", NULL),
+			 0);
 	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
 	assert_int_equal(s.g.g_ring_entries, KVP_RING_ENTRIES);
 	assert_int_equal(s.g.g_staging_slots, 16);
@@ -306,18 +340,22 @@ test_geometry_limits(void **state)
 	kvp_geom_seal(&g0);
 	assert_int_equal(kvp_geom_check(&g0, L.end, &L, msg, sizeof(msg)), 0);
 	/* the file must be exactly the layout's size */
-	assert_int_equal(kvp_geom_check(&g0, L.end + KVP_PAGE, &L, msg, sizeof(msg)), -EPROTO);
+	assert_int_equal(kvp_geom_check(&g0, L.end + KVP_PAGE, &L, msg,
+					sizeof(msg)),
+			 -EPROTO);
 	/* one flipped bit is caught by the checksum */
 	g = g0;
 	g.g_max_clients ^= 0x100;
-	assert_int_equal(kvp_geom_check(&g, L.end, &L, msg, sizeof(msg)), -EPROTO);
+	assert_int_equal(kvp_geom_check(&g, L.end, &L, msg, sizeof(msg)),
+			 -EPROTO);
 	assert_non_null(strstr(msg, "checksum"));
-#define BAD(field, v, name)                                                  \
-	do {                                                                 \
-		g = g0;                                                      \
-		g.field = v;                                                 \
-		assert_int_equal(kvp_layout_compute(&g, &L, msg, sizeof(msg)), -EINVAL); \
-		assert_non_null(strstr(msg, name));                          \
+#define BAD(field, v, name)                                                    \
+	do {                                                                   \
+		g = g0;                                                        \
+		g.field = v;                                                   \
+		assert_int_equal(kvp_layout_compute(&g, &L, msg, sizeof(msg)), \
+				 -EINVAL);                                     \
+		assert_non_null(strstr(msg, name));                            \
 	} while (0)
 	BAD(g_max_clients, 0, "max_clients");
 	BAD(g_max_clients, 4000000000u, "max_clients");

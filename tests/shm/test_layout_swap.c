@@ -13,12 +13,12 @@
 #include "kvpool.h"
 #include "tests/client/client_test.h"
 
-#define FAIL(...)                                                  \
-	do {                                                       \
-		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);    \
-		fprintf(stderr, __VA_ARGS__);                      \
-		fprintf(stderr, "\n");                             \
-		goto out;                                          \
+#define FAIL(...)                                               \
+	do {                                                    \
+		fprintf(stderr, "%s:%d: ", __FILE__, __LINE__); \
+		fprintf(stderr, __VA_ARGS__);                   \
+		fprintf(stderr, "\n");                          \
+		goto out;                                       \
 	} while (0)
 
 int
@@ -41,7 +41,8 @@ main(void)
 	rc = kvpc_open_wait(&a, kvp_open, "ns", &c, 10000);
 	if (rc != -EPROTO)
 		FAIL("kvp_open of a segment with the other field order: %d (%s), "
-		     "not -EPROTO", rc, rc ? kvp_strerror(rc) : "opened");
+		     "not -EPROTO",
+		     rc, rc ? kvp_strerror(rc) : "opened");
 	/* the agent wrote its signature; ours is another */
 	snprintf(path, sizeof(path), "/dev/shm/kvpool.%s", a.pool);
 	fd = open(path, O_RDONLY);
@@ -55,13 +56,15 @@ main(void)
 		FAIL("agent ABI %u, this build %u: not the case under test",
 		     h.h_abi_major, KVP_ABI_MAJOR);
 	printf("swapped layout refused: agent %016llx, this build %016llx\n",
-	       (unsigned long long)h.h_layout_sig, (unsigned long long)kvp_layout_sig());
+	       (unsigned long long)h.h_layout_sig,
+	       (unsigned long long)kvp_layout_sig());
 	ret = 0;
 out:
 	if (c)
 		kvp_close(c);
 	if (a.pid > 0 && kvpc_agent_stop(&a) != 0 && !ret) {
-		fprintf(stderr, "kvpoold did not stop cleanly: see %s\n", a.log);
+		fprintf(stderr, "kvpoold did not stop cleanly: see %s\n",
+			a.log);
 		ret = 1;
 	}
 	return ret;

@@ -17,18 +17,29 @@ bad=0
 srcs=$(git ls-files '*.c' '*.h' '*.cc')
 [ -n "$srcs" ] || { echo "FAIL: no sources (not a git checkout?)"; exit 1; }
 
-# 1. state-word writes
+# 1. state-word writes, judged per statement (clang-format breaks a call
+# over lines): awk joins each file's lines up to a ';', '{' or '}', keeps
+# the statement's first line number, and prints "file:line: statement"
+# for every statement that names meta; the greps keep the writes
 for f in $srcs; do
 	case $f in index/*|tests/*) continue ;; esac
-	grep -nE '(kvp_store_(relaxed|release)|kvp_cas|kvp_fetch_add|kvp_exchange|mem(set|cpy|move))[[:space:]]*\([^;]*meta\b' "$f" |
-		sed "s|^|$f:|" >>"$tmp/writes"
+	awk -v F="$f" '
+		{ line = $0; sub(/\/\/.*/, "", line) }
+		stmt == "" { start = FNR }
+		{ stmt = stmt " " line }
+		/[;{}][ \t]*(\/\*.*)?$/ {
+			if (stmt ~ /meta/) { gsub(/[ \t]+/, " ", stmt); print F ":" start ":" stmt }
+			stmt = ""
+		}' "$f" >"$tmp/stmts"
+	# an atomic write, CAS or add, or a memset/memcpy, on meta
+	grep -E '(kvp_store_(relaxed|release)|kvp_cas|kvp_fetch_add|kvp_exchange|mem(set|cpy|move))[[:space:]]*\([^;]*meta\b' "$tmp/stmts" >>"$tmp/writes"
 	# a pointer into meta kept for later (reads go through kvp_load_*)
-	grep -nE '&[^;]*meta\[' "$f" | grep -vE 'kvp_load_(acquire|relaxed)[[:space:]]*\(&[^;]*meta\[|__builtin_prefetch\(&[^;]*meta\[|const kvp_aword_t \*' |
-		sed "s|^|$f:|" >>"$tmp/writes"
+	sed -E 's/kvp_load_(acquire|relaxed)[[:space:]]*\([[:space:]]*&[^()]*(\([^()]*\)[^()]*)*\)//g; s/__builtin_prefetch[[:space:]]*\([[:space:]]*&[^()]*(\([^()]*\)[^()]*)*\)//g' "$tmp/stmts" |
+		grep -E '&[^;]*meta\[' | grep -v 'const kvp_aword_t \*' >>"$tmp/writes"
 done
 if [ -s "$tmp/writes" ]; then
 	echo "FAIL: index state words written outside index/ (use a kvp_ix_* transition):"
-	sort -u -t: -k1,1 -k2,2n "$tmp/writes" | sed 's/^/    /'
+	sort -u -t: -k1,1 -k2,2n "$tmp/writes" | cut -c1-160 | sed 's/^/    /'
 	bad=1
 else
 	echo "ok: no index state word is written outside index/"

@@ -22,7 +22,8 @@ seg_setup(void **state)
 {
 	(void)state;
 	memset(&ag, 0, sizeof(ag));
-	if (kvpt_pool_name(ag.cfg.pool, sizeof(ag.cfg.pool), "ta%d", (int)getpid()))
+	if (kvpt_pool_name(ag.cfg.pool, sizeof(ag.cfg.pool), "ta%d",
+			   (int)getpid()))
 		return -1;
 	ag.cfg.dram_bytes = 16u << 20;
 	ag.cfg.dram_unit = 4096;
@@ -51,7 +52,8 @@ seg_teardown(void **state)
 static void
 check_consistent(struct kvp_seg *s)
 {
-	uint64_t n = s->g.g_dram_pages, p = 0, used = 0, free_runs = 0, binned = 0, k;
+	uint64_t n = s->g.g_dram_pages, p = 0, used = 0, free_runs = 0,
+		 binned = 0, k;
 	bool prev_free = false;
 	unsigned b;
 
@@ -60,7 +62,8 @@ check_consistent(struct kvp_seg *s)
 	while (p < n) {
 		struct kvp_page *pg = &s->pages[p];
 		assert_true(pg->pg_npages > 0 && pg->pg_npages <= n - p);
-		assert_int_equal(s->pages[p + pg->pg_npages - 1].pg_head, p + 1);
+		assert_int_equal(s->pages[p + pg->pg_npages - 1].pg_head,
+				 p + 1);
 		for (k = p + 1; k < p + pg->pg_npages; k++) {
 			assert_int_equal(s->pages[k].pg_state, KVP_PG_NONE);
 			assert_int_equal(s->pages[k].pg_npages, 0);
@@ -82,7 +85,8 @@ check_consistent(struct kvp_seg *s)
 		uint32_t q;
 		for (q = s->dram->dh_bin[b]; q; q = s->pages[q - 1].pg_next) {
 			assert_int_equal(s->pages[q - 1].pg_state, KVP_PG_FREE);
-			assert_int_equal(kvp_dram_bin(s->pages[q - 1].pg_npages), b);
+			assert_int_equal(
+				kvp_dram_bin(s->pages[q - 1].pg_npages), b);
 			binned++;
 		}
 	}
@@ -92,7 +96,12 @@ check_consistent(struct kvp_seg *s)
 	kvp_dram_unlock(s);
 }
 
-struct live { uint32_t first; uint64_t owner; uint32_t gen; uint64_t units; };
+struct live {
+	uint32_t first;
+	uint64_t owner;
+	uint32_t gen;
+	uint64_t units;
+};
 
 /* Mixed sizes, random frees, for many rounds: an allocation fails only
  * when the free units really do not add up, however fragmented. */
@@ -113,7 +122,8 @@ test_fragmentation(void **state)
 			uint32_t first;
 			int rc;
 
-			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			seed = seed * 6364136223846793005ull +
+			       1442695040888963407ull;
 			bytes = 1 + (seed >> 33) % (300u << 10);
 			units = (bytes + unit - 1) / unit;
 			rc = kvp_dram_alloc(s, bytes, owner, 1, &first);
@@ -135,9 +145,11 @@ test_fragmentation(void **state)
 		assert_true(s->dram->dh_used_pages * 100 >= n * 93);
 		/* free a random ~half */
 		for (unsigned k = 0; k < nl;) {
-			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			seed = seed * 6364136223846793005ull +
+			       1442695040888963407ull;
 			if ((seed >> 40) & 1) {
-				int64_t f = kvp_dram_free_chain(s, lv[k].first, lv[k].owner, 1);
+				int64_t f = kvp_dram_free_chain(s, lv[k].first,
+								lv[k].owner, 1);
 				assert_int_equal(f, (int64_t)lv[k].units);
 				lv[k] = lv[--nl];
 			} else {
@@ -147,12 +159,14 @@ test_fragmentation(void **state)
 		if (round % 20 == 0)
 			check_consistent(s);
 	}
-	print_message("  200 fill/free rounds: %u full arenas, %u values split over runs\n",
-		      fails, multi);
+	print_message(
+		"  200 fill/free rounds: %u full arenas, %u values split over runs\n",
+		fails, multi);
 	assert_true(multi > 0); /* fragmentation happened and was absorbed */
 	while (nl) {
 		nl--;
-		assert_true(kvp_dram_free_chain(s, lv[nl].first, lv[nl].owner, 1) > 0);
+		assert_true(kvp_dram_free_chain(s, lv[nl].first, lv[nl].owner,
+						1) > 0);
 	}
 	check_consistent(s);
 	assert_int_equal(s->dram->dh_used_pages, 0);
@@ -174,8 +188,9 @@ test_free_checks_owner(void **state)
 	check_consistent(s);
 }
 
-/* The lock owner dies with the bins half updated: the next locker gets
- * EOWNERDEAD, rebuilds from the chain, and everything is consistent. */
+/* The lock owner dies with the bins half updated: the next locker
+ * takes the lock over, rebuilds from the chain, and everything is
+ * consistent. */
 static void
 test_owner_dead_recovery(void **state)
 {
@@ -201,7 +216,8 @@ test_owner_dead_recovery(void **state)
 	}
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_int_equal(kvp_dram_alloc(s, 4096, 3, 1, &f2), 0);
-	assert_int_equal(kvp_load_relaxed(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER]), 1);
+	assert_int_equal(
+		kvp_load_relaxed(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER]), 1);
 	check_consistent(s);
 	assert_true(kvp_dram_free_chain(s, f2, 3, 1) == 1);
 }
@@ -218,14 +234,17 @@ test_gc_owner_tags(void **state)
 	(void)state;
 	kvp_dram_gc_agent(&ag); /* start clean */
 	before = s->dram->dh_used_pages;
-	/* slot 10 READY at gen 4, slot 11 EMPTY at gen 5, slot 12 PENDING gen 2 */
+	/* slot 10 READY at gen 4, slot 11 EMPTY at gen 5, slot 12 PENDING
+	 * gen 2 */
 	kvp_store_release(&s->meta[10], KVP_IX_WORD(4, 0, 0, KVP_IX_READY));
 	kvp_store_release(&s->meta[11], KVP_IX_WORD(5, 0, 0, KVP_IX_EMPTY));
 	kvp_store_release(&s->meta[12], KVP_IX_WORD(2, 0, 1, KVP_IX_PENDING));
 	assert_int_equal(kvp_dram_alloc(s, 4096 * 2, 10, 4, &a1), 0);
-	assert_int_equal(kvp_dram_alloc(s, 4096 * 3, 11, 4, &a2), 0); /* stale gen */
+	/* stale gen */
+	assert_int_equal(kvp_dram_alloc(s, 4096 * 3, 11, 4, &a2), 0);
 	assert_int_equal(kvp_dram_alloc(s, 4096 * 5, 12, 2, &a3), 0);
-	kvp_store_relaxed(&s->entries[10].e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, a1));
+	kvp_store_relaxed(&s->entries[10].e_loc,
+			  KVP_LOC_MAKE(KVP_TIER_DRAM, a1));
 	/* slot 13 READY at gen 1 but SSD-resident: a relocation to SSD was
 	 * cut short before its DRAM runs were freed */
 	kvp_store_release(&s->meta[13], KVP_IX_WORD(1, 0, 0, KVP_IX_READY));

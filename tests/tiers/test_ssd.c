@@ -64,7 +64,9 @@ put(struct kvp_ssd *s, const char *key, const unsigned char *v, uint64_t len)
 	struct kvp_ssd_cqe cq;
 	struct iovec iov = { (void *)(uintptr_t)v, len };
 
-	assert_int_equal(kvp_ssd_write_agent(s, 1, 42, key, (uint32_t)strlen(key), &iov, 1, 0), 0);
+	assert_int_equal(kvp_ssd_write_agent(s, 1, 42, key,
+					     (uint32_t)strlen(key), &iov, 1, 0),
+			 0);
 	assert_int_equal(wait_one(s, &cq), 0);
 	return cq.loc;
 }
@@ -99,8 +101,10 @@ test_crc32c(void **state)
 	assert_int_equal(kvp_crc32c_sw(0, "123456789", 9), 0xE3069283);
 	assert_int_equal(kvp_crc32c_hw(0, "123456789", 9), 0xE3069283);
 	fill(big, sizeof(big), 3);
-	assert_int_equal(kvp_crc32c_hw(0, big, sizeof(big)), kvp_crc32c_sw(0, big, sizeof(big)));
-	assert_int_equal(kvp_crc32c(kvp_crc32c(0, big, 1234), big + 1234, sizeof(big) - 1234),
+	assert_int_equal(kvp_crc32c_hw(0, big, sizeof(big)),
+			 kvp_crc32c_sw(0, big, sizeof(big)));
+	assert_int_equal(kvp_crc32c(kvp_crc32c(0, big, 1234), big + 1234,
+				    sizeof(big) - 1234),
 			 kvp_crc32c(0, big, sizeof(big)));
 }
 
@@ -109,8 +113,9 @@ test_crc32c(void **state)
 static void
 test_round_trip(void **state)
 {
-	static const uint64_t sizes[] = { 1, 100, 4095, 4096, 4097, 65536, 100000,
-					  1 << 20, (8 << 20) - 12345 };
+	static const uint64_t sizes[] = { 1,      100,     4095,
+					  4096,   4097,    65536,
+					  100000, 1 << 20, (8 << 20) - 12345 };
 	struct kvp_ssd *s = open_store(true, 32 << 20, 0);
 	unsigned char *v = malloc(8 << 20), *d;
 	struct kvp_ssd_stats st0, st1;
@@ -118,7 +123,8 @@ test_round_trip(void **state)
 	unsigned k;
 
 	(void)state;
-	assert_int_equal(posix_memalign((void **)&d, 4096, (8 << 20) + 8192), 0);
+	assert_int_equal(posix_memalign((void **)&d, 4096, (8 << 20) + 8192),
+			 0);
 	assert_true(kvp_ssd_recover_agent(s, NULL, NULL) == 0 || 1);
 	for (k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
 		char key[32];
@@ -128,16 +134,20 @@ test_round_trip(void **state)
 		fill(v, sizes[k], k);
 		loc = put(s, key, v, sizes[k]);
 		memset(d, 0, sizes[k]);
-		assert_int_equal(get(s, loc, sizes[k], 0, sizes[k], d, &doff), 0);
+		assert_int_equal(get(s, loc, sizes[k], 0, sizes[k], d, &doff),
+				 0);
 		assert_int_equal(doff, 0);
 		assert_memory_equal(d, v, sizes[k]);
 		if (sizes[k] > 20000) {
 			kvp_ssd_stats_agent(s, &st0);
-			assert_int_equal(get(s, loc, sizes[k], 10000, 5000, d, &doff), 0);
+			assert_int_equal(get(s, loc, sizes[k], 10000, 5000, d,
+					     &doff),
+					 0);
 			kvp_ssd_stats_agent(s, &st1);
 			assert_memory_equal(d + doff, v + 10000, 5000);
-			assert_int_equal(st1.dev_read_bytes - st0.dev_read_bytes,
-					 4096 + kvp_ssd_extent(10000, 5000, NULL));
+			assert_int_equal(
+				st1.dev_read_bytes - st0.dev_read_bytes,
+				4096 + kvp_ssd_extent(10000, 5000, NULL));
 		}
 	}
 	kvp_ssd_close_agent(s);
@@ -264,7 +274,8 @@ test_restart_and_damage(void **state)
 		fill(v, sizeof(v), (unsigned)k);
 		loc[k] = put(s, key, v, sizeof(v));
 	}
-	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "k2", 2, 0), -EINVAL);
+	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "k2", 2, 0),
+			 -EINVAL);
 	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, "k2", 2, loc[2]), 0);
 	assert_int_equal(wait_one(s, &cq), 0);
 	kvp_ssd_close_agent(s); /* seals: recovery reads the summary */
@@ -280,7 +291,8 @@ test_restart_and_damage(void **state)
 		fill(v, sizeof(v), (unsigned)k);
 		loc[k % 10] = put(s, key, v, sizeof(v));
 	}
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc[5]));
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir,
+		 KVP_SSD_LOC_SEG(loc[5]));
 	/* no close: the segment stays unsealed, as after a crash */
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
@@ -309,10 +321,10 @@ test_restart_and_damage(void **state)
 	s = open_store(false, 4 << 20, 0);
 	memset(&sn, 0, sizeof(sn));
 	kvp_ssd_recover_agent(s, collect, &sn);
-	assert_true(seen_has(&sn, "k14"));   /* before the damage */
-	assert_false(seen_has(&sn, "k15"));  /* the damaged record */
-	assert_false(seen_has(&sn, "k19"));  /* after it, same file */
-	assert_true(seen_has(&sn, "k9"));    /* other segment */
+	assert_true(seen_has(&sn, "k14"));  /* before the damage */
+	assert_false(seen_has(&sn, "k15")); /* the damaged record */
+	assert_false(seen_has(&sn, "k19")); /* after it, same file */
+	assert_true(seen_has(&sn, "k9"));   /* other segment */
 	kvp_ssd_close_agent(s);
 
 	/* truncate the last segment in the middle of a record */
@@ -324,8 +336,11 @@ test_restart_and_damage(void **state)
 		loc[k] = put(s, key, v, sizeof(v));
 	}
 	kvp_ssd_close_agent(s);
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc[4]));
-	assert_int_equal(truncate(path, (off_t)KVP_SSD_LOC_BLOCK(loc[4]) * 4096 + 8192), 0);
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir,
+		 KVP_SSD_LOC_SEG(loc[4]));
+	assert_int_equal(
+		truncate(path, (off_t)KVP_SSD_LOC_BLOCK(loc[4]) * 4096 + 8192),
+		0);
 	s = open_store(false, 4 << 20, 0);
 	memset(&sn, 0, sizeof(sn));
 	assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 4);
@@ -337,7 +352,9 @@ test_restart_and_damage(void **state)
 		assert_int_equal(posix_memalign((void **)&d, 4096, 32768), 0);
 		for (k = 0; k < (int)sn.n; k++)
 			if (!strcmp(sn.keys[k], "t3")) {
-				assert_int_equal(get(s, sn.locs[k], sn.vlen[k], 0, sn.vlen[k], d, &doff), 0);
+				assert_int_equal(get(s, sn.locs[k], sn.vlen[k],
+						     0, sn.vlen[k], d, &doff),
+						 0);
 				fill(v, sizeof(v), 3);
 				assert_memory_equal(d, v, sizeof(v));
 			}
@@ -364,12 +381,19 @@ test_corrupt_value(void **state)
 	kvp_ssd_recover_agent(s, NULL, NULL);
 	fill(v, 300000, 9);
 	loc = put(s, "v", v, 300000);
-	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir, KVP_SSD_LOC_SEG(loc));
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir,
+		 KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
-	assert_int_equal(pread(fd, &b, 1, (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000), 1);
+	assert_int_equal(
+		pread(fd, &b, 1,
+		      (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000),
+		1);
 	b ^= 0x80;
-	assert_int_equal(pwrite(fd, &b, 1, (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000), 1);
+	assert_int_equal(
+		pwrite(fd, &b, 1,
+		       (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000),
+		1);
 	close(fd);
 	assert_int_equal(get(s, loc, 300000, 0, 300000, d, &doff), -EBADMSG);
 	assert_int_equal(get(s, loc, 300000, 0, 65536, d, &doff), 0);
@@ -414,7 +438,8 @@ test_capacity(void **state)
 	fill(v, sizeof(v), 1);
 	veto_all = 0;
 	for (k = 0; k < 100; k++) {
-		assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "c", 1, &iov, 1, 0), 0);
+		assert_int_equal(
+			kvp_ssd_write_agent(s, 1, 1, "c", 1, &iov, 1, 0), 0);
 		assert_int_equal(wait_one(s, &cq), 0);
 	}
 	kvp_ssd_usage_agent(s, &u);
@@ -451,7 +476,8 @@ test_fs_enospc(void **state)
 	/* mode 0700: a tmpfs root is 1777 by default, and the store refuses
 	 * a directory that others can write */
 	if (mount("tmpfs", mnt, "tmpfs", 0, "size=3m,mode=0700")) {
-		print_message("  SKIP: cannot mount a small tmpfs here (%s)\n", strerror(errno));
+		print_message("  SKIP: cannot mount a small tmpfs here (%s)\n",
+			      strerror(errno));
 		return;
 	}
 	memset(&cfg, 0, sizeof(cfg));
@@ -605,10 +631,13 @@ static void
 test_segment_names(void **state)
 {
 	static const char *const junk[] = {
-		"seg-ffffffff.kvs", "seg-00000000.kvs", "seg-1.kvs", "seg-0000000A.kvs",
-		"seg-+0000001.kvs", "seg- 0000001.kvs", "seg-0x000001.kvs",
-		"seg-00000001.kvs.bak", "seg-000000001.kvs", "seg-00000001.kvx",
-		"seg-fffffffff.kvs", "seg-.kvs", "seg-ffffffff.kvs~",
+		"seg-ffffffff.kvs",  "seg-00000000.kvs",
+		"seg-1.kvs",         "seg-0000000A.kvs",
+		"seg-+0000001.kvs",  "seg- 0000001.kvs",
+		"seg-0x000001.kvs",  "seg-00000001.kvs.bak",
+		"seg-000000001.kvs", "seg-00000001.kvx",
+		"seg-fffffffff.kvs", "seg-.kvs",
+		"seg-ffffffff.kvs~",
 	};
 	char d[300], p[600], longname[256];
 	unsigned char v[3000];
@@ -671,8 +700,10 @@ test_segment_id_max(void **state)
 	plant(d, "seg-fffffffe.kvs", 4096);
 	assert_int_equal(reopen_count(d, &s), 0);
 	fill(v, sizeof(v), 3);
-	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0), -ENOSPC);
-	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0), -ENOSPC);
+	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0),
+			 -ENOSPC);
+	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0),
+			 -ENOSPC);
 	kvp_ssd_close_agent(s);
 	assert_false(present(d, "seg-ffffffff.kvs"));
 	assert_false(present(d, "seg-00000000.kvs"));
