@@ -37,7 +37,7 @@ struct kvp_tomb_later {
 	unsigned char key[KVP_KEY_MAX];
 };
 
-static void
+void
 kvp_tomb_later(struct kvp_tier *t, uint64_t ns, const unsigned char *key,
 	       uint32_t klen, uint64_t target)
 {

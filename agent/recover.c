@@ -8,6 +8,16 @@
  */
 #include "agent/tier_int.h"
 
+/* A record the index cannot take: its tombstone is owed (I20), written
+ * once the store has room; recovery goes on (a store full of live values
+ * must not stop the agent from starting: rule 6). */
+static int
+kvp_recover_decline(struct kvp_agent *a, const struct kvp_ssd_rec *r)
+{
+	kvp_tomb_later(a->tier, r->ns, r->key, r->klen, r->loc);
+	return KVP_SSD_DECLINE_OWED;
+}
+
 /* A live record found on disk at start: make it visible to every worker
  * (a fresh segment), or check it against the entry that survived. */
 int
@@ -28,17 +38,17 @@ kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 		/* the segment outlived the agent: same record, nothing to do */
 		if (kvp_load_relaxed(&s->entries[i].e_ssd) == r->loc)
 			return 0;
-		return KVP_SSD_DECLINE; /* the entry knows better */
+		return kvp_recover_decline(a, r); /* the entry knows better */
 	}
 	/* a unit of the index count first: at --index-entries the rest of
 	 * the disk is declined like a full bucket pair */
 	if (!kvp_ix_count_take(s))
-		return KVP_SSD_DECLINE;
+		return kvp_recover_decline(a, r);
 	i = kvp_ix_claim(s, KVP_AGENT_OWNER, r->ns, hash, r->key, r->klen, &w);
 	if (i < 0) {
 		kvp_ix_count_give(s);
 		/* index full: tombstoned, never served */
-		return KVP_SSD_DECLINE;
+		return kvp_recover_decline(a, r);
 	}
 	/* relaxed: published by the READY CAS */
 	kvp_store_relaxed(&s->entries[i].e_len, r->vlen);
@@ -48,7 +58,7 @@ kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
 	if (kvp_ix_publish(s, (uint64_t)i, w)) {
 		kvp_ix_count_give(s);
-		return KVP_SSD_DECLINE;
+		return kvp_recover_decline(a, r);
 	}
 	return 0;
 }

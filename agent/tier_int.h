@@ -122,6 +122,10 @@ int kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
 		   const struct kvp_waiter *w, unsigned nw);
 struct kvp_top *kvp_demote_in_flight(struct kvp_tier *t, uint64_t slot);
 size_t kvp_tomb_retry_agent(struct kvp_agent *a);
+/* Owe a tombstone for (ns, key) naming the record at target: written by
+ * the next rounds (kvp_tomb_retry_agent) or the stop flush. */
+void kvp_tomb_later(struct kvp_tier *t, uint64_t ns, const unsigned char *key,
+		    uint32_t klen, uint64_t target);
 bool kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w,
 			     uint64_t slot, uint64_t gen, uint64_t vlen,
 			     uint64_t ssd);

@@ -138,8 +138,12 @@ struct kvp_ssd_rec {
 
 /* Recovery callback: 0 = keep (the record is live, its bytes count as
  * live), KVP_SSD_DECLINE = the owner cannot take it (the store writes a
- * tombstone so it never comes back), < 0 = abort recovery with that code. */
+ * tombstone so it never comes back; recovery fails if it cannot),
+ * KVP_SSD_DECLINE_OWED = the owner cannot take it and writes the
+ * tombstone itself, when the store has room (a full store must not stop
+ * a restart), < 0 = abort recovery with that code. */
 #define KVP_SSD_DECLINE 1
+#define KVP_SSD_DECLINE_OWED 2
 typedef int (*kvp_ssd_rec_fn)(void *arg, const struct kvp_ssd_rec *r);
 
 /* One read: value bytes [off, off + len) of the record at loc. */

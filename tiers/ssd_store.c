@@ -1566,6 +1566,11 @@ kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 		rec.klen = x->klen;
 		rec.type = KVP_SSD_REC_VALUE;
 		rc = cb(arg, &rec);
+		if (rc == KVP_SSD_DECLINE_OWED) {
+			declined++;
+			rc = 0;
+			continue;
+		}
 		if (rc == KVP_SSD_DECLINE) {
 			declined++;
 			rc = kvp_ssd_tombstone_agent(s, 0, x->ns, rec.key,
