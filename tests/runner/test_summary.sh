@@ -19,7 +19,9 @@ rc=$?
 [ $rc = 0 ] || fail "tests/run.sh exited $rc for a run that only skipped"
 grep -q '^SKIP release/obs prometheus server scrapes kvpoold' "$out" ||
 	fail "no SKIP line for the skipped run"
-grep -q '^     | SKIP: /nonexistent/prometheus not installed' "$out" ||
+# the reason: prometheus, or a tool checked before it (jq) on a machine
+# with only the README's packages
+grep -q '^     | SKIP: [^ ].* not installed' "$out" ||
 	fail "the SKIP line does not say why"
 tail -n 1 "$out" | grep -q '^0 passed, 0 failed, 1 skipped, 0 ran (not assertions)$' ||
 	fail "the last line is not '0 passed, 0 failed, 1 skipped, 0 ran (not assertions)'"

@@ -11,7 +11,9 @@ command -v "$cf" >/dev/null 2>&1 || { echo "SKIP: $cf not installed (apt-get ins
 tmp=$(mktemp -d /tmp/kvpt-fmt.XXXXXX) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 bad=0 n=0
-for f in $(git ls-files '*.c' '*.h' '*.cc'); do
+srcs=$(git ls-files '*.c' '*.h' '*.cc' 2>/dev/null) ||
+	srcs=$(find . -path ./build -prune -o \( -name '*.c' -o -name '*.h' -o -name '*.cc' \) -print | sed 's|^\./||' | sort)
+for f in $srcs; do
 	n=$((n + 1))
 	"$cf" --style=file "$f" >"$tmp/out" 2>"$tmp/err" || { echo "FAIL: $cf $f:"; cat "$tmp/err"; bad=1; continue; }
 	if ! cmp -s "$f" "$tmp/out"; then
