@@ -90,6 +90,25 @@ count_exact_settled(void *p)
 	       count_exact(p);
 }
 
+/* `kvpool stat` of pool into out: its exit status. */
+static int
+stat_table(const char *pool, char *out, size_t cap)
+{
+	return kvpt_run(out, cap, "%s/kvpool --pool %s stat 2>&1",
+			kvpt_bindir(), pool);
+}
+
+/* The WARN line of `kvpool stat` about SSD-resident values that index
+ * pressure drops (present or not, and it names the flag to raise). */
+static bool
+stat_warns_index_ssd(const char *table)
+{
+	const char *w = strstr(table, "\nWARN ");
+
+	return w && strstr(w, "index pressure is dropping SSD-resident") &&
+	       strstr(w, "--index-entries");
+}
+
 /*
  * DRAM only, --index-entries 100 (a 128-slot table): 1,000 puts of new
  * keys all succeed, the index never holds more than 100 entries, the
@@ -111,6 +130,7 @@ test_limit_kept(void **state)
 	unsigned char out[SZ];
 	unsigned busy = 0;
 	uint64_t most = 0;
+	static char table[16384];
 	char k[100];
 	int i;
 
@@ -144,6 +164,11 @@ test_limit_kept(void **state)
 	/* the limit, not the table, binds */
 	assert_true(most >= LIMIT - LIMIT / 16);
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX) >= N - LIMIT);
+	/* no SSD tier: nothing the index dropped had a copy on SSD, and
+	 * kvpool stat has nothing to warn about */
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX_SSD), 0);
+	assert_int_equal(stat_table(a.pool, table, sizeof(table)), 0);
+	assert_false(stat_warns_index_ssd(table));
 	q.s = &s;
 	assert_true(kvpt_wait_until(count_exact, &q, 5000) >= 0);
 	assert_int_equal(kvpt_cli_check(a.pool, -1, NULL, 0), 0);
@@ -310,9 +335,11 @@ test_count_survives_deaths(void **state)
 /*
  * With an SSD tier: 300 puts into a 64-entry index while the agent
  * demotes everything: cold SSD-resident entries leave the index with a
- * tombstone.  After a clean stop and a rebuild from disk alone (the
- * segment is gone), the index holds the last entries it had and no
- * evicted key comes back; recovery stays within the limit.
+ * tombstone, counted apart (the SSD had room for them: kvpool stat
+ * warns and names --index-entries).  After a clean stop and a rebuild
+ * from disk alone (the segment is gone), the index holds the last
+ * entries it had and no evicted key comes back; recovery stays within
+ * the limit.
  */
 static void
 test_limit_ssd_tombstones(void **state)
@@ -329,6 +356,7 @@ test_limit_ssd_tombstones(void **state)
 	unsigned char *out = malloc(SZ);
 	bool *present = calloc(N, sizeof(bool));
 	unsigned busy = 0, npresent = 0;
+	static char table[16384];
 	char k[100];
 	int i;
 
@@ -345,6 +373,18 @@ test_limit_ssd_tombstones(void **state)
 		assert_true(entries(&s) <= LIMIT);
 	}
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX) >= N - LIMIT);
+	/* the values went to SSD first (--dram-high 0): the evictions were
+	 * of values with an SSD copy, and kvpool stat says so */
+	print_message(
+		"  %llu index evictions, %llu of values with an SSD copy\n",
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_INDEX),
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_INDEX_SSD));
+	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX_SSD) > 0);
+	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX_SSD) <=
+		    kvpt_actr(&s, KVP_ACTR_EVICT_INDEX));
+	assert_int_equal(stat_table(a.pool, table, sizeof(table)), 0);
+	if (!stat_warns_index_ssd(table))
+		fail_msg("kvpool stat does not warn:\n%s", table);
 	q.s = &s;
 	/* the agent removes entries while the count is at the limit's high
 	 * mark: only below it is the set of present keys final */
