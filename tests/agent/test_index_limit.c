@@ -5,7 +5,8 @@
  * evictor (cold unheld entries leave the index, SSD-resident ones with a
  * tombstone) and answer BUSY / NOSPC / UNAVAILABLE as documented when it
  * cannot make room, and the count behind it (h_ix_used) neither drifts
- * nor leaks when processes die while changing it.
+ * nor leaks when processes die while changing it; its default makes
+ * room for what the SSD tier holds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -430,6 +431,65 @@ test_limit_ssd_tombstones(void **state)
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
+/*
+ * The default --index-entries counts the SSD tier: 64 MiB of DRAM (its
+ * share alone is the floor, 65,536 entries) and an --ssd-size that holds
+ * K = 72,000 values of 32 KiB (36 KiB records): K small values put (DRAM
+ * holds 16,384: the rest go to SSD to make room) are all still there
+ * afterwards; the index limit dropped none (with the DRAM share only it
+ * allowed 65,536 and dropped the rest: this failed).
+ */
+static void
+test_default_counts_ssd(void **state)
+{
+	enum {
+		K = 72000,
+		SZ = 512
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	char k[100], ssd_size[32];
+	uint64_t t0;
+	int i, present = 0;
+
+	(void)state;
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	snprintf(ssd_size, sizeof(ssd_size), "%lluK", 36ull * K);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K", "--ssd-dir",
+				      kvpt_ssd_dir, "--ssd-segment", "64M",
+				      "--ssd-size", ssd_size, "--staging", "8M",
+				      "--staging-slot", "1M", NULL),
+			 0);
+	print_message("  index limit %llu, %llu slots\n",
+		      (unsigned long long)s.g.g_index_limit,
+		      (unsigned long long)s.g.g_index_slots);
+	assert_true(s.g.g_index_limit >= 65536 + K);
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	assert_int_equal(kvpt_put_keys(c, key_of, 0, K, SZ, 7), 0);
+	print_message("  puts done after %.1f s\n",
+		      (double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
+	for (i = 0; i < K; i++) {
+		uint32_t kl = key_of(k, i);
+
+		present += kvp_exists(c, k, kl) == 1;
+	}
+	print_message("  %d of %d present after %.1f s; %llu demoted, %llu "
+		      "index evictions\n",
+		      present, K,
+		      (double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9,
+		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_DEMOTE),
+		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_INDEX));
+	assert_int_equal(present, K);
+	/* DRAM holds 16,384 of them (a 4 KiB unit each): a put waited for
+	 * room, so the rest had gone to SSD */
+	assert_true(kvpt_actr(&s, KVP_ACTR_DEMOTE) >= K - 16384);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX), 0);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
 int
 main(void)
 {
@@ -438,6 +498,7 @@ main(void)
 		cmocka_unit_test(test_limit_all_held),
 		cmocka_unit_test(test_count_survives_deaths),
 		cmocka_unit_test(test_limit_ssd_tombstones),
+		cmocka_unit_test(test_default_counts_ssd),
 	};
 
 	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
