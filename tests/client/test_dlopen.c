@@ -19,7 +19,7 @@
 #include "kvpool.h"
 #include "tests/client/client_test.h"
 
-/* every call kvpool.h declares (libkvpool.map: KVPOOL_1.0) */
+/* every call kvpool.h declares (libkvpool.map: KVPOOL_1.0, KVPOOL_1.1) */
 static const char *const api[] = {
 	"kvp_open",
 	"kvp_close",
@@ -41,6 +41,7 @@ static const char *const api[] = {
 	"kvp_lease_acquire",
 	"kvp_lease_release",
 	"kvp_strerror",
+	"kvp_batch_put_chain",
 };
 
 /* names of the implementation a loader must not find (a sample of each
