@@ -432,10 +432,10 @@ test_limit_ssd_tombstones(void **state)
 }
 
 /*
- * The default --index-entries counts the SSD tier: 64 MiB of DRAM (its
+ * The default --index-entries counts the SSD tier: 256 MiB of DRAM (its
  * share alone is the floor, 65,536 entries) and an --ssd-size that holds
  * K = 72,000 values of 32 KiB (36 KiB records): K small values put (DRAM
- * holds 16,384: the rest go to SSD to make room) are all still there
+ * holds 65,536 at most: the rest go to SSD to make room) are all still there
  * afterwards; the index limit dropped none (with the DRAM share only it
  * allowed 65,536 and dropped the rest: this failed).
  */
@@ -456,11 +456,12 @@ test_default_counts_ssd(void **state)
 	(void)state;
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
 	snprintf(ssd_size, sizeof(ssd_size), "%lluK", 36ull * K);
-	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "256M",
 				      "--dram-unit", "4K", "--ssd-dir",
 				      kvpt_ssd_dir, "--ssd-segment", "64M",
 				      "--ssd-size", ssd_size, "--staging", "8M",
-				      "--staging-slot", "1M", NULL),
+				      "--staging-slot", "1M",
+				      "--stop-flush-secs", "0", NULL),
 			 0);
 	print_message("  index limit %llu, %llu slots\n",
 		      (unsigned long long)s.g.g_index_limit,
@@ -482,9 +483,9 @@ test_default_counts_ssd(void **state)
 		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_DEMOTE),
 		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_INDEX));
 	assert_int_equal(present, K);
-	/* DRAM holds 16,384 of them (a 4 KiB unit each): a put waited for
+	/* DRAM holds 65,536 of them (a 4 KiB unit each): a put waited for
 	 * room, so the rest had gone to SSD */
-	assert_true(kvpt_actr(&s, KVP_ACTR_DEMOTE) >= K - 16384);
+	assert_true(kvpt_actr(&s, KVP_ACTR_DEMOTE) >= K - 65536);
 	assert_int_equal(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX), 0);
 	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM), 0);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
