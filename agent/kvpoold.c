@@ -40,6 +40,9 @@ kvp_usage(FILE *f)
 		"  --ssd-dir DIR           SSD tier in DIR (default: none, DRAM only)\n"
 		"  --ssd-size SIZE         SSD capacity in on-disk bytes (default: no limit)\n"
 		"  --ssd-segment SIZE      SSD segment file size (default 256M)\n"
+		"  --ssd-reinsert PCT      when a segment is given back, rewrite the values read\n"
+		"                          since they were written at the head of the log, up\n"
+		"                          to PCT%% of a segment (default 25, 0..90; 0: drop)\n"
 		"  --staging SIZE          staging arena for SSD reads (default 64M)\n"
 		"  --staging-slot SIZE     staging slot (default 1M, at most staging/8)\n"
 		"  --durability MODE       relaxed (default) or strict (batch fdatasync; a\n"
@@ -400,6 +403,7 @@ main(int argc, char **argv)
 		{ "ssd-dir", required_argument, NULL, 'S' },
 		{ "ssd-size", required_argument, NULL, 'Z' },
 		{ "ssd-segment", required_argument, NULL, 'G' },
+		{ "ssd-reinsert", required_argument, NULL, 'R' },
 		{ "staging", required_argument, NULL, 'T' },
 		{ "staging-slot", required_argument, NULL, 'U' },
 		{ "durability", required_argument, NULL, 'D' },
@@ -430,6 +434,7 @@ main(int argc, char **argv)
 	cfg->dram_low_pct = 80;
 	cfg->reap_ms = 100;
 	cfg->stop_flush_ms = 600 * 1000;
+	cfg->ssd_reinsert_pct = 25;
 	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr),
 		 "127.0.0.1:9464");
 	while ((opt = getopt_long(argc, argv, "h", opts, &optidx)) != -1) {
@@ -493,6 +498,10 @@ main(int argc, char **argv)
 			break;
 		case 'G':
 			bad = kvp_parse_size(optarg, &cfg->ssd_segment) != 0;
+			break;
+		case 'R':
+			bad = kvp_parse_size(optarg, &v) || v > 90;
+			cfg->ssd_reinsert_pct = (uint32_t)v;
 			break;
 		case 'T':
 			bad = kvp_parse_size(optarg, &cfg->staging_bytes) != 0;

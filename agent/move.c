@@ -462,6 +462,7 @@ kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
 		/* relaxed: read only for SSD-resident entries, which this one
 		 * becomes through a later CHECK CAS */
 		kvp_store_relaxed(&s->entries[op->slot].e_ssd, cq->loc);
+		t->wtick[op->slot] = (uint32_t)kvp_tick_now();
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE], 1); /* stat */
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE_BYTES], op->vlen);
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_WRITE_BYTES],

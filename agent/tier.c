@@ -180,7 +180,8 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	t->busy = calloc(s->g.g_index_slots, sizeof(*t->busy));
 	t->tombed = calloc(s->g.g_index_slots, 1);
 	t->wake = calloc(s->g.g_max_clients, sizeof(bool));
-	if (!t->busy || !t->tombed || !t->wake) {
+	t->wtick = calloc(s->g.g_index_slots, sizeof(*t->wtick));
+	if (!t->busy || !t->tombed || !t->wake || !t->wtick) {
 		rc = -ENOMEM;
 		goto err_free;
 	}
@@ -195,6 +196,8 @@ kvp_tier_open_agent(struct kvp_agent *a)
 						    KVP_SSD_RELAXED;
 	cfg.evict_cb = kvp_evict_segment_cb;
 	cfg.evict_arg = a;
+	cfg.reinsert_pct = a->cfg.ssd_reinsert_pct;
+	cfg.reinsert_cb = kvp_reinsert_cb;
 	rc = kvp_ssd_open_agent(&cfg, &t->ssd);
 	if (rc) {
 		kvp_log(KVP_LOG_ERROR, "ssd",
@@ -242,6 +245,8 @@ err_free:
 	free(t->tombed);
 	free(t->later);
 	free(t->wake);
+	free(t->wtick);
+	free(t->keep);
 	free(t);
 	return rc;
 }
@@ -260,6 +265,8 @@ kvp_tier_close_agent(struct kvp_agent *a)
 	free(t->tombed);
 	free(t->later);
 	free(t->wake);
+	free(t->wtick);
+	free(t->keep);
 	free(t);
 }
 

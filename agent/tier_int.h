@@ -79,6 +79,20 @@ struct kvp_tier {
 	struct kvp_tomb_later *later; /* tombstones the store could not take */
 	size_t nlater, caplater;
 	uint64_t published_ns; /* last SSD usage published to the header */
+	/* per index slot: the tick (kvp_tick_now) its SSD record was written
+	 * (demotion, reinsertion) or found (recovery): a use word later than
+	 * that is a read since it was written (reclaim keeps the record) */
+	uint32_t *wtick;
+	/* entries whose records a reclaim keeps, under CHECK until the store
+	 * says where they went (recover.c); reset when none is pending */
+	struct kvp_keep *keep;
+	unsigned nkeep, capkeep, keep_pending;
+};
+
+/* An entry a reclaim keeps (recover.c): its slot, its state word under
+ * CHECK, its value's length. */
+struct kvp_keep {
+	uint64_t slot, word, vlen;
 };
 
 /* A request being answered, and the call it belongs to (rings.c). */
@@ -137,6 +151,8 @@ void kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op, int status);
 /* recover.c */
 int kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r);
 int kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg);
+void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
+		     uint64_t new_loc);
 void kvp_recover_lost_agent(struct kvp_agent *a);
 void kvp_recover_in_flight_agent(struct kvp_agent *a);
 

@@ -105,6 +105,18 @@ struct kvp_ssd;
  */
 typedef int (*kvp_ssd_evict_fn)(void *arg, struct kvp_ssd *s, uint32_t seg_id);
 
+/*
+ * Where a record the owner kept (kvp_ssd_reinsert_agent, tag its own)
+ * lives now: new_loc, written at the head of the log; old_loc, its
+ * segment stayed after all (the give-back failed); or 0, it could not be
+ * written (no room beside the write that asked for the segment, an I/O
+ * error): it went with its segment.  Called once per kept record, on the
+ * I/O thread, inside the same write call as evict_cb, before that write
+ * returns; it must not call the store.  evict_arg is its arg.
+ */
+typedef void (*kvp_ssd_reinsert_fn)(void *arg, uint64_t tag, uint64_t old_loc,
+				    uint64_t new_loc);
+
 struct kvp_ssd_cfg {
 	/* created (0700) if missing; must be a directory owned by the euid, not
 	 * group/other-writable */
@@ -119,6 +131,9 @@ struct kvp_ssd_cfg {
 	bool wipe;                 /* delete every segment at open */
 	kvp_ssd_evict_fn evict_cb; /* NULL: give back the oldest, no veto */
 	void *evict_arg;
+	/* --ssd-reinsert: percent of a segment a reclaim may keep (0: none) */
+	uint32_t reinsert_pct;
+	kvp_ssd_reinsert_fn reinsert_cb; /* where kept records went */
 };
 
 /* A record as found on disk (recovery, segment_foreach).  key is valid
@@ -204,7 +219,9 @@ struct kvp_ssd_stats {
 	uint64_t fsyncs;
 	uint64_t fixed_ops; /* ops on registered buffers */
 	uint64_t segs_created, segs_sealed, segs_dropped, segs_vetoed;
-	uint64_t carried_tombstones;    /* written by out-of-order drops */
+	uint64_t carried_tombstones; /* written by out-of-order drops */
+	/* records reclaims kept, written again; their value bytes */
+	uint64_t reinserted, reinserted_bytes;
 	uint64_t recovered, recover_ns; /* last recovery */
 	uint32_t inflight_requests, inflight_ops;
 	bool uring;      /* false: pread/pwrite thread pool */
@@ -333,6 +350,21 @@ int kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id,
  * 0, -ENOENT, -EBUSY (the active or a sealing segment), -EIO, -ENOSPC.
  */
 int kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id);
+
+/*
+ * Inside evict_cb only: keep record r (a value of the segment being given
+ * back, as segment_foreach reported it) instead of losing it with its
+ * segment.  Its header and value are read now (blocking) and checked
+ * (header CRC, identity, every chunk CRC); once the segment is gone they
+ * are written first into the next segment, with a new sequence number,
+ * and reinsert_cb says where (with tag).  At most cfg.reinsert_pct
+ * percent of a segment's bytes is kept per write that makes room.
+ * 0 (kept: reinsert_cb will be called, unless evict_cb vetoes the
+ * segment), -ENOSPC (the share is used up), -EBADMSG (it does not read
+ * back whole), -EIO, -ENOENT (no such sealed segment), -EINVAL, -ENOMEM.
+ */
+int kvp_ssd_reinsert_agent(struct kvp_ssd *s, const struct kvp_ssd_rec *r,
+			   uint64_t tag);
 
 int kvp_ssd_segment_info_agent(const struct kvp_ssd *s, uint32_t id,
 			       struct kvp_ssd_seg_info *info);

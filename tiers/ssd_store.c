@@ -21,6 +21,15 @@
  *     the owner's say (evict_cb).  Dropping a segment while older ones
  *     remain first rewrites its tombstones into the active segment
  *     (fdatasync'd), so a deleted key never comes back from an older one.
+ *     The owner may keep some of the segment's records (reinsertion, as
+ *     CacheLib's Navy does for items read since they were written): each
+ *     is read into memory and checked before the segment goes, then
+ *     written at the head of the log, first in the new segment, with a
+ *     new sequence number (it is the key's latest record; a tombstone
+ *     that later names it kills the older ones too), at most
+ *     --ssd-reinsert percent of a segment per reclaim, so a log full of
+ *     hot records still gives space back.  Its new location goes to the
+ *     owner (reinsert_cb), or 0 if it could not be written.
  *  5. I/O through io_uring (liburing): a write is one WRITEV, a read one
  *     READV of header and value, or a header READ plus the extent's READV
  *     (READ_FIXED when it lands in a registered buffer).  Where io_uring
@@ -103,6 +112,11 @@ struct kvp_ssd {
 	unsigned outstanding, queued;
 	struct kvp_ssd_stats st;
 	bool in_evict;
+	/* records the reclaims of this write keep, written into the segment
+	 * it starts (kvp_seg_new) */
+	struct kvp_reins *reins;
+	unsigned nreins, capreins;
+	uint64_t reins_bytes; /* their on-disk bytes: the share's measure */
 	/* the pread/pwrite path: worker threads take jobs, finish requests
 	 * and put them on the done list (both under mu) */
 	pthread_t workers[KVP_SSD_WORKERS];
@@ -111,6 +125,18 @@ struct kvp_ssd {
 	pthread_cond_t cv_work, cv_done;
 	struct kvp_job *jobs_head, *jobs_tail;
 	bool stopping;
+};
+
+/* A record a reclaim keeps (kvp_ssd_reinsert_agent): its header block and
+ * value, read and checked before its segment went. */
+struct kvp_reins {
+	uint64_t tag;      /* the owner's, handed back with the location */
+	uint64_t old_loc;  /* where it was */
+	uint64_t ns, vlen; /* its identity, for the summary */
+	uint32_t klen;
+	unsigned char key[KVP_SSD_KEY_MAX];
+	unsigned char *buf; /* header block + value blocks (aligned) */
+	uint64_t len;       /* bytes of buf: kvp_ssd_record_bytes(vlen) */
 };
 
 struct kvp_job {
@@ -345,10 +371,13 @@ kvp_seg_seal(struct kvp_ssd *s, struct kvp_sseg *g)
 }
 
 static int kvp_make_room(struct kvp_ssd *s);
+static int kvp_sum_append(struct kvp_sseg *g, uint8_t type, uint32_t blk,
+			  uint64_t ns, uint64_t seq, uint64_t vlen,
+			  const void *key, unsigned klen);
 
-/* Start a new active segment (sealing the old one). */
+/* Start a new active segment (sealing the old one, making room). */
 static int
-kvp_seg_new(struct kvp_ssd *s)
+kvp_seg_start(struct kvp_ssd *s)
 {
 	struct kvp_ssd_file_hdr *fh;
 	struct kvp_sseg *g;
@@ -431,6 +460,119 @@ err:
 	return rc;
 }
 
+/* Forget the kept records from index 'from' on (their owner is told
+ * nothing: a veto undid them). */
+static void
+kvp_reins_discard(struct kvp_ssd *s, unsigned from)
+{
+	while (s->nreins > from) {
+		struct kvp_reins *x = &s->reins[--s->nreins];
+
+		s->reins_bytes -= x->len;
+		free(x->buf);
+	}
+}
+
+/* Their segment stayed after all: the kept records from index 'from' on
+ * live where they were (the owner is told so) and are forgotten. */
+static void
+kvp_reins_in_place(struct kvp_ssd *s, unsigned from)
+{
+	unsigned k;
+
+	for (k = from; k < s->nreins; k++)
+		if (s->cfg.reinsert_cb)
+			s->cfg.reinsert_cb(s->cfg.evict_arg, s->reins[k].tag,
+					   s->reins[k].old_loc,
+					   s->reins[k].old_loc);
+	kvp_reins_discard(s, from);
+}
+
+/*
+ * Write the records the reclaims kept into g, the segment just started
+ * (NULL: it could not be), first, leaving room in it for the record of
+ * 'need' blocks and a key of klen bytes that asked for it; then tell the
+ * owner where each lives (0: it did not fit, or the write failed: it is
+ * gone with its old segment).  Synchronous (a reclaim blocks already);
+ * fdatasync'd in strict mode, the old copies being gone.
+ */
+static void
+kvp_reins_flush(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t need,
+		unsigned klen)
+{
+	bool wrote = false;
+	unsigned k;
+
+	for (k = 0; k < s->nreins; k++) {
+		struct kvp_reins *x = &s->reins[k];
+		struct kvp_ssd_rec_hdr *h = (struct kvp_ssd_rec_hdr *)x->buf;
+		uint64_t nb = x->len / B, blk, sum;
+
+		if (!g)
+			goto lost;
+		sum = kvp_rup(g->sum_len + kvp_sum_ent_size(x->klen) +
+			      kvp_sum_ent_size(klen)) /
+		      B;
+		if (g->wpos + nb + need + sum + 1 > g->size / B)
+			goto lost; /* the write that asked comes first */
+		blk = g->wpos;
+		h->rh_version = KVP_SSD_FORMAT;
+		h->rh_seg_id = g->id;
+		h->rh_block = (uint32_t)blk;
+		h->rh_seq = s->next_seq;
+		h->rh_crc = 0;
+		h->rh_crc = kvp_crc32c(0, h, h->rh_len);
+		if (pwrite(g->fd, x->buf, x->len, (off_t)(blk * B)) !=
+		    (ssize_t)x->len) {
+			s->st.io_errors++;
+			g = NULL; /* the rest would not fare better */
+			goto lost;
+		}
+		if (kvp_sum_append(g, KVP_SSD_REC_VALUE, (uint32_t)blk, x->ns,
+				   s->next_seq, x->vlen, x->key, x->klen))
+			goto lost; /* its blocks are reused by the next one */
+		g->wpos += nb;
+		g->dirty = true;
+		g->nrecs++;
+		g->live_bytes += x->len;
+		g->max_seq = s->next_seq;
+		s->next_seq++;
+		s->st.reinserted++;
+		s->st.reinserted_bytes += x->vlen;
+		s->st.dev_write_bytes += x->len;
+		wrote = true;
+		if (s->cfg.reinsert_cb)
+			s->cfg.reinsert_cb(s->cfg.evict_arg, x->tag, x->old_loc,
+					   KVP_SSD_LOC(g->id, blk));
+		continue;
+lost:
+		if (s->cfg.reinsert_cb)
+			s->cfg.reinsert_cb(s->cfg.evict_arg, x->tag, x->old_loc,
+					   0);
+	}
+	if (wrote && s->cfg.durability == KVP_SSD_STRICT && s->active &&
+	    fdatasync(s->active->fd)) {
+		s->st.io_errors++;
+		kvp_log(KVP_LOG_ERROR, "ssd",
+			"segment %08x: fdatasync of reinserted records: %s",
+			s->active->id, strerror(errno));
+	}
+	kvp_reins_discard(s, 0);
+}
+
+/* Start a new active segment for a record of 'need' blocks and a key of
+ * klen bytes: seal the old one, make room (the owner may keep records of
+ * what it gives back: they go first into the new one). */
+static int
+kvp_seg_new(struct kvp_ssd *s, uint64_t need, unsigned klen)
+{
+	int rc = kvp_seg_start(s);
+
+	if (s->nreins)
+		kvp_reins_flush(s, rc ? NULL : s->active, need, klen);
+	return rc;
+}
+
 /*
  * --ssd-size: give back whole segments until one more fits.  Strictly
  * oldest first: a tombstone then always outlives the older records it
@@ -446,6 +588,7 @@ kvp_make_room(struct kvp_ssd *s)
 	while ((uint64_t)(s->nsegs + 1) * s->cfg.segment_bytes >
 	       s->cfg.capacity_bytes) {
 		struct kvp_sseg *g = s->nsegs ? s->segs[0] : NULL;
+		unsigned mark = s->nreins;
 		int veto;
 
 		if (!g || !g->sealed || g == s->active) {
@@ -458,12 +601,17 @@ kvp_make_room(struct kvp_ssd *s)
 			       0;
 		s->in_evict = false;
 		if (veto) {
+			/* the owner undid what it kept of this one */
+			kvp_reins_discard(s, mark);
 			s->st.segs_vetoed++;
 			s->st.enospc++;
 			return -ENOSPC;
 		}
-		if (kvp_ssd_segment_drop_agent(s, g->id))
+		if (kvp_ssd_segment_drop_agent(s, g->id)) {
+			/* still there: what it kept stays where it was */
+			kvp_reins_in_place(s, mark);
 			return -EIO;
+		}
 	}
 	return 0;
 }
@@ -679,7 +827,7 @@ kvp_reserve(struct kvp_ssd *s, uint64_t vlen, unsigned klen, uint64_t *blk)
 				return 0;
 			}
 		}
-		rc = kvp_seg_new(s);
+		rc = kvp_seg_new(s, need, klen);
 		if (rc)
 			return rc;
 	}
@@ -1926,6 +2074,8 @@ kvp_ssd_close_agent(struct kvp_ssd *s)
 	while (s->nsegs)
 		kvp_seg_free(s->segs[--s->nsegs]);
 	free(s->segs);
+	kvp_reins_discard(s, 0); /* none outside a write */
+	free(s->reins);
 	if (s->lockfd >= 0)
 		close(s->lockfd);
 	if (s->dirfd >= 0)
@@ -1986,6 +2136,95 @@ kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id, kvp_ssd_rec_fn cb,
 		return rc;
 	}
 	return kvp_seg_records(s, g, cb, arg, false);
+}
+
+/* Do the value bytes at val match every chunk CRC of header h? */
+static bool
+kvp_value_crcs_ok(const struct kvp_ssd_rec_hdr *h, const unsigned char *val)
+{
+	size_t koff = (sizeof(*h) + h->rh_klen + 3) & ~(size_t)3;
+	const uint32_t *crc = (const uint32_t *)((const char *)h + koff);
+	uint64_t cs, nch, c;
+
+	if (h->rh_chunk_shift < KVP_SSD_CHUNK_SHIFT_MIN ||
+	    h->rh_chunk_shift > 40)
+		return false;
+	cs = 1ull << h->rh_chunk_shift;
+	nch = (h->rh_vlen + cs - 1) / cs;
+	if (nch != h->rh_nchunks || koff + 4 * nch > h->rh_len)
+		return false;
+	for (c = 0; c < nch; c++) {
+		uint64_t a = c * cs,
+			 e = a + cs < h->rh_vlen ? a + cs : h->rh_vlen;
+
+		if (kvp_crc32c(0, val + a, (size_t)(e - a)) != crc[c])
+			return false;
+	}
+	return true;
+}
+
+int
+kvp_ssd_reinsert_agent(struct kvp_ssd *s, const struct kvp_ssd_rec *r,
+		       uint64_t tag)
+{
+	const struct kvp_ssd_rec_hdr *h;
+	struct kvp_reins *x;
+	struct kvp_sseg *g;
+	uint64_t len, blk;
+
+	if (!s->in_evict || !r || r->type != KVP_SSD_REC_VALUE || !r->vlen ||
+	    !r->key || !r->klen || r->klen > KVP_SSD_KEY_MAX)
+		return -EINVAL;
+	g = kvp_seg_find(s, KVP_SSD_LOC_SEG(r->loc));
+	if (!g || !g->sealed)
+		return -ENOENT;
+	len = kvp_ssd_record_bytes(r->vlen);
+	blk = KVP_SSD_LOC_BLOCK(r->loc);
+	if (blk == 0 || blk + len / B > g->size / B)
+		return -EINVAL;
+	/* the share: a log full of hot records still gives space back */
+	if (s->reins_bytes + len >
+	    s->cfg.segment_bytes / 100 * s->cfg.reinsert_pct)
+		return -ENOSPC;
+	if (s->nreins == s->capreins) {
+		unsigned cap = s->capreins ? s->capreins * 2 : 64;
+		struct kvp_reins *n = realloc(s->reins, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		s->reins = n;
+		s->capreins = cap;
+	}
+	x = &s->reins[s->nreins];
+	x->buf = kvp_aligned(len);
+	if (!x->buf)
+		return -ENOMEM;
+	s->st.dev_read_bytes += len;
+	if (pread(g->fd, x->buf, len, (off_t)(blk * B)) != (ssize_t)len) {
+		s->st.io_errors++;
+		free(x->buf);
+		return -EIO;
+	}
+	/* what was written there, whole: the record asked for */
+	h = (const struct kvp_ssd_rec_hdr *)x->buf;
+	if (!kvp_hdr_valid(g, h, blk) || h->rh_type != KVP_SSD_REC_VALUE ||
+	    h->rh_vlen != r->vlen || h->rh_ns != r->ns ||
+	    h->rh_klen != r->klen || memcmp(h + 1, r->key, r->klen) ||
+	    !kvp_value_crcs_ok(h, x->buf + B)) {
+		s->st.crc_errors++;
+		free(x->buf);
+		return -EBADMSG;
+	}
+	x->tag = tag;
+	x->old_loc = r->loc;
+	x->ns = r->ns;
+	x->vlen = r->vlen;
+	x->klen = r->klen;
+	memcpy(x->key, r->key, r->klen);
+	x->len = len;
+	s->reins_bytes += len;
+	s->nreins++;
+	return 0;
 }
 
 int

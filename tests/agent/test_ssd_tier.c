@@ -3,7 +3,8 @@
  * test_ssd_tier.c - the SSD tier end to end with a real agent: demotion,
  * reads through the staging arena in parts, promotion, ranged reads that
  * read only their extents, resolve counters, restart and rebuild from
- * disk, corruption, and a full SSD giving back whole segments.
+ * disk, corruption, and a full SSD giving back whole segments (keeping
+ * the values read since they were written).
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -426,6 +427,206 @@ test_ssd_full(void **state)
 	assert_true(miss > 0 && hits > 0);
 	free(v);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
+/* The SSD location of key i (0: not READY in the index); *flags: its
+ * state word's flags (CHECK while the agent decides). */
+static uint64_t
+ssd_loc_of(struct kvp_client *c, const struct kvp_seg *s, int i,
+	   unsigned *flags)
+{
+	char k[100];
+	uint32_t kl = key_of(k, i);
+	uint64_t w;
+	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
+				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+
+	if (slot < 0)
+		return 0;
+	*flags = KVP_IX_FLAGS(w);
+	/* relaxed: a test's look at a READY entry */
+	return kvp_load_relaxed(&s->entries[slot].e_ssd);
+}
+
+/* Is key i READY and SSD-resident? */
+static bool
+on_ssd(struct kvp_client *c, const struct kvp_seg *s, int i)
+{
+	char k[100];
+	uint32_t kl = key_of(k, i);
+	uint64_t w;
+	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
+				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+
+	/* relaxed: a test's look at a READY entry */
+	return slot >= 0 &&
+	       KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) ==
+		       KVP_TIER_SSD;
+}
+
+/* The reclaim of the oldest segment is over for the hot keys: each is
+ * gone, or settled (no CHECK) in another segment. */
+struct reclaim_seen {
+	struct kvp_client *c;
+	const struct kvp_seg *s;
+	const int *hot;
+	int nhot;
+	uint32_t oldest;
+};
+
+static bool
+hot_settled(void *p)
+{
+	const struct reclaim_seen *x = p;
+	int k;
+
+	if (kvpt_actr(x->s, KVP_ACTR_SEGMENT_RECLAIM) == 0)
+		return false;
+	for (k = 0; k < x->nhot; k++) {
+		unsigned fl = 0;
+		uint64_t loc = ssd_loc_of(x->c, x->s, x->hot[k], &fl);
+
+		if (loc && (fl || KVP_SSD_LOC_SEG(loc) == x->oldest))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Reclaim keeps what is read (--ssd-reinsert): 100 values of 64 KiB on
+ * SSD (68 KiB records, 4 MiB segments of 59 records), every other value
+ * of the oldest segment read (staged, --no-promote: they stay on SSD)
+ * three times; then more puts fill the 16 MiB --ssd-size and the oldest
+ * segment is given back.  With reinsertion the values read are still
+ * there, whole and on SSD, in a later segment, and exactly the untouched
+ * values of that segment are gone; with --ssd-reinsert 0 (run too) the
+ * read ones went with the rest.
+ */
+static void
+reclaim_keeps_read(const char *pct)
+{
+	enum {
+		N = 100,
+		SZ = 64 << 10,
+		MAXHOT = 12
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	struct reclaim_seen x;
+	unsigned char *v = malloc(SZ);
+	int hot[MAXHOT], cold[64], nhot = 0, ncold = 0, i, k, r;
+	bool keep = strcmp(pct, "0") != 0;
+	uint32_t oldest = UINT32_MAX;
+	uint64_t tick;
+	char key[100];
+
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(
+		kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
+			     "--dram-high", "0", "--dram-low", "0", "--ssd-dir",
+			     kvpt_ssd_dir, "--ssd-segment", "4M", "--ssd-size",
+			     "16M", "--ssd-reinsert", pct, "--no-promote",
+			     "--staging", "8M", "--staging-slot", "1M", NULL),
+		0);
+	put_and_demote(c, &s, N, SZ);
+	/* which values the oldest segment holds: every other one is read */
+	for (i = 0; i < N; i++) {
+		unsigned fl;
+		uint64_t loc = ssd_loc_of(c, &s, i, &fl);
+
+		assert_true(loc != 0);
+		if (KVP_SSD_LOC_SEG(loc) < oldest)
+			oldest = KVP_SSD_LOC_SEG(loc);
+	}
+	for (i = 0; i < N; i++) {
+		unsigned fl;
+
+		if (KVP_SSD_LOC_SEG(ssd_loc_of(c, &s, i, &fl)) != oldest)
+			continue;
+		if (ncold <= nhot && nhot < MAXHOT)
+			hot[nhot++] = i;
+		else if (ncold < 64)
+			cold[ncold++] = i;
+	}
+	assert_true(nhot == MAXHOT && ncold > 20);
+	/* a read counts when it is later than the write (ticks of ~1 ms):
+	 * let the clock pass the demotions' tick */
+	tick = kvp_tick_now();
+	while (kvp_tick_now() < tick + 2)
+		;
+	for (r = 0; r < 3; r++)
+		for (k = 0; k < nhot; k++) {
+			uint32_t kl = key_of(key, hot[k]);
+
+			assert_int_equal(kvp_get(c, key, kl, v, SZ), SZ);
+		}
+	assert_true(kvpt_all_on_ssd(c, &s, N, key_of));
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM), 0);
+	/* more values until the oldest segment is given back (the copies'
+	 * segment, the next one, is far from its turn) */
+	for (i = N; i < 4 * N && !kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM);
+	     i++) {
+		uint32_t kl = key_of(key, i);
+		int rc;
+
+		kvpt_fill(v, SZ, key, kl, 5);
+		while ((rc = kvp_put(c, key, kl, v, SZ)) == -EBUSY)
+			;
+		assert_int_equal(rc, 0);
+	}
+	x.c = c;
+	x.s = &s;
+	x.hot = hot;
+	x.nhot = nhot;
+	x.oldest = oldest;
+	assert_true(kvpt_wait_until(hot_settled, &x, 30000) >= 0);
+	print_message(
+		"  --ssd-reinsert %s: %llu reclaims, %llu records "
+		"reinserted (%llu bytes), %llu SSD values dropped\n",
+		pct,
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM),
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_SSD_REINSERT),
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_SSD_REINSERT_BYTES),
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_SSD));
+	/* the untouched values of the oldest segment are gone */
+	for (k = 0; k < ncold; k++) {
+		uint32_t kl = key_of(key, cold[k]);
+
+		assert_int_equal(kvp_exists(c, key, kl), 0);
+	}
+	/* the read ones are there, on SSD, whole (with reinsertion) */
+	for (k = 0; k < nhot; k++) {
+		uint32_t kl = key_of(key, hot[k]);
+		unsigned fl;
+		uint64_t loc = ssd_loc_of(c, &s, hot[k], &fl);
+
+		if (!keep) {
+			assert_int_equal(loc, 0);
+			assert_int_equal(kvp_exists(c, key, kl), 0);
+			continue;
+		}
+		assert_true(loc != 0);
+		assert_true(KVP_SSD_LOC_SEG(loc) > oldest);
+		assert_true(on_ssd(c, &s, hot[k]));
+		assert_int_equal(kvp_get(c, key, kl, v, SZ), SZ);
+		assert_true(kvpt_check(v, SZ, key, kl, 5));
+	}
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SSD_REINSERT),
+			 keep ? (uint64_t)nhot : 0);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SSD_REINSERT_BYTES),
+			 keep ? (uint64_t)nhot * SZ : 0);
+	assert_int_equal(kvpt_cli_check(a.pool, -1, NULL, 0), 0);
+	free(v);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
+static void
+test_reclaim_keeps_read(void **state)
+{
+	(void)state;
+	reclaim_keeps_read("25");
+	reclaim_keeps_read("0");
 }
 
 /* With the agent down, SSD reads answer UNAVAILABLE within 10 ms while
@@ -868,6 +1069,7 @@ main(void)
 		cmocka_unit_test(test_corruption),
 		cmocka_unit_test(test_ssd_full),
 		cmocka_unit_test(test_reclaim_many_small),
+		cmocka_unit_test(test_reclaim_keeps_read),
 		cmocka_unit_test(test_single_flight),
 		cmocka_unit_test(test_many_reads_one_key),
 		cmocka_unit_test(test_span_hold_fences),

@@ -2,7 +2,8 @@
 /*
  * test_ssd.c - the SSD store on its own: CRC-32C, round trips, ranged
  * reads that read only their extents, restart with tombstones, damaged
- * headers, truncated files, a full file system, the pread path, and what
+ * headers, truncated files, a full file system, reinsertion at reclaim,
+ * the pread path, and what
  * the store adopts from its directory (names, owners, modes, links).
  */
 #include <setjmp.h>
@@ -457,6 +458,191 @@ test_capacity(void **state)
 	kvp_ssd_close_agent(s);
 }
 
+/*
+ * Reinsertion: a reclaim keeps the records the owner asks for.  Keys
+ * "h0".."h4" are hot; the owner keeps every hot record of a segment it
+ * gives back (and tries to keep the first cold one, past the share).
+ * Each kept record is written at the head of the log (a later segment,
+ * a new location that reads back whole, reported once), the rest of its
+ * segment is gone, the share bounds what is kept, a veto keeps nothing,
+ * and after a restart the kept copies are the keys' values; a tombstone
+ * naming a copy then deletes the key (the copy is its latest record).
+ */
+#define RE_VLEN 40000u
+struct reins_seen {
+	struct kvp_ssd *s;
+	int veto;
+	unsigned asked, kept, refused, reported;
+	uint64_t old_loc[64], new_loc[64]; /* by tag */
+	char key[64][8];
+};
+static struct reins_seen re;
+
+static int
+reins_keep_one(void *arg, const struct kvp_ssd_rec *r)
+{
+	unsigned t = re.asked;
+	int rc;
+
+	(void)arg;
+	if (r->type != KVP_SSD_REC_VALUE || t >= 64 || r->klen >= 8)
+		return 0;
+	if (((const char *)r->key)[0] != 'h' && re.refused)
+		return 0; /* one cold one: past the share */
+	re.asked++;
+	memcpy(re.key[t], r->key, r->klen);
+	re.key[t][r->klen] = 0;
+	rc = kvp_ssd_reinsert_agent(re.s, r, t);
+	if (rc == 0) {
+		re.kept++;
+		re.old_loc[t] = r->loc;
+	} else {
+		assert_int_equal(rc, -ENOSPC);
+		re.refused++;
+	}
+	return 0;
+}
+
+static int
+reins_evict_cb(void *arg, struct kvp_ssd *s, uint32_t seg)
+{
+	(void)arg;
+	assert_int_equal(
+		kvp_ssd_segment_foreach_agent(s, seg, reins_keep_one, NULL), 0);
+	return re.veto;
+}
+
+static void
+reins_cb(void *arg, uint64_t tag, uint64_t old_loc, uint64_t new_loc)
+{
+	(void)arg;
+	assert_true(tag < 64);
+	assert_int_equal(old_loc, re.old_loc[tag]);
+	assert_int_equal(re.new_loc[tag], 0); /* once */
+	assert_true(new_loc != 0);
+	assert_true(KVP_SSD_LOC_SEG(new_loc) > KVP_SSD_LOC_SEG(old_loc));
+	re.new_loc[tag] = new_loc;
+	re.reported++;
+}
+
+static void
+test_reinsert(void **state)
+{
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd *s;
+	struct kvp_ssd_stats st;
+	struct kvp_ssd_cqe cq;
+	struct seen sn;
+	unsigned char *v = malloc(RE_VLEN), *d = NULL;
+	uint64_t hot[5];
+	uint32_t doff;
+	unsigned k, n;
+	char key[16];
+
+	(void)state;
+	assert_int_equal(posix_memalign((void **)&d, 4096, RE_VLEN + 8192), 0);
+	memset(&cfg, 0, sizeof(cfg));
+	memset(&re, 0, sizeof(re));
+	cfg.dir = kvpt_ssd_dir;
+	cfg.segment_bytes = 1 << 20; /* 22 records of 44 KiB a segment */
+	cfg.capacity_bytes = 3 << 20;
+	cfg.wipe = true;
+	cfg.evict_cb = reins_evict_cb;
+	cfg.reinsert_cb = reins_cb;
+	cfg.reinsert_pct = 25; /* 5 records of 44 KiB */
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	re.s = s;
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	for (k = 0; k < 5; k++) {
+		snprintf(key, sizeof(key), "h%u", k);
+		fill(v, RE_VLEN, 100 + k);
+		hot[k] = put(s, key, v, RE_VLEN);
+	}
+	/* 3 segments of capacity: the 67th record starts a fourth */
+	for (k = 0; k < 60; k++) {
+		snprintf(key, sizeof(key), "c%u", k);
+		fill(v, RE_VLEN, k);
+		put(s, key, v, RE_VLEN);
+	}
+	assert_int_equal(re.kept, 0);
+	for (n = 60; re.kept == 0 && n < 100; n++) {
+		snprintf(key, sizeof(key), "c%u", n);
+		fill(v, RE_VLEN, n);
+		put(s, key, v, RE_VLEN);
+	}
+	/* the five hot records were kept, nothing else (share: 5 of them) */
+	assert_int_equal(re.kept, 5);
+	assert_int_equal(re.refused, 1);
+	assert_int_equal(re.reported, 5);
+	kvp_ssd_stats_agent(s, &st);
+	assert_int_equal(st.reinserted, 5);
+	assert_int_equal(st.reinserted_bytes, 5ull * RE_VLEN);
+	for (k = 0; k < 5; k++) {
+		unsigned t;
+
+		for (t = 0; t < re.asked; t++)
+			if (re.old_loc[t] == hot[k])
+				break;
+		assert_true(t < re.asked);
+		fill(v, RE_VLEN, 100 + k);
+		assert_int_equal(get(s, re.new_loc[t], RE_VLEN, 0, RE_VLEN, d,
+				     &doff),
+				 0);
+		assert_memory_equal(d + doff, v, RE_VLEN);
+		/* the old copy's segment is gone */
+		{
+			struct iovec iov = { d, RE_VLEN + 8192 };
+			struct kvp_ssd_read rd = { .loc = hot[k],
+						   .vlen = RE_VLEN,
+						   .ndst = 1,
+						   .dst = &iov };
+
+			assert_int_equal(kvp_ssd_read_agent(s, 2, &rd),
+					 -ENOENT);
+		}
+	}
+	/* a veto keeps nothing and reports nothing */
+	re.veto = 1;
+	n = re.reported;
+	snprintf(key, sizeof(key), "x");
+	for (k = 0; k < 40 && kvp_ssd_write_agent(s, 1, 42, "x", 1,
+						  &(struct iovec){ v, RE_VLEN },
+						  1, 0) == 0;
+	     k++)
+		if (wait_one(s, &cq))
+			break;
+	assert_int_equal(re.reported, n);
+	re.veto = 0;
+	kvp_ssd_close_agent(s);
+	/* after a restart the copies are the hot keys' values */
+	cfg.wipe = false;
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	re.s = s;
+	memset(&sn, 0, sizeof(sn));
+	assert_true(kvp_ssd_recover_agent(s, collect, &sn) > 0);
+	for (k = 0; k < re.asked; k++)
+		if (re.new_loc[k])
+			assert_int_equal(seen_loc(&sn, re.key[k]),
+					 re.new_loc[k]);
+	/* a tombstone of a copy deletes its key for good */
+	for (k = 0; k < re.asked && !re.new_loc[k]; k++)
+		;
+	assert_true(k < re.asked);
+	assert_int_equal(kvp_ssd_tombstone_agent(s, 3, 42, re.key[k],
+						 (uint32_t)strlen(re.key[k]),
+						 re.new_loc[k]),
+			 0);
+	assert_int_equal(wait_one(s, &cq), 0);
+	kvp_ssd_close_agent(s);
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	memset(&sn, 0, sizeof(sn));
+	assert_true(kvp_ssd_recover_agent(s, collect, &sn) > 0);
+	assert_false(seen_has(&sn, re.key[k]));
+	kvp_ssd_close_agent(s);
+	free(v);
+	free(d);
+}
+
 /* The file system itself fills up: -ENOSPC comes back as a status, and
  * the store still works after space is freed. */
 static void
@@ -795,6 +981,7 @@ main(void)
 		cmocka_unit_test(test_late_tombstone),
 		cmocka_unit_test(test_corrupt_value),
 		cmocka_unit_test(test_capacity),
+		cmocka_unit_test(test_reinsert),
 		cmocka_unit_test(test_fs_enospc),
 		cmocka_unit_test(test_pread_path),
 		cmocka_unit_test(test_strict_durability),
