@@ -201,6 +201,8 @@ if [ $quick = 0 ]; then
 	# benchmarks: their figures are not asserted, so they count as RAN
 	bench "release/bench_core --quick" build/release/bench_core --quick
 	bench "release/bench_ssd --quick" build/release/bench_ssd --quick
+	# the cache-quality replay (~30 s): RAN; wrong bytes read back fail it
+	bench "stress/trace_bench --quick (cache quality)" stress/trace_bench --quick
 	# stress/bench: the run is RAN; that its results.json reads back with
 	# figures in it is an assertion of its own (made only after a run
 	# that finished: one failure is not counted twice)
