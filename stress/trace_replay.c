@@ -17,7 +17,9 @@
  * a value's content is derived from its block id), then a put of the
  * rest as one chain whose first page sits at depth = the prefix hit.
  * Requests are replayed one after another as fast as the pool takes them
- * (timestamps give the order only).  Counted: prefix hit blocks / blocks
+ * (timestamps give the order only), or with --speed X at their arrival
+ * times X times faster (a request that comes due while an earlier one is
+ * still served waits for it: one engine worker).  Counted: prefix hit blocks / blocks
  * (the headline), gets that found nothing after the probe said present,
  * wrong bytes, every put status.
  *
@@ -29,6 +31,7 @@
  *                [--capacity N | --capacity-pct P] [--sweep P,P,...]
  *                [--label L] [--json FILE] [--dram-blocks N]
  *                [--ssd-blocks N] [--print-distinct] [--limit N]
+ *                [--speed X]
  *   generator:   [--seed N] [--requests N] [--sessions N] [--zipf S]
  *                [--turns N] [--system-blocks N] [--first-blocks N]
  *                [--growth N] [--doc-share F] [--doc-blocks N] [--rate R]
@@ -49,7 +52,7 @@
 struct opts {
 	const char *pool, *ns, *trace, *write_trace, *json, *label, *sweep;
 	uint64_t page, capacity, dram_blocks, ssd_blocks, limit;
-	double capacity_pct;
+	double capacity_pct, speed;
 	bool print_distinct;
 	struct trace_gen_cfg gen;
 };
@@ -62,6 +65,7 @@ struct pool_stats {
 	uint64_t wrong_bytes, bytes_verified;
 	uint64_t put_ok, put_eexist, put_ebusy, put_enospc, put_other;
 	double seconds, get_seconds, put_seconds; /* all, in gets, in puts */
+	double max_lag;                           /* --speed: behind, s */
 };
 
 static double
@@ -194,6 +198,26 @@ replay_pool(const struct opts *o, const struct trace *t, struct pool_stats *st)
 		const uint64_t *ids = t->t_ids + r->tr_off;
 		bool lead = true;
 		ssize_t h;
+
+		if (o->speed > 0) {
+			/* the request's arrival, --speed times faster */
+			double due = t0 + (double)(r->tr_ts_ms -
+						   t->t_reqs[0].tr_ts_ms) /
+						  1e3 / o->speed;
+			double late = now_s() - due;
+
+			if (late < 0) {
+				struct timespec ts = {
+					(time_t)-late,
+					(long)((-late - (double)(time_t)-late) *
+					       1e9),
+				};
+
+				nanosleep(&ts, NULL);
+			} else if (late > st->max_lag) {
+				st->max_lag = late;
+			}
+		}
 
 		for (k = 0; k < r->tr_n; k++) {
 			char *key = keys + (size_t)k * (KEY_LEN + 1);
@@ -356,7 +380,7 @@ usage(FILE *f)
 		"         [--trace FILE | generator options] [--write-trace FILE]\n"
 		"         [--capacity N | --capacity-pct P] [--sweep P,P,...]\n"
 		"         [--label L] [--json FILE] [--dram-blocks N] [--ssd-blocks N]\n"
-		"         [--print-distinct] [--limit N]\n"
+		"         [--print-distinct] [--limit N] [--speed X]\n"
 		"generator: [--seed N] [--requests N] [--sessions N] [--zipf S]\n"
 		"         [--turns N] [--system-blocks N] [--first-blocks N]\n"
 		"         [--growth N] [--doc-share F] [--doc-blocks N] [--rate R]\n"
@@ -382,6 +406,7 @@ parse_opts(int argc, char **argv, struct opts *o)
 		O_SSD,
 		O_DISTINCT,
 		O_LIMIT,
+		O_SPEED,
 		O_SEED,
 		O_REQS,
 		O_SESS,
@@ -409,6 +434,7 @@ parse_opts(int argc, char **argv, struct opts *o)
 		{ "ssd-blocks", required_argument, NULL, O_SSD },
 		{ "print-distinct", no_argument, NULL, O_DISTINCT },
 		{ "limit", required_argument, NULL, O_LIMIT },
+		{ "speed", required_argument, NULL, O_SPEED },
 		{ "seed", required_argument, NULL, O_SEED },
 		{ "requests", required_argument, NULL, O_REQS },
 		{ "sessions", required_argument, NULL, O_SESS },
@@ -475,6 +501,9 @@ parse_opts(int argc, char **argv, struct opts *o)
 			break;
 		case O_LIMIT:
 			bad = parse_u64(optarg, &o->limit) || !o->limit;
+			break;
+		case O_SPEED:
+			bad = parse_double(optarg, &o->speed) || o->speed < 0;
 			break;
 		case O_SEED:
 			bad = parse_u64(optarg, &g->seed);
@@ -740,6 +769,10 @@ main(int argc, char **argv)
 		       t.t_nreqs, ps.seconds,
 		       ratio((double)t.t_nids, ps.seconds), ps.get_seconds,
 		       ps.put_seconds);
+		if (o.speed > 0)
+			printf("pool: arrivals at %gx their times; at most "
+			       "%.3f s behind them\n",
+			       o.speed, ps.max_lag);
 		equiv = lru_equivalent(&t, ps.hits);
 		printf("pool: as many prefix hits as an LRU cache of %llu "
 		       "blocks (%.2fx its capacity)\n",
@@ -812,6 +845,7 @@ main(int argc, char **argv)
 				"\"bytes_verified\":%llu,\"put_ok\":%llu,"
 				"\"put_eexist\":%llu,\"put_ebusy\":%llu,"
 				"\"put_enospc\":%llu,\"put_other\":%llu,"
+				"\"speed\":%g,\"max_lag_seconds\":%.3f,"
 				"\"seconds\":%.3f,\"get_seconds\":%.3f,"
 				"\"put_seconds\":%.3f,\"lru_seconds\":%.4f,"
 				"\"belady_seconds\":%.4f}\n",
@@ -823,8 +857,9 @@ main(int argc, char **argv)
 				(unsigned long long)ps.put_eexist,
 				(unsigned long long)ps.put_ebusy,
 				(unsigned long long)ps.put_enospc,
-				(unsigned long long)ps.put_other, ps.seconds,
-				ps.get_seconds, ps.put_seconds, t_lru, t_bel);
+				(unsigned long long)ps.put_other, o.speed,
+				ps.max_lag, ps.seconds, ps.get_seconds,
+				ps.put_seconds, t_lru, t_bel);
 		}
 	}
 	status = ps.wrong_bytes ? 3 : 0;
