@@ -255,6 +255,17 @@ KVP_API int kvp_delete(struct kvp_client *c, const void *key, uint32_t klen);
  */
 KVP_API ssize_t kvp_batch_put(struct kvp_client *c, struct kvp_op *ops,
 			      size_t n);
+/*
+ * kvp_batch_put_chain - kvp_batch_put of consecutive pages of one prefix
+ * chain: ops[k] is the page at depth depth0 + k (a prompt's first page is
+ * at depth 0).  Eviction keeps what is cached prefix-closed: among pages
+ * last used at the same time, the deeper ones leave first.  kvp_batch_put
+ * is this call with depth0 = 0, so an engine that puts the pages after a
+ * hit prefix of d pages should say depth0 = d.  Statuses and context of
+ * kvp_batch_put.
+ */
+KVP_API ssize_t kvp_batch_put_chain(struct kvp_client *c, struct kvp_op *ops,
+				    size_t n, uint32_t depth0);
 KVP_API ssize_t kvp_batch_get(struct kvp_client *c, struct kvp_op *ops,
 			      size_t n);
 

@@ -48,8 +48,8 @@ struct kvp_agent {
 	/* this agent created the segment (not re-attached): a start that fails
 	 * removes it again */
 	bool seg_created;
-	kvp_aword_t stop;    /* set by main on SIGTERM; read by the threads */
-	uint64_t clock_hand; /* evictor's CLOCK hand (tier thread only) */
+	kvp_aword_t stop;     /* set by main on SIGTERM; read by the threads */
+	struct kvp_evict *ev; /* the eviction pass's scratch (evict.c) */
 	/* slots scanned since room was last made */
 	uint64_t noprogress_scanned;
 	bool evict_urgent;  /* this round: a putter is waiting for room */
@@ -63,7 +63,6 @@ struct kvp_agent {
 	/* the index limit (agent/evict.c; tier thread but the flag) */
 	/* start, or a reap that may have left the count high */
 	kvp_aword_t ix_recount_due;
-	uint64_t ix_hand;       /* the index evictor's CLOCK hand */
 	uint64_t ix_recount_ns; /* last recount attempt (CLOCK_MONOTONIC) */
 	uint64_t *ix_seen;  /* recount scratch: per client, its cs_ix_resv */
 	uint64_t *ix_named; /* recount scratch: slots named by HAVE_SLOT */
@@ -150,13 +149,15 @@ int kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g,
 bool kvp_tier_step_agent(struct kvp_agent *a, int wait_ms);
 void *kvp_tier_main_agent(void *arg);
 
-/* agent/evict.c: eviction policy (DRAM watermarks, index-pressure hints,
- * the index limit); victims go through the CHECK verdict (victim.c) */
+/* agent/evict.c: eviction policy (oldest use first, deepest first within
+ * a tick; DRAM watermarks, index-pressure hints, the index limit);
+ * victims go through the CHECK verdict (victim.c) */
 void kvp_dram_round_agent(struct kvp_agent *a);
 uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a,
 				   uint64_t want_free_pages, bool *stuck);
 bool kvp_ix_recount_agent(struct kvp_agent *a);
 bool kvp_dram_above_high_agent(const struct kvp_agent *a);
+void kvp_evict_free_agent(struct kvp_agent *a); /* the pass's scratch */
 
 /* agent/dram.c: the DRAM allocator from the agent's side */
 uint64_t kvp_dram_gc_agent(struct kvp_agent *a);

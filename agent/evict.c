@@ -1,21 +1,378 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * evict.c - the eviction policy: which values leave DRAM (or the index),
- * and when.  Above --dram-high, or while a putter waits for room, a CLOCK
- * over index slots picks cold unheld values in batches (the verdict on
- * each is victim.c's, one fence and one hold scan per batch); without an
- * SSD copy a cold value is handed to demotion first (move.c).  A full
- * bucket pair (a putter's hint) gets one slot freed.  The index limit
- * (--index-entries): above its high mark cold entries leave the index,
- * and h_ix_used is recounted from the index when a death may have left
- * it high (docs/design.md, "The index limit").  Deleted values are
- * reclaimed here too.  The seam for other policies: kvp_dram_round_agent
- * is called once per round; victims go through kvp__release_check /
- * kvp__remove_agent.
+ * and when.  The order is the use word's (shm/kvp_shm.h, e_use): the
+ * value used longest ago leaves first and, among values last used in the
+ * same tick, the deepest page of its chain first, so what stays is
+ * prefix-closed (a chain loses its tail before its head) and recency
+ * orders everything else.  Readers write only the use word (a hit or a
+ * probe: one relaxed store per tick); the order is found here, by the
+ * tier thread, with two scans of the index per pass: the first counts
+ * DRAM units by age (log-linear buckets: exact up to 64 ticks, then 64
+ * per power of two, 1.6% apart), which fixes the cut-off age for the
+ * units wanted; the second takes everything older than the cut-off
+ * bucket and sorts that bucket exactly (tick, then depth) to take the
+ * rest.  Above --dram-high, or while a putter waits for room, a pass
+ * frees down to --dram-low; with an SSD tier a victim without an SSD copy
+ * is written there first (move.c) and leaves on a later pass, and the
+ * next-oldest band as large again is written ahead.  Held values are
+ * skipped (a snapshot of the hold slots is the hint; the CHECK protocol,
+ * victim.c, decides).  The index limit (--index-entries) uses the same
+ * order over every entry whatever its tier; a full bucket pair (a
+ * putter's hint) loses its oldest entry.  h_ix_used is recounted from the
+ * index when a death may have left it high (docs/design.md, "The index
+ * limit").  Deleted values are reclaimed here too.  Victims go through
+ * kvp__release_check / kvp__remove_agent (victim.c).
  */
 #include "agent/tier_int.h"
 
 #define KVP_EVICT_BATCH 256u
+#define KVP_AGE_SUB 64u                     /* buckets per power of two */
+#define KVP_AGE_BUCKETS (KVP_AGE_SUB * 59u) /* ages 0 .. 2^64 - 1 */
+
+/* A pass's scratch (tier thread): the age histogram, the hold snapshot,
+ * the exactly sorted cut-off bucket and a batch of CHECK candidates. */
+struct kvp_tie {
+	uint64_t slot, word, use, units;
+};
+struct kvp_evict {
+	uint64_t now;                    /* the pass's tick */
+	uint64_t units[KVP_AGE_BUCKETS]; /* evictable units by age bucket */
+	uint64_t count[KVP_AGE_BUCKETS]; /* and entries */
+	uint64_t total;
+	uint64_t *held; /* a bit per index slot: named by a hold slot */
+	struct kvp_tie *tie;
+	size_t ntie, captie;
+	struct kvp_cand cand[KVP_EVICT_BATCH];
+	unsigned ncand;
+};
+
+/* The age of use word 'use' at tick 'now'.  A tick from the future (a
+ * clock read a moment after ours) is now; one more than a second ahead
+ * can only be garbage a client wrote: the oldest. */
+static uint64_t
+kvp_use_age(uint64_t use, uint64_t now)
+{
+	uint64_t t = KVP_USE_TICK(use);
+
+	if (t <= now)
+		return now - t;
+	return t - now < 1024u ? 0 : UINT64_MAX;
+}
+
+/* Log-linear: exact below KVP_AGE_SUB ticks, then KVP_AGE_SUB buckets per
+ * power of two; a larger bucket is older. */
+static unsigned
+kvp_age_bucket(uint64_t age)
+{
+	unsigned e;
+
+	if (age < KVP_AGE_SUB)
+		return (unsigned)age;
+	e = 63u - (unsigned)__builtin_clzll(age); /* 6 .. 63 */
+	return KVP_AGE_SUB * (e - 5u) +
+	       (unsigned)((age >> (e - 6u)) & (KVP_AGE_SUB - 1u));
+}
+
+/* Which of two uses leaves first: the older tick, then the deeper page. */
+static int
+kvp_tie_cmp(const void *x, const void *y)
+{
+	const struct kvp_tie *p = (const struct kvp_tie *)x,
+			     *q = (const struct kvp_tie *)y;
+	uint64_t tp = KVP_USE_TICK(p->use), tq = KVP_USE_TICK(q->use);
+	uint32_t dp = KVP_USE_DEPTH(p->use), dq = KVP_USE_DEPTH(q->use);
+
+	if (tp != tq)
+		return tp < tq ? -1 : 1;
+	if (dp != dq)
+		return dp > dq ? -1 : 1;
+	return p->slot < q->slot ? -1 : p->slot > q->slot;
+}
+
+/* The pass's scratch, allocated once (NULL: out of memory, no pass). */
+static struct kvp_evict *
+kvp_evict_scratch(struct kvp_agent *a)
+{
+	uint64_t words = (a->seg.g.g_index_slots + 63) / 64;
+
+	if (a->ev)
+		return a->ev;
+	a->ev = calloc(1, sizeof(*a->ev));
+	if (!a->ev)
+		return NULL;
+	a->ev->held = calloc(words, sizeof(uint64_t));
+	if (!a->ev->held) {
+		free(a->ev);
+		a->ev = NULL;
+	}
+	return a->ev;
+}
+
+void
+kvp_evict_free_agent(struct kvp_agent *a)
+{
+	if (!a->ev)
+		return;
+	free(a->ev->held);
+	free(a->ev->tie);
+	free(a->ev);
+	a->ev = NULL;
+}
+
+/* Start a pass: its tick, an empty histogram, and which slots the hold
+ * slots name now (a hint: a value held now is not counted as room; the
+ * CHECK protocol's own scan decides, and a hold taken after this is
+ * found there). */
+static void
+kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t nslots = s->g.g_index_slots, c, k;
+	uint32_t hpc = s->g.g_holds_per_client;
+
+	ev->now = kvp_tick_now();
+	memset(ev->units, 0, sizeof(ev->units));
+	memset(ev->count, 0, sizeof(ev->count));
+	ev->total = 0;
+	ev->ntie = 0;
+	ev->ncand = 0;
+	memset(ev->held, 0, (nslots + 63) / 64 * sizeof(uint64_t));
+	for (c = 0; c < s->g.g_max_clients; c++) {
+		/* relaxed: a hint (above) */
+		uint64_t hwm = kvp_load_relaxed(&s->clients[c].cs_hold_hwm);
+		const kvp_aword_t *hs = &s->holds[c * hpc];
+
+		if (hwm > hpc)
+			hwm = hpc; /* written by a client: never trusted */
+		for (k = 0; k < hwm; k++) {
+			/* relaxed: a hint (above) */
+			uint64_t h = kvp_load_relaxed(&hs[k]), slot;
+
+			if (!h)
+				continue;
+			slot = KVP_HOLD_SLOT(h);
+			if (slot < nslots)
+				ev->held[slot / 64] |= 1ull << (slot % 64);
+		}
+	}
+}
+
+static bool
+kvp_evict_held(const struct kvp_evict *ev, uint64_t slot)
+{
+	return ev->held[slot / 64] >> (slot % 64) & 1u;
+}
+
+/* Steps 2-4 for the batch of candidates: the hold scan, then each one
+ * removed (or relocated) or released.  Returns DRAM units freed. */
+static uint64_t
+kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
+		unsigned *removed)
+{
+	uint64_t freed = 0;
+	unsigned k;
+
+	if (!ev->ncand)
+		return 0;
+	kvp_ix_holds_scan_agent(&a->seg, ev->cand, ev->ncand);
+	for (k = 0; k < ev->ncand; k++) {
+		if (ev->cand[k].held) {
+			kvp__release_check(&a->seg, &ev->cand[k]);
+			continue;
+		}
+		freed += kvp__remove_agent(a, &ev->cand[k], why);
+		(*removed)++;
+	}
+	ev->ncand = 0;
+	return freed;
+}
+
+/* Step 1 for slot i (word w) into the batch; a full batch is decided at
+ * once.  Returns DRAM units freed. */
+static uint64_t
+kvp_evict_take(struct kvp_agent *a, struct kvp_evict *ev, uint64_t i,
+	       uint64_t w, enum kvp_actr why, unsigned *removed)
+{
+	ev->ncand +=
+		kvp_ix_cand_take_agent(&a->seg, i, w, &ev->cand[ev->ncand]);
+	if (ev->ncand < KVP_EVICT_BATCH)
+		return 0;
+	return kvp_evict_flush(a, ev, why, removed);
+}
+
+/*
+ * May slot i (word w, READY) leave for this kind of pass?  DRAM: resident
+ * in DRAM; the index: any tier.  Never while the tier thread has an
+ * operation on it or while it is flagged (the caller asks the hold
+ * snapshot).  *units: what it frees (DRAM units; an entry for the index).
+ */
+static bool
+kvp_evict_candidate(struct kvp_agent *a, const struct kvp_evict *ev, uint64_t i,
+		    uint64_t w, bool dram, uint64_t *units)
+{
+	struct kvp_seg *s = &a->seg;
+	const struct kvp_entry *e = &s->entries[i];
+	uint64_t len, unit = s->g.g_dram_unit;
+
+	(void)ev;
+	if (KVP_IX_STATE(w) != KVP_IX_READY || KVP_IX_FLAGS(w) ||
+	    kvp_tier_busy_agent(a, i))
+		return false;
+	if (!dram) {
+		*units = 1;
+		return true;
+	}
+	/* relaxed: stable while READY(g); only this thread moves values */
+	if (KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) != KVP_TIER_DRAM)
+		return false;
+	len = kvp_load_relaxed(&e->e_len); /* relaxed: as above */
+	*units = (len + unit - 1) / unit;
+	if (*units > s->g.g_dram_pages || *units == 0)
+		*units = 1; /* garbage from a client: counted as one */
+	return true;
+}
+
+/*
+ * Scan 1: every deleted value is reclaimed; every candidate of the pass
+ * is counted by age (only when room is wanted: 'count').  Returns DRAM
+ * units freed.
+ */
+static uint64_t
+kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
+		     bool count, unsigned *found, unsigned *removed)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t nslots = s->g.g_index_slots, i, freed = 0;
+	enum kvp_actr why = dram ? KVP_ACTR_EVICT : KVP_ACTR_EVICT_INDEX;
+
+	for (i = 0; i < nslots; i++) {
+		/* acquire: pairs with the publish CAS */
+		uint64_t w = kvp_load_acquire(&s->meta[i]), units;
+		unsigned st = KVP_IX_STATE(w), b;
+
+		if (st == KVP_IX_DELETED && !KVP_IX_FLAGS(w) &&
+		    !kvp_tier_busy_agent(a, i)) {
+			(*found)++;
+			freed += kvp_evict_take(a, ev, i, w, why, removed);
+			continue;
+		}
+		/* a value being put is work for a later pass: this one is
+		 * not idle (its units are counted already, so DRAM use
+		 * will not change when it is published, and an idle
+		 * evictor would never look at it again) */
+		if (st == KVP_IX_PENDING && count) {
+			(*found)++;
+			continue;
+		}
+		if (!count || kvp_evict_held(ev, i) ||
+		    !kvp_evict_candidate(a, ev, i, w, dram, &units))
+			continue;
+		/* relaxed: a hint (the use word) */
+		b = kvp_age_bucket(kvp_use_age(
+			kvp_load_relaxed(&s->entries[i].e_use), ev->now));
+		ev->units[b] += units;
+		ev->count[b]++;
+		ev->total += units;
+	}
+	return freed + kvp_evict_flush(a, ev, why, removed);
+}
+
+/*
+ * A victim of a DRAM pass: with an SSD tier and no SSD copy yet it is
+ * written there first (copy first, free after: a later pass relocates
+ * it); otherwise it is taken.  Returns DRAM units freed.
+ */
+static uint64_t
+kvp_evict_victim(struct kvp_agent *a, struct kvp_evict *ev, uint64_t i,
+		 uint64_t w, bool dram, unsigned *found, unsigned *removed)
+{
+	(*found)++;
+	/* relaxed: stable while READY(g); written by this thread */
+	if (dram && a->tier && !kvp_load_relaxed(&a->seg.entries[i].e_ssd) &&
+	    !kvp_tier_write_failing_agent(a)) {
+		/* a value still to write counts as work found, even when
+		 * the writes in flight are at their limit */
+		kvp_tier_demote_agent(a, i, w);
+		return 0;
+	}
+	return kvp_evict_take(a, ev, i, w,
+			      dram ? KVP_ACTR_EVICT : KVP_ACTR_EVICT_INDEX,
+			      removed);
+}
+
+/*
+ * Scan 2: 'want' units (DRAM) or entries (index) leave, oldest use first,
+ * deepest first within a tick.  The histogram of scan 1 gives the
+ * cut-off bucket; everything older goes, and that bucket is sorted to
+ * take the rest.  A value used since scan 1 is younger now and stays.
+ * Returns DRAM units freed.
+ */
+static uint64_t
+kvp_evict_scan_take(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
+		    uint64_t want, unsigned *found, unsigned *removed)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t nslots = s->g.g_index_slots, i, freed = 0, acc = 0, rem;
+	unsigned cut = KVP_AGE_BUCKETS;
+	size_t k;
+
+	/* the cut-off: the youngest bucket some of whose units must go */
+	while (cut > 0 && acc < want)
+		acc += ev->units[--cut];
+	if (acc == 0)
+		return 0;
+	/* what the cut-off bucket gives (all of it when want is larger) */
+	rem = ev->units[cut] - (acc > want ? acc - want : 0);
+	if (ev->captie < ev->count[cut]) {
+		struct kvp_tie *t =
+			realloc(ev->tie, ev->count[cut] * sizeof(*t));
+		if (!t)
+			return 0; /* out of memory: no pass this round */
+		ev->tie = t;
+		ev->captie = ev->count[cut];
+	}
+	ev->ntie = 0;
+	for (i = 0; i < nslots; i++) {
+		/* acquire: pairs with the publish CAS */
+		uint64_t w = kvp_load_acquire(&s->meta[i]), units, use;
+		unsigned b;
+
+		if (!kvp_evict_candidate(a, ev, i, w, dram, &units))
+			continue;
+		/* relaxed: a hint (the use word) */
+		use = kvp_load_relaxed(&s->entries[i].e_use);
+		b = kvp_age_bucket(kvp_use_age(use, ev->now));
+		if (b > cut && kvp_evict_held(ev, i))
+			/* a victim, but held: left alone (not counted as
+			 * room by scan 1) */
+			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_BACKOFF],
+				      1); /* stat */
+		else if (b > cut)
+			freed += kvp_evict_victim(a, ev, i, w, dram, found,
+						  removed);
+		else if (b == cut && !kvp_evict_held(ev, i) &&
+			 ev->ntie < ev->captie)
+			ev->tie[ev->ntie++] =
+				(struct kvp_tie){ i, w, use, units };
+	}
+	qsort(ev->tie, ev->ntie, sizeof(*ev->tie), kvp_tie_cmp);
+	for (k = 0, acc = 0; k < ev->ntie && acc < rem; k++) {
+		struct kvp_tie *t = &ev->tie[k];
+
+		acc += t->units;
+		/* acquire: as above; a slot that changed since is not ours
+		 * to judge (a new value, or deleted: scan 1 of a later pass) */
+		if (kvp_load_acquire(&s->meta[t->slot]) != t->word)
+			continue;
+		freed += kvp_evict_victim(a, ev, t->slot, t->word, dram, found,
+					  removed);
+	}
+	return freed +
+	       kvp_evict_flush(a, ev,
+			       dram ? KVP_ACTR_EVICT : KVP_ACTR_EVICT_INDEX,
+			       removed);
+}
 
 /* Is DRAM use above the agent's own high watermark (--dram-high)? */
 bool
@@ -30,7 +387,7 @@ kvp_dram_above_high_agent(const struct kvp_agent *a)
 /*
  * Make room in the two full buckets of 'hash' (a putter's hint): CHECK
  * every removable slot there, one hold scan, remove one victim (a deleted
- * value first, then one without its reference bit, then any unheld one).
+ * value first, then the oldest use, the deepest within a tick).
  * Returns 1 if a slot was freed.
  */
 static int
@@ -38,7 +395,8 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_cand cand[KVP_IX_CANDS];
-	unsigned n = 0, pos, k, best = KVP_IX_CANDS, best_rank = 3;
+	unsigned n = 0, pos, k, best = KVP_IX_CANDS;
+	struct kvp_tie oldest = { 0, 0, 0, 0 };
 
 	for (pos = 0; pos < KVP_IX_CANDS; pos++)
 		/* relaxed: a hint; a slot freed meanwhile is room already */
@@ -62,19 +420,18 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 		return 0;
 	kvp_ix_holds_scan_agent(s, cand, n);
 	for (k = 0; k < n; k++) {
-		unsigned rank;
+		struct kvp_tie t = { cand[k].slot, cand[k].word, 0, 1 };
 
 		if (cand[k].held)
 			continue;
-		if (KVP_IX_STATE(cand[k].word) == KVP_IX_DELETED)
-			rank = 0;
-		else /* relaxed: a CLOCK hint */
-			rank = kvp_load_relaxed(
-				       &s->entries[cand[k].slot].e_ref) ?
-				       2 :
-				       1;
-		if (rank < best_rank) {
-			best_rank = rank;
+		if (KVP_IX_STATE(cand[k].word) == KVP_IX_DELETED) {
+			best = k;
+			break; /* a deleted value goes first */
+		}
+		/* relaxed: a hint (the use word) */
+		t.use = kvp_load_relaxed(&s->entries[cand[k].slot].e_use);
+		if (best == KVP_IX_CANDS || kvp_tie_cmp(&t, &oldest) < 0) {
+			oldest = t;
 			best = k;
 		}
 	}
@@ -88,103 +445,47 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 }
 
 /*
- * One pass: reclaim deleted values and evict unheld cold ones until
- * 'want_free_pages' units are free or two turns of the clock found
- * nothing more.  Returns units freed; *stuck says nothing was evictable
- * while space was still wanted.
+ * One pass: reclaim deleted values and, while fewer than
+ * 'want_free_pages' units are free, evict the oldest unheld values until
+ * they are (two scans of the index).  Returns units freed; *stuck says
+ * nothing was evictable while space was still wanted.
  */
 uint64_t
 kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 			  bool *stuck)
 {
 	struct kvp_seg *s = &a->seg;
-	uint64_t nslots = s->g.g_index_slots, scanned = 0, freed = 0;
-	struct kvp_cand cand[KVP_EVICT_BATCH];
-	/* up to two turns of the clock; a pass that found nothing to do
-	 * is not repeated until DRAM use changes or a putter asks (so an
-	 * idle tier thread does not rescan the index every round) */
-	uint64_t limit = 2 * nslots,
-		 used = kvp_load_relaxed(&s->dram->dh_used_mirror);
-	unsigned found = 0;
-	bool need;
+	uint64_t nslots = s->g.g_index_slots, freed = 0, free_now, need;
+	/* relaxed: a heuristic; the allocator's counts decide */
+	uint64_t used = kvp_load_relaxed(&s->dram->dh_used_mirror);
+	struct kvp_evict *ev;
+	unsigned found = 0, removed = 0;
 
 	*stuck = false;
+	/* a pass that found nothing to do is not repeated until DRAM use
+	 * changes or a putter asks (so an idle tier thread does not rescan
+	 * the index every round) */
 	if (want_free_pages && !a->evict_urgent && a->idle_used == used + 1)
 		return 0;
-	for (;;) {
-		unsigned n = 0, k;
-
-		/* dh_free_pages without the lock: a progress hint only */
-		need = s->dram->dh_free_pages < want_free_pages;
-		while (n < KVP_EVICT_BATCH && scanned < limit) {
-			uint64_t i = a->clock_hand++ & (nslots - 1), w;
-			unsigned st;
-
-			scanned++;
-			/* acquire: pairs with the publish CAS */
-			w = kvp_load_acquire(&s->meta[i]);
-			st = KVP_IX_STATE(w);
-			if (KVP_IX_FLAGS(w) || kvp_tier_busy_agent(a, i))
-				continue;
-			if (st == KVP_IX_READY) {
-				struct kvp_entry *e = &s->entries[i];
-				if (!need)
-					continue;
-				/* relaxed: stable while READY(g) */
-				if (KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) !=
-				    KVP_TIER_DRAM)
-					continue;
-				if (kvp_load_relaxed(&e->e_ref)) {
-					/* relaxed: CLOCK second chance */
-					kvp_store_relaxed(&e->e_ref, 0);
-					found++; /* a victim on the next turn */
-					continue;
-				}
-				/* with an SSD tier a cold value is written
-				 * there first (copy first, free after) */
-				if (a->tier && !kvp_load_relaxed(&e->e_ssd) &&
-				    !kvp_tier_write_failing_agent(a)) {
-					/* a value still to write counts as
-					 * work found, even when the writes in
-					 * flight are at their limit */
-					kvp_tier_demote_agent(a, i, w);
-					found++;
-					continue;
-				}
-			} else if (st != KVP_IX_DELETED) {
-				/* a value being put is work for a later pass:
-				 * this one is not idle (its units are counted
-				 * already, so DRAM use will not change when it
-				 * is published, and an idle evictor would never
-				 * look at it again) */
-				if (st == KVP_IX_PENDING && need)
-					found++;
-				continue;
-			}
-			n += kvp_ix_cand_take_agent(s, i, w, &cand[n]);
-		}
-		found += n;
-		if (n == 0)
-			break;
-		kvp_ix_holds_scan_agent(s, cand, n);
-		for (k = 0; k < n; k++) {
-			if (cand[k].held) {
-				kvp__release_check(s, &cand[k]);
-				continue;
-			}
-			freed += kvp__remove_agent(a, &cand[k], KVP_ACTR_EVICT);
-		}
-		if (scanned >= limit)
-			break;
-	}
-	/* a hint for putters that gave up: nothing could be evicted */
+	ev = kvp_evict_scratch(a);
+	if (!ev)
+		return 0; /* out of memory: no pass this round */
+	kvp_evict_begin(a, ev);
+	/* dh_free_pages without the lock: a progress hint only */
+	free_now = s->dram->dh_free_pages;
+	need = want_free_pages > free_now ? want_free_pages - free_now : 0;
+	freed += kvp_evict_scan_count(a, ev, true, need != 0, &found, &removed);
+	need = need > freed ? need - freed : 0;
+	if (need)
+		freed += kvp_evict_scan_take(a, ev, true, need, &found,
+					     &removed);
 	/* remember an idle pass (+1: 0 means none) */
 	a->idle_used = found || freed ? 0 : used + 1;
 	if (freed || s->dram->dh_free_pages >= want_free_pages)
 		a->noprogress_scanned = 0;
 	else
-		a->noprogress_scanned += scanned;
-	/* stuck: two whole turns of the clock freed nothing */
+		a->noprogress_scanned += 2 * nslots;
+	/* stuck: the whole index was looked at twice and nothing freed */
 	if (s->dram->dh_free_pages < want_free_pages &&
 	    a->noprogress_scanned >= 2 * nslots)
 		*stuck = true;
@@ -280,71 +581,33 @@ kvp_ix_recount_agent(struct kvp_agent *a)
 }
 
 /*
- * Remove cold unheld entries until h_ix_used is down to 'target': CLOCK
- * over every READY or DELETED slot (a reference bit buys a second
- * chance; deleted ones go first), the CHECK protocol of eviction, and
- * removal from the index whatever the tier (DRAM freed, an SSD copy gets
- * a tombstone).  At most two turns of the clock.  Returns entries
- * removed; *freed gets the DRAM units freed, *stuck says two turns found
- * nothing removable while the index was at its limit.
+ * Remove unheld entries until h_ix_used is down to 'target': deleted ones
+ * first, then the oldest use (deepest first within a tick), whatever the
+ * tier: DRAM freed, an SSD copy gets a tombstone.  Returns entries
+ * removed; *freed gets the DRAM units freed, *stuck says nothing was
+ * removable while the index was at its limit.
  */
 static unsigned
 kvp_ix_evict_pass_agent(struct kvp_agent *a, uint64_t target, uint64_t *freed,
 			bool *stuck)
 {
 	struct kvp_seg *s = &a->seg;
-	uint64_t nslots = s->g.g_index_slots, scanned = 0, turns = 2 * nslots;
-	struct kvp_cand cand[KVP_EVICT_BATCH];
-	unsigned removed = 0;
+	struct kvp_evict *ev = kvp_evict_scratch(a);
+	/* relaxed: progress, re-read after scan 1 */
+	uint64_t used = kvp_load_relaxed(&s->hdr->h_ix_used);
+	unsigned found = 0, removed = 0;
 
-	for (;;) {
-		/* relaxed: progress, re-read every batch */
-		uint64_t used = kvp_load_relaxed(&s->hdr->h_ix_used), want;
-		unsigned n = 0, k;
-
-		if (used <= target || scanned >= turns)
-			break;
-		want = used - target < KVP_EVICT_BATCH ? used - target :
-							 KVP_EVICT_BATCH;
-		while (n < want && scanned < turns) {
-			uint64_t i = a->ix_hand++ & (nslots - 1), w;
-			unsigned st;
-
-			scanned++;
-			/* acquire: pairs with the publish CAS */
-			w = kvp_load_acquire(&s->meta[i]);
-			st = KVP_IX_STATE(w);
-			if (KVP_IX_FLAGS(w) || kvp_tier_busy_agent(a, i))
-				continue;
-			if (st == KVP_IX_READY) {
-				struct kvp_entry *e = &s->entries[i];
-
-				/* relaxed: the CLOCK bit, a hint */
-				if (kvp_load_relaxed(&e->e_ref)) {
-					/* second chance */
-					kvp_store_relaxed(&e->e_ref, 0);
-					continue;
-				}
-			} else if (st != KVP_IX_DELETED) {
-				continue;
-			}
-			n += kvp_ix_cand_take_agent(s, i, w, &cand[n]);
-		}
-		if (n == 0)
-			continue;
-		kvp_ix_holds_scan_agent(s, cand, n);
-		for (k = 0; k < n; k++) {
-			if (cand[k].held) {
-				kvp__release_check(s, &cand[k]);
-				continue;
-			}
-			*freed += kvp__remove_agent(a, &cand[k],
-						    KVP_ACTR_EVICT_INDEX);
-			removed++;
-		}
-	}
+	*stuck = false;
+	if (!ev || used <= target)
+		return 0;
+	kvp_evict_begin(a, ev);
+	*freed += kvp_evict_scan_count(a, ev, false, true, &found, &removed);
+	used = kvp_load_relaxed(&s->hdr->h_ix_used); /* relaxed: as above */
+	if (used > target)
+		*freed += kvp_evict_scan_take(a, ev, false, used - target,
+					      &found, &removed);
 	/* relaxed: the count now */
-	*stuck = !removed && scanned >= turns &&
+	*stuck = !removed &&
 		 kvp_load_relaxed(&s->hdr->h_ix_used) >= s->g.g_index_limit;
 	return removed;
 }

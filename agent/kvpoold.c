@@ -625,6 +625,7 @@ main(int argc, char **argv)
 	pthread_join(evictor, NULL);
 	pthread_join(reaper, NULL);
 	kvp_tier_close_agent(a);
+	kvp_evict_free_agent(a);
 	if (!cfg->keep_on_exit && !kvp_any_client_alive(&a->seg)) {
 		kvp_shm_remove_agent(a);
 		kvp_log(KVP_LOG_INFO, "agent",

@@ -54,7 +54,8 @@ kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 	kvp_store_relaxed(&s->entries[i].e_len, r->vlen);
 	kvp_store_relaxed(&s->entries[i].e_ssd, r->loc);
 	kvp_store_relaxed(&s->entries[i].e_run, 0);
-	kvp_store_relaxed(&s->entries[i].e_ref, 0);
+	/* not used since this start: oldest of all, depth unknown */
+	kvp_store_relaxed(&s->entries[i].e_use, KVP_USE_MAKE(0, 0));
 	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
 	if (kvp_ix_publish(s, (uint64_t)i, w)) {
 		kvp_ix_count_give(s);

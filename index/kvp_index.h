@@ -209,7 +209,7 @@ kvp_ix_key_write(struct kvp_seg *s, uint64_t i, uint64_t ns, uint64_t hash,
 	kvp_store_relaxed(&e->e_klen, klen);
 	kvp_store_relaxed(&e->e_loc, 0);
 	kvp_store_relaxed(&e->e_len, 0);
-	kvp_store_relaxed(&e->e_ref, 1);
+	kvp_store_relaxed(&e->e_use, 0); /* the putter sets it */
 	for (off = 0; off < 256; off += 8) {
 		uint64_t w = 0;
 		if (off < klen)

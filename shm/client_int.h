@@ -58,6 +58,7 @@ struct kvp_client {
 	uint32_t nleases, cap_leases;
 	uint64_t agent_grace_ns; /* SSD reads wait this long for a dead agent */
 	uint32_t call_ssd;       /* keys of the current read call sent to SSD */
+	uint64_t tick;           /* the e_use tick of the call in progress */
 	char ns[KVP_NS_NAME_MAX + 1];
 };
 
@@ -481,6 +482,25 @@ kvp_close(struct kvp_client *c)
 }
 
 /*
+ * A use of slot i (a hit, a probe, a pin, a lease) at the call's tick:
+ * the one shared word a hit writes, and only when the tick changed, so
+ * readers of a hot value do not bounce its line.  The depth the putter
+ * set is kept.  Not ordered with anything: a hint for the eviction
+ * policy (kvp_shm.h, "The use word").
+ */
+KVP_INLINE void
+kvp__touch(struct kvp_client *c, uint64_t i)
+{
+	kvp_aword_t *u = &c->seg.entries[i].e_use;
+	/* relaxed: a hint; a racing reader writes the same tick */
+	uint64_t old = kvp_load_relaxed(u);
+
+	if (KVP_USE_TICK(old) != c->tick)
+		/* relaxed: a hint (above) */
+		kvp_store_relaxed(u, KVP_USE_MAKE(c->tick, KVP_USE_DEPTH(old)));
+}
+
+/*
  * Take a hold on slot i whose state word was w (READY).  Returns the hold
  * slot (>= 0), -ENOENT if the value went away (the caller may look again),
  * -EBUSY if the agent kept it under CHECK for too long, -ENOBUFS if this
@@ -548,11 +568,7 @@ kvp__lookup_hold_flags(struct kvp_client *c, const void *key, uint32_t klen,
 		*idx = (uint64_t)i;
 		/* relaxed: stable while held; published by the READY CAS */
 		*len = kvp_load_relaxed(&c->seg.entries[i].e_len);
-		if (!kvp_load_relaxed(&c->seg.entries[i].e_ref))
-			/* relaxed: a CLOCK hint, written only when clear so
-			 * readers of a hot value do not bounce its line */
-			/* CLOCK hint */
-			kvp_store_relaxed(&c->seg.entries[i].e_ref, 1);
+		kvp__touch(c, (uint64_t)i);
 		return h;
 	}
 	return h;

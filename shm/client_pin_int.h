@@ -146,6 +146,7 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 	cap = c->seg.hdr->h_max_pinned;
 	if (cap)
 		kvp__pinned_total(c); /* prunes c->leased_bytes */
+	c->tick = kvp_tick_now();
 	for (k = 0; k < n; k++) {
 		uint64_t i = 0, len = 0;
 		int h;
@@ -244,6 +245,7 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen,
 		return -EINVAL;
 	s = &c->seg;
 	n = s->g.g_max_leases;
+	c->tick = kvp_tick_now();
 	h = kvp__lookup_hold(c, key, klen, &i, &len);
 	if (h < 0)
 		return h == -ENOBUFS ? -EBUSY : h;

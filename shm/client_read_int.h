@@ -396,6 +396,7 @@ kvp__read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 	size_t j, ok = 0;
 
 	c->call_ssd = 0;
+	c->tick = t0 >> KVP_TICK_SHIFT;
 	for (j = 0; j < n; j++) {
 		struct kvp_op *op = &ops[j];
 		uint64_t i = 0, vlen = 0, off = exact ? 0 : op->off, len;
@@ -508,6 +509,7 @@ kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 	if (!c || !kvp__key_ok(key, klen))
 		return -EINVAL;
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	c->tick = t0 >> KVP_TICK_SHIFT;
 	kvp__ctr(c, KVP_CTR_EXISTS, 1);
 	i = kvp_ix_find(&c->seg, c->ns_id, kvp_key_hash(c->ns_id, key, klen),
 			key, klen, KVP_IX_M(KVP_IX_READY), &w);
@@ -516,6 +518,7 @@ kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 		return 0;
 	}
 	ssd = kvp__resident_ssd(c, (uint64_t)i);
+	kvp__touch(c, (uint64_t)i); /* a probe predicts a load */
 	kvp__ctr(c, KVP_CTR_EXISTS_HIT, 1);
 	kvp__ctr(c, ssd ? KVP_CTR_EXISTS_HIT_SSD : KVP_CTR_EXISTS_HIT_DRAM, 1);
 	kvp__hist(c, ssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM, t0);
@@ -586,6 +589,7 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 	if (!c || (!ops && n))
 		return -EINVAL;
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	c->tick = t0 >> KVP_TICK_SHIFT;
 	kvp__ctr(c, KVP_CTR_EXISTS, n);
 	for (k = 0; k < n && k < FAR; k++)
 		kvp__prefetch_buckets(c, ops, k, hashes, RING);
@@ -609,6 +613,7 @@ kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
 			break;
 		}
 		nssd += kvp__resident_ssd(c, (uint64_t)i);
+		kvp__touch(c, (uint64_t)i); /* a probe predicts a load */
 		ops[k].status = 0;
 	}
 	kvp__ctr(c, KVP_CTR_EXISTS_HIT, k);

@@ -149,10 +149,12 @@ kvp__above_high(const struct kvp_seg *s)
 }
 
 /* The body of kvp_put (below); *counted is set once the call counts as a
- * put (it passed validation), so the caller times it.  No clock read. */
+ * put (it passed validation), so the caller times it.  The value's use
+ * word gets the call's tick (c->tick, set by the caller) and 'depth', its
+ * place in its prefix chain.  No clock read. */
 KVP_INLINE int
 kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
-	 uint64_t len, bool *counted)
+	 uint64_t len, uint32_t depth, bool *counted)
 {
 	struct kvp_seg *s;
 	uint64_t hash, w, deadline = 0, unit;
@@ -265,6 +267,7 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
 	/* no SSD copy yet: the slot's previous value may have had one, and
 	 * an eviction would otherwise point this key at that record */
 	kvp_store_relaxed(&s->entries[i].e_ssd, 0);
+	kvp_store_relaxed(&s->entries[i].e_use, KVP_USE_MAKE(c->tick, depth));
 	for (p = first;;) {
 		uint64_t rb = 0, k;
 		unsigned char *dst = kvp_dram_run(s, p, &rb, &next);
@@ -305,7 +308,11 @@ kvp_put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
 {
 	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	bool counted = false;
-	int rc = kvp__put(c, key, klen, val, len, &counted);
+	int rc;
+
+	if (c)
+		c->tick = t0 >> KVP_TICK_SHIFT;
+	rc = kvp__put(c, key, klen, val, len, 0, &counted);
 
 	if (counted) /* a call that reached the index: timed */
 		kvp__hist(c, KVP_HIST_PUT_DRAM, t0);
@@ -420,9 +427,11 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 	}
 }
 
-/* kvp_batch_put (kvpool.h): one histogram observation for the batch. */
+/* kvp_batch_put_chain (kvpool.h): one tick and one histogram observation
+ * for the batch; ops[k] at depth depth0 + k. */
 KVP_API ssize_t
-kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
+kvp_batch_put_chain(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		    uint32_t depth0)
 {
 	uint64_t t0;
 	bool counted = false;
@@ -431,14 +440,26 @@ kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
 	if (!c || (!ops && n))
 		return -EINVAL;
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	c->tick = t0 >> KVP_TICK_SHIFT;
 	for (k = 0; k < n; k++) {
-		ops[k].status = kvp__put(c, ops[k].key, ops[k].klen, ops[k].buf,
-					 ops[k].len, &counted);
+		uint64_t d = (uint64_t)depth0 + k;
+
+		ops[k].status = kvp__put(
+			c, ops[k].key, ops[k].klen, ops[k].buf, ops[k].len,
+			d > KVP_USE_DEPTH_MAX ? KVP_USE_DEPTH_MAX : (uint32_t)d,
+			&counted);
 		ok += ops[k].status == 0;
 	}
 	if (counted) /* one observation for the whole batch */
 		kvp__hist(c, KVP_HIST_PUT_DRAM, t0);
 	return (ssize_t)ok;
+}
+
+/* kvp_batch_put (kvpool.h): a chain from depth 0. */
+KVP_API ssize_t
+kvp_batch_put(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	return kvp_batch_put_chain(c, ops, n, 0);
 }
 
 #endif /* KVP_CLIENT_WRITE_INT_H */

@@ -60,7 +60,7 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
 /* 5.0: the layout signature covers every field's offset */
-#define KVP_ABI_MAJOR 5
+#define KVP_ABI_MAJOR 6
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -480,13 +480,44 @@ struct kvp_entry {
 	kvp_aword_t e_ns;   /* namespace id */
 	kvp_aword_t e_hash; /* full 64-bit key hash */
 	kvp_aword_t e_klen; /* key length, 1..255 */
-	kvp_aword_t e_ref;  /* CLOCK reference bit (relaxed) */
+	kvp_aword_t e_use;  /* last use: KVP_USE_MAKE(tick, depth) */
 	kvp_aword_t e_ssd;  /* reserved for the SSD tier */
 	kvp_aword_t e_run;  /* DRAM: units in the first run (copy fast path) */
 	kvp_aword_t e_key[32]; /* key bytes, zero padded */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_entry) == 320, "entry size");
 KVP_STATIC_ASSERT(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
+
+/*
+ * The use word of an entry (e_use): when the value was last used, in
+ * ticks of 2^20 ns (about 1 ms, CLOCK_MONOTONIC: one clock for every
+ * process of the node), and its depth in its prefix chain (the k-th page
+ * of a chain is at depth k: a put of a chain says so, kvp_batch_put_chain).
+ * Written by the putter before publishing, then by every hit and probe
+ * (kvp__touch: one relaxed store, only when the tick changed, so the line
+ * of a hot value is not bounced).  The eviction policy (agent/evict.c)
+ * evicts the oldest tick first and, within a tick, the deepest page first,
+ * which keeps the cached set prefix-closed.  A hint, never trusted for
+ * safety: a client may write anything here and only its own values' order
+ * suffers.
+ */
+#define KVP_TICK_SHIFT 20u /* ns >> 20: a tick is 1.05 ms */
+#define KVP_USE_DEPTH_BITS 20u
+#define KVP_USE_DEPTH_MAX ((1u << KVP_USE_DEPTH_BITS) - 1)
+#define KVP_USE_MAKE(tick, depth)                   \
+	(((uint64_t)(tick) << KVP_USE_DEPTH_BITS) | \
+	 ((uint64_t)(depth) > KVP_USE_DEPTH_MAX ?   \
+		  (uint64_t)KVP_USE_DEPTH_MAX :     \
+		  (uint64_t)(depth)))
+#define KVP_USE_TICK(u) ((uint64_t)(u) >> KVP_USE_DEPTH_BITS)
+#define KVP_USE_DEPTH(u) ((uint32_t)((u)&KVP_USE_DEPTH_MAX))
+
+/* The tick now (e_use's clock). */
+KVP_INLINE uint64_t
+kvp_tick_now(void)
+{
+	return kvp_now_ns(CLOCK_MONOTONIC) >> KVP_TICK_SHIFT;
+}
 
 /* DRAM page map: meaningful at the first and last page of each run. */
 enum kvp_pg_state {
@@ -606,7 +637,7 @@ struct kvp_dram_hdr {
 	X(kvp_lease_slot, ls_expiry) X(kvp_lease_slot, ls_owner)
 #define KVP_FIELDS_ENTRY(X)                                                  \
 	X(kvp_entry, e_loc) X(kvp_entry, e_len) X(kvp_entry, e_ns)           \
-	X(kvp_entry, e_hash) X(kvp_entry, e_klen) X(kvp_entry, e_ref)        \
+	X(kvp_entry, e_hash) X(kvp_entry, e_klen) X(kvp_entry, e_use)        \
 	X(kvp_entry, e_ssd) X(kvp_entry, e_run) X(kvp_entry, e_key)
 #define KVP_FIELDS_PAGE(X)                                                   \
 	X(kvp_page, pg_state) X(kvp_page, pg_npages) X(kvp_page, pg_owner)   \

@@ -695,6 +695,16 @@ kvpt_tmpdir_empty(const char *dir)
 }
 
 bool
+kvpt_present(struct kvp_client *c, const struct kvp_seg *s, const void *key,
+	     uint32_t klen)
+{
+	uint64_t w;
+
+	return kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, key, klen), key,
+			   klen, KVP_IX_M(KVP_IX_READY), &w) >= 0;
+}
+
+bool
 kvpt_all_on_ssd(struct kvp_client *c, const struct kvp_seg *s, int n,
 		kvpt_key_fn key)
 {

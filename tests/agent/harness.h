@@ -110,6 +110,11 @@ uint64_t kvpt_units_used(const struct kvp_seg *s);
 uint64_t kvpt_clients_nonfree(const struct kvp_seg *s);
 uint64_t kvpt_ctr_total(const struct kvp_seg *s, enum kvp_ctr k);
 
+/* Is key READY in c's namespace?  A look at the index that is not a use
+ * (kvp_exists is one: a probe keeps its key young for the evictor). */
+bool kvpt_present(struct kvp_client *c, const struct kvp_seg *s,
+		  const void *key, uint32_t klen);
+
 /* The SSD tier, as tests drive it.  A test names its keys with a
  * kvpt_key_fn (key i into k, returns its length). */
 typedef uint32_t (*kvpt_key_fn)(char *k, int i);

@@ -214,7 +214,8 @@ static bool
 key_gone(void *p)
 {
 	struct evict_arg *e = p;
-	return kvp_exists(e->c, e->key, e->klen) == 0;
+	/* not kvp_exists: a probe is a use, and would keep the key */
+	return !kvpt_present(e->c, e->s, e->key, e->klen);
 }
 
 /* A reader's hold keeps its entry through an arena's worth of eviction

@@ -19,28 +19,31 @@
 #include "kvpool.h"
 #include "tests/client/client_test.h"
 
-/* every call kvpool.h declares (libkvpool.map: KVPOOL_1.0) */
-static const char *const api[] = {
-	"kvp_open",
-	"kvp_close",
-	"kvp_put",
-	"kvp_get",
-	"kvp_get_range",
-	"kvp_exists",
-	"kvp_batch_exists_prefix",
-	"kvp_delete",
-	"kvp_batch_put",
-	"kvp_batch_get",
-	"kvp_batch_lookup_pin",
-	"kvp_pinset_get",
-	"kvp_pinset_count",
-	"kvp_pinset_len",
-	"kvp_pinset_tier",
-	"kvp_pinset_release",
-	"kvp_pinset_free",
-	"kvp_lease_acquire",
-	"kvp_lease_release",
-	"kvp_strerror",
+/* every call kvpool.h declares, with its version node (libkvpool.map) */
+static const struct {
+	const char *name, *version;
+} api[] = {
+	{ "kvp_open", "KVPOOL_1.0" },
+	{ "kvp_close", "KVPOOL_1.0" },
+	{ "kvp_put", "KVPOOL_1.0" },
+	{ "kvp_get", "KVPOOL_1.0" },
+	{ "kvp_get_range", "KVPOOL_1.0" },
+	{ "kvp_exists", "KVPOOL_1.0" },
+	{ "kvp_batch_exists_prefix", "KVPOOL_1.0" },
+	{ "kvp_delete", "KVPOOL_1.0" },
+	{ "kvp_batch_put", "KVPOOL_1.0" },
+	{ "kvp_batch_get", "KVPOOL_1.0" },
+	{ "kvp_batch_lookup_pin", "KVPOOL_1.0" },
+	{ "kvp_pinset_get", "KVPOOL_1.0" },
+	{ "kvp_pinset_count", "KVPOOL_1.0" },
+	{ "kvp_pinset_len", "KVPOOL_1.0" },
+	{ "kvp_pinset_tier", "KVPOOL_1.0" },
+	{ "kvp_pinset_release", "KVPOOL_1.0" },
+	{ "kvp_pinset_free", "KVPOOL_1.0" },
+	{ "kvp_lease_acquire", "KVPOOL_1.0" },
+	{ "kvp_lease_release", "KVPOOL_1.0" },
+	{ "kvp_strerror", "KVPOOL_1.0" },
+	{ "kvp_batch_put_chain", "KVPOOL_1.1" },
 };
 
 /* names of the implementation a loader must not find (a sample of each
@@ -138,9 +141,9 @@ main(void)
 	if (!h)
 		FAIL("dlopen(%s): %s", path, dlerror());
 	for (k = 0; k < sizeof(api) / sizeof(api[0]); k++)
-		if (!dlvsym(h, api[k], "KVPOOL_1.0"))
-			FAIL("%s@KVPOOL_1.0 is not in the library: %s", api[k],
-			     dlerror());
+		if (!dlvsym(h, api[k].name, api[k].version))
+			FAIL("%s@%s is not in the library: %s", api[k].name,
+			     api[k].version, dlerror());
 	for (k = 0; k < sizeof(hidden) / sizeof(hidden[0]); k++)
 		if (dlsym(h, hidden[k]))
 			FAIL("%s is exported: only kvpool.h's calls may be",

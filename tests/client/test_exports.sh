@@ -2,8 +2,9 @@
 # tests/client/test_exports.sh - libkvpool.so exports exactly the API of
 # kvpool.h, and has a SONAME.  Three lists must be one: the calls kvpool.h
 # declares (KVP_API), the global names of libkvpool.map, and what
-# nm -D --defined-only lists for the library, each in version KVPOOL_1.0.
-# The library is build/<variant>/libkvpool.so.1.0.0, its SONAME
+# nm -D --defined-only lists for the library, each in the version node
+# the map puts it in (KVPOOL_1.0, KVPOOL_1.1, ...).  The library is
+# build/<variant>/libkvpool.so.$SO_VERSION (configure), its SONAME
 # libkvpool.so.1, with the links libkvpool.so.1 and libkvpool.so (the
 # name the dynamic loader and the linker look for).
 # Usage: test_exports.sh [VARIANT...] (default: release)
@@ -22,9 +23,12 @@ fail() { echo "FAIL: $*"; bad=1 now=1; }
 grep -o '^KVP_API [^(]*(' kvpool.h | sed 's/($//; s/.*[ *]//' | sort >"$tmp/api"
 napi=$(wc -l <"$tmp/api")
 [ "$napi" -gt 0 ] || fail "no KVP_API declaration in kvpool.h"
-# the map's names: between "global:" and "local:", one "name;" a line
-sed -n '/global:/,/local:/p' libkvpool.map | sed -n 's/^[[:space:]]*\([A-Za-z_][A-Za-z0-9_]*\);.*/\1/p' |
-	sort >"$tmp/map"
+# the map's names, one "name;" a line, with their node: "name@@NODE"
+awk '/^KVPOOL_[0-9.]+ *\{/ { node = $1 }
+	/^[[:space:]]*[A-Za-z_][A-Za-z0-9_]*;/ { sub(/;.*/, ""); gsub(/[[:space:]]/, ""); print $0 "@@" node }' \
+	libkvpool.map | sort >"$tmp/map.ver"
+sed 's/@@.*//' "$tmp/map.ver" | sort >"$tmp/map"
+so_version=$(sed -n 's/^SO_VERSION=//p' configure)
 grep -q '^[[:space:]]*\*;' libkvpool.map || fail "libkvpool.map does not end with local: *;"
 if ! cmp -s "$tmp/api" "$tmp/map"; then
 	fail "libkvpool.map and the calls kvpool.h declares differ (< kvpool.h, > map):"
@@ -33,13 +37,13 @@ fi
 [ $now = 1 ] || echo "ok: kvpool.h declares $napi calls, libkvpool.map exports the same"
 
 for v in "$@"; do
-	d=build/$v lib=build/$v/libkvpool.so.1.0.0 now=0
+	d=build/$v lib=build/$v/libkvpool.so.$so_version now=0
 	[ -f "$lib" ] || { fail "$lib not built (ninja $v)"; continue; }
 	# the SONAME, and the links a loader and a linker look for
 	soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 	[ "$soname" = libkvpool.so.1 ] || fail "$lib: SONAME '$soname', want libkvpool.so.1"
-	[ "$(readlink "$d/libkvpool.so.1")" = libkvpool.so.1.0.0 ] ||
-		fail "$d/libkvpool.so.1 is not a link to libkvpool.so.1.0.0"
+	[ "$(readlink "$d/libkvpool.so.1")" = libkvpool.so.$so_version ] ||
+		fail "$d/libkvpool.so.1 is not a link to libkvpool.so.$so_version"
 	[ "$(readlink "$d/libkvpool.so")" = libkvpool.so.1 ] ||
 		fail "$d/libkvpool.so is not a link to libkvpool.so.1"
 	# what it defines: every dynamic symbol but the version node itself
@@ -49,9 +53,12 @@ for v in "$@"; do
 		fail "$lib: nm -D --defined-only and kvpool.h's calls differ (< kvpool.h, > library):"
 		diff "$tmp/api" "$tmp/nm" | grep '^[<>]' | sed 's/^/    /'
 	fi
-	unver=$(grep -v '@@KVPOOL_1\.0$' "$tmp/nm.raw")
-	[ -z "$unver" ] || fail "$lib: not in version KVPOOL_1.0: $(echo $unver)"
+	sort "$tmp/nm.raw" >"$tmp/nm.ver"
+	if ! cmp -s "$tmp/map.ver" "$tmp/nm.ver"; then
+		fail "$lib: a call not in the version node the map gives it (< map, > library):"
+		diff "$tmp/map.ver" "$tmp/nm.ver" | grep '^[<>]' | sed 's/^/    /'
+	fi
 	[ $now = 1 ] ||
-		echo "ok: $lib: SONAME $soname, exports the $napi calls of kvpool.h, each @@KVPOOL_1.0"
+		echo "ok: $lib: SONAME $soname, exports the $napi calls of kvpool.h, each in its map node"
 done
 [ $bad = 0 ]

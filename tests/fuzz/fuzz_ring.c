@@ -573,7 +573,7 @@ fz_one(const uint8_t *data, size_t size)
 				     s->g.g_index_slots;
 			struct kvp_entry *e = &s->entries[i];
 			kvp_aword_t *f[] = { &e->e_loc,  &e->e_len,  &e->e_ns,
-					     &e->e_hash, &e->e_klen, &e->e_ref,
+					     &e->e_hash, &e->e_klen, &e->e_use,
 					     &e->e_ssd,  &e->e_run };
 
 			if (fz_protected_slot(i))

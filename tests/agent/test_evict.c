@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_evict.c - the eviction policy (agent/evict.c) on prefix chains:
+ * what stays is prefix-closed (no page of a chain is cached while an
+ * earlier page of it is not: a prefix match could never reach it), and
+ * the chains used most recently (read, probed, pinned) stay over the ones
+ * nobody used.  Chains are put with kvp_batch_put_chain, as an engine puts
+ * a prompt's pages; presence is looked up in the index directly
+ * (kvpt_present), since a probe is itself a use.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <time.h>
+
+#include "tests/agent/harness.h"
+
+#define PAGE 4096u
+#define DEPTH 16 /* pages per chain */
+
+static uint32_t
+key_of(char *k, int chain, int page)
+{
+	return (uint32_t)snprintf(k, 100, "%056x-chain-%d-page-%d",
+				  (unsigned)chain * 2654435761u, chain, page);
+}
+
+/* A few ticks (e_use's clock, about 1 ms each): what follows is later. */
+static void
+next_ticks(void)
+{
+	struct timespec ts = { 0, 5 * 1000 * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Put pages from..DEPTH-1 of chain (one batch, depth0 = from), retrying
+ * BUSY; every page ends stored or already there. */
+static void
+put_chain(struct kvp_client *c, int chain, int from)
+{
+	struct kvp_op ops[DEPTH];
+	char keys[DEPTH][100];
+	unsigned char *vals = malloc((size_t)DEPTH * PAGE);
+	int k, tries;
+
+	assert_non_null(vals);
+	for (k = from; k < DEPTH; k++) {
+		struct kvp_op *op = &ops[k - from];
+
+		op->key = keys[k];
+		op->klen = key_of(keys[k], chain, k);
+		op->buf = vals + (size_t)k * PAGE;
+		op->len = PAGE;
+		op->off = 0;
+		kvpt_fill(op->buf, PAGE, keys[k], op->klen, 1);
+	}
+	for (tries = 0; tries < 1000; tries++) {
+		bool again = false;
+
+		assert_true(kvp_batch_put_chain(c, ops, (size_t)(DEPTH - from),
+						(uint32_t)from) >= 0);
+		for (k = 0; k < DEPTH - from; k++) {
+			assert_true(ops[k].status == 0 ||
+				    ops[k].status == -EEXIST ||
+				    ops[k].status == -EBUSY);
+			again |= ops[k].status == -EBUSY;
+		}
+		if (!again)
+			break;
+	}
+	assert_true(tries < 1000);
+	free(vals);
+}
+
+/* Pages of chain cached, from its first; -1 when a later page is cached
+ * after a missing one (a hole: the chain is not a prefix). */
+static int
+cached_prefix(struct kvp_client *c, const struct kvp_seg *s, int chain)
+{
+	char k[100];
+	int n = 0, page;
+
+	while (n < DEPTH && kvpt_present(c, s, k, key_of(k, chain, n)))
+		n++;
+	for (page = n + 1; page < DEPTH; page++)
+		if (kvpt_present(c, s, k, key_of(k, chain, page)))
+			return -1;
+	return n;
+}
+
+static bool
+evicted_141(void *arg)
+{
+	return kvpt_actr((const struct kvp_seg *)arg, KVP_ACTR_EVICT) >= 141;
+}
+
+/* Read chain's pages 0..DEPTH-1 whole, checking every byte. */
+static void
+read_chain(struct kvp_client *c, int chain)
+{
+	struct kvp_op ops[DEPTH];
+	char keys[DEPTH][100];
+	unsigned char *bufs = malloc((size_t)DEPTH * PAGE);
+	int k;
+
+	assert_non_null(bufs);
+	for (k = 0; k < DEPTH; k++) {
+		ops[k].key = keys[k];
+		ops[k].klen = key_of(keys[k], chain, k);
+		ops[k].buf = bufs + (size_t)k * PAGE;
+		ops[k].off = 0;
+		ops[k].len = PAGE;
+	}
+	assert_int_equal(kvp_batch_get(c, ops, DEPTH), DEPTH);
+	for (k = 0; k < DEPTH; k++)
+		assert_true(
+			kvpt_check(ops[k].buf, PAGE, keys[k], ops[k].klen, 1));
+	free(bufs);
+}
+
+/* Probe chain's pages (kvp_batch_exists_prefix): all present. */
+static void
+probe_chain(struct kvp_client *c, int chain)
+{
+	struct kvp_op ops[DEPTH];
+	char keys[DEPTH][100];
+	int k;
+
+	memset(ops, 0, sizeof(ops));
+	for (k = 0; k < DEPTH; k++) {
+		ops[k].key = keys[k];
+		ops[k].klen = key_of(keys[k], chain, k);
+	}
+	assert_int_equal(kvp_batch_exists_prefix(c, ops, DEPTH), DEPTH);
+}
+
+/*
+ * 40 chains of 16 pages fill a pool of 1024 pages to 62%; chains 0..9 are
+ * then read and 10..19 probed, and 20 more chains are put: 960 pages,
+ * above the high watermark (90%), so a pass frees down to the low one
+ * (80%): at least 141 pages leave, fewer than the 320 of the unused
+ * chains.  Whatever stays of each chain is a prefix of it; the used
+ * chains and the new ones stay whole, the unused ones (used longest ago)
+ * lose their pages, tails first.
+ */
+static void
+test_chains_prefix_closed(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	int chain, lost_unused = 0;
+
+	(void)state;
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "4M", "--dram-unit",
+				      "4K", NULL),
+			 0);
+	for (chain = 0; chain < 40; chain++)
+		put_chain(c, chain, 0);
+	next_ticks();
+	for (chain = 0; chain < 10; chain++)
+		read_chain(c, chain);
+	for (chain = 10; chain < 20; chain++)
+		probe_chain(c, chain);
+	next_ticks();
+	for (chain = 40; chain < 60; chain++) {
+		put_chain(c, chain, 0);
+		if (chain % 8 == 7)
+			next_ticks();
+	}
+	/* the pass runs in the agent, after the put that crossed the mark */
+	assert_true(kvpt_wait_until(evicted_141, &s, 5000) >= 0);
+	next_ticks(); /* the pass that took them is over */
+	for (chain = 0; chain < 60; chain++) {
+		int n = cached_prefix(c, &s, chain);
+
+		if (n < 0)
+			fail_msg("chain %d has a hole: a page is cached after "
+				 "a page that is not",
+				 chain);
+		if ((chain < 20 || chain >= 40) && n != DEPTH)
+			fail_msg("chain %d (%s) lost pages (%d of %d cached) "
+				 "while unused ones were there to go",
+				 chain, chain < 20 ? "used" : "new", n, DEPTH);
+		lost_unused += chain >= 20 && chain < 40 && n < DEPTH;
+	}
+	/* the room came from the unused chains, every evicted page */
+	assert_true(lost_unused >= 141 / DEPTH);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_EVICT),
+			 20 * DEPTH - kvpt_count_state(&s, KVP_IX_READY) +
+				 40 * DEPTH);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
+/*
+ * An engine's request: the first 8 pages of a chain hit (read), the
+ * other 8 are put after them with depth0 = 8, in the same tick or not.
+ * Under pressure the chain shortens from its end: never a hole.  Repeated
+ * over many chains so that the cut-off falls inside some of them.
+ */
+static void
+test_tail_put_after_hit(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	int chain, partial = 0;
+
+	(void)state;
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "4M", "--dram-unit",
+				      "4K", NULL),
+			 0);
+	for (chain = 0; chain < 200; chain++) {
+		struct kvp_op ops[8];
+		char keys[8][100];
+		unsigned char *bufs = malloc(8 * PAGE);
+		int k, n;
+
+		assert_non_null(bufs);
+		/* the head, put as a chain of its own (an earlier turn) */
+		for (k = 0; k < 8; k++) {
+			ops[k].key = keys[k];
+			ops[k].klen = key_of(keys[k], chain, k);
+			ops[k].buf = bufs + (size_t)k * PAGE;
+			ops[k].off = 0;
+			ops[k].len = PAGE;
+			kvpt_fill(ops[k].buf, PAGE, keys[k], ops[k].klen, 1);
+		}
+		while (kvp_batch_put_chain(c, ops, 8, 0) < 8) {
+			bool busy = false;
+
+			for (k = 0; k < 8; k++) {
+				assert_true(ops[k].status == 0 ||
+					    ops[k].status == -EEXIST ||
+					    ops[k].status == -EBUSY);
+				busy |= ops[k].status == -EBUSY;
+			}
+			if (!busy)
+				break;
+		}
+		/* the next turn: a hit on the head, then the tail */
+		for (k = 0; k < 8; k++)
+			ops[k].len = PAGE;
+		n = (int)kvp_batch_get(c, ops, 8);
+		assert_true(n >= 0);
+		put_chain(c, chain, 8);
+		free(bufs);
+	}
+	for (chain = 0; chain < 200; chain++) {
+		int n = cached_prefix(c, &s, chain);
+
+		if (n < 0)
+			fail_msg("chain %d has a hole", chain);
+		partial += n > 0 && n < DEPTH;
+	}
+	/* 200 chains of 16 pages in 1024 pages: most chains left whole,
+	 * and at most the few around each pass's cut-off in part */
+	assert_true(partial <= 20);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
+/*
+ * Index pressure (--index-entries) takes the same order: the oldest
+ * entries leave the index first, whatever their tier.
+ */
+static void
+test_index_limit_oldest_first(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	int chain;
+
+	(void)state;
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K", "--index-entries",
+				      "512", NULL),
+			 0);
+	for (chain = 0; chain < 24; chain++)
+		put_chain(c, chain, 0);
+	next_ticks();
+	for (chain = 0; chain < 4; chain++)
+		probe_chain(c, chain);
+	next_ticks();
+	for (chain = 24; chain < 48; chain++) {
+		put_chain(c, chain, 0);
+		next_ticks();
+	}
+	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX) > 0);
+	for (chain = 0; chain < 48; chain++) {
+		int n = cached_prefix(c, &s, chain);
+
+		if (n < 0)
+			fail_msg("chain %d has a hole", chain);
+		if (chain < 4 && n != DEPTH)
+			fail_msg("probed chain %d lost pages", chain);
+		if (chain >= 40 && n != DEPTH)
+			fail_msg("chain %d, among the last put, lost pages",
+				 chain);
+	}
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
+int
+main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_chains_prefix_closed),
+		cmocka_unit_test(test_tail_put_after_hit),
+		cmocka_unit_test(test_index_limit_oldest_first),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
