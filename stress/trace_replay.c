@@ -15,7 +15,8 @@
  * starts one per configuration): kvp_batch_exists_prefix over its block
  * keys (the prefix hit), kvp_batch_get of that prefix (every byte checked:
  * a value's content is derived from its block id), then a put of the
- * rest as one chain whose first page sits at depth = the prefix hit.
+ * rest as one chain whose first page sits at depth = the prefix hit
+ * (kvp_batch_put_chain).
  * Requests are replayed one after another as fast as the pool takes them
  * (timestamps give the order only), or with --speed X at their arrival
  * times X times faster (a request that comes due while an earlier one is
@@ -139,19 +140,6 @@ block_check(const unsigned char *got, uint64_t len, uint64_t page, uint64_t id,
 	return bad;
 }
 
-/*
- * Store ops[0..n) as one chain whose first page is at depth depth0 (the
- * pages before it are in the pool).  kvp_batch_put_chain tells the pool
- * the depths (deeper pages of a chain go first when it evicts); until
- * that call is on main this is kvp_batch_put.
- */
-static ssize_t
-put_chain(struct kvp_client *c, struct kvp_op *ops, size_t n, uint32_t depth0)
-{
-	(void)depth0;
-	return kvp_batch_put(c, ops, n);
-}
-
 static int
 replay_pool(const struct opts *o, const struct trace *t, struct pool_stats *st)
 {
@@ -271,7 +259,9 @@ replay_pool(const struct opts *o, const struct trace *t, struct pool_stats *st)
 			ops[k].len = o->page;
 		}
 		t1 = now_s();
-		put_chain(c, ops + h, r->tr_n - (size_t)h, (uint32_t)h);
+		/* the rest of the chain: its first page at depth h */
+		kvp_batch_put_chain(c, ops + h, r->tr_n - (size_t)h,
+				    (uint32_t)h);
 		st->put_seconds += now_s() - t1;
 		for (k = (uint32_t)h; k < r->tr_n; k++) {
 			switch (ops[k].status) {
