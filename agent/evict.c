@@ -27,13 +27,16 @@
 #include "agent/tier_int.h"
 
 #define KVP_EVICT_BATCH 256u
+#ifndef KVP_EVICT_PROBATION
+#define KVP_EVICT_PROBATION 2u
+#endif
 #define KVP_AGE_SUB 64u                     /* buckets per power of two */
 #define KVP_AGE_BUCKETS (KVP_AGE_SUB * 59u) /* ages 0 .. 2^64 - 1 */
 
 /* A pass's scratch (tier thread): the age histogram, the hold snapshot,
  * the exactly sorted cut-off bucket and a batch of CHECK candidates. */
 struct kvp_tie {
-	uint64_t slot, word, use, units;
+	uint64_t slot, word, use, units, age;
 };
 struct kvp_evict {
 	uint64_t now;                    /* the pass's tick */
@@ -53,11 +56,15 @@ struct kvp_evict {
 static uint64_t
 kvp_use_age(uint64_t use, uint64_t now)
 {
-	uint64_t t = KVP_USE_TICK(use);
+	uint64_t t = KVP_USE_TICK(use), age;
 
 	if (t <= now)
-		return now - t;
-	return t - now < 1024u ? 0 : UINT64_MAX;
+		age = now - t;
+	else
+		return t - now < 1024u ? 0 : UINT64_MAX;
+	if (KVP_USE_HITS(use) || age > UINT64_MAX / KVP_EVICT_PROBATION)
+		return age;
+	return age * KVP_EVICT_PROBATION;
 }
 
 /* Log-linear: exact below KVP_AGE_SUB ticks, then KVP_AGE_SUB buckets per
@@ -80,11 +87,11 @@ kvp_tie_cmp(const void *x, const void *y)
 {
 	const struct kvp_tie *p = (const struct kvp_tie *)x,
 			     *q = (const struct kvp_tie *)y;
-	uint64_t tp = KVP_USE_TICK(p->use), tq = KVP_USE_TICK(q->use);
+	uint64_t tp = p->age, tq = q->age;
 	uint32_t dp = KVP_USE_DEPTH(p->use), dq = KVP_USE_DEPTH(q->use);
 
 	if (tp != tq)
-		return tp < tq ? -1 : 1;
+		return tp > tq ? -1 : 1;
 	if (dp != dq)
 		return dp > dq ? -1 : 1;
 	return p->slot < q->slot ? -1 : p->slot > q->slot;
@@ -354,7 +361,8 @@ kvp_evict_scan_take(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		else if (b == cut && !kvp_evict_held(ev, i) &&
 			 ev->ntie < ev->captie)
 			ev->tie[ev->ntie++] =
-				(struct kvp_tie){ i, w, use, units };
+				(struct kvp_tie){ i, w, use, units,
+						  kvp_use_age(use, ev->now) };
 	}
 	qsort(ev->tie, ev->ntie, sizeof(*ev->tie), kvp_tie_cmp);
 	for (k = 0, acc = 0; k < ev->ntie && acc < rem; k++) {
@@ -396,7 +404,8 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 	struct kvp_seg *s = &a->seg;
 	struct kvp_cand cand[KVP_IX_CANDS];
 	unsigned n = 0, pos, k, best = KVP_IX_CANDS;
-	struct kvp_tie oldest = { 0, 0, 0, 0 };
+	struct kvp_tie oldest = { 0, 0, 0, 0, 0 };
+	uint64_t now = kvp_tick_now();
 
 	for (pos = 0; pos < KVP_IX_CANDS; pos++)
 		/* relaxed: a hint; a slot freed meanwhile is room already */
@@ -420,7 +429,7 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 		return 0;
 	kvp_ix_holds_scan_agent(s, cand, n);
 	for (k = 0; k < n; k++) {
-		struct kvp_tie t = { cand[k].slot, cand[k].word, 0, 1 };
+		struct kvp_tie t = { cand[k].slot, cand[k].word, 0, 1, 0 };
 
 		if (cand[k].held)
 			continue;
@@ -430,6 +439,7 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 		}
 		/* relaxed: a hint (the use word) */
 		t.use = kvp_load_relaxed(&s->entries[cand[k].slot].e_use);
+		t.age = kvp_use_age(t.use, now);
 		if (best == KVP_IX_CANDS || kvp_tie_cmp(&t, &oldest) < 0) {
 			oldest = t;
 			best = k;

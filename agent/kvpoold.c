@@ -27,9 +27,9 @@ kvp_usage(FILE *f)
 		"                          room (default: DRAM / 32K, >= 65536)\n"
 		"  --max-value SIZE        largest value (default 64M, at most the DRAM tier)\n"
 		"  --dram-unit SIZE        allocation unit, power of two 4K..4M (default 16K)\n"
-		"  --dram-high PCT         evict (demote) above this DRAM use (default 90;\n"
+		"  --dram-high PCT         evict (demote) above this DRAM use (default 98;\n"
 		"                          0 with --dram-low 0: demote every value at once)\n"
-		"  --dram-low PCT          ... down to this (default 80)\n"
+		"  --dram-low PCT          ... down to this (default 96)\n"
 		"  --max-clients N         client slots (default 128)\n"
 		"  --holds-per-client N    concurrent holds per client (default 4096)\n"
 		"  --group G               share the segment with group G (mode 0660; default 0600)\n"
@@ -317,8 +317,8 @@ main(int argc, char **argv)
 	cfg->max_value = 64ull << 20;
 	cfg->max_clients = 128;
 	cfg->holds_per_client = 4096;
-	cfg->dram_high_pct = 90;
-	cfg->dram_low_pct = 80;
+	cfg->dram_high_pct = 98;
+	cfg->dram_low_pct = 96;
 	cfg->reap_ms = 100;
 	cfg->stop_flush_ms = 600 * 1000;
 	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr),

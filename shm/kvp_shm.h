@@ -503,7 +503,8 @@ KVP_STATIC_ASSERT(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
  */
 #define KVP_TICK_SHIFT 20u /* ns >> 20: a tick is 1.05 ms */
 #define KVP_USE_DEPTH_BITS 20u
-#define KVP_USE_DEPTH_MAX ((1u << KVP_USE_DEPTH_BITS) - 1)
+#define KVP_USE_HIT (1u << (KVP_USE_DEPTH_BITS - 1)) /* used since put */
+#define KVP_USE_DEPTH_MAX (KVP_USE_HIT - 1)
 #define KVP_USE_MAKE(tick, depth)                   \
 	(((uint64_t)(tick) << KVP_USE_DEPTH_BITS) | \
 	 ((uint64_t)(depth) > KVP_USE_DEPTH_MAX ?   \
@@ -511,6 +512,7 @@ KVP_STATIC_ASSERT(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
 		  (uint64_t)(depth)))
 #define KVP_USE_TICK(u) ((uint64_t)(u) >> KVP_USE_DEPTH_BITS)
 #define KVP_USE_DEPTH(u) ((uint32_t)((u)&KVP_USE_DEPTH_MAX))
+#define KVP_USE_HITS(u) (((u)&KVP_USE_HIT) != 0)
 
 /* The tick now (e_use's clock). */
 KVP_INLINE uint64_t

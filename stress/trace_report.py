@@ -161,7 +161,7 @@ def markdown(sims, pools, args, mach, img_rel):
     L.append("Hit ratios are prefix hits / blocks (the leading run of a request's blocks found: "
              "what an engine reuses). The pool's is what `kvp_batch_exists_prefix` found; LRU and "
              "Belady are exact simulations at the configuration's capacity (DRAM + SSD blocks). "
-             "The pool keeps DRAM between `--dram-low` (80%%) and `--dram-high` (90%%) of its "
+             "The pool keeps DRAM between `--dram-low` (96%%) and `--dram-high` (98%%) of its "
              "size. \"LRU of equal hits\": the smallest exact LRU cache with as many prefix hits "
              "as the pool, over the configuration's capacity. A failed get after a hit is a key "
              "`kvp_batch_exists_prefix` counted that `kvp_batch_get` then missed (evicted in "
