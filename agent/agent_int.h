@@ -40,6 +40,12 @@ struct kvp_agent_cfg {
 	char metrics_addr[128]; /* --metrics-addr HOST:PORT, or "off" */
 	/* given on the command line (a bind failure is fatal) */
 	bool metrics_addr_given;
+	/* --index-entries by default (kvpoold.c): DRAM's share and the SSD
+	 * tier's, and what the SSD's would be uncapped (all 0: given) */
+	uint64_t index_dram_share, index_ssd_share, index_ssd_want;
+	/* --ssd-reinsert PCT: at most this share of a reclaimed segment is
+	 * rewritten at the head of the log (values read since written) */
+	uint32_t ssd_reinsert_pct;
 };
 
 struct kvp_agent {

@@ -13,6 +13,7 @@
 #include <sys/sysinfo.h>
 
 #include "agent/agent_int.h"
+#include "tiers/kvp_ssd.h"
 
 static void
 kvp_usage(FILE *f)
@@ -24,7 +25,9 @@ kvp_usage(FILE *f)
 		"  --dram SIZE             DRAM tier size (default: 1/8 of RAM, at most half of\n"
 		"                          /dev/shm's free space, at least 64M)\n"
 		"  --index-entries N       most keys the index holds; cold ones leave it to make\n"
-		"                          room (default: DRAM / 32K, >= 65536)\n"
+		"                          room (default: DRAM / 32K, >= 65536, plus\n"
+		"                          --ssd-size / 36K: what the SSD tier holds of 32K\n"
+		"                          values; the index within 1/8 of RAM)\n"
 		"  --max-value SIZE        largest value (default 64M, at most the DRAM tier)\n"
 		"  --dram-unit SIZE        allocation unit, power of two 4K..4M (default 16K)\n"
 		"  --dram-high PCT         evict (demote) above this DRAM use (default 98;\n"
@@ -57,23 +60,129 @@ kvp_usage(FILE *f)
 		"sizes take K, M, G, T suffixes (binary).\n");
 }
 
+/* The node's RAM (1 GiB if unknown). */
+static uint64_t
+kvp_ram_bytes(void)
+{
+	struct sysinfo si;
+
+	if (sysinfo(&si) == 0)
+		return (uint64_t)si.totalram * si.mem_unit;
+	return 1ull << 30;
+}
+
+/* /dev/shm's free bytes (UINT64_MAX if unknown). */
+static uint64_t
+kvp_shm_free_bytes(void)
+{
+	struct statvfs sv;
+
+	if (statvfs("/dev/shm", &sv) == 0)
+		return (uint64_t)sv.f_bavail * sv.f_frsize;
+	return UINT64_MAX;
+}
+
 static uint64_t
 kvp_default_dram(void)
 {
-	struct sysinfo si;
-	struct statvfs sv;
-	uint64_t ram = 1ull << 30, shm_free = UINT64_MAX, d;
+	uint64_t ram = kvp_ram_bytes(), shm_free = kvp_shm_free_bytes(), d;
 
-	if (sysinfo(&si) == 0)
-		ram = (uint64_t)si.totalram * si.mem_unit;
-	if (statvfs("/dev/shm", &sv) == 0)
-		shm_free = (uint64_t)sv.f_bavail * sv.f_frsize;
 	d = ram / 8;
 	if (d > shm_free / 2)
 		d = shm_free / 2;
 	if (d < (64ull << 20))
 		d = 64ull << 20;
 	return d;
+}
+
+/* The value size the default index assumes: one entry per 32 KiB. */
+#define KVP_INDEX_VALUE_GUESS (32ull << 10)
+/* Segment bytes per index slot: its state word and its entry. */
+#define KVP_INDEX_SLOT_BYTES (sizeof(kvp_aword_t) + sizeof(struct kvp_entry))
+
+/*
+ * The default --index-entries: one entry per 32 KiB of DRAM (at least
+ * 65536), and with an SSD tier of known size (--ssd-size) one more per
+ * 32 KiB value the tier can hold (a record of one takes
+ * kvp_ssd_record_bytes(32 KiB) = 36 KiB on disk), so that the index
+ * limit does not drop values the SSD tier has room for.  The index lives
+ * in the segment: 328 bytes a slot, and segment.c gives N entries the
+ * power of two of slots at or above 1.25 N (410 to 820 bytes an entry),
+ * so the SSD tier's share is capped: the whole index within an eighth
+ * of RAM and within half of what /dev/shm has free beside the DRAM tier
+ * (the log says when the cap binds).  Without --ssd-size the tier may
+ * grow to its whole file system, which says nothing about how much of it
+ * the pool will use: DRAM's share only (the log says so).
+ */
+static void
+kvp_default_index(struct kvp_agent_cfg *cfg)
+{
+	uint64_t dram = cfg->dram_bytes / KVP_INDEX_VALUE_GUESS, ssd = 0;
+	uint64_t budget = kvp_ram_bytes() / 8, shm = kvp_shm_free_bytes();
+	uint64_t slots = 16, cap;
+
+	if (dram < 65536)
+		dram = 65536;
+	if (cfg->ssd_dir[0] && cfg->ssd_size)
+		ssd = cfg->ssd_size /
+		      kvp_ssd_record_bytes(KVP_INDEX_VALUE_GUESS);
+	if (shm != UINT64_MAX) {
+		uint64_t left = shm > cfg->dram_bytes ? shm - cfg->dram_bytes :
+							0;
+		if (budget > left / 2)
+			budget = left / 2;
+	}
+	/* the most slots the budget buys (a power of two), filled to 4/5 at
+	 * most: kvp_shm_geometry sizes N entries at 1.25 N slots, rounded up */
+	while (slots < KVP_MAX_INDEX_SLOTS &&
+	       slots * 2 * KVP_INDEX_SLOT_BYTES <= budget)
+		slots <<= 1;
+	cap = slots / 5 * 4;
+	cfg->index_dram_share = dram;
+	cfg->index_ssd_want = ssd;
+	cfg->index_ssd_share = dram + ssd <= cap ? ssd :
+			       cap > dram        ? cap - dram :
+						   0;
+	cfg->index_entries = dram + cfg->index_ssd_share;
+}
+
+/* What the index of a segment this agent created costs, and what its
+ * default (kvp_default_index) was made of. */
+static void
+kvp_log_index(const struct kvp_agent *a)
+{
+	const struct kvp_agent_cfg *cfg = &a->cfg;
+	uint64_t slots = a->seg.g.g_index_slots, limit = a->seg.g.g_index_limit,
+		 bytes = slots * KVP_INDEX_SLOT_BYTES;
+
+	kvp_log(KVP_LOG_INFO, "agent",
+		"index: %llu entries in %llu slots, %llu MiB (%llu bytes an "
+		"entry)%s",
+		(unsigned long long)limit, (unsigned long long)slots,
+		(unsigned long long)(bytes >> 20),
+		(unsigned long long)(limit ? bytes / limit : 0),
+		cfg->index_dram_share ? "" : " (--index-entries)");
+	if (!cfg->index_dram_share)
+		return;
+	kvp_log(KVP_LOG_INFO, "agent",
+		"index by default: %llu entries for DRAM and %llu for the SSD "
+		"tier (one per 32 KiB value each holds)",
+		(unsigned long long)cfg->index_dram_share,
+		(unsigned long long)cfg->index_ssd_share);
+	if (cfg->index_ssd_share < cfg->index_ssd_want)
+		kvp_log(KVP_LOG_WARN, "agent",
+			"the SSD tier holds about %llu values of 32 KiB but "
+			"the index has room for %llu of them (the default "
+			"index stays within 1/8 of RAM and half of /dev/shm's "
+			"free space): index pressure will drop SSD-resident "
+			"values; give --index-entries to choose",
+			(unsigned long long)cfg->index_ssd_want,
+			(unsigned long long)cfg->index_ssd_share);
+	if (cfg->ssd_dir[0] && !cfg->ssd_size)
+		kvp_log(KVP_LOG_INFO, "agent",
+			"no --ssd-size: the default index is sized for DRAM "
+			"only; give --ssd-size (or --index-entries) to size "
+			"it for the SSD tier too");
 }
 
 /*
@@ -452,11 +561,8 @@ main(int argc, char **argv)
 			"kvpoold: --dram must hold at least one --dram-unit\n");
 		return 2;
 	}
-	if (!cfg->index_entries) {
-		cfg->index_entries = cfg->dram_bytes / (32u << 10);
-		if (cfg->index_entries < 65536)
-			cfg->index_entries = 65536;
-	}
+	if (!cfg->index_entries)
+		kvp_default_index(cfg);
 	if (cfg->max_value > cfg->dram_bytes)
 		cfg->max_value = cfg->dram_bytes;
 	if (cfg->ssd_dir[0]) {
@@ -549,6 +655,8 @@ main(int argc, char **argv)
 					    strerror(-rc));
 		return 1;
 	}
+	if (a->seg_created)
+		kvp_log_index(a);
 	rc = kvp_tier_open_agent(a);
 	if (rc) {
 		kvp_start_failed(a);

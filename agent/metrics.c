@@ -76,6 +76,9 @@ const char *const kvp_actr_names[KVP_ACTR_RETIRED0] = {
 	"leases_expired",
 	"pins_reaped",
 	"evictions_ssd",
+	"evictions_index_ssd",
+	"ssd_reinsertions",
+	"ssd_reinserted_bytes",
 };
 
 /* enum kvp_hist: operation and tier of each histogram */
@@ -470,7 +473,8 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 
 	kvp_fam(f, "kvpool_medium_events_total", "counter",
 		"Tier events: values demoted out of DRAM, promoted out of SSD, evicted "
-		"(their last copy dropped), SSD segments given back, staging spans "
+		"(their last copy dropped), SSD segments given back, SSD records a "
+		"reclaim rewrote at the head of the log (read since written), staging spans "
 		"freed by a sweep after their holders were gone, requests refused BUSY.");
 	kvp_val2(f, "kvpool_medium_events_total", "tier", D, "event",
 		 "demotion", a[KVP_ACTR_DEMOTE]);
@@ -484,6 +488,8 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		 "eviction", a[KVP_ACTR_EVICT_SSD]);
 	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
 		 "segment_reclaim", a[KVP_ACTR_SEGMENT_RECLAIM]);
+	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
+		 "reinsertion", a[KVP_ACTR_SSD_REINSERT]);
 	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
 		 "staging_expired_reclaim", a[KVP_ACTR_STAGING_EXPIRED]);
 	kvp_val2(f, "kvpool_medium_events_total", "tier", S, "event",
@@ -601,6 +607,11 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 	kvp_fam(f, "kvpool_index_evictions_total", "counter",
 		"Entries removed from the index to make room: in a full bucket pair, or under --index-entries.");
 	kvp_val(f, "kvpool_index_evictions_total", a[KVP_ACTR_EVICT_INDEX]);
+	kvp_fam(f, "kvpool_index_evictions_ssd_total", "counter",
+		"Index evictions of values that had a copy on SSD: the SSD tier could "
+		"have kept them, the index could not (raise --index-entries).");
+	kvp_val(f, "kvpool_index_evictions_ssd_total",
+		a[KVP_ACTR_EVICT_INDEX_SSD]);
 
 	kvp_fam(f, "kvpool_clients", "gauge",
 		"Client slots in use: alive, or dead and not yet reaped.");
@@ -651,6 +662,11 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		 a[KVP_ACTR_SSD_READ_BYTES]);
 	kvp_val1(f, "kvpool_ssd_bytes_total", "direction", "write",
 		 a[KVP_ACTR_SSD_WRITE_BYTES]);
+	kvp_fam(f, "kvpool_ssd_reinserted_bytes_total", "counter",
+		"Value bytes of SSD records a segment reclaim rewrote at the head of the "
+		"log (not in kvpool_ssd_bytes_total).");
+	kvp_val(f, "kvpool_ssd_reinserted_bytes_total",
+		a[KVP_ACTR_SSD_REINSERT_BYTES]);
 	kvp_fam(f, "kvpool_ssd_errors_total", "counter",
 		"SSD reads and writes that failed (I/O error, bad checksum).");
 	kvp_val(f, "kvpool_ssd_errors_total", a[KVP_ACTR_SSD_ERRORS]);
@@ -847,6 +863,12 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 		(unsigned long long)m->index_slots,
 		m->ix_ready ? (double)m->probe_sum / (double)m->ix_ready : 0.0,
 		(unsigned long long)m->probe_max);
+	if (a[KVP_ACTR_EVICT_INDEX_SSD])
+		fprintf(f,
+			"WARN     index pressure is dropping SSD-resident values: %llu values "
+			"with a copy on SSD left the index (the SSD tier had room for them); "
+			"raise --index-entries\n",
+			(unsigned long long)a[KVP_ACTR_EVICT_INDEX_SSD]);
 	fprintf(f,
 		"clients  %llu alive, %llu dead (not yet reaped) of %llu slots; %llu holds, "
 		"%llu leases\n",

@@ -65,6 +65,10 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
 	kvp_fetch_add(&h->h_actr[deleted ? KVP_ACTR_DELETE_RECLAIM : why], 1);
 	if (!deleted)
 		kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_BYTES], len);
+	/* index pressure dropped a value the SSD tier still held: said
+	 * apart (kvpool stat warns: --index-entries is too small) */
+	if (!deleted && why == KVP_ACTR_EVICT_INDEX && ssd)
+		kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_INDEX_SSD], 1);
 	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
 		return 0;
 	kvp_crashpoint(A_EVICT_FREED);

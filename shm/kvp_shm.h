@@ -239,7 +239,14 @@ enum kvp_actr {
 	KVP_ACTR_LEASE_EXPIRED, /* leases reclaimed after their expiry */
 	KVP_ACTR_REAP_PINS,     /* pins (pinset holds) released by the reaper */
 	KVP_ACTR_EVICT_SSD, /* SSD-only values that left with their segment */
-	KVP_ACTR_RETIRED0,  /* + enum kvp_ctr: counters of gone clients */
+	/* index evictions (KVP_ACTR_EVICT_INDEX) of values with an SSD copy:
+	 * the SSD tier had room for them, the index did not */
+	KVP_ACTR_EVICT_INDEX_SSD,
+	/* SSD records a segment reclaim rewrote at the head of the log (read
+	 * since they were written), and their value bytes */
+	KVP_ACTR_SSD_REINSERT,
+	KVP_ACTR_SSD_REINSERT_BYTES,
+	KVP_ACTR_RETIRED0, /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
 

@@ -5,7 +5,8 @@
  * evictor (cold unheld entries leave the index, SSD-resident ones with a
  * tombstone) and answer BUSY / NOSPC / UNAVAILABLE as documented when it
  * cannot make room, and the count behind it (h_ix_used) neither drifts
- * nor leaks when processes die while changing it.
+ * nor leaks when processes die while changing it; its default makes
+ * room for what the SSD tier holds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -90,6 +91,25 @@ count_exact_settled(void *p)
 	       count_exact(p);
 }
 
+/* `kvpool stat` of pool into out: its exit status. */
+static int
+stat_table(const char *pool, char *out, size_t cap)
+{
+	return kvpt_run(out, cap, "%s/kvpool --pool %s stat 2>&1",
+			kvpt_bindir(), pool);
+}
+
+/* The WARN line of `kvpool stat` about SSD-resident values that index
+ * pressure drops (present or not, and it names the flag to raise). */
+static bool
+stat_warns_index_ssd(const char *table)
+{
+	const char *w = strstr(table, "\nWARN ");
+
+	return w && strstr(w, "index pressure is dropping SSD-resident") &&
+	       strstr(w, "--index-entries");
+}
+
 /*
  * DRAM only, --index-entries 100 (a 128-slot table): 1,000 puts of new
  * keys all succeed, the index never holds more than 100 entries, the
@@ -111,6 +131,7 @@ test_limit_kept(void **state)
 	unsigned char out[SZ];
 	unsigned busy = 0;
 	uint64_t most = 0;
+	static char table[16384];
 	char k[100];
 	int i;
 
@@ -144,6 +165,11 @@ test_limit_kept(void **state)
 	/* the limit, not the table, binds */
 	assert_true(most >= LIMIT - LIMIT / 16);
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX) >= N - LIMIT);
+	/* no SSD tier: nothing the index dropped had a copy on SSD, and
+	 * kvpool stat has nothing to warn about */
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX_SSD), 0);
+	assert_int_equal(stat_table(a.pool, table, sizeof(table)), 0);
+	assert_false(stat_warns_index_ssd(table));
 	q.s = &s;
 	assert_true(kvpt_wait_until(count_exact, &q, 5000) >= 0);
 	assert_int_equal(kvpt_cli_check(a.pool, -1, NULL, 0), 0);
@@ -310,9 +336,11 @@ test_count_survives_deaths(void **state)
 /*
  * With an SSD tier: 300 puts into a 64-entry index while the agent
  * demotes everything: cold SSD-resident entries leave the index with a
- * tombstone.  After a clean stop and a rebuild from disk alone (the
- * segment is gone), the index holds the last entries it had and no
- * evicted key comes back; recovery stays within the limit.
+ * tombstone, counted apart (the SSD had room for them: kvpool stat
+ * warns and names --index-entries).  After a clean stop and a rebuild
+ * from disk alone (the segment is gone), the index holds the last
+ * entries it had and no evicted key comes back; recovery stays within
+ * the limit.
  */
 static void
 test_limit_ssd_tombstones(void **state)
@@ -329,6 +357,7 @@ test_limit_ssd_tombstones(void **state)
 	unsigned char *out = malloc(SZ);
 	bool *present = calloc(N, sizeof(bool));
 	unsigned busy = 0, npresent = 0;
+	static char table[16384];
 	char k[100];
 	int i;
 
@@ -345,6 +374,18 @@ test_limit_ssd_tombstones(void **state)
 		assert_true(entries(&s) <= LIMIT);
 	}
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX) >= N - LIMIT);
+	/* the values went to SSD first (--dram-high 0): the evictions were
+	 * of values with an SSD copy, and kvpool stat says so */
+	print_message(
+		"  %llu index evictions, %llu of values with an SSD copy\n",
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_INDEX),
+		(unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_INDEX_SSD));
+	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX_SSD) > 0);
+	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX_SSD) <=
+		    kvpt_actr(&s, KVP_ACTR_EVICT_INDEX));
+	assert_int_equal(stat_table(a.pool, table, sizeof(table)), 0);
+	if (!stat_warns_index_ssd(table))
+		fail_msg("kvpool stat does not warn:\n%s", table);
 	q.s = &s;
 	/* the agent removes entries while the count is at the limit's high
 	 * mark: only below it is the set of present keys final */
@@ -390,6 +431,66 @@ test_limit_ssd_tombstones(void **state)
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
+/*
+ * The default --index-entries counts the SSD tier: 256 MiB of DRAM (its
+ * share alone is the floor, 65,536 entries) and an --ssd-size that holds
+ * K = 72,000 values of 32 KiB (36 KiB records): K small values put (DRAM
+ * holds 65,536 at most: the rest go to SSD to make room) are all still there
+ * afterwards; the index limit dropped none (with the DRAM share only it
+ * allowed 65,536 and dropped the rest: this failed).
+ */
+static void
+test_default_counts_ssd(void **state)
+{
+	enum {
+		K = 72000,
+		SZ = 512
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	char k[100], ssd_size[32];
+	uint64_t t0;
+	int i, present = 0;
+
+	(void)state;
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	snprintf(ssd_size, sizeof(ssd_size), "%lluK", 36ull * K);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "256M",
+				      "--dram-unit", "4K", "--ssd-dir",
+				      kvpt_ssd_dir, "--ssd-segment", "64M",
+				      "--ssd-size", ssd_size, "--staging", "8M",
+				      "--staging-slot", "1M",
+				      "--stop-flush-secs", "0", NULL),
+			 0);
+	print_message("  index limit %llu, %llu slots\n",
+		      (unsigned long long)s.g.g_index_limit,
+		      (unsigned long long)s.g.g_index_slots);
+	assert_true(s.g.g_index_limit >= 65536 + K);
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	assert_int_equal(kvpt_put_keys(c, key_of, 0, K, SZ, 7), 0);
+	print_message("  puts done after %.1f s\n",
+		      (double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
+	for (i = 0; i < K; i++) {
+		uint32_t kl = key_of(k, i);
+
+		present += kvp_exists(c, k, kl) == 1;
+	}
+	print_message("  %d of %d present after %.1f s; %llu demoted, %llu "
+		      "index evictions\n",
+		      present, K,
+		      (double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9,
+		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_DEMOTE),
+		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_EVICT_INDEX));
+	assert_int_equal(present, K);
+	/* DRAM holds 65,536 of them (a 4 KiB unit each): a put waited for
+	 * room, so the rest had gone to SSD */
+	assert_true(kvpt_actr(&s, KVP_ACTR_DEMOTE) >= K - 65536);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_EVICT_INDEX), 0);
+	assert_int_equal(kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM), 0);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
 int
 main(void)
 {
@@ -398,6 +499,7 @@ main(void)
 		cmocka_unit_test(test_limit_all_held),
 		cmocka_unit_test(test_count_survives_deaths),
 		cmocka_unit_test(test_limit_ssd_tombstones),
+		cmocka_unit_test(test_default_counts_ssd),
 	};
 
 	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,

@@ -176,9 +176,12 @@ test_docs_table(void **state)
  * KVP_ABI_MAJOR in shm/kvp_shm.h and record the new value here, with the
  * ABI it belongs to.  A field whose meaning changes bumps the ABI without
  * changing the signature: ABI 6 made the entry's CLOCK bit (e_ref) the
- * use word (e_use), same offset and size, so ABI 5's value stands.
+ * use word (e_use), same offset and size; what changed the signature in
+ * ABI 6 is three more agent counters in the header (h_actr: index
+ * evictions of values with an SSD copy, SSD reinsertions and their
+ * bytes).
  */
-#define KVPT_LAYOUT_SIG_ABI6 0xa2f854a653fe535aull
+#define KVPT_LAYOUT_SIG_ABI6 0x43ff9f3c26abc952ull
 
 static void
 test_signature_recorded(void **state)
