@@ -47,6 +47,8 @@ struct kvp_evict {
 	struct kvp_tie *tie;
 	size_t ntie, captie;
 	struct kvp_cand cand[KVP_EVICT_BATCH];
+	uint64_t cuse[KVP_EVICT_BATCH]; /* its use word when judged */
+	bool ccheck[KVP_EVICT_BATCH];   /* ... to compare after the scan */
 	unsigned ncand;
 };
 
@@ -188,6 +190,16 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 			kvp__release_check(&a->seg, &ev->cand[k]);
 			continue;
 		}
+		/* used since it was judged (a probe or a hit that held it
+		 * and let go): it is young now, and a probe that just
+		 * counted it predicts a load; relaxed: a hint */
+		if (ev->ccheck[k] &&
+		    kvp_load_relaxed(&a->seg.entries[ev->cand[k].slot].e_use) !=
+			    ev->cuse[k]) {
+			kvp_ix_check_release(&a->seg, ev->cand[k].slot,
+					     ev->cand[k].word);
+			continue;
+		}
 		freed += kvp__remove_agent(a, &ev->cand[k], why);
 		(*removed)++;
 	}
@@ -196,11 +208,15 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 }
 
 /* Step 1 for slot i (word w) into the batch; a full batch is decided at
- * once.  Returns DRAM units freed. */
+ * once.  'use': the use word the victim was judged by (NULL: a deleted
+ * value, whatever its use).  Returns DRAM units freed. */
 static uint64_t
 kvp_evict_take(struct kvp_agent *a, struct kvp_evict *ev, uint64_t i,
-	       uint64_t w, enum kvp_actr why, unsigned *removed)
+	       uint64_t w, const uint64_t *use, enum kvp_actr why,
+	       unsigned *removed)
 {
+	ev->cuse[ev->ncand] = use ? *use : 0;
+	ev->ccheck[ev->ncand] = use != NULL;
 	ev->ncand +=
 		kvp_ix_cand_take_agent(&a->seg, i, w, &ev->cand[ev->ncand]);
 	if (ev->ncand < KVP_EVICT_BATCH)
@@ -261,7 +277,8 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		if (st == KVP_IX_DELETED && !KVP_IX_FLAGS(w) &&
 		    !kvp_tier_busy_agent(a, i)) {
 			(*found)++;
-			freed += kvp_evict_take(a, ev, i, w, why, removed);
+			freed +=
+				kvp_evict_take(a, ev, i, w, NULL, why, removed);
 			continue;
 		}
 		/* a value being put is work for a later pass: this one is
@@ -292,7 +309,8 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
  */
 static uint64_t
 kvp_evict_victim(struct kvp_agent *a, struct kvp_evict *ev, uint64_t i,
-		 uint64_t w, bool dram, unsigned *found, unsigned *removed)
+		 uint64_t w, uint64_t use, bool dram, unsigned *found,
+		 unsigned *removed)
 {
 	(*found)++;
 	/* relaxed: stable while READY(g); written by this thread */
@@ -303,7 +321,7 @@ kvp_evict_victim(struct kvp_agent *a, struct kvp_evict *ev, uint64_t i,
 		kvp_tier_demote_agent(a, i, w);
 		return 0;
 	}
-	return kvp_evict_take(a, ev, i, w,
+	return kvp_evict_take(a, ev, i, w, &use,
 			      dram ? KVP_ACTR_EVICT : KVP_ACTR_EVICT_INDEX,
 			      removed);
 }
@@ -356,7 +374,7 @@ kvp_evict_scan_take(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_BACKOFF],
 				      1); /* stat */
 		else if (b > cut)
-			freed += kvp_evict_victim(a, ev, i, w, dram, found,
+			freed += kvp_evict_victim(a, ev, i, w, use, dram, found,
 						  removed);
 		else if (b == cut && !kvp_evict_held(ev, i) &&
 			 ev->ntie < ev->captie)
@@ -373,8 +391,8 @@ kvp_evict_scan_take(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		 * to judge (a new value, or deleted: scan 1 of a later pass) */
 		if (kvp_load_acquire(&s->meta[t->slot]) != t->word)
 			continue;
-		freed += kvp_evict_victim(a, ev, t->slot, t->word, dram, found,
-					  removed);
+		freed += kvp_evict_victim(a, ev, t->slot, t->word, t->use, dram,
+					  found, removed);
 	}
 	return freed +
 	       kvp_evict_flush(a, ev,
