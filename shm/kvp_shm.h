@@ -498,13 +498,15 @@ KVP_STATIC_ASSERT(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
 /*
  * The use word of an entry (e_use): when the value was last used, in
  * ticks of 2^20 ns (about 1 ms, CLOCK_MONOTONIC: one clock for every
- * process of the node), and its depth in its prefix chain (the k-th page
- * of a chain is at depth k: a put of a chain says so, kvp_batch_put_chain).
- * Written by the putter before publishing, then by every hit and probe
- * (kvp__touch: one relaxed store, only when the tick changed, so the line
- * of a hot value is not bounced).  The eviction policy (agent/evict.c)
- * evicts the oldest tick first and, within a tick, the deepest page first,
- * which keeps the cached set prefix-closed.  A hint, never trusted for
+ * process of the node), whether it was used since its put (KVP_USE_HIT),
+ * and its depth in its prefix chain (the k-th page of a chain is at depth
+ * k: a put of a chain says so, kvp_batch_put_chain).  Written by the
+ * putter before publishing (HIT clear), then by every hit, probe, pin and
+ * lease (kvp__touch: one relaxed store, only when the word changes, so
+ * the line of a hot value is not bounced).  The eviction policy
+ * (agent/evict.c) evicts the oldest use first (a value never hit counts
+ * its age twice) and, within a tick, the deepest page first, which keeps
+ * the cached set prefix-closed.  A hint, never trusted for
  * safety: a client may write anything here and only its own values' order
  * suffers.
  */
