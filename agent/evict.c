@@ -27,23 +27,30 @@
 #include "agent/tier_int.h"
 
 #define KVP_EVICT_BATCH 256u
+#ifndef KVP_EVICT_PROBATION
+#define KVP_EVICT_PROBATION 2u
+#endif
 #define KVP_AGE_SUB 64u                     /* buckets per power of two */
 #define KVP_AGE_BUCKETS (KVP_AGE_SUB * 59u) /* ages 0 .. 2^64 - 1 */
 
 /* A pass's scratch (tier thread): the age histogram, the hold snapshot,
  * the exactly sorted cut-off bucket and a batch of CHECK candidates. */
 struct kvp_tie {
-	uint64_t slot, word, use, units;
+	uint64_t slot, word, use, units, age;
 };
 struct kvp_evict {
 	uint64_t now;                    /* the pass's tick */
 	uint64_t units[KVP_AGE_BUCKETS]; /* evictable units by age bucket */
 	uint64_t count[KVP_AGE_BUCKETS]; /* and entries */
 	uint64_t total;
-	uint64_t *held; /* a bit per index slot: named by a hold slot */
-	struct kvp_tie *tie;
-	size_t ntie, captie;
+	uint64_t *held;       /* a bit per index slot: named by a hold slot */
+	struct kvp_tie *plan; /* the victims, oldest first (kvp_evict_plan) */
+	size_t nplan, capplan, plan_pos;
+	uint64_t plan_ns; /* when it was made */
+	bool plan_dram;   /* for DRAM (else for the index: used at once) */
 	struct kvp_cand cand[KVP_EVICT_BATCH];
+	uint64_t cuse[KVP_EVICT_BATCH]; /* its use word when judged */
+	bool ccheck[KVP_EVICT_BATCH];   /* ... to compare after the scan */
 	unsigned ncand;
 };
 
@@ -53,11 +60,15 @@ struct kvp_evict {
 static uint64_t
 kvp_use_age(uint64_t use, uint64_t now)
 {
-	uint64_t t = KVP_USE_TICK(use);
+	uint64_t t = KVP_USE_TICK(use), age;
 
 	if (t <= now)
-		return now - t;
-	return t - now < 1024u ? 0 : UINT64_MAX;
+		age = now - t;
+	else
+		return t - now < 1024u ? 0 : UINT64_MAX;
+	if (KVP_USE_HITS(use) || age > UINT64_MAX / KVP_EVICT_PROBATION)
+		return age;
+	return age * KVP_EVICT_PROBATION;
 }
 
 /* Log-linear: exact below KVP_AGE_SUB ticks, then KVP_AGE_SUB buckets per
@@ -80,11 +91,11 @@ kvp_tie_cmp(const void *x, const void *y)
 {
 	const struct kvp_tie *p = (const struct kvp_tie *)x,
 			     *q = (const struct kvp_tie *)y;
-	uint64_t tp = KVP_USE_TICK(p->use), tq = KVP_USE_TICK(q->use);
+	uint64_t tp = p->age, tq = q->age;
 	uint32_t dp = KVP_USE_DEPTH(p->use), dq = KVP_USE_DEPTH(q->use);
 
 	if (tp != tq)
-		return tp < tq ? -1 : 1;
+		return tp > tq ? -1 : 1;
 	if (dp != dq)
 		return dp > dq ? -1 : 1;
 	return p->slot < q->slot ? -1 : p->slot > q->slot;
@@ -115,7 +126,7 @@ kvp_evict_free_agent(struct kvp_agent *a)
 	if (!a->ev)
 		return;
 	free(a->ev->held);
-	free(a->ev->tie);
+	free(a->ev->plan);
 	free(a->ev);
 	a->ev = NULL;
 }
@@ -135,7 +146,6 @@ kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
 	memset(ev->units, 0, sizeof(ev->units));
 	memset(ev->count, 0, sizeof(ev->count));
 	ev->total = 0;
-	ev->ntie = 0;
 	ev->ncand = 0;
 	memset(ev->held, 0, (nslots + 63) / 64 * sizeof(uint64_t));
 	for (c = 0; c < s->g.g_max_clients; c++) {
@@ -155,6 +165,18 @@ kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
 			if (slot < nslots)
 				ev->held[slot / 64] |= 1ull << (slot % 64);
 		}
+	}
+	/* live leases pin their slot like holds */
+	for (k = 0; k < s->g.g_max_leases; k++) {
+		const struct kvp_lease_slot *ls = &s->leases[k];
+		/* relaxed: a hint (above) */
+		uint64_t w = kvp_load_relaxed(&ls->ls_state), slot;
+
+		if (KVP_LS_STATE(w) == KVP_LS_FREE)
+			continue;
+		slot = kvp_load_relaxed(&ls->ls_slot); /* relaxed: a hint */
+		if (slot < nslots)
+			ev->held[slot / 64] |= 1ull << (slot % 64);
 	}
 }
 
@@ -181,6 +203,16 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 			kvp__release_check(&a->seg, &ev->cand[k]);
 			continue;
 		}
+		/* used since it was judged (a probe or a hit that held it
+		 * and let go): it is young now, and a probe that just
+		 * counted it predicts a load; relaxed: a hint */
+		if (ev->ccheck[k] &&
+		    kvp_load_relaxed(&a->seg.entries[ev->cand[k].slot].e_use) !=
+			    ev->cuse[k]) {
+			kvp_ix_check_release(&a->seg, ev->cand[k].slot,
+					     ev->cand[k].word);
+			continue;
+		}
 		freed += kvp__remove_agent(a, &ev->cand[k], why);
 		(*removed)++;
 	}
@@ -189,11 +221,15 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 }
 
 /* Step 1 for slot i (word w) into the batch; a full batch is decided at
- * once.  Returns DRAM units freed. */
+ * once.  'use': the use word the victim was judged by (NULL: a deleted
+ * value, whatever its use).  Returns DRAM units freed. */
 static uint64_t
 kvp_evict_take(struct kvp_agent *a, struct kvp_evict *ev, uint64_t i,
-	       uint64_t w, enum kvp_actr why, unsigned *removed)
+	       uint64_t w, const uint64_t *use, enum kvp_actr why,
+	       unsigned *removed)
 {
+	ev->cuse[ev->ncand] = use ? *use : 0;
+	ev->ccheck[ev->ncand] = use != NULL;
 	ev->ncand +=
 		kvp_ix_cand_take_agent(&a->seg, i, w, &ev->cand[ev->ncand]);
 	if (ev->ncand < KVP_EVICT_BATCH)
@@ -254,7 +290,8 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		if (st == KVP_IX_DELETED && !KVP_IX_FLAGS(w) &&
 		    !kvp_tier_busy_agent(a, i)) {
 			(*found)++;
-			freed += kvp_evict_take(a, ev, i, w, why, removed);
+			freed +=
+				kvp_evict_take(a, ev, i, w, NULL, why, removed);
 			continue;
 		}
 		/* a value being put is work for a later pass: this one is
@@ -285,7 +322,8 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
  */
 static uint64_t
 kvp_evict_victim(struct kvp_agent *a, struct kvp_evict *ev, uint64_t i,
-		 uint64_t w, bool dram, unsigned *found, unsigned *removed)
+		 uint64_t w, uint64_t use, bool dram, unsigned *found,
+		 unsigned *removed)
 {
 	(*found)++;
 	/* relaxed: stable while READY(g); written by this thread */
@@ -296,82 +334,143 @@ kvp_evict_victim(struct kvp_agent *a, struct kvp_evict *ev, uint64_t i,
 		kvp_tier_demote_agent(a, i, w);
 		return 0;
 	}
-	return kvp_evict_take(a, ev, i, w,
+	return kvp_evict_take(a, ev, i, w, &use,
 			      dram ? KVP_ACTR_EVICT : KVP_ACTR_EVICT_INDEX,
 			      removed);
 }
 
 /*
- * Scan 2: 'want' units (DRAM) or entries (index) leave, oldest use first,
- * deepest first within a tick.  The histogram of scan 1 gives the
- * cut-off bucket; everything older goes, and that bucket is sorted to
- * take the rest.  A value used since scan 1 is younger now and stays.
- * Returns DRAM units freed.
+ * Scan 2: the plan, the values that leave for 'want' units (DRAM) or
+ * entries (index), oldest use first, deepest first within a tick.  The
+ * histogram of scan 1 gives the cut-off bucket; every value in it or
+ * older is collected, and the lot sorted exactly (age, then depth) and cut
+ * at 'want'.  Returns false when nothing is to go (or out of memory).
  */
-static uint64_t
-kvp_evict_scan_take(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
-		    uint64_t want, unsigned *found, unsigned *removed)
+static bool
+kvp_evict_plan(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
+	       uint64_t want)
 {
 	struct kvp_seg *s = &a->seg;
-	uint64_t nslots = s->g.g_index_slots, i, freed = 0, acc = 0, rem;
-	unsigned cut = KVP_AGE_BUCKETS;
+	uint64_t nslots = s->g.g_index_slots, i, acc = 0, count = 0;
+	unsigned cut = KVP_AGE_BUCKETS, b;
 	size_t k;
 
+	ev->nplan = ev->plan_pos = 0;
 	/* the cut-off: the youngest bucket some of whose units must go */
-	while (cut > 0 && acc < want)
+	while (cut > 0 && acc < want) {
 		acc += ev->units[--cut];
-	if (acc == 0)
-		return 0;
-	/* what the cut-off bucket gives (all of it when want is larger) */
-	rem = ev->units[cut] - (acc > want ? acc - want : 0);
-	if (ev->captie < ev->count[cut]) {
-		struct kvp_tie *t =
-			realloc(ev->tie, ev->count[cut] * sizeof(*t));
-		if (!t)
-			return 0; /* out of memory: no pass this round */
-		ev->tie = t;
-		ev->captie = ev->count[cut];
+		count += ev->count[cut];
 	}
-	ev->ntie = 0;
-	for (i = 0; i < nslots; i++) {
+	if (acc == 0)
+		return false;
+	if (ev->capplan < count) {
+		struct kvp_tie *t = realloc(ev->plan, count * sizeof(*t));
+		if (!t)
+			return false; /* out of memory: no pass this round */
+		ev->plan = t;
+		ev->capplan = count;
+	}
+	for (i = 0; i < nslots && ev->nplan < ev->capplan; i++) {
 		/* acquire: pairs with the publish CAS */
-		uint64_t w = kvp_load_acquire(&s->meta[i]), units, use;
-		unsigned b;
+		uint64_t w = kvp_load_acquire(&s->meta[i]), units, use, age;
 
 		if (!kvp_evict_candidate(a, ev, i, w, dram, &units))
 			continue;
 		/* relaxed: a hint (the use word) */
 		use = kvp_load_relaxed(&s->entries[i].e_use);
-		b = kvp_age_bucket(kvp_use_age(use, ev->now));
-		if (b > cut && kvp_evict_held(ev, i))
+		age = kvp_use_age(use, ev->now);
+		b = kvp_age_bucket(age);
+		if (b < cut)
+			continue; /* younger than the cut-off */
+		if (kvp_evict_held(ev, i)) {
 			/* a victim, but held: left alone (not counted as
 			 * room by scan 1) */
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_BACKOFF],
 				      1); /* stat */
-		else if (b > cut)
-			freed += kvp_evict_victim(a, ev, i, w, dram, found,
-						  removed);
-		else if (b == cut && !kvp_evict_held(ev, i) &&
-			 ev->ntie < ev->captie)
-			ev->tie[ev->ntie++] =
-				(struct kvp_tie){ i, w, use, units };
-	}
-	qsort(ev->tie, ev->ntie, sizeof(*ev->tie), kvp_tie_cmp);
-	for (k = 0, acc = 0; k < ev->ntie && acc < rem; k++) {
-		struct kvp_tie *t = &ev->tie[k];
-
-		acc += t->units;
-		/* acquire: as above; a slot that changed since is not ours
-		 * to judge (a new value, or deleted: scan 1 of a later pass) */
-		if (kvp_load_acquire(&s->meta[t->slot]) != t->word)
 			continue;
-		freed += kvp_evict_victim(a, ev, t->slot, t->word, dram, found,
-					  removed);
+		}
+		ev->plan[ev->nplan++] =
+			(struct kvp_tie){ i, w, use, units, age };
 	}
+	qsort(ev->plan, ev->nplan, sizeof(*ev->plan), kvp_tie_cmp);
+	for (k = 0, acc = 0; k < ev->nplan && acc < want; k++)
+		acc += ev->plan[k].units;
+	ev->nplan = k;
+	ev->plan_dram = dram;
+	ev->plan_ns = kvp_now_ns(CLOCK_MONOTONIC);
+	return ev->nplan > 0;
+}
+
+/*
+ * Carry the plan out, from its oldest value, until 'want' units (or
+ * entries) are freed or on their way (a victim being written to SSD
+ * first counts: it leaves on a later round).  A value that changed since
+ * the plan (deleted, put again, used, moved) is no longer the plan's; the
+ * ones done at its front are not walked again.  Stops at a victim still
+ * to write when the writes in flight are at their limit.  Returns DRAM
+ * units freed; *acted: victims taken or sent to SSD by this call,
+ * *coming: units freed or on their way (writes in flight included).
+ */
+static uint64_t
+kvp_evict_carry_out(struct kvp_agent *a, struct kvp_evict *ev, uint64_t want,
+		    unsigned *found, unsigned *removed, unsigned *acted,
+		    uint64_t *coming)
+{
+	struct kvp_seg *s = &a->seg;
+	bool dram = ev->plan_dram, front = true;
+	uint64_t acc = 0, freed = 0, units;
+	size_t k;
+
+	for (k = ev->plan_pos; k < ev->nplan && acc < want; k++) {
+		struct kvp_tie *t = &ev->plan[k];
+		/* acquire: pairs with the publish CAS */
+		uint64_t w = kvp_load_acquire(&s->meta[t->slot]);
+		bool copy;
+
+		/* a demotion in flight: room is coming; not done yet */
+		if (w == t->word && kvp_tier_busy_agent(a, t->slot)) {
+			front = false;
+			acc += t->units;
+			(*found)++;
+			continue;
+		}
+		/* relaxed: a hint (the use word) */
+		if (w != t->word ||
+		    kvp_load_relaxed(&s->entries[t->slot].e_use) != t->use ||
+		    !kvp_evict_candidate(a, ev, t->slot, w, dram, &units)) {
+			if (front)
+				ev->plan_pos = k + 1; /* done, or not ours */
+			continue;
+		}
+		/* relaxed: stable while READY(g); written by this thread */
+		copy = kvp_load_relaxed(&s->entries[t->slot].e_ssd) != 0;
+		if (dram && a->tier && !copy && kvp_tier_demote_full_agent(a)) {
+			(*found)++; /* work, waiting for a write slot */
+			break;
+		}
+		front = false;
+		acc += t->units;
+		(*acted)++;
+		freed += kvp_evict_victim(a, ev, t->slot, t->word, t->use, dram,
+					  found, removed);
+	}
+	if (front)
+		ev->plan_pos = k;
+	*coming = acc;
 	return freed +
 	       kvp_evict_flush(a, ev,
 			       dram ? KVP_ACTR_EVICT : KVP_ACTR_EVICT_INDEX,
 			       removed);
+}
+
+/* Is the DRAM plan still worth carrying out?  Not after a second (held
+ * values may have been let go, values put since aged), and not once it is
+ * done. */
+static bool
+kvp_evict_plan_live(const struct kvp_evict *ev)
+{
+	return ev->plan_dram && ev->plan_pos < ev->nplan &&
+	       kvp_now_ns(CLOCK_MONOTONIC) - ev->plan_ns < 1000000000ull;
 }
 
 /* Is DRAM use above the agent's own high watermark (--dram-high)? */
@@ -396,7 +495,8 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 	struct kvp_seg *s = &a->seg;
 	struct kvp_cand cand[KVP_IX_CANDS];
 	unsigned n = 0, pos, k, best = KVP_IX_CANDS;
-	struct kvp_tie oldest = { 0, 0, 0, 0 };
+	struct kvp_tie oldest = { 0, 0, 0, 0, 0 };
+	uint64_t now = kvp_tick_now();
 
 	for (pos = 0; pos < KVP_IX_CANDS; pos++)
 		/* relaxed: a hint; a slot freed meanwhile is room already */
@@ -420,7 +520,7 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 		return 0;
 	kvp_ix_holds_scan_agent(s, cand, n);
 	for (k = 0; k < n; k++) {
-		struct kvp_tie t = { cand[k].slot, cand[k].word, 0, 1 };
+		struct kvp_tie t = { cand[k].slot, cand[k].word, 0, 1, 0 };
 
 		if (cand[k].held)
 			continue;
@@ -430,6 +530,7 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 		}
 		/* relaxed: a hint (the use word) */
 		t.use = kvp_load_relaxed(&s->entries[cand[k].slot].e_use);
+		t.age = kvp_use_age(t.use, now);
 		if (best == KVP_IX_CANDS || kvp_tie_cmp(&t, &oldest) < 0) {
 			oldest = t;
 			best = k;
@@ -460,6 +561,7 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 	uint64_t used = kvp_load_relaxed(&s->dram->dh_used_mirror);
 	struct kvp_evict *ev;
 	unsigned found = 0, removed = 0;
+	bool scanned = false;
 
 	*stuck = false;
 	/* a pass that found nothing to do is not repeated until DRAM use
@@ -470,22 +572,45 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 	ev = kvp_evict_scratch(a);
 	if (!ev)
 		return 0; /* out of memory: no pass this round */
-	kvp_evict_begin(a, ev);
 	/* dh_free_pages without the lock: a progress hint only */
 	free_now = s->dram->dh_free_pages;
 	need = want_free_pages > free_now ? want_free_pages - free_now : 0;
+	/* the plan of an earlier pass first: its victims are still the
+	 * oldest (values put since are younger, used ones drop out), so no
+	 * scan of the index while it lasts */
+	if (need && kvp_evict_plan_live(ev)) {
+		unsigned acted = 0;
+		uint64_t coming = 0;
+
+		freed += kvp_evict_carry_out(a, ev, need, &found, &removed,
+					     &acted, &coming);
+		/* a new plan only when this one has nothing left to do
+		 * and what it set going falls short */
+		if (acted || coming >= need)
+			goto out;
+	}
+	kvp_evict_begin(a, ev);
+	scanned = need != 0;
 	freed += kvp_evict_scan_count(a, ev, true, need != 0, &found, &removed);
 	need = need > freed ? need - freed : 0;
-	if (need)
-		freed += kvp_evict_scan_take(a, ev, true, need, &found,
-					     &removed);
+	/* plan for twice the need: the next pass finds its victims ready */
+	if (need && kvp_evict_plan(a, ev, true, 2 * need)) {
+		unsigned acted = 0;
+		uint64_t coming = 0;
+
+		freed += kvp_evict_carry_out(a, ev, need, &found, &removed,
+					     &acted, &coming);
+	}
+out:
 	/* remember an idle pass (+1: 0 means none) */
 	a->idle_used = found || freed ? 0 : used + 1;
 	if (freed || s->dram->dh_free_pages >= want_free_pages)
 		a->noprogress_scanned = 0;
-	else
+	else if (scanned)
 		a->noprogress_scanned += 2 * nslots;
-	/* stuck: the whole index was looked at twice and nothing freed */
+	/* stuck: the whole index was looked at (twice) and nothing freed:
+	 * every value held, pinned or leased (a pass that only carried out
+	 * an earlier plan looked at no more than that plan) */
 	if (s->dram->dh_free_pages < want_free_pages &&
 	    a->noprogress_scanned >= 2 * nslots)
 		*stuck = true;
@@ -603,9 +728,14 @@ kvp_ix_evict_pass_agent(struct kvp_agent *a, uint64_t target, uint64_t *freed,
 	kvp_evict_begin(a, ev);
 	*freed += kvp_evict_scan_count(a, ev, false, true, &found, &removed);
 	used = kvp_load_relaxed(&s->hdr->h_ix_used); /* relaxed: as above */
-	if (used > target)
-		*freed += kvp_evict_scan_take(a, ev, false, used - target,
-					      &found, &removed);
+	if (used > target && kvp_evict_plan(a, ev, false, used - target)) {
+		unsigned acted = 0;
+		uint64_t coming = 0;
+
+		*freed += kvp_evict_carry_out(a, ev, used - target, &found,
+					      &removed, &acted, &coming);
+	}
+	ev->nplan = ev->plan_pos = 0; /* not a DRAM plan */
 	/* relaxed: the count now */
 	*stuck = !removed &&
 		 kvp_load_relaxed(&s->hdr->h_ix_used) >= s->g.g_index_limit;

@@ -30,9 +30,9 @@ kvp_usage(FILE *f)
 		"                          values; the index within 1/8 of RAM)\n"
 		"  --max-value SIZE        largest value (default 64M, at most the DRAM tier)\n"
 		"  --dram-unit SIZE        allocation unit, power of two 4K..4M (default 16K)\n"
-		"  --dram-high PCT         evict (demote) above this DRAM use (default 90;\n"
+		"  --dram-high PCT         evict (demote) above this DRAM use (default 98;\n"
 		"                          0 with --dram-low 0: demote every value at once)\n"
-		"  --dram-low PCT          ... down to this (default 80)\n"
+		"  --dram-low PCT          ... down to this (default 96)\n"
 		"  --max-clients N         client slots (default 128)\n"
 		"  --holds-per-client N    concurrent holds per client (default 4096)\n"
 		"  --group G               share the segment with group G (mode 0660; default 0600)\n"
@@ -98,17 +98,17 @@ kvp_default_dram(void)
 	return d;
 }
 
-/* The value size the default index assumes: one entry per 32 KiB. */
-#define KVP_INDEX_VALUE_GUESS (32ull << 10)
 /* Segment bytes per index slot: its state word and its entry. */
 #define KVP_INDEX_SLOT_BYTES (sizeof(kvp_aword_t) + sizeof(struct kvp_entry))
 
 /*
- * The default --index-entries: one entry per 32 KiB of DRAM (at least
- * 65536), and with an SSD tier of known size (--ssd-size) one more per
- * 32 KiB value the tier can hold (a record of one takes
- * kvp_ssd_record_bytes(32 KiB) = 36 KiB on disk), so that the index
- * limit does not drop values the SSD tier has room for.  The index lives
+ * The default --index-entries: one entry per DRAM unit (at least 65536:
+ * every value takes a unit or more, so the index never refuses a value
+ * DRAM has room for), and with an SSD tier of known size (--ssd-size) one
+ * more per value of one unit the tier can hold (a record of one takes
+ * kvp_ssd_record_bytes(unit) on disk: 20 KiB for the default 16 KiB),
+ * so that the index limit does not drop values the SSD tier has room
+ * for.  --dram-unit is the operator's word for the smallest value.  The index lives
  * in the segment: 328 bytes a slot, and segment.c gives N entries the
  * power of two of slots at or above 1.25 N (410 to 820 bytes an entry),
  * so the SSD tier's share is capped: the whole index within an eighth
@@ -120,15 +120,14 @@ kvp_default_dram(void)
 static void
 kvp_default_index(struct kvp_agent_cfg *cfg)
 {
-	uint64_t dram = cfg->dram_bytes / KVP_INDEX_VALUE_GUESS, ssd = 0;
+	uint64_t dram = cfg->dram_bytes / cfg->dram_unit, ssd = 0;
 	uint64_t budget = kvp_ram_bytes() / 8, shm = kvp_shm_free_bytes();
 	uint64_t slots = 16, cap;
 
 	if (dram < 65536)
 		dram = 65536;
 	if (cfg->ssd_dir[0] && cfg->ssd_size)
-		ssd = cfg->ssd_size /
-		      kvp_ssd_record_bytes(KVP_INDEX_VALUE_GUESS);
+		ssd = cfg->ssd_size / kvp_ssd_record_bytes(cfg->dram_unit);
 	if (shm != UINT64_MAX) {
 		uint64_t left = shm > cfg->dram_bytes ? shm - cfg->dram_bytes :
 							0;
@@ -169,12 +168,14 @@ kvp_log_index(const struct kvp_agent *a)
 		return;
 	kvp_log(KVP_LOG_INFO, "agent",
 		"index by default: %llu entries for DRAM and %llu for the SSD "
-		"tier (one per 32 KiB value each holds)",
+		"tier (one per value of one --dram-unit, %llu KiB, each "
+		"holds)",
 		(unsigned long long)cfg->index_dram_share,
-		(unsigned long long)cfg->index_ssd_share);
+		(unsigned long long)cfg->index_ssd_share,
+		(unsigned long long)(cfg->dram_unit >> 10));
 	if (cfg->index_ssd_share < cfg->index_ssd_want)
 		kvp_log(KVP_LOG_WARN, "agent",
-			"the SSD tier holds about %llu values of 32 KiB but "
+			"the SSD tier holds about %llu values of one unit but "
 			"the index has room for %llu of them (the default "
 			"index stays within 1/8 of RAM and half of /dev/shm's "
 			"free space): index pressure will drop SSD-resident "
@@ -430,8 +431,8 @@ main(int argc, char **argv)
 	cfg->max_value = 64ull << 20;
 	cfg->max_clients = 128;
 	cfg->holds_per_client = 4096;
-	cfg->dram_high_pct = 90;
-	cfg->dram_low_pct = 80;
+	cfg->dram_high_pct = 98;
+	cfg->dram_low_pct = 96;
 	cfg->reap_ms = 100;
 	cfg->stop_flush_ms = 600 * 1000;
 	cfg->ssd_reinsert_pct = 25;

@@ -493,11 +493,12 @@ kvp__touch(struct kvp_client *c, uint64_t i)
 {
 	kvp_aword_t *u = &c->seg.entries[i].e_use;
 	/* relaxed: a hint; a racing reader writes the same tick */
-	uint64_t old = kvp_load_relaxed(u);
+	uint64_t old = kvp_load_relaxed(u), use;
 
-	if (KVP_USE_TICK(old) != c->tick)
+	use = KVP_USE_MAKE(c->tick, KVP_USE_DEPTH(old)) | KVP_USE_HIT;
+	if (old != use)
 		/* relaxed: a hint (above) */
-		kvp_store_relaxed(u, KVP_USE_MAKE(c->tick, KVP_USE_DEPTH(old)));
+		kvp_store_relaxed(u, use);
 }
 
 /*

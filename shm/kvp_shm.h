@@ -498,19 +498,22 @@ KVP_STATIC_ASSERT(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
 /*
  * The use word of an entry (e_use): when the value was last used, in
  * ticks of 2^20 ns (about 1 ms, CLOCK_MONOTONIC: one clock for every
- * process of the node), and its depth in its prefix chain (the k-th page
- * of a chain is at depth k: a put of a chain says so, kvp_batch_put_chain).
- * Written by the putter before publishing, then by every hit and probe
- * (kvp__touch: one relaxed store, only when the tick changed, so the line
- * of a hot value is not bounced).  The eviction policy (agent/evict.c)
- * evicts the oldest tick first and, within a tick, the deepest page first,
- * which keeps the cached set prefix-closed.  A hint, never trusted for
+ * process of the node), whether it was used since its put (KVP_USE_HIT),
+ * and its depth in its prefix chain (the k-th page of a chain is at depth
+ * k: a put of a chain says so, kvp_batch_put_chain).  Written by the
+ * putter before publishing (HIT clear), then by every hit, probe, pin and
+ * lease (kvp__touch: one relaxed store, only when the word changes, so
+ * the line of a hot value is not bounced).  The eviction policy
+ * (agent/evict.c) evicts the oldest use first (a value never hit counts
+ * its age twice) and, within a tick, the deepest page first, which keeps
+ * the cached set prefix-closed.  A hint, never trusted for
  * safety: a client may write anything here and only its own values' order
  * suffers.
  */
 #define KVP_TICK_SHIFT 20u /* ns >> 20: a tick is 1.05 ms */
 #define KVP_USE_DEPTH_BITS 20u
-#define KVP_USE_DEPTH_MAX ((1u << KVP_USE_DEPTH_BITS) - 1)
+#define KVP_USE_HIT (1u << (KVP_USE_DEPTH_BITS - 1)) /* used since put */
+#define KVP_USE_DEPTH_MAX (KVP_USE_HIT - 1)
 #define KVP_USE_MAKE(tick, depth)                   \
 	(((uint64_t)(tick) << KVP_USE_DEPTH_BITS) | \
 	 ((uint64_t)(depth) > KVP_USE_DEPTH_MAX ?   \
@@ -518,6 +521,7 @@ KVP_STATIC_ASSERT(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
 		  (uint64_t)(depth)))
 #define KVP_USE_TICK(u) ((uint64_t)(u) >> KVP_USE_DEPTH_BITS)
 #define KVP_USE_DEPTH(u) ((uint32_t)((u)&KVP_USE_DEPTH_MAX))
+#define KVP_USE_HITS(u) (((u)&KVP_USE_HIT) != 0)
 
 /* The tick now (e_use's clock). */
 KVP_INLINE uint64_t

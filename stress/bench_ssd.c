@@ -62,7 +62,7 @@ main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	double fio_w, fio_r, fio_r64, bw;
-	int opt, n1m, nrec;
+	int opt, n1m, n4k, nrec;
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
@@ -83,6 +83,7 @@ main(int argc, char **argv)
 	if (json)
 		fputc('{', json);
 	n1m = quick ? 256 : 1024;
+	n4k = quick ? 10000 : 50000;
 	nrec = quick ? 20000 : 100000;
 	snprintf(sdir, sizeof(sdir), "%s/kvpool-bench-ssd.%d", dir,
 		 (int)getpid());
@@ -163,6 +164,31 @@ main(int argc, char **argv)
 		bw = kvpb_ssd_cold_gets(c, n1m, 1 << 20, 16, NULL);
 		report("cold SSD batch_get 1MiB via staging", bw / 1e9, "GB/s",
 		       fio_r / 1e9, "fio read");
+		kvpt_pool_down(&a, &s, c);
+		kvpb_rm_rf(ssd);
+	}
+	{
+		/* small values: what a demotion costs per value (finding it
+		 * included), 4 KiB units */
+		struct kvpt_agent a;
+		struct kvp_client *c;
+		struct kvp_seg s;
+		char ssd[700];
+		double t0, secs;
+
+		snprintf(ssd, sizeof(ssd), "%s/store4", sdir);
+		if (kvpt_pool_up(&a, &s, &c, "--dram", "1G", "--dram-unit",
+				 "4K", "--dram-high", "0", "--dram-low", "0",
+				 "--ssd-dir", ssd, "--no-promote", NULL)) {
+			printf("cannot start the agent\n");
+			return 1;
+		}
+		t0 = now_s();
+		kvpb_ssd_fill_and_demote(c, &s, n4k, 4 << 10);
+		secs = now_s() - t0;
+		printf("  %d x 4KiB put and demoted in %.3f s\n", n4k, secs);
+		report("demotion 4KiB (put + write to SSD)", n4k / secs / 1e3,
+		       "k values/s", 0, "");
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}

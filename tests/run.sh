@@ -138,6 +138,8 @@ skip() { # name, why: a run that cannot happen here
 
 UNIT="test_layout test_index test_hold test_index_pool test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
 UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_evict test_assert"
+# stress/trace_replay's reference caches (LRU, Belady) and trace reader
+UNIT="$UNIT test_trace"
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
@@ -199,6 +201,8 @@ if [ $quick = 0 ]; then
 	# benchmarks: their figures are not asserted, so they count as RAN
 	bench "release/bench_core --quick" build/release/bench_core --quick
 	bench "release/bench_ssd --quick" build/release/bench_ssd --quick
+	# the cache-quality replay (~30 s): RAN; wrong bytes read back fail it
+	bench "stress/trace_bench --quick (cache quality)" stress/trace_bench --quick
 	# stress/bench: the run is RAN; that its results.json reads back with
 	# figures in it is an assertion of its own (made only after a run
 	# that finished: one failure is not counted twice)

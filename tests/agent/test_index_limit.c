@@ -434,7 +434,8 @@ test_limit_ssd_tombstones(void **state)
 /*
  * The default --index-entries counts the SSD tier: 256 MiB of DRAM (its
  * share alone is the floor, 65,536 entries) and an --ssd-size that holds
- * K = 72,000 values of 32 KiB (36 KiB records): K small values put (DRAM
+ * K = 72,000 values of 32 KiB (36 KiB records; the default counts values
+ * of one 4 KiB unit, 8 KiB records: more): K small values put (DRAM
  * holds 65,536 at most: the rest go to SSD to make room) are all still there
  * afterwards; the index limit dropped none (with the DRAM share only it
  * allowed 65,536 and dropped the rest: this failed).
