@@ -310,6 +310,9 @@ kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc, uint64_t new_loc)
 	/* a CHECK this agent set and kept since (I5) */
 	KVP_ASSERT(x->word & KVP_IX_CHECK, "I4, I5");
 	if (new_loc && new_loc != old_loc) {
+		/* the copy is on disk, the old record gone with its segment,
+		 * the entry still names it (under CHECK) */
+		kvp_crashpoint(A_SEG_REINSERT);
 		/* relaxed: published by the relocation CAS below */
 		kvp_store_relaxed(&s->entries[x->slot].e_ssd, new_loc);
 		t->wtick[x->slot] = (uint32_t)kvp_tick_now();

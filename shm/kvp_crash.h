@@ -90,7 +90,9 @@
 	X(A_REQ_ANSWERING, agent,                                              \
 	  "request claimed ANSWERING, answer not yet DONE")                    \
 	X(C_IX_COUNTED, client,                                                \
-	  "index count raised for a put, not yet recorded as ours")
+	  "index count raised for a put, not yet recorded as ours")            \
+	X(A_SEG_REINSERT, agent,                                               \
+	  "SSD reclaim: kept records rewritten, entry not yet switched")
 
 enum kvp_crash_id {
 #define KVP_CP_ENUM_(name, who, what) KVP_CP_##name,

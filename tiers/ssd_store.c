@@ -132,6 +132,7 @@ struct kvp_ssd {
 struct kvp_reins {
 	uint64_t tag;      /* the owner's, handed back with the location */
 	uint64_t old_loc;  /* where it was */
+	uint64_t new_loc;  /* where it went (0: lost) */
 	uint64_t ns, vlen; /* its identity, for the summary */
 	uint32_t klen;
 	unsigned char key[KVP_SSD_KEY_MAX];
@@ -491,10 +492,12 @@ kvp_reins_in_place(struct kvp_ssd *s, unsigned from)
 /*
  * Write the records the reclaims kept into g, the segment just started
  * (NULL: it could not be), first, leaving room in it for the record of
- * 'need' blocks and a key of klen bytes that asked for it; then tell the
- * owner where each lives (0: it did not fit, or the write failed: it is
- * gone with its old segment).  Synchronous (a reclaim blocks already);
- * fdatasync'd in strict mode, the old copies being gone.
+ * 'need' blocks and a key of klen bytes that asked for it; then
+ * (fdatasync'd in strict mode, the old copies being gone) tell the owner
+ * where each lives, or 0: it did not fit, or its write failed, and it is
+ * gone with its old segment (nothing of it is in the summary, and what a
+ * failed write left is overwritten by the next record).  Synchronous: a
+ * reclaim blocks already.
  */
 static void
 kvp_reins_flush(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t need,
@@ -508,13 +511,14 @@ kvp_reins_flush(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t need,
 		struct kvp_ssd_rec_hdr *h = (struct kvp_ssd_rec_hdr *)x->buf;
 		uint64_t nb = x->len / B, blk, sum;
 
+		x->new_loc = 0;
 		if (!g)
-			goto lost;
+			continue;
 		sum = kvp_rup(g->sum_len + kvp_sum_ent_size(x->klen) +
 			      kvp_sum_ent_size(klen)) /
 		      B;
 		if (g->wpos + nb + need + sum + 1 > g->size / B)
-			goto lost; /* the write that asked comes first */
+			continue; /* the write that asked comes first */
 		blk = g->wpos;
 		h->rh_version = KVP_SSD_FORMAT;
 		h->rh_seg_id = g->id;
@@ -522,15 +526,18 @@ kvp_reins_flush(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t need,
 		h->rh_seq = s->next_seq;
 		h->rh_crc = 0;
 		h->rh_crc = kvp_crc32c(0, h, h->rh_len);
-		if (pwrite(g->fd, x->buf, x->len, (off_t)(blk * B)) !=
-		    (ssize_t)x->len) {
-			s->st.io_errors++;
-			g = NULL; /* the rest would not fare better */
-			goto lost;
-		}
+		/* the summary entry first: a record on disk that the summary
+		 * lacks could come back from a torn tail's header scan */
 		if (kvp_sum_append(g, KVP_SSD_REC_VALUE, (uint32_t)blk, x->ns,
 				   s->next_seq, x->vlen, x->key, x->klen))
-			goto lost; /* its blocks are reused by the next one */
+			continue;
+		if (pwrite(g->fd, x->buf, x->len, (off_t)(blk * B)) !=
+		    (ssize_t)x->len) {
+			g->sum_len -= kvp_sum_ent_size(x->klen);
+			s->st.io_errors++;
+			g = NULL; /* the rest would not fare better */
+			continue;
+		}
 		g->wpos += nb;
 		g->dirty = true;
 		g->nrecs++;
@@ -540,15 +547,8 @@ kvp_reins_flush(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t need,
 		s->st.reinserted++;
 		s->st.reinserted_bytes += x->vlen;
 		s->st.dev_write_bytes += x->len;
+		x->new_loc = KVP_SSD_LOC(g->id, blk);
 		wrote = true;
-		if (s->cfg.reinsert_cb)
-			s->cfg.reinsert_cb(s->cfg.evict_arg, x->tag, x->old_loc,
-					   KVP_SSD_LOC(g->id, blk));
-		continue;
-lost:
-		if (s->cfg.reinsert_cb)
-			s->cfg.reinsert_cb(s->cfg.evict_arg, x->tag, x->old_loc,
-					   0);
 	}
 	if (wrote && s->cfg.durability == KVP_SSD_STRICT && s->active &&
 	    fdatasync(s->active->fd)) {
@@ -557,6 +557,9 @@ lost:
 			"segment %08x: fdatasync of reinserted records: %s",
 			s->active->id, strerror(errno));
 	}
+	for (k = 0; k < s->nreins && s->cfg.reinsert_cb; k++)
+		s->cfg.reinsert_cb(s->cfg.evict_arg, s->reins[k].tag,
+				   s->reins[k].old_loc, s->reins[k].new_loc);
 	kvp_reins_discard(s, 0);
 }
 
