@@ -180,6 +180,7 @@ bool kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot);
 bool kvp_tier_demoting_agent(struct kvp_agent *a);
 bool kvp_tier_demote_full_agent(struct kvp_agent *a);
 bool kvp_tier_write_failing_agent(struct kvp_agent *a);
+bool kvp_tier_write_deferred_agent(struct kvp_agent *a);
 
 /* agent/move.c: demotion, tombstones, the stop flush */
 unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot,

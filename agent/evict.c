@@ -843,7 +843,9 @@ kvp_dram_round_agent(struct kvp_agent *a)
 		freed += kvp_dram_evict_pass_agent(a, want, &stuck);
 	/* with demotions in flight, or frees waiting for the allocator
 	 * lock (a client holds it), room is coming: not stuck */
-	if (stuck && ((a->tier && kvp_tier_demoting_agent(a)) || a->ndfree))
+	if (stuck && ((a->tier && (kvp_tier_demoting_agent(a) ||
+				   kvp_tier_write_deferred_agent(a))) ||
+		      a->ndfree))
 		stuck = false;
 	/* relaxed: read by putters that gave up; a hint */
 	kvp_store_relaxed(&h->h_evict_stuck,

@@ -167,7 +167,8 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	uint64_t tag, loc, vlen, klen, k;
 
 	if (t->busy[slot] || t->demoting >= KVP_TIER_MAX_DEMOTING ||
-	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_fail_until)
+	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_fail_until ||
+	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_defer_until)
 		return 0;
 	/* relaxed: READY entry, this thread changes locations */
 	loc = kvp_load_relaxed(&e->e_loc);
@@ -200,6 +201,24 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 					     kvp_load_relaxed(&e->e_ns), key,
 					     (uint32_t)klen, op->iov, op->niov,
 					     KVP_SSD_SRC_PADDED);
+		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
+
+		if (rc == -EAGAIN) {
+			/* the oldest segment is in use (a read of one of its
+			 * keys, a pin): room comes when it ends, so wait a
+			 * moment and keep the value; only a veto that lasts
+			 * a second makes eviction drop values below */
+			if (!t->write_defer_since)
+				t->write_defer_since = now;
+			if (now - t->write_defer_since < 1000000000ull) {
+				kvp_top_put(t, op);
+				t->write_defer_until = now + 2000000ull;
+				return 0;
+			}
+			t->write_defer_since = 0;
+		} else if (!rc) {
+			t->write_defer_since = 0;
+		}
 		if (rc) {
 			kvp_top_put(t, op);
 			if (rc != -EBUSY) {
@@ -209,7 +228,11 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 					kvp_log(KVP_LOG_WARN, "ssd",
 						"demotion refused: %s; "
 						"evicting without demotion for 1 s",
-						strerror(-rc));
+						rc == -EAGAIN ?
+							"no room on SSD for 1 s (its "
+							"oldest segment is pinned or "
+							"being read)" :
+							strerror(-rc));
 				t->write_fail_until =
 					kvp_now_ns(CLOCK_MONOTONIC) +
 					1000000000ull;

@@ -31,6 +31,15 @@ kvp_tier_write_failing_agent(struct kvp_agent *a)
 	       kvp_now_ns(CLOCK_MONOTONIC) < a->tier->write_fail_until;
 }
 
+/* The store has no room for a moment (its oldest segment is in use):
+ * demotion waits, nothing is dropped. */
+bool
+kvp_tier_write_deferred_agent(struct kvp_agent *a)
+{
+	return a->tier &&
+	       kvp_now_ns(CLOCK_MONOTONIC) < a->tier->write_defer_until;
+}
+
 /* Demotion writes in flight are at their limit. */
 bool
 kvp_tier_demote_full_agent(struct kvp_agent *a)

@@ -74,6 +74,9 @@ struct kvp_tier {
 	unsigned demoting;
 	/* after an SSD write error: drop, not demote */
 	uint64_t write_fail_until;
+	/* the store has no room yet (its oldest segment is in use): no
+	 * demotion until then, nothing dropped; since when it has been so */
+	uint64_t write_defer_until, write_defer_since;
 	bool *wake;           /* per client: answered this round */
 	uint64_t total_bytes; /* --ssd-size, or the file system's size */
 	struct kvp_tomb_later *later; /* tombstones the store could not take */

@@ -286,7 +286,8 @@ void kvp_ssd_close_agent(struct kvp_ssd *s);
  * aligned sources go to the device without a copy (docs/ssd.md).  The
  * completion carries the location and sequence number, or the error
  * (-ENOSPC, -EIO).  Returns 0 (queued; call submit), -EINVAL, -E2BIG,
- * -EBUSY (max_requests outstanding: poll first), -ENOMEM.
+ * -EBUSY (max_requests outstanding: poll first), -ENOMEM, -EAGAIN (no room
+ * yet: the owner vetoed giving back the oldest segment; try again soon).
  */
 int kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
 			const void *key, uint32_t klen, const struct iovec *src,

@@ -580,8 +580,8 @@ kvp_seg_new(struct kvp_ssd *s, uint64_t need, unsigned klen)
  * --ssd-size: give back whole segments until one more fits.  Strictly
  * oldest first: a tombstone then always outlives the older records it
  * shadows, so nothing deleted can come back.  If the owner vetoes the
- * oldest (a key in it is held or pinned), the room is deferred: -ENOSPC
- * now, asked again on the next write.
+ * oldest (a key in it is held, pinned or being read), the room is
+ * deferred: -EAGAIN now, asked again on the next write.
  */
 static int
 kvp_make_room(struct kvp_ssd *s)
@@ -608,7 +608,7 @@ kvp_make_room(struct kvp_ssd *s)
 			kvp_reins_discard(s, mark);
 			s->st.segs_vetoed++;
 			s->st.enospc++;
-			return -ENOSPC;
+			return -EAGAIN;
 		}
 		if (kvp_ssd_segment_drop_agent(s, g->id)) {
 			/* still there: what it kept stays where it was */

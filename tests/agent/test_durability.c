@@ -159,7 +159,10 @@ store_full(void *arg)
 	if (!f)
 		return false;
 	while (!seen && fgets(line, sizeof(line), f))
-		seen = strstr(line, "demotion refused: No space left") != NULL;
+		/* the store full: no room on the file system, or none to
+		 * make while the oldest segment is pinned */
+		seen = strstr(line, "demotion refused: No space left") ||
+		       strstr(line, "demotion refused: no room on SSD");
 	fclose(f);
 	return seen;
 }
