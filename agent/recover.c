@@ -131,22 +131,31 @@ kvp_read_since_written(struct kvp_agent *a, uint64_t i, uint64_t now)
 	/* relaxed: a hint (kvp_shm.h, the use word) */
 	uint64_t t = KVP_USE_TICK(kvp_load_relaxed(&a->seg.entries[i].e_use));
 
-	return t > a->tier->wtick[i] && t <= now + 1024u;
+	/* wtick keeps the tick's low 32 bits (49 days of ticks): compared
+	 * as a difference, so the test holds across its wrap */
+	return (int32_t)((uint32_t)t - a->tier->wtick[i]) > 0 &&
+	       t <= now + 1024u;
 }
 
 /* A candidate worth keeping, and how recently it was used. */
 struct kvp_hot {
 	uint64_t tick;
-	unsigned k; /* its index among the candidates */
+	uint32_t depth; /* in its chain (the use word's) */
+	unsigned k;     /* its index among the candidates */
 };
 
-/* The most recently used first. */
+/* The most recently used first and, used in the same tick, the shallower
+ * page of a chain first: what the share cuts off is a chain's tail, as
+ * DRAM eviction's order does (agent/evict.c), so SSD stays
+ * prefix-closed too. */
 static int
 kvp_hot_cmp(const void *x, const void *y)
 {
 	const struct kvp_hot *p = x, *q = y;
 
-	return p->tick < q->tick ? 1 : p->tick > q->tick ? -1 : 0;
+	if (p->tick != q->tick)
+		return p->tick < q->tick ? 1 : -1;
+	return p->depth > q->depth ? 1 : p->depth < q->depth ? -1 : 0;
 }
 
 /*
@@ -254,8 +263,11 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 		if (KVP_IX_STATE(cand[k].word) == KVP_IX_READY &&
 		    kvp_read_since_written(a, cand[k].slot, now)) {
 			/* relaxed: a hint, as above */
-			hot[nhot].tick = KVP_USE_TICK(kvp_load_relaxed(
-				&s->entries[cand[k].slot].e_use));
+			uint64_t use = kvp_load_relaxed(
+				&s->entries[cand[k].slot].e_use);
+
+			hot[nhot].tick = KVP_USE_TICK(use);
+			hot[nhot].depth = KVP_USE_DEPTH(use);
 			hot[nhot++].k = k;
 		}
 	qsort(hot, nhot, sizeof(*hot), kvp_hot_cmp);
