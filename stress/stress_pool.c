@@ -135,6 +135,34 @@ atomic_max(kvp_aword_t *w, uint64_t v)
  * answer UNAVAILABLE promptly (timed). */
 #define RECENT 32
 
+/* Key id whose value the index shows in DRAM now, among this worker's
+ * recent puts and then random ones (a look, not a use: no probe); with
+ * the agent dead nothing moves it.  'fallback' when none is found. */
+static uint64_t
+dram_key(struct kvp_client *c, uint64_t *seed, const uint64_t *recent,
+	 uint64_t fallback)
+{
+	int tries;
+
+	for (tries = 0; tries < 2 * RECENT; tries++) {
+		uint64_t id = tries < RECENT ? recent[tries] :
+					       rnd(seed) % KEYSPACE,
+			 w;
+		char key[100];
+		uint32_t kl = mk(key, id);
+		int64_t i = kvp_ix_find(&c->seg, c->ns_id,
+					kvp_key_hash(c->ns_id, key, kl), key,
+					kl, KVP_IX_M(KVP_IX_READY), &w);
+
+		/* relaxed: a look at a READY entry (the get decides) */
+		if (i >= 0 &&
+		    KVP_LOC_TIER(kvp_load_relaxed(&c->seg.entries[i].e_loc)) ==
+			    KVP_TIER_DRAM)
+			return id;
+	}
+	return fallback;
+}
+
 static void
 outage_probe(struct kvp_client *c, uint64_t *seed, unsigned char *buf,
 	     const uint64_t *recent)
@@ -144,10 +172,12 @@ outage_probe(struct kvp_client *c, uint64_t *seed, unsigned char *buf,
 	/* acquire */
 	for (k = 0; k < 16 && kvp_load_acquire(&sh->agent_down); k++) {
 		char key[100];
-		/* keys this worker put lately (likely DRAM-resident) and
-		 * random ones (likely on SSD) */
-		uint32_t kl = mk(key, k & 1 ? rnd(seed) % KEYSPACE :
-					      recent[rnd(seed) % RECENT]);
+		/* a key the index shows in DRAM (whatever the eviction
+		 * policy kept there) and random ones (likely on SSD) */
+		uint32_t kl =
+			mk(key, k & 1 ? rnd(seed) % KEYSPACE :
+					dram_key(c, seed, recent,
+						 recent[rnd(seed) % RECENT]));
 		uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), dt;
 		ssize_t n = kvp_get(c, key, kl, buf, MAXVAL);
 
