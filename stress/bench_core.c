@@ -692,7 +692,8 @@ kvpb_ix_compact(struct kvp_client *c, struct kvpb_ix *ix)
 }
 
 /* Insert 1-byte values until 'target' keys are present or the index
- * keeps refusing.  Returns 0 or the first error other than -ENOSPC. */
+ * keeps refusing (a BUSY key is put again).  Returns 0 or the first error
+ * other than -ENOSPC and -EBUSY. */
 static int
 kvpb_ix_fill(struct kvp_client *c, struct kvpb_ix *ix, uint64_t target)
 {
@@ -709,6 +710,12 @@ kvpb_ix_fill(struct kvp_client *c, struct kvpb_ix *ix, uint64_t target)
 		if (rc == -ENOSPC) {
 			ix->nospc++;
 			fails++;
+			continue;
+		}
+		/* backpressure (the agent is still making room at the index
+		 * limit): the same key again */
+		if (rc == -EBUSY && fails++ < 10000) {
+			ix->next--;
 			continue;
 		}
 		if (rc) {
