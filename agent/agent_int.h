@@ -46,6 +46,28 @@ struct kvp_agent_cfg {
 	/* --ssd-reinsert PCT: at most this share of a reclaimed segment is
 	 * rewritten at the head of the log (values read since written) */
 	uint32_t ssd_reinsert_pct;
+	/* the segment's backing (segment.c): --hugepages auto|on|off, the
+	 * hugetlbfs mount to use (--hugetlbfs; "" = the first 2 MiB one) */
+	int hugepages; /* KVP_HUGE_* */
+	char hugetlbfs[200];
+	/* --numa: KVP_NUMA_DEFAULT (interleave on a multi-node host),
+	 * KVP_NUMA_INTERLEAVE, KVP_NUMA_OFF, or a node number >= 0 */
+	int numa;
+	/* populate.c: --populate-threads (0: online CPUs, at most 8) and
+	 * --populate-rate bytes/s (0: as fast as it goes) */
+	uint32_t populate_threads;
+	uint64_t populate_rate;
+};
+
+enum {
+	KVP_HUGE_AUTO = 0,
+	KVP_HUGE_ON,
+	KVP_HUGE_OFF
+};
+enum {
+	KVP_NUMA_DEFAULT = -1,
+	KVP_NUMA_INTERLEAVE = -2,
+	KVP_NUMA_OFF = -3,
 };
 
 struct kvp_agent {
@@ -84,6 +106,13 @@ struct kvp_agent {
 	bool lock_warned;         /* said once that a live holder keeps it */
 	uint64_t last_repair_ns;  /* the last repair of the page map */
 	bool dram_damaged;        /* an agent operation found damage */
+	/* the segment's page size: 0 (tmpfs, 4 KiB) or 2 MiB (hugetlbfs;
+	 * the file is a->seg.path) */
+	uint64_t seg_page_bytes;
+	/* the background populate (populate.c): the head of the arena's
+	 * unpopulated tail (g_dram_pages: none; tier thread), its state */
+	uint64_t pop_frontier;
+	struct kvp_pop *pop;
 };
 
 struct kvp_dfree { /* a run chain to free once the lock is ours */
@@ -113,6 +142,12 @@ struct kvp_metrics {
 	uint64_t entries[KVP_MTIERS];  /* ready entries by resident tier */
 	uint64_t value_bytes[KVP_MTIERS];
 	uint64_t dram_used, dram_total;
+	/* populated (populate.c), the backing's page size */
+	uint64_t dram_populated, dram_page_bytes;
+	/* values in DRAM, and those whose last unit is more than half empty
+	 * (--dram-unit too large for them), their sizes (log2 histogram) */
+	uint64_t dram_unit, dram_values, dram_wasteful;
+	uint64_t dram_size_log2[40];
 	uint64_t ssd_enabled, ssd_used, ssd_live, ssd_total;
 	uint64_t staging_in_use, staging_peak, staging_total,
 		staging_slot_bytes;
@@ -150,6 +185,12 @@ int kvp_shm_remove_agent(struct kvp_agent *a);
 unsigned kvp_shm_repair_header_agent(struct kvp_agent *a);
 int kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g,
 		     struct kvp_layout *L);
+
+/* agent/populate.c: the segment populated behind the ready agent */
+int kvp_populate_start_agent(struct kvp_agent *a);
+void kvp_populate_step_agent(struct kvp_agent *a);
+bool kvp_populate_pending_agent(const struct kvp_agent *a);
+void kvp_populate_stop_agent(struct kvp_agent *a);
 
 /* agent/loop.c: the tier thread's round and its thread */
 bool kvp_tier_step_agent(struct kvp_agent *a, int wait_ms);

@@ -378,7 +378,7 @@ kvp_chk_dram(struct kvp_chk *k)
 	const struct kvp_seg *s = k->s;
 	const struct kvp_dram_hdr *d = s->dram;
 	uint64_t np = s->g.g_dram_pages, p = 0, used = 0, freeu = 0,
-		 freeruns = 0, inbins = 0;
+		 freeruns = 0, inbins = 0, unpop = 0;
 	bool prev_free = false;
 	unsigned b;
 
@@ -409,6 +409,12 @@ kvp_chk_dram(struct kvp_chk *k)
 			freeu += n;
 			freeruns++;
 			prev_free = true;
+		} else if (pg->pg_state == KVP_PG_USED &&
+			   pg->pg_owner == KVP_DRAM_OWNER_UNPOP &&
+			   p + n == np) {
+			/* the tail not yet populated (agent/populate.c) */
+			unpop = n;
+			prev_free = false;
 		} else if (pg->pg_state == KVP_PG_USED) {
 			uint64_t slot = (uint64_t)pg->pg_owner - 1;
 
@@ -459,6 +465,15 @@ kvp_chk_dram(struct kvp_chk *k)
 	}
 	k->r->units_used = used;
 	k->r->units_free = freeu;
+	/* relaxed: the agent writes it under the lock (we may race a
+	 * populate step: the checker runs on a quiet pool) */
+	if (kvp_load_relaxed(&d->dh_unpop_pages) != unpop)
+		kvp_chk_viol(k, 8,
+			     "unpopulated-units count %llu; the page map's "
+			     "tail has %llu",
+			     (unsigned long long)kvp_load_relaxed(
+				     &d->dh_unpop_pages),
+			     (unsigned long long)unpop);
 	if (d->dh_used_pages != used || d->dh_free_pages != freeu)
 		kvp_chk_viol(
 			k, 8,

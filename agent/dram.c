@@ -159,9 +159,14 @@ kvp_dram_gc_agent(struct kvp_agent *a)
 		}
 		if (pg->pg_state == KVP_PG_USED) {
 			uint64_t slot = (uint64_t)pg->pg_owner - 1;
-			bool keep = false;
+			/* the unpopulated tail is kept where the agent's
+			 * populate step put it; that tag anywhere else is a
+			 * forgery, freed like any orphan */
+			bool keep = pg->pg_owner == KVP_DRAM_OWNER_UNPOP &&
+				    p == a->pop_frontier && p + len == n;
 
-			if (pg->pg_owner && slot < s->g.g_index_slots) {
+			if (!keep && pg->pg_owner &&
+			    slot < s->g.g_index_slots) {
 				/* acquire: pairs with the publish/claim CAS */
 				uint64_t w = kvp_load_acquire(&s->meta[slot]);
 				unsigned st = KVP_IX_STATE(w);
@@ -313,6 +318,12 @@ kvp_dram_repair_locked(struct kvp_agent *a, uint64_t *kept_runs)
 		free(start);
 		return 0;
 	}
+	/* the unpopulated tail, where the populate step has it (first: no
+	 * chain a client forged into it is kept) */
+	if (a->pop_frontier < n) {
+		kvp_bits_set(used, a->pop_frontier, n - a->pop_frontier);
+		kvp_bit_set(start, a->pop_frontier);
+	}
 	for (i = 0; i < s->g.g_index_slots; i++) {
 		/* acquire: pairs with the publish CAS */
 		uint64_t w = kvp_load_acquire(&s->meta[i]);
@@ -404,8 +415,16 @@ kvp_dram_repair_locked(struct kvp_agent *a, uint64_t *kept_runs)
 			kvp__dram_bin_link(s, (uint32_t)p);
 		p = q;
 	}
+	if (a->pop_frontier < n) {
+		struct kvp_page *pg = &s->pages[a->pop_frontier];
+
+		pg->pg_owner = KVP_DRAM_OWNER_UNPOP;
+		pg->pg_owner_gen = 0;
+		pg->pg_next = 0;
+		used_units -= n - a->pop_frontier;
+	}
 	s->dram->dh_used_pages = used_units;
-	s->dram->dh_free_pages = n - used_units;
+	s->dram->dh_free_pages = n - used_units - (n - a->pop_frontier);
 	free(used);
 	free(start);
 	return lost;

@@ -473,6 +473,19 @@ kvp_evict_plan_live(const struct kvp_evict *ev)
 	       kvp_now_ns(CLOCK_MONOTONIC) - ev->plan_ns < 1000000000ull;
 }
 
+/*
+ * The units the watermarks are percentages of: the whole arena while it
+ * is being populated (room is coming: a put waits for it, nothing is
+ * evicted early because the pool is young), what is populated once the
+ * populate stopped short (populate.c: /dev/shm filled up).
+ */
+static uint64_t
+kvp_evict_capacity(const struct kvp_agent *a)
+{
+	return kvp_populate_pending_agent(a) ? a->seg.g.g_dram_pages :
+					       kvp_dram_capacity(&a->seg);
+}
+
 /* Is DRAM use above the agent's own high watermark (--dram-high)? */
 bool
 kvp_dram_above_high_agent(const struct kvp_agent *a)
@@ -480,7 +493,7 @@ kvp_dram_above_high_agent(const struct kvp_agent *a)
 	/* relaxed: a heuristic; the allocator's counts decide */
 	uint64_t used = kvp_load_relaxed(&a->seg.dram->dh_used_mirror);
 
-	return used * 100 > a->seg.g.g_dram_pages * a->cfg.dram_high_pct;
+	return used * 100 > kvp_evict_capacity(a) * a->cfg.dram_high_pct;
 }
 
 /*
@@ -799,7 +812,7 @@ void
 kvp_dram_round_agent(struct kvp_agent *a)
 {
 	struct kvp_shm_header *h = a->seg.hdr;
-	uint64_t npages = a->seg.g.g_dram_pages;
+	uint64_t npages = kvp_evict_capacity(a);
 	uint64_t want = npages - npages * a->cfg.dram_low_pct / 100, freed = 0,
 		 need;
 	bool stuck = false, kicked, ix_wake, ix_stuck;
@@ -845,7 +858,7 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	 * lock (a client holds it), room is coming: not stuck */
 	if (stuck && ((a->tier && (kvp_tier_demoting_agent(a) ||
 				   kvp_tier_write_deferred_agent(a))) ||
-		      a->ndfree))
+		      a->ndfree || kvp_populate_pending_agent(a)))
 		stuck = false;
 	/* relaxed: read by putters that gave up; a hint */
 	kvp_store_relaxed(&h->h_evict_stuck,

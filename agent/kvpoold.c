@@ -21,7 +21,8 @@ kvp_usage(FILE *f)
 	fprintf(f,
 		"usage: kvpoold [options]\n"
 		"  --pool NAME             pool name, 1-63 of [A-Za-z0-9_.-] (default: default);\n"
-		"                          segment /dev/shm/kvpool.NAME\n"
+		"                          segment /dev/shm/kvpool.NAME (or kvpool.NAME on\n"
+		"                          the hugetlbfs mount, --hugepages)\n"
 		"  --dram SIZE             DRAM tier size (default: 1/8 of RAM, at most half of\n"
 		"                          /dev/shm's free space, at least 64M)\n"
 		"  --index-entries N       most keys the index holds; cold ones leave it to make\n"
@@ -54,6 +55,16 @@ kvp_usage(FILE *f)
 		"                          and live leases together (default: none)\n"
 		"  --metrics-addr HOST:PORT  Prometheus /metrics endpoint (default 127.0.0.1:9464;\n"
 		"                          [::1]:PORT for IPv6, port 0 picks one, off disables)\n"
+		"  --hugepages MODE        auto (default): 2 MiB pages from a hugetlbfs mount\n"
+		"                          when its pool has room, else 4 KiB with a log line\n"
+		"                          saying how to enable them; on: 2 MiB or fail; off\n"
+		"  --hugetlbfs DIR         the hugetlbfs mount to use (default: the first\n"
+		"                          2 MiB one in /proc/self/mountinfo)\n"
+		"  --numa MODE             interleave (the default on a multi-node host), a\n"
+		"                          node number (bind the segment there), or off\n"
+		"  --populate-threads N    threads populating the segment behind the ready\n"
+		"                          agent (default: online CPUs, at most 8)\n"
+		"  --populate-rate SIZE    populate at most SIZE bytes/s (default: no limit)\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
 		"  --log FILE              log file when daemonized (default\n"
@@ -367,16 +378,17 @@ kvp_any_client_alive(struct kvp_seg *s)
 static void
 kvp_start_failed(struct kvp_agent *a)
 {
+	/* release: the populate threads stop at their next chunk */
+	kvp_store_release(&a->stop, 1);
+	kvp_populate_stop_agent(a);
 	if (a->seg_created && !kvp_any_client_alive(&a->seg)) {
 		kvp_shm_remove_agent(a);
 		kvp_log(KVP_LOG_INFO, "agent",
-			"start failed: the segment it created, "
-			"/dev/shm/kvpool.%s, removed",
-			a->cfg.pool);
+			"start failed: the segment it created, %s, removed",
+			a->seg.path);
 	} else {
-		kvp_log(KVP_LOG_INFO, "agent",
-			"start failed: /dev/shm/kvpool.%s kept (%s)",
-			a->cfg.pool,
+		kvp_log(KVP_LOG_INFO, "agent", "start failed: %s kept (%s)",
+			a->seg.path,
 			a->seg_created ? "a client maps it" : "re-attached to");
 	}
 	kvp__seg_unmap(&a->seg);
@@ -412,6 +424,11 @@ main(int argc, char **argv)
 		{ "max-pinned-per-client", required_argument, NULL, 'X' },
 		{ "metrics-addr", required_argument, NULL, 'A' },
 		{ "stop-flush-secs", required_argument, NULL, 'F' },
+		{ "hugepages", required_argument, NULL, 1001 },
+		{ "hugetlbfs", required_argument, NULL, 1002 },
+		{ "numa", required_argument, NULL, 1003 },
+		{ "populate-threads", required_argument, NULL, 1004 },
+		{ "populate-rate", required_argument, NULL, 1005 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -427,6 +444,7 @@ main(int argc, char **argv)
 	uint64_t v;
 
 	snprintf(cfg->pool, sizeof(cfg->pool), "default");
+	cfg->numa = KVP_NUMA_DEFAULT;
 	cfg->dram_unit = 16u << 10;
 	cfg->max_value = 64ull << 20;
 	cfg->max_clients = 128;
@@ -533,6 +551,36 @@ main(int argc, char **argv)
 		case 'F':
 			bad = kvp_parse_size(optarg, &v) || v > 86400;
 			cfg->stop_flush_ms = v * 1000;
+			break;
+		case 1001:
+			cfg->hugepages = !strcmp(optarg, "on")  ? KVP_HUGE_ON :
+					 !strcmp(optarg, "off") ? KVP_HUGE_OFF :
+								  KVP_HUGE_AUTO;
+			bad = strcmp(optarg, "on") && strcmp(optarg, "off") &&
+			      strcmp(optarg, "auto");
+			break;
+		case 1002:
+			bad = strlen(optarg) >= sizeof(cfg->hugetlbfs) ||
+			      optarg[0] != '/';
+			snprintf(cfg->hugetlbfs, sizeof(cfg->hugetlbfs), "%s",
+				 optarg);
+			break;
+		case 1003:
+			if (!strcmp(optarg, "interleave"))
+				cfg->numa = KVP_NUMA_INTERLEAVE;
+			else if (!strcmp(optarg, "off"))
+				cfg->numa = KVP_NUMA_OFF;
+			else {
+				bad = kvp_parse_size(optarg, &v) || v > 1023;
+				cfg->numa = (int)v;
+			}
+			break;
+		case 1004:
+			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 16;
+			cfg->populate_threads = (uint32_t)v;
+			break;
+		case 1005:
+			bad = kvp_parse_size(optarg, &cfg->populate_rate) != 0;
 			break;
 		case 'k':
 			cfg->keep_on_exit = true;
@@ -667,6 +715,13 @@ main(int argc, char **argv)
 	}
 	if (a->seg_created)
 		kvp_log_index(a);
+	/* populate behind the serving agent (the allocator hands out only
+	 * what is populated) */
+	rc = kvp_populate_start_agent(a);
+	if (rc) {
+		kvp_start_failed(a);
+		return 1;
+	}
 	rc = kvp_tier_open_agent(a);
 	if (rc) {
 		kvp_start_failed(a);
@@ -742,6 +797,7 @@ main(int argc, char **argv)
 	kvp_futex_wake(&a->seg.hdr->h_evict_wake);
 	pthread_join(evictor, NULL);
 	pthread_join(reaper, NULL);
+	kvp_populate_stop_agent(a);
 	kvp_tier_close_agent(a);
 	kvp_evict_free_agent(a);
 	if (!cfg->keep_on_exit && !kvp_any_client_alive(&a->seg)) {

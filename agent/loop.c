@@ -53,6 +53,8 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 	/* frees that waited for the allocator lock, and a damaged map */
 	kvp_dram_deferred_agent(a);
 	kvp_dram_repair_agent(a);
+	/* units populated since the last round become free */
+	kvp_populate_step_agent(a);
 	kvp_dram_round_agent(a);
 	if (!t)
 		return false;

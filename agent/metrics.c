@@ -206,6 +206,19 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 		t = kvp_mtier_of_loc(kvp_load_relaxed(&e->e_loc));
 		m->entries[t]++;
 		m->value_bytes[t] += kvp_load_relaxed(&e->e_len);
+		if (t == KVP_MTIER_DRAM) {
+			/* relaxed: as above */
+			uint64_t len = kvp_load_relaxed(&e->e_len),
+				 unit = s->g.g_dram_unit;
+			unsigned lg =
+				len ? 63u - (unsigned)__builtin_clzll(len) : 0;
+
+			m->dram_values++;
+			m->dram_size_log2[lg < 39 ? lg : 39]++;
+			/* the last unit's empty part */
+			if (len && (unit - len % unit) % unit > unit / 2)
+				m->dram_wasteful++;
+		}
 		hash = kvp_load_relaxed(&e->e_hash);
 		/* probe length: the slot's place among its key's 16
 		 * candidates, plus one (1..8 first bucket, 9..16 second) */
@@ -223,6 +236,10 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 	m->dram_used =
 		kvp_load_relaxed(&s->dram->dh_used_mirror) * s->g.g_dram_unit;
 	m->dram_total = s->g.g_dram_pages * s->g.g_dram_unit;
+	m->dram_populated = kvp_dram_capacity(s) * s->g.g_dram_unit;
+	m->dram_unit = s->g.g_dram_unit;
+	/* relaxed: written once by the agent */
+	m->dram_page_bytes = kvp_load_relaxed(&s->dram->dh_page_bytes);
 	m->ssd_enabled = h->h_ssd_enabled;
 	/* relaxed: published by the tier thread for tools */
 	m->ssd_used = kvp_load_relaxed(&h->h_ssd_used_bytes);
@@ -448,6 +465,8 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		 m->dram_total);
 	kvp_val2(f, "kvpool_medium_state", "tier", D, "state", "entries",
 		 m->entries[KVP_MTIER_DRAM]);
+	kvp_val2(f, "kvpool_medium_state", "tier", D, "state",
+		 "bytes_populated", m->dram_populated);
 	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_used",
 		 m->ssd_used);
 	kvp_val2(f, "kvpool_medium_state", "tier", S, "state", "bytes_total",
@@ -735,6 +754,10 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 	kvp_j(f, "probe_length_max", m->probe_max);
 	kvp_j(f, "dram_bytes_used", m->dram_used);
 	kvp_j(f, "dram_bytes_total", m->dram_total);
+	kvp_j(f, "dram_bytes_populated", m->dram_populated);
+	kvp_j(f, "dram_page_bytes", m->dram_page_bytes);
+	kvp_j(f, "dram_unit_bytes", m->dram_unit);
+	kvp_j(f, "dram_values_wasting_half_a_unit", m->dram_wasteful);
 	kvp_j(f, "dram_entries", m->entries[KVP_MTIER_DRAM]);
 	kvp_j(f, "value_bytes",
 	      m->value_bytes[KVP_MTIER_DRAM] + m->value_bytes[KVP_MTIER_SSD] +
@@ -844,6 +867,38 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 			kvp_human(m->ssd_live, b3, 32));
 	else
 		fprintf(f, "%-8s %12s\n", "SSD", "off");
+	if (m->dram_populated < m->dram_total)
+		fprintf(f,
+			"%-8s %s of %s populated (%.1f%%): the agent is "
+			"populating it; room grows as it goes\n",
+			"", kvp_human(m->dram_populated, b1, 32),
+			kvp_human(m->dram_total, b2, 32),
+			kvp_pct(m->dram_populated, m->dram_total));
+	fprintf(f, "%-8s %s pages, %s units\n", "",
+		m->dram_page_bytes >= (2u << 20) ? "2 MiB (hugetlbfs)" :
+						   "4 KiB",
+		kvp_human(m->dram_unit, b1, 32));
+	if (m->dram_values >= 100 && m->dram_wasteful * 2 > m->dram_values) {
+		uint64_t seen = 0, med = 0;
+		unsigned lg;
+
+		/* the median value size, to the power of two below it */
+		for (lg = 0; lg < 40; lg++) {
+			seen += m->dram_size_log2[lg];
+			if (seen * 2 >= m->dram_values) {
+				med = 1ull << lg;
+				break;
+			}
+		}
+		fprintf(f,
+			"WARN     %.0f%% of the values in DRAM leave more than half of "
+			"their last %s unit empty (median size about %s): a "
+			"--dram-unit of %s or less wastes less (docs/design.md, "
+			"\"Choosing --dram-unit\")\n",
+			kvp_pct(m->dram_wasteful, m->dram_values),
+			kvp_human(m->dram_unit, b1, 32), kvp_human(med, b2, 32),
+			kvp_human(med < 4096 ? 4096 : med, b3, 32));
+	}
 	if (m->staging_total)
 		fprintf(f,
 			"%-8s %5llu in use, peak %llu, of %llu pages of %s\n",

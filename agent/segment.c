@@ -9,6 +9,8 @@
 #include <grp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 
 #include "agent/agent_int.h"
 #include "index/index_int.h"
@@ -80,12 +82,12 @@ kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg,
 	h->h_geom[0] = *g;
 	h->h_geom[1] = *g;
 
-	/* the rest of the segment is zero (fallocate): all client slots
-	 * FREE, all index slots EMPTY, no holds */
+	/* the rest of the segment is zero (a new file reads as zeros): all
+	 * client slots FREE, all index slots EMPTY, no holds */
 	kvp_shm_bind(s, msg, sizeof(msg)); /* sound: computed just above */
-	s->pages[0].pg_state = KVP_PG_FREE;
-	s->pages[0].pg_npages = (uint32_t)s->g.g_dram_pages;
-	kvp_dram_rebuild_locked(s); /* nobody else can see it yet */
+	/* the whole arena is the unpopulated tail: populate.c frees it as
+	 * its pages are populated (nobody else can see it yet) */
+	kvp_dram_init_unpop(s);
 	/* release: the magic is the last word written; a reader that checks
 	 * it sees the whole header (the link() below publishes anyway) */
 	kvp_store_release((kvp_aword_t *)&h->h_magic, KVP_SHM_MAGIC);
@@ -118,79 +120,327 @@ kvp_shm_set_perms(int fd, const char *group)
 	return 0;
 }
 
+/* ---- the backing: tmpfs (4 KiB pages) or hugetlbfs (2 MiB pages) ---- */
+
+#define KVP_HUGE_PAGE (2ull << 20)
+#define KVP_HUGETLBFS_MAGIC 0x958458f6ul /* linux/magic.h */
+
+/* A count from /sys/kernel/mm/hugepages/hugepages-2048kB/<what> (0 if
+ * unreadable). */
+static uint64_t
+kvp_huge_count(const char *what)
+{
+	char path[128];
+	unsigned long long v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path),
+		 "/sys/kernel/mm/hugepages/hugepages-2048kB/%s", what);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu", &v) != 1)
+		v = 0;
+	fclose(f);
+	return v;
+}
+
+static int
+kvp_huge_pick(const char *dir, void *arg)
+{
+	char *out = arg;
+
+	if (strlen(dir) >= 200 || access(dir, W_OK) != 0)
+		return 0;
+	snprintf(out, 200, "%s", dir);
+	return 1;
+}
+
+/*
+ * Where a new segment goes: a hugetlbfs directory in dir (2 MiB pages), or
+ * "" for /dev/shm.  With --hugepages auto, a host without a usable mount
+ * or without enough free huge pages gets 4 KiB pages and one log line
+ * saying why and how to enable them; with on, that is an error (-ENOMEM).
+ */
+static int
+kvp_shm_backing(const struct kvp_agent_cfg *cfg, uint64_t size, char *dir)
+{
+	uint64_t need = size / KVP_HUGE_PAGE, avail;
+	struct statfs fs;
+	char why[256];
+
+	dir[0] = 0;
+	if (cfg->hugepages == KVP_HUGE_OFF)
+		return 0;
+	if (cfg->hugetlbfs[0])
+		snprintf(dir, 200, "%s", cfg->hugetlbfs);
+	else
+		kvp_hugetlbfs_each(kvp_huge_pick, dir);
+	avail = kvp_huge_count("free_hugepages") -
+		kvp_huge_count("resv_hugepages");
+	if (avail > kvp_huge_count("free_hugepages"))
+		avail = 0;
+	if (!dir[0])
+		snprintf(
+			why, sizeof(why),
+			"no hugetlbfs mount of 2 MiB pages writable here "
+			"(mount -t hugetlbfs -o pagesize=2M none /dev/hugepages)");
+	else if (statfs(dir, &fs) != 0 ||
+		 (unsigned long)fs.f_type != KVP_HUGETLBFS_MAGIC ||
+		 (uint64_t)fs.f_bsize != KVP_HUGE_PAGE)
+		snprintf(why, sizeof(why),
+			 "%.150s is not a hugetlbfs mount of 2 MiB pages", dir);
+	else if (avail < need)
+		snprintf(why, sizeof(why),
+			 "%llu free 2 MiB pages, the segment needs %llu "
+			 "(echo %llu > /proc/sys/vm/nr_hugepages, or "
+			 "vm.nr_hugepages in /etc/sysctl.conf)",
+			 (unsigned long long)avail, (unsigned long long)need,
+			 (unsigned long long)(kvp_huge_count("nr_hugepages") +
+					      need - avail));
+	else
+		return 0;
+	dir[0] = 0;
+	if (cfg->hugepages == KVP_HUGE_ON) {
+		kvp_log(KVP_LOG_ERROR, "shm", "--hugepages on: %s", why);
+		return -ENOMEM;
+	}
+	kvp_log(KVP_LOG_INFO, "shm",
+		"4 KiB pages (each worker maps the arena page by page): %s",
+		why);
+	return 0;
+}
+
+/* Parse a node list ("0", "0-3,8-11") into a mask; the highest node + 1. */
+static unsigned
+kvp_numa_online(unsigned long *mask, unsigned maxbits)
+{
+	char buf[256], *p = buf;
+	unsigned top = 0;
+	FILE *f = fopen("/sys/devices/system/node/online", "re");
+
+	memset(mask, 0, maxbits / 8);
+	if (!f)
+		return 0;
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	while (*p >= '0' && *p <= '9') {
+		unsigned long lo = strtoul(p, &p, 10), hi = lo, k;
+
+		if (*p == '-')
+			hi = strtoul(p + 1, &p, 10);
+		for (k = lo; k <= hi && k < maxbits; k++) {
+			mask[k / (8 * sizeof(long))] |=
+				1ul << (k % (8 * sizeof(long)));
+			top = (unsigned)k + 1;
+		}
+		if (*p == ',')
+			p++;
+	}
+	return top;
+}
+
+/*
+ * Place the segment's memory (--numa): interleaved over every node (the
+ * default on a multi-node host: workers on every socket read the arena),
+ * or bound to one node.  Before any page is populated; the policy is the
+ * file's (shared), so whichever process faults a page in, it lands there.
+ * One log line on a single-node host.  0, or -EINVAL (no such node).
+ */
+static int
+kvp_shm_numa(struct kvp_agent *a)
+{
+	unsigned long mask[16], one[16];
+	unsigned top = kvp_numa_online(mask, sizeof(mask) * 8), n = 0, k;
+	int mode, node = a->cfg.numa;
+	long rc;
+
+	for (k = 0; k < top; k++)
+		n += (mask[k / (8 * sizeof(long))] >>
+		      (k % (8 * sizeof(long)))) &
+		     1;
+	if (node == KVP_NUMA_OFF)
+		return 0;
+	if (node >= 0) {
+		if ((unsigned)node >= top ||
+		    !((mask[node / (8 * sizeof(long))] >>
+		       (node % (8 * sizeof(long)))) &
+		      1)) {
+			kvp_log(KVP_LOG_ERROR, "numa",
+				"--numa %d: no such node online (%u node%s)",
+				node, n, n == 1 ? "" : "s");
+			return -EINVAL;
+		}
+		memset(one, 0, sizeof(one));
+		one[node / (8 * sizeof(long))] = 1ul
+						 << (node % (8 * sizeof(long)));
+		mode = 2; /* MPOL_BIND */
+	} else if (n <= 1) {
+		kvp_log(KVP_LOG_INFO, "numa",
+			"one NUMA node: the segment needs no placement");
+		return 0;
+	} else {
+		memcpy(one, mask, sizeof(one));
+		mode = 3; /* MPOL_INTERLEAVE */
+	}
+	rc = syscall(SYS_mbind, a->seg.base, a->seg.size, mode, one,
+		     (unsigned long)top + 1, 0ul);
+	if (rc) {
+		kvp_log(KVP_LOG_WARN, "numa",
+			"mbind: %s (placement left to the "
+			"kernel)",
+			strerror(errno));
+		return 0;
+	}
+	if (node >= 0)
+		kvp_log(KVP_LOG_INFO, "numa", "segment bound to node %d", node);
+	else
+		kvp_log(KVP_LOG_INFO, "numa",
+			"segment interleaved over %u nodes", n);
+	return 0;
+}
+
+/*
+ * Create the segment file under a temporary name in dir, size it and map
+ * it: nothing is populated (populate.c does it behind the ready agent).
+ * On tmpfs, /dev/shm must have the room now (later, a page it cannot give
+ * would be a SIGBUS in whoever touches it); on hugetlbfs, the mapping
+ * reserves every huge page at once.  0, -EEXIST (raced), or -errno.
+ */
+static int
+kvp_shm_make(struct kvp_agent *a, const char *dir, const char *name, char *tmp,
+	     size_t cap)
+{
+	struct kvp_seg *s = &a->seg;
+	struct statvfs sv;
+	int rc;
+
+	snprintf(tmp, cap, "%.200s%s.new.%ld", dir, name, (long)getpid());
+	s->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+		     0600);
+	if (s->fd < 0) {
+		rc = -errno;
+		kvp_log(KVP_LOG_ERROR, "shm", "create %s: %s", tmp,
+			strerror(-rc));
+		return rc;
+	}
+	rc = kvp_shm_set_perms(s->fd, a->cfg.group);
+	if (rc)
+		goto err;
+	if (!a->seg_page_bytes && fstatvfs(s->fd, &sv) == 0 &&
+	    (uint64_t)sv.f_bavail * sv.f_frsize < s->size) {
+		kvp_log(KVP_LOG_ERROR, "shm",
+			"cannot reserve %llu MiB in %s: %llu MiB free "
+			"(lower --dram or grow /dev/shm)",
+			(unsigned long long)(s->size >> 20), dir,
+			(unsigned long long)(((uint64_t)sv.f_bavail *
+					      sv.f_frsize) >>
+					     20));
+		rc = -ENOSPC;
+		goto err;
+	}
+	if (ftruncate(s->fd, (off_t)s->size) < 0) {
+		rc = -errno;
+		kvp_log(KVP_LOG_ERROR, "shm", "size %s: %s", tmp,
+			strerror(-rc));
+		goto err;
+	}
+	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd,
+		       0);
+	if (s->base == MAP_FAILED) {
+		rc = -errno;
+		s->base = NULL;
+		kvp_log(KVP_LOG_ERROR, "shm", "mmap %s: %s", tmp,
+			strerror(-rc));
+		goto err;
+	}
+	return 0;
+err:
+	unlink(tmp);
+	close(s->fd);
+	s->fd = -1;
+	return rc;
+}
+
 static int
 kvp_shm_create(struct kvp_agent *a, const char *name)
 {
 	struct kvp_agent_cfg *cfg = &a->cfg;
 	struct kvp_seg *s = &a->seg;
-	char tmp[128], path[160], final[160];
+	char tmp[320], final[320], dir[200], found[320];
 	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	struct kvp_layout L;
 	struct kvp_geom g;
-	int rc;
+	int rc, fd;
 
 	rc = kvp_shm_geometry(cfg, &g, &L);
 	if (rc)
 		return rc;
+	/* a segment of this pool anywhere (/dev/shm or a hugetlbfs mount):
+	 * re-attach to it, never make a second one */
+	fd = kvp_shm_open_path(name, O_RDONLY | O_NONBLOCK, found,
+			       sizeof(found));
+	if (fd >= 0 || fd != -ENOENT) {
+		if (fd >= 0)
+			close(fd);
+		return -EEXIST;
+	}
 	s->size = g.g_seg_size;
-	snprintf(tmp, sizeof(tmp), "%s.new.%ld", name, (long)getpid());
-	s->fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (s->fd < 0) {
-		rc = -errno;
-		kvp_log(KVP_LOG_ERROR, "shm", "shm_open %s: %s", tmp,
-			strerror(errno));
-		return rc;
-	}
-	snprintf(path, sizeof(path), "/dev/shm%s", tmp);
-	snprintf(final, sizeof(final), "/dev/shm%s", name);
-	rc = kvp_shm_set_perms(s->fd, cfg->group);
+	rc = kvp_shm_backing(cfg, s->size, dir);
 	if (rc)
-		goto err_unlink;
-	rc = posix_fallocate(s->fd, 0, (off_t)s->size);
-	if (rc) {
-		kvp_log(KVP_LOG_ERROR, "shm",
-			"cannot reserve %llu bytes in /dev/shm: "
-			"%s (lower --dram or grow /dev/shm)",
-			(unsigned long long)s->size, strerror(rc));
-		rc = -rc;
-		goto err_unlink;
+		return rc;
+	a->seg_page_bytes = dir[0] ? KVP_HUGE_PAGE : 0;
+	rc = dir[0] ? kvp_shm_make(a, dir, name, tmp, sizeof(tmp)) : -1;
+	if (rc && dir[0]) {
+		if (cfg->hugepages == KVP_HUGE_ON)
+			return rc;
+		kvp_log(KVP_LOG_INFO, "shm",
+			"4 KiB pages: the huge page pool in %s could not back "
+			"the segment (%s)",
+			dir, strerror(-rc));
+		dir[0] = 0;
+		a->seg_page_bytes = 0;
 	}
-	/* pre-populate: first touch costs 3-7 us per 4 KiB page here */
-	s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_POPULATE, s->fd, 0);
-	if (s->base == MAP_FAILED) {
-		rc = -errno;
-		s->base = NULL;
-		kvp_log(KVP_LOG_ERROR, "shm", "mmap: %s", strerror(-rc));
-		goto err_unlink;
+	if (!dir[0]) {
+		snprintf(dir, sizeof(dir), "/dev/shm");
+		rc = kvp_shm_make(a, dir, name, tmp, sizeof(tmp));
+		if (rc)
+			return rc;
 	}
+	snprintf(final, sizeof(final), "%.200s%s", dir, name);
+	rc = kvp_shm_numa(a);
+	if (rc)
+		goto err_unmap;
 	s->hdr = (struct kvp_shm_header *)s->base;
 	kvp_shm_init(s, cfg, &g);
 	kvp_shm_agent_token(s);
 	rc = kvp_shm_lock_take(s->fd, KVP_LOCK_AGENT);
 	if (rc)
 		goto err_unmap;
-	if (link(path, final) < 0) {
+	if (link(tmp, final) < 0) {
 		rc = -errno;
 		goto err_unmap;
 	}
-	unlink(path);
+	unlink(tmp);
+	snprintf(s->path, sizeof(s->path), "%s", final);
 	kvp_log(KVP_LOG_INFO, "shm",
 		"created %s: %llu MiB (DRAM %llu MiB in %llu "
-		"units of %llu KiB, index %llu slots, %u clients) in %.2f s",
+		"units of %llu KiB, index %llu slots, %u clients; %s pages) "
+		"in %.3f s",
 		final, (unsigned long long)(s->size >> 20),
 		(unsigned long long)((g.g_dram_pages * g.g_dram_unit) >> 20),
 		(unsigned long long)g.g_dram_pages,
 		(unsigned long long)(g.g_dram_unit >> 10),
 		(unsigned long long)g.g_index_slots, g.g_max_clients,
+		a->seg_page_bytes ? "2 MiB" : "4 KiB",
 		(double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9);
 	return 0;
 
 err_unmap:
 	munmap(s->base, s->size);
 	s->base = NULL;
-err_unlink:
-	unlink(path);
+	unlink(tmp);
 	close(s->fd);
 	s->fd = -1;
 	return rc;
@@ -300,6 +550,16 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 		return -EADDRINUSE;
 	}
 	kvp_shm_agent_token(s);
+	{
+		struct statfs fs;
+
+		a->seg_page_bytes =
+			fstatfs(s->fd, &fs) == 0 &&
+					(unsigned long)fs.f_type ==
+						KVP_HUGETLBFS_MAGIC ?
+				KVP_HUGE_PAGE :
+				0;
+	}
 	/* full: the incarnation tells workers an agent restarted */
 	inc = kvp_fetch_add(&s->hdr->h_incarnation, 1) + 1;
 	kvp_crashpoint(A_ATTACH);
@@ -416,7 +676,7 @@ kvp_shm_remove_agent(struct kvp_agent *a)
 {
 	char name[KVP_POOL_NAME_MAX + 16];
 
-	if (kvp_shm_name(a->cfg.pool, name, sizeof(name)))
+	if (kvp_shm_name(a->cfg.pool, name, sizeof(name)) || !a->seg.path[0])
 		return -EINVAL;
-	return shm_unlink(name) < 0 ? -errno : 0;
+	return unlink(a->seg.path) < 0 ? -errno : 0;
 }

@@ -222,20 +222,22 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg,
 		return rc;
 	}
 	/* O_NONBLOCK: a FIFO squatting the name must not block the open (a
-	 * regular file ignores the flag); shm_open adds O_NOFOLLOW */
-	s->fd = shm_open(
-		name, (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK | O_CLOEXEC,
-		0);
+	 * regular file ignores the flag) */
+	s->fd = kvp_shm_open_path(name,
+				  (writable ? O_RDWR : O_RDONLY) | O_NONBLOCK,
+				  s->path, sizeof(s->path));
 	if (s->fd < 0) {
-		rc = errno;
+		rc = -s->fd;
+		s->fd = -1;
 		if (rc == ENOENT) {
 			snprintf(msg, cap,
-				 "no pool '%s' (no /dev/shm%s): start the "
-				 "agent first: kvpoold --pool %s",
+				 "no pool '%s' (no /dev/shm%s, nor on a "
+				 "hugetlbfs mount): start the agent first: "
+				 "kvpoold --pool %s",
 				 pool, name, pool);
 			return -ENOTCONN;
 		}
-		snprintf(msg, cap, "cannot open /dev/shm%s: %s%s", name,
+		snprintf(msg, cap, "cannot open %s: %s%s", s->path,
 			 strerror(rc),
 			 rc == EACCES || rc == EPERM ?
 				 " (run as the pool's owner, or "
@@ -246,21 +248,16 @@ kvp_seg_map(const char *pool, bool writable, struct kvp_seg *s, char *msg,
 	}
 	if (fstat(s->fd, &st) < 0) {
 		rc = -errno;
-		snprintf(msg, cap, "cannot stat /dev/shm%s: %s", name,
+		snprintf(msg, cap, "cannot stat %s: %s", s->path,
 			 strerror(-rc));
 		goto err_close;
 	}
-	{
-		char path[KVP_POOL_NAME_MAX + 32];
-
-		snprintf(path, sizeof(path), "/dev/shm%s", name);
-		rc = kvp_shm_trusted(&st, path, msg, cap);
-		if (rc)
-			goto err_close;
-	}
+	rc = kvp_shm_trusted(&st, s->path, msg, cap);
+	if (rc)
+		goto err_close;
 	if ((uint64_t)st.st_size < sizeof(h) ||
 	    pread(s->fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-		snprintf(msg, cap, "segment /dev/shm%s is truncated", name);
+		snprintf(msg, cap, "segment %s is truncated", s->path);
 		rc = -EPROTO;
 		goto err_close;
 	}

@@ -60,7 +60,7 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
 /* 5.0: the layout signature covers every field's offset */
-#define KVP_ABI_MAJOR 6
+#define KVP_ABI_MAJOR 7
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -551,6 +551,9 @@ struct kvp_page {
 KVP_STATIC_ASSERT(sizeof(struct kvp_page) == 32, "page map entry size");
 
 #define KVP_DRAM_BINS 32
+/* The owner tag (pg_owner) of the arena's not yet populated tail: no
+ * entry slot + 1 reaches it (index slots <= KVP_MAX_INDEX_SLOTS, 2^31). */
+#define KVP_DRAM_OWNER_UNPOP 0xffffffffu
 /*
  * The allocator lock word (a futex): 0 when free, else the holder's
  * [waiters:1][seq:15][token:16], token = client slot + 1 or
@@ -582,6 +585,14 @@ struct kvp_dram_hdr {
 	/* 1: someone found the map damaged; the agent verifies and repairs it
 	 */
 	kvp_aword_t dh_damaged;
+	/* units at the end of the arena not yet populated (agent/populate.c):
+	 * one USED run owned by KVP_DRAM_OWNER_UNPOP, counted neither used
+	 * nor free; it shrinks as the agent's populate threads advance.
+	 * Written by the agent under dh_lock; read relaxed (a statistic and
+	 * the capacity eviction aims at) */
+	kvp_aword_t dh_unpop_pages;
+	/* the backing's page size: 4096 (tmpfs) or 2 MiB (hugetlbfs) */
+	kvp_aword_t dh_page_bytes;
 };
 
 /*
@@ -660,7 +671,8 @@ struct kvp_dram_hdr {
 	X(kvp_dram_hdr, dh_used_pages) X(kvp_dram_hdr, dh_free_pages)        \
 	X(kvp_dram_hdr, dh_peak_used_pages) X(kvp_dram_hdr, dh_alloc_fail)   \
 	X(kvp_dram_hdr, dh_bin) X(kvp_dram_hdr, dh_used_mirror)              \
-	X(kvp_dram_hdr, dh_damaged)
+	X(kvp_dram_hdr, dh_damaged) X(kvp_dram_hdr, dh_unpop_pages)         \
+	X(kvp_dram_hdr, dh_page_bytes)
 /* every shared type, with its field list */
 #define KVP_SHARED_TYPES(T)                                                  \
 	T(kvp_geom, KVP_FIELDS_GEOM) T(kvp_shm_header, KVP_FIELDS_HEADER)    \
@@ -748,7 +760,8 @@ struct kvp_layout {
 /* owner fields are 16 bits; 0xffff is the agent */
 #define KVP_MAX_CLIENTS 65534u
 #define KVP_MAX_HOLDS_PER_CLIENT (1u << 20)
-#define KVP_MAX_INDEX_SLOTS (1ull << 36)
+/* page map owner tags are 32 bits (slot + 1; KVP_DRAM_OWNER_UNPOP above) */
+#define KVP_MAX_INDEX_SLOTS (1ull << 31)
 #define KVP_MAX_STAGING_SLOTS 65535u /* span words name a head in 16 bits */
 #define KVP_MAX_LEASE_SLOTS 65536u
 
@@ -894,7 +907,9 @@ kvp_layout_compute(const struct kvp_geom *g, struct kvp_layout *L, char *msg,
 		    off > (1ull << 50))
 			goto overflow;
 	}
-	L->end = (off + KVP_PAGE - 1) & ~(uint64_t)(KVP_PAGE - 1);
+	/* a whole number of 2 MiB pages: the same layout fits a hugetlbfs
+	 * file (kvpoold --hugepages); on tmpfs the tail is never touched */
+	L->end = (off + KVP_HUGE_ALIGN - 1) & ~(uint64_t)(KVP_HUGE_ALIGN - 1);
 	return 0;
 overflow:
 	snprintf(msg, cap, "segment geometry: the layout overflows");
@@ -965,6 +980,9 @@ struct kvp_seg {
 	unsigned int lock_seq;
 	unsigned int lock_held; /* the word we installed while we hold it */
 	kvp_aint_t *lock_claim;
+	/* the segment file: /dev/shm/kvpool.<pool>, or kvpool.<pool> on a
+	 * hugetlbfs mount (kvp_shm_open_path) */
+	char path[320];
 };
 
 /* ---- small helpers shared by client, agent and tools ---- */
@@ -1186,6 +1204,107 @@ kvp_shm_name(const char *pool, char *out, size_t cap)
 	if ((size_t)snprintf(out, cap, "/kvpool.%s", pool) >= cap)
 		return -EINVAL;
 	return 0;
+}
+
+/*
+ * Call fn(dir, arg) for each hugetlbfs mount of 2 MiB pages, in mount
+ * order (/proc/self/mountinfo), until it returns non-zero; that value is
+ * returned (0: none did).  A mount without a pagesize option has the
+ * system's default huge page size, 2 MiB on x86-64 and most arm64.
+ */
+KVP_INLINE int
+kvp_hugetlbfs_each(int (*fn)(const char *dir, void *arg), void *arg)
+{
+	char line[4096], dir[512];
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	int rc = 0;
+
+	if (!f)
+		return 0;
+	while (!rc && fgets(line, sizeof(line), f)) {
+		char *sep = strstr(line, " - "), *mp, *o;
+		size_t k = 0;
+		int field;
+
+		if (!sep || strncmp(sep + 3, "hugetlbfs ", 10))
+			continue;
+		/* the super options: a pagesize other than 2M is not ours */
+		o = strstr(sep, "pagesize=");
+		if (o && strncmp(o + 9, "2M", 2) && strncmp(o + 9, "2048k", 5))
+			continue;
+		/* field 5 is the mount point, with \ooo escapes */
+		for (mp = line, field = 0; field < 4 && mp; field++) {
+			mp = strchr(mp, ' ');
+			if (mp)
+				mp++;
+		}
+		if (!mp)
+			continue;
+		while (*mp && *mp != ' ' && k + 1 < sizeof(dir)) {
+			if (mp[0] == '\\' && mp[1] >= '0' && mp[1] <= '3' &&
+			    mp[2] >= '0' && mp[2] <= '7' && mp[3] >= '0' &&
+			    mp[3] <= '7') {
+				dir[k++] = (char)((mp[1] - '0') * 64 +
+						  (mp[2] - '0') * 8 +
+						  (mp[3] - '0'));
+				mp += 4;
+			} else {
+				dir[k++] = *mp++;
+			}
+		}
+		dir[k] = 0;
+		rc = fn(dir, arg);
+	}
+	fclose(f);
+	return rc;
+}
+
+struct kvp__shm_find {
+	const char *name; /* "/kvpool.<pool>" */
+	int flags;
+	int fd, err;
+	char *path;
+	size_t cap;
+};
+
+KVP_INLINE int
+kvp__shm_try(const char *dir, void *arg)
+{
+	struct kvp__shm_find *f = (struct kvp__shm_find *)arg;
+	int fd;
+
+	if ((size_t)snprintf(f->path, f->cap, "%s%s", dir, f->name) >= f->cap)
+		return 0;
+	fd = open(f->path, f->flags | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (fd >= 0) {
+		f->fd = fd;
+		return 1;
+	}
+	if (errno != ENOENT) {
+		f->err = errno;
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * Open the segment file of shm name "/kvpool.<pool>" (kvp_shm_name): in
+ * /dev/shm (tmpfs, 4 KiB pages), else on a hugetlbfs mount (2 MiB pages,
+ * kvpoold --hugepages), the first in mount order that has it.  The path
+ * tried last (or found) is in path.  A descriptor, or -errno (-ENOENT:
+ * no such segment anywhere).  O_NOFOLLOW: a link squatting the name is
+ * not followed (shm_open does the same).
+ */
+KVP_INLINE int
+kvp_shm_open_path(const char *name, int flags, char *path, size_t cap)
+{
+	struct kvp__shm_find f = { name, flags, -1, 0, path, cap };
+
+	if (kvp__shm_try("/dev/shm", &f) ||
+	    kvp_hugetlbfs_each(kvp__shm_try, &f))
+		return f.fd >= 0 ? f.fd : -f.err;
+	snprintf(path, cap, "/dev/shm%s", name);
+	return -ENOENT;
 }
 
 /* A message into a caller's buffer of any size (cut short if it must be). */

@@ -137,7 +137,7 @@ skip() { # name, why: a run that cannot happen here
 }
 
 UNIT="test_layout test_index test_hold test_index_pool test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
-UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_evict test_assert"
+UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_evict test_assert test_populate"
 # stress/trace_replay's reference caches (LRU, Belady) and trace reader
 UNIT="$UNIT test_trace"
 for v in $variants; do
@@ -154,6 +154,9 @@ for v in $variants; do
 done
 # who owns what (docs/design.md): index state words written in index/
 # only, nothing under shm/ index/ tiers/ includes agent/, no include cycle
+# the pool tests again on 2 MiB pages (root: it reserves a huge page pool
+# and mounts a hugetlbfs of its own; SKIP otherwise)
+run "release/hugepages: pool tests on 2 MiB pages" tests/agent/test_hugepages.sh
 run "structure: owners, includes, no cycles" tests/structure/test_structure.sh
 # the tree passes its .clang-format (SKIP without clang-format: .ci/run installs it)
 run "structure: the tree passes .clang-format" tests/structure/test_format.sh

@@ -136,7 +136,8 @@ kvp__dram_interior(struct kvp_seg *s, uint64_t k)
 KVP_INLINE int
 kvp_dram_rebuild_locked(struct kvp_seg *s)
 {
-	uint64_t n = s->g.g_dram_pages, p = 0, used = 0, last_free = UINT64_MAX;
+	uint64_t n = s->g.g_dram_pages, p = 0, used = 0, unpop = 0;
+	uint64_t last_free = UINT64_MAX;
 	unsigned b;
 
 	while (p < n) {
@@ -176,7 +177,12 @@ kvp_dram_rebuild_locked(struct kvp_seg *s)
 		if (pg->pg_state == KVP_PG_FREE) {
 			last_free = p;
 		} else {
-			used += len;
+			/* the unpopulated tail is neither used nor free */
+			if (pg->pg_owner == KVP_DRAM_OWNER_UNPOP &&
+			    p + len == n)
+				unpop = len;
+			else
+				used += len;
 			last_free = UINT64_MAX;
 		}
 		p += len;
@@ -186,10 +192,25 @@ kvp_dram_rebuild_locked(struct kvp_seg *s)
 			/* bins were just cleared */
 			kvp__dram_bin_link(s, (uint32_t)p);
 	s->dram->dh_used_pages = used;
-	s->dram->dh_free_pages = n - used;
+	s->dram->dh_free_pages = n - used - unpop;
 	/* relaxed: a statistic for lock-free readers */
 	kvp_store_relaxed(&s->dram->dh_used_mirror, used);
 	return 0;
+}
+
+/*
+ * The units the pool has to give: all but the tail not yet populated
+ * (agent/populate.c).  Eviction aims at this capacity, statistics show
+ * it.  A relaxed read: the agent moves it under the lock, one way only.
+ */
+KVP_INLINE uint64_t
+kvp_dram_capacity(const struct kvp_seg *s)
+{
+	uint64_t n = s->g.g_dram_pages;
+	/* relaxed: a statistic (the agent writes it under dh_lock) */
+	uint64_t u = kvp_load_relaxed(&s->dram->dh_unpop_pages);
+
+	return u < n ? n - u : 0;
 }
 
 /* The allocator is damaged: ask the agent to repair it (a hint it reads
@@ -612,6 +633,86 @@ kvp__dram_free_run_locked(struct kvp_seg *s, uint32_t p)
 	}
 	s->pages[P + L - 1].pg_head = (uint32_t)P + 1;
 	return kvp__dram_bin_link(s, (uint32_t)P);
+}
+
+/*
+ * The arena's unpopulated tail at creation: one USED run of every unit,
+ * owned by KVP_DRAM_OWNER_UNPOP (nothing free, nothing used).  On a map
+ * nobody else sees yet (the agent, before it publishes the segment).
+ */
+KVP_INLINE void
+kvp_dram_init_unpop(struct kvp_seg *s)
+{
+	uint64_t n = s->g.g_dram_pages;
+	struct kvp_page *pg = &s->pages[0];
+
+	pg->pg_state = KVP_PG_USED;
+	pg->pg_npages = (uint32_t)n;
+	pg->pg_owner = KVP_DRAM_OWNER_UNPOP;
+	pg->pg_owner_gen = 0;
+	pg->pg_next = 0;
+	s->pages[n - 1].pg_head = 1;
+	s->dram->dh_used_pages = 0;
+	s->dram->dh_free_pages = 0;
+	/* relaxed: not yet published (the segment's link() does) */
+	kvp_store_relaxed(&s->dram->dh_unpop_pages, n);
+}
+
+/*
+ * Is unit f the head of the unpopulated tail (a USED run owned by
+ * KVP_DRAM_OWNER_UNPOP that ends the arena, with its tail tag)?  *len is
+ * its length.
+ */
+KVP_INLINE bool
+kvp_dram_unpop_at(const struct kvp_seg *s, uint64_t f, uint32_t *len)
+{
+	return kvp__dram_run_ok(s, f, len) &&
+	       s->pages[f].pg_state == KVP_PG_USED &&
+	       s->pages[f].pg_owner == KVP_DRAM_OWNER_UNPOP &&
+	       f + *len == s->g.g_dram_pages && kvp__dram_tail_ok(s, f, *len);
+}
+
+/*
+ * Units [f, f + k) of the unpopulated tail that starts at f are populated
+ * now: they become free (merged with a free run before them), the tail
+ * starts at f + k, or is gone when k is all of it.  Lock held; the
+ * agent's populate step only.  Every write keeps the run chain valid: the
+ * new tail's header and tag go first, then the head shrinks to k (the
+ * chain is f -> f + k -> end), then it is freed like any run.  0, or
+ * -EUCLEAN (f is not the tail's head, or k is out of range: nothing
+ * written).
+ */
+KVP_INLINE int
+kvp_dram_unpop_release_locked(struct kvp_seg *s, uint32_t f, uint32_t k)
+{
+	uint64_t n = s->g.g_dram_pages;
+	struct kvp_page *pg = &s->pages[f];
+	uint32_t len;
+
+	if (!kvp_dram_unpop_at(s, f, &len) || k == 0 || k > len)
+		return -EUCLEAN;
+	if (k < len) {
+		struct kvp_page *t = &s->pages[f + k];
+
+		t->pg_owner = KVP_DRAM_OWNER_UNPOP;
+		t->pg_owner_gen = 0;
+		t->pg_next = t->pg_prev = 0;
+		t->pg_npages = len - k;
+		t->pg_state = KVP_PG_USED;
+		s->pages[n - 1].pg_head = f + k + 1;
+		pg->pg_npages = k;
+		s->pages[f + k - 1].pg_head = f + 1;
+	}
+	/* kvp__dram_free_run_locked moves k units from used to free */
+	s->dram->dh_used_pages += k;
+	/* relaxed: a statistic (under the lock) */
+	kvp_store_relaxed(&s->dram->dh_unpop_pages,
+			  kvp_load_relaxed(&s->dram->dh_unpop_pages) - k);
+	if (kvp__dram_free_run_locked(s, f)) {
+		s->dram->dh_used_pages -= k;
+		return -EUCLEAN;
+	}
+	return 0;
 }
 
 /*

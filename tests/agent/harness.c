@@ -199,6 +199,16 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 		/* no /metrics unless the test asks (a later flag wins) */
 		argv[n++] = ma;
 		argv[n++] = mo;
+		/* KVPT_AGENT_ARGS: flags every agent of the run gets (the
+		 * pool tests again on another backing: tests/agent/
+		 * test_hugepages.sh); the test's own come after and win */
+		if (getenv("KVPT_AGENT_ARGS")) {
+			char *extra = strdup(getenv("KVPT_AGENT_ARGS")), *save;
+			char *tok = extra ? strtok_r(extra, " ", &save) : NULL;
+
+			for (; tok && n < 40; tok = strtok_r(NULL, " ", &save))
+				argv[n++] = tok;
+		}
 		for (arg = first; arg && n < 62; arg = va_arg(ap, const char *))
 			argv[n++] = strdup(arg);
 		argv[n] = NULL;
@@ -359,10 +369,16 @@ kvpt_pool_down(struct kvpt_agent *a, struct kvp_seg *s, struct kvp_client *c)
 void
 kvpt_pool_remove(const char *pool)
 {
-	char name[128];
+	char name[128], path[320];
+	int fd;
 
 	snprintf(name, sizeof(name), "/kvpool.%s", pool);
-	shm_unlink(name);
+	/* /dev/shm, or a hugetlbfs mount (kvpoold --hugepages) */
+	fd = kvp_shm_open_path(name, O_RDONLY | O_NONBLOCK, path, sizeof(path));
+	if (fd >= 0) {
+		close(fd);
+		unlink(path);
+	}
 }
 
 int

@@ -258,6 +258,7 @@ fz_setup(void)
 	cfg->staging_bytes = 256u << 10;
 	cfg->staging_slot = 64u << 10;
 	if (kvp_shm_create_or_attach_agent(&fz_agent) ||
+	    kvp_populate_start_agent(&fz_agent) ||
 	    kvp_tier_open_agent(&fz_agent) ||
 	    kvp_open(cfg->pool, "fuzz", &fz_c))
 		return -1;

@@ -175,26 +175,26 @@ test_docs_table(void **state)
  * type does (a field added, removed, resized or moved): then bump
  * KVP_ABI_MAJOR in shm/kvp_shm.h and record the new value here, with the
  * ABI it belongs to.  A field whose meaning changes bumps the ABI without
- * changing the signature: ABI 6 made the entry's CLOCK bit (e_ref) the
- * use word (e_use), same offset and size; what changed the signature in
- * ABI 6 is three more agent counters in the header (h_actr: index
- * evictions of values with an SSD copy, SSD reinsertions and their
- * bytes).
+ * changing the signature (ABI 6 made the entry's CLOCK bit, e_ref, the
+ * use word, e_use).  ABI 7: the allocator header counts the arena's
+ * unpopulated tail (dh_unpop_pages) and says the backing's page size
+ * (dh_page_bytes), and the page map's owner tag KVP_DRAM_OWNER_UNPOP
+ * marks that tail (agent/populate.c).
  */
-#define KVPT_LAYOUT_SIG_ABI6 0x43ff9f3c26abc952ull
+#define KVPT_LAYOUT_SIG_ABI7 0x8ad721805b57fa3aull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 6);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI6)
+	assert_int_equal(KVP_ABI_MAJOR, 7);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI7)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 6): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 7): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI6);
+			KVPT_LAYOUT_SIG_ABI7);
 }
 
 /* Every region of the layout table is page aligned (the arena and the

@@ -34,13 +34,17 @@ seg_setup(void **state)
 	ag.cfg.dram_high_pct = 90;
 	ag.cfg.dram_low_pct = 80;
 	kvp_log_set_level(KVP_LOG_WARN);
-	return kvp_shm_create_or_attach_agent(&ag);
+	/* the arena (16 MiB) is populated before this returns */
+	return kvp_shm_create_or_attach_agent(&ag) ||
+	       kvp_populate_start_agent(&ag);
 }
 
 static int
 seg_teardown(void **state)
 {
 	(void)state;
+	kvp_store_release(&ag.stop, 1); /* release: the populate threads */
+	kvp_populate_stop_agent(&ag);
 	kvp_shm_remove_agent(&ag);
 	kvp__seg_unmap(&ag.seg);
 	return 0;
