@@ -204,6 +204,7 @@ if [ $quick = 0 ]; then
 	# benchmarks: their figures are not asserted, so they count as RAN
 	bench "release/bench_core --quick" build/release/bench_core --quick
 	bench "release/bench_ssd --quick" build/release/bench_ssd --quick
+	bench "release/bench_start --quick" build/release/bench_start --quick
 	# the cache-quality replay (~30 s): RAN; wrong bytes read back fail it
 	bench "stress/trace_bench --quick (cache quality)" stress/trace_bench --quick
 	# stress/bench: the run is RAN; that its results.json reads back with
