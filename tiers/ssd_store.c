@@ -125,6 +125,7 @@ struct kvp_ssd {
 	pthread_cond_t cv_work, cv_done;
 	struct kvp_job *jobs_head, *jobs_tail;
 	bool stopping;
+	int efd1; /* kvp_ssd_set_eventfd_agent's fd + 1; 0: none */
 };
 
 /* A record a reclaim keeps (kvp_ssd_reinsert_agent): its header block and
@@ -683,6 +684,12 @@ kvp_sub_done_locked(struct kvp_ssd *s, struct kvp_sreq *r)
 		r->status = kvp_finish_read(s, r);
 	kvp_req_done(s, r);
 	pthread_cond_broadcast(&s->cv_done);
+	if (s->efd1) {
+		uint64_t one = 1;
+
+		if (write(s->efd1 - 1, &one, sizeof(one)) < 0)
+			(void)0; /* full counter: it is signalled anyway */
+	}
 }
 
 static void *
@@ -1324,6 +1331,21 @@ kvp_ssd_outstanding_agent(const struct kvp_ssd *s)
 	return s->outstanding;
 }
 
+int
+kvp_ssd_set_eventfd_agent(struct kvp_ssd *s, int efd)
+{
+	int rc = 0;
+
+	if (s->uring)
+		rc = io_uring_register_eventfd(&s->ring, efd);
+	if (!rc) {
+		pthread_mutex_lock(&s->mu);
+		s->efd1 = efd + 1;
+		pthread_mutex_unlock(&s->mu);
+	}
+	return rc;
+}
+
 /* ---- recovery ---- */
 
 struct kvp_rrec {                    /* one key seen during recovery */
@@ -1886,7 +1908,8 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		if (!id) {
 			if (strcmp(de->d_name, ".") &&
 			    strcmp(de->d_name, "..") &&
-			    strcmp(de->d_name, "LOCK"))
+			    strcmp(de->d_name, "LOCK") &&
+			    strcmp(de->d_name, "DRIVE")) /* agent/drives.c */
 				kvp_log(KVP_LOG_WARN, "ssd",
 					"%s/%s: not a segment file name "
 					"(seg-XXXXXXXX.kvs, ids 00000001..%08x): ignored",

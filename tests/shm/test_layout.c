@@ -179,22 +179,23 @@ test_docs_table(void **state)
  * use word (e_use), same offset and size; what changed the signature in
  * ABI 6 is three more agent counters in the header (h_actr: index
  * evictions of values with an SSD copy, SSD reinsertions and their
- * bytes).
+ * bytes).  ABI 7: the SSD drives' state and usage at the header's end
+ * (h_drive_state, h_drive_used, h_drive_total).
  */
-#define KVPT_LAYOUT_SIG_ABI6 0x43ff9f3c26abc952ull
+#define KVPT_LAYOUT_SIG_ABI7 0x5ed579415e8a60f4ull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 6);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI6)
+	assert_int_equal(KVP_ABI_MAJOR, 7);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI7)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 6): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 7): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI6);
+			KVPT_LAYOUT_SIG_ABI7);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
