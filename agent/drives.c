@@ -856,6 +856,13 @@ int
 kvp_drv_wait_agent(struct kvp_drives *dv, const kvp_aint_t *word, unsigned val,
 		   int timeout_ms)
 {
+	/* KVP_TIER_WAIT_SLICES=1: the old 1 ms slices (to measure) */
+	if (!dv->w && !dv->wait_failed && getenv("KVP_TIER_WAIT_SLICES")) {
+		kvp_log(KVP_LOG_INFO, "ssd",
+			"KVP_TIER_WAIT_SLICES: the tier thread waits for I/O "
+			"in 1 ms slices");
+		dv->wait_failed = true;
+	}
 	if (!dv->w && !dv->wait_failed) {
 		int efd = kvp_drv_eventfd_agent(dv), rc = -EBADF;
 
