@@ -182,6 +182,7 @@ kvp_drv_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 	struct kvp_ssd_rec x = *r;
 	int rc;
 
+	KVP_ASSERT(KVP_DRV_OF(r->loc) == 0, "I32");
 	x.loc = KVP_DRV_LOC(d->id, r->loc);
 	if (x.type == KVP_SSD_REC_TOMBSTONE && x.target)
 		x.target = KVP_DRV_LOC(d->id, r->target);
@@ -644,6 +645,8 @@ kvp_drv_reaped(struct kvp_drives *dv, struct kvp_drive *d,
 	int k;
 
 	for (k = 0; k < n; k++) {
+		/* a store's location leaves the drive's bits free (I32) */
+		KVP_ASSERT(KVP_DRV_OF(cq[k].loc) == 0, "I32");
 		if (cq[k].loc)
 			cq[k].loc = KVP_DRV_LOC(d->id, cq[k].loc);
 		if (cq[k].status == -EIO) {
