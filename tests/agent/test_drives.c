@@ -5,7 +5,8 @@
  * directories in another order (each keeps its drive id); a directory
  * whose files are cut short and then removed while the agent runs is
  * reported, its values read as clean statuses (never wrong bytes), the
- * other drives keep serving, and demotion goes on to them.
+ * other drives keep serving, and demotion goes on to them; --ssd-size
+ * is per drive, each reclaiming its own segments.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -298,6 +299,72 @@ test_drive_missing_at_start(void **state)
 		assert_int_equal(kvpt_tmpdir_empty(dirs[k]), 0);
 }
 
+/* --ssd-size is per drive: each drive gives its own oldest segments back
+ * when it is full, through its own reclaim (locations translated both
+ * ways); every key then reads whole or misses, never wrong bytes, and no
+ * drive passes its size. */
+static void
+test_drives_reclaim(void **state)
+{
+	enum {
+		N = 900,
+		SZ = 32 << 10
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *out = malloc(SZ);
+	unsigned hit = 0, miss = 0, k;
+	char key[100];
+	int i;
+
+	(void)state;
+	assert_int_equal(
+		kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
+			     "--dram-high", "0", "--dram-low", "0", "--ssd-dir",
+			     dirs[0], "--ssd-dir", dirs[1], "--ssd-dir",
+			     dirs[2], "--ssd-segment", "1M", "--ssd-size", "6M",
+			     "--staging", "8M", "--staging-slot", "1M", NULL),
+		0);
+	/* 900 x 36 KiB on disk: 32 MiB, over the 18 MiB of three drives */
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(key, i);
+		int rc;
+
+		kvpt_fill(out, SZ, key, kl, 9);
+		while ((rc = kvp_put(c, key, kl, out, SZ)) == -EBUSY)
+			;
+		assert_int_equal(rc, 0);
+	}
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(key, i);
+		ssize_t n = kvp_get(c, key, kl, out, SZ);
+
+		if (n == -ENOENT) {
+			miss++;
+			continue;
+		}
+		assert_int_equal(n, SZ);
+		assert_true(kvpt_check(out, SZ, key, kl, 9));
+		hit++;
+	}
+	print_message("  %u values read whole, %u gone with reclaimed "
+		      "segments (%llu reclaims)\n",
+		      hit, miss,
+		      (unsigned long long)kvpt_actr(&s,
+						    KVP_ACTR_SEGMENT_RECLAIM));
+	assert_true(kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM) >= 3);
+	assert_true(miss > 0 && hit > N / 3);
+	for (k = 0; k < 16; k++)
+		/* relaxed: a statistic the agent publishes */
+		assert_true(kvp_load_relaxed(&s.hdr->h_drive_used[k]) <=
+			    (6u << 20));
+	free(out);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+	for (i = 0; i < NDIR; i++)
+		assert_int_equal(kvpt_tmpdir_empty(dirs[i]), 0);
+}
+
 int
 main(void)
 {
@@ -305,6 +372,7 @@ main(void)
 		cmocka_unit_test(test_drives_restart),
 		cmocka_unit_test(test_drive_removed),
 		cmocka_unit_test(test_drive_missing_at_start),
+		cmocka_unit_test(test_drives_reclaim),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
