@@ -289,6 +289,10 @@ kvp_drv_assign_ids(struct kvp_drives *dv, int *ids)
 			continue;
 		}
 		ids[k] = kvp_drv_read_id(d->dir);
+		/* no DRIVE file to read (or no directory: the store's open
+		 * says what is wrong with it) */
+		if (ids[k] < 0 && ids[k] != -EBADMSG && ids[k] != -EIO)
+			ids[k] = -ENOENT;
 		if (ids[k] >= 0 && used[ids[k]]) {
 			kvp_log(KVP_LOG_ERROR, "ssd",
 				"%s says it is drive %d, as another "
