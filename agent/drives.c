@@ -16,7 +16,8 @@
  * read checks the record's identity anyway: a mix-up reads -EBADMSG,
  * never wrong bytes).
  *
- * Placement.  A value goes to the drive its key hashes to, so the records
+ * Placement.  A value goes to the drive its key hashes to (rendezvous
+ * hashing on the drive ids), so the records
  * of one key stay on one drive, where recovery orders them by the store's
  * sequence numbers; unless that drive takes no writes (failed, full,
  * gone) or has far less room than the emptiest: then to the writable
@@ -36,6 +37,7 @@
  * Recovery runs one thread per drive (the scans read the disks in
  * parallel); their callbacks into the index are serialised by a mutex.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -263,6 +265,21 @@ kvp_drv_recover_thread(void *arg)
 	return NULL;
 }
 
+/* Does dir hold segment files? */
+static bool
+kvp_drv_has_segments(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	bool any = false;
+
+	while (d && !any && (de = readdir(d)))
+		any = strncmp(de->d_name, "seg-", 4) == 0;
+	if (d)
+		closedir(d);
+	return any;
+}
+
 /* Give every listed directory its id: the one it recorded, or the lowest
  * free one (recorded now, once its store opened).  A directory that is
  * not there (several drives: a drive's directory is usually its mount
@@ -273,7 +290,7 @@ kvp_drv_assign_ids(struct kvp_drives *dv, int *ids)
 {
 	bool used[KVP_SSD_DRIVES] = { false };
 	struct stat st;
-	unsigned k, j;
+	unsigned k, j, pass;
 
 	for (k = 0; k < dv->n; k++) {
 		struct kvp_drive *d = &dv->d[k];
@@ -313,14 +330,19 @@ kvp_drv_assign_ids(struct kvp_drives *dv, int *ids)
 			ids[k] = -EPERM; /* not used */
 		}
 	}
-	for (k = 0; k < dv->n; k++) {
-		if (ids[k] != -ENOENT)
-			continue;
-		for (j = 0; j < KVP_SSD_DRIVES && used[j]; j++)
-			;
-		ids[k] = (int)j; /* n <= 16: one is free */
-		used[j] = true;
-	}
+	/* new ids: first to directories that already hold segments (a store
+	 * from before drives had ids: its locations are drive 0's, so it
+	 * gets 0 if no other directory has it), then to empty ones */
+	for (pass = 0; pass < 2; pass++)
+		for (k = 0; k < dv->n; k++) {
+			if (ids[k] != -ENOENT ||
+			    kvp_drv_has_segments(dv->d[k].dir) != (pass == 0))
+				continue;
+			for (j = 0; j < KVP_SSD_DRIVES && used[j]; j++)
+				;
+			ids[k] = (int)j; /* n <= 16: one is free */
+			used[j] = true;
+		}
 	for (k = 0; k < dv->n; k++) {
 		if (ids[k] >= 0) {
 			dv->d[k].id = (unsigned)ids[k];
@@ -513,13 +535,24 @@ static struct kvp_drive *
 kvp_drv_place(struct kvp_drives *dv, uint64_t ns, const void *key,
 	      uint32_t klen, uint64_t now)
 {
-	struct kvp_drive *pref = &dv->d[kvp_key_hash(ns, key, klen) % dv->n],
-			 *best = NULL;
+	uint64_t h = kvp_key_hash(ns, key, klen), top = 0;
+	struct kvp_drive *pref = &dv->d[0], *best = NULL;
 	unsigned k;
 
 	for (k = 0; k < dv->n; k++) {
 		struct kvp_drive *d = &dv->d[k];
+		/* rendezvous hashing on the drive's id: the order of
+		 * --ssd-dir does not matter, and adding or leaving out a
+		 * drive moves only the keys that go to or came from it */
+		uint64_t w =
+			(h ^ ((uint64_t)(d->id + 1) * 0x9e3779b97f4a7c15ull)) *
+			0xff51afd7ed558ccdull;
 
+		w ^= w >> 33;
+		if (k == 0 || w > top) {
+			top = w;
+			pref = d;
+		}
 		if (kvp_drv_writable(d, now) &&
 		    (!best || kvp_drv_room(d) > kvp_drv_room(best)))
 			best = d;

@@ -365,6 +365,51 @@ test_drives_reclaim(void **state)
 		assert_int_equal(kvpt_tmpdir_empty(dirs[i]), 0);
 }
 
+/* A store from before drives had ids (one --ssd-dir, no DRIVE file) keeps
+ * drive 0 when a second directory is listed before it: the index that
+ * survived the agent (kill -9, segment kept) names its records as drive
+ * 0's, and every value still reads back whole. */
+static void
+test_drives_upgrade(void **state)
+{
+	enum {
+		N = 200,
+		SZ = 32 << 10
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	char path[300];
+	int i;
+
+	(void)state;
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K", "--dram-high", "0",
+				      "--dram-low", "0", "--ssd-dir", dirs[0],
+				      "--ssd-segment", "4M", "--staging", "8M",
+				      "--staging-slot", "1M", NULL),
+			 0);
+	assert_int_equal(kvpt_put_and_demote(c, &s, N, SZ, key_of, 3, 60000),
+			 0);
+	for (i = 0; i < N; i++)
+		assert_int_equal(drive_of(ssd_loc_of(c, &s, key_of, i)), 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	kvpt_agent_kill(&a); /* the segment and its index stay */
+	snprintf(path, sizeof(path), "%s/DRIVE", dirs[0]);
+	assert_int_equal(unlink(path), 0); /* as an older agent left it */
+	assert_int_equal(
+		kvpt_agent_restart(&a, DRV_ARGS(dirs[1], dirs[0], dirs[2])), 0);
+	assert_int_equal(dir_id(dirs[0]), 0);
+	assert_true(dir_id(dirs[1]) > 0 && dir_id(dirs[2]) > 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_of, 0, N, SZ, 3, true), 0);
+	kvp_close(c);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+	for (i = 0; i < NDIR; i++)
+		assert_int_equal(kvpt_tmpdir_empty(dirs[i]), 0);
+}
+
 int
 main(void)
 {
@@ -373,6 +418,7 @@ main(void)
 		cmocka_unit_test(test_drive_removed),
 		cmocka_unit_test(test_drive_missing_at_start),
 		cmocka_unit_test(test_drives_reclaim),
+		cmocka_unit_test(test_drives_upgrade),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
