@@ -917,7 +917,7 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 	for (k = 0; k < KVP_SSD_DRIVES; k++)
 		if (KVP_DRIVE_STATE(m->drive_state[k]))
 			fprintf(f,
-				"  drive %-2u %12s %12s %6.1f%%   %s, %llu I/O "
+				"drive %-2u %12s %12s %6.1f%%   %s, %llu I/O "
 				"errors\n",
 				k, kvp_human(m->drive_used[k], b1, 32),
 				kvp_human(m->drive_total[k], b2, 32),
