@@ -662,6 +662,17 @@ kvp_req_done(struct kvp_ssd *s, struct kvp_sreq *r)
 	s->done_tail = r;
 }
 
+/* A completion is ready without the ring's own signal (the pread path,
+ * an error before any I/O): tell kvp_ssd_set_eventfd_agent's eventfd. */
+static void
+kvp_efd_signal(struct kvp_ssd *s)
+{
+	uint64_t one = 1;
+
+	if (s->efd1 && write(s->efd1 - 1, &one, sizeof(one)) < 0)
+		(void)0; /* a full counter is signalled anyway */
+}
+
 /* Run one transfer now (the pread/pwrite path). */
 static ssize_t
 kvp_sync_rw(int fd, bool wr, const struct iovec *iov, unsigned n, uint64_t off)
@@ -684,12 +695,7 @@ kvp_sub_done_locked(struct kvp_ssd *s, struct kvp_sreq *r)
 		r->status = kvp_finish_read(s, r);
 	kvp_req_done(s, r);
 	pthread_cond_broadcast(&s->cv_done);
-	if (s->efd1) {
-		uint64_t one = 1;
-
-		if (write(s->efd1 - 1, &one, sizeof(one)) < 0)
-			(void)0; /* full counter: it is signalled anyway */
-	}
+	kvp_efd_signal(s);
 }
 
 static void *
@@ -1116,8 +1122,10 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
 	if (rc) {
 		/* what was queued completes and reports the error */
 		r->status = -EIO;
-		if (s->uring && r->nsub == 0)
+		if (s->uring && r->nsub == 0) {
 			kvp_req_done(s, r); /* nothing was queued */
+			kvp_efd_signal(s);
+		}
 	}
 	s->st.dev_read_bytes += B + extent;
 	kvp_guard(s, r, false);
