@@ -28,8 +28,11 @@ struct kvp_agent_cfg {
 	uint32_t reap_ms;       /* reaper period */
 	uint64_t stop_flush_ms; /* SIGTERM: write DRAM-only values to SSD for at
 				 * most this long (--stop-flush-secs; 0: no) */
-	/* SSD tier: ssd_dir[0] == 0 means DRAM only */
+	/* SSD tier: ssd_dir[0] == 0 means DRAM only; ssd_dirs: every
+	 * --ssd-dir (one per drive; ssd_dir is the first) */
 	char ssd_dir[1024];
+	char ssd_dirs[16][1024];
+	unsigned nssd_dirs;
 	uint64_t ssd_size;
 	uint64_t ssd_segment;
 	uint64_t staging_bytes;
@@ -149,6 +152,8 @@ struct kvp_metrics {
 	uint64_t dram_unit, dram_values, dram_wasteful;
 	uint64_t dram_size_log2[40];
 	uint64_t ssd_enabled, ssd_used, ssd_live, ssd_total;
+	/* per drive id: state word (KVP_DRIVE_WORD), bytes used, capacity */
+	uint64_t drive_state[16], drive_used[16], drive_total[16];
 	uint64_t staging_in_use, staging_peak, staging_total,
 		staging_slot_bytes;
 	uint64_t clients_live, clients_dead, max_clients, holds, leases;
@@ -172,6 +177,8 @@ uint64_t kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h,
 				   double q);
 int kvp_metrics_prom(const struct kvp_metrics *m, FILE *f);
 void kvp_metrics_json(const struct kvp_metrics *m, FILE *f);
+/* enum kvp_drive_state as text (metrics.c) */
+const char *kvp_drive_state_name(unsigned st);
 void kvp_metrics_table(const struct kvp_metrics *m, FILE *f);
 void kvp_metrics_clients(const struct kvp_seg *s, FILE *f);
 

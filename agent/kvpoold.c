@@ -38,8 +38,12 @@ kvp_usage(FILE *f)
 		"  --holds-per-client N    concurrent holds per client (default 4096)\n"
 		"  --group G               share the segment with group G (mode 0660; default 0600)\n"
 		"  --reap-ms MS            reaper period (default 100)\n"
-		"  --ssd-dir DIR           SSD tier in DIR (default: none, DRAM only)\n"
-		"  --ssd-size SIZE         SSD capacity in on-disk bytes (default: no limit)\n"
+		"  --ssd-dir DIR           SSD tier in DIR (default: none, DRAM only); repeat it,\n"
+		"                          one per drive (up to 16): values are spread over\n"
+		"                          them by key; with several, each DIR must exist (a\n"
+		"                          missing or failing one is reported, the others serve)\n"
+		"  --ssd-size SIZE         SSD capacity in on-disk bytes, per --ssd-dir\n"
+		"                          (default: no limit)\n"
 		"  --ssd-segment SIZE      SSD segment file size (default 256M)\n"
 		"  --ssd-reinsert PCT      when a segment is given back, rewrite the values read\n"
 		"                          since they were written at the head of the log, up\n"
@@ -138,7 +142,8 @@ kvp_default_index(struct kvp_agent_cfg *cfg)
 	if (dram < 65536)
 		dram = 65536;
 	if (cfg->ssd_dir[0] && cfg->ssd_size)
-		ssd = cfg->ssd_size / kvp_ssd_record_bytes(cfg->dram_unit);
+		ssd = cfg->ssd_size / kvp_ssd_record_bytes(cfg->dram_unit) *
+		      (cfg->nssd_dirs ? cfg->nssd_dirs : 1);
 	if (shm != UINT64_MAX) {
 		uint64_t left = shm > cfg->dram_bytes ? shm - cfg->dram_bytes :
 							0;
@@ -441,6 +446,7 @@ main(int argc, char **argv)
 	struct sigaction sa;
 	sigset_t stopset, waitset;
 	int opt, optidx = 0, rc, logfd = -1, ready[2] = { -1, -1 };
+	unsigned k;
 	uint64_t v;
 
 	snprintf(cfg->pool, sizeof(cfg->pool), "default");
@@ -508,9 +514,16 @@ main(int argc, char **argv)
 			break;
 		case 'S':
 			bad = strlen(optarg) >= sizeof(cfg->ssd_dir) ||
-			      !*optarg;
-			snprintf(cfg->ssd_dir, sizeof(cfg->ssd_dir), "%s",
-				 optarg);
+			      !*optarg || cfg->nssd_dirs >= 16;
+			for (k = 0; !bad && k < cfg->nssd_dirs; k++)
+				bad = strcmp(cfg->ssd_dirs[k], optarg) == 0;
+			if (bad)
+				break;
+			snprintf(cfg->ssd_dirs[cfg->nssd_dirs++],
+				 sizeof(cfg->ssd_dirs[0]), "%s", optarg);
+			if (!cfg->ssd_dir[0])
+				snprintf(cfg->ssd_dir, sizeof(cfg->ssd_dir),
+					 "%s", optarg);
 			break;
 		case 'Z':
 			bad = kvp_parse_size(optarg, &cfg->ssd_size) != 0;

@@ -12,8 +12,9 @@
 
 /* One round of the tier thread: SSD completions, requests from the rings,
  * the orphan sweep the reaper asked for, the DRAM round (eviction,
- * demotion, reclaim), submissions and wake-ups.  Waits at most wait_ms
- * (0: not at all) for I/O in flight.  Returns true when I/O is still in
+ * demotion, reclaim), submissions and wake-ups.  With I/O in flight,
+ * sleeps until a completion or a request arrives, wait_ms at most (0:
+ * not at all).  Returns true when I/O is still in
  * flight (the caller should come back at once). */
 bool
 kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
@@ -21,10 +22,13 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 	struct kvp_shm_header *h = a->seg.hdr;
 	struct kvp_tier *t = a->tier;
 	struct kvp_ssd_cqe cq[64];
+	/* acquire: pairs with the clients' bump after posting; loaded before
+	 * the rings are served, so a post after it ends the sleep below */
+	unsigned int seq = kvp_iload_acquire(&h->h_evict_wake);
 	int n, k;
 
 	if (t) {
-		while ((n = kvp_ssd_poll_agent(t->ssd, cq, 64, 0)) > 0)
+		while ((n = kvp_drv_poll_agent(t->ssd, cq, 64, 0)) > 0)
 			for (k = 0; k < n; k++)
 				kvp_complete(a, &cq[k]);
 		/* tombstones the store could not take */
@@ -58,13 +62,18 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 	kvp_dram_round_agent(a);
 	if (!t)
 		return false;
-	kvp_ssd_submit_agent(t->ssd);
+	kvp_drv_submit_agent(t->ssd);
 	kvp_wake_clients(a);
-	if (!kvp_ssd_outstanding_agent(t->ssd))
+	if (!kvp_drv_outstanding_agent(t->ssd))
 		return false;
-	/* I/O in flight: wait for it, wait_ms at a time, so new requests
-	 * are not left waiting */
-	n = kvp_ssd_poll_agent(t->ssd, cq, 64, wait_ms);
+	/* I/O in flight: sleep until a completion or a request (a client
+	 * bumps h_evict_wake after posting), wait_ms at most; where that
+	 * sleep is not to be had, wait for I/O only, wait_ms at a time, so
+	 * new requests are not left waiting long */
+	if (wait_ms &&
+	    kvp_drv_wait_agent(t->ssd, &h->h_evict_wake, seq, wait_ms) == 0)
+		wait_ms = 0;
+	n = kvp_drv_poll_agent(t->ssd, cq, 64, wait_ms);
 	for (k = 0; k < n; k++)
 		kvp_complete(a, &cq[k]);
 	kvp_wake_clients(a);
@@ -81,7 +90,10 @@ kvp_tier_main_agent(void *arg)
 	while (!kvp_load_acquire(&a->stop)) { /* acquire: main's release */
 		unsigned int seq = kvp_iload_acquire(&h->h_evict_wake);
 
-		if (kvp_tier_step_agent(a, 1))
+		/* I/O in flight: the step sleeps until a completion or a
+		 * request (10 ms at most: deferred demotions, the publish) */
+		if (kvp_tier_step_agent(
+			    a, a->tier && !a->tier->ssd->wait_failed ? 10 : 1))
 			continue;
 		if (kvp_load_acquire(&a->stop)) /* acquire: main's release */
 			break;

@@ -245,6 +245,11 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 	m->ssd_used = kvp_load_relaxed(&h->h_ssd_used_bytes);
 	m->ssd_live = kvp_load_relaxed(&h->h_ssd_live_bytes);
 	m->ssd_total = kvp_load_relaxed(&h->h_ssd_total_bytes);
+	for (k = 0; k < KVP_SSD_DRIVES; k++) {
+		m->drive_state[k] = kvp_load_relaxed(&h->h_drive_state[k]);
+		m->drive_used[k] = kvp_load_relaxed(&h->h_drive_used[k]);
+		m->drive_total[k] = kvp_load_relaxed(&h->h_drive_total[k]);
+	}
 	m->staging_total = s->spans ? s->g.g_staging_slots : 0;
 	m->staging_slot_bytes = s->spans ? s->g.g_staging_slot_bytes : 0;
 	/* relaxed: exact counts kept by atomic adds; sampled now */
@@ -424,6 +429,19 @@ kvp_val1(FILE *f, const char *name, const char *label, const char *lv,
 		(unsigned long long)v);
 }
 
+static const char *const kvp_drive_state_names[] = {
+	"none", "ok", "full", "failed", "missing", "gone",
+};
+
+const char *
+kvp_drive_state_name(unsigned st)
+{
+	return st < sizeof(kvp_drive_state_names) /
+				       sizeof(kvp_drive_state_names[0]) ?
+		       kvp_drive_state_names[st] :
+		       "unknown";
+}
+
 static void
 kvp_val2(FILE *f, const char *name, const char *l1, const char *v1,
 	 const char *l2, const char *v2, uint64_t v)
@@ -438,7 +456,7 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 	const char *D = "DRAM", *S = "SSD", *H = "HBM";
 	const uint64_t *a = m->actr, *c = m->ctr;
 	char pool[4 * KVP_POOL_NAME_MAX];
-	unsigned h, b;
+	unsigned h, b, k;
 
 	kvp_fam(f, "kvpool_info", "gauge",
 		"Pool served by this agent and its segment ABI (always 1).");
@@ -486,6 +504,43 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		 0);
 	kvp_val2(f, "kvpool_medium_state", "tier", H, "state", "entries",
 		 m->entries[KVP_MTIER_HBM]);
+	kvp_fam(f, "kvpool_ssd_drive_state", "gauge",
+		"1 for each SSD drive (--ssd-dir, by drive id) in its state: ok, "
+		"full, failed (I/O errors), missing (not opened at start), gone "
+		"(its directory disappeared).");
+	for (k = 0; k < KVP_SSD_DRIVES; k++)
+		if (KVP_DRIVE_STATE(m->drive_state[k])) {
+			char id[8];
+
+			snprintf(id, sizeof(id), "%u", k);
+			kvp_val2(f, "kvpool_ssd_drive_state", "drive", id,
+				 "state",
+				 kvp_drive_state_name(
+					 KVP_DRIVE_STATE(m->drive_state[k])),
+				 1);
+		}
+	kvp_fam(f, "kvpool_ssd_drive_bytes", "gauge",
+		"SSD drive occupancy: on-disk bytes used, and its capacity.");
+	for (k = 0; k < KVP_SSD_DRIVES; k++)
+		if (KVP_DRIVE_STATE(m->drive_state[k])) {
+			char id[8];
+
+			snprintf(id, sizeof(id), "%u", k);
+			kvp_val2(f, "kvpool_ssd_drive_bytes", "drive", id,
+				 "state", "bytes_used", m->drive_used[k]);
+			kvp_val2(f, "kvpool_ssd_drive_bytes", "drive", id,
+				 "state", "bytes_total", m->drive_total[k]);
+		}
+	kvp_fam(f, "kvpool_ssd_drive_errors_total", "counter",
+		"I/O errors seen on each SSD drive.");
+	for (k = 0; k < KVP_SSD_DRIVES; k++)
+		if (KVP_DRIVE_STATE(m->drive_state[k]))
+			fprintf(f,
+				"kvpool_ssd_drive_errors_total{drive=\"%u\"} "
+				"%llu\n",
+				k,
+				(unsigned long long)KVP_DRIVE_ERRORS(
+					m->drive_state[k]));
 	kvp_fam(f, "kvpool_staging_page_bytes", "gauge",
 		"Bytes of one staging arena page (slot).");
 	kvp_val(f, "kvpool_staging_page_bytes", m->staging_slot_bytes);
@@ -735,7 +790,7 @@ void
 kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 {
 	char pool[8 * KVP_POOL_NAME_MAX];
-	unsigned k, h;
+	unsigned k, h, n;
 
 	fprintf(f, "{\"pool\":\"%s\",\"agent_alive\":%s",
 		kvp_json_str(m->pool, pool, sizeof(pool)),
@@ -767,6 +822,21 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 	kvp_j(f, "ssd_bytes_live", m->ssd_live);
 	kvp_j(f, "ssd_bytes_total", m->ssd_total);
 	kvp_j(f, "ssd_entries", m->entries[KVP_MTIER_SSD]);
+	fprintf(f, ",\"ssd_drives\":[");
+	for (k = 0, n = 0; k < KVP_SSD_DRIVES; k++)
+		if (KVP_DRIVE_STATE(m->drive_state[k]))
+			fprintf(f,
+				"%s{\"drive\":%u,\"state\":\"%s\","
+				"\"bytes_used\":%llu,\"bytes_total\":%llu,"
+				"\"io_errors\":%llu}",
+				n++ ? "," : "", k,
+				kvp_drive_state_name(
+					KVP_DRIVE_STATE(m->drive_state[k])),
+				(unsigned long long)m->drive_used[k],
+				(unsigned long long)m->drive_total[k],
+				(unsigned long long)KVP_DRIVE_ERRORS(
+					m->drive_state[k]));
+	fprintf(f, "]");
 	kvp_j(f, "staging_pages_in_use", m->staging_in_use);
 	kvp_j(f, "staging_pages_peak", m->staging_peak);
 	kvp_j(f, "staging_pages_total", m->staging_total);
@@ -867,6 +937,18 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 			kvp_human(m->ssd_live, b3, 32));
 	else
 		fprintf(f, "%-8s %12s\n", "SSD", "off");
+	for (k = 0; k < KVP_SSD_DRIVES; k++)
+		if (KVP_DRIVE_STATE(m->drive_state[k]))
+			fprintf(f,
+				"drive %-2u %12s %12s %6.1f%%   %s, %llu I/O "
+				"errors\n",
+				k, kvp_human(m->drive_used[k], b1, 32),
+				kvp_human(m->drive_total[k], b2, 32),
+				kvp_pct(m->drive_used[k], m->drive_total[k]),
+				kvp_drive_state_name(
+					KVP_DRIVE_STATE(m->drive_state[k])),
+				(unsigned long long)KVP_DRIVE_ERRORS(
+					m->drive_state[k]));
 	if (m->dram_populated < m->dram_total)
 		fprintf(f,
 			"%-8s %s of %s populated (%.1f%%): the agent is "

@@ -73,7 +73,7 @@ kvp_tomb_retry_agent(struct kvp_agent *a)
 	while (t && t->nlater) {
 		const struct kvp_tomb_later *x = &t->later[t->nlater - 1];
 
-		if (kvp_ssd_tombstone_agent(t->ssd, 0, x->ns, x->key, x->klen,
+		if (kvp_drv_tombstone_agent(t->ssd, 0, x->ns, x->key, x->klen,
 					    x->target))
 			break; /* the store is full of requests: next round */
 		t->nlater--;
@@ -125,7 +125,7 @@ kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
 	if (t->nlater)
 		kvp_tomb_retry_agent(a);
 	rc = t->nlater ? -EBUSY :
-			 kvp_ssd_tombstone_agent(t->ssd, tag, ns, key,
+			 kvp_drv_tombstone_agent(t->ssd, tag, ns, key,
 						 (uint32_t)klen, target);
 	if (rc) {
 		if (op) {
@@ -175,7 +175,7 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	vlen = kvp_load_relaxed(&e->e_len);
 	klen = kvp_entry_key(e, key);
 	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM || klen == 0 ||
-	    klen > KVP_KEY_MAX || vlen > kvp_ssd_max_value_agent(t->ssd))
+	    klen > KVP_KEY_MAX || vlen > kvp_drv_max_value_agent(t->ssd))
 		return 0;
 	op = kvp_top_get(t, TOP_DEMOTE, &tag);
 	if (!op)
@@ -197,7 +197,7 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 		return 0;
 	}
 	{
-		int rc = kvp_ssd_write_agent(t->ssd, tag,
+		int rc = kvp_drv_write_agent(t->ssd, tag,
 					     kvp_load_relaxed(&e->e_ns), key,
 					     (uint32_t)klen, op->iov, op->niov,
 					     KVP_SSD_SRC_PADDED);
@@ -256,7 +256,7 @@ void
 kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 		      uint64_t vlen)
 {
-	kvp_ssd_record_dead_agent(a->tier->ssd, ssd_loc, vlen);
+	kvp_drv_record_dead_agent(a->tier->ssd, ssd_loc, vlen);
 	kvp_crashpoint(A_TOMBSTONE);
 	/* a strict delete (or the stop flush) already wrote it */
 	if (a->tier->tombed[slot]) {
@@ -359,14 +359,14 @@ kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns)
 			written += kvp_tier_demote_agent(a, i, w);
 		}
 		/* let every write land (and the evictor relocate) */
-		while (kvp_ssd_outstanding_agent(t->ssd) &&
+		while (kvp_drv_outstanding_agent(t->ssd) &&
 		       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
 			kvp_tier_step_agent(a, 5);
 		if (!kvp_flush_left(a, &ltombs) && !ltombs)
 			break;
 	}
 out:
-	while ((kvp_ssd_outstanding_agent(t->ssd) || t->nlater) &&
+	while ((kvp_drv_outstanding_agent(t->ssd) || t->nlater) &&
 	       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
 		kvp_tier_step_agent(a, 5);
 	left = kvp_flush_left(a, &ltombs);
@@ -427,7 +427,7 @@ kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w,
 	rd.dst = op->iov;
 	kvp_read_identity(&s->entries[slot], &rd);
 	if (op->niov && kvp_top_add_waiter(op, w) == 0 &&
-	    kvp_ssd_read_agent(t->ssd, tag, &rd) == 0) {
+	    kvp_drv_read_agent(t->ssd, tag, &rd) == 0) {
 		KVP_ASSERT(t->busy[slot] < KVP_TIER_MAX_OPS, "I30");
 		t->busy[slot]++;
 		kvp_crashpoint(A_PROMOTE_SUBMITTED);
@@ -495,13 +495,17 @@ kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
 		if (op->nw)
 			kvp_tomb_queue(a, op->slot, cq->loc, op->w, op->nw);
 	} else {
-		if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
-			kvp_log(KVP_LOG_WARN, "ssd",
-				"demotion failed: %s; evicting without "
-				"demotion for 1 s",
-				strerror(-cq->status));
-		t->write_fail_until =
-			kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+		/* the drive is marked (drives.c): the other drives take the
+		 * next demotions; with none left, eviction drops for 1 s */
+		if (!kvp_drv_writable_agent(t->ssd)) {
+			if (kvp_now_ns(CLOCK_MONOTONIC) > t->write_fail_until)
+				kvp_log(KVP_LOG_WARN, "ssd",
+					"demotion failed: %s; evicting "
+					"without demotion for 1 s",
+					strerror(-cq->status));
+			t->write_fail_until =
+				kvp_now_ns(CLOCK_MONOTONIC) + 1000000000ull;
+		}
 		/* nothing reached the disk: a waiting delete is done */
 		for (k = 0; k < op->nw; k++)
 			kvp_answer(a, &op->w[k], 0, 0, -1);

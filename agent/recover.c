@@ -166,7 +166,7 @@ kvp_hot_cmp(const void *x, const void *y)
  * True if the store took it.
  */
 static bool
-kvp_keep_record(struct kvp_agent *a, struct kvp_ssd *ssd,
+kvp_keep_record(struct kvp_agent *a, struct kvp_drive *ssd,
 		const struct kvp_cand *c)
 {
 	struct kvp_tier *t = a->tier;
@@ -193,7 +193,7 @@ kvp_keep_record(struct kvp_agent *a, struct kvp_ssd *ssd,
 	r.vlen = kvp_load_relaxed(&e->e_len);
 	r.loc = kvp_load_relaxed(&e->e_ssd);
 	if (r.klen == 0 || r.klen > KVP_KEY_MAX ||
-	    kvp_ssd_reinsert_agent(ssd, &r, t->nkeep))
+	    kvp_drv_reinsert_agent(ssd, &r, t->nkeep))
 		return false;
 	x = &t->keep[t->nkeep++];
 	x->slot = c->slot;
@@ -214,7 +214,7 @@ kvp_keep_record(struct kvp_agent *a, struct kvp_ssd *ssd,
  * says where their record went (kvp_reinsert_cb).
  */
 int
-kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
+kvp_evict_segment_cb(void *arg, struct kvp_drive *ssd, uint32_t seg)
 {
 	struct kvp_agent *a = arg;
 	struct kvp_seg *s = &a->seg;
@@ -225,7 +225,7 @@ kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 	unsigned k, n = 0, nhot = 0, removed = 0;
 	uint64_t now = kvp_tick_now();
 
-	if (kvp_ssd_segment_foreach_agent(ssd, seg, kvp_drop_collect, &d) < 0 ||
+	if (kvp_drv_segment_foreach_agent(ssd, seg, kvp_drop_collect, &d) < 0 ||
 	    d.veto) {
 		free(d.slots);
 		return 1;
@@ -352,7 +352,6 @@ void
 kvp_recover_lost_agent(struct kvp_agent *a)
 {
 	struct kvp_seg *s = &a->seg;
-	struct kvp_ssd_seg_info si;
 	uint64_t i, lost = 0;
 
 	for (i = 0; i < s->g.g_index_slots; i++) {
@@ -363,9 +362,7 @@ kvp_recover_lost_agent(struct kvp_agent *a)
 
 		if ((KVP_IX_STATE(w) != KVP_IX_READY &&
 		     KVP_IX_STATE(w) != KVP_IX_DELETED) ||
-		    !ssd ||
-		    kvp_ssd_segment_info_agent(a->tier->ssd,
-					       KVP_SSD_LOC_SEG(ssd), &si) == 0)
+		    !ssd || kvp_drv_has_segment_agent(a->tier->ssd, ssd))
 			continue;
 		if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) ==
 		    KVP_TIER_DRAM) {

@@ -242,7 +242,7 @@ kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w,
 	cs->used += need;
 	rc = kvp_top_add_waiter(op, w);
 	if (rc == 0)
-		rc = kvp_ssd_read_agent(t->ssd, tag, &rd);
+		rc = kvp_drv_read_agent(t->ssd, tag, &rd);
 	if (rc) {
 		kvp_staging_abort_agent(s, (uint32_t)head, need, w->client);
 		kvp_top_put(t, op);

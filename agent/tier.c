@@ -12,8 +12,6 @@
  * evictor leaves it alone.  Location changes keep the generation (holds
  * fence the slot).
  */
-#include <sys/statvfs.h>
-
 #include "agent/tier_int.h"
 
 bool
@@ -164,7 +162,6 @@ int
 kvp_tier_open_agent(struct kvp_agent *a)
 {
 	struct kvp_seg *s = &a->seg;
-	struct kvp_ssd_cfg cfg;
 	struct kvp_tier *t;
 	struct iovec reg[2];
 	int64_t n;
@@ -197,58 +194,36 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	for (k = 0; k < KVP_TIER_MAX_OPS; k++)
 		t->freeops[k] = KVP_TIER_MAX_OPS - 1 - k;
 	t->nfree = KVP_TIER_MAX_OPS;
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.dir = a->cfg.ssd_dir;
-	cfg.segment_bytes = a->cfg.ssd_segment;
-	cfg.capacity_bytes = a->cfg.ssd_size;
-	cfg.durability = a->cfg.durability_strict ? KVP_SSD_STRICT :
-						    KVP_SSD_RELAXED;
-	cfg.evict_cb = kvp_evict_segment_cb;
-	cfg.evict_arg = a;
-	cfg.reinsert_pct = a->cfg.ssd_reinsert_pct;
-	cfg.reinsert_cb = kvp_reinsert_cb;
-	rc = kvp_ssd_open_agent(&cfg, &t->ssd);
+	/* every drive opened and recovered (its records into the index:
+	 * the callbacks need a->tier) */
+	a->tier = t;
+	rc = kvp_drv_open_agent(a, &t->ssd);
 	if (rc) {
+		a->tier = NULL;
 		kvp_log(KVP_LOG_ERROR, "ssd",
-			"cannot open the SSD store in %s: %s", a->cfg.ssd_dir,
+			"cannot open the SSD store in %s%s: %s", a->cfg.ssd_dir,
+			a->cfg.nssd_dirs > 1 ? " nor any other --ssd-dir" : "",
 			strerror(-rc));
 		goto err_free;
 	}
-	a->tier = t;
-	t->total_bytes = a->cfg.ssd_size;
-	if (!t->total_bytes) {
-		struct statvfs sv;
-
-		if (statvfs(a->cfg.ssd_dir, &sv) == 0)
-			t->total_bytes = (uint64_t)sv.f_blocks * sv.f_frsize;
-	}
-	n = kvp_ssd_recover_agent(t->ssd, kvp_recover_cb, a);
-	if (n < 0) {
-		rc = (int)n;
-		kvp_log(KVP_LOG_ERROR, "ssd", "recovery failed: %s",
-			strerror(-rc));
-		goto err_close;
-	}
+	n = kvp_drv_recovered_agent(t->ssd);
 	kvp_recover_lost_agent(a);
 	kvp_recover_in_flight_agent(a);
 	reg[0].iov_base = s->arena;
 	reg[0].iov_len = s->g.g_dram_pages * s->g.g_dram_unit;
 	reg[1].iov_base = s->staging;
 	reg[1].iov_len = s->g.g_staging_slots * s->g.g_staging_slot_bytes;
-	kvp_ssd_register_buffers_agent(t->ssd, reg, 2);
+	kvp_drv_register_buffers_agent(t->ssd, reg, 2);
 	s->hdr->h_ssd_enabled = 1;
 	kvp_tier_publish(a);
 	kvp_log(KVP_LOG_INFO, "ssd",
-		"SSD tier in %s: %lld records recovered; staging %llu "
+		"SSD tier in %s%s: %lld records recovered; staging %llu "
 		"x %llu KiB",
-		a->cfg.ssd_dir, (long long)n,
-		(unsigned long long)s->g.g_staging_slots,
+		a->cfg.ssd_dir, a->cfg.nssd_dirs > 1 ? " and more" : "",
+		(long long)n, (unsigned long long)s->g.g_staging_slots,
 		(unsigned long long)(s->g.g_staging_slot_bytes >> 10));
 	return 0;
 
-err_close:
-	kvp_ssd_close_agent(t->ssd);
-	a->tier = NULL;
 err_free:
 	free(t->busy);
 	free(t->tombed);
@@ -268,7 +243,7 @@ kvp_tier_close_agent(struct kvp_agent *a)
 	if (!t)
 		return;
 	a->seg.hdr->h_ssd_enabled = 0;
-	kvp_ssd_close_agent(t->ssd);
+	kvp_drv_close_agent(t->ssd);
 	a->tier = NULL;
 	free(t->busy);
 	free(t->tombed);
@@ -292,7 +267,7 @@ kvp_tier_publish(struct kvp_agent *a)
 	if (now - t->published_ns < 50ull * 1000 * 1000)
 		return;
 	t->published_ns = now;
-	kvp_ssd_usage_agent(t->ssd, &u);
+	kvp_drv_usage_agent(t->ssd, &u, &t->total_bytes);
 	/* relaxed: statistics for readers of the header */
 	kvp_store_relaxed(&h->h_ssd_used_bytes, u.used_bytes);
 	kvp_store_relaxed(&h->h_ssd_live_bytes, u.live_bytes);

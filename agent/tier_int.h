@@ -13,6 +13,8 @@
 #ifndef KVP_TIER_INT_H
 #define KVP_TIER_INT_H
 
+#include <pthread.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 
 #include "agent/agent_int.h"
@@ -62,8 +64,51 @@ struct kvp_top {
  * promotion is still reading into). */
 _Static_assert(KVP_TIER_MAX_OPS <= UINT16_MAX, "per-slot op count width");
 
+/*
+ * The drives (drives.c): one SSD store per --ssd-dir.  A location names its
+ * drive in its top 4 bits (the drive's id, stable across restarts), the
+ * store's location in the rest.
+ */
+#define KVP_DRV_SHIFT 60
+#define KVP_DRV_OF(loc) ((unsigned)((loc) >> KVP_DRV_SHIFT))
+#define KVP_DRV_RAW(loc) ((loc) & ((1ull << KVP_DRV_SHIFT) - 1))
+#define KVP_DRV_LOC(id, raw) (((uint64_t)(id) << KVP_DRV_SHIFT) | (raw))
+
+struct kvp_drives;
+struct kvp_wait;
+
+struct kvp_drive {
+	struct kvp_drives *all;
+	struct kvp_ssd *ssd; /* NULL: not serving (MISSING) */
+	char dir[1024];
+	unsigned id;     /* its "drive-id" file: its locations' top bits */
+	unsigned state;  /* enum kvp_drive_state */
+	uint64_t errors; /* I/O errors seen */
+	uint64_t until;  /* FAILED, FULL: writes are tried again then */
+	dev_t dev;       /* the directory it opened, to notice it gone */
+	ino_t ino;
+	uint64_t total;         /* --ssd-size, or its file system's size */
+	struct kvp_ssd_usage u; /* as last published */
+	int64_t recovered;      /* records recovered, or -errno */
+	uint64_t recover_ns;
+};
+
+struct kvp_drives {
+	struct kvp_drive d[KVP_SSD_DRIVES]; /* in --ssd-dir order */
+	struct kvp_drive *by_id[KVP_SSD_DRIVES];
+	unsigned n;    /* drives configured */
+	unsigned next; /* the drive the next poll starts with */
+	int efd;       /* every store signals it on a completion; -1: none */
+	struct kvp_wait *w; /* the tier thread's sleep (tiers/kvp_wait.h) */
+	bool wait_failed;   /* none: the sleep is in slices */
+	uint64_t checked_ns;
+	struct kvp_agent *a;
+	pthread_mutex_t mu; /* recovery callbacks (drives recover in parallel) */
+};
+
 struct kvp_tier {
-	struct kvp_ssd *ssd;
+	/* the SSD drives (drives.c; kvp_drv_* calls mirror kvp_ssd_*) */
+	struct kvp_drives *ssd;
 	struct kvp_top ops[KVP_TIER_MAX_OPS];
 	uint32_t freeops[KVP_TIER_MAX_OPS];
 	uint32_t nfree;
@@ -97,6 +142,38 @@ struct kvp_tier {
 struct kvp_keep {
 	uint64_t slot, word, vlen;
 };
+
+/* drives.c */
+int kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out);
+void kvp_drv_close_agent(struct kvp_drives *dv);
+int64_t kvp_drv_recovered_agent(const struct kvp_drives *dv);
+bool kvp_drv_writable_agent(const struct kvp_drives *dv);
+int kvp_drv_write_agent(struct kvp_drives *dv, uint64_t tag, uint64_t ns,
+			const void *key, uint32_t klen, const struct iovec *src,
+			unsigned nsrc, unsigned flags);
+int kvp_drv_tombstone_agent(struct kvp_drives *dv, uint64_t tag, uint64_t ns,
+			    const void *key, uint32_t klen, uint64_t target);
+int kvp_drv_read_agent(struct kvp_drives *dv, uint64_t tag,
+		       const struct kvp_ssd_read *rd);
+void kvp_drv_submit_agent(struct kvp_drives *dv);
+unsigned kvp_drv_outstanding_agent(const struct kvp_drives *dv);
+int kvp_drv_poll_agent(struct kvp_drives *dv, struct kvp_ssd_cqe *cq,
+		       unsigned max, int timeout_ms);
+int kvp_drv_wait_agent(struct kvp_drives *dv, const kvp_aint_t *word,
+		       unsigned val, int timeout_ms);
+int kvp_drv_eventfd_agent(struct kvp_drives *dv);
+int kvp_drv_record_dead_agent(struct kvp_drives *dv, uint64_t loc,
+			      uint64_t vlen);
+uint64_t kvp_drv_max_value_agent(const struct kvp_drives *dv);
+bool kvp_drv_has_segment_agent(const struct kvp_drives *dv, uint64_t loc);
+void kvp_drv_register_buffers_agent(struct kvp_drives *dv,
+				    const struct iovec *reg, unsigned n);
+void kvp_drv_usage_agent(struct kvp_drives *dv, struct kvp_ssd_usage *u,
+			 uint64_t *total);
+int kvp_drv_segment_foreach_agent(struct kvp_drive *d, uint32_t seg,
+				  kvp_ssd_rec_fn cb, void *arg);
+int kvp_drv_reinsert_agent(struct kvp_drive *d, const struct kvp_ssd_rec *r,
+			   uint64_t tag);
 
 /* A request being answered, and the call it belongs to (rings.c). */
 struct kvp_callstate;
@@ -153,7 +230,7 @@ void kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op, int status);
 
 /* recover.c */
 int kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r);
-int kvp_evict_segment_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg);
+int kvp_evict_segment_cb(void *arg, struct kvp_drive *d, uint32_t seg);
 void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
 		     uint64_t new_loc);
 void kvp_recover_lost_agent(struct kvp_agent *a);

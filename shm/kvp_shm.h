@@ -59,7 +59,8 @@
 typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
-/* 5.0: the layout signature covers every field's offset */
+/* 5.0: the layout signature covers every field's offset; 7.0: SSD drives,
+ * the arena populated behind the ready agent */
 #define KVP_ABI_MAJOR 7
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
@@ -68,6 +69,21 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 #define KVP_CACHELINE 64u
 #define KVP_KEY_MAX 255u
 #define KVP_POOL_NAME_MAX 64u
+
+/* SSD drives: one SSD store per --ssd-dir, at most 16 (a location's top 4
+ * bits name the drive) */
+#define KVP_SSD_DRIVES 16u
+enum kvp_drive_state {
+	KVP_DRIVE_NONE = 0,    /* no such drive */
+	KVP_DRIVE_OK = 1,      /* serving reads and writes */
+	KVP_DRIVE_FULL = 2,    /* writes refused for lack of room */
+	KVP_DRIVE_FAILED = 3,  /* I/O errors: no writes for a while */
+	KVP_DRIVE_MISSING = 4, /* could not be opened at start */
+	KVP_DRIVE_GONE = 5,    /* its directory disappeared while running */
+};
+#define KVP_DRIVE_WORD(st, err) (((uint64_t)(err) << 8) | (uint64_t)(st))
+#define KVP_DRIVE_STATE(w) ((unsigned)((w)&0xff))
+#define KVP_DRIVE_ERRORS(w) ((w) >> 8)
 #define KVP_NS_NAME_MAX 255u
 #define KVP_LOCK_AGENT 0
 #define KVP_LOCK_CLIENT0 1
@@ -340,6 +356,12 @@ struct kvp_shm_header {
 	/* --ssd-size, or the file system's size */
 	kvp_aword_t h_ssd_total_bytes;
 	kvp_aword_t h_metrics_port; /* the agent's /metrics TCP port; 0 = off */
+	/* SSD drives (one per --ssd-dir), by drive id (the top 4 bits of an
+	 * SSD location): written by the agent, read by tools.  State word:
+	 * [I/O errors:56][enum kvp_drive_state:8]; 0 = no such drive */
+	kvp_aword_t h_drive_state[KVP_SSD_DRIVES];
+	kvp_aword_t h_drive_used[KVP_SSD_DRIVES];  /* on-disk bytes */
+	kvp_aword_t h_drive_total[KVP_SSD_DRIVES]; /* its capacity */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_shm_header) <= KVP_PAGE,
 		  "header is one page");
@@ -638,7 +660,9 @@ struct kvp_dram_hdr {
 	X(kvp_shm_header, h_staging_used) X(kvp_shm_header, h_staging_peak)  \
 	X(kvp_shm_header, h_actr) X(kvp_shm_header, h_hist_retired)          \
 	X(kvp_shm_header, h_ssd_used_bytes) X(kvp_shm_header, h_ssd_live_bytes) \
-	X(kvp_shm_header, h_ssd_total_bytes) X(kvp_shm_header, h_metrics_port)
+	X(kvp_shm_header, h_ssd_total_bytes) X(kvp_shm_header, h_metrics_port) \
+	X(kvp_shm_header, h_drive_state) X(kvp_shm_header, h_drive_used)     \
+	X(kvp_shm_header, h_drive_total)
 #define KVP_FIELDS_CLIENT_SLOT(X)                                            \
 	X(kvp_client_slot, cs_state) X(kvp_client_slot, cs_pid)              \
 	X(kvp_client_slot, cs_start_time) X(kvp_client_slot, cs_open_ns)     \

@@ -8,13 +8,23 @@
  *      read, through staging and through promotion;
  *   4. a 2,000-key batch of 64 KiB SSD values through an 8-slot arena vs
  *      the bandwidth bound (bytes / fio 64 KiB read bandwidth);
- *   5. index rebuild at agent start: entries per second.
+ *   5. index rebuild at agent start: entries per second;
+ *   6. a single cold SSD kvp_get of 64 KiB (p50, p99) vs fio's random
+ *      64 KiB read at queue depth 1 (p50 completion latency);
+ *   7. with --drives DIR1,DIR2[,...]: demotion and cold batch_get of
+ *      1 MiB values with the first directory alone, then with all of them
+ *      (stress/bench_drives.sh makes two devices and runs this).
  * Not a test: nothing is asserted.  --quick for CI (< 1 min).
  *
- *   bench_ssd [--dir DIR] [--quick] [--json FILE]
+ *   bench_ssd [--dir DIR] [--quick] [--json FILE] [--only ROWS]
+ *             [--drives DIR1,DIR2,...]
+ * ROWS: a comma list of pin, seq, small, batch, rebuild, latency, drives
+ * (default: all but drives, which needs --drives).
  */
 #include <getopt.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "stress/bench_util.h"
 
@@ -22,6 +32,8 @@ static char dir[512] = "/var/tmp";
 static char sdir[600];
 static bool quick;
 static FILE *json;
+static char only[256];
+static char drives[2048];
 
 static double
 now_s(void)
@@ -52,6 +64,236 @@ report(const char *name, double v, const char *unit, double ref,
 			ref > 0 ? v / ref : 0);
 }
 
+/* Is row name to be run (--only)? */
+static bool
+want(const char *name)
+{
+	char list[260];
+	size_t n = strlen(name);
+	const char *p;
+
+	if (!only[0])
+		return strcmp(name, "drives") != 0 || drives[0];
+	snprintf(list, sizeof(list), ",%s,", only);
+	for (p = list; (p = strstr(p, name)); p++)
+		if (p[-1] == ',' && p[n] == ',')
+			return true;
+	return false;
+}
+
+static int
+cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+/* fio's random read at queue depth 1: p50 completion latency in us (0
+ * without fio). */
+static double
+fio_qd1_p50_us(const char *bs, unsigned mib)
+{
+	char cmd[1024], buf[1 << 16];
+	const char *p;
+	size_t n;
+	FILE *f;
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"fio --name=kvpb --directory=%s --direct=1 --ioengine=io_uring "
+		"--rw=randread --bs=%s --size=%uM --iodepth=1 --runtime=5 "
+		"--time_based --output-format=json 2>/dev/null",
+		sdir, bs, mib);
+	f = popen(cmd, "r");
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	pclose(f);
+	p = strstr(buf, "\"read\" : {");
+	p = p ? strstr(p, "\"clat_ns\"") : NULL;
+	p = p ? strstr(p, "\"50.000000\"") : NULL;
+	return p ? strtod(strchr(p, ':') + 1, NULL) / 1e3 : 0;
+}
+
+/* Cold single gets of 64 KiB values, one key per call, from SSD (no
+ * promotion): p50 and p99 in us. */
+static void
+cold_get_latency(void)
+{
+	enum {
+		N = 2000,
+		SZ = 64 << 10
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *out = malloc(SZ);
+	uint64_t lat[N], lbusy[N];
+	double fio50;
+	char ssd[700];
+	int i, n = quick ? 500 : N;
+
+	snprintf(ssd, sizeof(ssd), "%s/lat", sdir);
+	if (!out ||
+	    kvpt_pool_up(&a, &s, &c, "--dram", "1G", "--dram-unit", "4K",
+			 "--dram-high", "0", "--dram-low", "0", "--ssd-dir",
+			 ssd, "--staging", "64M", "--staging-slot", "1M",
+			 "--no-promote", NULL)) {
+		printf("cannot start the agent\n");
+		free(out);
+		return;
+	}
+	kvpb_ssd_fill_and_demote(c, &s, n, SZ);
+	for (i = 0; i < n; i++) {
+		/* a stride through the keys: no two neighbours in a row */
+		int k = (int)(((unsigned)i * 7919u) % (unsigned)n);
+		char key[100];
+		uint32_t kl = kvpb_ssd_key(key, k);
+		double t0 = now_s();
+
+		if (kvp_get(c, key, kl, out, SZ) != SZ)
+			fprintf(stderr, "bench: cold get %d failed\n", k);
+		lat[i] = (uint64_t)((now_s() - t0) * 1e9);
+	}
+	qsort(lat, (size_t)n, sizeof(lat[0]), cmp_u64);
+	{
+		/* the same gets while another process puts 256 KiB values
+		 * the agent keeps demoting: the tier thread has writes in
+		 * flight when each get arrives */
+		pid_t pid = fork();
+		int st;
+
+		if (pid == 0) {
+			struct kvp_client *w;
+			unsigned char *v = calloc(1, 256 << 10);
+			int j;
+
+			if (!v || kvp_open(a.pool, "bench", &w))
+				_exit(1);
+			for (j = 0; j < 100000; j++) {
+				char key[100];
+				uint32_t kl = (uint32_t)snprintf(
+					key, sizeof(key), "busy-%d", j % 4000);
+
+				kvp_put(w, key, kl, v, 256 << 10);
+				kvp_delete(w, key, kl);
+				kvp_put(w, key, kl, v, 256 << 10);
+			}
+			_exit(0);
+		}
+		for (i = 0; i < n; i++) {
+			int k = (int)(((unsigned)i * 7919u) % (unsigned)n);
+			char key[100];
+			uint32_t kl = kvpb_ssd_key(key, k);
+			double t0 = now_s();
+
+			if (kvp_get(c, key, kl, out, SZ) != SZ)
+				fprintf(stderr, "bench: cold get %d failed\n",
+					k);
+			lbusy[i] = (uint64_t)((now_s() - t0) * 1e9);
+		}
+		if (pid > 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+		}
+		qsort(lbusy, (size_t)n, sizeof(lbusy[0]), cmp_u64);
+	}
+	kvpt_pool_down(&a, &s, c);
+	kvpb_rm_rf(ssd);
+	mkdir(sdir, 0700);
+	fio50 = fio_qd1_p50_us("64k", 256);
+	kvpb_rm_rf(sdir);
+	mkdir(sdir, 0700);
+	report("fio randread 64KiB QD1 p50", fio50, "us", 0, "");
+	report("cold SSD kvp_get 64KiB p50", (double)lat[n / 2] / 1e3, "us",
+	       fio50, "fio QD1 p50");
+	report("cold SSD kvp_get 64KiB p99", (double)lat[n * 99 / 100] / 1e3,
+	       "us", 0, "");
+	report("  same, demotion running: p50", (double)lbusy[n / 2] / 1e3,
+	       "us", 0, "");
+	report("  same, demotion running: p99",
+	       (double)lbusy[n * 99 / 100] / 1e3, "us", 0, "");
+	free(out);
+}
+
+/* Demotion and cold batch_get of 1 MiB values with the first of the
+ * --drives directories alone, then with all of them. */
+static void
+drives_scaling(void)
+{
+	char list[2048], *dirs[12], *save = NULL, *p, name[96];
+	double dem[2] = { 0, 0 }, rd[2] = { 0, 0 };
+	int nd = 0, round, n = quick ? 512 : 2048;
+
+	snprintf(list, sizeof(list), "%s", drives);
+	for (p = strtok_r(list, ",", &save); p && nd < 12;
+	     p = strtok_r(NULL, ",", &save))
+		dirs[nd++] = p;
+	if (nd < 2) {
+		printf("  --drives needs two directories or more\n");
+		return;
+	}
+	for (round = 0; round < 2; round++) {
+		const char *args[64] = { NULL };
+		struct kvpt_agent a;
+		struct kvp_client *c;
+		struct kvp_seg s;
+		int k, m = 0, use = round ? nd : 1;
+
+		for (k = 0; k < nd; k++) {
+			char cmd[600];
+
+			snprintf(cmd, sizeof(cmd),
+				 "rm -rf '%s'/* '%s'/.??* 2>/dev/null", dirs[k],
+				 dirs[k]);
+			if (system(cmd) < 0)
+				return;
+		}
+		args[m++] = "--dram";
+		args[m++] = quick ? "768M" : "3G";
+		args[m++] = "--dram-high";
+		args[m++] = "0";
+		args[m++] = "--dram-low";
+		args[m++] = "0";
+		args[m++] = "--staging";
+		args[m++] = "64M";
+		args[m++] = "--staging-slot";
+		args[m++] = "1M";
+		args[m++] = "--no-promote";
+		for (k = 0; k < use; k++) {
+			args[m++] = "--ssd-dir";
+			args[m++] = dirs[k];
+		}
+		args[m] = NULL;
+		/* kvpt_pool_up takes a NULL-terminated list: pass 30 slots */
+		if (kvpt_pool_up(
+			    &a, &s, &c, args[0], args[1], args[2], args[3],
+			    args[4], args[5], args[6], args[7], args[8],
+			    args[9], args[10], args[11], args[12], args[13],
+			    args[14], args[15], args[16], args[17], args[18],
+			    args[19], args[20], args[21], args[22], args[23],
+			    args[24], args[25], args[26], args[27], args[28],
+			    args[29], args[30], args[31], args[32], args[33],
+			    args[34], args[35], args[36], NULL)) {
+			printf("cannot start the agent\n");
+			return;
+		}
+		dem[round] = kvpb_ssd_fill_and_demote(c, &s, n, 1 << 20);
+		rd[round] = kvpb_ssd_cold_gets(c, n, 1 << 20, 16, NULL);
+		kvpt_pool_down(&a, &s, c);
+		snprintf(name, sizeof(name), "demotion 1MiB, %d drive%s", use,
+			 use > 1 ? "s" : "");
+		report(name, dem[round] / 1e9, "GB/s", round ? dem[0] / 1e9 : 0,
+		       "one drive");
+		snprintf(name, sizeof(name), "cold batch_get 1MiB, %d drive%s",
+			 use, use > 1 ? "s" : "");
+		report(name, rd[round] / 1e9, "GB/s", round ? rd[0] / 1e9 : 0,
+		       "one drive");
+	}
+}
+
 int
 main(int argc, char **argv)
 {
@@ -59,9 +301,11 @@ main(int argc, char **argv)
 		{ "dir", required_argument, NULL, 'd' },
 		{ "quick", no_argument, NULL, 'q' },
 		{ "json", required_argument, NULL, 'j' },
+		{ "only", required_argument, NULL, 'o' },
+		{ "drives", required_argument, NULL, 'D' },
 		{ NULL, 0, NULL, 0 },
 	};
-	double fio_w, fio_r, fio_r64, bw;
+	double fio_w = 0, fio_r = 0, fio_r64 = 0, bw;
 	int opt, n1m, n4k, nrec;
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -74,6 +318,12 @@ main(int argc, char **argv)
 			break;
 		case 'j':
 			json = fopen(optarg, "w");
+			break;
+		case 'o':
+			snprintf(only, sizeof(only), "%s", optarg);
+			break;
+		case 'D':
+			snprintf(drives, sizeof(drives), "%s", optarg);
 			break;
 		default:
 			return 2;
@@ -91,7 +341,7 @@ main(int argc, char **argv)
 	printf("bench_ssd: %s in %s (%s)\n", quick ? "quick" : "full", sdir,
 	       "2 vCPU; same file system for fio and kvpool");
 
-	{
+	if (want("pin")) {
 		/* the cost of the promise: lookup_pin vs the plain probe */
 		enum {
 			N = 2000
@@ -134,17 +384,18 @@ main(int argc, char **argv)
 		free(ops);
 		free(keys);
 	}
-	fio_w = fio_bw("write", "1M", (unsigned)n1m);
-	fio_r = fio_bw("read", "1M", (unsigned)n1m);
-	fio_r64 = fio_bw("read", "64k", quick ? 128 : 512);
-	kvpb_rm_rf(sdir);
-	mkdir(sdir, 0700);
-	report("fio seq write 1MiB (O_DIRECT, io_uring)", fio_w / 1e9, "GB/s",
-	       0, "");
-	report("fio seq read 1MiB", fio_r / 1e9, "GB/s", 0, "");
-	report("fio seq read 64KiB", fio_r64 / 1e9, "GB/s", 0, "");
-
-	{
+	if (want("seq") || want("batch")) {
+		fio_w = fio_bw("write", "1M", (unsigned)n1m);
+		fio_r = fio_bw("read", "1M", (unsigned)n1m);
+		fio_r64 = fio_bw("read", "64k", quick ? 128 : 512);
+		kvpb_rm_rf(sdir);
+		mkdir(sdir, 0700);
+		report("fio seq write 1MiB (O_DIRECT, io_uring)", fio_w / 1e9,
+		       "GB/s", 0, "");
+		report("fio seq read 1MiB", fio_r / 1e9, "GB/s", 0, "");
+		report("fio seq read 64KiB", fio_r64 / 1e9, "GB/s", 0, "");
+	}
+	if (want("seq")) {
 		struct kvpt_agent a;
 		struct kvp_client *c;
 		struct kvp_seg s;
@@ -167,7 +418,7 @@ main(int argc, char **argv)
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
-	{
+	if (want("small")) {
 		/* small values: what a demotion costs per value (finding it
 		 * included), 4 KiB units */
 		struct kvpt_agent a;
@@ -192,7 +443,7 @@ main(int argc, char **argv)
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
-	{
+	if (want("batch")) {
 		struct kvpt_agent a;
 		struct kvp_client *c;
 		struct kvp_seg s;
@@ -220,7 +471,11 @@ main(int argc, char **argv)
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
-	{
+	if (want("latency"))
+		cold_get_latency();
+	if (want("drives"))
+		drives_scaling();
+	if (want("rebuild")) {
 		struct kvpt_agent a;
 		struct kvp_client *c;
 		struct kvp_seg s;

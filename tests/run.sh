@@ -136,7 +136,7 @@ skip() { # name, why: a run that cannot happen here
 	printf '%-4s %-44s\n     | %s\n' SKIP "$1" "$2"
 }
 
-UNIT="test_layout test_index test_hold test_index_pool test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_pin test_crashpoints test_check"
+UNIT="test_layout test_index test_hold test_index_pool test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_drives test_pin test_crashpoints test_check"
 UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_evict test_assert test_populate"
 # stress/trace_replay's reference caches (LRU, Belady) and trace reader
 UNIT="$UNIT test_trace"

@@ -61,8 +61,9 @@
 
 /* Segment ids: 1..KVP_SSD_SEG_ID_MAX, in creation order (the file
  * seg-%08x.kvs); 0 is "no segment".  The store refuses to create a segment
- * past the highest id rather than wrap. */
-#define KVP_SSD_SEG_ID_MAX 0xfffffffeu
+ * past the highest id rather than wrap.  Below 2^28: the agent keeps a
+ * drive's id in a location's top 4 bits (agent/drives.c). */
+#define KVP_SSD_SEG_ID_MAX 0x0ffffffeu
 
 /* Location packing: segment id (1..KVP_SSD_SEG_ID_MAX) and the 4 KiB block
  * index of the record header inside the segment file. */
@@ -324,6 +325,10 @@ int kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *cqes,
 
 /* Requests not yet handed back by poll. */
 unsigned kvp_ssd_outstanding_agent(const struct kvp_ssd *s);
+
+/* Signal eventfd efd whenever a completion becomes ready (for a caller
+ * that sleeps on more than this store: agent/drives.c).  0 or -errno. */
+int kvp_ssd_set_eventfd_agent(struct kvp_ssd *s, int efd);
 
 /* The record at loc (value of vlen bytes) is superseded, deleted or
  * evicted: its bytes no longer count as live in its segment.

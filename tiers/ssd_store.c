@@ -125,6 +125,7 @@ struct kvp_ssd {
 	pthread_cond_t cv_work, cv_done;
 	struct kvp_job *jobs_head, *jobs_tail;
 	bool stopping;
+	int efd1; /* kvp_ssd_set_eventfd_agent's fd + 1; 0: none */
 };
 
 /* A record a reclaim keeps (kvp_ssd_reinsert_agent): its header block and
@@ -661,6 +662,17 @@ kvp_req_done(struct kvp_ssd *s, struct kvp_sreq *r)
 	s->done_tail = r;
 }
 
+/* A completion is ready without the ring's own signal (the pread path,
+ * an error before any I/O): tell kvp_ssd_set_eventfd_agent's eventfd. */
+static void
+kvp_efd_signal(struct kvp_ssd *s)
+{
+	uint64_t one = 1;
+
+	if (s->efd1 && write(s->efd1 - 1, &one, sizeof(one)) < 0)
+		(void)0; /* a full counter is signalled anyway */
+}
+
 /* Run one transfer now (the pread/pwrite path). */
 static ssize_t
 kvp_sync_rw(int fd, bool wr, const struct iovec *iov, unsigned n, uint64_t off)
@@ -683,6 +695,7 @@ kvp_sub_done_locked(struct kvp_ssd *s, struct kvp_sreq *r)
 		r->status = kvp_finish_read(s, r);
 	kvp_req_done(s, r);
 	pthread_cond_broadcast(&s->cv_done);
+	kvp_efd_signal(s);
 }
 
 static void *
@@ -1109,8 +1122,10 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
 	if (rc) {
 		/* what was queued completes and reports the error */
 		r->status = -EIO;
-		if (s->uring && r->nsub == 0)
+		if (s->uring && r->nsub == 0) {
 			kvp_req_done(s, r); /* nothing was queued */
+			kvp_efd_signal(s);
+		}
 	}
 	s->st.dev_read_bytes += B + extent;
 	kvp_guard(s, r, false);
@@ -1322,6 +1337,21 @@ unsigned
 kvp_ssd_outstanding_agent(const struct kvp_ssd *s)
 {
 	return s->outstanding;
+}
+
+int
+kvp_ssd_set_eventfd_agent(struct kvp_ssd *s, int efd)
+{
+	int rc = 0;
+
+	if (s->uring)
+		rc = io_uring_register_eventfd(&s->ring, efd);
+	if (!rc) {
+		pthread_mutex_lock(&s->mu);
+		s->efd1 = efd + 1;
+		pthread_mutex_unlock(&s->mu);
+	}
+	return rc;
 }
 
 /* ---- recovery ---- */
@@ -1886,7 +1916,8 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		if (!id) {
 			if (strcmp(de->d_name, ".") &&
 			    strcmp(de->d_name, "..") &&
-			    strcmp(de->d_name, "LOCK"))
+			    strcmp(de->d_name, "LOCK") &&
+			    strcmp(de->d_name, "DRIVE")) /* agent/drives.c */
 				kvp_log(KVP_LOG_WARN, "ssd",
 					"%s/%s: not a segment file name "
 					"(seg-XXXXXXXX.kvs, ids 00000001..%08x): ignored",

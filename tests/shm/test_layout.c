@@ -176,12 +176,13 @@ test_docs_table(void **state)
  * KVP_ABI_MAJOR in shm/kvp_shm.h and record the new value here, with the
  * ABI it belongs to.  A field whose meaning changes bumps the ABI without
  * changing the signature (ABI 6 made the entry's CLOCK bit, e_ref, the
- * use word, e_use).  ABI 7: the allocator header counts the arena's
- * unpopulated tail (dh_unpop_pages) and says the backing's page size
- * (dh_page_bytes), and the page map's owner tag KVP_DRAM_OWNER_UNPOP
- * marks that tail (agent/populate.c).
+ * use word, e_use).  ABI 7: the SSD drives' state and usage at the
+ * header's end (h_drive_state, h_drive_used, h_drive_total); the
+ * allocator header counts the arena's unpopulated tail (dh_unpop_pages)
+ * and says the backing's page size (dh_page_bytes), and the page map's
+ * owner tag KVP_DRAM_OWNER_UNPOP marks that tail (agent/populate.c).
  */
-#define KVPT_LAYOUT_SIG_ABI7 0x8ad721805b57fa3aull
+#define KVPT_LAYOUT_SIG_ABI7 0xfb741d3998ccb206ull
 
 static void
 test_signature_recorded(void **state)

@@ -808,7 +808,7 @@ present(const char *d, const char *name)
 
 /*
  * Segment file names are parsed strictly (seg- 8 lowercase hex digits
- * .kvs, ids 1..fffffffe): garbage and extreme names are ignored, left in
+ * .kvs, ids 1..0ffffffe): garbage and extreme names are ignored, left in
  * place, and never move the next id (a seg-ffffffff.kvs made it wrap to
  * 0: what was written next was lost at the next open, and with a
  * seg-00000000.kvs there every write failed with "File exists").  A
@@ -870,9 +870,9 @@ test_segment_names(void **state)
 }
 
 /*
- * The highest id is taken (a seg-fffffffe.kvs, here garbage): the store
+ * The highest id is taken (a seg-0ffffffe.kvs, here garbage): the store
  * refuses to create past it (-ENOSPC, an ERROR line that says what to do)
- * and never wraps to seg-ffffffff.kvs or seg-00000000.kvs.
+ * and never wraps to seg-0fffffff.kvs or seg-00000000.kvs.
  */
 static void
 test_segment_id_max(void **state)
@@ -884,7 +884,7 @@ test_segment_id_max(void **state)
 
 	(void)state;
 	subdir(d, sizeof(d), "idmax");
-	plant(d, "seg-fffffffe.kvs", 4096);
+	plant(d, "seg-0ffffffe.kvs", 4096); /* KVP_SSD_SEG_ID_MAX */
 	assert_int_equal(reopen_count(d, &s), 0);
 	fill(v, sizeof(v), 3);
 	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0),
@@ -892,7 +892,7 @@ test_segment_id_max(void **state)
 	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0),
 			 -ENOSPC);
 	kvp_ssd_close_agent(s);
-	assert_false(present(d, "seg-ffffffff.kvs"));
+	assert_false(present(d, "seg-0fffffff.kvs"));
 	assert_false(present(d, "seg-00000000.kvs"));
 }
 
