@@ -1304,6 +1304,12 @@ kvp__shm_try(const char *dir, void *arg)
 		f->fd = fd;
 		return 1;
 	}
+	/* a hugetlbfs mount this process cannot search (another user's
+	 * pool, mode 0700) does not hold our segment as far as we can
+	 * know: look on; in /dev/shm (sticky, searchable by all) a refusal
+	 * means the file is there and not ours */
+	if (errno == EACCES && strcmp(dir, "/dev/shm") && access(dir, X_OK))
+		return 0;
 	if (errno != ENOENT) {
 		f->err = errno;
 		return 1;

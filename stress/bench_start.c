@@ -228,7 +228,11 @@ huge_cleanup(void)
 
 	if (!huge_ours)
 		return;
-	umount2(huge_dir, 0);
+	/* lazily: the mount leaves the namespace now even if a process
+	 * that is still exiting maps a file of it */
+	if (umount2(huge_dir, MNT_DETACH))
+		fprintf(stderr, "bench_start: umount %s: %s\n", huge_dir,
+			strerror(errno));
 	rmdir(huge_dir);
 	f = fopen("/proc/sys/vm/nr_hugepages", "we");
 	if (f) {
