@@ -44,7 +44,8 @@ kvp_tier_write_deferred_agent(struct kvp_agent *a)
 bool
 kvp_tier_demote_full_agent(struct kvp_agent *a)
 {
-	return a->tier && a->tier->demoting >= KVP_TIER_MAX_DEMOTING;
+	return a->tier && (a->tier->demoting >= KVP_TIER_MAX_DEMOTING ||
+			   a->tier->demoting_bytes >= KVP_TIER_DEMOTE_BYTES);
 }
 
 bool
@@ -207,6 +208,7 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	cfg.evict_arg = a;
 	cfg.reinsert_pct = a->cfg.ssd_reinsert_pct;
 	cfg.reinsert_cb = kvp_reinsert_cb;
+	cfg.recover_prefetch = kvp_recover_prefetch;
 	rc = kvp_ssd_open_agent(&cfg, &t->ssd);
 	if (rc) {
 		kvp_log(KVP_LOG_ERROR, "ssd",

@@ -265,7 +265,7 @@ corrupt_value_byte(struct kvp_seg *s, struct kvp_client *c, int i)
 		 KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
-	at = (off_t)KVP_SSD_LOC_BLOCK(loc) * 4096 + 4096 + 777;
+	at = (off_t)KVP_SSD_LOC_VALUE(loc) * 4096 + 777;
 	assert_int_equal(pread(fd, &b, 1, at), 1);
 	b ^= 0x40;
 	assert_int_equal(pwrite(fd, &b, 1, at), 1);
@@ -342,11 +342,12 @@ test_reclaim_many_small(void **state)
 				      "--dram-unit", "4K", "--dram-high", "0",
 				      "--dram-low", "0", "--index-entries",
 				      "16384", "--ssd-dir", kvpt_ssd_dir,
-				      "--ssd-segment", "16M", "--ssd-size",
-				      "40M", "--staging", "1M",
+				      "--ssd-segment", "8M", "--ssd-size",
+				      "20M", "--staging", "1M",
 				      "--staging-slot", "64K", NULL),
 			 0);
-	/* 9,000 x 8 KiB on disk = ~70 MiB through a 40 MiB budget of 16 MiB
+	/* 9,000 x ~4.1 KiB on disk (format 3: a 4 KiB block and a share of
+	 * a batch header each) = ~37 MiB through a 20 MiB budget of 8 MiB
 	 * segments of ~2,000 records each */
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);

@@ -299,7 +299,7 @@ test_restart_and_damage(void **state)
 	assert_true(fd >= 0);
 	{
 		unsigned char b = 0;
-		off_t at = (off_t)KVP_SSD_LOC_BLOCK(loc[5]) * 4096 + 20;
+		off_t at = (off_t)KVP_SSD_LOC_HDR(loc[5]) * 4096 + 20;
 		assert_int_equal(pread(fd, &b, 1, at), 1);
 		b ^= 1;
 		assert_int_equal(pwrite(fd, &b, 1, at), 1);
@@ -339,9 +339,9 @@ test_restart_and_damage(void **state)
 	kvp_ssd_close_agent(s);
 	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir,
 		 KVP_SSD_LOC_SEG(loc[4]));
-	assert_int_equal(
-		truncate(path, (off_t)KVP_SSD_LOC_BLOCK(loc[4]) * 4096 + 8192),
-		0);
+	assert_int_equal(truncate(path,
+				  (off_t)KVP_SSD_LOC_HDR(loc[4]) * 4096 + 8192),
+			 0);
 	s = open_store(false, 4 << 20, 0);
 	memset(&sn, 0, sizeof(sn));
 	assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 4);
@@ -386,15 +386,13 @@ test_corrupt_value(void **state)
 		 KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
-	assert_int_equal(
-		pread(fd, &b, 1,
-		      (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000),
-		1);
+	assert_int_equal(pread(fd, &b, 1,
+			       (off_t)KVP_SSD_LOC_VALUE(loc) * 4096 + 200000),
+			 1);
 	b ^= 0x80;
-	assert_int_equal(
-		pwrite(fd, &b, 1,
-		       (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000),
-		1);
+	assert_int_equal(pwrite(fd, &b, 1,
+				(off_t)KVP_SSD_LOC_VALUE(loc) * 4096 + 200000),
+			 1);
 	close(fd);
 	assert_int_equal(get(s, loc, 300000, 0, 300000, d, &doff), -EBADMSG);
 	assert_int_equal(get(s, loc, 300000, 0, 65536, d, &doff), 0);
@@ -550,7 +548,7 @@ test_reinsert(void **state)
 	cfg.wipe = true;
 	cfg.evict_cb = reins_evict_cb;
 	cfg.reinsert_cb = reins_cb;
-	cfg.reinsert_pct = 25; /* 5 records of 44 KiB */
+	cfg.reinsert_pct = 22; /* 5 records of 40 KiB and an entry */
 	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
 	re.s = s;
 	kvp_ssd_recover_agent(s, NULL, NULL);
@@ -870,9 +868,11 @@ test_segment_names(void **state)
 }
 
 /*
- * The highest id is taken (a seg-fffffffe.kvs, here garbage): the store
+ * The highest id is taken (a seg-0ffffffe.kvs, here garbage; ids stay
+ * below 2^28: the top 4 bits of a location name a drive): the store
  * refuses to create past it (-ENOSPC, an ERROR line that says what to do)
- * and never wraps to seg-ffffffff.kvs or seg-00000000.kvs.
+ * and never wraps to seg-0fffffff.kvs, seg-10000000.kvs or
+ * seg-00000000.kvs.
  */
 static void
 test_segment_id_max(void **state)
@@ -884,7 +884,7 @@ test_segment_id_max(void **state)
 
 	(void)state;
 	subdir(d, sizeof(d), "idmax");
-	plant(d, "seg-fffffffe.kvs", 4096);
+	plant(d, "seg-0ffffffe.kvs", 4096);
 	assert_int_equal(reopen_count(d, &s), 0);
 	fill(v, sizeof(v), 3);
 	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0),
@@ -892,7 +892,8 @@ test_segment_id_max(void **state)
 	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0),
 			 -ENOSPC);
 	kvp_ssd_close_agent(s);
-	assert_false(present(d, "seg-ffffffff.kvs"));
+	assert_false(present(d, "seg-0fffffff.kvs"));
+	assert_false(present(d, "seg-10000000.kvs"));
 	assert_false(present(d, "seg-00000000.kvs"));
 }
 
