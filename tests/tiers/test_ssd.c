@@ -364,6 +364,161 @@ test_restart_and_damage(void **state)
 	kvp_ssd_close_agent(s);
 }
 
+/* Write a format 2 record (its own header block, then the value) at
+ * block blk of fd: a value (v, vlen) or a tombstone (target). */
+static uint64_t
+v2_record(int fd, uint32_t seg, uint64_t blk, uint8_t type, const char *key,
+	  uint64_t seq, const unsigned char *v, uint64_t vlen, uint64_t target)
+{
+	unsigned char *b;
+	struct kvp_ssd_rec_hdr *h;
+	uint64_t vb = (vlen + 4095) & ~4095ull, c, nch = (vlen + 65535) >> 16;
+	size_t klen = strlen(key), koff = (sizeof(*h) + klen + 3) & ~3ul;
+	uint32_t *crc;
+
+	assert_int_equal(posix_memalign((void **)&b, 4096, 4096 + vb), 0);
+	memset(b, 0, 4096 + vb);
+	h = (struct kvp_ssd_rec_hdr *)b;
+	h->rh_magic = KVP_SSD_MAGIC_REC;
+	h->rh_version = 2;
+	h->rh_type = type;
+	h->rh_klen = (uint8_t)klen;
+	h->rh_seg_id = seg;
+	h->rh_block = (uint32_t)blk;
+	h->rh_ns = 42;
+	h->rh_seq = seq;
+	h->rh_vlen = type == KVP_SSD_REC_VALUE ? vlen : target;
+	h->rh_nchunks = type == KVP_SSD_REC_VALUE ? (uint32_t)nch : 0;
+	h->rh_chunk_shift = 16;
+	memcpy(h + 1, key, klen);
+	crc = (uint32_t *)(b + koff);
+	for (c = 0; type == KVP_SSD_REC_VALUE && c < nch; c++) {
+		uint64_t e = (c + 1) << 16 < vlen ? (c + 1) << 16 : vlen;
+		crc[c] = kvp_crc32c(0, v + (c << 16), e - (c << 16));
+	}
+	h->rh_len = (uint32_t)(koff + 4 * h->rh_nchunks);
+	h->rh_crc = kvp_crc32c(0, h, h->rh_len);
+	if (type == KVP_SSD_REC_VALUE)
+		memcpy(b + 4096, v, vlen);
+	else
+		vb = 0;
+	assert_int_equal(pwrite(fd, b, 4096 + vb, (off_t)(blk * 4096)),
+			 (ssize_t)(4096 + vb));
+	free(b);
+	return blk + 1 + vb / 4096;
+}
+
+/*
+ * Format 2 files (a 4 KiB header block per record, written by an older
+ * agent, its segment unsealed as after a crash) are still read: recovery
+ * scans them record by record, seals them (a summary of format 2
+ * locations), keeps the live records (a format 2 tombstone kills the one
+ * it names), serves their bytes; a flipped value byte is -EBADMSG; new
+ * records go to a format 3 segment; after a restart the sealed format 2
+ * segment is read through its summary, same locations, same bytes.
+ */
+static void
+test_format2_files(void **state)
+{
+	static const uint64_t sizes[] = { 4097, 20000, 100, 300000 };
+	struct kvp_ssd_file_hdr *fh;
+	struct kvp_ssd *s;
+	struct seen sn;
+	unsigned char *v = malloc(300000), *d;
+	uint64_t blk = 1, loc[4], newloc = 0;
+	char path[400], key[16];
+	uint32_t doff;
+	unsigned k, pass;
+	int fd;
+
+	(void)state;
+	assert_int_equal(posix_memalign((void **)&d, 4096, 303104), 0);
+	s = open_store(true, 1 << 20, 0); /* wipe */
+	kvp_ssd_close_agent(s);
+	snprintf(path, sizeof(path), "%s/seg-00000001.kvs", kvpt_ssd_dir);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	assert_int_equal(posix_memalign((void **)&fh, 4096, 4096), 0);
+	memset(fh, 0, 4096);
+	fh->fh_magic = KVP_SSD_MAGIC_FILE;
+	fh->fh_version = 2;
+	fh->fh_hdr_size = sizeof(*fh);
+	fh->fh_seg_id = 1;
+	fh->fh_create_seq = 1;
+	fh->fh_seg_size = 1 << 20;
+	fh->fh_crc = kvp_crc32c(0, fh, sizeof(*fh));
+	assert_int_equal(pwrite(fd, fh, 4096, 0), 4096);
+	free(fh);
+	for (k = 0; k < 4; k++) {
+		snprintf(key, sizeof(key), "old%u", k);
+		fill(v, sizes[k], 50 + k);
+		loc[k] = KVP_SSD_LOC(1, blk);
+		blk = v2_record(fd, 1, blk, KVP_SSD_REC_VALUE, key, 1 + k, v,
+				sizes[k], 0);
+	}
+	/* "old1" deleted, format 2: the tombstone names its record */
+	v2_record(fd, 1, blk, KVP_SSD_REC_TOMBSTONE, "old1", 10, NULL, 0,
+		  loc[1]);
+	/* a flipped byte in "old3"'s value */
+	{
+		unsigned char b;
+		off_t at =
+			(off_t)(KVP_SSD_LOC_BLOCK(loc[3]) + 1) * 4096 + 70000;
+
+		assert_int_equal(pread(fd, &b, 1, at), 1);
+		b ^= 4;
+		assert_int_equal(pwrite(fd, &b, 1, at), 1);
+	}
+	close(fd);
+	for (pass = 0; pass < 2; pass++) {
+		s = open_store(false, 1 << 20, 0);
+		memset(&sn, 0, sizeof(sn));
+		assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn),
+				 pass ? 4 : 3);
+		assert_false(seen_has(&sn, "old1"));
+		for (k = 0; k < 4; k++) {
+			uint64_t got;
+
+			snprintf(key, sizeof(key), "old%u", k);
+			got = seen_loc(&sn, key);
+			if (k == 1) {
+				assert_int_equal(got, 0);
+				continue;
+			}
+			assert_int_equal(got, loc[k]);
+			fill(v, sizes[k], 50 + k);
+			memset(d, 0, sizes[k]);
+			assert_int_equal(get(s, got, sizes[k], 0, sizes[k], d,
+					     &doff),
+					 k == 3 ? -EBADMSG : 0);
+			if (k != 3)
+				assert_memory_equal(d + doff, v, sizes[k]);
+		}
+		/* a ranged read of "old3" that misses the damage */
+		fill(v, sizes[3], 53);
+		assert_int_equal(get(s, loc[3], sizes[3], 0, 65536, d, &doff),
+				 0);
+		assert_memory_equal(d, v, 65536);
+		if (pass == 0) {
+			fill(v, 5000, 77);
+			newloc = put(s, "new", v, 5000);
+			/* a new segment, format 3 */
+			assert_int_equal(KVP_SSD_LOC_SEG(newloc), 2);
+			assert_int_equal(KVP_SSD_LOC_DELTA(newloc), 1);
+		} else {
+			assert_int_equal(seen_loc(&sn, "new"), newloc);
+			fill(v, 5000, 77);
+			assert_int_equal(
+				get(s, newloc, 5000, 0, 5000, d, &doff), 0);
+			assert_memory_equal(d, v, 5000);
+		}
+		kvp_ssd_close_agent(s);
+	}
+	free(v);
+	free(d);
+}
+
 /* A flipped value byte: that read is -EBADMSG; a ranged read that does
  * not cover the damaged chunk still succeeds. */
 static void
@@ -982,6 +1137,7 @@ main(void)
 		cmocka_unit_test(test_restart_and_damage),
 		cmocka_unit_test(test_late_tombstone),
 		cmocka_unit_test(test_corrupt_value),
+		cmocka_unit_test(test_format2_files),
 		cmocka_unit_test(test_capacity),
 		cmocka_unit_test(test_reinsert),
 		cmocka_unit_test(test_fs_enospc),
