@@ -3,24 +3,42 @@
  * bench_ssd - the SSD tier against the device's own limits, in one run:
  *   1. fio sequential write and read (1 MiB, O_DIRECT, io_uring) on the
  *      same file system as --ssd-dir;
- *   2. demotion throughput (values demoted to SSD per second) vs fio write;
+ *   2. demotion throughput (values demoted to SSD per second) vs fio write
+ *      at the same block size, 4 KiB, 16 KiB, 64 KiB and 1 MiB values, and
+ *      the SSD bytes each value took (format 3: batch header blocks);
  *   3. cold SSD kvp_get of 1 MiB values (O_DIRECT, no page cache) vs fio
  *      read, through staging and through promotion;
  *   4. a 2,000-key batch of 64 KiB SSD values through an 8-slot arena vs
  *      the bandwidth bound (bytes / fio 64 KiB read bandwidth);
- *   5. index rebuild at agent start: entries per second.
+ *   5. index rebuild at agent start: entries per second (1 M records of
+ *      1 byte in the full run).
  * Not a test: nothing is asserted.  --quick for CI (< 1 min).
  *
- *   bench_ssd [--dir DIR] [--quick] [--json FILE]
+ *   bench_ssd [--dir DIR] [--quick] [--json FILE] [--only PART]
+ *
+ * PART: pin, 1m, sizes (or size4, size16, size64, size1024: one size, in
+ * KiB), batch, rebuild (one part of the run).
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <sys/stat.h>
+
+#include "tiers/kvp_ssd.h"
 
 #include "stress/bench_util.h"
 
 static char dir[512] = "/var/tmp";
 static char sdir[600];
 static bool quick;
+static const char *only;
+
+/* Is part 'name' of the run wanted (--only)? */
+static bool
+want(const char *name)
+{
+	return !only || !strcmp(only, name);
+}
 static FILE *json;
 
 static double
@@ -52,6 +70,117 @@ report(const char *name, double v, const char *unit, double ref,
 			ref > 0 ? v / ref : 0);
 }
 
+/* Bytes of records (batch header blocks and values) in the sealed
+ * segments of store dir ssd: each trailer says where its records end. */
+static uint64_t
+ssd_record_bytes(const char *ssd)
+{
+	struct kvp_ssd_trailer tr;
+	struct dirent *de;
+	uint64_t total = 0;
+	char path[1400];
+	DIR *d = opendir(ssd);
+
+	while (d && (de = readdir(d))) {
+		struct stat st;
+		int fd;
+
+		if (strncmp(de->d_name, "seg-", 4))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", ssd, de->d_name);
+		fd = open(path, O_RDONLY);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 &&
+		    pread(fd, &tr, sizeof(tr), st.st_size - 4096) ==
+			    (ssize_t)sizeof(tr) &&
+		    tr.st_magic == KVP_SSD_MAGIC_TRAIL)
+			total += tr.st_sum_off -
+				 4096; /* after the file header */
+		close(fd);
+	}
+	if (d)
+		closedir(d);
+	return total;
+}
+
+/* Have 'demoted_want' demotions completed?  (the agent's counter: a
+ * scan of the index every millisecond would take a core from the agent) */
+static uint64_t demoted_want;
+static bool
+demoted_enough(void *p)
+{
+	return kvpt_actr(p, KVP_ACTR_DEMOTE) >= demoted_want;
+}
+
+/* Put values from..to-1 of sz bytes and wait until every value is
+ * written to SSD; seconds from the first put. */
+static double
+fill_range(struct kvp_client *c, struct kvp_seg *s, int from, int to,
+	   uint64_t sz)
+{
+	unsigned char *v = malloc(sz);
+	double t0 = now_s();
+	char k[100];
+	int i, rc;
+
+	memset(v, 0x5a, sz);
+	for (i = from; i < to; i++) {
+		uint32_t kl = kvpb_ssd_key(k, i);
+
+		v[0] = (unsigned char)i;
+		while ((rc = kvp_put(c, k, kl, v, sz)) == -EBUSY)
+			;
+		if (rc)
+			fprintf(stderr, "bench: put: %s\n", kvp_strerror(rc));
+	}
+	demoted_want = (uint64_t)to;
+	kvpt_wait_until(demoted_enough, s, 600000);
+	free(v);
+	return now_s() - t0;
+}
+
+/* Demotion of n values of sz bytes (put, then written to SSD by the
+ * agent: every value leaves DRAM at once) against fio's sequential write
+ * of the same block size; and what each value took on disk.  A first
+ * round of n other values warms the pool (the segment's pages faulted in
+ * by the puts, the store's first segments): the second is measured. */
+static void
+demote_by_size(uint64_t sz, int n)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	char ssd[700], bs[32], name[96], idx[32];
+	double fw, bw;
+	uint64_t rec;
+
+	snprintf(bs, sizeof(bs), "%lluk", (unsigned long long)(sz >> 10));
+	fw = fio_bw("write", bs, (unsigned)((((uint64_t)n * sz) >> 20) + 1));
+	kvpb_rm_rf(sdir);
+	mkdir(sdir, 0700);
+	snprintf(ssd, sizeof(ssd), "%s/store-%s", sdir, bs);
+	snprintf(idx, sizeof(idx), "%d", 2 * n + n / 2 + 1024);
+	if (kvpt_pool_up(&a, &s, &c, "--dram", "2G", "--dram-unit",
+			 sz < (64u << 10) ? "4K" : "64K", "--dram-high", "0",
+			 "--dram-low", "0", "--index-entries", idx, "--ssd-dir",
+			 ssd, "--no-promote", NULL)) {
+		printf("cannot start the agent\n");
+		return;
+	}
+	fill_range(c, &s, 0, n, sz);
+	bw = (double)n * (double)sz / fill_range(c, &s, n, 2 * n, sz);
+	kvpt_pool_down(&a, &s, c); /* seals: the trailers count */
+	snprintf(name, sizeof(name), "demotion %s (put + write to SSD)", bs);
+	report(name, bw / 1e6, "MB/s", fw / 1e6, "fio write");
+	snprintf(name, sizeof(name), "demotion %s values per second", bs);
+	report(name, bw / (double)sz / 1e3, "k/s", 0, "");
+	rec = ssd_record_bytes(ssd);
+	snprintf(name, sizeof(name), "SSD bytes per %s value", bs);
+	report(name, (double)rec / (2.0 * n) / (double)sz, "x", 0, "");
+	kvpb_rm_rf(ssd);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -59,6 +188,7 @@ main(int argc, char **argv)
 		{ "dir", required_argument, NULL, 'd' },
 		{ "quick", no_argument, NULL, 'q' },
 		{ "json", required_argument, NULL, 'j' },
+		{ "only", required_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 },
 	};
 	double fio_w, fio_r, fio_r64, bw;
@@ -75,6 +205,9 @@ main(int argc, char **argv)
 		case 'j':
 			json = fopen(optarg, "w");
 			break;
+		case 'o':
+			only = optarg;
+			break;
 		default:
 			return 2;
 		}
@@ -84,14 +217,14 @@ main(int argc, char **argv)
 		fputc('{', json);
 	n1m = quick ? 256 : 1024;
 	n4k = quick ? 10000 : 50000;
-	nrec = quick ? 20000 : 100000;
+	nrec = quick ? 20000 : 1000000;
 	snprintf(sdir, sizeof(sdir), "%s/kvpool-bench-ssd.%d", dir,
 		 (int)getpid());
 	mkdir(sdir, 0700);
 	printf("bench_ssd: %s in %s (%s)\n", quick ? "quick" : "full", sdir,
 	       "2 vCPU; same file system for fio and kvpool");
 
-	{
+	if (want("pin")) {
 		/* the cost of the promise: lookup_pin vs the plain probe */
 		enum {
 			N = 2000
@@ -134,17 +267,20 @@ main(int argc, char **argv)
 		free(ops);
 		free(keys);
 	}
-	fio_w = fio_bw("write", "1M", (unsigned)n1m);
-	fio_r = fio_bw("read", "1M", (unsigned)n1m);
-	fio_r64 = fio_bw("read", "64k", quick ? 128 : 512);
-	kvpb_rm_rf(sdir);
-	mkdir(sdir, 0700);
-	report("fio seq write 1MiB (O_DIRECT, io_uring)", fio_w / 1e9, "GB/s",
-	       0, "");
-	report("fio seq read 1MiB", fio_r / 1e9, "GB/s", 0, "");
-	report("fio seq read 64KiB", fio_r64 / 1e9, "GB/s", 0, "");
+	fio_w = fio_r = fio_r64 = 0;
+	if (want("1m") || want("batch")) {
+		fio_w = fio_bw("write", "1M", (unsigned)n1m);
+		fio_r = fio_bw("read", "1M", (unsigned)n1m);
+		fio_r64 = fio_bw("read", "64k", quick ? 128 : 512);
+		kvpb_rm_rf(sdir);
+		mkdir(sdir, 0700);
+		report("fio seq write 1MiB (O_DIRECT, io_uring)", fio_w / 1e9,
+		       "GB/s", 0, "");
+		report("fio seq read 1MiB", fio_r / 1e9, "GB/s", 0, "");
+		report("fio seq read 64KiB", fio_r64 / 1e9, "GB/s", 0, "");
+	}
 
-	{
+	if (want("1m")) {
 		struct kvpt_agent a;
 		struct kvp_client *c;
 		struct kvp_seg s;
@@ -167,32 +303,23 @@ main(int argc, char **argv)
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
-	{
-		/* small values: what a demotion costs per value (finding it
-		 * included), 4 KiB units */
-		struct kvpt_agent a;
-		struct kvp_client *c;
-		struct kvp_seg s;
-		char ssd[700];
-		double t0, secs;
+	if (want("sizes") || (only && !strncmp(only, "size", 4))) {
+		/* demotion by value size, against fio at that size: ~1 GiB
+		 * each (64 MiB with --quick), and 4 KiB as n4k values */
+		static const uint64_t sizes[] = { 4 << 10, 16 << 10, 64 << 10,
+						  1 << 20 };
+		unsigned k;
 
-		snprintf(ssd, sizeof(ssd), "%s/store4", sdir);
-		if (kvpt_pool_up(&a, &s, &c, "--dram", "1G", "--dram-unit",
-				 "4K", "--dram-high", "0", "--dram-low", "0",
-				 "--ssd-dir", ssd, "--no-promote", NULL)) {
-			printf("cannot start the agent\n");
-			return 1;
+		for (k = 0; k < 4; k++) {
+			uint64_t tot = (quick ? 64ull : 1024ull) << 20;
+			int n = sizes[k] == 4096 ? n4k : (int)(tot / sizes[k]);
+
+			if (!only || !strcmp(only, "sizes") ||
+			    strtoull(only + 4, NULL, 10) << 10 == sizes[k])
+				demote_by_size(sizes[k], n);
 		}
-		t0 = now_s();
-		kvpb_ssd_fill_and_demote(c, &s, n4k, 4 << 10);
-		secs = now_s() - t0;
-		printf("  %d x 4KiB put and demoted in %.3f s\n", n4k, secs);
-		report("demotion 4KiB (put + write to SSD)", n4k / secs / 1e3,
-		       "k values/s", 0, "");
-		kvpt_pool_down(&a, &s, c);
-		kvpb_rm_rf(ssd);
 	}
-	{
+	if (want("batch")) {
 		struct kvpt_agent a;
 		struct kvp_client *c;
 		struct kvp_seg s;
@@ -220,7 +347,7 @@ main(int argc, char **argv)
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
-	{
+	if (want("rebuild")) {
 		struct kvpt_agent a;
 		struct kvp_client *c;
 		struct kvp_seg s;
@@ -230,10 +357,13 @@ main(int argc, char **argv)
 		int i;
 
 		snprintf(ssd, sizeof(ssd), "%s/rebuild", sdir);
+		char idx[32];
+
+		snprintf(idx, sizeof(idx), "%d", nrec + nrec / 4 + 1024);
 		if (kvpt_agent_start(&a, "--dram", "256M", "--dram-unit", "4K",
 				     "--dram-high", "0", "--dram-low", "0",
-				     "--index-entries", "200000", "--ssd-dir",
-				     ssd, "--ssd-segment", "64M", NULL) ||
+				     "--index-entries", idx, "--ssd-dir", ssd,
+				     "--ssd-segment", "64M", NULL) ||
 		    kvpt_seg_map(a.pool, &s) || kvp_open(a.pool, "bench", &c)) {
 			printf("cannot start the agent\n");
 			return 1;
@@ -250,8 +380,8 @@ main(int argc, char **argv)
 		kvpt_agent_stop(&a); /* seals the active segment */
 		t0 = now_s();
 		kvpt_agent_restart(&a, "--dram", "256M", "--dram-unit", "4K",
-				   "--index-entries", "200000", "--ssd-dir",
-				   ssd, "--ssd-segment", "64M", NULL);
+				   "--index-entries", idx, "--ssd-dir", ssd,
+				   "--ssd-segment", "64M", NULL);
 		secs = now_s() - t0;
 		report("agent restart with the index rebuilt",
 		       (double)nrec / secs / 1e6, "M/s", 0, "");
