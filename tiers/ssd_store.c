@@ -62,6 +62,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,6 +89,9 @@ struct kvp_sseg {
 	uint64_t wpos; /* next record block (active) */
 	uint64_t live_bytes, nrecs;
 	uint16_t version; /* the file's format (1..KVP_SSD_FORMAT) */
+	/* batch writes queued or in flight (mu held on the thread path):
+	 * the segment is not given back until they are over */
+	unsigned wr_inflight;
 	bool sealed;
 	bool dirty; /* written since open: synced at close */
 	/* bytes found on disk at open (a truncated file's records past it are
@@ -800,6 +804,20 @@ kvp_seg_new(struct kvp_ssd *s, uint64_t need, unsigned klen)
 	return rc;
 }
 
+/* Are batch writes to segment g queued or in flight? */
+static bool
+kvp_seg_writing(struct kvp_ssd *s, const struct kvp_sseg *g)
+{
+	bool w;
+
+	if (s->uring)
+		return g->wr_inflight != 0;
+	pthread_mutex_lock(&s->mu);
+	w = g->wr_inflight != 0;
+	pthread_mutex_unlock(&s->mu);
+	return w;
+}
+
 /*
  * --ssd-size: give back whole segments until one more fits.  Strictly
  * oldest first: a tombstone then always outlives the older records it
@@ -821,6 +839,15 @@ kvp_make_room(struct kvp_ssd *s)
 		if (!g || !g->sealed || g == s->active) {
 			s->st.enospc++;
 			return -ENOSPC;
+		}
+		if (kvp_seg_writing(s, g)) {
+			/* its last batches are still being written (a round
+			 * that filled several segments): their records would
+			 * be reported in a segment that is gone, and a write
+			 * queued on its descriptor could land in the next file
+			 * to get that number; room once they are over */
+			kvp_ssd_submit_agent(s);
+			return -EAGAIN;
 		}
 		s->in_evict = true;
 		veto = s->cfg.evict_cb ?
@@ -1107,6 +1134,7 @@ kvp_batch_finish(struct kvp_ssd *s, struct kvp_sreq *b)
 	struct kvp_sreq *m = b->mhead, *next;
 
 	kvp_crashpoint(A_SSD_BATCH_WRITTEN);
+	b->seg->wr_inflight--;
 	if (!b->status) {
 		s->st.batches++;
 		s->st.dev_write_bytes += b->bbytes;
@@ -1136,6 +1164,11 @@ kvp_batch_close(struct kvp_ssd *s)
 	kvp_bhdr_finish(b->hdr, b->seg->id, b->bblk, b->bnblocks, b->bnrec,
 			b->bused);
 	kvp_crashpoint(A_SSD_BATCH_BUILT);
+	if (!s->uring)
+		pthread_mutex_lock(&s->mu);
+	b->seg->wr_inflight++;
+	if (!s->uring)
+		pthread_mutex_unlock(&s->mu);
 	kvp_guard(s, b, true);
 	rc = kvp_queue_rw(s, b, 0, true, b->biov, b->nbiov, b->bblk * B);
 	if (rc) {
@@ -1686,7 +1719,44 @@ struct kvp_rtab {
 	size_t nslot;
 	uint64_t *dead; /* open addressing: locations tombstones target */
 	size_t ndead, deadcap;
+	unsigned char *sumbuf; /* a summary read (reused, segment by segment) */
+	size_t sumcap;
 };
+
+/* Ask for huge pages under a large private array (recovery's tables):
+ * a 4 KiB page fault each is most of a rebuild's time on a VM.  A hint:
+ * ignored where transparent huge pages are off. */
+static void
+kvp_hint_huge(void *p, size_t n)
+{
+	uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+
+	if (n >= (4u << 20) && (uintptr_t)p + n > a)
+		madvise((void *)a, (uintptr_t)p + n - a, MADV_HUGEPAGE);
+}
+
+/* Size the table for about nrec records and kbytes of keys up front (no
+ * rehash, no copy while the records stream in). */
+static int
+kvp_rtab_presize(struct kvp_rtab *t, size_t nrec, size_t kbytes)
+{
+	size_t ns = 1 << 16;
+
+	while (ns < 2 * nrec + 2)
+		ns *= 2;
+	t->slot = calloc(ns, sizeof(*t->slot));
+	t->r = malloc((nrec + 1) * sizeof(*t->r));
+	t->keys = malloc(kbytes + 1);
+	if (!t->slot || !t->r || !t->keys)
+		return -ENOMEM;
+	kvp_hint_huge(t->slot, ns * sizeof(*t->slot));
+	kvp_hint_huge(t->r, (nrec + 1) * sizeof(*t->r));
+	kvp_hint_huge(t->keys, kbytes + 1);
+	t->nslot = ns;
+	t->cap = nrec + 1;
+	t->kcap = kbytes + 1;
+	return 0;
+}
 
 static int
 kvp_rtab_grow(struct kvp_rtab *t)
@@ -1696,6 +1766,7 @@ kvp_rtab_grow(struct kvp_rtab *t)
 
 	if (!n)
 		return -ENOMEM;
+	kvp_hint_huge(n, ns * sizeof(*n));
 	for (k = 0; k < t->nslot; k++) {
 		uint32_t v = t->slot[k].idx;
 		if (v) {
@@ -1916,8 +1987,22 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
 		    tr.st_sum_off % B == 0 &&
 		    tr.st_sum_off + tr.st_sum_len <= g->size - B) {
 			uint64_t bytes = kvp_rup(tr.st_sum_len), p = 0;
-			unsigned char *sum = kvp_aligned(bytes);
+			unsigned char *sum;
 
+			/* recovery reuses one buffer for every summary (each
+			 * new one would be page faults first) */
+			if (pf && pf->sumcap < bytes) {
+				free(pf->sumbuf);
+				pf->sumcap = 0;
+				if (posix_memalign((void **)&pf->sumbuf, B,
+						   bytes ? bytes : B))
+					pf->sumbuf = NULL;
+				else
+					pf->sumcap = bytes;
+				if (pf->sumbuf)
+					kvp_hint_huge(pf->sumbuf, bytes);
+			}
+			sum = pf ? pf->sumbuf : kvp_aligned(bytes);
 			if (!sum) {
 				free(buf);
 				return -ENOMEM;
@@ -1931,7 +2016,8 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
 					"segment %08x: bad summary; "
 					"scanning its records",
 					g->id);
-				free(sum);
+				if (!pf)
+					free(sum);
 				goto scan;
 			}
 			s->st.recover_read_bytes += bytes + B;
@@ -1989,7 +2075,8 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
 				if (!n)
 					break;
 			}
-			free(sum);
+			if (!pf)
+				free(sum);
 			free(buf);
 			return rc;
 		}
@@ -2143,13 +2230,44 @@ kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 {
 	struct kvp_rtab t;
 	struct kvp_sseg *last_seg = NULL;
-	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), kept = 0, declined = 0;
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), t1 = t0, kept = 0,
+		 declined = 0;
 	size_t k;
 	unsigned g;
 	int rc = 0;
 
 	memset(&t, 0, sizeof(t));
 	t.s = s;
+	{
+		/* the trailers say how many records and key bytes the sealed
+		 * segments hold; an unsealed one is guessed (a record per two
+		 * blocks, 128 key bytes each): growth covers a short guess */
+		unsigned char *buf = kvp_aligned(B);
+		size_t nrec = 0, kb = 0;
+
+		for (g = 0; g < s->nsegs && buf; g++) {
+			struct kvp_sseg *sg = s->segs[g];
+			struct kvp_ssd_trailer tr;
+
+			if (pread(sg->fd, buf, B, (off_t)(sg->size - B)) ==
+				    (ssize_t)B &&
+			    (memcpy(&tr, buf, sizeof(tr)),
+			     tr.st_magic == KVP_SSD_MAGIC_TRAIL) &&
+			    tr.st_seg_id == sg->id &&
+			    tr.st_sum_len < sg->size) {
+				nrec += tr.st_nrecs;
+				kb += tr.st_sum_len;
+			} else {
+				nrec += sg->size / B / 2;
+				kb += sg->size / B / 2 * 128;
+			}
+		}
+		free(buf);
+		if (nrec && kvp_rtab_presize(&t, nrec, kb)) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
 	for (g = 0; g < s->nsegs; g++)
 		s->segs[g]->live_bytes = 0;
 	for (g = 0; g < s->nsegs && !rc; g++)
@@ -2160,6 +2278,7 @@ kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 	for (g = 0; g < s->nsegs; g++)
 		if (s->segs[g]->max_seq >= s->next_seq)
 			s->next_seq = s->segs[g]->max_seq + 1;
+	t1 = kvp_now_ns(CLOCK_MONOTONIC);
 	for (k = 0; k < t.n && rc >= 0; k++) {
 		struct kvp_rrec *x = &t.r[k];
 		struct kvp_sseg *sg;
@@ -2218,14 +2337,17 @@ out:
 	if (rc >= 0)
 		kvp_log(KVP_LOG_INFO, "ssd",
 			"recovered %llu records (%zu keys seen, %llu "
-			"declined) from %u segments in %.3f s",
+			"declined) from %u segments in %.3f s (disk and "
+			"table %.3f s, the owner's inserts %.3f s)",
 			(unsigned long long)kept, t.n,
 			(unsigned long long)declined, s->nsegs,
-			(double)s->st.recover_ns / 1e9);
+			(double)s->st.recover_ns / 1e9, (double)(t1 - t0) / 1e9,
+			(double)(t0 + s->st.recover_ns - t1) / 1e9);
 	free(t.r);
 	free(t.keys);
 	free(t.slot);
 	free(t.dead);
+	free(t.sumbuf);
 	return rc < 0 ? rc : (int64_t)kept;
 }
 
@@ -2752,8 +2874,11 @@ kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id)
 
 	if (!g)
 		return -ENOENT;
-	if (g == s->active)
+	if (g == s->active || kvp_seg_writing(s, g))
 		return -EBUSY;
+	/* what is queued on its descriptor goes to the kernel first (which
+	 * then holds the file): a later file could get the number */
+	kvp_ssd_submit_agent(s);
 	kvp_seg_name(id, name, sizeof(name));
 	if (unlinkat(s->dirfd, name, 0) && errno != ENOENT)
 		return -errno;
