@@ -1991,7 +1991,9 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
 
 			/* recovery reuses one buffer for every summary (each
 			 * new one would be page faults first) */
-			if (pf && pf->sumcap < bytes) {
+			/* (an empty summary too: a segment sealed with no
+			 * record still needs a buffer to read nothing into) */
+			if (pf && (pf->sumcap < bytes || !pf->sumbuf)) {
 				free(pf->sumbuf);
 				pf->sumcap = 0;
 				if (posix_memalign((void **)&pf->sumbuf, B,

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "agent/agent_int.h"
 #include "tests/agent/harness.h"
@@ -517,6 +518,192 @@ test_format2_files(void **state)
 	}
 	free(v);
 	free(d);
+}
+
+/*
+ * Crash points of the batched write (shm/kvp_crash.h): a process writes a
+ * batch of 12 records (4 KiB and 16 KiB values and a tombstone, one
+ * submit) and dies at A_SSD_BATCH_BUILT (header block sealed, nothing
+ * queued) or A_SSD_BATCH_WRITTEN (on disk, no completion handed back).
+ * After a restart the unsealed segment's scan finds none of the batch or
+ * all of it, each record with its bytes, the tombstoned one gone, the
+ * records written before the crash intact.
+ */
+static uint64_t pre0_loc;
+
+static int
+keep_all(void *arg, const struct kvp_ssd_rec *r)
+{
+	(void)arg;
+	(void)r;
+	return 0;
+}
+
+/* The child: no cmocka here, it reports through its exit status. */
+static void
+crash_batch_child(int point)
+{
+	static unsigned char v[16384] __attribute__((aligned(4096)));
+	struct kvp_ssd_cqe cq[16];
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd *s;
+	unsigned k;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = kvpt_ssd_dir;
+	cfg.segment_bytes = 4 << 20;
+	if (kvp_ssd_open_agent(&cfg, &s) ||
+	    kvp_ssd_recover_agent(s, keep_all, NULL) < 0)
+		_exit(2);
+	kvp_crash_arm(point, 0);
+	for (k = 0; k < 11; k++) {
+		char key[16];
+		struct iovec iov = { v, k % 2 ? 16384 : 4096 };
+
+		snprintf(key, sizeof(key), "b%u", k);
+		fill(v, iov.iov_len, 200 + k);
+		if (kvp_ssd_write_agent(s, 1, 42, key, (uint32_t)strlen(key),
+					&iov, 1, 0))
+			_exit(3);
+	}
+	/* the tombstone of "pre0", written before the crash */
+	if (kvp_ssd_tombstone_agent(s, 2, 42, "pre0", 4, pre0_loc))
+		_exit(4);
+	kvp_ssd_poll_agent(s, cq, 16, -1); /* submits: dies in there */
+	_exit(5);
+}
+
+static void
+test_crash_batch(void **state)
+{
+	static const int points[] = { KVP_CP_A_SSD_BATCH_BUILT,
+				      KVP_CP_A_SSD_BATCH_WRITTEN };
+	unsigned char *v = malloc(16384), *d;
+	unsigned p, k;
+
+	(void)state;
+	assert_int_equal(posix_memalign((void **)&d, 4096, 16384), 0);
+	for (p = 0; p < 2; p++) {
+		struct kvp_ssd *s = open_store(true, 4 << 20, 0);
+		struct seen sn;
+		uint32_t doff;
+		pid_t pid;
+		int st;
+
+		kvp_ssd_recover_agent(s, NULL, NULL);
+		for (k = 0; k < 3; k++) {
+			char key[16];
+			uint64_t loc;
+
+			snprintf(key, sizeof(key), "pre%u", k);
+			fill(v, 4096, 100 + k);
+			loc = put(s, key, v, 4096);
+			if (k == 0)
+				pre0_loc = loc;
+		}
+		kvp_ssd_close_agent(s);
+		/* unseal it, as after a crash: the trailer goes */
+		{
+			char path[400];
+			unsigned char z[4096] = { 0 };
+			int fd;
+
+			snprintf(path, sizeof(path), "%s/seg-%08x.kvs",
+				 kvpt_ssd_dir, KVP_SSD_LOC_SEG(pre0_loc));
+			fd = open(path, O_RDWR);
+			assert_true(fd >= 0);
+			assert_int_equal(pwrite(fd, z, 4096, (4 << 20) - 4096),
+					 4096);
+			close(fd);
+		}
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			crash_batch_child(points[p]);
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), KVP_CRASH_EXIT);
+		s = open_store(false, 4 << 20, 0);
+		memset(&sn, 0, sizeof(sn));
+		assert_true(kvp_ssd_recover_agent(s, collect, &sn) >= 0);
+		for (k = 0; k < 11; k++) {
+			char key[16];
+			uint64_t len = k % 2 ? 16384 : 4096;
+
+			snprintf(key, sizeof(key), "b%u", k);
+			if (p == 0) {
+				assert_false(seen_has(&sn, key));
+				continue;
+			}
+			assert_true(seen_has(&sn, key));
+			fill(v, len, 200 + k);
+			assert_int_equal(get(s, seen_loc(&sn, key), len, 0, len,
+					     d, &doff),
+					 0);
+			assert_memory_equal(d, v, len);
+		}
+		/* the tombstone was in the batch: with it or not at all */
+		assert_int_equal(seen_has(&sn, "pre0"), p == 0);
+		for (k = 1; k < 3; k++) {
+			char key[16];
+
+			snprintf(key, sizeof(key), "pre%u", k);
+			assert_true(seen_has(&sn, key));
+			fill(v, 4096, 100 + k);
+			assert_int_equal(get(s, seen_loc(&sn, key), 4096, 0,
+					     4096, d, &doff),
+					 0);
+			assert_memory_equal(d, v, 4096);
+		}
+		kvp_ssd_close_agent(s);
+	}
+	free(v);
+	free(d);
+}
+
+/* A segment with no record (a crash right after it was made): the first
+ * restart seals it empty, the next reads its empty summary (that took a
+ * buffer of 0 bytes and failed the rebuild with -ENOMEM). */
+static void
+test_empty_segment(void **state)
+{
+	struct kvp_ssd_file_hdr *fh;
+	struct kvp_ssd *s;
+	struct seen sn;
+	unsigned char v[5000];
+	char path[400];
+	unsigned pass;
+	int fd;
+
+	(void)state;
+	s = open_store(true, 1 << 20, 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	fill(v, sizeof(v), 5);
+	put(s, "kept", v, sizeof(v));
+	kvp_ssd_close_agent(s);
+	snprintf(path, sizeof(path), "%s/seg-00000002.kvs", kvpt_ssd_dir);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	assert_int_equal(posix_memalign((void **)&fh, 4096, 4096), 0);
+	memset(fh, 0, 4096);
+	fh->fh_magic = KVP_SSD_MAGIC_FILE;
+	fh->fh_version = KVP_SSD_FORMAT;
+	fh->fh_hdr_size = sizeof(*fh);
+	fh->fh_seg_id = 2;
+	fh->fh_create_seq = 100;
+	fh->fh_seg_size = 1 << 20;
+	fh->fh_crc = kvp_crc32c(0, fh, sizeof(*fh));
+	assert_int_equal(pwrite(fd, fh, 4096, 0), 4096);
+	free(fh);
+	close(fd);
+	for (pass = 0; pass < 2; pass++) {
+		s = open_store(false, 1 << 20, 0);
+		memset(&sn, 0, sizeof(sn));
+		assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 1);
+		assert_true(seen_has(&sn, "kept"));
+		kvp_ssd_close_agent(s);
+	}
 }
 
 /* A flipped value byte: that read is -EBADMSG; a ranged read that does
@@ -1138,6 +1325,8 @@ main(void)
 		cmocka_unit_test(test_late_tombstone),
 		cmocka_unit_test(test_corrupt_value),
 		cmocka_unit_test(test_format2_files),
+		cmocka_unit_test(test_crash_batch),
+		cmocka_unit_test(test_empty_segment),
 		cmocka_unit_test(test_capacity),
 		cmocka_unit_test(test_reinsert),
 		cmocka_unit_test(test_fs_enospc),
