@@ -151,7 +151,7 @@ demote_by_size(uint64_t sz, int n)
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
-	char ssd[700], bs[32], name[96], idx[32];
+	char ssd[700], bs[32], name[96], idx[32], unit[32];
 	double fw, bw;
 	uint64_t rec;
 
@@ -161,10 +161,15 @@ demote_by_size(uint64_t sz, int n)
 	mkdir(sdir, 0700);
 	snprintf(ssd, sizeof(ssd), "%s/store-%s", sdir, bs);
 	snprintf(idx, sizeof(idx), "%d", 2 * n + n / 2 + 1024);
-	if (kvpt_pool_up(&a, &s, &c, "--dram", "2G", "--dram-unit",
-			 sz < (64u << 10) ? "4K" : "64K", "--dram-high", "0",
-			 "--dram-low", "0", "--index-entries", idx, "--ssd-dir",
-			 ssd, "--no-promote", NULL)) {
+	/* one unit per value (an operator sizes the unit to the namespace's
+	 * value size), 64 KiB units for 1 MiB values */
+	snprintf(unit, sizeof(unit), "%lluK",
+		 (unsigned long long)((sz < (64u << 10) ? sz : 64u << 10) >>
+				      10));
+	if (kvpt_pool_up(&a, &s, &c, "--dram", "2G", "--dram-unit", unit,
+			 "--dram-high", "0", "--dram-low", "0",
+			 "--index-entries", idx, "--ssd-dir", ssd,
+			 "--no-promote", NULL)) {
 		printf("cannot start the agent\n");
 		return;
 	}
