@@ -294,7 +294,8 @@ int kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out);
 
 /*
  * Rebuild: read every sealed segment's summary, scan the unsealed ones
- * record by record (verifying every checksum), repair torn tails
+ * batch by batch (format 3; record by record for format 1 and 2),
+ * verifying every header checksum, repair torn tails
  * (truncate after the last good record) and seal them, then report each
  * live record (the latest value record per (ns, key), unless a tombstone
  * targets it) to cb, in no particular order.  Call
@@ -311,13 +312,17 @@ void kvp_ssd_close_agent(struct kvp_ssd *s);
 
 /*
  * Queue a write of a value (the concatenation of src[0..nsrc), 1 byte to
- * kvp_ssd_max_value_agent()) under (ns, key).  The source memory must stay
+ * kvp_ssd_max_value_agent()) under (ns, key).  The record joins the open
+ * batch (format 3): the batch goes to the device as one write at the next
+ * submit (or poll), or as soon as it is full.  The source memory must stay
  * valid and unchanged until the completion: whole 4 KiB blocks of 4 KiB
  * aligned sources go to the device without a copy (docs/ssd.md).  The
  * completion carries the location and sequence number, or the error
- * (-ENOSPC, -EIO).  Returns 0 (queued; call submit), -EINVAL, -E2BIG,
- * -EBUSY (max_requests outstanding: poll first), -ENOMEM, -EAGAIN (no room
- * yet: the owner vetoed giving back the oldest segment; try again soon).
+ * (-ENOSPC, -EIO); every record of a batch completes with it.  Returns 0
+ * (queued; call submit), -EINVAL, -E2BIG, -EBUSY (max_requests
+ * outstanding: poll first), -ENOMEM, -EAGAIN (no room yet: the owner
+ * vetoed giving back the oldest segment, or its last batches are still
+ * being written; try again soon).
  */
 int kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
 			const void *key, uint32_t klen, const struct iovec *src,
@@ -326,14 +331,17 @@ int kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
 /* Queue a tombstone for (ns, key) that deletes the value record at
  * 'target' (its location, nonzero): after a restart that record is not
  * reported, nor any older one of the key; a newer value record of the key
- * is.  Returns as kvp_ssd_write_agent(). */
+ * is.  An entry of the open batch (no block of its own).  Returns as
+ * kvp_ssd_write_agent(). */
 int kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
 			    const void *key, uint32_t klen, uint64_t target);
 
 /*
  * Queue a read (see struct kvp_ssd_read).  The device reads the record's
- * header block and the 4 KiB-rounded extent of [off, off + len) only.
- * Whole-value reads verify every chunk CRC; ranged reads verify the chunks
+ * header block (format 3: its batch's) and the 4 KiB-rounded extent of
+ * [off, off + len) only.  The header block's CRC and the record's identity
+ * (the entry at the location's delta: ns, key, length) are checked, then:
+ * whole-value reads verify every chunk CRC; ranged reads verify the chunks
  * the extent fully covers.  Returns 0 (queued), -EINVAL (bad range or
  * destination), -ENOENT (no such segment), -EBUSY, -ENOMEM.
  */
@@ -378,7 +386,8 @@ int kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id,
  * its records whose keys also appear in those older segments, so that no
  * older record comes back after a restart (docs/ssd.md, "Giving space
  * back").  Reads already in flight finish; later reads of it get -ENOENT.
- * 0, -ENOENT, -EBUSY (the active or a sealing segment), -EIO, -ENOSPC.
+ * 0, -ENOENT, -EBUSY (the active or a sealing segment, or one whose
+ * batches are still being written), -EIO, -ENOSPC.
  */
 int kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id);
 

@@ -33,7 +33,11 @@
  *     latest record per key is probed a few records ahead (prefetch), and
  *     the owner is told the hashes ahead too (cfg.recover_prefetch).
  *  4. Space comes back one whole segment at a time, oldest first, after
- *     the owner's say (evict_cb).  Dropping a segment while older ones
+ *     the owner's say (evict_cb), and never while batches written to it
+ *     are queued or in flight (a round can fill several segments: their
+ *     records would be reported in a segment that is gone, and a write
+ *     queued on its descriptor could land in the next file to get the
+ *     number).  Dropping a segment while older ones
  *     remain first rewrites its tombstones into the active segment
  *     (fdatasync'd), so a deleted key never comes back from an older one.
  *     The owner may keep some of the segment's records (reinsertion, as
@@ -931,12 +935,13 @@ kvp_sub_done_locked(struct kvp_ssd *s, struct kvp_sreq *r)
 {
 	if (--r->nsub)
 		return;
-	if (r->op == KVP_SSD_OP_BATCH)
-		kvp_batch_finish(s, r);
-	else if (r->op == KVP_SSD_OP_READ && !r->status)
-		r->status = kvp_finish_read(s, r);
-	if (r->op != KVP_SSD_OP_BATCH)
+	if (r->op == KVP_SSD_OP_BATCH) {
+		kvp_batch_finish(s, r); /* frees r */
+	} else {
+		if (r->op == KVP_SSD_OP_READ && !r->status)
+			r->status = kvp_finish_read(s, r);
 		kvp_req_done(s, r);
+	}
 	pthread_cond_broadcast(&s->cv_done);
 }
 
@@ -2242,21 +2247,30 @@ kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 	t.s = s;
 	{
 		/* the trailers say how many records and key bytes the sealed
-		 * segments hold; an unsealed one is guessed (a record per two
-		 * blocks, 128 key bytes each): growth covers a short guess */
+		 * segments hold (a trailer whose CRC fails is not believed);
+		 * an unsealed one is guessed (a record per two blocks, 128
+		 * key bytes each): growth covers a short guess, and a table
+		 * that cannot be had at that size grows from small */
 		unsigned char *buf = kvp_aligned(B);
 		size_t nrec = 0, kb = 0;
 
 		for (g = 0; g < s->nsegs && buf; g++) {
 			struct kvp_sseg *sg = s->segs[g];
 			struct kvp_ssd_trailer tr;
+			uint32_t crc = 0;
 
+			memset(&tr, 0, sizeof(tr));
 			if (pread(sg->fd, buf, B, (off_t)(sg->size - B)) ==
-				    (ssize_t)B &&
-			    (memcpy(&tr, buf, sizeof(tr)),
-			     tr.st_magic == KVP_SSD_MAGIC_TRAIL) &&
+			    (ssize_t)B) {
+				memcpy(&tr, buf, sizeof(tr));
+				crc = tr.st_crc;
+				tr.st_crc = 0;
+			}
+			if (tr.st_magic == KVP_SSD_MAGIC_TRAIL &&
 			    tr.st_seg_id == sg->id &&
-			    tr.st_sum_len < sg->size) {
+			    kvp_crc32c(0, &tr, sizeof(tr)) == crc &&
+			    tr.st_sum_len < sg->size &&
+			    tr.st_nrecs <= tr.st_sum_len / 32) {
 				nrec += tr.st_nrecs;
 				kb += tr.st_sum_len;
 			} else {
@@ -2266,8 +2280,13 @@ kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 		}
 		free(buf);
 		if (nrec && kvp_rtab_presize(&t, nrec, kb)) {
-			rc = -ENOMEM;
-			goto out;
+			free(t.slot);
+			free(t.r);
+			free(t.keys);
+			t.slot = NULL;
+			t.r = NULL;
+			t.keys = NULL;
+			t.nslot = t.cap = t.kcap = 0;
 		}
 	}
 	for (g = 0; g < s->nsegs; g++)
