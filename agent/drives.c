@@ -194,6 +194,15 @@ kvp_drv_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 	return rc;
 }
 
+/* the index buckets of a record recovery reaches soon (a hint: no lock) */
+static void
+kvp_drv_recover_prefetch(void *arg, uint64_t hash)
+{
+	struct kvp_drive *d = arg;
+
+	kvp_recover_prefetch(d->all->a, hash);
+}
+
 static int
 kvp_drv_evict_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 {
@@ -415,6 +424,7 @@ kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out)
 		cfg.evict_arg = d;
 		cfg.reinsert_pct = a->cfg.ssd_reinsert_pct;
 		cfg.reinsert_cb = kvp_drv_reinsert_cb;
+		cfg.recover_prefetch = kvp_drv_recover_prefetch;
 		rc = kvp_ssd_open_agent(&cfg, &d->ssd);
 		if (!rc && kvp_drv_read_id(d->dir) == -ENOENT)
 			rc = kvp_drv_write_id(d->dir, d->id);

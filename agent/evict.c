@@ -598,8 +598,12 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 		freed += kvp_evict_carry_out(a, ev, need, &found, &removed,
 					     &acted, &coming);
 		/* a new plan only when this one has nothing left to do
-		 * and what it set going falls short */
-		if (acted || coming >= need)
+		 * and what it set going falls short; not while the writes
+		 * in flight are at their limit (the plan's next victims wait
+		 * for a write slot: a rescan of the index would find the
+		 * same ones, every round) */
+		if (acted || coming >= need ||
+		    (a->tier && kvp_tier_demote_full_agent(a)))
 			goto out;
 	}
 	kvp_evict_begin(a, ev);

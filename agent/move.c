@@ -167,6 +167,7 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	uint64_t tag, loc, vlen, klen, k;
 
 	if (t->busy[slot] || t->demoting >= KVP_TIER_MAX_DEMOTING ||
+	    t->demoting_bytes >= KVP_TIER_DEMOTE_BYTES ||
 	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_fail_until ||
 	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_defer_until)
 		return 0;
@@ -245,6 +246,7 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 		   "I30");
 	t->busy[slot]++;
 	t->demoting++;
+	t->demoting_bytes += vlen;
 	kvp_crashpoint(A_DEMOTE_SUBMITTED);
 	return 1;
 }
@@ -346,7 +348,7 @@ kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns)
 				    KVP_TIER_DRAM ||
 			    kvp_load_relaxed(&e->e_ssd) || t->busy[i])
 				continue;
-			while ((t->demoting >= KVP_TIER_MAX_DEMOTING ||
+			while ((kvp_tier_demote_full_agent(a) ||
 				t->nfree < 2) &&
 			       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
 				kvp_tier_step_agent(a, 1);
@@ -510,8 +512,9 @@ kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
 		for (k = 0; k < op->nw; k++)
 			kvp_answer(a, &op->w[k], 0, 0, -1);
 	}
-	KVP_ASSERT(t->demoting > 0, "I30");
+	KVP_ASSERT(t->demoting > 0 && t->demoting_bytes >= op->vlen, "I30");
 	t->demoting--;
+	t->demoting_bytes -= op->vlen;
 }
 
 /* A tombstone completed: strict deletes waiting for it are answered

@@ -42,7 +42,8 @@ kvp_tier_write_deferred_agent(struct kvp_agent *a)
 bool
 kvp_tier_demote_full_agent(struct kvp_agent *a)
 {
-	return a->tier && a->tier->demoting >= KVP_TIER_MAX_DEMOTING;
+	return a->tier && (a->tier->demoting >= KVP_TIER_MAX_DEMOTING ||
+			   a->tier->demoting_bytes >= KVP_TIER_DEMOTE_BYTES);
 }
 
 bool

@@ -22,7 +22,10 @@
 #include "tiers/kvp_ssd.h"
 
 #define KVP_TIER_MAX_OPS 1024u
-#define KVP_TIER_MAX_DEMOTING 32u
+/* demotion writes in flight: as many values, and as many bytes, as keep
+ * the device busy (the store batches them: one write per batch) */
+#define KVP_TIER_MAX_DEMOTING 256u
+#define KVP_TIER_DEMOTE_BYTES (64ull << 20)
 #define KVP_AGENT_OWNER 0xfffeu /* claims made by the agent (recovery) */
 
 enum {
@@ -117,6 +120,7 @@ struct kvp_tier {
 	 * queued */
 	uint8_t *tombed;
 	unsigned demoting;
+	uint64_t demoting_bytes; /* value bytes of those writes */
 	/* after an SSD write error: drop, not demote */
 	uint64_t write_fail_until;
 	/* the store has no room yet (its oldest segment is in use): no
@@ -230,6 +234,7 @@ void kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op, int status);
 
 /* recover.c */
 int kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r);
+void kvp_recover_prefetch(void *arg, uint64_t hash);
 int kvp_evict_segment_cb(void *arg, struct kvp_drive *d, uint32_t seg);
 void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
 		     uint64_t new_loc);

@@ -92,7 +92,11 @@
 	X(C_IX_COUNTED, client,                                                \
 	  "index count raised for a put, not yet recorded as ours")            \
 	X(A_SEG_REINSERT, agent,                                               \
-	  "SSD reclaim: kept records rewritten, entry not yet switched")
+	  "SSD reclaim: kept records rewritten, entry not yet switched")       \
+	X(A_SSD_BATCH_BUILT, agent,                                            \
+	  "SSD batch header block sealed, its write not yet queued")           \
+	X(A_SSD_BATCH_WRITTEN, agent,                                          \
+	  "SSD batch written, its records' completions not yet handed back")
 
 enum kvp_crash_id {
 #define KVP_CP_ENUM_(name, who, what) KVP_CP_##name,

@@ -3,12 +3,15 @@
  * bench_ssd - the SSD tier against the device's own limits, in one run:
  *   1. fio sequential write and read (1 MiB, O_DIRECT, io_uring) on the
  *      same file system as --ssd-dir;
- *   2. demotion throughput (values demoted to SSD per second) vs fio write;
+ *   2. demotion throughput (values demoted to SSD per second) vs fio write
+ *      at the same block size, 4 KiB, 16 KiB, 64 KiB and 1 MiB values, and
+ *      the SSD bytes each value took (format 3: batch header blocks);
  *   3. cold SSD kvp_get of 1 MiB values (O_DIRECT, no page cache) vs fio
  *      read, through staging and through promotion;
  *   4. a 2,000-key batch of 64 KiB SSD values through an 8-slot arena vs
  *      the bandwidth bound (bytes / fio 64 KiB read bandwidth);
- *   5. index rebuild at agent start: entries per second;
+ *   5. index rebuild at agent start: entries per second (1 M records of
+ *      1 byte in the full run);
  *   6. a single cold SSD kvp_get of 64 KiB (p50, p99) vs fio's random
  *      64 KiB read at queue depth 1 (p50 completion latency);
  *   7. with --drives DIR1,DIR2[,...]: demotion and cold batch_get of
@@ -18,13 +21,18 @@
  *
  *   bench_ssd [--dir DIR] [--quick] [--json FILE] [--only ROWS]
  *             [--drives DIR1,DIR2,...]
- * ROWS: a comma list of pin, seq, small, batch, rebuild, latency, drives
- * (default: all but drives, which needs --drives).
+ * ROWS: a comma list of pin, seq, sizes (or one size: size4, size16,
+ * size64, size1024, in KiB), batch, rebuild, latency, drives (default:
+ * all but drives, which needs --drives).
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+
+#include "tiers/kvp_ssd.h"
 
 #include "stress/bench_util.h"
 
@@ -294,6 +302,122 @@ drives_scaling(void)
 	}
 }
 
+/* Bytes of records (batch header blocks and values) in the sealed
+ * segments of store dir ssd: each trailer says where its records end. */
+static uint64_t
+ssd_record_bytes(const char *ssd)
+{
+	struct kvp_ssd_trailer tr;
+	struct dirent *de;
+	uint64_t total = 0;
+	char path[1400];
+	DIR *d = opendir(ssd);
+
+	while (d && (de = readdir(d))) {
+		struct stat st;
+		int fd;
+
+		if (strncmp(de->d_name, "seg-", 4))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", ssd, de->d_name);
+		fd = open(path, O_RDONLY);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 &&
+		    pread(fd, &tr, sizeof(tr), st.st_size - 4096) ==
+			    (ssize_t)sizeof(tr) &&
+		    tr.st_magic == KVP_SSD_MAGIC_TRAIL)
+			total += tr.st_sum_off -
+				 4096; /* after the file header */
+		close(fd);
+	}
+	if (d)
+		closedir(d);
+	return total;
+}
+
+/* Have 'demoted_want' demotions completed?  (the agent's counter: a
+ * scan of the index every millisecond would take a core from the agent) */
+static uint64_t demoted_want;
+static bool
+demoted_enough(void *p)
+{
+	return kvpt_actr(p, KVP_ACTR_DEMOTE) >= demoted_want;
+}
+
+/* Put values from..to-1 of sz bytes and wait until every value is
+ * written to SSD; seconds from the first put. */
+static double
+fill_range(struct kvp_client *c, struct kvp_seg *s, int from, int to,
+	   uint64_t sz)
+{
+	unsigned char *v = malloc(sz);
+	double t0 = now_s();
+	char k[100];
+	int i, rc;
+
+	memset(v, 0x5a, sz);
+	for (i = from; i < to; i++) {
+		uint32_t kl = kvpb_ssd_key(k, i);
+
+		v[0] = (unsigned char)i;
+		while ((rc = kvp_put(c, k, kl, v, sz)) == -EBUSY)
+			;
+		if (rc)
+			fprintf(stderr, "bench: put: %s\n", kvp_strerror(rc));
+	}
+	demoted_want = (uint64_t)to;
+	kvpt_wait_until(demoted_enough, s, 600000);
+	free(v);
+	return now_s() - t0;
+}
+
+/* Demotion of n values of sz bytes (put, then written to SSD by the
+ * agent: every value leaves DRAM at once) against fio's sequential write
+ * of the same block size; and what each value took on disk.  A first
+ * round of n other values warms the pool (the segment's pages faulted in
+ * by the puts, the store's first segments): the second is measured. */
+static void
+demote_by_size(uint64_t sz, int n)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	char ssd[700], bs[32], name[96], idx[32], unit[32];
+	double fw, bw;
+	uint64_t rec;
+
+	snprintf(bs, sizeof(bs), "%lluk", (unsigned long long)(sz >> 10));
+	fw = fio_bw("write", bs, (unsigned)((((uint64_t)n * sz) >> 20) + 1));
+	kvpb_rm_rf(sdir);
+	mkdir(sdir, 0700);
+	snprintf(ssd, sizeof(ssd), "%s/store-%s", sdir, bs);
+	snprintf(idx, sizeof(idx), "%d", 2 * n + n / 2 + 1024);
+	/* one unit per value (an operator sizes the unit to the namespace's
+	 * value size), 64 KiB units for 1 MiB values */
+	snprintf(unit, sizeof(unit), "%lluK",
+		 (unsigned long long)((sz < (64u << 10) ? sz : 64u << 10) >>
+				      10));
+	if (kvpt_pool_up(&a, &s, &c, "--dram", "2G", "--dram-unit", unit,
+			 "--dram-high", "0", "--dram-low", "0",
+			 "--index-entries", idx, "--ssd-dir", ssd,
+			 "--no-promote", NULL)) {
+		printf("cannot start the agent\n");
+		return;
+	}
+	fill_range(c, &s, 0, n, sz);
+	bw = (double)n * (double)sz / fill_range(c, &s, n, 2 * n, sz);
+	kvpt_pool_down(&a, &s, c); /* seals: the trailers count */
+	snprintf(name, sizeof(name), "demotion %s (put + write to SSD)", bs);
+	report(name, bw / 1e6, "MB/s", fw / 1e6, "fio write");
+	snprintf(name, sizeof(name), "demotion %s values per second", bs);
+	report(name, bw / (double)sz / 1e3, "k/s", 0, "");
+	rec = ssd_record_bytes(ssd);
+	snprintf(name, sizeof(name), "SSD bytes per %s value", bs);
+	report(name, (double)rec / (2.0 * n) / (double)sz, "x", 0, "");
+	kvpb_rm_rf(ssd);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -334,7 +458,7 @@ main(int argc, char **argv)
 		fputc('{', json);
 	n1m = quick ? 256 : 1024;
 	n4k = quick ? 10000 : 50000;
-	nrec = quick ? 20000 : 100000;
+	nrec = quick ? 20000 : 1000000;
 	snprintf(sdir, sizeof(sdir), "%s/kvpool-bench-ssd.%d", dir,
 		 (int)getpid());
 	mkdir(sdir, 0700);
@@ -384,6 +508,7 @@ main(int argc, char **argv)
 		free(ops);
 		free(keys);
 	}
+	fio_w = fio_r = fio_r64 = 0;
 	if (want("seq") || want("batch")) {
 		fio_w = fio_bw("write", "1M", (unsigned)n1m);
 		fio_r = fio_bw("read", "1M", (unsigned)n1m);
@@ -418,30 +543,25 @@ main(int argc, char **argv)
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}
-	if (want("small")) {
-		/* small values: what a demotion costs per value (finding it
-		 * included), 4 KiB units */
-		struct kvpt_agent a;
-		struct kvp_client *c;
-		struct kvp_seg s;
-		char ssd[700];
-		double t0, secs;
+	if (want("sizes") || want("size4") || want("size16") ||
+	    want("size64") || want("size1024")) {
+		/* demotion by value size, against fio at that size: ~1 GiB
+		 * each (64 MiB with --quick), and 4 KiB as n4k values */
+		static const uint64_t sizes[] = { 4 << 10, 16 << 10, 64 << 10,
+						  1 << 20 };
+		unsigned k;
 
-		snprintf(ssd, sizeof(ssd), "%s/store4", sdir);
-		if (kvpt_pool_up(&a, &s, &c, "--dram", "1G", "--dram-unit",
-				 "4K", "--dram-high", "0", "--dram-low", "0",
-				 "--ssd-dir", ssd, "--no-promote", NULL)) {
-			printf("cannot start the agent\n");
-			return 1;
+		for (k = 0; k < 4; k++) {
+			uint64_t tot = (quick ? 64ull : 1024ull) << 20;
+			int n = sizes[k] == 4096 ? n4k : (int)(tot / sizes[k]);
+
+			char one[32];
+
+			snprintf(one, sizeof(one), "size%llu",
+				 (unsigned long long)(sizes[k] >> 10));
+			if (want("sizes") || want(one))
+				demote_by_size(sizes[k], n);
 		}
-		t0 = now_s();
-		kvpb_ssd_fill_and_demote(c, &s, n4k, 4 << 10);
-		secs = now_s() - t0;
-		printf("  %d x 4KiB put and demoted in %.3f s\n", n4k, secs);
-		report("demotion 4KiB (put + write to SSD)", n4k / secs / 1e3,
-		       "k values/s", 0, "");
-		kvpt_pool_down(&a, &s, c);
-		kvpb_rm_rf(ssd);
 	}
 	if (want("batch")) {
 		struct kvpt_agent a;
@@ -485,10 +605,13 @@ main(int argc, char **argv)
 		int i;
 
 		snprintf(ssd, sizeof(ssd), "%s/rebuild", sdir);
+		char idx[32];
+
+		snprintf(idx, sizeof(idx), "%d", nrec + nrec / 4 + 1024);
 		if (kvpt_agent_start(&a, "--dram", "256M", "--dram-unit", "4K",
 				     "--dram-high", "0", "--dram-low", "0",
-				     "--index-entries", "200000", "--ssd-dir",
-				     ssd, "--ssd-segment", "64M", NULL) ||
+				     "--index-entries", idx, "--ssd-dir", ssd,
+				     "--ssd-segment", "64M", NULL) ||
 		    kvpt_seg_map(a.pool, &s) || kvp_open(a.pool, "bench", &c)) {
 			printf("cannot start the agent\n");
 			return 1;
@@ -505,8 +628,8 @@ main(int argc, char **argv)
 		kvpt_agent_stop(&a); /* seals the active segment */
 		t0 = now_s();
 		kvpt_agent_restart(&a, "--dram", "256M", "--dram-unit", "4K",
-				   "--index-entries", "200000", "--ssd-dir",
-				   ssd, "--ssd-segment", "64M", NULL);
+				   "--index-entries", idx, "--ssd-dir", ssd,
+				   "--ssd-segment", "64M", NULL);
 		secs = now_s() - t0;
 		report("agent restart with the index rebuilt",
 		       (double)nrec / secs / 1e6, "M/s", 0, "");

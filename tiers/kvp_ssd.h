@@ -13,13 +13,22 @@
  * one writer in 4 KiB blocks:
  *
  *   block 0            file header (magic, format, segment id, create seq)
- *   records            [4 KiB record header][value blocks, 4 KiB aligned] ...
+ *   batches            [4 KiB batch header][value][value]... (format 3)
  *   summary            (sealed segments) one entry per record
  *   last block         (sealed segments) trailer: where the summary is, CRCs
  *
  * A record is a value or a tombstone with a 64-bit global sequence number.
- * A location ("loc") is (segment id << 32 | block of the record header);
- * 0 is never a valid location.  A tombstone names the value record it
+ * Format 3 writes records in batches: one 4 KiB header block holds the
+ * compact headers of up to a block's worth of records (key, length,
+ * sequence, chunk CRCs), the values follow it, each 4 KiB aligned (O_DIRECT
+ * straight from and to DRAM units and staging spans); a tombstone is a
+ * header entry with no value.  A batch is one device write.
+ * A location ("loc") is (segment id << 32 | low), 0 never valid; low is,
+ * in a format 3 segment, (block of the batch header << 8 | the value's
+ * distance in blocks from it, 1..255) and, in a format 1 or 2 segment
+ * (read, never written), the block of the record's own header block.
+ * Bits 60..63 of a loc are reserved (a drive index): segment ids stay
+ * below 2^28.  A tombstone names the value record it
  * deletes (its target location): at recovery the latest value record of a
  * key (highest sequence) is its value, unless a tombstone targets exactly
  * that record.  So a tombstone written late (the agent writes it when it
@@ -65,11 +74,19 @@
  * drive's id in a location's top 4 bits (agent/drives.c). */
 #define KVP_SSD_SEG_ID_MAX 0x0ffffffeu
 
-/* Location packing: segment id (1..KVP_SSD_SEG_ID_MAX) and the 4 KiB block
- * index of the record header inside the segment file. */
+/* Location packing: segment id (1..KVP_SSD_SEG_ID_MAX) and the low word
+ * (see above).  KVP_SSD_LOC_BLOCK is the low word; in a format 3 segment
+ * KVP_SSD_LOC_HDR is the batch header's block, KVP_SSD_LOC_DELTA the
+ * value's distance from it, KVP_SSD_LOC_VALUE the value's first block. */
 #define KVP_SSD_LOC(seg, blk) (((uint64_t)(seg) << 32) | (uint32_t)(blk))
-#define KVP_SSD_LOC_SEG(loc) ((uint32_t)((loc) >> 32))
+#define KVP_SSD_LOC_SEG(loc) ((uint32_t)((loc) >> 32) & 0x0fffffffu)
 #define KVP_SSD_LOC_BLOCK(loc) ((uint32_t)(loc))
+#define KVP_SSD_LOW3(hdr, delta) (((uint32_t)(hdr) << 8) | (uint8_t)(delta))
+#define KVP_SSD_LOC_HDR(loc) ((uint32_t)(loc) >> 8)
+#define KVP_SSD_LOC_DELTA(loc) ((uint32_t)(loc)&0xffu)
+#define KVP_SSD_LOC_VALUE(loc) (KVP_SSD_LOC_HDR(loc) + KVP_SSD_LOC_DELTA(loc))
+/* a value starts at most this many blocks after its batch header */
+#define KVP_SSD_DELTA_MAX 255u
 
 enum kvp_ssd_durability {
 	KVP_SSD_RELAXED = 0, /* never fsync per write (default) */
@@ -135,6 +152,11 @@ struct kvp_ssd_cfg {
 	/* --ssd-reinsert: percent of a segment a reclaim may keep (0: none) */
 	uint32_t reinsert_pct;
 	kvp_ssd_reinsert_fn reinsert_cb; /* where kept records went */
+	/* optional, recovery: called with a record's hash (kvp_hash(ns, key,
+	 * klen)) a few records before the recovery callback gets it, so the
+	 * owner can prefetch what it will touch; its arg is the recovery
+	 * callback's */
+	void (*recover_prefetch)(void *arg, uint64_t hash);
 };
 
 /* A record as found on disk (recovery, segment_foreach).  key is valid
@@ -147,6 +169,8 @@ struct kvp_ssd_rec {
 	/* tombstones: the location of the value record they delete (0: format
 	 * 1, every older record) */
 	uint64_t target;
+	/* recovery callbacks: kvp_hash(ns, key, klen), 0 elsewhere */
+	uint64_t hash;
 	const void *key;
 	uint32_t klen;
 	uint32_t type; /* enum kvp_ssd_rec_type */
@@ -210,6 +234,7 @@ struct kvp_ssd_stats {
 	/* completed OK; value bytes */
 	uint64_t writes, tombstones, write_bytes;
 	uint64_t dev_write_bytes; /* bytes written to files */
+	uint64_t batches;         /* batch writes completed OK */
 	/* value bytes staged through an aligned bounce buffer */
 	uint64_t copied_bytes;
 	uint64_t reads, read_bytes; /* completed OK; requested bytes */
@@ -244,11 +269,16 @@ kvp_ssd_extent(uint64_t off, uint64_t len, uint32_t *dst_off)
 	return len ? b - a : 0;
 }
 
-/* On-disk bytes of a record with a value of vlen bytes (header included). */
+/* On-disk bytes a record with a value of vlen bytes is counted for: its
+ * 4 KiB-rounded value and a share of its batch header block (an entry is
+ * 32 bytes, its key and chunk CRCs: 256 is a typical entry and a batch's
+ * rounding, format 3).  Used alike when a record is counted live and when
+ * it is reported dead. */
+#define KVP_SSD_ENTRY_SHARE 256u
 static inline uint64_t
 kvp_ssd_record_bytes(uint64_t vlen)
 {
-	return KVP_SSD_BLOCK +
+	return KVP_SSD_ENTRY_SHARE +
 	       ((vlen + KVP_SSD_BLOCK - 1) & ~(uint64_t)(KVP_SSD_BLOCK - 1));
 }
 
@@ -265,7 +295,8 @@ int kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out);
 
 /*
  * Rebuild: read every sealed segment's summary, scan the unsealed ones
- * record by record (verifying every checksum), repair torn tails
+ * batch by batch (format 3; record by record for format 1 and 2),
+ * verifying every header checksum, repair torn tails
  * (truncate after the last good record) and seal them, then report each
  * live record (the latest value record per (ns, key), unless a tombstone
  * targets it) to cb, in no particular order.  Call
@@ -282,13 +313,17 @@ void kvp_ssd_close_agent(struct kvp_ssd *s);
 
 /*
  * Queue a write of a value (the concatenation of src[0..nsrc), 1 byte to
- * kvp_ssd_max_value_agent()) under (ns, key).  The source memory must stay
+ * kvp_ssd_max_value_agent()) under (ns, key).  The record joins the open
+ * batch (format 3): the batch goes to the device as one write at the next
+ * submit (or poll), or as soon as it is full.  The source memory must stay
  * valid and unchanged until the completion: whole 4 KiB blocks of 4 KiB
  * aligned sources go to the device without a copy (docs/ssd.md).  The
  * completion carries the location and sequence number, or the error
- * (-ENOSPC, -EIO).  Returns 0 (queued; call submit), -EINVAL, -E2BIG,
- * -EBUSY (max_requests outstanding: poll first), -ENOMEM, -EAGAIN (no room
- * yet: the owner vetoed giving back the oldest segment; try again soon).
+ * (-ENOSPC, -EIO); every record of a batch completes with it.  Returns 0
+ * (queued; call submit), -EINVAL, -E2BIG, -EBUSY (max_requests
+ * outstanding: poll first), -ENOMEM, -EAGAIN (no room yet: the owner
+ * vetoed giving back the oldest segment, or its last batches are still
+ * being written; try again soon).
  */
 int kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
 			const void *key, uint32_t klen, const struct iovec *src,
@@ -297,14 +332,17 @@ int kvp_ssd_write_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
 /* Queue a tombstone for (ns, key) that deletes the value record at
  * 'target' (its location, nonzero): after a restart that record is not
  * reported, nor any older one of the key; a newer value record of the key
- * is.  Returns as kvp_ssd_write_agent(). */
+ * is.  An entry of the open batch (no block of its own).  Returns as
+ * kvp_ssd_write_agent(). */
 int kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
 			    const void *key, uint32_t klen, uint64_t target);
 
 /*
  * Queue a read (see struct kvp_ssd_read).  The device reads the record's
- * header block and the 4 KiB-rounded extent of [off, off + len) only.
- * Whole-value reads verify every chunk CRC; ranged reads verify the chunks
+ * header block (format 3: its batch's) and the 4 KiB-rounded extent of
+ * [off, off + len) only.  The header block's CRC and the record's identity
+ * (the entry at the location's delta: ns, key, length) are checked, then:
+ * whole-value reads verify every chunk CRC; ranged reads verify the chunks
  * the extent fully covers.  Returns 0 (queued), -EINVAL (bad range or
  * destination), -ENOENT (no such segment), -EBUSY, -ENOMEM.
  */
@@ -353,7 +391,8 @@ int kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id,
  * its records whose keys also appear in those older segments, so that no
  * older record comes back after a restart (docs/ssd.md, "Giving space
  * back").  Reads already in flight finish; later reads of it get -ENOENT.
- * 0, -ENOENT, -EBUSY (the active or a sealing segment), -EIO, -ENOSPC.
+ * 0, -ENOENT, -EBUSY (the active or a sealing segment, or one whose
+ * batches are still being written), -EIO, -ENOSPC.
  */
 int kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id);
 
@@ -407,11 +446,13 @@ bool kvp_crc32c_hw_available(void);
  * read from disk is validated before use; a mismatch in one record ends
  * the scan of its file, never the agent.
  */
-#define KVP_SSD_FORMAT 2     /* written; 2: tombstones name their target */
-#define KVP_SSD_FORMAT_MIN 1 /* oldest format still read */
+/* written; 2: tombstones name their target; 3: records in batches */
+#define KVP_SSD_FORMAT 3
+#define KVP_SSD_FORMAT_MIN 1            /* oldest format still read */
 #define KVP_SSD_MAGIC_FILE 0x5353564bu  /* "KVSS" */
 #define KVP_SSD_MAGIC_REC 0x5252564bu   /* "KVRR" */
 #define KVP_SSD_MAGIC_TRAIL 0x5454564bu /* "KVTT" */
+#define KVP_SSD_MAGIC_BATCH 0x4252564bu /* "KVRB" */
 #define KVP_SSD_CHUNK_SHIFT_MIN 16      /* 64 KiB CRC chunks ... */
 #define KVP_SSD_MAX_CHUNKS 944u         /* ... doubled until they fit */
 
@@ -444,11 +485,38 @@ struct kvp_ssd_rec_hdr {
 	/* then: key[klen], zeros to a multiple of 4, uint32_t crc[nchunks] */
 };
 
+/* Format 3: a batch header block: this, then bh_nrec entries (struct
+ * kvp_ssd_bent, each followed by key[klen], zeros to a multiple of 4,
+ * uint32_t crc[nchunks], zeros to a multiple of 8), zeros to 4 KiB. */
+struct kvp_ssd_batch_hdr {
+	uint32_t bh_magic;
+	uint16_t bh_version;
+	uint16_t bh_nrec;
+	uint32_t bh_crc;     /* CRC-32C of [0, bh_len) with bh_crc = 0 */
+	uint32_t bh_len;     /* header bytes covered by bh_crc */
+	uint32_t bh_seg_id;  /* where it was written: a batch found */
+	uint32_t bh_block;   /* anywhere else is not trusted */
+	uint32_t bh_nblocks; /* blocks of the batch, header included */
+	uint32_t bh_pad;
+};
+
+struct kvp_ssd_bent {
+	uint8_t be_type;
+	uint8_t be_klen;  /* 1..255 */
+	uint8_t be_delta; /* value: its first block - the header's (1..255);
+			   * tombstone: 0 */
+	uint8_t be_chunk_shift;
+	uint32_t be_nchunks;
+	uint64_t be_ns;
+	uint64_t be_seq;
+	uint64_t be_vlen; /* tombstones: target location */
+};
+
 struct kvp_ssd_sum_ent {
 	uint8_t se_type;
 	uint8_t se_klen;
 	uint16_t se_flags; /* 0 on disk */
-	uint32_t se_block;
+	uint32_t se_block; /* the location's low word */
 	uint64_t se_ns;
 	uint64_t se_seq;
 	uint64_t se_vlen; /* tombstones (format 2): target location */
@@ -476,6 +544,12 @@ _Static_assert(sizeof(struct kvp_ssd_rec_hdr) == 56,
 _Static_assert(sizeof(struct kvp_ssd_sum_ent) == 32,
 	       "ssd summary entry layout");
 _Static_assert(sizeof(struct kvp_ssd_trailer) == 64, "ssd trailer layout");
+_Static_assert(sizeof(struct kvp_ssd_batch_hdr) == 32, "ssd batch header");
+_Static_assert(sizeof(struct kvp_ssd_bent) == 32, "ssd batch entry layout");
+_Static_assert(sizeof(struct kvp_ssd_batch_hdr) + sizeof(struct kvp_ssd_bent) +
+			       256 + 4 * KVP_SSD_MAX_CHUNKS <=
+		       KVP_SSD_BLOCK,
+	       "a record of the largest key and value fits a batch header");
 _Static_assert(sizeof(struct kvp_ssd_rec_hdr) + 256 + 4 * KVP_SSD_MAX_CHUNKS <=
 		       KVP_SSD_BLOCK,
 	       "chunk CRCs fit the header block");

@@ -8,17 +8,36 @@
  *     block 0 is the file header, records follow; when a record does not
  *     fit, the segment is sealed (summary of its records written after the
  *     last record, trailer in the last block) and a new one is started.
- *  2. A record is a 4 KiB header block (type, ns, key, value length,
- *     sequence, per-chunk CRC-32C, header CRC) and the value, 4 KiB
- *     aligned, so O_DIRECT transfers go straight to and from the DRAM
- *     arena or a staging span (no copy when the source is 4 KiB aligned).
+ *  2. Records are written in batches (format 3): one 4 KiB header block
+ *     holds a compact entry per record (type, ns, key, value length,
+ *     sequence, per-chunk CRC-32C; one CRC covers the block), and the
+ *     values follow it, each 4 KiB aligned, so O_DIRECT transfers go
+ *     straight to and from the DRAM arena or a staging span (no copy when
+ *     the source is 4 KiB aligned).  Writes and tombstones queued between
+ *     two submits join the open batch until its header block is full, its
+ *     next value would start more than KVP_SSD_DELTA_MAX blocks after the
+ *     header (the location's low word has 8 bits for that distance) or it
+ *     has KVP_SSD_BATCH_IOV iovecs; the batch is then one WRITEV, and
+ *     every record in it completes with it.  A read reads the header block
+ *     and the value's extent (one READV when the value follows the header
+ *     and the extent starts at the value) and checks the header's CRC, the
+ *     entry's identity (ns, key, length: the record asked for) and the
+ *     chunk CRCs the extent covers.  Format 1 and 2 segments (a 4 KiB
+ *     header block per record) are still read, recovered, reinserted
+ *     from and given back; nothing is written to them.
  *  3. Recovery reads each sealed segment's summary (one sequential read)
- *     and scans unsealed ones header by header; the first bad header ends
- *     that file's scan (a torn tail: the block is zeroed and the segment
- *     sealed there).  The latest sequence per (ns, key) wins; a tombstone
- *     wins a tie.
+ *     and scans unsealed ones batch header by batch header; the first bad
+ *     header ends that file's scan (a torn tail: the block is zeroed and
+ *     the segment sealed there).  The latest sequence per (ns, key) wins;
+ *     a tombstone kills the record it names.  The table that finds the
+ *     latest record per key is probed a few records ahead (prefetch), and
+ *     the owner is told the hashes ahead too (cfg.recover_prefetch).
  *  4. Space comes back one whole segment at a time, oldest first, after
- *     the owner's say (evict_cb).  Dropping a segment while older ones
+ *     the owner's say (evict_cb), and never while batches written to it
+ *     are queued or in flight (a round can fill several segments: their
+ *     records would be reported in a segment that is gone, and a write
+ *     queued on its descriptor could land in the next file to get the
+ *     number).  Dropping a segment while older ones
  *     remain first rewrites its tombstones into the active segment
  *     (fdatasync'd), so a deleted key never comes back from an older one.
  *     The owner may keep some of the segment's records (reinsertion, as
@@ -30,7 +49,7 @@
  *     --ssd-reinsert percent of a segment per reclaim, so a log full of
  *     hot records still gives space back.  Its new location goes to the
  *     owner (reinsert_cb), or 0 if it could not be written.
- *  5. I/O through io_uring (liburing): a write is one WRITEV, a read one
+ *  5. I/O through io_uring (liburing): a batch is one WRITEV, a read one
  *     READV of header and value, or a header READ plus the extent's READV
  *     (READ_FIXED when it lands in a registered buffer).  Where io_uring
  *     is refused (or KVP_SSD_FORCE_PREAD=1), two worker threads run the
@@ -47,10 +66,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "shm/kvp_crash.h"
 #include "shm/kvp_env.h"
 #include "shm/kvp_hash.h"
 #include "tiers/kvp_ssd.h"
@@ -58,6 +79,12 @@
 #define B KVP_SSD_BLOCK
 #define KVP_SSD_MAX_IOV 66
 #define KVP_SSD_WORKERS 2
+/* iovecs of one batch write (UIO_MAXIOV) */
+#define KVP_SSD_BATCH_IOV 1024u
+/* an internal request: a batch's write, whose records are its members */
+#define KVP_SSD_OP_BATCH 100u
+/* records ahead of the one handled whose table slots are prefetched */
+#define KVP_SSD_PREFETCH 8u
 
 struct kvp_sseg {
 	uint32_t id;
@@ -65,6 +92,10 @@ struct kvp_sseg {
 	uint64_t size, create_seq, max_seq;
 	uint64_t wpos; /* next record block (active) */
 	uint64_t live_bytes, nrecs;
+	uint16_t version; /* the file's format (1..KVP_SSD_FORMAT) */
+	/* batch writes queued or in flight (mu held on the thread path):
+	 * the segment is not given back until they are over */
+	unsigned wr_inflight;
 	bool sealed;
 	bool dirty; /* written since open: synced at close */
 	/* bytes found on disk at open (a truncated file's records past it are
@@ -76,10 +107,20 @@ struct kvp_sseg {
 
 struct kvp_sreq {
 	uint64_t tag, loc, seq;
+	uint64_t vlen; /* write: the value's length */
 	uint32_t op, dst_off;
+	uint32_t fmt; /* read: the segment's format */
 	int status;
 	unsigned nsub;
-	uint64_t want[2]; /* bytes each sub-op must transfer */
+	/* a batch (op KVP_SSD_OP_BATCH): its header block is hdr, its
+	 * records are members (linked through mnext), its iovecs biov */
+	struct kvp_sreq *mhead, *mtail, *mnext;
+	struct iovec *biov;
+	unsigned nbiov, bnrec;
+	uint32_t bused;          /* header bytes used */
+	uint64_t bblk, bnblocks; /* header block, blocks so far */
+	uint64_t bbytes;         /* bytes of the write */
+	uint64_t want[2];        /* bytes each sub-op must transfer */
 	struct kvp_sseg *seg;
 	void *hdr;    /* header block (aligned) */
 	void *bounce; /* write: aligned copy of the value */
@@ -101,6 +142,8 @@ struct kvp_ssd {
 	struct kvp_sseg **segs; /* sorted by id */
 	unsigned nsegs, capsegs;
 	struct kvp_sseg *active;
+	struct kvp_sreq *batch; /* the open batch (in the active segment) */
+	unsigned char *zero;    /* a zero block: padding, buffered I/O */
 	uint64_t next_seq;
 	uint32_t next_id; /* never above KVP_SSD_SEG_ID_MAX + 1 */
 	bool ids_exhausted_logged;
@@ -137,8 +180,9 @@ struct kvp_reins {
 	uint64_t ns, vlen; /* its identity, for the summary */
 	uint32_t klen;
 	unsigned char key[KVP_SSD_KEY_MAX];
-	unsigned char *buf; /* header block + value blocks (aligned) */
-	uint64_t len;       /* bytes of buf: kvp_ssd_record_bytes(vlen) */
+	unsigned char *buf; /* what was read (aligned) */
+	unsigned char *val; /* the value in it (4 KiB aligned) */
+	uint64_t len;       /* its share: kvp_ssd_record_bytes(vlen) */
 };
 
 struct kvp_job {
@@ -167,6 +211,9 @@ kvp_aligned(size_t n)
 	return p;
 }
 
+static void kvp_batch_close(struct kvp_ssd *s);
+static void kvp_batch_finish(struct kvp_ssd *s, struct kvp_sreq *b);
+
 uint64_t
 kvp_ssd_max_value_agent(const struct kvp_ssd *s)
 {
@@ -191,6 +238,174 @@ static size_t
 kvp_sum_ent_size(unsigned klen)
 {
 	return (sizeof(struct kvp_ssd_sum_ent) + klen + 7) & ~(size_t)7;
+}
+
+/* ---- format 3: batch header blocks ---- */
+
+/* Bytes of a batch entry with a key of klen bytes and nchunks CRCs. */
+static size_t
+kvp_bent_size(unsigned klen, uint32_t nchunks)
+{
+	return (sizeof(struct kvp_ssd_bent) + ((klen + 3u) & ~3u) +
+		4u * (size_t)nchunks + 7) &
+	       ~(size_t)7;
+}
+
+/* The chunk CRCs of the value src[0..nsrc) (vlen bytes, chunks of 1 << sh
+ * bytes) into crc[]. */
+static void
+kvp_chunk_crcs(uint32_t *crc, uint32_t nchunks, unsigned sh, uint64_t vlen,
+	       const struct iovec *src, unsigned nsrc)
+{
+	uint64_t cs = 1ull << sh, done = 0;
+	unsigned c, i = 0;
+	size_t in = 0;
+
+	for (c = 0; c < nchunks; c++) {
+		uint64_t end = (c + 1) * cs < vlen ? (c + 1) * cs : vlen;
+		uint32_t v = 0;
+
+		while (done < end && i < nsrc) {
+			size_t take = src[i].iov_len - in;
+			if (take > end - done)
+				take = (size_t)(end - done);
+			v = kvp_crc32c(v, (const char *)src[i].iov_base + in,
+				       take);
+			in += take;
+			done += take;
+			if (in == src[i].iov_len) {
+				i++;
+				in = 0;
+			}
+		}
+		crc[c] = v;
+	}
+}
+
+/* Write an entry at 'at' (zeroed, kvp_bent_size bytes): a value (src,
+ * vlen bytes, delta blocks after its header) or a tombstone (target). */
+static void
+kvp_bent_fill(unsigned char *at, uint8_t type, unsigned delta, uint64_t ns,
+	      uint64_t seq, const void *key, unsigned klen, uint64_t vlen,
+	      uint64_t target, const struct iovec *src, unsigned nsrc)
+{
+	struct kvp_ssd_bent *e = (struct kvp_ssd_bent *)at;
+	uint32_t nchunks = 0;
+	unsigned sh = type == KVP_SSD_REC_VALUE ?
+			      kvp_chunk_shift(vlen, &nchunks) :
+			      KVP_SSD_CHUNK_SHIFT_MIN;
+
+	e->be_type = type;
+	e->be_klen = (uint8_t)klen;
+	e->be_delta = type == KVP_SSD_REC_VALUE ? (uint8_t)delta : 0;
+	e->be_chunk_shift = (uint8_t)sh;
+	e->be_nchunks = nchunks;
+	e->be_ns = ns;
+	e->be_seq = seq;
+	e->be_vlen = type == KVP_SSD_REC_VALUE ? vlen : target;
+	memcpy(e + 1, key, klen);
+	kvp_chunk_crcs((uint32_t *)(at + sizeof(*e) + ((klen + 3u) & ~3u)),
+		       nchunks, sh, vlen, src, nsrc);
+}
+
+/* Seal a batch header block: its fields and its CRC. */
+static void
+kvp_bhdr_finish(void *hdr, uint32_t seg, uint64_t blk, uint64_t nblocks,
+		unsigned nrec, uint32_t used)
+{
+	struct kvp_ssd_batch_hdr *h = hdr;
+
+	h->bh_magic = KVP_SSD_MAGIC_BATCH;
+	h->bh_version = KVP_SSD_FORMAT;
+	h->bh_nrec = (uint16_t)nrec;
+	h->bh_len = used;
+	h->bh_seg_id = seg;
+	h->bh_block = (uint32_t)blk;
+	h->bh_nblocks = (uint32_t)nblocks;
+	h->bh_pad = 0;
+	h->bh_crc = 0;
+	h->bh_crc = kvp_crc32c(0, h, used);
+}
+
+/*
+ * Is the block at hdr a batch header written at block blk of segment
+ * (id, nblocks blocks in all)?  Magic, version, bounds and CRC (the
+ * block's bytes are left as they were).
+ */
+static bool
+kvp_bhdr_valid(const void *hdr, uint32_t id, uint64_t blk, uint64_t seg_blocks)
+{
+	struct kvp_ssd_batch_hdr h;
+	uint32_t crc;
+
+	memcpy(&h, hdr, sizeof(h));
+	if (h.bh_magic != KVP_SSD_MAGIC_BATCH || h.bh_version < 3 ||
+	    h.bh_version > KVP_SSD_FORMAT || h.bh_len < sizeof(h) ||
+	    h.bh_len > B || h.bh_seg_id != id || h.bh_block != blk ||
+	    h.bh_nblocks == 0 || blk + h.bh_nblocks > seg_blocks)
+		return false;
+	crc = h.bh_crc;
+	h.bh_crc = 0;
+	return kvp_crc32c(kvp_crc32c(0, &h, sizeof(h)),
+			  (const char *)hdr + sizeof(h),
+			  h.bh_len - sizeof(h)) == crc;
+}
+
+/*
+ * The next entry of a valid batch header at byte *pos (start at
+ * sizeof(struct kvp_ssd_batch_hdr)): a copy in *e, its key and CRCs.
+ * False at the end, or at an entry that does not hold together (bounds,
+ * type, chunk geometry): the CRC matched, so only a bug writes one.
+ */
+static bool
+kvp_bent_next(const void *hdr, uint32_t *pos, struct kvp_ssd_bent *e,
+	      const unsigned char **key, const uint32_t **crc)
+{
+	const struct kvp_ssd_batch_hdr *h = hdr;
+	const unsigned char *b = hdr;
+	uint64_t cs;
+	size_t n;
+
+	if (*pos + sizeof(*e) > h->bh_len)
+		return false;
+	memcpy(e, b + *pos, sizeof(*e));
+	if (e->be_klen == 0 || (e->be_type != KVP_SSD_REC_VALUE &&
+				e->be_type != KVP_SSD_REC_TOMBSTONE))
+		return false;
+	if (e->be_type == KVP_SSD_REC_VALUE) {
+		if (e->be_delta == 0 || e->be_vlen == 0 ||
+		    e->be_chunk_shift < KVP_SSD_CHUNK_SHIFT_MIN ||
+		    e->be_chunk_shift > 40 ||
+		    e->be_delta + kvp_rup(e->be_vlen) / B > h->bh_nblocks)
+			return false;
+		cs = 1ull << e->be_chunk_shift;
+		if ((e->be_vlen + cs - 1) / cs != e->be_nchunks)
+			return false;
+	} else if (e->be_nchunks) {
+		return false;
+	}
+	n = kvp_bent_size(e->be_klen, e->be_nchunks);
+	if (*pos + n > h->bh_len)
+		return false;
+	*key = b + *pos + sizeof(*e);
+	*crc = (const uint32_t *)(b + *pos + sizeof(*e) +
+				  ((e->be_klen + 3u) & ~3u));
+	*pos += (uint32_t)n;
+	return true;
+}
+
+/* The value entry at distance delta of a valid batch header, or false. */
+static bool
+kvp_bent_find(const void *hdr, unsigned delta, struct kvp_ssd_bent *e,
+	      const unsigned char **key, const uint32_t **crc)
+{
+	uint32_t pos = sizeof(struct kvp_ssd_batch_hdr);
+	unsigned k, n = ((const struct kvp_ssd_batch_hdr *)hdr)->bh_nrec;
+
+	for (k = 0; k < n && kvp_bent_next(hdr, &pos, e, key, crc); k++)
+		if (e->be_type == KVP_SSD_REC_VALUE && e->be_delta == delta)
+			return true;
+	return false;
 }
 
 /* ---- segments ---- */
@@ -397,6 +612,7 @@ kvp_seg_start(struct kvp_ssd *s)
 		s->ids_exhausted_logged = true;
 		return -ENOSPC;
 	}
+	kvp_batch_close(s); /* its records are in the segment sealed next */
 	if (s->active) {
 		rc = kvp_seg_seal(s, s->active);
 		if (rc)
@@ -412,6 +628,7 @@ kvp_seg_start(struct kvp_ssd *s)
 	g->size = s->cfg.segment_bytes;
 	g->valid_end = g->size;
 	g->create_seq = s->next_seq;
+	g->version = KVP_SSD_FORMAT;
 	g->wpos = 1;
 	kvp_seg_name(g->id, name, sizeof(name));
 	g->fd = kvp_open_file(s, name, O_RDWR | O_CREAT | O_EXCL);
@@ -504,13 +721,19 @@ static void
 kvp_reins_flush(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t need,
 		unsigned klen)
 {
+	unsigned char *hdr = kvp_aligned(B);
 	bool wrote = false;
 	unsigned k;
 
+	if (!hdr)
+		g = NULL;
 	for (k = 0; k < s->nreins; k++) {
+		/* each a batch of its own: header block, value */
 		struct kvp_reins *x = &s->reins[k];
-		struct kvp_ssd_rec_hdr *h = (struct kvp_ssd_rec_hdr *)x->buf;
-		uint64_t nb = x->len / B, blk, sum;
+		uint64_t nb = 1 + kvp_rup(x->vlen) / B, blk, sum;
+		struct iovec v = { x->val, (size_t)x->vlen }, io[2];
+		uint32_t nchunks;
+		size_t esz;
 
 		x->new_loc = 0;
 		if (!g)
@@ -521,19 +744,27 @@ kvp_reins_flush(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t need,
 		if (g->wpos + nb + need + sum + 1 > g->size / B)
 			continue; /* the write that asked comes first */
 		blk = g->wpos;
-		h->rh_version = KVP_SSD_FORMAT;
-		h->rh_seg_id = g->id;
-		h->rh_block = (uint32_t)blk;
-		h->rh_seq = s->next_seq;
-		h->rh_crc = 0;
-		h->rh_crc = kvp_crc32c(0, h, h->rh_len);
+		kvp_chunk_shift(x->vlen, &nchunks);
+		esz = kvp_bent_size(x->klen, nchunks);
+		memset(hdr, 0, B);
+		kvp_bent_fill(hdr + sizeof(struct kvp_ssd_batch_hdr),
+			      KVP_SSD_REC_VALUE, 1, x->ns, s->next_seq, x->key,
+			      x->klen, x->vlen, 0, &v, 1);
+		kvp_bhdr_finish(
+			hdr, g->id, blk, nb, 1,
+			(uint32_t)(sizeof(struct kvp_ssd_batch_hdr) + esz));
 		/* the summary entry first: a record on disk that the summary
 		 * lacks could come back from a torn tail's header scan */
-		if (kvp_sum_append(g, KVP_SSD_REC_VALUE, (uint32_t)blk, x->ns,
-				   s->next_seq, x->vlen, x->key, x->klen))
+		if (kvp_sum_append(g, KVP_SSD_REC_VALUE, KVP_SSD_LOW3(blk, 1),
+				   x->ns, s->next_seq, x->vlen, x->key,
+				   x->klen))
 			continue;
-		if (pwrite(g->fd, x->buf, x->len, (off_t)(blk * B)) !=
-		    (ssize_t)x->len) {
+		io[0].iov_base = hdr;
+		io[0].iov_len = B;
+		io[1].iov_base = x->val;
+		io[1].iov_len = kvp_rup(x->vlen);
+		if (pwritev(g->fd, io, 2, (off_t)(blk * B)) !=
+		    (ssize_t)(nb * B)) {
 			g->sum_len -= kvp_sum_ent_size(x->klen);
 			s->st.io_errors++;
 			g = NULL; /* the rest would not fare better */
@@ -547,10 +778,11 @@ kvp_reins_flush(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t need,
 		s->next_seq++;
 		s->st.reinserted++;
 		s->st.reinserted_bytes += x->vlen;
-		s->st.dev_write_bytes += x->len;
-		x->new_loc = KVP_SSD_LOC(g->id, blk);
+		s->st.dev_write_bytes += nb * B;
+		x->new_loc = KVP_SSD_LOC(g->id, KVP_SSD_LOW3(blk, 1));
 		wrote = true;
 	}
+	free(hdr);
 	if (wrote && s->cfg.durability == KVP_SSD_STRICT && s->active &&
 	    fdatasync(s->active->fd)) {
 		s->st.io_errors++;
@@ -577,6 +809,20 @@ kvp_seg_new(struct kvp_ssd *s, uint64_t need, unsigned klen)
 	return rc;
 }
 
+/* Are batch writes to segment g queued or in flight? */
+static bool
+kvp_seg_writing(struct kvp_ssd *s, const struct kvp_sseg *g)
+{
+	bool w;
+
+	if (s->uring)
+		return g->wr_inflight != 0;
+	pthread_mutex_lock(&s->mu);
+	w = g->wr_inflight != 0;
+	pthread_mutex_unlock(&s->mu);
+	return w;
+}
+
 /*
  * --ssd-size: give back whole segments until one more fits.  Strictly
  * oldest first: a tombstone then always outlives the older records it
@@ -598,6 +844,15 @@ kvp_make_room(struct kvp_ssd *s)
 		if (!g || !g->sealed || g == s->active) {
 			s->st.enospc++;
 			return -ENOSPC;
+		}
+		if (kvp_seg_writing(s, g)) {
+			/* its last batches are still being written (a round
+			 * that filled several segments): their records would
+			 * be reported in a segment that is gone, and a write
+			 * queued on its descriptor could land in the next file
+			 * to get that number; room once they are over */
+			kvp_ssd_submit_agent(s);
+			return -EAGAIN;
 		}
 		s->in_evict = true;
 		veto = s->cfg.evict_cb ?
@@ -623,7 +878,7 @@ kvp_make_room(struct kvp_ssd *s)
 /* ---- requests ---- */
 
 static struct kvp_sreq *
-kvp_req_new(struct kvp_ssd *s, uint64_t tag, uint32_t op)
+kvp_req_new(struct kvp_ssd *s, uint64_t tag, uint32_t op, bool need_hdr)
 {
 	struct kvp_sreq *r;
 
@@ -634,8 +889,8 @@ kvp_req_new(struct kvp_ssd *s, uint64_t tag, uint32_t op)
 		return NULL;
 	r->tag = tag;
 	r->op = op;
-	r->hdr = kvp_aligned(B);
-	if (!r->hdr) {
+	r->hdr = need_hdr ? kvp_aligned(B) : NULL;
+	if (need_hdr && !r->hdr) {
 		free(r);
 		return NULL;
 	}
@@ -648,6 +903,7 @@ kvp_req_free(struct kvp_sreq *r)
 {
 	free(r->hdr);
 	free(r->bounce);
+	free(r->biov);
 	free(r);
 }
 
@@ -691,9 +947,13 @@ kvp_sub_done_locked(struct kvp_ssd *s, struct kvp_sreq *r)
 {
 	if (--r->nsub)
 		return;
-	if (r->op == KVP_SSD_OP_READ && !r->status)
-		r->status = kvp_finish_read(s, r);
-	kvp_req_done(s, r);
+	if (r->op == KVP_SSD_OP_BATCH) {
+		kvp_batch_finish(s, r); /* frees r */
+	} else {
+		if (r->op == KVP_SSD_OP_READ && !r->status)
+			r->status = kvp_finish_read(s, r);
+		kvp_req_done(s, r);
+	}
 	pthread_cond_broadcast(&s->cv_done);
 	kvp_efd_signal(s);
 }
@@ -822,34 +1082,6 @@ kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
 	return 0;
 }
 
-/* Reserve space for a record of vlen bytes (and its summary entry) in
- * the active segment; start a new one when it does not fit. */
-static int
-kvp_reserve(struct kvp_ssd *s, uint64_t vlen, unsigned klen, uint64_t *blk)
-{
-	uint64_t need = 1 + kvp_rup(vlen) / B;
-	int rc, tries;
-
-	for (tries = 0; tries < 2; tries++) {
-		struct kvp_sseg *g = s->active;
-
-		if (g) {
-			uint64_t sum =
-				kvp_rup(g->sum_len + kvp_sum_ent_size(klen)) /
-				B;
-			if (g->wpos + need + sum + 1 <= g->size / B) {
-				*blk = g->wpos;
-				g->wpos += need;
-				return 0;
-			}
-		}
-		rc = kvp_seg_new(s, need, klen);
-		if (rc)
-			return rc;
-	}
-	return -E2BIG;
-}
-
 static int
 kvp_sum_append(struct kvp_sseg *g, uint8_t type, uint32_t blk, uint64_t ns,
 	       uint64_t seq, uint64_t vlen, const void *key, unsigned klen)
@@ -881,72 +1113,157 @@ kvp_sum_append(struct kvp_sseg *g, uint8_t type, uint32_t blk, uint64_t ns,
 	return 0;
 }
 
-/* Build a record header in r->hdr. */
-static void
-kvp_build_hdr(struct kvp_sreq *r, uint8_t type, uint64_t ns, const void *key,
-	      unsigned klen, uint64_t vlen, uint64_t seq, uint32_t seg,
-	      uint32_t blk, const struct iovec *src, unsigned nsrc)
+/* Open a batch at block blk of the active segment g (its header block is
+ * counted, not yet written).  NULL: out of memory. */
+static struct kvp_sreq *
+kvp_batch_open(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t blk)
 {
-	struct kvp_ssd_rec_hdr *h = r->hdr;
-	uint32_t nchunks = 0, *crc;
-	unsigned sh = type == KVP_SSD_REC_VALUE ?
-			      kvp_chunk_shift(vlen, &nchunks) :
-			      16;
-	size_t koff = (sizeof(*h) + klen + 3) & ~(size_t)3;
-	uint64_t cs = 1ull << sh, done = 0;
-	unsigned c, i = 0;
-	size_t in = 0;
+	struct kvp_sreq *b = calloc(1, sizeof(*b));
 
-	memset(h, 0, B);
-	h->rh_magic = KVP_SSD_MAGIC_REC;
-	h->rh_version = KVP_SSD_FORMAT;
-	h->rh_type = type;
-	h->rh_klen = (uint8_t)klen;
-	h->rh_seg_id = seg;
-	h->rh_block = blk;
-	h->rh_ns = ns;
-	h->rh_seq = seq;
-	h->rh_vlen = vlen;
-	h->rh_nchunks = nchunks;
-	h->rh_chunk_shift = (uint8_t)sh;
-	memcpy(h + 1, key, klen);
-	crc = (uint32_t *)((char *)h + koff);
-	for (c = 0; c < nchunks; c++) {
-		uint64_t end = (c + 1) * cs < vlen ? (c + 1) * cs : vlen;
-		uint32_t v = 0;
+	if (!b)
+		return NULL;
+	b->op = KVP_SSD_OP_BATCH;
+	b->hdr = kvp_aligned(B);
+	b->biov = calloc(KVP_SSD_BATCH_IOV, sizeof(*b->biov));
+	if (!b->hdr || !b->biov) {
+		free(b->hdr);
+		free(b->biov);
+		free(b);
+		return NULL;
+	}
+	b->seg = g;
+	b->bblk = blk;
+	b->bnblocks = 1;
+	b->bused = sizeof(struct kvp_ssd_batch_hdr);
+	b->biov[0].iov_base = b->hdr;
+	b->biov[0].iov_len = B;
+	b->nbiov = 1;
+	b->bbytes = B;
+	s->batch = b;
+	return b;
+}
 
-		while (done < end && i < nsrc) {
-			size_t take = src[i].iov_len - in;
-			if (take > end - done)
-				take = (size_t)(end - done);
-			v = kvp_crc32c(v, (const char *)src[i].iov_base + in,
-				       take);
-			in += take;
-			done += take;
-			if (in == src[i].iov_len) {
-				i++;
-				in = 0;
+/* A batch's write is over (status in b->status): each record in it
+ * completes with that status; the batch goes.  mu held on the thread
+ * path. */
+static void
+kvp_batch_finish(struct kvp_ssd *s, struct kvp_sreq *b)
+{
+	struct kvp_sreq *m = b->mhead, *next;
+
+	kvp_crashpoint(A_SSD_BATCH_WRITTEN);
+	b->seg->wr_inflight--;
+	if (!b->status) {
+		s->st.batches++;
+		s->st.dev_write_bytes += b->bbytes;
+	}
+	for (; m; m = next) {
+		next = m->mnext;
+		if (!m->status)
+			m->status = b->status;
+		kvp_req_done(s, m);
+	}
+	kvp_req_free(b);
+}
+
+/* Close the open batch: finish its header block and queue its write (one
+ * WRITEV of the header block and every value).  Its records complete when
+ * it does (an error that keeps it from being queued completes them now
+ * with -EIO). */
+static void
+kvp_batch_close(struct kvp_ssd *s)
+{
+	struct kvp_sreq *b = s->batch;
+	int rc;
+
+	if (!b)
+		return;
+	s->batch = NULL;
+	kvp_bhdr_finish(b->hdr, b->seg->id, b->bblk, b->bnblocks, b->bnrec,
+			b->bused);
+	kvp_crashpoint(A_SSD_BATCH_BUILT);
+	if (!s->uring)
+		pthread_mutex_lock(&s->mu);
+	b->seg->wr_inflight++;
+	if (!s->uring)
+		pthread_mutex_unlock(&s->mu);
+	kvp_guard(s, b, true);
+	rc = kvp_queue_rw(s, b, 0, true, b->biov, b->nbiov, b->bblk * B);
+	if (rc) {
+		b->status = -EIO;
+		s->st.io_errors++;
+		if (s->uring) {
+			kvp_batch_finish(s, b);
+			return;
+		}
+	}
+	kvp_guard(s, b, false);
+}
+
+/*
+ * Room in the open batch (opened here if there is none) for one record:
+ * an entry of esz header bytes, vblocks value blocks, niov iovecs, a
+ * summary entry for a key of klen bytes.  A batch that cannot take it is
+ * closed first; a segment that cannot take it is sealed and a new one
+ * started.  *delta: where the value starts, in blocks after the header.
+ */
+static int
+kvp_batch_room(struct kvp_ssd *s, size_t esz, uint64_t vblocks, unsigned niov,
+	       unsigned klen, unsigned *delta)
+{
+	int rc, tries;
+
+	for (tries = 0; tries < 2; tries++) {
+		struct kvp_sreq *b = s->batch;
+		struct kvp_sseg *g = s->active;
+
+		if (b && (b->seg != g || b->bused + esz > B ||
+			  b->bnrec >= UINT16_MAX ||
+			  (vblocks && b->bnblocks > KVP_SSD_DELTA_MAX) ||
+			  b->nbiov + niov > KVP_SSD_BATCH_IOV)) {
+			kvp_batch_close(s);
+			b = NULL;
+		}
+		if (g) {
+			uint64_t need = (b ? 0 : 1) + vblocks, sum;
+
+			sum = kvp_rup(g->sum_len + kvp_sum_ent_size(klen)) / B;
+			if (g->wpos + need + sum + 1 <= g->size / B) {
+				if (!b) {
+					b = kvp_batch_open(s, g, g->wpos);
+					if (!b)
+						return -ENOMEM;
+					g->wpos++;
+				}
+				*delta = vblocks ? (unsigned)b->bnblocks : 0;
+				g->wpos += vblocks;
+				b->bnblocks += vblocks;
+				return 0;
 			}
 		}
-		crc[c] = v;
+		kvp_batch_close(s); /* before its segment is sealed */
+		rc = kvp_seg_new(s, 1 + vblocks, klen);
+		if (rc)
+			return rc;
 	}
-	h->rh_len = (uint32_t)(koff + 4u * nchunks);
-	h->rh_crc = kvp_crc32c(0, h, h->rh_len);
+	return -E2BIG;
 }
 
 /* Queue a value record (src) or a tombstone (target: the location of
- * the value record it deletes, written where a value's length goes). */
+ * the value record it deletes, written where a value's length goes) into
+ * the open batch. */
 static int
 kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 		 const void *key, uint32_t klen, const struct iovec *src,
 		 unsigned nsrc, unsigned flags, uint64_t target)
 {
-	struct iovec *iov;
-	/* set by kvp_reserve (gcc -O1 cannot see it) */
-	uint64_t vlen = 0, blk = 0;
-	struct kvp_sreq *r;
 	bool zero_copy = s->direct ? (flags & KVP_SSD_SRC_PADDED) : true;
-	unsigned k, n = 0;
+	uint64_t vlen = 0, vblocks;
+	uint32_t nchunks = 0;
+	unsigned k, niov = 0, delta = 0;
+	struct kvp_sreq *r, *b;
+	struct kvp_sseg *g;
+	size_t esz;
 	int rc;
 
 	if (!key || klen == 0 || klen > KVP_SSD_KEY_MAX ||
@@ -961,68 +1278,85 @@ kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 	if (type == KVP_SSD_REC_VALUE &&
 	    (vlen == 0 || vlen > kvp_ssd_max_value_agent(s)))
 		return vlen ? -E2BIG : -EINVAL;
+	if (type != KVP_SSD_REC_VALUE)
+		vlen = 0;
+	else
+		kvp_chunk_shift(vlen, &nchunks);
+	esz = kvp_bent_size(klen, nchunks);
+	vblocks = kvp_rup(vlen) / B;
+	if (vlen)
+		/* buffered I/O: a zero pad to the next block */
+		niov = zero_copy ? nsrc + (!s->direct && vlen % B) : 1;
 	r = kvp_req_new(s, tag,
 			type == KVP_SSD_REC_VALUE ? KVP_SSD_OP_WRITE :
-						    KVP_SSD_OP_TOMBSTONE);
+						    KVP_SSD_OP_TOMBSTONE,
+			false);
 	if (!r)
 		return -EBUSY;
-	rc = kvp_reserve(s, vlen, klen, &blk);
-	if (rc) {
-		s->outstanding--;
-		kvp_req_free(r);
-		return rc;
-	}
-	iov = r->wiov;
-	r->seg = s->active;
-	r->seg->dirty = true;
-	r->seq = s->next_seq++;
-	r->loc = KVP_SSD_LOC(r->seg->id, blk);
-	kvp_build_hdr(r, type, ns, key, klen,
-		      type == KVP_SSD_REC_VALUE ? vlen : target, r->seq,
-		      r->seg->id, (uint32_t)blk, src, nsrc);
-	iov[n].iov_base = r->hdr;
-	iov[n++].iov_len = B;
-	if (vlen && zero_copy) {
-		for (k = 0; k < nsrc; k++) {
-			iov[n].iov_base = src[k].iov_base;
-			iov[n++].iov_len = k + 1 < nsrc || !s->direct ?
-						   src[k].iov_len :
-						   kvp_rup(src[k].iov_len);
-		}
-	} else if (vlen) {
-		unsigned char *b = kvp_aligned(kvp_rup(vlen));
+	if (vlen && !zero_copy) {
+		/* before the room is taken: nothing can fail after it */
+		unsigned char *c = kvp_aligned(kvp_rup(vlen));
 		uint64_t at = 0;
 
-		if (!b) {
+		if (!c) {
 			s->outstanding--;
 			kvp_req_free(r);
 			return -ENOMEM;
 		}
 		for (k = 0; k < nsrc; k++) {
-			memcpy(b + at, src[k].iov_base, src[k].iov_len);
+			memcpy(c + at, src[k].iov_base, src[k].iov_len);
 			at += src[k].iov_len;
 		}
-		r->bounce = b;
-		iov[n].iov_base = b;
-		iov[n++].iov_len = kvp_rup(vlen);
-		s->st.copied_bytes += vlen;
+		r->bounce = c;
 	}
-	kvp_sum_append(r->seg, type, (uint32_t)blk, ns, r->seq,
-		       type == KVP_SSD_REC_VALUE ? vlen : target, key, klen);
-	r->seg->nrecs++;
-	r->seg->live_bytes += kvp_ssd_record_bytes(vlen);
-	if (r->seq > r->seg->max_seq)
-		r->seg->max_seq = r->seq;
-	kvp_guard(s, r, true);
-	rc = kvp_queue_rw(s, r, 0, true, iov, n, blk * B);
-	if (rc)
-		r->status = rc; /* reported by the completion */
-	kvp_guard(s, r, false);
-	if (rc && s->uring) {
+	rc = kvp_batch_room(s, esz, vblocks, niov, klen, &delta);
+	if (rc) {
 		s->outstanding--;
 		kvp_req_free(r);
 		return rc;
 	}
+	b = s->batch;
+	g = b->seg;
+	g->dirty = true;
+	r->seg = g;
+	r->seq = s->next_seq++;
+	r->vlen = vlen;
+	r->loc = KVP_SSD_LOC(g->id, KVP_SSD_LOW3(b->bblk, delta));
+	if (r->bounce)
+		s->st.copied_bytes += vlen;
+	kvp_bent_fill((unsigned char *)b->hdr + b->bused, type, delta, ns,
+		      r->seq, key, klen, vlen, target, src, nsrc);
+	b->bused += (uint32_t)esz;
+	b->bnrec++;
+	if (vlen && zero_copy) {
+		for (k = 0; k < nsrc; k++) {
+			struct iovec *v = &b->biov[b->nbiov++];
+
+			v->iov_base = src[k].iov_base;
+			v->iov_len = k + 1 < nsrc || !s->direct ?
+					     src[k].iov_len :
+					     kvp_rup(src[k].iov_len);
+		}
+		if (!s->direct && vlen % B) {
+			b->biov[b->nbiov].iov_base = s->zero;
+			b->biov[b->nbiov++].iov_len = kvp_rup(vlen) - vlen;
+		}
+	} else if (vlen) {
+		b->biov[b->nbiov].iov_base = r->bounce;
+		b->biov[b->nbiov++].iov_len = kvp_rup(vlen);
+	}
+	b->bbytes += vblocks * B;
+	kvp_sum_append(g, type, KVP_SSD_LOC_BLOCK(r->loc), ns, r->seq,
+		       type == KVP_SSD_REC_VALUE ? vlen : target, key, klen);
+	g->nrecs++;
+	g->live_bytes += kvp_ssd_record_bytes(vlen);
+	if (r->seq > g->max_seq)
+		g->max_seq = r->seq;
+	if (b->mtail)
+		b->mtail->mnext = r;
+	else
+		b->mhead = r;
+	b->mtail = r;
 	return 0;
 }
 
@@ -1051,7 +1385,7 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
 {
 	struct kvp_sseg *g;
 	struct kvp_sreq *r;
-	uint64_t len, extent, astart, have = 0;
+	uint64_t len, extent, astart, have = 0, hblk, vblk;
 	uint32_t dst_off;
 	unsigned k;
 	int rc;
@@ -1067,13 +1401,24 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
 		return -EINVAL;
 	extent = kvp_ssd_extent(rd->off, len, &dst_off);
 	astart = rd->off - dst_off;
-	if ((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1 + (astart + extent) / B >
-	    g->size / B)
+	if (g->version >= 3) {
+		/* the batch header, and the value delta blocks after it */
+		hblk = KVP_SSD_LOC_HDR(rd->loc);
+		vblk = KVP_SSD_LOC_VALUE(rd->loc);
+		if (KVP_SSD_LOC_DELTA(rd->loc) == 0)
+			return -EINVAL;
+	} else {
+		/* the record's own header block, the value after it */
+		hblk = KVP_SSD_LOC_BLOCK(rd->loc);
+		vblk = hblk + 1;
+	}
+	if (hblk == 0 || vblk + (astart + extent) / B > g->size / B)
 		return -EINVAL;
-	r = kvp_req_new(s, tag, KVP_SSD_OP_READ);
+	r = kvp_req_new(s, tag, KVP_SSD_OP_READ, true);
 	if (!r)
 		return -EBUSY;
 	r->seg = g;
+	r->fmt = g->version;
 	r->rd = *rd;
 	r->rd.len = len;
 	r->dst_off = dst_off;
@@ -1104,20 +1449,18 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
 	r->wiov[0].iov_base = r->hdr;
 	r->wiov[0].iov_len = B;
 	kvp_guard(s, r, true);
-	if (astart == 0 && r->ndst + 1 < KVP_SSD_MAX_IOV) {
-		/* the extent starts at the value: header and bytes are one
-		 * contiguous transfer, one device operation */
+	if (astart == 0 && vblk == hblk + 1 && r->ndst + 1 < KVP_SSD_MAX_IOV) {
+		/* the extent starts at the value, which follows the header:
+		 * header and bytes are one contiguous transfer, one device
+		 * operation */
 		memcpy(&r->wiov[1], r->dst, r->ndst * sizeof(r->dst[0]));
 		rc = kvp_queue_rw(s, r, 0, false, r->wiov, r->ndst + 1,
-				  (uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) * B);
+				  hblk * B);
 	} else {
-		rc = kvp_queue_rw(s, r, 0, false, r->wiov, 1,
-				  (uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) * B);
+		rc = kvp_queue_rw(s, r, 0, false, r->wiov, 1, hblk * B);
 		if (!rc && extent)
-			rc = kvp_queue_rw(
-				s, r, 1, false, r->dst, r->ndst,
-				((uint64_t)KVP_SSD_LOC_BLOCK(rd->loc) + 1) * B +
-					astart);
+			rc = kvp_queue_rw(s, r, 1, false, r->dst, r->ndst,
+					  vblk * B + astart);
 	}
 	if (rc) {
 		/* what was queued completes and reports the error */
@@ -1132,41 +1475,17 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
 	return 0;
 }
 
-/* Verify a read's header and the chunks its extent fully covers. */
-static int
-kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
+/* Verify the chunks of a read's extent that it fully covers against
+ * crc[] (the value is vlen bytes in chunks of 1 << sh). */
+static bool
+kvp_read_chunks_ok(struct kvp_ssd *s, struct kvp_sreq *r, const uint32_t *crc,
+		   unsigned sh, uint64_t vlen)
 {
-	const struct kvp_ssd_rec_hdr *h = r->hdr;
-	uint64_t off = r->rd.off, len = r->rd.len, cs, c, nch;
-	uint32_t saved, *crc;
-	size_t koff;
+	uint64_t off = r->rd.off, len = r->rd.len, cs = 1ull << sh, c;
+	uint64_t nch = (vlen + cs - 1) / cs;
 
-	if (h->rh_magic != KVP_SSD_MAGIC_REC ||
-	    h->rh_version < KVP_SSD_FORMAT_MIN ||
-	    h->rh_version > KVP_SSD_FORMAT || h->rh_len < sizeof(*h) ||
-	    h->rh_len > B || h->rh_type != KVP_SSD_REC_VALUE ||
-	    h->rh_seg_id != KVP_SSD_LOC_SEG(r->rd.loc) ||
-	    h->rh_block != KVP_SSD_LOC_BLOCK(r->rd.loc) ||
-	    h->rh_vlen != r->rd.vlen ||
-	    h->rh_chunk_shift < KVP_SSD_CHUNK_SHIFT_MIN ||
-	    h->rh_chunk_shift > 40)
-		goto bad;
-	saved = h->rh_crc;
-	((struct kvp_ssd_rec_hdr *)r->hdr)->rh_crc = 0;
-	if (kvp_crc32c(0, h, h->rh_len) != saved)
-		goto bad;
-	if (r->rd.key && (h->rh_ns != r->rd.ns || h->rh_klen != r->rd.klen ||
-			  memcmp(h + 1, r->rd.key, r->rd.klen)))
-		goto bad;
-	cs = 1ull << h->rh_chunk_shift;
-	nch = (h->rh_vlen + cs - 1) / cs;
-	koff = (sizeof(*h) + h->rh_klen + 3) & ~(size_t)3;
-	if (nch != h->rh_nchunks || koff + 4 * nch > h->rh_len)
-		goto bad;
-	crc = (uint32_t *)((char *)r->hdr + koff);
 	for (c = off / cs; c < nch && c * cs < off + len; c++) {
-		uint64_t a = c * cs,
-			 e = a + cs < h->rh_vlen ? a + cs : h->rh_vlen;
+		uint64_t a = c * cs, e = a + cs < vlen ? a + cs : vlen;
 		uint64_t pos = r->dst_off + (a - off), left = e - a;
 		uint32_t v = 0;
 		unsigned k = 0;
@@ -1187,9 +1506,67 @@ kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
 			k++;
 		}
 		if (left || v != crc[c])
-			goto bad;
+			return false;
 		s->st.chunks_verified++;
 	}
+	return true;
+}
+
+/* Verify a read: its header (the batch's, format 3: CRC, where it was
+ * written, the entry at the value's distance), the record's identity and
+ * the chunks its extent fully covers. */
+static int
+kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
+{
+	const struct kvp_ssd_rec_hdr *h = r->hdr;
+	uint64_t cs, nch;
+	uint32_t saved;
+	size_t koff;
+
+	if (r->fmt >= 3) {
+		const unsigned char *key;
+		const uint32_t *crc;
+		struct kvp_ssd_bent e;
+
+		if (!kvp_bhdr_valid(r->hdr, KVP_SSD_LOC_SEG(r->rd.loc),
+				    KVP_SSD_LOC_HDR(r->rd.loc), UINT32_MAX) ||
+		    !kvp_bent_find(r->hdr, KVP_SSD_LOC_DELTA(r->rd.loc), &e,
+				   &key, &crc) ||
+		    e.be_vlen != r->rd.vlen)
+			goto bad;
+		if (r->rd.key &&
+		    (e.be_ns != r->rd.ns || e.be_klen != r->rd.klen ||
+		     memcmp(key, r->rd.key, r->rd.klen)))
+			goto bad;
+		if (!kvp_read_chunks_ok(s, r, crc, e.be_chunk_shift, e.be_vlen))
+			goto bad;
+		return 0;
+	}
+	if (h->rh_magic != KVP_SSD_MAGIC_REC ||
+	    h->rh_version < KVP_SSD_FORMAT_MIN || h->rh_version > 2 ||
+	    h->rh_len < sizeof(*h) || h->rh_len > B ||
+	    h->rh_type != KVP_SSD_REC_VALUE ||
+	    h->rh_seg_id != KVP_SSD_LOC_SEG(r->rd.loc) ||
+	    h->rh_block != KVP_SSD_LOC_BLOCK(r->rd.loc) ||
+	    h->rh_vlen != r->rd.vlen ||
+	    h->rh_chunk_shift < KVP_SSD_CHUNK_SHIFT_MIN ||
+	    h->rh_chunk_shift > 40)
+		goto bad;
+	saved = h->rh_crc;
+	((struct kvp_ssd_rec_hdr *)r->hdr)->rh_crc = 0;
+	if (kvp_crc32c(0, h, h->rh_len) != saved)
+		goto bad;
+	if (r->rd.key && (h->rh_ns != r->rd.ns || h->rh_klen != r->rd.klen ||
+			  memcmp(h + 1, r->rd.key, r->rd.klen)))
+		goto bad;
+	cs = 1ull << h->rh_chunk_shift;
+	nch = (h->rh_vlen + cs - 1) / cs;
+	koff = (sizeof(*h) + h->rh_klen + 3) & ~(size_t)3;
+	if (nch != h->rh_nchunks || koff + 4 * nch > h->rh_len)
+		goto bad;
+	if (!kvp_read_chunks_ok(s, r, (const uint32_t *)((char *)r->hdr + koff),
+				h->rh_chunk_shift, h->rh_vlen))
+		goto bad;
 	return 0;
 bad:
 	s->st.crc_errors++;
@@ -1201,6 +1578,7 @@ kvp_ssd_submit_agent(struct kvp_ssd *s)
 {
 	int rc;
 
+	kvp_batch_close(s);
 	if (!s->uring || !s->queued)
 		return 0;
 	rc = io_uring_submit(&s->ring);
@@ -1229,6 +1607,10 @@ kvp_reap_cqe(struct kvp_ssd *s, struct io_uring_cqe *cqe)
 	}
 	if (--r->nsub)
 		return;
+	if (r->op == KVP_SSD_OP_BATCH) {
+		kvp_batch_finish(s, r);
+		return;
+	}
 	if (r->op == KVP_SSD_OP_READ && !r->status)
 		r->status = kvp_finish_read(s, r);
 	kvp_req_done(s, r);
@@ -1311,15 +1693,9 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max,
 				s->st.read_bytes += r->rd.len;
 			} else if (r->op == KVP_SSD_OP_WRITE) {
 				s->st.writes++;
-				s->st.write_bytes +=
-					((struct kvp_ssd_rec_hdr *)r->hdr)
-						->rh_vlen;
-				s->st.dev_write_bytes += kvp_ssd_record_bytes(
-					((struct kvp_ssd_rec_hdr *)r->hdr)
-						->rh_vlen);
+				s->st.write_bytes += r->vlen;
 			} else {
 				s->st.tombstones++;
-				s->st.dev_write_bytes += B;
 			}
 		} else if (r->status == -ENOSPC) {
 			s->st.enospc++;
@@ -1358,6 +1734,7 @@ kvp_ssd_set_eventfd_agent(struct kvp_ssd *s, int efd)
 
 struct kvp_rrec {                    /* one key seen during recovery */
 	uint64_t loc, seq, ns, vlen; /* its latest value record (loc 0: none) */
+	uint64_t hash;               /* kvp_hash(ns, key, klen) */
 	uint64_t tseq; /* its latest format-1 tombstone (0: none) */
 	uint32_t koff; /* into the key arena */
 	uint8_t klen;
@@ -1369,29 +1746,69 @@ struct kvp_rtab {
 	size_t n, cap;
 	unsigned char *keys;
 	size_t klen, kcap;
-	uint32_t *slot; /* open addressing: record index + 1 */
+	/* open addressing: record index + 1, and the hash's high half (a
+	 * probe compares it before it touches a record) */
+	struct kvp_rslot {
+		uint32_t idx, tag;
+	} * slot;
 	size_t nslot;
 	uint64_t *dead; /* open addressing: locations tombstones target */
 	size_t ndead, deadcap;
+	unsigned char *sumbuf; /* a summary read (reused, segment by segment) */
+	size_t sumcap;
 };
+
+/* Ask for huge pages under a large private array (recovery's tables):
+ * a 4 KiB page fault each is most of a rebuild's time on a VM.  A hint:
+ * ignored where transparent huge pages are off. */
+static void
+kvp_hint_huge(void *p, size_t n)
+{
+	uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+
+	if (n >= (4u << 20) && (uintptr_t)p + n > a)
+		madvise((void *)a, (uintptr_t)p + n - a, MADV_HUGEPAGE);
+}
+
+/* Size the table for about nrec records and kbytes of keys up front (no
+ * rehash, no copy while the records stream in). */
+static int
+kvp_rtab_presize(struct kvp_rtab *t, size_t nrec, size_t kbytes)
+{
+	size_t ns = 1 << 16;
+
+	while (ns < 2 * nrec + 2)
+		ns *= 2;
+	t->slot = calloc(ns, sizeof(*t->slot));
+	t->r = malloc((nrec + 1) * sizeof(*t->r));
+	t->keys = malloc(kbytes + 1);
+	if (!t->slot || !t->r || !t->keys)
+		return -ENOMEM;
+	kvp_hint_huge(t->slot, ns * sizeof(*t->slot));
+	kvp_hint_huge(t->r, (nrec + 1) * sizeof(*t->r));
+	kvp_hint_huge(t->keys, kbytes + 1);
+	t->nslot = ns;
+	t->cap = nrec + 1;
+	t->kcap = kbytes + 1;
+	return 0;
+}
 
 static int
 kvp_rtab_grow(struct kvp_rtab *t)
 {
 	size_t ns = t->nslot ? t->nslot * 2 : 1 << 16, k;
-	uint32_t *n = calloc(ns, sizeof(*n));
+	struct kvp_rslot *n = calloc(ns, sizeof(*n));
 
 	if (!n)
 		return -ENOMEM;
+	kvp_hint_huge(n, ns * sizeof(*n));
 	for (k = 0; k < t->nslot; k++) {
-		uint32_t v = t->slot[k];
+		uint32_t v = t->slot[k].idx;
 		if (v) {
-			const struct kvp_rrec *x = &t->r[v - 1];
-			size_t h = kvp_hash(x->ns, t->keys + x->koff, x->klen) &
-				   (ns - 1);
-			while (n[h])
+			size_t h = t->r[v - 1].hash & (ns - 1);
+			while (n[h].idx)
 				h = (h + 1) & (ns - 1);
-			n[h] = v;
+			n[h] = t->slot[k];
 		}
 	}
 	free(t->slot);
@@ -1453,6 +1870,14 @@ kvp_rtab_killed(const struct kvp_rtab *t, uint64_t loc)
 	return false;
 }
 
+/* The table line a record of this hash will probe first (a hint). */
+static void
+kvp_rtab_prefetch(struct kvp_rtab *t, uint64_t hash)
+{
+	if (t->nslot)
+		__builtin_prefetch(&t->slot[hash & (t->nslot - 1)]);
+}
+
 /* Keep the latest value record of (ns, key), and what deletes it: the
  * targets of format-2 tombstones, the latest format-1 tombstone. */
 static int
@@ -1460,22 +1885,28 @@ kvp_rtab_add(struct kvp_rtab *t, const struct kvp_ssd_rec *r)
 {
 	const unsigned char *key = r->key;
 	struct kvp_rrec *x = NULL;
+	uint64_t hash;
 	size_t h;
 
 	if (r->type == KVP_SSD_REC_TOMBSTONE) {
 		struct kvp_sseg *g =
 			kvp_seg_find(t->s, KVP_SSD_LOC_SEG(r->loc));
 
-		if (g)
-			g->live_bytes += B; /* it keeps an older record dead */
+		if (g) /* it keeps an older record dead */
+			g->live_bytes += kvp_ssd_record_bytes(0);
 		if (r->target)
 			return kvp_rtab_kill(t, r->target);
 	}
 	if ((t->n + 1) * 2 > t->nslot && kvp_rtab_grow(t))
 		return -ENOMEM;
-	h = kvp_hash(r->ns, key, r->klen) & (t->nslot - 1);
-	for (; t->slot[h]; h = (h + 1) & (t->nslot - 1)) {
-		struct kvp_rrec *y = &t->r[t->slot[h] - 1];
+	hash = r->hash ? r->hash : kvp_hash(r->ns, key, r->klen);
+	h = hash & (t->nslot - 1);
+	for (; t->slot[h].idx; h = (h + 1) & (t->nslot - 1)) {
+		struct kvp_rrec *y;
+
+		if (t->slot[h].tag != (uint32_t)(hash >> 32))
+			continue;
+		y = &t->r[t->slot[h].idx - 1];
 		if (y->ns == r->ns && y->klen == r->klen &&
 		    !memcmp(t->keys + y->koff, key, r->klen)) {
 			x = y;
@@ -1506,10 +1937,12 @@ kvp_rtab_add(struct kvp_rtab *t, const struct kvp_ssd_rec *r)
 		x = &t->r[t->n];
 		memset(x, 0, sizeof(*x));
 		x->ns = r->ns;
+		x->hash = hash;
 		x->koff = (uint32_t)t->klen;
 		x->klen = (uint8_t)r->klen;
 		t->klen += r->klen;
-		t->slot[h] = (uint32_t)++t->n;
+		t->slot[h].idx = (uint32_t)++t->n;
+		t->slot[h].tag = (uint32_t)(hash >> 32);
 	}
 	if (r->type == KVP_SSD_REC_TOMBSTONE) {
 		if (r->seq > x->tseq)
@@ -1533,6 +1966,7 @@ kvp_rec_from_sum(const struct kvp_sseg *g, const struct kvp_ssd_sum_ent *e,
 	rec->ns = e->se_ns;
 	rec->vlen = e->se_type == KVP_SSD_REC_VALUE ? e->se_vlen : 0;
 	rec->target = e->se_type == KVP_SSD_REC_TOMBSTONE ? e->se_vlen : 0;
+	rec->hash = 0;
 	rec->key = key;
 	rec->klen = e->se_klen;
 	rec->type = e->se_type;
@@ -1547,10 +1981,9 @@ kvp_hdr_valid(const struct kvp_sseg *g, const struct kvp_ssd_rec_hdr *h,
 	uint32_t crc;
 
 	if (h->rh_magic != KVP_SSD_MAGIC_REC ||
-	    h->rh_version < KVP_SSD_FORMAT_MIN ||
-	    h->rh_version > KVP_SSD_FORMAT || h->rh_len < sizeof(*h) ||
-	    h->rh_len > B || h->rh_seg_id != g->id || h->rh_block != blk ||
-	    h->rh_klen == 0 ||
+	    h->rh_version < KVP_SSD_FORMAT_MIN || h->rh_version > 2 ||
+	    h->rh_len < sizeof(*h) || h->rh_len > B || h->rh_seg_id != g->id ||
+	    h->rh_block != blk || h->rh_klen == 0 ||
 	    (h->rh_type != KVP_SSD_REC_VALUE &&
 	     h->rh_type != KVP_SSD_REC_TOMBSTONE) ||
 	    (h->rh_type == KVP_SSD_REC_VALUE &&
@@ -1568,7 +2001,7 @@ kvp_hdr_valid(const struct kvp_sseg *g, const struct kvp_ssd_rec_hdr *h,
 /* Call cb for every record of g (summary when sealed, else headers). */
 static int
 kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
-		void *arg, bool repair)
+		void *arg, bool repair, struct kvp_rtab *pf)
 {
 	unsigned char *buf = kvp_aligned(B);
 	struct kvp_ssd_trailer tr;
@@ -1589,8 +2022,24 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
 		    tr.st_sum_off % B == 0 &&
 		    tr.st_sum_off + tr.st_sum_len <= g->size - B) {
 			uint64_t bytes = kvp_rup(tr.st_sum_len), p = 0;
-			unsigned char *sum = kvp_aligned(bytes);
+			unsigned char *sum;
 
+			/* recovery reuses one buffer for every summary (each
+			 * new one would be page faults first) */
+			/* (an empty summary too: a segment sealed with no
+			 * record still needs a buffer to read nothing into) */
+			if (pf && (pf->sumcap < bytes || !pf->sumbuf)) {
+				free(pf->sumbuf);
+				pf->sumcap = 0;
+				if (posix_memalign((void **)&pf->sumbuf, B,
+						   bytes ? bytes : B))
+					pf->sumbuf = NULL;
+				else
+					pf->sumcap = bytes;
+				if (pf->sumbuf)
+					kvp_hint_huge(pf->sumbuf, bytes);
+			}
+			sum = pf ? pf->sumbuf : kvp_aligned(bytes);
 			if (!sum) {
 				free(buf);
 				return -ENOMEM;
@@ -1604,7 +2053,8 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
 					"segment %08x: bad summary; "
 					"scanning its records",
 					g->id);
-				free(sum);
+				if (!pf)
+					free(sum);
 				goto scan;
 			}
 			s->st.recover_read_bytes += bytes + B;
@@ -1614,21 +2064,56 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
 			while (p + sizeof(struct kvp_ssd_sum_ent) <=
 				       tr.st_sum_len &&
 			       !rc) {
-				struct kvp_ssd_sum_ent e;
-				struct kvp_ssd_rec rec;
+				/* a group of entries: their hashes first, and
+				 * the table lines they will touch prefetched
+				 * (recovery), then the callback for each */
+				struct kvp_ssd_sum_ent e[16];
+				uint64_t at[16], h[16];
+				unsigned n = 0, k;
 
-				memcpy(&e, sum + p, sizeof(e));
-				if (e.se_klen == 0 ||
-				    p + kvp_sum_ent_size(e.se_klen) >
-					    tr.st_sum_len ||
-				    (uint64_t)e.se_block * B >= tr.st_sum_off)
+				while (n < 16 &&
+				       p + sizeof(struct kvp_ssd_sum_ent) <=
+					       tr.st_sum_len) {
+					memcpy(&e[n], sum + p, sizeof(e[n]));
+					if (e[n].se_klen == 0 ||
+					    p + kvp_sum_ent_size(e[n].se_klen) >
+						    tr.st_sum_len ||
+					    (uint64_t)(g->version >= 3 ?
+							       e[n].se_block >>
+								       8 :
+							       e[n].se_block) *
+							    B >=
+						    tr.st_sum_off) {
+						tr.st_sum_len = p; /* stop */
+						break;
+					}
+					at[n] = p;
+					h[n] = 0;
+					if (pf) {
+						h[n] = kvp_hash(
+							e[n].se_ns,
+							sum + p + sizeof(e[n]),
+							e[n].se_klen);
+						kvp_rtab_prefetch(pf, h[n]);
+					}
+					p += kvp_sum_ent_size(e[n].se_klen);
+					n++;
+				}
+				for (k = 0; k < n && !rc; k++) {
+					struct kvp_ssd_rec rec;
+
+					kvp_rec_from_sum(g, &e[k],
+							 sum + at[k] +
+								 sizeof(e[k]),
+							 &rec);
+					rec.hash = h[k];
+					rc = cb(arg, &rec);
+				}
+				if (!n)
 					break;
-				kvp_rec_from_sum(g, &e, sum + p + sizeof(e),
-						 &rec);
-				rc = cb(arg, &rec);
-				p += kvp_sum_ent_size(e.se_klen);
 			}
-			free(sum);
+			if (!pf)
+				free(sum);
 			free(buf);
 			return rc;
 		}
@@ -1636,7 +2121,74 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
 scan : {
 	uint64_t blk = 1;
 
-	while (blk + 1 < g->size / B) {
+	while (g->version >= 3 && blk + 1 < g->size / B) {
+		/* format 3: batch by batch */
+		const struct kvp_ssd_batch_hdr *bh = (const void *)buf;
+		uint32_t pos = sizeof(*bh);
+		struct kvp_ssd_bent e;
+		const unsigned char *key;
+		const uint32_t *crc;
+		unsigned k;
+		bool bad = false;
+
+		if (pread(g->fd, buf, B, (off_t)(blk * B)) != (ssize_t)B)
+			break;
+		s->st.recover_read_bytes += B;
+		if (!kvp_bhdr_valid(buf, g->id, blk, g->size / B) ||
+		    (blk + bh->bh_nblocks) * B > g->valid_end) {
+			bool zero = true;
+			for (k = 0; k < B && zero; k++)
+				zero = buf[k] == 0;
+			if (!zero)
+				kvp_log(KVP_LOG_WARN, "ssd",
+					"segment %08x: bad batch at "
+					"block %llu: the rest of the file is not served",
+					g->id, (unsigned long long)blk);
+			break;
+		}
+		/* every entry holds together, or none is taken */
+		for (k = 0; k < bh->bh_nrec && !bad; k++)
+			bad = !kvp_bent_next(buf, &pos, &e, &key, &crc);
+		if (bad) {
+			kvp_log(KVP_LOG_WARN, "ssd",
+				"segment %08x: bad batch entry at block %llu: "
+				"the rest of the file is not served",
+				g->id, (unsigned long long)blk);
+			break;
+		}
+		pos = sizeof(*bh);
+		for (k = 0; k < bh->bh_nrec && !rc; k++) {
+			struct kvp_ssd_rec rec;
+
+			kvp_bent_next(buf, &pos, &e, &key, &crc);
+			rec.loc = KVP_SSD_LOC(g->id,
+					      KVP_SSD_LOW3(blk, e.be_delta));
+			rec.seq = e.be_seq;
+			rec.ns = e.be_ns;
+			rec.vlen = e.be_type == KVP_SSD_REC_VALUE ? e.be_vlen :
+								    0;
+			rec.target = e.be_type == KVP_SSD_REC_TOMBSTONE ?
+					     e.be_vlen :
+					     0;
+			rec.hash = 0;
+			rec.key = key;
+			rec.klen = e.be_klen;
+			rec.type = e.be_type;
+			if (e.be_seq > g->max_seq)
+				g->max_seq = e.be_seq;
+			if (repair)
+				kvp_sum_append(g, e.be_type,
+					       KVP_SSD_LOC_BLOCK(rec.loc),
+					       e.be_ns, e.be_seq, e.be_vlen,
+					       key, e.be_klen);
+			g->nrecs++;
+			rc = cb(arg, &rec);
+		}
+		if (rc)
+			break;
+		blk += bh->bh_nblocks;
+	}
+	while (g->version < 3 && blk + 1 < g->size / B) {
 		const struct kvp_ssd_rec_hdr *h = (const void *)buf;
 		struct kvp_ssd_rec rec;
 
@@ -1660,6 +2212,7 @@ scan : {
 			break;
 		}
 		rec.loc = KVP_SSD_LOC(g->id, blk);
+		rec.hash = 0;
 		rec.seq = h->rh_seq;
 		rec.ns = h->rh_ns;
 		rec.vlen = h->rh_type == KVP_SSD_REC_VALUE ? h->rh_vlen : 0;
@@ -1713,27 +2266,85 @@ int64_t
 kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 {
 	struct kvp_rtab t;
-	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), kept = 0, declined = 0;
+	struct kvp_sseg *last_seg = NULL;
+	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), t1 = t0, kept = 0,
+		 declined = 0;
 	size_t k;
 	unsigned g;
 	int rc = 0;
 
 	memset(&t, 0, sizeof(t));
 	t.s = s;
+	{
+		/* the trailers say how many records and key bytes the sealed
+		 * segments hold (a trailer whose CRC fails is not believed);
+		 * an unsealed one is guessed (a record per two blocks, 128
+		 * key bytes each): growth covers a short guess, and a table
+		 * that cannot be had at that size grows from small */
+		unsigned char *buf = kvp_aligned(B);
+		size_t nrec = 0, kb = 0;
+
+		for (g = 0; g < s->nsegs && buf; g++) {
+			struct kvp_sseg *sg = s->segs[g];
+			struct kvp_ssd_trailer tr;
+			uint32_t crc = 0;
+
+			memset(&tr, 0, sizeof(tr));
+			if (pread(sg->fd, buf, B, (off_t)(sg->size - B)) ==
+			    (ssize_t)B) {
+				memcpy(&tr, buf, sizeof(tr));
+				crc = tr.st_crc;
+				tr.st_crc = 0;
+			}
+			if (tr.st_magic == KVP_SSD_MAGIC_TRAIL &&
+			    tr.st_seg_id == sg->id &&
+			    kvp_crc32c(0, &tr, sizeof(tr)) == crc &&
+			    tr.st_sum_len < sg->size &&
+			    tr.st_nrecs <= tr.st_sum_len / 32) {
+				nrec += tr.st_nrecs;
+				kb += tr.st_sum_len;
+			} else {
+				nrec += sg->size / B / 2;
+				kb += sg->size / B / 2 * 128;
+			}
+		}
+		free(buf);
+		if (nrec && kvp_rtab_presize(&t, nrec, kb)) {
+			free(t.slot);
+			free(t.r);
+			free(t.keys);
+			t.slot = NULL;
+			t.r = NULL;
+			t.keys = NULL;
+			t.nslot = t.cap = t.kcap = 0;
+		}
+	}
 	for (g = 0; g < s->nsegs; g++)
 		s->segs[g]->live_bytes = 0;
 	for (g = 0; g < s->nsegs && !rc; g++)
-		rc = kvp_seg_records(s, s->segs[g], kvp_collect_cb, &t, true);
+		rc = kvp_seg_records(s, s->segs[g], kvp_collect_cb, &t, true,
+				     &t);
 	if (rc)
 		goto out;
 	for (g = 0; g < s->nsegs; g++)
 		if (s->segs[g]->max_seq >= s->next_seq)
 			s->next_seq = s->segs[g]->max_seq + 1;
+	t1 = kvp_now_ns(CLOCK_MONOTONIC);
 	for (k = 0; k < t.n && rc >= 0; k++) {
 		struct kvp_rrec *x = &t.r[k];
-		struct kvp_sseg *sg = kvp_seg_find(s, KVP_SSD_LOC_SEG(x->loc));
+		struct kvp_sseg *sg;
 		struct kvp_ssd_rec rec;
 
+		/* the owner's lines for a record a few ahead (its index) */
+		if (s->cfg.recover_prefetch && k + KVP_SSD_PREFETCH < t.n)
+			s->cfg.recover_prefetch(arg,
+						t.r[k + KVP_SSD_PREFETCH].hash);
+		if (!x->loc)
+			continue;
+		/* records come in segment order: one lookup per segment */
+		if (!last_seg || last_seg->id != KVP_SSD_LOC_SEG(x->loc))
+			last_seg = kvp_seg_find(s, KVP_SSD_LOC_SEG(x->loc));
+		sg = last_seg;
 		/* no value, a format-1 tombstone at or after it, or a
 		 * tombstone that names it: the key is not live */
 		if (!x->loc || x->tseq >= x->seq || kvp_rtab_killed(&t, x->loc))
@@ -1743,6 +2354,7 @@ kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 		rec.ns = x->ns;
 		rec.vlen = x->vlen;
 		rec.target = 0;
+		rec.hash = x->hash;
 		rec.key = t.keys + x->koff;
 		rec.klen = x->klen;
 		rec.type = KVP_SSD_REC_VALUE;
@@ -1776,14 +2388,17 @@ out:
 	if (rc >= 0)
 		kvp_log(KVP_LOG_INFO, "ssd",
 			"recovered %llu records (%zu keys seen, %llu "
-			"declined) from %u segments in %.3f s",
+			"declined) from %u segments in %.3f s (disk and "
+			"table %.3f s, the owner's inserts %.3f s)",
 			(unsigned long long)kept, t.n,
 			(unsigned long long)declined, s->nsegs,
-			(double)s->st.recover_ns / 1e9);
+			(double)s->st.recover_ns / 1e9, (double)(t1 - t0) / 1e9,
+			(double)(t0 + s->st.recover_ns - t1) / 1e9);
 	free(t.r);
 	free(t.keys);
 	free(t.slot);
 	free(t.dead);
+	free(t.sumbuf);
 	return rc < 0 ? rc : (int64_t)kept;
 }
 
@@ -1877,6 +2492,11 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 	s->next_seq = 1;
 	s->next_id = 1;
 	s->direct = true;
+	s->zero = kvp_aligned(B);
+	if (!s->zero) {
+		free(s);
+		return -ENOMEM;
+	}
 	rc = kvp_ssd_dir_open(s);
 	if (rc)
 		goto err;
@@ -2013,6 +2633,7 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 			goto err;
 		}
 		g->id = id;
+		g->version = fh->fh_version;
 		g->size = fh->fh_seg_size;
 		if (!g->valid_end)
 			g->valid_end = g->size;
@@ -2070,6 +2691,7 @@ err:
 	while (s->nsegs)
 		kvp_seg_free(s->segs[--s->nsegs]);
 	free(s->segs);
+	free(s->zero);
 	free(s);
 	return rc;
 }
@@ -2114,6 +2736,7 @@ kvp_ssd_close_agent(struct kvp_ssd *s)
 		close(s->lockfd);
 	if (s->dirfd >= 0)
 		close(s->dirfd);
+	free(s->zero);
 	free(s);
 }
 
@@ -2169,7 +2792,7 @@ kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id, kvp_ssd_rec_fn cb,
 		}
 		return rc;
 	}
-	return kvp_seg_records(s, g, cb, arg, false);
+	return kvp_seg_records(s, g, cb, arg, false, NULL);
 }
 
 /* Do the value bytes at val match every chunk CRC of header h? */
@@ -2201,10 +2824,10 @@ int
 kvp_ssd_reinsert_agent(struct kvp_ssd *s, const struct kvp_ssd_rec *r,
 		       uint64_t tag)
 {
-	const struct kvp_ssd_rec_hdr *h;
 	struct kvp_reins *x;
 	struct kvp_sseg *g;
-	uint64_t len, blk;
+	uint64_t len, vbytes, hblk, vblk;
+	bool ok;
 
 	if (!s->in_evict || !r || r->type != KVP_SSD_REC_VALUE || !r->vlen ||
 	    !r->key || !r->klen || r->klen > KVP_SSD_KEY_MAX)
@@ -2213,8 +2836,15 @@ kvp_ssd_reinsert_agent(struct kvp_ssd *s, const struct kvp_ssd_rec *r,
 	if (!g || !g->sealed)
 		return -ENOENT;
 	len = kvp_ssd_record_bytes(r->vlen);
-	blk = KVP_SSD_LOC_BLOCK(r->loc);
-	if (blk == 0 || blk + len / B > g->size / B)
+	vbytes = kvp_rup(r->vlen);
+	if (g->version >= 3) {
+		hblk = KVP_SSD_LOC_HDR(r->loc);
+		vblk = KVP_SSD_LOC_VALUE(r->loc);
+	} else {
+		hblk = KVP_SSD_LOC_BLOCK(r->loc);
+		vblk = hblk + 1;
+	}
+	if (hblk == 0 || vblk <= hblk || vblk + vbytes / B > g->size / B)
 		return -EINVAL;
 	/* the share: a log full of hot records still gives space back */
 	if (s->reins_bytes + len >
@@ -2230,21 +2860,47 @@ kvp_ssd_reinsert_agent(struct kvp_ssd *s, const struct kvp_ssd_rec *r,
 		s->capreins = cap;
 	}
 	x = &s->reins[s->nreins];
-	x->buf = kvp_aligned(len);
+	/* the header block, then the value (format 2: they are adjacent) */
+	x->buf = kvp_aligned(B + vbytes);
 	if (!x->buf)
 		return -ENOMEM;
-	s->st.dev_read_bytes += len;
-	if (pread(g->fd, x->buf, len, (off_t)(blk * B)) != (ssize_t)len) {
+	x->val = x->buf + B;
+	s->st.dev_read_bytes += B + vbytes;
+	if (pread(g->fd, x->buf, B, (off_t)(hblk * B)) != (ssize_t)B ||
+	    pread(g->fd, x->val, vbytes, (off_t)(vblk * B)) !=
+		    (ssize_t)vbytes) {
 		s->st.io_errors++;
 		free(x->buf);
 		return -EIO;
 	}
 	/* what was written there, whole: the record asked for */
-	h = (const struct kvp_ssd_rec_hdr *)x->buf;
-	if (!kvp_hdr_valid(g, h, blk) || h->rh_type != KVP_SSD_REC_VALUE ||
-	    h->rh_vlen != r->vlen || h->rh_ns != r->ns ||
-	    h->rh_klen != r->klen || memcmp(h + 1, r->key, r->klen) ||
-	    !kvp_value_crcs_ok(h, x->buf + B)) {
+	if (g->version >= 3) {
+		const unsigned char *key;
+		const uint32_t *crc;
+		struct kvp_ssd_bent e;
+		struct iovec v = { x->val, (size_t)r->vlen };
+		uint32_t got[KVP_SSD_MAX_CHUNKS];
+
+		ok = kvp_bhdr_valid(x->buf, g->id, hblk, g->size / B) &&
+		     kvp_bent_find(x->buf, KVP_SSD_LOC_DELTA(r->loc), &e, &key,
+				   &crc) &&
+		     e.be_vlen == r->vlen && e.be_ns == r->ns &&
+		     e.be_klen == r->klen && !memcmp(key, r->key, r->klen);
+		if (ok) {
+			kvp_chunk_crcs(got, e.be_nchunks, e.be_chunk_shift,
+				       e.be_vlen, &v, 1);
+			ok = !memcmp(got, crc, 4u * e.be_nchunks);
+		}
+	} else {
+		const struct kvp_ssd_rec_hdr *h = (const void *)x->buf;
+
+		ok = kvp_hdr_valid(g, h, hblk) &&
+		     h->rh_type == KVP_SSD_REC_VALUE && h->rh_vlen == r->vlen &&
+		     h->rh_ns == r->ns && h->rh_klen == r->klen &&
+		     !memcmp(h + 1, r->key, r->klen) &&
+		     kvp_value_crcs_ok(h, x->val);
+	}
+	if (!ok) {
 		s->st.crc_errors++;
 		free(x->buf);
 		return -EBADMSG;
@@ -2270,8 +2926,11 @@ kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id)
 
 	if (!g)
 		return -ENOENT;
-	if (g == s->active)
+	if (g == s->active || kvp_seg_writing(s, g))
 		return -EBUSY;
+	/* what is queued on its descriptor goes to the kernel first (which
+	 * then holds the file): a later file could get the number */
+	kvp_ssd_submit_agent(s);
 	kvp_seg_name(id, name, sizeof(name));
 	if (unlinkat(s->dirfd, name, 0) && errno != ENOENT)
 		return -errno;

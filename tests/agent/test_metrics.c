@@ -588,7 +588,7 @@ test_failed_not_miss(void **state)
 		 KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
-	at = (off_t)KVP_SSD_LOC_BLOCK(loc) * 4096 + 4096 + 999;
+	at = (off_t)KVP_SSD_LOC_VALUE(loc) * 4096 + 999;
 	assert_int_equal(pread(fd, &b, 1, at), 1);
 	b ^= 0x10;
 	assert_int_equal(pwrite(fd, &b, 1, at), 1);

@@ -265,7 +265,7 @@ corrupt_value_byte(struct kvp_seg *s, struct kvp_client *c, int i)
 		 KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
-	at = (off_t)KVP_SSD_LOC_BLOCK(loc) * 4096 + 4096 + 777;
+	at = (off_t)KVP_SSD_LOC_VALUE(loc) * 4096 + 777;
 	assert_int_equal(pread(fd, &b, 1, at), 1);
 	b ^= 0x40;
 	assert_int_equal(pwrite(fd, &b, 1, at), 1);
@@ -310,6 +310,289 @@ test_corruption(void **state)
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
+/* Mixed sizes, format 3: most values 4 KiB or 16 KiB (many records share
+ * a batch header block), every eighth just under 1 MiB (a batch of its
+ * own, at distance 1). */
+#define MIX_N 400
+static uint64_t
+mix_size(int i)
+{
+	if (i % 8 == 7)
+		return (1u << 20) - 100;
+	return i % 3 ? 4096 : 16384;
+}
+
+static struct {
+	struct kvp_client *c;
+	const struct kvp_seg *s;
+} mix;
+
+static bool
+mix_on_ssd(void *p)
+{
+	(void)p;
+	return kvpt_all_on_ssd(mix.c, mix.s, MIX_N, key_of);
+}
+
+static void
+mix_put_and_demote(struct kvp_client *c, const struct kvp_seg *s)
+{
+	unsigned char *v = malloc(1 << 20);
+	char k[100];
+	int i, rc;
+
+	for (i = 0; i < MIX_N; i++) {
+		uint32_t kl = key_of(k, i);
+
+		kvpt_fill(v, mix_size(i), k, kl, 7);
+		while ((rc = kvp_put(c, k, kl, v, mix_size(i))) == -EBUSY)
+			;
+		assert_int_equal(rc, 0);
+	}
+	mix.c = c;
+	mix.s = s;
+	assert_true(kvpt_wait_until(mix_on_ssd, NULL, 60000) >= 0);
+	free(v);
+}
+
+/* Read every mixed value: its exact bytes, or (for the keys in bad[])
+ * a FAILED read (-EBADMSG) or a miss, never wrong bytes. */
+static void
+mix_verify(struct kvp_client *c, const int *bad, int nbad)
+{
+	unsigned char *out = malloc(1 << 20);
+	char k[100];
+	int i, j;
+
+	for (i = 0; i < MIX_N; i++) {
+		uint32_t kl = key_of(k, i);
+		ssize_t n = kvp_get(c, k, kl, out, 1 << 20);
+		bool may_fail = false;
+
+		for (j = 0; j < nbad; j++)
+			may_fail |= bad[j] == i;
+		if (may_fail && (n == -EBADMSG || n == -ENOENT))
+			continue;
+		assert_int_equal(n, (ssize_t)mix_size(i));
+		assert_true(kvpt_check(out, mix_size(i), k, kl, 7));
+	}
+	free(out);
+}
+
+static uint64_t mix_live_want;
+static bool
+mix_live_published(void *p)
+{
+	const struct kvp_seg *s = p;
+
+	/* relaxed: a statistic the agent publishes */
+	return kvp_load_relaxed(&s->hdr->h_ssd_live_bytes) >= mix_live_want;
+}
+
+/* Small values share batch header blocks on disk: 4 KiB and 16 KiB values
+ * cost little more than their own blocks (the SSD bytes the agent
+ * publishes), and all of them, with the large ones among them, survive a
+ * kill -9 of the agent and the loss of the segment (the rebuild reads the
+ * batch headers of the unsealed segment). */
+static void
+test_small_values_restart(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	uint64_t bytes = 0, used;
+	int i;
+
+	(void)state;
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(
+		kvpt_pool_up(&a, &s, &c, "--dram", "64M", "--dram-unit", "4K",
+			     "--dram-high", "0", "--dram-low", "0", "--ssd-dir",
+			     kvpt_ssd_dir, "--ssd-segment", "64M", "--staging",
+			     "8M", "--staging-slot", "1M", NULL),
+		0);
+	mix_put_and_demote(c, &s);
+	for (i = 0; i < MIX_N; i++)
+		bytes += (mix_size(i) + 4095) & ~4095ull;
+	/* every record in one segment: its live bytes are the values' blocks
+	 * and an entry's share each, far below a header block per record
+	 * (the agent publishes them every 50 ms) */
+	mix_live_want = bytes;
+	assert_true(kvpt_wait_until(mix_live_published, &s, 10000) >= 0);
+	used = kvp_load_relaxed(&s.hdr->h_ssd_live_bytes); /* relaxed: stat */
+	assert_true(used <= bytes + (uint64_t)MIX_N * KVP_SSD_ENTRY_SHARE);
+	mix_verify(c, NULL, 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	kvpt_agent_kill(&a);
+	kvpt_pool_remove(a.pool); /* a reboot: only the disk is left */
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit",
+					    "4K", "--dram-high", "0",
+					    "--dram-low", "0", "--ssd-dir",
+					    kvpt_ssd_dir, "--ssd-segment",
+					    "64M", "--staging", "8M",
+					    "--staging-slot", "1M", NULL),
+			 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	mix_verify(c, NULL, 0);
+	kvp_close(c);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
+/* Flip one byte of the file at key i's batch header block (header) or
+ * in its value. */
+static void
+mix_corrupt(struct kvp_seg *s, struct kvp_client *c, int i, bool header)
+{
+	char k[100], path[512];
+	uint32_t kl = key_of(k, i);
+	uint64_t w, loc;
+	int64_t slot;
+	unsigned char b;
+	int fd;
+	off_t at;
+
+	slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+			   KVP_IX_M(KVP_IX_READY), &w);
+	assert_true(slot >= 0);
+	loc = kvp_load_relaxed(&s->entries[slot].e_ssd); /* relaxed: test */
+	assert_true(loc != 0);
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir,
+		 KVP_SSD_LOC_SEG(loc));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	/* a header byte inside the entries (past the batch header's fields),
+	 * or a value byte */
+	at = header ? (off_t)KVP_SSD_LOC_HDR(loc) * 4096 + 100 :
+		      (off_t)KVP_SSD_LOC_VALUE(loc) * 4096 + 1000;
+	assert_int_equal(pread(fd, &b, 1, at), 1);
+	b ^= 0x10;
+	assert_int_equal(pwrite(fd, &b, 1, at), 1);
+	fsync(fd);
+	close(fd);
+}
+
+/* Key i's record's batch: segment and header block. */
+static uint64_t
+mix_batch_of(struct kvp_seg *s, struct kvp_client *c, int i)
+{
+	char k[100];
+	uint32_t kl = key_of(k, i);
+	uint64_t w, loc;
+	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
+				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+
+	assert_true(slot >= 0);
+	loc = kvp_load_relaxed(&s->entries[slot].e_ssd); /* relaxed: test */
+	return (loc >> 32 << 32) | KVP_SSD_LOC_HDR(loc);
+}
+
+/* The keys whose records share key i's batch (its header block). */
+static int
+mix_batch_mates(struct kvp_seg *s, struct kvp_client *c, int i, int *out)
+{
+	uint64_t hdr = mix_batch_of(s, c, i);
+	int j, n = 0;
+
+	for (j = 0; j < MIX_N; j++)
+		if (mix_batch_of(s, c, j) == hdr)
+			out[n++] = j;
+	return n;
+}
+
+/*
+ * A flipped byte in a batch header block: every record of that batch
+ * reads FAILED (-EBADMSG: the header's CRC), never wrong bytes; a flipped
+ * byte in a 4 KiB value and in a 16 KiB value: those two are FAILED;
+ * every other value reads right.  The same after a clean stop and a
+ * restart without the segment (the rebuild reads the sealed segment's
+ * summary: the damaged records are indexed, their reads fail).
+ */
+static void
+test_small_values_corruption(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	int bad[MIX_N], nbad, i;
+	unsigned char *out = malloc(1 << 20);
+	char k[100];
+
+	(void)state;
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K", "--dram-high", "0",
+				      "--dram-low", "0", "--no-promote",
+				      "--ssd-dir", kvpt_ssd_dir,
+				      "--ssd-segment", "64M", "--staging", "8M",
+				      "--staging-slot", "1M", NULL),
+			 0);
+	mix_put_and_demote(c, &s);
+	/* key 100 (a 4 KiB value) shares its batch with others */
+	nbad = mix_batch_mates(&s, c, 100, bad);
+	assert_true(nbad >= 2);
+	mix_corrupt(&s, c, 100, true);
+	/* a 4 KiB value and a 16 KiB value of other batches */
+	for (i = 1; i < MIX_N; i++) {
+		int j;
+		bool mate = false;
+
+		for (j = 0; j < nbad; j++)
+			mate |= bad[j] == i;
+		if (!mate && mix_size(i) == 4096) {
+			mix_corrupt(&s, c, i, false);
+			bad[nbad++] = i;
+			break;
+		}
+	}
+	for (i = 3; i < MIX_N; i += 3) {
+		int j;
+		bool mate = false;
+
+		for (j = 0; j < nbad; j++)
+			mate |= bad[j] == i;
+		if (!mate && mix_size(i) == 16384) {
+			mix_corrupt(&s, c, i, false);
+			bad[nbad++] = i;
+			break;
+		}
+	}
+	/* now: exactly the damaged ones fail, with -EBADMSG */
+	for (i = 0; i < MIX_N; i++) {
+		uint32_t kl = key_of(k, i);
+		ssize_t n = kvp_get(c, k, kl, out, 1 << 20);
+		int j;
+		bool b = false;
+
+		for (j = 0; j < nbad; j++)
+			b |= bad[j] == i;
+		if (b) {
+			assert_int_equal(n, -EBADMSG);
+			continue;
+		}
+		assert_int_equal(n, (ssize_t)mix_size(i));
+		assert_true(kvpt_check(out, mix_size(i), k, kl, 7));
+	}
+	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_FAILED),
+			 (uint64_t)nbad);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0); /* seals the segment */
+	kvpt_pool_remove(a.pool);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit",
+					    "4K", "--dram-high", "0",
+					    "--dram-low", "0", "--ssd-dir",
+					    kvpt_ssd_dir, "--ssd-segment",
+					    "64M", "--staging", "8M",
+					    "--staging-slot", "1M", NULL),
+			 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	mix_verify(c, bad, nbad);
+	kvp_close(c);
+	free(out);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 /* A small --ssd-size: demotion keeps going by giving back whole oldest
  * segments; values whose segment went are gone (a miss), the rest read
  * right. */
@@ -342,11 +625,12 @@ test_reclaim_many_small(void **state)
 				      "--dram-unit", "4K", "--dram-high", "0",
 				      "--dram-low", "0", "--index-entries",
 				      "16384", "--ssd-dir", kvpt_ssd_dir,
-				      "--ssd-segment", "16M", "--ssd-size",
-				      "40M", "--staging", "1M",
+				      "--ssd-segment", "8M", "--ssd-size",
+				      "20M", "--staging", "1M",
 				      "--staging-slot", "64K", NULL),
 			 0);
-	/* 9,000 x 8 KiB on disk = ~70 MiB through a 40 MiB budget of 16 MiB
+	/* 9,000 x ~4.1 KiB on disk (format 3: a 4 KiB block and a share of
+	 * a batch header each) = ~37 MiB through a 20 MiB budget of 8 MiB
 	 * segments of ~2,000 records each */
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(k, i);
@@ -1067,6 +1351,8 @@ main(void)
 		cmocka_unit_test(test_promotion),
 		cmocka_unit_test(test_restart_rebuild),
 		cmocka_unit_test(test_corruption),
+		cmocka_unit_test(test_small_values_restart),
+		cmocka_unit_test(test_small_values_corruption),
 		cmocka_unit_test(test_ssd_full),
 		cmocka_unit_test(test_reclaim_many_small),
 		cmocka_unit_test(test_reclaim_keeps_read),

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include "agent/agent_int.h"
 #include "tests/agent/harness.h"
@@ -299,7 +300,7 @@ test_restart_and_damage(void **state)
 	assert_true(fd >= 0);
 	{
 		unsigned char b = 0;
-		off_t at = (off_t)KVP_SSD_LOC_BLOCK(loc[5]) * 4096 + 20;
+		off_t at = (off_t)KVP_SSD_LOC_HDR(loc[5]) * 4096 + 20;
 		assert_int_equal(pread(fd, &b, 1, at), 1);
 		b ^= 1;
 		assert_int_equal(pwrite(fd, &b, 1, at), 1);
@@ -339,9 +340,9 @@ test_restart_and_damage(void **state)
 	kvp_ssd_close_agent(s);
 	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir,
 		 KVP_SSD_LOC_SEG(loc[4]));
-	assert_int_equal(
-		truncate(path, (off_t)KVP_SSD_LOC_BLOCK(loc[4]) * 4096 + 8192),
-		0);
+	assert_int_equal(truncate(path,
+				  (off_t)KVP_SSD_LOC_HDR(loc[4]) * 4096 + 8192),
+			 0);
 	s = open_store(false, 4 << 20, 0);
 	memset(&sn, 0, sizeof(sn));
 	assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 4);
@@ -362,6 +363,347 @@ test_restart_and_damage(void **state)
 		free(d);
 	}
 	kvp_ssd_close_agent(s);
+}
+
+/* Write a format 2 record (its own header block, then the value) at
+ * block blk of fd: a value (v, vlen) or a tombstone (target). */
+static uint64_t
+v2_record(int fd, uint32_t seg, uint64_t blk, uint8_t type, const char *key,
+	  uint64_t seq, const unsigned char *v, uint64_t vlen, uint64_t target)
+{
+	unsigned char *b;
+	struct kvp_ssd_rec_hdr *h;
+	uint64_t vb = (vlen + 4095) & ~4095ull, c, nch = (vlen + 65535) >> 16;
+	size_t klen = strlen(key), koff = (sizeof(*h) + klen + 3) & ~3ul;
+	uint32_t *crc;
+
+	assert_int_equal(posix_memalign((void **)&b, 4096, 4096 + vb), 0);
+	memset(b, 0, 4096 + vb);
+	h = (struct kvp_ssd_rec_hdr *)b;
+	h->rh_magic = KVP_SSD_MAGIC_REC;
+	h->rh_version = 2;
+	h->rh_type = type;
+	h->rh_klen = (uint8_t)klen;
+	h->rh_seg_id = seg;
+	h->rh_block = (uint32_t)blk;
+	h->rh_ns = 42;
+	h->rh_seq = seq;
+	h->rh_vlen = type == KVP_SSD_REC_VALUE ? vlen : target;
+	h->rh_nchunks = type == KVP_SSD_REC_VALUE ? (uint32_t)nch : 0;
+	h->rh_chunk_shift = 16;
+	memcpy(h + 1, key, klen);
+	crc = (uint32_t *)(b + koff);
+	for (c = 0; type == KVP_SSD_REC_VALUE && c < nch; c++) {
+		uint64_t e = (c + 1) << 16 < vlen ? (c + 1) << 16 : vlen;
+		crc[c] = kvp_crc32c(0, v + (c << 16), e - (c << 16));
+	}
+	h->rh_len = (uint32_t)(koff + 4 * h->rh_nchunks);
+	h->rh_crc = kvp_crc32c(0, h, h->rh_len);
+	if (type == KVP_SSD_REC_VALUE)
+		memcpy(b + 4096, v, vlen);
+	else
+		vb = 0;
+	assert_int_equal(pwrite(fd, b, 4096 + vb, (off_t)(blk * 4096)),
+			 (ssize_t)(4096 + vb));
+	free(b);
+	return blk + 1 + vb / 4096;
+}
+
+/*
+ * Format 2 files (a 4 KiB header block per record, written by an older
+ * agent, its segment unsealed as after a crash) are still read: recovery
+ * scans them record by record, seals them (a summary of format 2
+ * locations), keeps the live records (a format 2 tombstone kills the one
+ * it names), serves their bytes; a flipped value byte is -EBADMSG; new
+ * records go to a format 3 segment; after a restart the sealed format 2
+ * segment is read through its summary, same locations, same bytes.
+ */
+static void
+test_format2_files(void **state)
+{
+	static const uint64_t sizes[] = { 4097, 20000, 100, 300000 };
+	struct kvp_ssd_file_hdr *fh;
+	struct kvp_ssd *s;
+	struct seen sn;
+	unsigned char *v = malloc(300000), *d;
+	uint64_t blk = 1, loc[4], newloc = 0;
+	char path[400], key[16];
+	uint32_t doff;
+	unsigned k, pass;
+	int fd;
+
+	(void)state;
+	assert_int_equal(posix_memalign((void **)&d, 4096, 303104), 0);
+	s = open_store(true, 1 << 20, 0); /* wipe */
+	kvp_ssd_close_agent(s);
+	snprintf(path, sizeof(path), "%s/seg-00000001.kvs", kvpt_ssd_dir);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	assert_int_equal(posix_memalign((void **)&fh, 4096, 4096), 0);
+	memset(fh, 0, 4096);
+	fh->fh_magic = KVP_SSD_MAGIC_FILE;
+	fh->fh_version = 2;
+	fh->fh_hdr_size = sizeof(*fh);
+	fh->fh_seg_id = 1;
+	fh->fh_create_seq = 1;
+	fh->fh_seg_size = 1 << 20;
+	fh->fh_crc = kvp_crc32c(0, fh, sizeof(*fh));
+	assert_int_equal(pwrite(fd, fh, 4096, 0), 4096);
+	free(fh);
+	for (k = 0; k < 4; k++) {
+		snprintf(key, sizeof(key), "old%u", k);
+		fill(v, sizes[k], 50 + k);
+		loc[k] = KVP_SSD_LOC(1, blk);
+		blk = v2_record(fd, 1, blk, KVP_SSD_REC_VALUE, key, 1 + k, v,
+				sizes[k], 0);
+	}
+	/* "old1" deleted, format 2: the tombstone names its record */
+	v2_record(fd, 1, blk, KVP_SSD_REC_TOMBSTONE, "old1", 10, NULL, 0,
+		  loc[1]);
+	/* a flipped byte in "old3"'s value */
+	{
+		unsigned char b;
+		off_t at =
+			(off_t)(KVP_SSD_LOC_BLOCK(loc[3]) + 1) * 4096 + 70000;
+
+		assert_int_equal(pread(fd, &b, 1, at), 1);
+		b ^= 4;
+		assert_int_equal(pwrite(fd, &b, 1, at), 1);
+	}
+	close(fd);
+	for (pass = 0; pass < 2; pass++) {
+		s = open_store(false, 1 << 20, 0);
+		memset(&sn, 0, sizeof(sn));
+		assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn),
+				 pass ? 4 : 3);
+		assert_false(seen_has(&sn, "old1"));
+		for (k = 0; k < 4; k++) {
+			uint64_t got;
+
+			snprintf(key, sizeof(key), "old%u", k);
+			got = seen_loc(&sn, key);
+			if (k == 1) {
+				assert_int_equal(got, 0);
+				continue;
+			}
+			assert_int_equal(got, loc[k]);
+			fill(v, sizes[k], 50 + k);
+			memset(d, 0, sizes[k]);
+			assert_int_equal(get(s, got, sizes[k], 0, sizes[k], d,
+					     &doff),
+					 k == 3 ? -EBADMSG : 0);
+			if (k != 3)
+				assert_memory_equal(d + doff, v, sizes[k]);
+		}
+		/* a ranged read of "old3" that misses the damage */
+		fill(v, sizes[3], 53);
+		assert_int_equal(get(s, loc[3], sizes[3], 0, 65536, d, &doff),
+				 0);
+		assert_memory_equal(d, v, 65536);
+		if (pass == 0) {
+			fill(v, 5000, 77);
+			newloc = put(s, "new", v, 5000);
+			/* a new segment, format 3 */
+			assert_int_equal(KVP_SSD_LOC_SEG(newloc), 2);
+			assert_int_equal(KVP_SSD_LOC_DELTA(newloc), 1);
+		} else {
+			assert_int_equal(seen_loc(&sn, "new"), newloc);
+			fill(v, 5000, 77);
+			assert_int_equal(
+				get(s, newloc, 5000, 0, 5000, d, &doff), 0);
+			assert_memory_equal(d, v, 5000);
+		}
+		kvp_ssd_close_agent(s);
+	}
+	free(v);
+	free(d);
+}
+
+/*
+ * Crash points of the batched write (shm/kvp_crash.h): a process writes a
+ * batch of 12 records (4 KiB and 16 KiB values and a tombstone, one
+ * submit) and dies at A_SSD_BATCH_BUILT (header block sealed, nothing
+ * queued) or A_SSD_BATCH_WRITTEN (on disk, no completion handed back).
+ * After a restart the unsealed segment's scan finds none of the batch or
+ * all of it, each record with its bytes, the tombstoned one gone, the
+ * records written before the crash intact.
+ */
+static uint64_t pre0_loc;
+
+static int
+keep_all(void *arg, const struct kvp_ssd_rec *r)
+{
+	(void)arg;
+	(void)r;
+	return 0;
+}
+
+/* The child: no cmocka here, it reports through its exit status. */
+static void
+crash_batch_child(int point)
+{
+	static unsigned char v[16384] __attribute__((aligned(4096)));
+	struct kvp_ssd_cqe cq[16];
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd *s;
+	unsigned k;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = kvpt_ssd_dir;
+	cfg.segment_bytes = 4 << 20;
+	if (kvp_ssd_open_agent(&cfg, &s) ||
+	    kvp_ssd_recover_agent(s, keep_all, NULL) < 0)
+		_exit(2);
+	kvp_crash_arm(point, 0);
+	for (k = 0; k < 11; k++) {
+		char key[16];
+		struct iovec iov = { v, k % 2 ? 16384 : 4096 };
+
+		snprintf(key, sizeof(key), "b%u", k);
+		fill(v, iov.iov_len, 200 + k);
+		if (kvp_ssd_write_agent(s, 1, 42, key, (uint32_t)strlen(key),
+					&iov, 1, 0))
+			_exit(3);
+	}
+	/* the tombstone of "pre0", written before the crash */
+	if (kvp_ssd_tombstone_agent(s, 2, 42, "pre0", 4, pre0_loc))
+		_exit(4);
+	kvp_ssd_poll_agent(s, cq, 16, -1); /* submits: dies in there */
+	_exit(5);
+}
+
+static void
+test_crash_batch(void **state)
+{
+	static const int points[] = { KVP_CP_A_SSD_BATCH_BUILT,
+				      KVP_CP_A_SSD_BATCH_WRITTEN };
+	unsigned char *v = malloc(16384), *d;
+	unsigned p, k;
+
+	(void)state;
+	assert_int_equal(posix_memalign((void **)&d, 4096, 16384), 0);
+	for (p = 0; p < 2; p++) {
+		struct kvp_ssd *s = open_store(true, 4 << 20, 0);
+		struct seen sn;
+		uint32_t doff;
+		pid_t pid;
+		int st;
+
+		kvp_ssd_recover_agent(s, NULL, NULL);
+		for (k = 0; k < 3; k++) {
+			char key[16];
+			uint64_t loc;
+
+			snprintf(key, sizeof(key), "pre%u", k);
+			fill(v, 4096, 100 + k);
+			loc = put(s, key, v, 4096);
+			if (k == 0)
+				pre0_loc = loc;
+		}
+		kvp_ssd_close_agent(s);
+		/* unseal it, as after a crash: the trailer goes */
+		{
+			char path[400];
+			unsigned char z[4096] = { 0 };
+			int fd;
+
+			snprintf(path, sizeof(path), "%s/seg-%08x.kvs",
+				 kvpt_ssd_dir, KVP_SSD_LOC_SEG(pre0_loc));
+			fd = open(path, O_RDWR);
+			assert_true(fd >= 0);
+			assert_int_equal(pwrite(fd, z, 4096, (4 << 20) - 4096),
+					 4096);
+			close(fd);
+		}
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			crash_batch_child(points[p]);
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), KVP_CRASH_EXIT);
+		s = open_store(false, 4 << 20, 0);
+		memset(&sn, 0, sizeof(sn));
+		assert_true(kvp_ssd_recover_agent(s, collect, &sn) >= 0);
+		for (k = 0; k < 11; k++) {
+			char key[16];
+			uint64_t len = k % 2 ? 16384 : 4096;
+
+			snprintf(key, sizeof(key), "b%u", k);
+			if (p == 0) {
+				assert_false(seen_has(&sn, key));
+				continue;
+			}
+			assert_true(seen_has(&sn, key));
+			fill(v, len, 200 + k);
+			assert_int_equal(get(s, seen_loc(&sn, key), len, 0, len,
+					     d, &doff),
+					 0);
+			assert_memory_equal(d, v, len);
+		}
+		/* the tombstone was in the batch: with it or not at all */
+		assert_int_equal(seen_has(&sn, "pre0"), p == 0);
+		for (k = 1; k < 3; k++) {
+			char key[16];
+
+			snprintf(key, sizeof(key), "pre%u", k);
+			assert_true(seen_has(&sn, key));
+			fill(v, 4096, 100 + k);
+			assert_int_equal(get(s, seen_loc(&sn, key), 4096, 0,
+					     4096, d, &doff),
+					 0);
+			assert_memory_equal(d, v, 4096);
+		}
+		kvp_ssd_close_agent(s);
+	}
+	free(v);
+	free(d);
+}
+
+/* A segment with no record (a crash right after it was made): the first
+ * restart seals it empty, the next reads its empty summary (that took a
+ * buffer of 0 bytes and failed the rebuild with -ENOMEM). */
+static void
+test_empty_segment(void **state)
+{
+	struct kvp_ssd_file_hdr *fh;
+	struct kvp_ssd *s;
+	struct seen sn;
+	unsigned char v[5000];
+	char path[400];
+	unsigned pass;
+	int fd;
+
+	(void)state;
+	s = open_store(true, 1 << 20, 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	fill(v, sizeof(v), 5);
+	put(s, "kept", v, sizeof(v));
+	kvp_ssd_close_agent(s);
+	snprintf(path, sizeof(path), "%s/seg-00000002.kvs", kvpt_ssd_dir);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	assert_int_equal(posix_memalign((void **)&fh, 4096, 4096), 0);
+	memset(fh, 0, 4096);
+	fh->fh_magic = KVP_SSD_MAGIC_FILE;
+	fh->fh_version = KVP_SSD_FORMAT;
+	fh->fh_hdr_size = sizeof(*fh);
+	fh->fh_seg_id = 2;
+	fh->fh_create_seq = 100;
+	fh->fh_seg_size = 1 << 20;
+	fh->fh_crc = kvp_crc32c(0, fh, sizeof(*fh));
+	assert_int_equal(pwrite(fd, fh, 4096, 0), 4096);
+	free(fh);
+	close(fd);
+	for (pass = 0; pass < 2; pass++) {
+		s = open_store(false, 1 << 20, 0);
+		memset(&sn, 0, sizeof(sn));
+		assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 1);
+		assert_true(seen_has(&sn, "kept"));
+		kvp_ssd_close_agent(s);
+	}
 }
 
 /* A flipped value byte: that read is -EBADMSG; a ranged read that does
@@ -386,15 +728,13 @@ test_corrupt_value(void **state)
 		 KVP_SSD_LOC_SEG(loc));
 	fd = open(path, O_RDWR);
 	assert_true(fd >= 0);
-	assert_int_equal(
-		pread(fd, &b, 1,
-		      (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000),
-		1);
+	assert_int_equal(pread(fd, &b, 1,
+			       (off_t)KVP_SSD_LOC_VALUE(loc) * 4096 + 200000),
+			 1);
 	b ^= 0x80;
-	assert_int_equal(
-		pwrite(fd, &b, 1,
-		       (off_t)(KVP_SSD_LOC_BLOCK(loc) + 1) * 4096 + 200000),
-		1);
+	assert_int_equal(pwrite(fd, &b, 1,
+				(off_t)KVP_SSD_LOC_VALUE(loc) * 4096 + 200000),
+			 1);
 	close(fd);
 	assert_int_equal(get(s, loc, 300000, 0, 300000, d, &doff), -EBADMSG);
 	assert_int_equal(get(s, loc, 300000, 0, 65536, d, &doff), 0);
@@ -550,7 +890,7 @@ test_reinsert(void **state)
 	cfg.wipe = true;
 	cfg.evict_cb = reins_evict_cb;
 	cfg.reinsert_cb = reins_cb;
-	cfg.reinsert_pct = 25; /* 5 records of 44 KiB */
+	cfg.reinsert_pct = 22; /* 5 records of 40 KiB and an entry */
 	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
 	re.s = s;
 	kvp_ssd_recover_agent(s, NULL, NULL);
@@ -870,9 +1210,11 @@ test_segment_names(void **state)
 }
 
 /*
- * The highest id is taken (a seg-0ffffffe.kvs, here garbage): the store
+ * The highest id is taken (a seg-0ffffffe.kvs, here garbage; ids stay
+ * below 2^28: the top 4 bits of a location name a drive): the store
  * refuses to create past it (-ENOSPC, an ERROR line that says what to do)
- * and never wraps to seg-0fffffff.kvs or seg-00000000.kvs.
+ * and never wraps to seg-0fffffff.kvs, seg-10000000.kvs or
+ * seg-00000000.kvs.
  */
 static void
 test_segment_id_max(void **state)
@@ -884,7 +1226,7 @@ test_segment_id_max(void **state)
 
 	(void)state;
 	subdir(d, sizeof(d), "idmax");
-	plant(d, "seg-0ffffffe.kvs", 4096); /* KVP_SSD_SEG_ID_MAX */
+	plant(d, "seg-0ffffffe.kvs", 4096);
 	assert_int_equal(reopen_count(d, &s), 0);
 	fill(v, sizeof(v), 3);
 	assert_int_equal(kvp_ssd_write_agent(s, 1, 1, "x", 1, &iov, 1, 0),
@@ -893,6 +1235,7 @@ test_segment_id_max(void **state)
 			 -ENOSPC);
 	kvp_ssd_close_agent(s);
 	assert_false(present(d, "seg-0fffffff.kvs"));
+	assert_false(present(d, "seg-10000000.kvs"));
 	assert_false(present(d, "seg-00000000.kvs"));
 }
 
@@ -981,6 +1324,9 @@ main(void)
 		cmocka_unit_test(test_restart_and_damage),
 		cmocka_unit_test(test_late_tombstone),
 		cmocka_unit_test(test_corrupt_value),
+		cmocka_unit_test(test_format2_files),
+		cmocka_unit_test(test_crash_batch),
+		cmocka_unit_test(test_empty_segment),
 		cmocka_unit_test(test_capacity),
 		cmocka_unit_test(test_reinsert),
 		cmocka_unit_test(test_fs_enospc),
