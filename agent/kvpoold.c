@@ -26,9 +26,9 @@ kvp_usage(FILE *f)
 		"  --dram SIZE             DRAM tier size (default: 1/8 of RAM, at most half of\n"
 		"                          /dev/shm's free space, at least 64M)\n"
 		"  --index-entries N       most keys the index holds; cold ones leave it to make\n"
-		"                          room (default: DRAM / 32K, >= 65536, plus\n"
-		"                          --ssd-size / 36K: what the SSD tier holds of 32K\n"
-		"                          values; the index within 1/8 of RAM)\n"
+		"                          room (default: one per --dram-unit of DRAM,\n"
+		"                          >= 65536, plus what --ssd-size (per drive) holds\n"
+		"                          of one-unit values; the index within 1/8 of RAM)\n"
 		"  --max-value SIZE        largest value (default 64M, at most the DRAM tier)\n"
 		"  --dram-unit SIZE        allocation unit, power of two 4K..4M (default 16K)\n"
 		"  --dram-high PCT         evict (demote) above this DRAM use (default 98;\n"
@@ -121,7 +121,8 @@ kvp_default_dram(void)
  * every value takes a unit or more, so the index never refuses a value
  * DRAM has room for), and with an SSD tier of known size (--ssd-size) one
  * more per value of one unit the tier can hold (a record of one takes
- * kvp_ssd_record_bytes(unit) on disk: 20 KiB for the default 16 KiB),
+ * kvp_ssd_record_bytes(unit) on disk: 16.25 KiB for the default 16 KiB,
+ * its share of a batch's header block included),
  * so that the index limit does not drop values the SSD tier has room
  * for.  --dram-unit is the operator's word for the smallest value.  The index lives
  * in the segment: 328 bytes a slot, and segment.c gives N entries the
@@ -735,6 +736,10 @@ main(int argc, char **argv)
 		kvp_start_failed(a);
 		return 1;
 	}
+	/* the SSD tier's recovery writes the index at random: populated
+	 * first, by every thread */
+	if (cfg->ssd_dir[0])
+		kvp_populate_meta_agent(a);
 	rc = kvp_tier_open_agent(a);
 	if (rc) {
 		kvp_start_failed(a);

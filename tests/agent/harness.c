@@ -174,9 +174,30 @@ kvpt_agent_ready(void *arg)
 	return up;
 }
 
+/* The agent's DRAM tier is populated (agent/populate.c). */
+static bool
+kvpt_populated(void *arg)
+{
+	const struct kvp_seg *s = arg;
+
+	return kvp_dram_capacity(s) == s->g.g_dram_pages;
+}
+
 static int
 kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 {
+	bool wait_populated = true;
+	const char *arg;
+	va_list scan;
+
+	/* a test that watches the populate (--populate-rate) gets the agent
+	 * as soon as it serves; every other test gets the pool it assumes,
+	 * its whole DRAM tier there */
+	va_copy(scan, ap);
+	for (arg = first; arg; arg = va_arg(scan, const char *))
+		if (!strcmp(arg, "--populate-rate"))
+			wait_populated = false;
+	va_end(scan);
 	a->pid = fork();
 	if (a->pid < 0)
 		return -errno;
@@ -186,7 +207,6 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 		char path[4200], fg[] = "--foreground", po[] = "--pool",
 				 rm[] = "--reap-ms", rv[] = "50",
 				 ma[] = "--metrics-addr", mo[] = "off";
-		const char *arg;
 		int n = 0;
 
 		snprintf(path, sizeof(path), "%s/kvpoold", kvpt_bindir());
@@ -234,6 +254,16 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 	}
 	if (kvpt_wait_until(kvpt_agent_ready, a, 20000) < 0 || a->pid < 0)
 		return -ETIMEDOUT;
+	if (wait_populated) {
+		struct kvp_seg s;
+
+		if (kvpt_seg_map(a->pool, &s) == 0) {
+			/* a populate that stops short (tmpfs full) is the
+			 * test's to see: at most 2 minutes */
+			kvpt_wait_until(kvpt_populated, &s, 120000);
+			kvp__seg_unmap(&s);
+		}
+	}
 	return 0;
 }
 

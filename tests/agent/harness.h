@@ -18,7 +18,9 @@ struct kvpt_agent {
 
 /* Start kvpoold --foreground --pool <unique> <args...> (NULL terminated)
  * from the directory of the running test binary; returns once the agent
- * holds its segment lock.  The pool is kvpt_pool_name("t<pid>_<n>"); the
+ * holds its segment lock and its DRAM tier is populated (unless the
+ * arguments name --populate-rate: a test of the populate itself, which
+ * gets the agent as soon as it serves).  The pool is kvpt_pool_name("t<pid>_<n>"); the
  * agent logs to kvpt_agent_log(pool) (stderr if KVPT_AGENT_LOG is set).
  * 0 or -errno. */
 int kvpt_agent_start(struct kvpt_agent *a, const char *arg, ...);
