@@ -197,6 +197,7 @@ int kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g,
 int kvp_populate_start_agent(struct kvp_agent *a);
 void kvp_populate_step_agent(struct kvp_agent *a);
 void kvp_populate_meta_agent(struct kvp_agent *a);
+void kvp_populate_hold_agent(struct kvp_agent *a, bool hold);
 bool kvp_populate_pending_agent(const struct kvp_agent *a);
 void kvp_populate_stop_agent(struct kvp_agent *a);
 

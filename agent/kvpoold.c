@@ -738,9 +738,13 @@ main(int argc, char **argv)
 	}
 	/* the SSD tier's recovery writes the index at random: populated
 	 * first, by every thread */
-	if (cfg->ssd_dir[0])
+	if (cfg->ssd_dir[0]) {
+		kvp_populate_hold_agent(a, true);
 		kvp_populate_meta_agent(a);
+	}
 	rc = kvp_tier_open_agent(a);
+	/* the arena's turn (it waited for the rebuild's inserts) */
+	kvp_populate_hold_agent(a, false);
 	if (rc) {
 		kvp_start_failed(a);
 		return 1;

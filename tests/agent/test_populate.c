@@ -153,6 +153,34 @@ test_restart_mid_populate(void **state)
 	free(r);
 }
 
+/*
+ * With an SSD tier the agent populates the index before the rebuild's
+ * inserts and holds the arena back until the rebuild is done: once it
+ * serves, the arena's turn comes and the whole tier is populated (a hold
+ * never released would leave the pool at its first 32 MiB).
+ */
+static void
+test_ssd_tier_populates(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_seg s;
+	struct kvp_client *c;
+	char dir[256], log[2300], out[16384];
+
+	(void)state;
+	assert_int_equal(kvpt_tmpdir(dir, sizeof(dir), "populate"), 0);
+	/* --populate-rate: the harness hands over the agent at once */
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "256M", "--ssd-dir",
+				      dir, "--populate-rate", "100G", NULL),
+			 0);
+	assert_true(kvpt_wait_until(populated, &s, 60000) >= 0);
+	kvpt_agent_log(a.pool, log, sizeof(log));
+	assert_int_equal(kvpt_run(out, sizeof(out), "cat %s", log), 0);
+	assert_non_null(strstr(out, "index and page map populated"));
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+	kvpt_tmpdir_remove(dir);
+}
+
 /* The page size the agent reports, and where its segment file is. */
 static uint64_t
 page_bytes(const struct kvp_seg *s)
@@ -296,6 +324,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ready_before_populated),
 		cmocka_unit_test(test_restart_mid_populate),
+		cmocka_unit_test(test_ssd_tier_populates),
 		cmocka_unit_test(test_hugepages_fallback),
 		cmocka_unit_test(test_hugepages_on),
 		cmocka_unit_test(test_numa),
