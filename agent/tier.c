@@ -208,7 +208,11 @@ kvp_tier_open_agent(struct kvp_agent *a)
 		goto err_free;
 	}
 	n = kvp_drv_recovered_agent(t->ssd);
-	kvp_recover_lost_agent(a);
+	/* a segment created by this start holds only what recovery put in
+	 * it, every entry with its segment: nothing to look for (the scan
+	 * touches the whole index: seconds at 300 GB) */
+	if (!a->seg_created)
+		kvp_recover_lost_agent(a);
 	kvp_recover_in_flight_agent(a);
 	reg[0].iov_base = s->arena;
 	reg[0].iov_len = s->g.g_dram_pages * s->g.g_dram_unit;
