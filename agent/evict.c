@@ -474,16 +474,20 @@ kvp_evict_plan_live(const struct kvp_evict *ev)
 }
 
 /*
- * The units the watermarks are percentages of: the whole arena while it
- * is being populated (room is coming: a put waits for it, nothing is
- * evicted early because the pool is young), what is populated once the
- * populate stopped short (populate.c: /dev/shm filled up).
+ * The units the watermarks are percentages of (never read from the
+ * segment): the whole arena while it is being populated (room is
+ * coming: a put waits for it, nothing is evicted early because the pool
+ * is young), what is populated once the populate stopped short
+ * (populate.c: /dev/shm filled up).
  */
 static uint64_t
 kvp_evict_capacity(const struct kvp_agent *a)
 {
-	return kvp_populate_pending_agent(a) ? a->seg.g.g_dram_pages :
-					       kvp_dram_capacity(&a->seg);
+	/* the agent's own frontier, never the segment's count (a client
+	 * can write dh_unpop_pages: it would make the agent evict early) */
+	if (!a->pop || kvp_populate_pending_agent(a))
+		return a->seg.g.g_dram_pages;
+	return a->pop_frontier;
 }
 
 /* Is DRAM use above the agent's own high watermark (--dram-high)? */

@@ -18,7 +18,7 @@
  * passed over (kvp_dram_unpop_release_locked), then wakes putters waiting
  * for room.  A put that finds no populated room waits or gets BUSY like
  * any put on a full pool (never a fault storm in the caller); eviction
- * aims at the populated capacity (kvp_dram_capacity).
+ * aims at the populated capacity (the agent's own frontier).
  *
  * Where the tmpfs fills up (/dev/shm smaller than the segment: another
  * user took the space since the agent checked), the populate stops with a
