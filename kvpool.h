@@ -18,7 +18,7 @@
  *                kvp_client and struct kvp_pinset stay opaque).
  *   FFI          dlopen("libkvpool.so.1"): Python ctypes and the like.
  * libkvpool.so.1 exports exactly the calls below, nothing else
- * (libkvpool.map, version node KVPOOL_1.0).  The library's major version
+ * (libkvpool.map, version nodes KVPOOL_1.0 .. 1.2).  The library's major version
  * changes when a call's signature, struct kvp_op, struct kvp_lease or a
  * status's meaning does; a new call comes in a new version node.  The
  * segment's ABI is another matter: a client and an agent built from
@@ -345,6 +345,44 @@ KVP_API int kvp_lease_acquire(struct kvp_client *c, const void *key,
  * expired and was reclaimed, is harmless.  Returns 0 or -EINVAL.
  * Context: the client's thread; never waits. */
 KVP_API int kvp_lease_release(struct kvp_client *c, const struct kvp_lease *l);
+
+/* ---- statistics ---- */
+
+/* What kvp_stat reports: the pool as this client sees it now, and the
+ * calls of this client handle since kvp_open.  Every figure is a
+ * statistic read without a lock (words others write may move meanwhile).
+ * Later versions only append fields: a caller passes the size it knows. */
+struct kvp_stat {
+	uint64_t size;       /* bytes kvp_stat filled in (its struct) */
+	uint64_t dram_bytes; /* the DRAM tier's bytes in service (populated) */
+	uint64_t dram_total_bytes; /* ... once populated (--dram) */
+	uint64_t dram_used_bytes;  /* allocated to values (whole units) */
+	uint64_t entries;          /* index entries counted against the limit */
+	uint64_t entries_max;      /* --index-entries */
+	uint64_t ssd_bytes;        /* SSD capacity (0: no SSD tier) */
+	uint64_t ssd_used_bytes;   /* SSD on-disk bytes in use */
+	uint64_t max_value;        /* --max-value */
+	uint32_t clients;          /* client slots in use (every process) */
+	uint32_t max_clients;      /* --max-clients */
+	int agent_up; /* 1: the agent is running (kernel-checked) */
+	int pad_;
+	/* this client handle's calls (kvp_put, kvp_get, kvp_exists and the
+	 * batch calls count per key) */
+	uint64_t puts, put_bytes;
+	uint64_t gets, get_hits, get_misses, get_bytes;
+	uint64_t exists, exists_hits;
+	/* the pool's totals over every client, live and gone */
+	uint64_t pool_puts, pool_gets, pool_get_hits;
+};
+
+/*
+ * kvp_stat - fill the first size bytes of *out (at most sizeof(struct
+ * kvp_stat) of this build; out->size says how many were meaningful).
+ * Returns 0, -EINVAL (c or out NULL, size 0), -ESTALE (this client was
+ * reaped).  Context: the client's thread; no lock, one fcntl (is the
+ * agent up), a pass over the client slots (--max-clients).
+ */
+KVP_API int kvp_stat(struct kvp_client *c, struct kvp_stat *out, size_t size);
 
 /* ---- statuses ---- */
 

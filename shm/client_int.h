@@ -639,5 +639,6 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst,
 #include "shm/client_write_int.h"
 #include "shm/client_read_int.h"
 #include "shm/client_pin_int.h"
+#include "shm/client_stat_int.h"
 
 #endif /* KVP_CLIENT_INT_H */

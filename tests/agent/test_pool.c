@@ -424,6 +424,75 @@ test_get_semantics(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+/* kvp_stat: the pool's sizes as the agent made them, this client's calls
+ * counted per key, the pool's totals over every client (a closed one's
+ * folded in), a short size filled short, bad arguments refused */
+static void
+test_stat(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c, *d;
+	struct kvp_stat st;
+	unsigned char val[5000], out[5000];
+	uint64_t small[2];
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", "--max-value",
+					  "1M", "--max-clients", "9", NULL),
+			 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &d), 0);
+	assert_int_equal(kvp_stat(c, &st, sizeof(st)), 0);
+	assert_int_equal(st.size, sizeof(st));
+	assert_int_equal(st.dram_total_bytes, 16u << 20);
+	assert_int_equal(st.dram_bytes, 16u << 20);
+	assert_int_equal(st.dram_used_bytes, 0);
+	assert_int_equal(st.entries, 0);
+	assert_true(st.entries_max > 0);
+	assert_int_equal(st.ssd_bytes, 0);
+	assert_int_equal(st.max_value, 1u << 20);
+	assert_int_equal(st.clients, 2);
+	assert_int_equal(st.max_clients, 9);
+	assert_int_equal(st.agent_up, 1);
+	assert_int_equal(st.puts + st.gets + st.exists, 0);
+
+	kvpt_fill(val, sizeof(val), "v", 1, 1);
+	assert_int_equal(kvp_put(c, "v", 1, val, sizeof(val)), 0);
+	assert_int_equal(kvp_get(c, "v", 1, out, sizeof(out)), 5000);
+	assert_int_equal(kvp_get(c, "w", 1, out, sizeof(out)), -ENOENT);
+	assert_int_equal(kvp_exists(c, "v", 1), 1);
+	assert_int_equal(kvp_get(d, "v", 1, out, sizeof(out)), 5000);
+	assert_int_equal(kvp_stat(c, &st, sizeof(st)), 0);
+	assert_int_equal(st.puts, 1);
+	assert_int_equal(st.put_bytes, 5000);
+	assert_int_equal(st.gets, 2);
+	assert_int_equal(st.get_hits, 1);
+	assert_int_equal(st.get_misses, 1);
+	assert_int_equal(st.get_bytes, 5000);
+	assert_int_equal(st.exists, 1);
+	assert_int_equal(st.exists_hits, 1);
+	assert_int_equal(st.entries, 1);
+	assert_true(st.dram_used_bytes >= 5000);
+	assert_int_equal(st.pool_gets, 3);
+	assert_int_equal(st.pool_get_hits, 2);
+	kvp_close(d); /* its counters go to the retired totals */
+	assert_int_equal(kvp_stat(c, &st, sizeof(st)), 0);
+	assert_int_equal(st.clients, 1);
+	assert_int_equal(st.pool_gets, 3);
+	assert_int_equal(st.pool_get_hits, 2);
+	assert_int_equal(st.pool_puts, 1);
+
+	small[0] = small[1] = 0xeeeeeeeeeeeeeeeeull;
+	assert_int_equal(kvp_stat(c, (struct kvp_stat *)small, 8), 0);
+	assert_int_equal(small[0], sizeof(st));
+	assert_int_equal(small[1], 0xeeeeeeeeeeeeeeeeull); /* not written */
+	assert_int_equal(kvp_stat(NULL, &st, sizeof(st)), -EINVAL);
+	assert_int_equal(kvp_stat(c, NULL, sizeof(st)), -EINVAL);
+	assert_int_equal(kvp_stat(c, &st, 0), -EINVAL);
+	kvp_close(c);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 struct lease_cond {
 	struct kvp_seg *s;
 	uint64_t want;
@@ -685,6 +754,7 @@ main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_get_semantics),
+		cmocka_unit_test(test_stat),
 		cmocka_unit_test(test_processes),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_hold_blocks_eviction),
