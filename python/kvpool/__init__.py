@@ -1,0 +1,656 @@
+# SPDX-License-Identifier: MIT
+"""kvpool: the node-local KV-cache pool from Python (standard library only).
+
+    import kvpool
+    pool = kvpool.Pool("default", namespace="llama3-70b|bf16|page16")
+    pool.put("page-0", page)                  # any buffer (bytes, bytearray, ...)
+    n = pool.get("page-0", buf)               # into a caller buffer: bytes copied
+    have = pool.batch_exists_prefix(keys)     # leading keys present
+    res = pool.batch_get(keys, addrs, lens)   # per key: bytes copied or a status
+    with pool.lookup_pin(keys) as ps:         # a probe that promises
+        ps.get(addrs, lens)
+    pool.close()
+
+Errors raise exceptions carrying the status (kvpool.Busy, kvpool.Miss,
+kvpool.Unavailable, ...: every one a kvpool.KVPoolError with .status and
+.name); batch calls answer per key instead of raising.
+
+Threads: one Pool may be shared by any number of threads.  Each thread
+gets a client handle (a client slot of the pool) of its own on its first
+call, so threads never wait for each other in the pool; the handle is
+closed when the thread ends or the Pool closes.  A pinset or lease
+belongs to the thread's client that made it; using it from another thread
+takes that client's lock for the call.  Every C call runs without the GIL.
+
+fork(): a Pool opened before a fork is refused in the child (kvpool.Forked):
+its client slots are the parent's, whose liveness the agent checks by
+process.  Open a new Pool in the child.
+"""
+
+import array
+import ctypes
+import os
+import threading
+import weakref
+
+from . import _native
+from ._native import (  # noqa: F401  (the public names)
+    ACCES,
+    BADMSG,
+    BUSY,
+    EXISTS,
+    FAILED,
+    INVAL,
+    MISS,
+    MSGSIZE,
+    NOMEM,
+    NOSPC,
+    OK,
+    PROTO,
+    STALE,
+    TIER_DRAM,
+    TIER_SSD,
+    TOO_LARGE,
+    UNAVAILABLE,
+    USERS,
+    BufferTooSmall,
+    Busy,
+    Closed,
+    Exists,
+    Failed,
+    Forked,
+    InvalidArgument,
+    KVPoolError,
+    Miss,
+    NoSpace,
+    OutOfMemory,
+    PermissionDenied,
+    ProtocolMismatch,
+    Stale,
+    TooLarge,
+    TooManyClients,
+    Unavailable,
+    agent_path,
+    describe,
+    error,
+    library_path,
+    status_name,
+)
+
+__all__ = [
+    "Pool",
+    "Pinset",
+    "Lease",
+    "KVPoolError",
+    "Miss",
+    "Exists",
+    "Busy",
+    "TooLarge",
+    "NoSpace",
+    "BufferTooSmall",
+    "Failed",
+    "Unavailable",
+    "Stale",
+    "ProtocolMismatch",
+    "TooManyClients",
+    "PermissionDenied",
+    "OutOfMemory",
+    "InvalidArgument",
+    "Forked",
+    "Closed",
+    "status_name",
+    "describe",
+    "error",
+    "buffer_address",
+    "KEY_MAX",
+]
+
+_lib = _native.lib
+KEY_MAX = 255
+_OPW = _native.OP_WORDS
+_OPS = _native.OP_STATUS_INT
+
+# fork: pools record the epoch they were opened in; the child bumps it
+_fork_epoch = 0
+
+
+def _after_fork_in_child():
+    global _fork_epoch
+    _fork_epoch += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ---- buffers ----
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.py_object),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_GetBuffer = ctypes.pythonapi.PyObject_GetBuffer
+_GetBuffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_GetBuffer.restype = ctypes.c_int
+_ReleaseBuffer = ctypes.pythonapi.PyBuffer_Release
+_ReleaseBuffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_ReleaseBuffer.restype = None
+_PyBUF_SIMPLE, _PyBUF_WRITABLE = 0, 1
+
+
+class _Buf:
+    """A contiguous buffer's address and size, exported (pinned) by the
+    object until release(): zero-copy for bytes, bytearray, memoryview,
+    array, mmap, numpy arrays and anything with the buffer protocol."""
+
+    __slots__ = ("view", "addr", "nbytes")
+
+    def __init__(self, obj, writable):
+        self.view = _PyBuffer()
+        try:
+            _GetBuffer(obj, ctypes.byref(self.view), _PyBUF_WRITABLE if writable else _PyBUF_SIMPLE)
+        except BufferError as e:
+            self.view = None
+            need = "a writable, contiguous buffer" if writable else "a contiguous buffer"
+            raise InvalidArgument(INVAL, None, f"need {need} ({e})") from None
+        except TypeError:
+            self.view = None
+            raise InvalidArgument(
+                INVAL, None, f"{type(obj).__name__} has no buffer protocol: pass addr= and length="
+            ) from None
+        self.addr = self.view.buf or 0
+        self.nbytes = self.view.len
+
+    def release(self):
+        if self.view is not None:
+            _ReleaseBuffer(ctypes.byref(self.view))
+            self.view = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def buffer_address(obj, writable=False):
+    """(address, nbytes) of a contiguous buffer.  The address stays valid
+    only while obj is alive and not resized."""
+    with _Buf(obj, writable) as b:
+        return b.addr, b.nbytes
+
+
+def _key(key):
+    if isinstance(key, str):
+        key = key.encode()
+    elif not isinstance(key, bytes):
+        key = bytes(key)
+    if not 1 <= len(key) <= KEY_MAX:
+        raise InvalidArgument(INVAL, key, f"a key is 1..{KEY_MAX} bytes")
+    return key
+
+
+# ---- one client handle (a client slot): used under its lock ----
+
+
+class _Client:
+    __slots__ = ("h", "lock", "epoch", "ops", "opn", "mvq", "mvi", "kbuf", "kcap", "__weakref__")
+
+    def __init__(self, pool):
+        h = ctypes.c_void_p()
+        rc = _lib.kvp_open(pool._pool_b, pool._ns_b, ctypes.byref(h))
+        if rc:
+            raise error(rc)
+        self.h = h.value
+        self.lock = threading.Lock()
+        self.epoch = _fork_epoch
+        self.ops = None
+        self.opn = 0
+        self.kbuf = None
+        self.kcap = 0
+
+    def scratch(self, n, keybytes):
+        """The op array for n keys (reused: the client's lock is held)."""
+        if n > self.opn:
+            cap = max(n, 2 * self.opn, 64)
+            self.ops = (_native.Op * cap)()
+            raw = memoryview(self.ops).cast("B")
+            self.mvq = raw.cast("Q")
+            self.mvi = raw.cast("i")
+            self.opn = cap
+        if keybytes > self.kcap:
+            self.kcap = max(keybytes, 2 * self.kcap, 4096)
+            self.kbuf = ctypes.create_string_buffer(self.kcap)
+        return self.ops
+
+    def close(self):
+        h, self.h = self.h, None
+        if h and self.epoch == _fork_epoch:
+            _lib.kvp_close(h)
+
+    def __del__(self):
+        # a thread that ended, or the Pool's last reference gone; never in a
+        # forked child (the slot is the parent's)
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _u64s(seq, n, what):
+    if isinstance(seq, array.array) and seq.typecode == "Q":
+        a = seq
+    else:
+        try:
+            a = array.array("Q", seq)
+        except (TypeError, OverflowError) as e:
+            raise InvalidArgument(INVAL, None, f"{what}: non-negative integers ({e})") from None
+    if len(a) != n:
+        raise InvalidArgument(INVAL, None, f"{what}: {len(a)} values for {n} keys")
+    return a
+
+
+class Pool:
+    """A pool (kvpoold --pool NAME) in one namespace: keys of different
+    namespaces never meet.  namespace: what makes pages interchangeable,
+    e.g. model, KV dtype, layout and page size."""
+
+    def __init__(self, pool="default", namespace=None):
+        if namespace is None:
+            raise InvalidArgument(INVAL, None, "a namespace is required (model + KV layout)")
+        self.pool = pool
+        self.namespace = namespace
+        self._pool_b = pool.encode() if isinstance(pool, str) else bytes(pool)
+        self._ns_b = namespace.encode() if isinstance(namespace, str) else bytes(namespace)
+        self._epoch = _fork_epoch
+        self._pid = os.getpid()
+        self._local = threading.local()
+        self._clients = weakref.WeakSet()
+        self._reg = threading.Lock()
+        self._closed = False
+        # open the first client now: a bad name or a missing agent is an
+        # error here, not at the first call
+        self._client()
+
+    # -- client handles --
+
+    def _client(self):
+        if self._epoch != _fork_epoch:
+            raise Forked(
+                None, None, f"this Pool was opened by process {self._pid} before fork(); open a new Pool in the child"
+            )
+        c = getattr(self._local, "c", None)
+        if c is not None and c.h is not None:
+            return c
+        with self._reg:
+            if self._closed:
+                raise Closed(None, None, "the Pool is closed")
+            c = _Client(self)
+            self._clients.add(c)
+        self._local.c = c
+        return c
+
+    def _stale(self, c):
+        """This thread's client was reaped: drop it; the next call reopens."""
+        with c.lock:
+            c.close()
+        if getattr(self._local, "c", None) is c:
+            self._local.c = None
+
+    def _check(self, c, rc, key=None):
+        if rc == STALE:
+            self._stale(c)
+        raise error(rc, key)
+
+    def close(self):
+        """Close every thread's client handle (their holds drop); calls
+        after this raise kvpool.Closed.  Idempotent."""
+        with self._reg:
+            self._closed = True
+            clients = list(self._clients)
+        if self._epoch != _fork_epoch:
+            return
+        for c in clients:
+            with c.lock:
+                c.close()
+        self._local = threading.local()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"kvpool.Pool(pool={self.pool!r}, namespace={self.namespace!r})"
+
+    # -- single keys --
+
+    def put(self, key, value=None, *, addr=None, length=None):
+        """Store value (any contiguous buffer), or length bytes at addr,
+        under key if it is absent.  Raises Exists (the key is there or
+        being put), Busy, NoSpace, TooLarge, Unavailable, InvalidArgument."""
+        k = _key(key)
+        c = self._client()
+        if addr is None:
+            with _Buf(value, False) as b, c.lock:
+                rc = _lib.kvp_put(c.h, k, len(k), b.addr, b.nbytes)
+        else:
+            with c.lock:
+                rc = _lib.kvp_put(c.h, k, len(k), addr, length or 0)
+        if rc:
+            self._check(c, rc, key)
+
+    def get(self, key, buf=None, *, addr=None, length=None, offset=0):
+        """Copy key's value into buf (a writable buffer), or into length
+        bytes at addr; from offset on, clipped at the value's end, when
+        offset is given.  Returns the bytes copied.  Raises Miss,
+        BufferTooSmall (whole-value read into a smaller buffer: nothing
+        copied), Busy, Failed, TooLarge, Unavailable, InvalidArgument."""
+        k = _key(key)
+        c = self._client()
+        b = _Buf(buf, True) if addr is None else None
+        try:
+            a, n = (b.addr, b.nbytes) if b else (addr, length or 0)
+            with c.lock:
+                if offset:
+                    rc = _lib.kvp_get_range(c.h, k, len(k), offset, a, n)
+                else:
+                    rc = _lib.kvp_get(c.h, k, len(k), a, n)
+        finally:
+            if b:
+                b.release()
+        if rc < 0:
+            self._check(c, rc, key)
+        return rc
+
+    def get_bytes(self, key):
+        """The whole value as bytes (a hold makes the length and the copy
+        one consistent read).  Raises Miss and the statuses of get."""
+        with self.lookup_pin([key]) as ps:
+            if ps.count == 0:
+                raise error(ps.stop_status, key)
+            out = bytearray(ps.length(0))
+            r = ps.get([buffer_address(out, True)[0]], [len(out)])[0]
+            if r < 0:
+                raise error(r, key)
+            return bytes(out)
+
+    def exists(self, key):
+        """True if key has a readable value in any tier.  Holds nothing."""
+        k = _key(key)
+        c = self._client()
+        with c.lock:
+            rc = _lib.kvp_exists(c.h, k, len(k))
+        if rc < 0:
+            self._check(c, rc, key)
+        return rc == 1
+
+    def delete(self, key):
+        """Make key unreachable (readers holding it finish).  Raises Miss,
+        Busy, and with --durability strict Failed or Unavailable."""
+        k = _key(key)
+        c = self._client()
+        with c.lock:
+            rc = _lib.kvp_delete(c.h, k, len(k))
+        if rc:
+            self._check(c, rc, key)
+
+    # -- batches: (address, length) arrays, per-key answers --
+
+    def _fill(self, c, keys, addrs=None, lens=None, offsets=None):
+        """Fill c's op array with keys (str or bytes) and the buffers;
+        returns (ops, n).  No Python object per key but the lists the
+        caller passed: one joined key blob, arrays of words."""
+        n = len(keys)
+        if n == 0:
+            return c.scratch(1, 1), 0
+        if isinstance(keys[0], str):
+            joined = "".join(keys)
+            blob = joined.encode()
+            klens = list(map(len, keys))
+            if len(blob) != len(joined):  # not ASCII: lengths in bytes
+                enc = [k.encode() for k in keys]
+                klens = list(map(len, enc))
+        else:
+            blob = b"".join(keys)
+            klens = list(map(len, keys))
+        kmin, kmax = min(klens), max(klens)
+        if kmin < 1 or kmax > KEY_MAX:
+            raise InvalidArgument(INVAL, None, f"a key is 1..{KEY_MAX} bytes")
+        ops = c.scratch(n, len(blob))
+        ctypes.memmove(c.kbuf, blob, len(blob))
+        base = ctypes.addressof(c.kbuf)
+        q = c.mvq
+        end = n * _OPW
+        if kmin == kmax:
+            q[0:end:_OPW] = array.array("Q", range(base, base + n * kmin, kmin))
+            q[1:end:_OPW] = array.array("Q", [kmin]) * n
+        else:
+            ptrs, p = array.array("Q", bytes(8 * n)), base
+            for i, kl in enumerate(klens):
+                ptrs[i] = p
+                p += kl
+            q[0:end:_OPW] = ptrs
+            q[1:end:_OPW] = array.array("Q", klens)
+        zeros = array.array("Q", bytes(8 * n))
+        q[2:end:_OPW] = zeros if addrs is None else _u64s(addrs, n, "addrs")
+        q[3:end:_OPW] = zeros if offsets is None else _u64s(offsets, n, "offsets")
+        q[4:end:_OPW] = zeros if lens is None else _u64s(lens, n, "lens")
+        q[5:end:_OPW] = zeros
+        return ops, n
+
+    def _statuses(self, c, n):
+        return c.mvi[_OPS : n * 12 : 12].tolist()
+
+    def batch_put(self, keys, addrs, lens, *, depth0=None):
+        """kvp_put of each key: the value is lens[k] bytes at addrs[k].
+        depth0: the keys are consecutive pages of one prefix chain, the
+        first at depth depth0 (kvp_batch_put_chain).  Returns a status per
+        key (0, EXISTS, BUSY, NOSPC, TOO_LARGE, UNAVAILABLE, INVAL, ...)."""
+        c = self._client()
+        with c.lock:
+            ops, n = self._fill(c, keys, addrs, lens)
+            if depth0 is None:
+                rc = _lib.kvp_batch_put(c.h, ops, n)
+            else:
+                rc = _lib.kvp_batch_put_chain(c.h, ops, n, depth0)
+            if rc < 0:
+                self._check(c, rc)
+            return self._statuses(c, n)
+
+    def batch_get(self, keys, addrs, lens, offsets=None):
+        """Copy each key's value ([offsets[k], +lens[k]) clipped at its end;
+        whole from 0 by default) to addrs[k].  Returns per key the bytes
+        copied (>= 0) or a negative status (MISS, BUSY, FAILED, ...).
+        SSD-resident keys are read in parts as the staging arena allows."""
+        c = self._client()
+        with c.lock:
+            ops, n = self._fill(c, keys, addrs, lens, offsets)
+            rc = _lib.kvp_batch_get(c.h, ops, n)
+            if rc < 0:
+                self._check(c, rc)
+            st = self._statuses(c, n)
+            got = c.mvq[4 : n * _OPW : _OPW].tolist()
+        return [g if s == 0 else s for s, g in zip(st, got)]
+
+    def batch_exists_prefix(self, keys):
+        """How many of keys, from the start, are present.  Holds nothing,
+        stages nothing: lookup_pin promises, this does not."""
+        c = self._client()
+        with c.lock:
+            ops, n = self._fill(c, keys)
+            rc = _lib.kvp_batch_exists_prefix(c.h, ops, n)
+        if rc < 0:
+            self._check(c, rc)
+        return rc
+
+    def lookup_pin(self, keys):
+        """The leading keys present, each held until the Pinset is released
+        (a context manager): they are neither evicted nor freed meanwhile.
+        The prefix may stop at a key that cannot be pinned now (BUSY: hold
+        slots or the pinned-bytes cap): Pinset.stop_status says why."""
+        c = self._client()
+        out = ctypes.c_void_p()
+        with c.lock:
+            ops, n = self._fill(c, keys)
+            rc = _lib.kvp_batch_lookup_pin(c.h, ops, n, ctypes.byref(out))
+            if rc < 0:
+                self._check(c, rc)
+            stop = self._statuses(c, rc + 1)[rc] if rc < n else OK
+        return Pinset(self, c, out.value, rc, n, stop)
+
+    def lease(self, key, ttl_ms):
+        """A timed pin (1 ms .. 1 hour) for a reader that cannot hold (a
+        NIC, another node): it outlives this process.  Returns a Lease (a
+        context manager; release() ends it early).  Raises Miss, Busy,
+        InvalidArgument."""
+        k = _key(key)
+        c = self._client()
+        le = _native.Lease()
+        with c.lock:
+            rc = _lib.kvp_lease_acquire(c.h, k, len(k), int(ttl_ms), ctypes.byref(le))
+        if rc:
+            self._check(c, rc, key)
+        return Lease(self, c, le)
+
+    def stat(self):
+        """The pool's sizes and occupancy, and this thread's client's calls,
+        as a dict (struct kvp_stat's fields but size and padding)."""
+        c = self._client()
+        st = _native.Stat()
+        with c.lock:
+            rc = _lib.kvp_stat(c.h, ctypes.byref(st), ctypes.sizeof(st))
+        if rc:
+            self._check(c, rc)
+        out = {f: getattr(st, f) for f, _ in st._fields_ if f not in ("size", "pad_")}
+        out["agent_up"] = bool(out["agent_up"])
+        return out
+
+
+class Pinset:
+    """Holds on the leading keys of a lookup_pin, until release()."""
+
+    def __init__(self, pool, client, handle, count, asked, stop_status):
+        self._pool = pool
+        self._c = client
+        self._h = handle
+        self.count = count  # keys pinned
+        self.asked = asked  # keys looked up
+        self.stop_status = stop_status  # why the prefix ended: OK, MISS, BUSY, INVAL
+        self._epoch = _fork_epoch
+
+    def __len__(self):
+        return self.count
+
+    def _handle(self):
+        if self._epoch != _fork_epoch:
+            raise Forked(None, None, "a pinset made before fork()")
+        if self._h is None or self._c.h is None:
+            raise Closed(None, None, "the pinset was released")
+        return self._h
+
+    def length(self, k):
+        """Value length of pinned key k."""
+        with self._c.lock:
+            return _lib.kvp_pinset_len(self._handle(), k)
+
+    def lengths(self):
+        with self._c.lock:
+            h = self._handle()
+            return [_lib.kvp_pinset_len(h, k) for k in range(self.count)]
+
+    def tier(self, k):
+        """TIER_DRAM or TIER_SSD: where pinned key k lives now."""
+        with self._c.lock:
+            rc = _lib.kvp_pinset_tier(self._c.h, self._handle(), k)
+        if rc < 0:
+            raise error(rc)
+        return rc
+
+    def get(self, addrs, lens, offsets=None):
+        """Load pinned keys 0..len(addrs)-1 into addrs[k] (lens[k] bytes,
+        from offsets[k]).  Never a MISS.  Returns per key the bytes copied
+        or a negative status (FAILED, BUSY, TOO_LARGE, UNAVAILABLE)."""
+        c = self._c
+        n = len(addrs)
+        if n > self.count:
+            raise InvalidArgument(INVAL, None, f"{n} buffers for {self.count} pinned keys")
+        with c.lock:
+            h = self._handle()
+            ops = c.scratch(max(n, 1), 1)
+            q, end = c.mvq, n * _OPW
+            zeros = array.array("Q", bytes(8 * n))
+            q[0:end:_OPW] = zeros
+            q[1:end:_OPW] = zeros
+            q[2:end:_OPW] = _u64s(addrs, n, "addrs")
+            q[3:end:_OPW] = zeros if offsets is None else _u64s(offsets, n, "offsets")
+            q[4:end:_OPW] = _u64s(lens, n, "lens")
+            q[5:end:_OPW] = zeros
+            rc = _lib.kvp_pinset_get(c.h, h, ops, n)
+            if rc < 0:
+                raise error(rc)
+            st = c.mvi[_OPS : n * 12 : 12].tolist()
+            got = q[4:end:_OPW].tolist()
+        return [g if s == 0 else s for s, g in zip(st, got)]
+
+    def release(self):
+        """Drop every hold and free the pinset (idempotent)."""
+        h, self._h = self._h, None
+        if h is None or self._epoch != _fork_epoch:
+            return
+        with self._c.lock:
+            if self._c.h is not None:
+                _lib.kvp_pinset_free(self._c.h, h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+class Lease:
+    """A timed pin: .length, .tier, .seg_offset (DRAM, one run: the value's
+    offset in the segment, for RDMA registration)."""
+
+    def __init__(self, pool, client, le):
+        self._c = client
+        self._le = le
+        self._live = True
+        self.length = le.len
+        self.tier = le.tier
+        self.seg_offset = le.seg_off
+
+    def release(self):
+        """End the lease now (idempotent; harmless after it expired)."""
+        if not self._live:
+            return
+        self._live = False
+        with self._c.lock:
+            if self._c.h is not None and self._c.epoch == _fork_epoch:
+                _lib.kvp_lease_release(self._c.h, ctypes.byref(self._le))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()

@@ -1,0 +1,298 @@
+# SPDX-License-Identifier: MIT
+"""libkvpool.so.1 through ctypes: finding it, the prototypes of its calls,
+the statuses and the exceptions that carry them.
+
+ctypes.CDLL releases the GIL for the length of every foreign call, so a
+thread copying a value out of the pool never stops the interpreter's other
+threads.  Nothing here builds Python objects per key: the batch calls in
+__init__ fill struct kvp_op arrays through typed memoryviews.
+"""
+
+import ctypes
+import errno
+import os
+
+__all__ = ["lib", "library_path", "agent_path", "Op", "Lease", "Stat"]
+
+
+class Op(ctypes.Structure):
+    """struct kvp_op (kvpool.h): 48 bytes, six 8-byte words."""
+
+    _fields_ = [
+        ("key", ctypes.c_void_p),
+        ("klen", ctypes.c_uint32),
+        ("buf", ctypes.c_void_p),
+        ("off", ctypes.c_uint64),
+        ("len", ctypes.c_uint64),
+        ("status", ctypes.c_int),
+    ]
+
+
+OP_WORDS = 6  # 8-byte words per struct kvp_op
+OP_STATUS_INT = 10  # struct kvp_op.status as the 10th of 12 4-byte ints
+assert ctypes.sizeof(Op) == OP_WORDS * 8
+assert Op.status.offset == OP_STATUS_INT * 4
+
+
+class Lease(ctypes.Structure):
+    """struct kvp_lease (kvpool.h)."""
+
+    _fields_ = [
+        ("idx", ctypes.c_uint32),
+        ("gen", ctypes.c_uint32),
+        ("len", ctypes.c_uint64),
+        ("tier", ctypes.c_int),
+        ("seg_off", ctypes.c_uint64),
+    ]
+
+
+class Stat(ctypes.Structure):
+    """struct kvp_stat (kvpool.h, KVPOOL_1.2)."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("dram_bytes", ctypes.c_uint64),
+        ("dram_total_bytes", ctypes.c_uint64),
+        ("dram_used_bytes", ctypes.c_uint64),
+        ("entries", ctypes.c_uint64),
+        ("entries_max", ctypes.c_uint64),
+        ("ssd_bytes", ctypes.c_uint64),
+        ("ssd_used_bytes", ctypes.c_uint64),
+        ("max_value", ctypes.c_uint64),
+        ("clients", ctypes.c_uint32),
+        ("max_clients", ctypes.c_uint32),
+        ("agent_up", ctypes.c_int),
+        ("pad_", ctypes.c_int),
+        ("puts", ctypes.c_uint64),
+        ("put_bytes", ctypes.c_uint64),
+        ("gets", ctypes.c_uint64),
+        ("get_hits", ctypes.c_uint64),
+        ("get_misses", ctypes.c_uint64),
+        ("get_bytes", ctypes.c_uint64),
+        ("exists", ctypes.c_uint64),
+        ("exists_hits", ctypes.c_uint64),
+        ("pool_puts", ctypes.c_uint64),
+        ("pool_gets", ctypes.c_uint64),
+        ("pool_get_hits", ctypes.c_uint64),
+    ]
+
+
+_SONAME = "libkvpool.so.1"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# the source tree: python/kvpool/ next to build/release/
+_TREE_BUILD = os.path.normpath(os.path.join(_HERE, "..", "..", "build", "release"))
+
+
+def _installed(name):
+    try:
+        from . import _installed as inst  # written by 'ninja install'
+    except ImportError:
+        return None
+    return getattr(inst, name, None)
+
+
+def library_path():
+    """Where libkvpool.so.1 is loaded from, in this order: $KVPOOL_LIBRARY
+    (a file), the libdir of the install this package came from, the source
+    tree's build/release/ (a package run from the tree), the loader's own
+    search (ld.so.cache, LD_LIBRARY_PATH)."""
+    env = os.environ.get("KVPOOL_LIBRARY")
+    if env:
+        return env
+    libdir = _installed("LIBDIR")
+    if libdir and os.path.exists(os.path.join(libdir, _SONAME)):
+        return os.path.join(libdir, _SONAME)
+    tree = os.path.join(_TREE_BUILD, _SONAME)
+    if os.path.exists(tree):
+        return tree
+    return _SONAME
+
+
+def agent_path():
+    """kvpoold, found as libkvpool is: $KVPOOLD, the install's bindir, the
+    source tree's build/release/, then "kvpoold" (PATH)."""
+    env = os.environ.get("KVPOOLD")
+    if env:
+        return env
+    for d in (_installed("BINDIR"), _TREE_BUILD):
+        if d and os.path.exists(os.path.join(d, "kvpoold")):
+            return os.path.join(d, "kvpoold")
+    return "kvpoold"
+
+
+def _load():
+    path = library_path()
+    try:
+        so = ctypes.CDLL(path, use_errno=False)
+    except OSError as e:
+        raise ImportError(
+            f"kvpool: cannot load {path} ({e}); build it (./configure && ninja), "
+            "install it (ninja install), or set KVPOOL_LIBRARY to its path"
+        ) from None
+    vp, u32, u64, sz, ssz = (
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_uint64,
+        ctypes.c_size_t,
+        ctypes.c_ssize_t,
+    )
+    c_int = ctypes.c_int
+    protos = {
+        "kvp_open": (c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(vp)]),
+        "kvp_close": (None, [vp]),
+        "kvp_put": (c_int, [vp, vp, u32, vp, u64]),
+        "kvp_get": (ssz, [vp, vp, u32, vp, u64]),
+        "kvp_get_range": (ssz, [vp, vp, u32, u64, vp, u64]),
+        "kvp_exists": (c_int, [vp, vp, u32]),
+        "kvp_batch_exists_prefix": (ssz, [vp, vp, sz]),
+        "kvp_delete": (c_int, [vp, vp, u32]),
+        "kvp_batch_put": (ssz, [vp, vp, sz]),
+        "kvp_batch_put_chain": (ssz, [vp, vp, sz, u32]),
+        "kvp_batch_get": (ssz, [vp, vp, sz]),
+        "kvp_batch_lookup_pin": (ssz, [vp, vp, sz, ctypes.POINTER(vp)]),
+        "kvp_pinset_get": (ssz, [vp, vp, vp, sz]),
+        "kvp_pinset_count": (sz, [vp]),
+        "kvp_pinset_len": (u64, [vp, sz]),
+        "kvp_pinset_tier": (c_int, [vp, vp, sz]),
+        "kvp_pinset_release": (None, [vp, vp]),
+        "kvp_pinset_free": (None, [vp, vp]),
+        "kvp_lease_acquire": (c_int, [vp, vp, u32, u32, ctypes.POINTER(Lease)]),
+        "kvp_lease_release": (c_int, [vp, ctypes.POINTER(Lease)]),
+        "kvp_stat": (c_int, [vp, ctypes.POINTER(Stat), sz]),
+        "kvp_strerror": (ctypes.c_char_p, [c_int]),
+    }
+    for name, (res, args) in protos.items():
+        try:
+            fn = getattr(so, name)
+        except AttributeError:
+            raise ImportError(
+                f"kvpool: {path} has no {name}: it is older than this package "
+                "(libkvpool.so.1.2 or later is needed)"
+            ) from None
+        fn.restype = res
+        fn.argtypes = args
+    return so, path
+
+
+lib, loaded_from = _load()
+
+# ---- statuses: 0 or a negative errno, one meaning everywhere (kvpool.h) ----
+
+OK = 0
+MISS = -errno.ENOENT
+EXISTS = -errno.EEXIST
+BUSY = -errno.EBUSY
+TOO_LARGE = -errno.E2BIG
+NOSPC = -errno.ENOSPC
+MSGSIZE = -errno.EMSGSIZE
+FAILED = -errno.EIO
+BADMSG = -errno.EBADMSG
+UNAVAILABLE = -errno.ENOTCONN
+STALE = -errno.ESTALE
+PROTO = -errno.EPROTO
+USERS = -errno.EUSERS
+ACCES = -errno.EACCES
+NOMEM = -errno.ENOMEM
+INVAL = -errno.EINVAL
+
+TIER_DRAM = 1
+TIER_SSD = 2
+
+
+class KVPoolError(Exception):
+    """A kvpool status other than OK.  status: the negative errno the C
+    call returned; name: its name (BUSY, MISS, ...); key: the key it was
+    about, when one was."""
+
+    status = None
+    name = "ERROR"
+
+    def __init__(self, status=None, key=None, message=None):
+        if status is not None:
+            self.status = status
+        self.key = key
+        text = message or describe(self.status)
+        if key is not None:
+            text = f"{text} (key {key!r})"
+        if not text.startswith(self.name + ":"):
+            text = f"{self.name}: {text}"
+        super().__init__(text)
+
+    @property
+    def errno(self):
+        return -self.status if self.status is not None else None
+
+
+def _exc(cls_name, status, label, *bases, doc):
+    cls = type(cls_name, (KVPoolError,) + bases, {"status": status, "name": label, "__doc__": doc})
+    return cls
+
+
+Miss = _exc("Miss", MISS, "MISS", KeyError, doc="No such key (in this namespace).")
+Exists = _exc("Exists", EXISTS, "EXISTS", doc="put: the key exists or another process is putting it.")
+Busy = _exc("Busy", BUSY, "BUSY", doc="Backpressure: retry later (never a miss).")
+TooLarge = _exc("TooLarge", TOO_LARGE, "TOO_LARGE", doc="Larger than --max-value, the arena or the staging arena.")
+NoSpace = _exc("NoSpace", NOSPC, "NOSPC", doc="Full, and everything in it is held.")
+BufferTooSmall = _exc("BufferTooSmall", MSGSIZE, "MSGSIZE", doc="get: the buffer is smaller than the value.")
+Failed = _exc("Failed", FAILED, "FAILED", doc="The key exists but cannot be read (-EIO, -EBADMSG).")
+Unavailable = _exc("Unavailable", UNAVAILABLE, "UNAVAILABLE", doc="No agent (or, at open, no segment).")
+Stale = _exc("Stale", STALE, "STALE", doc="This client was reaped: the Pool reopens it on the next call.")
+ProtocolMismatch = _exc("ProtocolMismatch", PROTO, "PROTO", doc="The segment's ABI does not match this library.")
+TooManyClients = _exc("TooManyClients", USERS, "USERS", doc="open: every client slot is taken (--max-clients).")
+PermissionDenied = _exc(
+    "PermissionDenied", ACCES, "ACCES", PermissionError, doc="open: the segment is not safe or not permitted to use."
+)
+OutOfMemory = _exc("OutOfMemory", NOMEM, "NOMEM", MemoryError, doc="Out of memory, descriptors or address space.")
+InvalidArgument = _exc("InvalidArgument", INVAL, "INVAL", ValueError, doc="A bad argument.")
+Forked = _exc(
+    "Forked",
+    None,
+    "FORKED",
+    doc="A Pool opened before fork() used in the child: its client slots are the parent's; open a new Pool.",
+)
+Closed = _exc("Closed", None, "CLOSED", ValueError, doc="The Pool (or pinset, lease) was closed.")
+
+_BY_STATUS = {
+    MISS: Miss,
+    EXISTS: Exists,
+    BUSY: Busy,
+    TOO_LARGE: TooLarge,
+    NOSPC: NoSpace,
+    MSGSIZE: BufferTooSmall,
+    FAILED: Failed,
+    BADMSG: Failed,
+    UNAVAILABLE: Unavailable,
+    STALE: Stale,
+    PROTO: ProtocolMismatch,
+    USERS: TooManyClients,
+    ACCES: PermissionDenied,
+    NOMEM: OutOfMemory,
+    INVAL: InvalidArgument,
+}
+
+_NAMES = {OK: "OK", BADMSG: "FAILED"}
+_NAMES.update({s: c.name for s, c in _BY_STATUS.items() if s not in _NAMES})
+
+
+def status_name(status):
+    """OK, MISS, BUSY, ... for a status (UNKNOWN for anything else)."""
+    return _NAMES.get(status, "UNKNOWN")
+
+
+def describe(status):
+    """kvp_strerror's text for a status."""
+    if status is None:
+        return "error"
+    return lib.kvp_strerror(status).decode()
+
+
+def error(status, key=None):
+    """The exception for a negative status (an instance, not raised)."""
+    cls = _BY_STATUS.get(status)
+    if cls is None:
+        e = KVPoolError(status, key)
+        e.name = "UNKNOWN"
+        return e
+    if status == BADMSG:
+        return cls(BADMSG, key)
+    return cls(None, key)
