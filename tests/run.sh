@@ -175,6 +175,11 @@ done
 run "release/client/test_cxx_shared (-lkvpool)" build/release/test_cxx_shared
 run "client: libkvpool.so exports kvpool.h only" tests/client/test_exports.sh
 run "release/client/test_dlopen (dlopen)" build/release/test_dlopen
+# the Python binding (python/kvpool, ctypes) and the sglang backend against
+# real agents, from the source tree (tests/install runs them again from an
+# installed package); PYTHONDONTWRITEBYTECODE: the run leaves the tree clean
+run "python: unittest (python/kvpool from the tree)" env PYTHONDONTWRITEBYTECODE=1 \
+	PYTHONPATH="$PWD/python" python3 -m unittest discover -s tests/python -t tests/python -v
 # a run judges only what it left (not the files of another run meanwhile)
 run "runner: judges only its own segments and logs" tests/runner/test_own_files.sh
 # and counts a skip as a skip, never as a pass

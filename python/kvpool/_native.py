@@ -225,6 +225,7 @@ class KVPoolError(Exception):
 
 def _exc(cls_name, status, label, *bases, doc):
     cls = type(cls_name, (KVPoolError,) + bases, {"status": status, "name": label, "__doc__": doc})
+    cls.__module__ = "kvpool"
     return cls
 
 
