@@ -102,6 +102,7 @@ __all__ = [
     "describe",
     "error",
     "buffer_address",
+    "Keys",
     "KEY_MAX",
 ]
 
@@ -202,11 +203,125 @@ def _key(key):
     return key
 
 
+class Keys:
+    """Keys packed for the batch calls' fast path: every name of names
+    (equal-length str or bytes) with each suffix appended, name-major:
+    names[0]+suffixes[0], names[0]+suffixes[1], ..., names[1]+suffixes[0], ...
+    (the object keys of a page, e.g. suffixes ("_0_k", "_0_v")).  Built with
+    one join per suffix; a batch call fills its struct kvp_op array from a
+    layout cached per (count, lengths), so no work is done per key in
+    Python.  len(Keys) is the number of keys.  Names of unequal lengths
+    (or non-ASCII str) fall back to a plain list of keys."""
+
+    __slots__ = ("blob", "n", "nl", "slens", "plain")
+
+    def __init__(self, names, suffixes=("",)):
+        sx = _SUFFIXES.get(suffixes)
+        if sx is None:
+            sx = _suffixes(suffixes)
+        strs, raw, self.slens = sx[:3]
+        n = len(names)
+        self.n = n * len(raw)
+        self.plain = None
+        if n == 0 or not raw:
+            self.plain, self.blob, self.nl = [], b"", 0
+            return
+        nl = len(names[0])
+        if names[0].__class__ is str:
+            parts = None if strs is None else [x.join(names) + x for x in strs]
+            blob = None if parts is None else "".join(parts)
+            blob = blob.encode() if blob is not None and blob.isascii() else None
+        else:
+            parts = [x.join(names) + x for x in raw]
+            blob = b"".join(parts)
+        ok = blob is not None and len(blob) == n * (len(raw) * nl + sum(self.slens))
+        if ok and sx[3] is not None:
+            # names of nl bytes each, proved in C-speed passes: the total
+            # is n names of nl; no name holds suffix x's last char c (once
+            # in x), so x's part has exactly n of them, and each is where
+            # the suffix of a name of nl must end
+            x = parts[sx[3]]
+            c = x[-1:]
+            stride = nl + self.slens[sx[3]]
+            ok = c not in names[0][:0].join(names) and x[stride - 1 :: stride] == c * n
+        elif ok:
+            lens = list(map(len, names))
+            ok = lens.count(nl) == n
+        if not ok or nl + min(self.slens) < 1 or nl + max(self.slens) > KEY_MAX:
+            enc = [k.encode() if isinstance(k, str) else bytes(k) for k in names]
+            self.plain = [k + x for k in enc for x in raw]
+            self.blob, self.nl = b"", 0
+            return
+        self.blob = blob
+        self.nl = nl
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, j):
+        """Key j as bytes (for messages and tests; not on the fast path)."""
+        if self.plain is not None:
+            return self.plain[j]
+        m = len(self.slens)
+        i, r = divmod(j, m)
+        off = sum((self.nl + sl) * (self.n // m) for sl in self.slens[:r])
+        start = off + i * (self.nl + self.slens[r])
+        return self.blob[start : start + self.nl + self.slens[r]]
+
+
+_SUFFIXES = {}  # suffixes as given -> (as str, as bytes, their lengths)
+
+
+def _suffixes(suffixes):
+    raw = tuple(x.encode() if isinstance(x, str) else bytes(x) for x in suffixes)
+    try:
+        strs = tuple(x.decode("ascii") for x in raw)
+    except UnicodeDecodeError:
+        strs = None
+    # a suffix whose last char occurs once in it proves the names' lengths
+    check = next((j for j, x in enumerate(raw) if x and x.count(x[-1:]) == 1), None)
+    sx = (strs, raw, tuple(len(x) for x in raw), check)  # strs None: not ASCII
+    if len(_SUFFIXES) < 256:
+        _SUFFIXES[tuple(suffixes)] = sx
+    return sx
+
+
+class _Layout:
+    """An op array whose key words point into its own key buffer, laid
+    out for one shape of Keys: a call copies the blob in and is ready."""
+
+    __slots__ = ("ops", "mvq", "mvi", "kbuf", "klen")
+
+    def __init__(self, keys):
+        n, m, nl = keys.n, len(keys.slens), keys.nl
+        pages = n // m
+        self.ops = (_native.Op * max(n, 1))()
+        raw = memoryview(self.ops).cast("B")
+        self.mvq = raw.cast("Q")
+        self.mvi = raw.cast("i")
+        self.kbuf = ctypes.create_string_buffer(max(len(keys.blob), 1))
+        base = ctypes.addressof(self.kbuf)
+        ptrs = array.array("Q", bytes(8 * n))
+        klens = array.array("Q", bytes(8 * n))
+        off = 0
+        for r, sl in enumerate(keys.slens):
+            stride = nl + sl
+            ptrs[r::m] = array.array("Q", range(base + off, base + off + pages * stride, stride))
+            klens[r::m] = array.array("Q", [stride]) * pages
+            off += pages * stride
+        end = n * _OPW
+        self.mvq[0:end:_OPW] = ptrs
+        self.mvq[1:end:_OPW] = klens
+
+
+_LAYOUTS_MAX = 64  # per client: shapes of Keys kept (LRU)
+
+
 # ---- one client handle (a client slot): used under its lock ----
 
 
 class _Client:
-    __slots__ = ("h", "lock", "epoch", "ops", "opn", "mvq", "mvi", "kbuf", "kcap", "__weakref__")
+    __slots__ = ("h", "lock", "epoch", "ops", "opn", "mvq", "mvi", "kbuf", "kcap", "layouts", "__weakref__")
 
     def __init__(self, pool):
         h = ctypes.c_void_p()
@@ -220,6 +335,21 @@ class _Client:
         self.opn = 0
         self.kbuf = None
         self.kcap = 0
+        self.layouts = {}
+
+    def layout(self, keys, io):
+        """The cached layout for keys' shape, its key buffer filled.  Probes
+        (io False) and reads/writes have layouts apart: a probe's buffer
+        words stay zero without being cleared."""
+        shape = (keys.n, keys.nl, keys.slens, io)
+        lay = self.layouts.pop(shape, None)
+        if lay is None:
+            if len(self.layouts) >= _LAYOUTS_MAX:
+                del self.layouts[next(iter(self.layouts))]
+            lay = _Layout(keys)
+        self.layouts[shape] = lay  # most recent last
+        ctypes.memmove(lay.kbuf, keys.blob, len(keys.blob))
+        return lay
 
     def scratch(self, n, keybytes):
         """The op array for n keys (reused: the client's lock is held)."""
@@ -411,18 +541,30 @@ class Pool:
     # -- batches: (address, length) arrays, per-key answers --
 
     def _fill(self, c, keys, addrs=None, lens=None, offsets=None):
-        """Fill c's op array with keys (str or bytes) and the buffers;
-        returns (ops, n).  No Python object per key but the lists the
-        caller passed: one joined key blob, arrays of words."""
+        """Fill an op array of c with keys (a list of str or bytes, or
+        Keys) and the buffers; returns (ops, n, words, ints): the array, its
+        keys, and views of it as 8-byte words and 4-byte ints.  No Python
+        object per key but the lists the caller passed."""
+        io = addrs is not None
+        if isinstance(keys, Keys):
+            if keys.plain is None:
+                lay = c.layout(keys, io)
+                n = keys.n
+                if io:
+                    self._bufs(lay.mvq, n, addrs, lens, offsets)
+                return lay.ops, n, lay.mvq, lay.mvi
+            keys = keys.plain
         n = len(keys)
         if n == 0:
-            return c.scratch(1, 1), 0
+            return c.scratch(1, 1), 0, c.mvq, c.mvi
         if isinstance(keys[0], str):
             joined = "".join(keys)
-            blob = joined.encode()
-            klens = list(map(len, keys))
-            if len(blob) != len(joined):  # not ASCII: lengths in bytes
+            if joined.isascii():
+                blob = joined.encode()
+                klens = list(map(len, keys))
+            else:  # lengths in bytes
                 enc = [k.encode() for k in keys]
+                blob = b"".join(enc)
                 klens = list(map(len, enc))
         else:
             blob = b"".join(keys)
@@ -445,15 +587,28 @@ class Pool:
                 p += kl
             q[0:end:_OPW] = ptrs
             q[1:end:_OPW] = array.array("Q", klens)
-        zeros = array.array("Q", bytes(8 * n))
-        q[2:end:_OPW] = zeros if addrs is None else _u64s(addrs, n, "addrs")
-        q[3:end:_OPW] = zeros if offsets is None else _u64s(offsets, n, "offsets")
-        q[4:end:_OPW] = zeros if lens is None else _u64s(lens, n, "lens")
-        q[5:end:_OPW] = zeros
-        return ops, n
+        if io:
+            self._bufs(q, n, addrs, lens, offsets)
+        else:
+            zeros = array.array("Q", bytes(8 * n))
+            q[2:end:_OPW] = zeros
+            q[3:end:_OPW] = zeros
+            q[4:end:_OPW] = zeros
+            q[5:end:_OPW] = zeros
+        return ops, n, q, c.mvi
 
-    def _statuses(self, c, n):
-        return c.mvi[_OPS : n * 12 : 12].tolist()
+    @staticmethod
+    def _bufs(q, n, addrs, lens, offsets):
+        end = n * _OPW
+        zeros = array.array("Q", bytes(8 * n))
+        q[2:end:_OPW] = _u64s(addrs, n, "addrs")
+        q[3:end:_OPW] = zeros if offsets is None else _u64s(offsets, n, "offsets")
+        q[4:end:_OPW] = _u64s(lens, n, "lens")
+        q[5:end:_OPW] = zeros
+
+    @staticmethod
+    def _statuses(ints, n):
+        return ints[_OPS : n * 12 : 12].tolist()
 
     def batch_put(self, keys, addrs, lens, *, depth0=None):
         """kvp_put of each key: the value is lens[k] bytes at addrs[k].
@@ -462,14 +617,14 @@ class Pool:
         key (0, EXISTS, BUSY, NOSPC, TOO_LARGE, UNAVAILABLE, INVAL, ...)."""
         c = self._client()
         with c.lock:
-            ops, n = self._fill(c, keys, addrs, lens)
+            ops, n, q, ints = self._fill(c, keys, addrs, lens)
             if depth0 is None:
                 rc = _lib.kvp_batch_put(c.h, ops, n)
             else:
                 rc = _lib.kvp_batch_put_chain(c.h, ops, n, depth0)
             if rc < 0:
                 self._check(c, rc)
-            return self._statuses(c, n)
+            return self._statuses(ints, n)
 
     def batch_get(self, keys, addrs, lens, offsets=None):
         """Copy each key's value ([offsets[k], +lens[k]) clipped at its end;
@@ -478,12 +633,12 @@ class Pool:
         SSD-resident keys are read in parts as the staging arena allows."""
         c = self._client()
         with c.lock:
-            ops, n = self._fill(c, keys, addrs, lens, offsets)
+            ops, n, q, ints = self._fill(c, keys, addrs, lens, offsets)
             rc = _lib.kvp_batch_get(c.h, ops, n)
             if rc < 0:
                 self._check(c, rc)
-            st = self._statuses(c, n)
-            got = c.mvq[4 : n * _OPW : _OPW].tolist()
+            st = self._statuses(ints, n)
+            got = q[4 : n * _OPW : _OPW].tolist()
         return [g if s == 0 else s for s, g in zip(st, got)]
 
     def batch_exists_prefix(self, keys):
@@ -491,7 +646,7 @@ class Pool:
         stages nothing: lookup_pin promises, this does not."""
         c = self._client()
         with c.lock:
-            ops, n = self._fill(c, keys)
+            ops, n, _, _ = self._fill(c, keys)
             rc = _lib.kvp_batch_exists_prefix(c.h, ops, n)
         if rc < 0:
             self._check(c, rc)
@@ -505,11 +660,11 @@ class Pool:
         c = self._client()
         out = ctypes.c_void_p()
         with c.lock:
-            ops, n = self._fill(c, keys)
+            ops, n, _, ints = self._fill(c, keys)
             rc = _lib.kvp_batch_lookup_pin(c.h, ops, n, ctypes.byref(out))
             if rc < 0:
                 self._check(c, rc)
-            stop = self._statuses(c, rc + 1)[rc] if rc < n else OK
+            stop = self._statuses(ints, rc + 1)[rc] if rc < n else OK
         return Pinset(self, c, out.value, rc, n, stop)
 
     def lease(self, key, ttl_ms):

@@ -167,6 +167,50 @@ class Basics(unittest.TestCase):
         res = p.batch_get(tuple(keys[:2]), array.array("Q", oaddr[:2]), (20_000, 20_000))
         self.assertEqual(res, lens[:2])
 
+    def test_packed_keys(self):
+        """kvpool.Keys: names x suffixes, name-major, the same keys as the
+        plain list; unequal names, non-ASCII ones and names holding the
+        suffix's last char take the plain path, never wrong keys."""
+        p = self.p
+        names = [f"{i * 7919:064x}" for i in range(128)]
+        sfx = ("_0_k", "_0_v")
+        plain = [n + x for n in names for x in sfx]
+        vals = [val(i, 3000) for i in range(256)]
+        addrs = [kvpool.buffer_address(v)[0] for v in vals]
+        K = kvpool.Keys(names, sfx)
+        self.assertEqual(len(K), 256)
+        self.assertIsNone(K.plain)
+        self.assertEqual([K[j] for j in range(256)], [k.encode() for k in plain])
+        self.assertEqual(kvpool.Keys([n.encode() for n in names], (b"_0_k", "_0_v")).blob, K.blob)
+        self.assertEqual(p.batch_put(K, addrs, [3000] * 256), [0] * 256)
+        self.assertEqual(p.get_bytes(plain[77]), vals[77])  # the same key as a str
+        self.assertEqual(p.batch_exists_prefix(K), 256)
+        # twice (the cached layout), with another shape between
+        self.assertEqual(p.batch_exists_prefix(kvpool.Keys(names[:3], sfx)), 6)
+        self.assertEqual(p.batch_exists_prefix(K), 256)
+        outs = bytearray(256 * 3000)
+        b = kvpool.buffer_address(outs, True)[0]
+        self.assertEqual(p.batch_get(K, [b + j * 3000 for j in range(256)], [3000] * 256), [3000] * 256)
+        self.assertEqual(bytes(outs[5 * 3000 : 6 * 3000]), vals[5])
+        with p.lookup_pin(kvpool.Keys(names[:10] + ["f" * 64] + names[10:], sfx)) as ps:
+            self.assertEqual((ps.count, ps.stop_status), (20, kvpool.MISS))
+        # the plain path: the answers are the same
+        for names2, sfx2 in (
+            (["abc", "d", "ef"], ("_k", "_v")),  # unequal, same total as 3 x 2
+            (["ab", "cdef", "gh", "ij"], ("_k",)),
+            (["ak", "bb"], ("_k",)),  # a name holds the check char
+            (["é1", "é2"], ("_k",)),  # non-ASCII
+            (["aa", "bb"], ("",)),  # no check char: lengths compared
+            ([b"aa", b"bb"], (b"_k", b"_v")),
+        ):
+            Kp = kvpool.Keys(names2, sfx2)
+            want = [(n.encode() if isinstance(n, str) else n) + (x.encode() if isinstance(x, str) else x)
+                    for n in names2 for x in sfx2]
+            self.assertEqual([Kp[j] for j in range(len(Kp))], want, names2)
+            self.assertEqual(p.batch_exists_prefix(Kp), 0)
+        self.assertEqual(len(kvpool.Keys([], sfx)), 0)
+        self.assertEqual(p.batch_exists_prefix(kvpool.Keys([], sfx)), 0)
+
     def test_chain_put(self):
         p = self.p
         keys = [f"chain-{i}" for i in range(8)]
