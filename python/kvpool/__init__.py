@@ -321,7 +321,7 @@ _LAYOUTS_MAX = 64  # per client: shapes of Keys kept (LRU)
 
 
 class _Client:
-    __slots__ = ("h", "lock", "epoch", "ops", "opn", "mvq", "mvi", "kbuf", "kcap", "layouts", "__weakref__")
+    __slots__ = ("h", "lock", "epoch", "ops", "opn", "mvq", "mvi", "kbuf", "kcap", "layouts", "pinsets", "__weakref__")
 
     def __init__(self, pool):
         h = ctypes.c_void_p()
@@ -336,6 +336,7 @@ class _Client:
         self.kbuf = None
         self.kcap = 0
         self.layouts = {}
+        self.pinsets = weakref.WeakSet()  # live pinsets, freed before close
 
     def layout(self, keys, io):
         """The cached layout for keys' shape, its key buffer filled.  Probes
@@ -366,8 +367,13 @@ class _Client:
         return self.ops
 
     def close(self):
+        """Free the live pinsets (kvp_close drops their holds, not their
+        memory), then the handle.  Called with the lock held, or when no
+        one else can reach the client."""
         h, self.h = self.h, None
         if h and self.epoch == _fork_epoch:
+            for ps in list(self.pinsets):
+                ps._free_locked(h)
             _lib.kvp_close(h)
 
     def __del__(self):
@@ -665,7 +671,9 @@ class Pool:
             if rc < 0:
                 self._check(c, rc)
             stop = self._statuses(ints, rc + 1)[rc] if rc < n else OK
-        return Pinset(self, c, out.value, rc, n, stop)
+        ps = Pinset(self, c, out.value, rc, n, stop)
+        c.pinsets.add(ps)
+        return ps
 
     def lease(self, key, ttl_ms):
         """A timed pin (1 ms .. 1 hour) for a reader that cannot hold (a
@@ -763,12 +771,18 @@ class Pinset:
 
     def release(self):
         """Drop every hold and free the pinset (idempotent)."""
-        h, self._h = self._h, None
-        if h is None or self._epoch != _fork_epoch:
+        if self._h is None or self._epoch != _fork_epoch:
             return
         with self._c.lock:
             if self._c.h is not None:
-                _lib.kvp_pinset_free(self._c.h, h)
+                self._free_locked(self._c.h)
+            self._h = None
+
+    def _free_locked(self, client_handle):
+        h, self._h = self._h, None
+        if h is not None:
+            _lib.kvp_pinset_free(client_handle, h)
+            self._c.pinsets.discard(self)
 
     def __enter__(self):
         return self

@@ -244,6 +244,13 @@ class Basics(unittest.TestCase):
         ps.release()  # twice: harmless
         with p.lookup_pin(keys[3:5]) as ps:
             self.assertEqual((ps.count, ps.stop_status), (2, kvpool.OK))
+        # a pinset still open when its Pool closes: freed with it
+        ps = p.lookup_pin(keys[3:5])
+        p.close()
+        with self.assertRaises(kvpool.Closed):
+            ps.get(oaddr[:1], [6000])
+        ps.release()
+        self.assertNotIn(f" {os.getpid()} ", kvpt.clients_of(self.a.pool))
 
 
 class Statuses(unittest.TestCase):
