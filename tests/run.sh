@@ -175,6 +175,10 @@ done
 run "release/client/test_cxx_shared (-lkvpool)" build/release/test_cxx_shared
 run "client: libkvpool.so exports kvpool.h only" tests/client/test_exports.sh
 run "release/client/test_dlopen (dlopen)" build/release/test_dlopen
+# what engines load once installed (tests/install/): ninja install into a
+# staging root, pkg-config, clients built from the installed headers
+# only against the staged agent, its sd_notify, the unit, uninstall
+run "install: DESTDIR install, pkg-config, notify" tests/install/test_install.sh
 # a run judges only what it left (not the files of another run meanwhile)
 run "runner: judges only its own segments and logs" tests/runner/test_own_files.sh
 # and counts a skip as a skip, never as a pass
