@@ -135,6 +135,8 @@ install_main() {
 	fi
 
 	mkdir -p "$(dirname "$manifest")"
+	# the staging root is its caller's: made if missing, never recorded
+	[ -z "$D" ] || mkdir -p "$D" || die "cannot create DESTDIR $D"
 	head="# kvpool install manifest: DESTDIR=$D prefix=$prefix"
 	new=$manifest.new
 	echo "$head" >"$new"
@@ -144,6 +146,10 @@ install_main() {
 		grep -v '^#' "$manifest" | while IFS= read -r p; do
 			if [ -e "$p" ] || [ -L "$p" ]; then echo "$p"; fi
 		done >>"$new"
+	elif [ -f "$manifest" ]; then
+		cp -f "$manifest" "$manifest.old"
+		say "$manifest was another install's ($(sed -n '1s/^# kvpool install manifest: //p' "$manifest")):" \
+			"kept as $manifest.old (KVP_INSTALL_MANIFEST=$manifest.old ninja uninstall removes that one)"
 	fi
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvpool-install.XXXXXX")
 	trap 'rm -rf "$tmp"; finish' EXIT

@@ -149,6 +149,13 @@ grep '/$' "$KVP_INSTALL_MANIFEST" | while IFS= read -r d; do
 done >"$T/nodir"
 [ ! -s "$T/nodir" ] || fail "manifest directories that are not: $(cat "$T/nodir")"
 [ $bad = 1 ] || echo "ok: installed $(wc -l <"$T/have") files and links, the manifest lists them"
+# installed again over itself: the same manifest (the directories the
+# first install created stay recorded as its own)
+sort "$KVP_INSTALL_MANIFEST" >"$T/manifest.1"
+DESTDIR=$ROOT ninja install >"$T/install.log" 2>&1 ||
+	{ sed 's/^/    /' "$T/install.log"; die "a second DESTDIR=$ROOT ninja install failed"; }
+sort "$KVP_INSTALL_MANIFEST" | cmp -s - "$T/manifest.1" ||
+	fail "a second install over the first wrote another manifest"
 
 # --- 2. the library ---
 soname=$(readelf -d "$L/libkvpool.so.$so_version" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
