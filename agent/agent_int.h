@@ -201,6 +201,12 @@ void kvp_populate_hold_agent(struct kvp_agent *a, bool hold);
 bool kvp_populate_pending_agent(const struct kvp_agent *a);
 void kvp_populate_stop_agent(struct kvp_agent *a);
 
+/* agent/notify.c: sd_notify(3) messages ("READY=1", "STATUS=...",
+ * "STOPPING=1") to NOTIFY_SOCKET when a service manager set it; a failure
+ * is logged once, never fatal */
+void kvp_notify_agent(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+
 /* agent/loop.c: the tier thread's round and its thread */
 bool kvp_tier_step_agent(struct kvp_agent *a, int wait_ms);
 void *kvp_tier_main_agent(void *arg);

@@ -808,10 +808,16 @@ main(int argc, char **argv)
 			kvp_log(KVP_LOG_WARN, "agent", "parent went away");
 		close(ready[1]);
 	}
+	/* the same moment for a service manager (agent/notify.c) */
+	kvp_notify_agent("READY=1\nSTATUS=serving pool '%s'", cfg->pool);
 	while (!kvp_got_signal)
 		sigsuspend(&waitset);
 	kvp_log(KVP_LOG_INFO, "agent", "signal %d: stopping",
 		(int)kvp_got_signal);
+	kvp_notify_agent("STOPPING=1\nSTATUS=stopping%s",
+			 a->tier && cfg->stop_flush_ms ?
+				 ": writing DRAM-only values to SSD" :
+				 "");
 	kvp_metrics_http_stop_agent(a);
 	kvp_store_release(&a->stop, 1); /* release: threads acquire it */
 	/* full: wake the evictor */

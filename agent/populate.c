@@ -458,6 +458,9 @@ kvp_populate_step_agent(struct kvp_agent *a)
 		P->logged_pct = pct;
 		kvp_log(KVP_LOG_INFO, "populate", "DRAM tier %u%% populated",
 			pct);
+		kvp_notify_agent("STATUS=serving pool '%s', DRAM tier %u%% "
+				 "populated",
+				 a->cfg.pool, pct);
 	}
 summary:
 	if (!P)
@@ -483,6 +486,9 @@ summary:
 			(double)(kvp_now_ns(CLOCK_MONOTONIC) - P->t0_ns) / 1e9;
 
 		P->done_logged = true;
+		kvp_notify_agent("STATUS=serving pool '%s', DRAM tier "
+				 "populated",
+				 a->cfg.pool);
 		kvp_log(KVP_LOG_INFO, "populate",
 			"segment populated: %.2f GiB in %.2f s (%.2f GB/s, "
 			"%u threads)",

@@ -180,6 +180,10 @@ run "release/client/test_dlopen (dlopen)" build/release/test_dlopen
 # installed package); PYTHONDONTWRITEBYTECODE: the run leaves the tree clean
 run "python: unittest (python/kvpool from the tree)" env PYTHONDONTWRITEBYTECODE=1 \
 	PYTHONPATH="$PWD/python" python3 -m unittest discover -s tests/python -t tests/python -v
+# what engines load once installed (tests/install/): ninja install into a
+# staging root, pkg-config, clients built from the installed headers
+# only against the staged agent, its sd_notify, the unit, uninstall
+run "install: DESTDIR install, pkg-config, notify" tests/install/test_install.sh
 # a run judges only what it left (not the files of another run meanwhile)
 run "runner: judges only its own segments and logs" tests/runner/test_own_files.sh
 # and counts a skip as a skip, never as a pass

@@ -7,7 +7,9 @@
 # build/<variant>/libkvpool.so.$SO_VERSION (configure), its SONAME
 # libkvpool.so.1, with the links libkvpool.so.1 and libkvpool.so (the
 # name the dynamic loader and the linker look for).
-# Usage: test_exports.sh [VARIANT...] (default: release)
+# Usage: test_exports.sh [VARIANT|DIR...] (default: release); an argument
+# with a '/' is a directory holding the library and its links (an
+# installed libdir: tests/install/test_install.sh).
 set -u
 cd "$(dirname "$0")/../.."
 for t in nm readelf; do
@@ -37,7 +39,11 @@ fi
 [ $now = 1 ] || echo "ok: kvpool.h declares $napi calls, libkvpool.map exports the same"
 
 for v in "$@"; do
-	d=build/$v lib=build/$v/libkvpool.so.$so_version now=0
+	case $v in
+	*/*) d=${v%/} ;;
+	*) d=build/$v ;;
+	esac
+	lib=$d/libkvpool.so.$so_version now=0
 	[ -f "$lib" ] || { fail "$lib not built (ninja $v)"; continue; }
 	# the SONAME, and the links a loader and a linker look for
 	soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
