@@ -250,17 +250,18 @@ link() {
 	echo "$dst" >>"$new"
 }
 
-# The directory of PREFIX that python3 imports from: Debian's
+# The directory of PREFIX that python3 ($PYTHON if set) imports from: Debian's
 # dist-packages (/usr/local/lib/python3.X/dist-packages), else the
 # upstream site-packages, whichever its sys.path has; without python3,
 # PREFIX/lib/python3/dist-packages (configure --pythondir chooses).
 find_pythondir() {
-	if ! command -v python3 >/dev/null 2>&1; then
+	py=${PYTHON:-python3}
+	if ! command -v "$py" >/dev/null 2>&1; then
 		say "python3 not found: the Python package goes to $1/lib/python3/dist-packages (configure --pythondir=DIR to choose)" >&2
 		echo "${1%/}/lib/python3/dist-packages"
 		return
 	fi
-	python3 - "$1" <<'EOF'
+	"$py" - "$1" <<'EOF'
 import sys, sysconfig
 prefix = sys.argv[1].rstrip("/")
 v = "%d.%d" % sys.version_info[:2]

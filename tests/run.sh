@@ -136,6 +136,13 @@ skip() { # name, why: a run that cannot happen here
 	printf '%-4s %-44s\n     | %s\n' SKIP "$1" "$2"
 }
 
+# the Python of the binding's tests and install: Debian 12's own
+# (/usr/bin/python3, the one python3-torch installs for) when there is one,
+# whatever python3 comes first on PATH (a pyenv, a venv) otherwise
+if [ -z "${PYTHON:-}" ]; then
+	if [ -x /usr/bin/python3 ]; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
+fi
+export PYTHON
 UNIT="test_layout test_index test_hold test_index_pool test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_drives test_pin test_crashpoints test_check"
 UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_evict test_assert test_populate"
 # stress/trace_replay's reference caches (LRU, Belady) and trace reader
@@ -179,7 +186,7 @@ run "release/client/test_dlopen (dlopen)" build/release/test_dlopen
 # real agents, from the source tree (tests/install runs them again from an
 # installed package); PYTHONDONTWRITEBYTECODE: the run leaves the tree clean
 run "python: unittest (python/kvpool from the tree)" env PYTHONDONTWRITEBYTECODE=1 \
-	PYTHONPATH="$PWD/python" python3 -m unittest discover -s tests/python -t tests/python -v
+	PYTHONPATH="$PWD/python" "$PYTHON" -m unittest discover -s tests/python -t tests/python -v
 # what engines load once installed (tests/install/): ninja install into a
 # staging root, pkg-config, clients built from the installed headers
 # only against the staged agent, its sd_notify, the unit, uninstall

@@ -42,6 +42,10 @@ need readelf binutils
 need nm binutils
 need pkg-config pkg-config
 need python3 python3
+# the Python the package is installed for and tested with (tests/run.sh
+# sets Debian's /usr/bin/python3 when there is one)
+PYTHON=${PYTHON:-python3}
+export PYTHON
 cc=${KVP_CC:-cc}
 need "$cc" build-essential
 
@@ -273,7 +277,7 @@ LD_LIBRARY_PATH=$L ldd "$T/client/linked" | grep -q "libkvpool.so.1 => $L/libkvp
 # after STOPPING=1 or 60 s
 listen() {
 	rm -f "$2" "$2.bound"
-	python3 - "$1" "$2" <<'PY' &
+	"$PYTHON" - "$1" "$2" <<'PY' &
 import socket, sys
 addr, out = sys.argv[1], sys.argv[2]
 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -400,7 +404,7 @@ fi
 # --- 6. Python, from the staged root only ---
 if [ -n "$pydir" ]; then
 	mkdir "$T/py" && cd "$T/py" || exit 1
-	file=$(env PYTHONPATH="$pydir" python3 -c 'import kvpool; print(kvpool.__file__)' 2>"$T/py.err")
+	file=$(env PYTHONPATH="$pydir" KVPOOL_LIBRARY="$L/libkvpool.so.1" "$PYTHON" -c 'import kvpool; print(kvpool.__file__)' 2>"$T/py.err")
 	case $file in
 	"$pydir/kvpool/"*) echo "ok: python3 imports kvpool from the staged root ($file)" ;;
 	*) fail "python3 -c 'import kvpool' gives '$file', not under $pydir:"; sed 's/^/    /' "$T/py.err" ;;
@@ -409,7 +413,7 @@ if [ -n "$pydir" ]; then
 		# cwd outside the tree, PYTHONPATH the staged root only: the
 		# source tree's python/ is not on sys.path
 		if env PYTHONPATH="$pydir" KVPOOL_LIBRARY="$L/libkvpool.so.1" \
-			KVPOOLD="$ROOT$bindir/kvpoold" python3 -m unittest discover \
+			KVPOOLD="$ROOT$bindir/kvpoold" "$PYTHON" -m unittest discover \
 			-s "$SRC/tests/python" -t "$SRC/tests/python" -v >"$T/unittest" 2>&1; then
 			echo "ok: tests/python against the staged root: $(tail -n 3 "$T/unittest" | tr '\n' ' ')"
 			grep '^SKIP\|skipped' "$T/unittest" | sed 's/^/    /' | head -20
