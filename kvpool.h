@@ -26,7 +26,10 @@
  *
  * Threads: a struct kvp_client is used by one thread at a time (it holds
  * private state without locks).  Open one client per thread that needs
- * the pool (each is a separate client slot).  A pinset belongs to the
+ * the pool (each is a separate client slot).  The clients of one process
+ * share one mapping of the segment (libkvpool.so's clients, or those of
+ * one file that includes this header): a thread's new client takes no
+ * page fault and no page tables for pages another already mapped.  A pinset belongs to the
  * client that made it.  No call aborts, exits, or reports through errno.
  *
  * Status codes (0 or negative errno, one meaning everywhere).  Every call

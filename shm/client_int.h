@@ -23,6 +23,7 @@
 #error "include kvpool.h, not shm/client_int.h"
 #endif
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -291,6 +292,142 @@ err_close:
 	return rc;
 }
 
+/*
+ * One mapping per process and segment, shared by the client handles of
+ * this program (of this translation unit: libkvpool.so, or each file that
+ * includes kvpool.h): a thread's handle reuses the pages the others
+ * mapped, so it takes no minor fault and adds no page tables for them
+ * (per handle and GiB of arena touched with 4 KiB pages: 2 MiB of page
+ * tables and 262,144 faults).  Only the mapping: each handle keeps its
+ * own open file description, whose OFD lock is its liveness, so handles
+ * of one process still see each other's locks (a shared OFD would judge
+ * a live thread's handle dead: its locks are our own).  A forked child
+ * maps anew (an entry records the pid that made it).
+ */
+struct kvp__map {
+	dev_t dev;
+	ino_t ino;
+	pid_t pid;
+	unsigned char *base;
+	uint64_t size;
+	uint32_t refs;
+	struct kvp__map *next;
+};
+
+struct kvp__maps {
+	kvp_aword_t owner; /* pid holding the lock, 0 when free */
+	struct kvp__map *head;
+};
+
+KVP_INLINE struct kvp__maps *
+kvp__maps(void)
+{
+	static struct kvp__maps m; /* zero: free, empty */
+
+	return &m;
+}
+
+/* The registry's lock: a word holding the locker's pid.  A thread of this
+ * process that finds our pid there waits (yielding); any other pid is a
+ * lock a parent held when it forked us, which no thread of ours will
+ * release: taken over.  Open and close only. */
+KVP_INLINE pid_t
+kvp__maps_lock(struct kvp__maps *m)
+{
+	pid_t me = getpid();
+
+	for (;;) {
+		/* acquire: pairs with the release in kvp__maps_unlock */
+		uint64_t o = kvp_load_acquire(&m->owner);
+
+		/* full CAS: the registry is ours from here */
+		if (o != (uint64_t)me && kvp_cas(&m->owner, o, (uint64_t)me))
+			return me;
+		if (o == (uint64_t)me)
+			sched_yield();
+	}
+}
+
+KVP_INLINE void
+kvp__maps_unlock(struct kvp__maps *m)
+{
+	/* release: the registry's changes before the next locker's acquire */
+	kvp_store_release(&m->owner, 0);
+}
+
+/* Share an existing mapping of s's segment (the same file, of the same
+ * size, mapped by this process) in place of the one kvp_seg_map just
+ * made, or register s's.  0, or a status of kvp_shm_bind (-EPROTO: the
+ * header changed between the two maps), -ENOMEM. */
+KVP_INLINE int
+kvp__map_share(struct kvp_seg *s, char *msg, size_t cap)
+{
+	struct kvp__maps *m = kvp__maps();
+	struct kvp__map *e;
+	struct stat st;
+	pid_t me;
+
+	if (fstat(s->fd, &st) < 0)
+		return -ENOMEM;
+	me = kvp__maps_lock(m);
+	for (e = m->head; e; e = e->next)
+		if (e->pid == me && e->dev == st.st_dev &&
+		    e->ino == st.st_ino && e->size == s->size)
+			break;
+	if (e) {
+		e->refs++;
+		kvp__maps_unlock(m);
+		munmap(s->base, s->size);
+		s->base = e->base;
+		s->hdr = (struct kvp_shm_header *)s->base;
+		return kvp_shm_bind(s, msg, cap);
+	}
+	e = (struct kvp__map *)calloc(1, sizeof(*e));
+	if (e) {
+		e->dev = st.st_dev;
+		e->ino = st.st_ino;
+		e->pid = me;
+		e->base = s->base;
+		e->size = s->size;
+		e->refs = 1;
+		e->next = m->head;
+		m->head = e;
+	}
+	kvp__maps_unlock(m);
+	return e ? 0 : -ENOMEM;
+}
+
+/* Close s's descriptor (its locks go with it) and drop its share of the
+ * mapping; the last share unmaps.  A mapping not in the registry (a
+ * forked child's inherited one, a share that failed) is unmapped as
+ * kvp_seg_map made it. */
+KVP_INLINE void
+kvp__map_release(struct kvp_seg *s)
+{
+	struct kvp__maps *m = kvp__maps();
+	struct kvp__map **pp, *e;
+	bool last;
+	pid_t me;
+
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+	if (!s->base)
+		return;
+	me = kvp__maps_lock(m);
+	for (pp = &m->head; (e = *pp); pp = &e->next)
+		if (e->pid == me && e->base == s->base)
+			break;
+	last = !e || --e->refs == 0; /* decided under the lock */
+	if (e && last)
+		*pp = e->next; /* unlinked: ours alone from here */
+	kvp__maps_unlock(m);
+	if (last)
+		munmap(s->base, s->size);
+	free(e && last ? e : NULL);
+	s->base = NULL;
+}
+
 /* kvp_open (kvpool.h): map the segment, claim a free client slot (its OFD
  * lock first, then a CAS on its word), fill it in, reset our ring. */
 KVP_API int
@@ -313,6 +450,12 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		if (rc == -EPROTO || rc == -EACCES || getenv("KVP_VERBOSE"))
 			fprintf(stderr, "kvpool: %s\n", msg);
 		goto err_free;
+	}
+	rc = kvp__map_share(&c->seg, msg, sizeof(msg));
+	if (rc) {
+		if (rc == -EPROTO)
+			fprintf(stderr, "kvpool: %s\n", msg);
+		goto err_unmap;
 	}
 	n = c->seg.g.g_max_clients;
 	for (i = 0; i < n; i++) {
@@ -440,7 +583,7 @@ err_slot:
 	kvp_cas(&c->seg.clients[c->slot].cs_state, c->slot_word,
 		c->slot_word & ~0xffull);
 err_unmap:
-	kvp__seg_unmap(&c->seg);
+	kvp__map_release(&c->seg);
 err_free:
 	free(c);
 	return rc;
@@ -472,7 +615,7 @@ kvp_close(struct kvp_client *c)
 		 * reaper never sees a LIVE slot without its lock */
 		kvp_cas(&cs->cs_state, c->slot_word, c->slot_word & ~0xffull);
 	}
-	kvp__seg_unmap(&c->seg);
+	kvp__map_release(&c->seg);
 	free(c->hold_free);
 	free(c->leases);
 	free(c);

@@ -493,6 +493,73 @@ test_stat(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+/* Client handles of one process share one mapping of the segment (no
+ * fault, no page tables twice) but not their descriptors: each keeps its
+ * own OFD lock, so each is alive or dead on its own.  The last close
+ * unmaps; a forked child maps anew; a new segment (an agent that created
+ * it again) gets a mapping of its own. */
+static void
+test_shared_mapping(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c1, *c2, *c3;
+	unsigned char val[3000], out[3000];
+	int st;
+	pid_t pid;
+
+	(void)state;
+	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c1), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0);
+	assert_ptr_equal(c1->seg.base, c2->seg.base);
+	assert_true(c1->seg.fd != c2->seg.fd);
+	assert_true(c1->slot != c2->slot);
+	/* each holds its own lock: both alive to the kernel */
+	assert_int_equal(kvp_shm_lock_held(c1->seg.fd,
+					   KVP_LOCK_CLIENT0 + (off_t)c2->slot),
+			 1);
+	assert_int_equal(kvp_shm_lock_held(c2->seg.fd,
+					   KVP_LOCK_CLIENT0 + (off_t)c1->slot),
+			 1);
+	kvpt_fill(val, sizeof(val), "k", 1, 3);
+	assert_int_equal(kvp_put(c1, "k", 1, val, sizeof(val)), 0);
+	kvp_close(c1); /* c2's mapping stays */
+	assert_int_equal(kvp_get(c2, "k", 1, out, sizeof(out)), 3000);
+	assert_memory_equal(out, val, 3000);
+	assert_int_equal(kvp_open(a.pool, "ns", &c3), 0);
+	assert_ptr_equal(c3->seg.base, c2->seg.base);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct kvp_client *cc;
+		unsigned char o[3000];
+		int bad = kvp_open(a.pool, "ns", &cc) != 0;
+
+		/* the child's handle: a mapping of its own, working */
+		bad = bad || cc->seg.base == c2->seg.base;
+		bad = bad || kvp_get(cc, "k", 1, o, sizeof(o)) != 3000;
+		if (!bad)
+			kvp_close(cc);
+		_exit(bad);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	kvp_close(c2);
+	assert_int_equal(kvp_get(c3, "k", 1, out, sizeof(out)), 3000);
+	/* a new segment of the same pool (c3 still maps the removed one): a
+	 * mapping of its own, never the old file's */
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "16M", NULL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c1), 0);
+	assert_ptr_not_equal(c1->seg.base, c3->seg.base);
+	assert_int_equal(kvp_get(c1, "k", 1, out, sizeof(out)), -ENOENT);
+	assert_int_equal(kvp_put(c1, "k", 1, val, sizeof(val)), 0);
+	kvp_close(c3);
+	assert_int_equal(kvp_get(c1, "k", 1, out, sizeof(out)), 3000);
+	kvp_close(c1);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 struct lease_cond {
 	struct kvp_seg *s;
 	uint64_t want;
@@ -755,6 +822,7 @@ main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_get_semantics),
 		cmocka_unit_test(test_stat),
+		cmocka_unit_test(test_shared_mapping),
 		cmocka_unit_test(test_processes),
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_hold_blocks_eviction),

@@ -44,6 +44,7 @@ static const struct {
 	{ "kvp_lease_release", "KVPOOL_1.0" },
 	{ "kvp_strerror", "KVPOOL_1.0" },
 	{ "kvp_batch_put_chain", "KVPOOL_1.1" },
+	{ "kvp_stat", "KVPOOL_1.2" },
 };
 
 /* names of the implementation a loader must not find (a sample of each
@@ -53,6 +54,7 @@ static const char *const hidden[] = {
 	"kvp_seg_map", "kvp__put",     "kvp__read",      "kvp__seg_unmap",
 	"kvp_ix_find", "kvp_ix_claim", "kvp_dram_alloc", "kvp_shm_bind",
 	"kvp_hash",    "kvp_now_ns",   "kvp__crash_at",  "kvp_crash_arm",
+	"kvp__maps",
 };
 
 #define FAIL(...)                                               \
