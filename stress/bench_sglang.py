@@ -102,12 +102,33 @@ def main():
         if not all(ok):
             sys.exit(f"bench_sglang: batch_set_v1 stored {sum(ok)} of {pages} pages")
 
+        # reads are checked: every byte once, then a sample per object
+        # (its first and last 4 KiB, which the clear before each read zeroes)
+        ptrs, sizes = hp.get_page_buffer_meta(idx)
+        edge = min(4096, obj // 2)
+        want = []
+        for i in range(pages):
+            for j, e in enumerate(hp.expect(i)):
+                want.append((ptrs[2 * i + j], e[:edge], e[-edge:]))
+        full = [True]
+
+        def clear():
+            for p, _, _ in want:
+                ctypes.memset(p, 0, edge)
+                ctypes.memset(p + obj - edge, 0, edge)
+
         def check(what):
-            bad = [i for i in range(pages) if hp.page(i) != hp.expect(i)]
+            if full[0]:
+                full[0] = False
+                bad = [i for i in range(pages) if hp.page(i) != hp.expect(i)]
+            else:
+                bad = [
+                    k // 2
+                    for k, (p, a, b) in enumerate(want)
+                    if ctypes.string_at(p, edge) != a or ctypes.string_at(p + obj - edge, edge) != b
+                ]
             if bad:
                 sys.exit(f"bench_sglang: {what}: pages {bad[:5]} read back wrong")
-            for i in range(pages):
-                hp.clear(i)
 
         # the C side: a client of its own in the store's namespace, ops built once
         h = ctypes.c_void_p()
@@ -115,7 +136,6 @@ def main():
         if rc:
             sys.exit(f"bench_sglang: kvp_open: {kvpool.status_name(rc)}")
         okeys = st._expand(keys)
-        ptrs, sizes = hp.get_page_buffer_meta(idx)
         get_ops, _kb1 = c_ops(okeys, ptrs, sizes)
         ex_ops, _kb2 = c_ops(okeys, None, None)
         lib = _native.lib
@@ -128,8 +148,7 @@ def main():
         pc = time.perf_counter
         for r in range(reps):
             for which in (("c", "py") if r % 2 == 0 else ("py", "c")):
-                for i in range(pages):
-                    hp.clear(i)
+                clear()
                 if which == "c":
                     t0 = pc()
                     n = lib.kvp_batch_get(h, get_ops, nobj)

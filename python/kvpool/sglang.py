@@ -53,6 +53,7 @@ extra_config keys read here (all optional):
 
 import array
 import collections
+import ctypes
 import hashlib
 import logging
 import threading
@@ -67,6 +68,10 @@ except ImportError:  # the package imports without torch; so does this module
     torch = None
 
 logger = logging.getLogger(__name__)
+
+_lib = kvpool._native.lib
+_OPW = kvpool._native.OP_WORDS  # 8-byte words per struct kvp_op
+_OPS = kvpool._native.OP_STATUS_INT  # its status, as the n-th 4-byte int
 
 __all__ = ["KVPoolStore", "HiCacheStorage", "namespace_for"]
 
@@ -265,11 +270,16 @@ class KVPoolStore(HiCacheStorage):
         if self.cp_size > 1:
             rank += f"_cp{self.cp_rank}"
         self._rank_sfx = rank
-        if self.is_mla:
-            self._sfx = (rank + "_k",)
-        else:
-            self._sfx = (rank + "_k", rank + "_v")
-        self._per = len(self._sfx)  # objects per page
+        # K: "{hash}{A}", V: "{B}{hash}" (MHA), A = "_{rank}_k", B = "v_{rank}_":
+        # B + (A + B).join(hashes) + A holds every object key of a batch,
+        # each at a fixed offset, so one str.join builds them all (_blob)
+        self._A = rank + "_k"
+        self._B = "" if self.is_mla else "v" + rank + "_"
+        self._per = 1 if self.is_mla else 2  # objects per page
+        self._sep = self._A + self._B
+        self._Ab, self._Bb = self._A.encode(), self._B.encode()
+        self._plans = {}
+        self._fast_ok = True
         # MLA pages are the same on every rank: rank 0 writes (sglang skips
         # the backup on other ranks too; this keeps it so without that)
         self._write_skip = self.is_mla and self.tp_rank != 0
@@ -350,37 +360,142 @@ class KVPoolStore(HiCacheStorage):
 
     def _expand(self, keys):
         """Object keys of pages, K then V per page (MHA), in one list."""
+        A, B = self._A, self._B
         if self._per == 1:
-            s = self._sfx[0]
-            return [k + s for k in keys]
-        sk, sv = self._sfx
+            return [k + A for k in keys]
         out = [None] * (2 * len(keys))
-        out[0::2] = [k + sk for k in keys]
-        out[1::2] = [k + sv for k in keys]
+        out[0::2] = [k + A for k in keys]
+        out[1::2] = [B + k for k in keys]
         return out
 
+    # -- the fast path: op arrays without a Python object per key --
+    #
+    # The binding's batch calls take a list of keys and spend ~0.3 us a key
+    # building the op array (kvpool.Pool._fill); a probe of 128 pages is
+    # then ~6x the C call.  Page hashes are fixed-length strings, so here
+    # every object key of a batch lies in one joined string at a fixed
+    # offset and the key pointers are a cached array per (buffer, pages,
+    # hash length).  This uses the binding's per-thread client internals
+    # (Pool._client, the client's lock, scratch op array and key buffer);
+    # if they are not there (another binding version) the store falls back
+    # to the public calls for good.
+
+    def _blob(self, keys):
+        """The joined object keys of a batch of equal-length ASCII page keys
+        (bytes) and the page key length, or None."""
+        hl = len(keys[0])
+        n = len(keys)
+        if list(map(len, keys)).count(hl) != n:
+            return None
+        j = self._sep.join(keys)
+        b = j.encode()
+        if len(b) != len(j):
+            return None
+        return self._Bb + b + self._Ab, hl
+
+    def _plan(self, base, n, hl):
+        key = (base, n, hl)
+        p = self._plans.get(key)
+        if p is None:
+            la, lb = len(self._A), len(self._B)
+            r = hl + la + lb
+            m = self._per * n
+            if self._per == 1:
+                ptrs = array.array("Q", range(base, base + n * r, r))
+            else:
+                ptrs = array.array("Q", bytes(8 * m))
+                ptrs[0::2] = array.array("Q", range(base + lb, base + lb + n * r, r))  # K: hash + A
+                ptrs[1::2] = array.array("Q", range(base, base + n * r, r))  # V: B + hash
+            klens = array.array("Q", [hl + la]) * m
+            if len(self._plans) > 1024:
+                self._plans.clear()
+            p = self._plans[key] = (ptrs, klens, array.array("Q", bytes(8 * m)))
+        return p
+
+    def _fast_fill(self, c, keys, ptrs=None, sizes=None):
+        """Fill client c's op array (its lock held) for the objects of
+        keys; returns (ops, objects) or None (not fixed-length keys)."""
+        bl = self._blob(keys)
+        if bl is None:
+            return None
+        blob, hl = bl
+        n = len(keys)
+        m = self._per * n
+        ops = c.scratch(m, len(blob))
+        ctypes.memmove(c.kbuf, blob, len(blob))
+        kp, kl, zeros = self._plan(ctypes.addressof(c.kbuf), n, hl)
+        q = c.mvq
+        end = m * _OPW
+        q[0:end:_OPW] = kp
+        q[1:end:_OPW] = kl
+        q[2:end:_OPW] = zeros if ptrs is None else (ptrs if isinstance(ptrs, array.array) else array.array("Q", ptrs))
+        q[3:end:_OPW] = zeros
+        q[4:end:_OPW] = zeros if sizes is None else (sizes if isinstance(sizes, array.array) else array.array("Q", sizes))
+        q[5:end:_OPW] = zeros
+        return ops, m
+
+    def _fast(self, what, keys, ptrs=None, sizes=None):
+        """One C call on the objects of keys through the fast path:
+        exists -> objects present; pin -> Pinset; put -> statuses; get ->
+        bytes or statuses.  None when the fast path does not apply."""
+        if not self._fast_ok:
+            return None
+        pool = self.pool
+        try:
+            c = pool._client()
+            with c.lock:
+                f = self._fast_fill(c, keys, ptrs, sizes)
+                if f is None:
+                    return None
+                ops, m = f
+                if what == "exists":
+                    rc = _lib.kvp_batch_exists_prefix(c.h, ops, m)
+                elif what == "pin":
+                    out = ctypes.c_void_p()
+                    rc = _lib.kvp_batch_lookup_pin(c.h, ops, m, ctypes.byref(out))
+                elif what == "put":
+                    rc = _lib.kvp_batch_put(c.h, ops, m)
+                else:
+                    rc = _lib.kvp_batch_get(c.h, ops, m)
+                if rc >= 0:
+                    if what == "pin":
+                        stop = c.mvi[_OPS + rc * 12] if rc < m else kvpool.OK
+                        return kvpool.Pinset(pool, c, out.value, rc, m, stop)
+                    if what in ("put", "get"):
+                        st = c.mvi[_OPS : m * 12 : 12].tolist()
+                        if what == "put":
+                            return st
+                        got = c.mvq[4 : m * _OPW : _OPW].tolist()
+                        return [g if x == 0 else x for x, g in zip(st, got)]
+                    return rc
+        except (AttributeError, TypeError, ImportError) as e:
+            self._fast_ok = False
+            logger.warning("kvpool.sglang: the fast path is off (%r); using the binding's public calls", e)
+            return None
+        pool._check(c, rc)  # raises the status's exception
+
     def _meta(self, keys, host_indices):
-        """(object keys, pointers, sizes) of the pages, or None (logged)."""
+        """(pointers, sizes) of the pages' objects, or None (logged)."""
         n = len(keys)
         ni = len(host_indices)
         if ni != n * self.page_size:
             self._once("indices", "%d host indices for %d pages of %d tokens", ni, n, self.page_size)
             return None
         ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
-        okeys = self._expand(keys)
+        m = n * self._per
         if isinstance(sizes, int):
             sizes = [sizes] * len(ptrs)
-        if len(ptrs) != len(okeys) or len(sizes) != len(okeys):
+        if len(ptrs) != m or len(sizes) != m:
             self._once(
                 "meta",
                 "the host pool gave %d pointers for %d objects (layout %r, %s)",
                 len(ptrs),
-                len(okeys),
+                m,
                 getattr(self.mem_pool_host, "layout", None),
                 "mla" if self.is_mla else "mha",
             )
             return None
-        return okeys, ptrs, sizes
+        return ptrs, sizes
 
     def _pages(self, ok, n):
         """Per page: all its objects ok (ok: a list of bools per object)."""
@@ -388,11 +503,14 @@ class KVPoolStore(HiCacheStorage):
             return ok
         return [a and b for a, b in zip(ok[0::2], ok[1::2])]
 
-    def _retry_busy(self, fn, okeys, ptrs, sizes, res, good):
-        """Retry the objects whose answer was BUSY, within busy_retry_ms."""
+    def _retry_busy(self, fn, okeys, ptrs, sizes, res):
+        """Retry the objects whose answer was BUSY, within busy_retry_ms.
+        okeys: the object keys, or a function that makes them."""
         busy = [i for i, r in enumerate(res) if r == kvpool.BUSY]
         if not busy:
             return res
+        if callable(okeys):
+            okeys = okeys()
         deadline = time.monotonic() + self.busy_retry_s
         pause = 0.0005
         while busy and time.monotonic() < deadline:
@@ -492,18 +610,24 @@ class KVPoolStore(HiCacheStorage):
                 return 0
             if not self.interface_v1:
                 return self.pool.batch_exists_prefix([k + self._rank_sfx if self._rank_sfx else k for k in keys])
-            okeys = self._expand(keys)
-            self._count("exists_calls")
             if not self.pin_prefetch:
-                pages = self.pool.batch_exists_prefix(okeys) // self._per
+                have = self._fast("exists", keys)
+                if have is None:
+                    have = self.pool.batch_exists_prefix(self._expand(keys))
+                pages = have // self._per
                 self._count("exists_pages", pages)
                 return pages
-            ps = self.pool.lookup_pin(okeys)
+            ps = self._fast("pin", keys)
+            if ps is None:
+                ps = self.pool.lookup_pin(self._expand(keys))
             pages = ps.count // self._per
-            if ps.count < len(okeys) and ps.stop_status not in (kvpool.OK, kvpool.MISS):
+            if ps.count < n * self._per and ps.stop_status not in (kvpool.OK, kvpool.MISS):
                 # pinning stopped on a limit (BUSY: hold slots, the pinned
                 # bytes cap), not on a miss: count the rest without pins
-                pages = self.pool.batch_exists_prefix(okeys) // self._per
+                have = self._fast("exists", keys)
+                if have is None:
+                    have = self.pool.batch_exists_prefix(self._expand(keys))
+                pages = have // self._per
                 self._count("pins_short")
             if ps.count // self._per == 0:
                 ps.release()
@@ -528,22 +652,25 @@ class KVPoolStore(HiCacheStorage):
             meta = self._meta(keys, host_indices)
             if meta is None:
                 return out
-            okeys, ptrs, sizes = meta
+            ptrs, sizes = meta
             t0 = time.perf_counter()
-            res = None
             e = self._take_parked(keys) if self.pin_prefetch else None
             if e is not None:
+                m = min(e.pages, n) * self._per
                 try:
-                    m = min(e.pages, n) * self._per
                     res = e.ps.get(ptrs[:m], sizes[:m])
                 finally:
                     e.ps.release()
                 self._count("pinned_pages_read", m // self._per)
-                if m < len(okeys):  # pages past the pinned ones
-                    res += self.pool.batch_get(okeys[m:], ptrs[m:], sizes[m:])
+                if m < n * self._per:  # pages past the pinned ones
+                    rest = keys[m // self._per :]
+                    r2 = self._fast("get", rest, ptrs[m:], sizes[m:])
+                    res += r2 if r2 is not None else self.pool.batch_get(self._expand(rest), ptrs[m:], sizes[m:])
             else:
-                res = self.pool.batch_get(okeys, ptrs, sizes)
-            res = self._retry_busy(self.pool.batch_get, okeys, ptrs, sizes, res, None)
+                res = self._fast("get", keys, ptrs, sizes)
+                if res is None:
+                    res = self.pool.batch_get(self._expand(keys), ptrs, sizes)
+            res = self._retry_busy(self.pool.batch_get, lambda: self._expand(keys), ptrs, sizes, res)
             ok = [r == s for r, s in zip(res, sizes)]
             out = self._pages(ok, n)
             good = sum(out)
@@ -572,12 +699,15 @@ class KVPoolStore(HiCacheStorage):
             meta = self._meta(keys, host_indices)
             if meta is None:
                 return [False] * n
-            okeys, ptrs, sizes = meta
+            ptrs, sizes = meta
             t0 = time.perf_counter()
-            res = self.pool.batch_put(okeys, ptrs, sizes)
-            res = self._retry_busy(self.pool.batch_put, okeys, ptrs, sizes, res, None)
+            res = self._fast("put", keys, ptrs, sizes)
+            if res is None:
+                res = self.pool.batch_put(self._expand(keys), ptrs, sizes)
+            res = self._retry_busy(self.pool.batch_put, lambda: self._expand(keys), ptrs, sizes, res)
             ok = [r == 0 or r == kvpool.EXISTS for r in res]
-            self._remember([k for k, r in zip(okeys, res) if r == 0])
+            if self.clear_track_max > 0 and 0 in res:
+                self._remember([k for k, r in zip(self._expand(keys), res) if r == 0])
             out = self._pages(ok, n)
             good = sum(out)
             self._count("set_pages", good)
@@ -618,7 +748,7 @@ class KVPoolStore(HiCacheStorage):
                 return False
             k = self._flat_key(key)
             res = self.pool.batch_put([k], [addr], [ln])
-            res = self._retry_busy(self.pool.batch_put, [k], [addr], [ln], res, None)
+            res = self._retry_busy(self.pool.batch_put, [k], [addr], [ln], res)
             if res[0] == 0:
                 self._remember([k])
             return res[0] == 0 or res[0] == kvpool.EXISTS
@@ -658,7 +788,7 @@ class KVPoolStore(HiCacheStorage):
             else:
                 addr, ln = self._addr_len(target_location, True)
             res = self.pool.batch_get([k], [addr], [ln])
-            res = self._retry_busy(self.pool.batch_get, [k], [addr], [ln], res, None)
+            res = self._retry_busy(self.pool.batch_get, [k], [addr], [ln], res)
             if res[0] != ln:
                 return None
             return True if is_addr else target_location

@@ -133,6 +133,28 @@ class _RoundTrip:
             st.close()
             st2.close()
 
+    def test_public_calls_path(self):
+        """Keys of unequal length, and a store with its fast path off, go
+        through the binding's public batch calls: the same answers."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            a, b = self.host(), self.host()
+            st, st2 = store_for(ag.pool, a), store_for(ag.pool, b)
+            st2._fast_ok = False
+            keys = ["short", "a-longer-key", "k" * 100] + sf.page_keys("pub", 3)
+            for i in range(6):
+                a.fill(i, 40 + i)
+            self.assertEqual(st.batch_set_v1(keys[:3], a.indices(range(3))), [True] * 3)
+            self.assertEqual(st2.batch_set_v1(keys[3:], a.indices(range(3, 6))), [True] * 3)
+            for s in (st, st2):
+                self.assertEqual(s.batch_exists(keys + ["absent"]), 6)
+                self.assertEqual(s.batch_get_v1(keys, b.indices(range(10, 16))), [True] * 6)
+                self.assertEqual([b.page(10 + i) for i in range(6)], [a.expect(40 + i) for i in range(6)])
+                for i in range(6):
+                    b.clear(10 + i)
+            self.assertTrue(st._fast_ok)
+            st.close()
+            st2.close()
+
     def test_mla_and_layouts(self):
         with kvpt.Agent("--dram", "64M") as ag:
             for kw in ({"mla": True}, {"layout": "page_first_direct"}, {"layout": "page_head"}):
@@ -207,7 +229,7 @@ class TestStore(unittest.TestCase):
             # page 3: K only, put beside the store in its namespace
             with kvpool.Pool(ag.pool, namespace=st.namespace) as p:
                 p.put(keys[3] + "_0_k", b"k" * hp.obj_bytes)
-                self.assertTrue(p.exists(keys[0] + "_0_k") and p.exists(keys[0] + "_0_v"))
+                self.assertTrue(p.exists(keys[0] + "_0_k") and p.exists("v_0_" + keys[0]))
             self.assertEqual(st.batch_exists(keys), 3)
             self.assertFalse(st.exists(keys[3]))
             self.assertEqual(st.batch_get_v1(keys[:4], hp.indices(range(10, 14))), [True, True, True, False])
