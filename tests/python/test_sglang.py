@@ -143,6 +143,7 @@ class _RoundTrip:
             keys = ["short", "a-longer-key", "k" * 100] + sf.page_keys("pub", 3)
             for i in range(6):
                 a.fill(i, 40 + i)
+                b.fill(i, 40 + i)
             self.assertEqual(st.batch_set_v1(keys[:3], a.indices(range(3))), [True] * 3)
             self.assertEqual(st2.batch_set_v1(keys[3:], a.indices(range(3, 6))), [True] * 3)
             for s, h in ((st, a), (st2, b)):  # each store loads into its own host pool
