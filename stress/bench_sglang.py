@@ -144,7 +144,8 @@ def main():
         st.batch_get_v1(keys, idx)
         lib.kvp_batch_get(h, get_ops, nobj)
 
-        t = {k: [] for k in ("c_get", "py_get", "c_exists", "py_exists_pin", "py_exists", "entry")}
+        t = {k: [] for k in ("c_get", "py_get", "c_exists", "c_pin", "py_exists_pin", "py_exists", "entry")}
+        psh = ctypes.c_void_p()
         pc = time.perf_counter
         for r in range(reps):
             for which in (("c", "py") if r % 2 == 0 else ("py", "c")):
@@ -173,6 +174,12 @@ def main():
             t["c_exists"].append(pc() - t0)
             if n != nobj:
                 sys.exit(f"bench_sglang: kvp_batch_exists_prefix found {n} of {nobj}")
+            t0 = pc()
+            n = lib.kvp_batch_lookup_pin(h, ex_ops, nobj, ctypes.byref(psh))
+            t["c_pin"].append(pc() - t0)
+            lib.kvp_pinset_free(h, psh)
+            if n != nobj:
+                sys.exit(f"bench_sglang: kvp_batch_lookup_pin pinned {n} of {nobj}")
             st.pin_prefetch = True
             t0 = pc()
             n = st.batch_exists(keys)
@@ -196,15 +203,18 @@ def main():
     get_ratio = py_bw / c_bw
     ex_ratio_pin = m["py_exists_pin"] / m["c_exists"]
     ex_ratio = m["py_exists"] / m["c_exists"]
+    pin_ratio = m["py_exists_pin"] / m["c_pin"]
     print(f"{'call':52s} {'median':>12s}")
     print(f"{'kvp_batch_get, 256 x 1 MiB (one ctypes call)':52s} {m['c_get']:10.0f} us  {c_bw:6.2f} GiB/s")
     print(f"{'KVPoolStore.batch_get_v1, 128 pages':52s} {m['py_get']:10.0f} us  {py_bw:6.2f} GiB/s")
     print(f"{'kvp_batch_exists_prefix, 256 keys (one ctypes call)':52s} {m['c_exists']:10.1f} us")
+    print(f"{'kvp_batch_lookup_pin, 256 keys (one ctypes call)':52s} {m['c_pin']:10.1f} us")
     print(f"{'KVPoolStore.batch_exists, 128 pages, pinned':52s} {m['py_exists_pin']:10.1f} us")
     print(f"{'KVPoolStore.batch_exists, 128 pages, pin_prefetch off':52s} {m['py_exists']:10.1f} us")
     print(f"{'ctypes entry (kvp_batch_get of 0 ops)':52s} {m['entry']:10.1f} us")
     print(f"get: adapter/C throughput {get_ratio:.3f} (goal >= 0.8)  "
-          f"exists: adapter/C time {ex_ratio_pin:.2f} pinned, {ex_ratio:.2f} unpinned (goal <= 2)")
+          f"exists: adapter/C time {ex_ratio:.2f} unpinned, {ex_ratio_pin:.2f} pinned "
+          f"(goal <= 2; pinned vs kvp_batch_lookup_pin {pin_ratio:.2f})")
     load = os.getloadavg()[0]
     line = {
         "bench": "sglang",
@@ -221,6 +231,8 @@ def main():
         "py_exists_us": round(m["py_exists"], 2),
         "exists_ratio_pinned": round(ex_ratio_pin, 2),
         "exists_ratio": round(ex_ratio, 2),
+        "c_pin_us": round(m["c_pin"], 2),
+        "pin_ratio": round(pin_ratio, 2),
         "ctypes_entry_us": round(m["entry"], 2),
         "loadavg": round(load, 2),
         "cpus": os.cpu_count(),

@@ -18,11 +18,12 @@ token-prefix hashes only):
     sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mla
     sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mha|tp{tp size}
 plus |pp{size} and |cp{size} when those are > 1 and |{namespace} when
-extra_config names one.  Object keys: MHA "{hash}_{tp rank}_k" and "_v"
-(the rank's heads), MLA "{hash}_k" (rank free: rank 0 writes, every rank
-reads); with PP "_{pp rank}" and with attention CP "_cp{cp rank}" follow the
-rank.  The copy path (interface_v1 off) stores one flat page per key under
-"{hash}_{tp rank}" (MHA) or "{hash}" (MLA).
+extra_config names one.  Object keys: MHA K "{hash}_{tp rank}_k" and V
+"v_{tp rank}_{hash}" (the rank's heads; V mirrors K so that one str.join
+lays out every key of a batch), MLA "{hash}_k" (rank free: rank 0 writes,
+every rank reads); with PP "_{pp rank}" and with attention CP
+"_cp{cp rank}" follow the TP rank.  The copy path (interface_v1 off) stores
+one flat page per key under "{hash}_{tp rank}" (MHA) or "{hash}" (MLA).
 
 Threads (sglang's HiCacheController): the prefetch thread probes
 (batch_exists, 128 pages a call), the prefetch I/O thread loads
@@ -297,7 +298,8 @@ class KVPoolStore(HiCacheStorage):
         self._written_lock = threading.Lock()
         self._logged = set()
         self._stat_lock = threading.Lock()
-        self._c = collections.Counter()
+        self._tl = threading.local()
+        self._counters = []  # every thread's Counter
         self._metrics = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [], "backup_bandwidth": []}
 
     # -- set-up --
@@ -355,8 +357,13 @@ class KVPoolStore(HiCacheStorage):
         logger.error("kvpool.sglang: " + msg + " (logged once)", *args)
 
     def _count(self, name, n=1):
-        with self._stat_lock:
-            self._c[name] += n
+        """Add to a counter of this thread's (no lock; stats() sums them)."""
+        c = getattr(self._tl, "c", None)
+        if c is None:
+            c = self._tl.c = collections.Counter()
+            with self._stat_lock:
+                self._counters.append(c)
+        c[name] += n
 
     def _expand(self, keys):
         """Object keys of pages, K then V per page (MHA), in one list."""
@@ -406,10 +413,14 @@ class KVPoolStore(HiCacheStorage):
                 ptrs = array.array("Q", bytes(8 * m))
                 ptrs[0::2] = array.array("Q", range(base + lb, base + lb + n * r, r))  # K: hash + A
                 ptrs[1::2] = array.array("Q", range(base, base + n * r, r))  # V: B + hash
-            klens = array.array("Q", [hl + la]) * m
+            # the whole op array (key, klen, zero buf/off/len/status) as one
+            # image: a call copies it in with one memmove
+            img = array.array("Q", bytes(8 * _OPW * m))
+            img[0::_OPW] = ptrs
+            img[1::_OPW] = array.array("Q", [hl + la]) * m
             if len(self._plans) > 1024:
                 self._plans.clear()
-            p = self._plans[key] = (ptrs, klens, array.array("Q", bytes(8 * m)))
+            p = self._plans[key] = img.tobytes()
         return p
 
     def _fast_fill(self, c, keys, ptrs=None, sizes=None):
@@ -423,15 +434,12 @@ class KVPoolStore(HiCacheStorage):
         m = self._per * n
         ops = c.scratch(m, len(blob))
         ctypes.memmove(c.kbuf, blob, len(blob))
-        kp, kl, zeros = self._plan(ctypes.addressof(c.kbuf), n, hl)
-        q = c.mvq
-        end = m * _OPW
-        q[0:end:_OPW] = kp
-        q[1:end:_OPW] = kl
-        q[2:end:_OPW] = zeros if ptrs is None else (ptrs if isinstance(ptrs, array.array) else array.array("Q", ptrs))
-        q[3:end:_OPW] = zeros
-        q[4:end:_OPW] = zeros if sizes is None else (sizes if isinstance(sizes, array.array) else array.array("Q", sizes))
-        q[5:end:_OPW] = zeros
+        img = self._plan(ctypes.addressof(c.kbuf), n, hl)
+        ctypes.memmove(ops, img, len(img))
+        if ptrs is not None:
+            end = m * _OPW
+            c.mvq[2:end:_OPW] = ptrs if isinstance(ptrs, array.array) else array.array("Q", ptrs)
+            c.mvq[4:end:_OPW] = sizes if isinstance(sizes, array.array) else array.array("Q", sizes)
         return ops, m
 
     def _fast(self, what, keys, ptrs=None, sizes=None):
@@ -880,8 +888,12 @@ class KVPoolStore(HiCacheStorage):
     def stats(self):
         """Counters of this store as a dict (pages read, written, missed,
         pins parked, used, expired, errors ...)."""
+        d = collections.Counter()
         with self._stat_lock:
-            d = dict(self._c)
+            counters = list(self._counters)
+        for c in counters:
+            d.update(c.copy())
+        d = dict(d)
         d["parked_pages"] = self._parked_pages
         d["namespace"] = self.namespace
         d["pool"] = self.pool_name
