@@ -126,15 +126,22 @@ except Exception:  # ImportError, or an sglang that fails to import here
     HiCacheStorage = _StandInHiCacheStorage
 
 
+_METRICS_CLASS = []
+
+
 def _storage_metrics_class():
-    """sglang's StorageMetrics (its module moved between versions), or None."""
-    for mod in ("sglang.srt.observability.metrics_collector", "sglang.srt.metrics.collector"):
-        try:
-            m = __import__(mod, fromlist=["StorageMetrics"])
-            return getattr(m, "StorageMetrics")
-        except Exception:
-            continue
-    return None
+    """sglang's StorageMetrics (its module moved between versions), or
+    None; looked up once (sglang asks for stats every scheduler step)."""
+    if not _METRICS_CLASS:
+        cls = None
+        for mod in ("sglang.srt.observability.metrics_collector", "sglang.srt.metrics.collector"):
+            try:
+                cls = getattr(__import__(mod, fromlist=["StorageMetrics"]), "StorageMetrics")
+                break
+            except Exception:
+                continue
+        _METRICS_CLASS.append(cls)
+    return _METRICS_CLASS[0]
 
 
 # ---- host pool description ----
