@@ -286,6 +286,7 @@ class KVPoolStore(HiCacheStorage):
         self._per = 1 if self.is_mla else 2  # objects per page
         self._sep = self._A + self._B
         self._Ab, self._Bb = self._A.encode(), self._B.encode()
+        assert self._per == 1 or len(self._A) == len(self._B)  # K and V keys: one length
         self._plans = {}
         self._fast_ok = True
         # MLA pages are the same on every rank: rank 0 writes (sglang skips
@@ -348,7 +349,7 @@ class KVPoolStore(HiCacheStorage):
 
     def close(self):
         """Release every parked pin and close the pool (idempotent)."""
-        self._drop_parked(all_=True)
+        self._drop_parked()
         p, self.pool = self.pool, None
         if p is not None:
             p.close()
@@ -598,7 +599,7 @@ class KVPoolStore(HiCacheStorage):
                     return self._unpark_locked(e)
         return None
 
-    def _drop_parked(self, all_=False):
+    def _drop_parked(self):
         with self._park_lock:
             es = list(self._park_order)
             self._parked.clear()
@@ -862,7 +863,7 @@ class KVPoolStore(HiCacheStorage):
         is shared.  To empty a whole pool, restart its agent without
         --ssd-dir, or delete the namespace's keys with the kvpool CLI."""
         try:
-            self._drop_parked(all_=True)
+            self._drop_parked()
             with self._written_lock:
                 keys, self._written = list(self._written), {}
             gone = 0
