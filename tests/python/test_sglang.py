@@ -300,6 +300,29 @@ class TestStore(unittest.TestCase):
             for s in (s_bf, s_fp, r0, r1, t):
                 s.close()
 
+    def test_agent_restart(self):
+        """The agent killed and restarted under a live store: its pages and
+        pins stay usable, and calls keep answering."""
+        ag = kvpt.Agent("--dram", "64M")
+        try:
+            hp = sf.FakeHostPool()
+            st = store_for(ag.pool, hp)
+            keys = sf.page_keys("restart", 4)
+            for i in range(4):
+                hp.fill(i, 70 + i)
+            self.assertEqual(st.batch_set_v1(keys, hp.indices(range(4))), [True] * 4)
+            self.assertEqual(st.batch_exists(keys), 4)  # pinned across the restart
+            ag.kill()
+            ag.start()
+            self.assertEqual(st.batch_get_v1(keys, hp.indices(range(8, 12))), [True] * 4)
+            self.assertEqual([hp.page(8 + i) for i in range(4)], [hp.expect(70 + i) for i in range(4)])
+            more = sf.page_keys("after", 4)
+            self.assertEqual(st.batch_set_v1(more, hp.indices(range(4))), [True] * 4)
+            self.assertEqual(st.batch_exists(more), 4)
+            st.close()
+        finally:
+            ag.stop()
+
     def test_layer_first_refused(self):
         st = ks.KVPoolStore(sf.StorageConfig(extra_config={"pool": "nonexistent-pool"}), {})
         with self.assertRaises(ValueError) as cm:
