@@ -476,7 +476,11 @@ class KVPoolStore(HiCacheStorage):
                 if rc >= 0:
                     if what == "pin":
                         stop = c.mvi[_OPS + rc * 12] if rc < m else kvpool.OK
-                        return kvpool.Pinset(pool, c, out.value, rc, m, stop)
+                        try:
+                            return kvpool.Pinset(pool, c, out.value, rc, m, stop)
+                        except Exception:  # another binding's Pinset: never leak the holds
+                            _lib.kvp_pinset_free(c.h, out.value)
+                            raise
                     if what in ("put", "get"):
                         st = c.mvi[_OPS : m * 12 : 12].tolist()
                         if what == "put":
