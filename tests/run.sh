@@ -223,6 +223,9 @@ if [ $quick = 0 ]; then
 	bench "release/bench_start --quick" build/release/bench_start --quick
 	# the cache-quality replay (~30 s): RAN; wrong bytes read back fail it
 	bench "stress/trace_bench --quick (cache quality)" stress/trace_bench --quick
+	# the sglang adapter against the C calls it wraps (~15 s; wrong bytes fail it)
+	bench "stress/bench_sglang.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
+		python3 stress/bench_sglang.py --quick
 	# stress/bench: the run is RAN; that its results.json reads back with
 	# figures in it is an assertion of its own (made only after a run
 	# that finished: one failure is not counted twice)

@@ -1,0 +1,933 @@
+# SPDX-License-Identifier: MIT
+"""kvpool as sglang's HiCache L3 storage: KVPoolStore, loaded by sglang's
+dynamic backend factory with no patch to sglang (docs/sglang.md):
+
+    --enable-hierarchical-cache --hicache-mem-layout page_first
+    --hicache-storage-backend dynamic
+    --hicache-storage-backend-extra-config '{"backend_name": "kvpool",
+        "module_path": "kvpool.sglang", "class_name": "KVPoolStore",
+        "interface_v1": 1, "pool": "default"}'
+
+The factory imports this module, checks issubclass(KVPoolStore,
+HiCacheStorage), builds KVPoolStore(storage_config, kwargs) and the cache
+controller then calls register_mem_pool_host(host_pool): the pool is opened
+there, because the namespace is derived from the host pool.
+
+Namespace (what makes two engines' pages interchangeable; sglang's keys are
+token-prefix hashes only):
+    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mla
+    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mha|tp{tp size}
+plus |pp{size} and |cp{size} when those are > 1 and |{namespace} when
+extra_config names one.  Object keys: MHA K "{hash}_{tp rank}_k" and V
+"v_{tp rank}_{hash}" (the rank's heads; V mirrors K so that one str.join
+lays out every key of a batch), MLA "{hash}_k" (rank free: rank 0 writes,
+every rank reads); with PP "_{pp rank}" and with attention CP
+"_cp{cp rank}" follow the TP rank.  The copy path (interface_v1 off) stores
+one flat page per key under "{hash}_{tp rank}" (MHA) or "{hash}" (MLA).
+
+Threads (sglang's HiCacheController): the prefetch thread probes
+(batch_exists, 128 pages a call), the prefetch I/O thread loads
+(batch_get_v1), the backup thread writes (batch_set_v1), each through its
+own client handle of the one Pool.  batch_exists pins what it counts
+(kvp_batch_lookup_pin) and parks the pinset under the probed keys;
+batch_get_v1 of those keys reads through the pinset and releases it, so a
+page counted is still there when it is loaded.  Parked pins are bounded
+(pin_max_pages) and aged out (pin_max_age_s), swept on every call.
+
+Contract of the data path (batch_exists, batch_get_v1, batch_set_v1, get,
+set, batch_get, batch_set, exists): never raises, never returns None where
+sglang indexes the result; a miss is False, backpressure (BUSY) is retried
+for busy_retry_ms and is then False; an unexpected error is logged once per
+kind and answered False (sglang's prefetch thread dies on an exception and
+storage then goes silently dead).
+
+extra_config keys read here (all optional):
+    pool            the kvpoold pool name (default "default")
+    namespace       appended to the derived namespace (tenants, versions)
+    interface_v1    sglang's switch for the zero-copy path (read by sglang too)
+    pin_prefetch    pin in batch_exists for batch_get_v1 (default true)
+    pin_max_pages   pages parked in pinsets at once (default 1024)
+    pin_max_age_s   a parked pinset's age limit in seconds (default 10)
+    busy_retry_ms   the retry budget for BUSY per call (default 50)
+    clear_track_max object keys remembered for clear() (default 1,000,000)
+"""
+
+import array
+import collections
+import ctypes
+import hashlib
+import logging
+import threading
+import time
+from abc import ABC, abstractmethod
+
+import kvpool
+
+try:
+    import torch
+except ImportError:  # the package imports without torch; so does this module
+    torch = None
+
+logger = logging.getLogger(__name__)
+
+_lib = kvpool._native.lib
+_OPW = kvpool._native.OP_WORDS  # 8-byte words per struct kvp_op
+_OPS = kvpool._native.OP_STATUS_INT  # its status, as the n-th 4-byte int
+
+__all__ = ["KVPoolStore", "HiCacheStorage", "namespace_for"]
+
+
+# ---- sglang's base class when sglang is importable, a stand-in otherwise ----
+
+
+class _StandInHiCacheStorage(ABC):
+    """The abstract interface of sglang's HiCacheStorage
+    (sglang/srt/mem_cache/hicache_storage.py), for use without sglang."""
+
+    def register_mem_pool_host(self, mem_pool_host):
+        self.mem_pool_host = mem_pool_host
+
+    @abstractmethod
+    def get(self, key, target_location=None, target_sizes=None):
+        pass
+
+    @abstractmethod
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        pass
+
+    @abstractmethod
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        pass
+
+    @abstractmethod
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        pass
+
+    @abstractmethod
+    def exists(self, key):
+        pass
+
+    def batch_exists(self, keys, extra_info=None):
+        for i, k in enumerate(keys):
+            if not self.exists(k):
+                return i
+        return len(keys)
+
+    def clear(self):
+        pass
+
+    def get_stats(self):
+        return None
+
+
+try:
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
+except Exception:  # ImportError, or an sglang that fails to import here
+    HiCacheStorage = _StandInHiCacheStorage
+
+
+_METRICS_CLASS = []
+
+
+def _storage_metrics_class():
+    """sglang's StorageMetrics (its module moved between versions), or
+    None; looked up once (sglang asks for stats every scheduler step)."""
+    if not _METRICS_CLASS:
+        cls = None
+        for mod in ("sglang.srt.observability.metrics_collector", "sglang.srt.metrics.collector"):
+            try:
+                cls = getattr(__import__(mod, fromlist=["StorageMetrics"]), "StorageMetrics")
+                break
+            except Exception:
+                continue
+        _METRICS_CLASS.append(cls)
+    return _METRICS_CLASS[0]
+
+
+# ---- host pool description ----
+
+_ITEMSIZE = {
+    "float32": 4,
+    "float": 4,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+    "uint8": 1,
+    "int8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e5m2fnuz": 1,
+    "float64": 8,
+}
+
+SUPPORTED_LAYOUTS = ("page_first", "page_first_direct", "page_head")
+
+
+def _dtype_name(d):
+    return str(d).replace("torch.", "")
+
+
+def _itemsize(d):
+    n = getattr(d, "itemsize", None)
+    if isinstance(n, int):
+        return n
+    if torch is not None and isinstance(d, torch.dtype):
+        return torch.empty(0, dtype=d).element_size()
+    name = _dtype_name(d)
+    if name in _ITEMSIZE:
+        return _ITEMSIZE[name]
+    raise ValueError(f"kvpool.sglang: unknown KV dtype {d!r}")
+
+
+def _object_bytes(host_pool, mla):
+    """Bytes of one object (a page's K, or V, or its MLA latent)."""
+    ps = int(host_pool.page_size)
+    if mla:
+        if hasattr(host_pool, "get_size_per_token"):
+            return int(host_pool.get_size_per_token()) * ps
+        per = (int(host_pool.kv_lora_rank) + int(host_pool.qk_rope_head_dim)) * int(host_pool.layer_num)
+        return per * _itemsize(host_pool.dtype) * ps
+    if hasattr(host_pool, "get_ksize_per_token"):
+        return int(host_pool.get_ksize_per_token()) * ps
+    per = int(host_pool.layer_num) * int(host_pool.head_num) * int(host_pool.head_dim)
+    return per * _itemsize(host_pool.dtype) * ps
+
+
+def namespace_for(storage_config, host_pool):
+    """The pool namespace of this engine's pages (see the module docstring):
+    what two engines must share to read each other's pages."""
+    extra = getattr(storage_config, "extra_config", None) or {}
+    mla = bool(getattr(storage_config, "is_mla_model", False))
+    model = getattr(storage_config, "model_name", None) or "unknown-model"
+    dev = getattr(host_pool, "device_pool", None)
+    # the host pool keeps the store dtype (uint8 for fp8 KV): the device
+    # pool's dtype tells e4m3 from e5m2
+    kv_dtype = _dtype_name(getattr(dev, "dtype", None) or host_pool.dtype)
+    layout = getattr(host_pool, "layout", "page_first")
+    parts = [
+        "sglang",
+        str(model),
+        kv_dtype,
+        layout,
+        f"p{int(host_pool.page_size)}",
+        f"{_object_bytes(host_pool, mla)}B",
+        "mla" if mla else "mha",
+    ]
+    if not mla:
+        parts.append(f"tp{int(getattr(storage_config, 'tp_size', 1) or 1)}")
+    pp_size = int(getattr(storage_config, "pp_size", 1) or 1)
+    cp_size = int(getattr(storage_config, "attn_cp_size", 1) or 1)
+    if pp_size > 1:
+        parts.append(f"pp{pp_size}")
+    if cp_size > 1:
+        parts.append(f"cp{cp_size}")
+    if extra.get("namespace"):
+        parts.append(str(extra["namespace"]))
+    ns = "|".join(parts)
+    if len(ns.encode()) > 255:  # KVP_NS_NAME_MAX: keep it readable, make it unique
+        ns = ns.encode()[:200].decode(errors="ignore") + "#" + hashlib.sha256(ns.encode()).hexdigest()[:24]
+    return ns
+
+
+# ---- parked pinsets: batch_exists -> batch_get_v1 ----
+
+
+class _Parked:
+    __slots__ = ("ps", "keys", "pages", "t0")
+
+    def __init__(self, ps, keys, pages, t0):
+        self.ps = ps
+        self.keys = keys
+        self.pages = pages
+        self.t0 = t0
+
+
+class KVPoolStore(HiCacheStorage):
+    """sglang HiCache storage on a kvpool pool (see the module docstring).
+
+    KVPoolStore(storage_config, kwargs) as sglang's dynamic factory builds
+    it; register_mem_pool_host(host_pool) opens the pool (raises ValueError
+    for an unsupported layout, kvpool.KVPoolError when the pool cannot be
+    opened: no agent, no client slot).  Safe for any number of threads."""
+
+    def __init__(self, storage_config=None, kwargs=None):
+        cfg = storage_config
+        self.storage_config = cfg
+        self.extra = dict(getattr(cfg, "extra_config", None) or {})
+        self.pool_name = str(self.extra.get("pool", "default"))
+        self.tp_rank = int(getattr(cfg, "tp_rank", 0) or 0)
+        self.tp_size = int(getattr(cfg, "tp_size", 1) or 1)
+        self.pp_rank = int(getattr(cfg, "pp_rank", 0) or 0)
+        self.pp_size = int(getattr(cfg, "pp_size", 1) or 1)
+        self.cp_rank = int(getattr(cfg, "attn_cp_rank", 0) or 0)
+        self.cp_size = int(getattr(cfg, "attn_cp_size", 1) or 1)
+        self.is_mla = bool(getattr(cfg, "is_mla_model", False))
+        self.should_split_heads = bool(getattr(cfg, "should_split_heads", False))
+        self.interface_v1 = bool(self.extra.get("interface_v1", 0))
+        self.pin_prefetch = bool(self.extra.get("pin_prefetch", True))
+        self.pin_max_pages = int(self.extra.get("pin_max_pages", 1024))
+        self.pin_max_age_s = float(self.extra.get("pin_max_age_s", 10.0))
+        self.busy_retry_s = float(self.extra.get("busy_retry_ms", 50)) / 1000.0
+        self.clear_track_max = int(self.extra.get("clear_track_max", 1_000_000))
+
+        # rank suffix of object keys, as sglang's backends build theirs
+        rank = "" if self.is_mla else f"_{self.tp_rank}"
+        if self.pp_size > 1:
+            rank += f"_{self.pp_rank}"
+        if self.cp_size > 1:
+            rank += f"_cp{self.cp_rank}"
+        self._rank_sfx = rank
+        # K: "{hash}{A}", V: "{B}{hash}" (MHA), A = "_{rank}_k", B = "v_{rank}_":
+        # B + (A + B).join(hashes) + A holds every object key of a batch,
+        # each at a fixed offset, so one str.join builds them all (_blob)
+        self._A = rank + "_k"
+        self._B = "" if self.is_mla else "v" + rank + "_"
+        self._per = 1 if self.is_mla else 2  # objects per page
+        self._sep = self._A + self._B
+        self._Ab, self._Bb = self._A.encode(), self._B.encode()
+        assert self._per == 1 or len(self._A) == len(self._B)  # K and V keys: one length
+        self._plans = {}
+        self._fast_ok = True
+        # MLA pages are the same on every rank: rank 0 writes (sglang skips
+        # the backup on other ranks too; this keeps it so without that)
+        self._write_skip = self.is_mla and self.tp_rank != 0
+
+        self.mem_pool_host = None
+        self.pool = None
+        self.namespace = None
+        self.page_size = 1
+        self.object_bytes = 0
+        self._park_lock = threading.Lock()
+        self._parked = {}  # first key -> [_Parked]
+        self._park_order = collections.deque()  # _Parked, oldest first
+        self._parked_pages = 0
+        self._written = {}  # ordered set of object keys this store wrote
+        self._written_lock = threading.Lock()
+        self._logged = set()
+        self._stat_lock = threading.Lock()
+        self._tl = threading.local()
+        self._counters = []  # every thread's Counter
+        self._metrics = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [], "backup_bandwidth": []}
+
+    # -- set-up --
+
+    def register_mem_pool_host(self, mem_pool_host):
+        """Check the host pool's layout, derive the namespace, open the pool."""
+        host = mem_pool_host
+        layout = getattr(host, "layout", "page_first")
+        if layout not in SUPPORTED_LAYOUTS:
+            raise ValueError(
+                f"kvpool.sglang: host KV layout {layout!r} is not supported (a page is not one contiguous "
+                f"object per K/V); launch sglang with --hicache-mem-layout page_first "
+                f"(or page_first_direct, page_head)"
+            )
+        if self.should_split_heads:
+            raise ValueError("kvpool.sglang: tp_lcm_size (split heads across TP sizes) is not supported")
+        self.mem_pool_host = host
+        self.page_size = int(host.page_size)
+        self.object_bytes = _object_bytes(host, self.is_mla)
+        self.namespace = namespace_for(self.storage_config, host)
+        if self.pool is not None:
+            self.pool.close()
+        try:
+            self.pool = kvpool.Pool(self.pool_name, namespace=self.namespace)
+        except kvpool.KVPoolError as e:
+            raise type(e)(
+                e.status,
+                None,
+                f"kvpool.sglang: cannot open pool {self.pool_name!r} ({e}); start its agent "
+                f"(systemctl enable --now kvpoold@{self.pool_name}, or kvpoold --pool {self.pool_name} ...)",
+            ) from None
+        logger.info(
+            "kvpool.sglang: pool %r, namespace %r, %d object(s) of %d bytes per page",
+            self.pool_name,
+            self.namespace,
+            self._per,
+            self.object_bytes,
+        )
+
+    def close(self):
+        """Release every parked pin and close the pool (idempotent)."""
+        self._drop_parked()
+        p, self.pool = self.pool, None
+        if p is not None:
+            p.close()
+
+    # -- helpers --
+
+    def _once(self, kind, msg, *args):
+        """Log an error once per kind (a broken store must not flood the log)."""
+        self._count("errors")
+        if kind in self._logged:
+            return
+        self._logged.add(kind)
+        logger.error("kvpool.sglang: " + msg + " (logged once)", *args)
+
+    def _count(self, name, n=1):
+        """Add to a counter of this thread's (no lock; stats() sums them)."""
+        c = getattr(self._tl, "c", None)
+        if c is None:
+            c = self._tl.c = collections.Counter()
+            with self._stat_lock:
+                self._counters.append(c)
+        c[name] += n
+
+    def _expand(self, keys):
+        """Object keys of pages, K then V per page (MHA), in one list."""
+        A, B = self._A, self._B
+        if self._per == 1:
+            return [k + A for k in keys]
+        out = [None] * (2 * len(keys))
+        out[0::2] = [k + A for k in keys]
+        out[1::2] = [B + k for k in keys]
+        return out
+
+    # -- the fast path: op arrays without a Python object per key --
+    #
+    # The binding's batch calls take a list of keys and spend ~0.3 us a key
+    # building the op array (kvpool.Pool._fill); a probe of 128 pages is
+    # then ~6x the C call.  Page hashes are fixed-length strings, so here
+    # every object key of a batch lies in one joined string at a fixed
+    # offset and the key pointers are a cached array per (buffer, pages,
+    # hash length).  This uses the binding's per-thread client internals
+    # (Pool._client, the client's lock, scratch op array and key buffer);
+    # if they are not there (another binding version) the store falls back
+    # to the public calls for good.
+
+    def _blob(self, keys):
+        """The joined object keys of a batch of equal-length ASCII page keys
+        (bytes) and the page key length, or None."""
+        hl = len(keys[0])
+        n = len(keys)
+        if list(map(len, keys)).count(hl) != n:
+            return None
+        j = self._sep.join(keys)
+        b = j.encode()
+        if len(b) != len(j):
+            return None
+        return self._Bb + b + self._Ab, hl
+
+    def _plan(self, base, n, hl):
+        key = (base, n, hl)
+        p = self._plans.get(key)
+        if p is None:
+            la, lb = len(self._A), len(self._B)
+            r = hl + la + lb
+            m = self._per * n
+            if self._per == 1:
+                ptrs = array.array("Q", range(base, base + n * r, r))
+            else:
+                ptrs = array.array("Q", bytes(8 * m))
+                ptrs[0::2] = array.array("Q", range(base + lb, base + lb + n * r, r))  # K: hash + A
+                ptrs[1::2] = array.array("Q", range(base, base + n * r, r))  # V: B + hash
+            # the whole op array (key, klen, zero buf/off/len/status) as one
+            # image: a call copies it in with one memmove
+            img = array.array("Q", bytes(8 * _OPW * m))
+            img[0::_OPW] = ptrs
+            img[1::_OPW] = array.array("Q", [hl + la]) * m
+            if len(self._plans) > 1024:
+                self._plans.clear()
+            p = self._plans[key] = img.tobytes()
+        return p
+
+    def _fast_fill(self, c, keys, ptrs=None, sizes=None):
+        """Fill client c's op array (its lock held) for the objects of
+        keys; returns (ops, objects) or None (not fixed-length keys)."""
+        bl = self._blob(keys)
+        if bl is None:
+            return None
+        blob, hl = bl
+        n = len(keys)
+        m = self._per * n
+        ops = c.scratch(m, len(blob))
+        ctypes.memmove(c.kbuf, blob, len(blob))
+        img = self._plan(ctypes.addressof(c.kbuf), n, hl)
+        ctypes.memmove(ops, img, len(img))
+        if ptrs is not None:
+            end = m * _OPW
+            c.mvq[2:end:_OPW] = ptrs if isinstance(ptrs, array.array) else array.array("Q", ptrs)
+            c.mvq[4:end:_OPW] = sizes if isinstance(sizes, array.array) else array.array("Q", sizes)
+        return ops, m
+
+    def _fast(self, what, keys, ptrs=None, sizes=None):
+        """One C call on the objects of keys through the fast path:
+        exists -> objects present; pin -> Pinset; put -> statuses; get ->
+        bytes or statuses.  None when the fast path does not apply."""
+        if not self._fast_ok:
+            return None
+        pool = self.pool
+        try:
+            c = pool._client()
+            with c.lock:
+                f = self._fast_fill(c, keys, ptrs, sizes)
+                if f is None:
+                    return None
+                ops, m = f
+                if what == "exists":
+                    rc = _lib.kvp_batch_exists_prefix(c.h, ops, m)
+                elif what == "pin":
+                    out = ctypes.c_void_p()
+                    rc = _lib.kvp_batch_lookup_pin(c.h, ops, m, ctypes.byref(out))
+                elif what == "put":
+                    rc = _lib.kvp_batch_put(c.h, ops, m)
+                else:
+                    rc = _lib.kvp_batch_get(c.h, ops, m)
+                if rc >= 0:
+                    if what == "pin":
+                        stop = c.mvi[_OPS + rc * 12] if rc < m else kvpool.OK
+                        try:
+                            return kvpool.Pinset(pool, c, out.value, rc, m, stop)
+                        except Exception:  # another binding's Pinset: never leak the holds
+                            _lib.kvp_pinset_free(c.h, out.value)
+                            raise
+                    if what in ("put", "get"):
+                        st = c.mvi[_OPS : m * 12 : 12].tolist()
+                        if what == "put":
+                            return st
+                        got = c.mvq[4 : m * _OPW : _OPW].tolist()
+                        return [g if x == 0 else x for x, g in zip(st, got)]
+                    return rc
+        except (AttributeError, TypeError, ImportError) as e:
+            self._fast_ok = False
+            logger.warning("kvpool.sglang: the fast path is off (%r); using the binding's public calls", e)
+            return None
+        pool._check(c, rc)  # raises the status's exception
+
+    def _meta(self, keys, host_indices):
+        """(pointers, sizes) of the pages' objects, or None (logged)."""
+        n = len(keys)
+        ni = len(host_indices)
+        if ni != n * self.page_size:
+            self._once("indices", "%d host indices for %d pages of %d tokens", ni, n, self.page_size)
+            return None
+        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        m = n * self._per
+        if isinstance(sizes, int):
+            sizes = [sizes] * len(ptrs)
+        if len(ptrs) != m or len(sizes) != m:
+            self._once(
+                "meta",
+                "the host pool gave %d pointers for %d objects (layout %r, %s)",
+                len(ptrs),
+                m,
+                getattr(self.mem_pool_host, "layout", None),
+                "mla" if self.is_mla else "mha",
+            )
+            return None
+        return ptrs, sizes
+
+    def _pages(self, ok, n):
+        """Per page: all its objects ok (ok: a list of bools per object)."""
+        if self._per == 1:
+            return ok
+        return [a and b for a, b in zip(ok[0::2], ok[1::2])]
+
+    def _retry_busy(self, fn, okeys, ptrs, sizes, res):
+        """Retry the objects whose answer was BUSY, within busy_retry_ms.
+        okeys: the object keys, or a function that makes them."""
+        busy = [i for i, r in enumerate(res) if r == kvpool.BUSY]
+        if not busy:
+            return res
+        if callable(okeys):
+            okeys = okeys()
+        deadline = time.monotonic() + self.busy_retry_s
+        pause = 0.0005
+        while busy and time.monotonic() < deadline:
+            self._count("busy_retries")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
+            r2 = fn([okeys[i] for i in busy], [ptrs[i] for i in busy], [sizes[i] for i in busy])
+            for i, r in zip(busy, r2):
+                res[i] = r
+            busy = [i for i in busy if res[i] == kvpool.BUSY]
+        if busy:
+            self._count("busy_gave_up", len(busy))
+        return res
+
+    # -- parked pins --
+
+    def _sweep(self, now):
+        """Release parked pinsets past their age (every call runs this)."""
+        if not self._park_order:
+            return
+        old = []
+        with self._park_lock:
+            while self._park_order and now - self._park_order[0].t0 > self.pin_max_age_s:
+                old.append(self._unpark_locked(self._park_order[0]))
+        for e in old:
+            e.ps.release()
+        if old:
+            self._count("pins_expired", len(old))
+
+    def _unpark_locked(self, e):
+        lst = self._parked.get(e.keys[0])
+        if lst is not None:
+            lst.remove(e)
+            if not lst:
+                del self._parked[e.keys[0]]
+        self._park_order.remove(e)
+        self._parked_pages -= e.pages
+        return e
+
+    def _park(self, ps, keys, pages):
+        now = time.monotonic()
+        e = _Parked(ps, keys, pages, now)
+        evicted = []
+        with self._park_lock:
+            while self._park_order and self._parked_pages + pages > self.pin_max_pages:
+                evicted.append(self._unpark_locked(self._park_order[0]))
+            if pages <= self.pin_max_pages:
+                self._parked.setdefault(keys[0], []).append(e)
+                self._park_order.append(e)
+                self._parked_pages += pages
+                e = None
+        for x in evicted:
+            x.ps.release()
+        if evicted:
+            self._count("pins_evicted", len(evicted))
+        if e is not None:  # larger than the cap alone: not parked
+            ps.release()
+
+    def _take_parked(self, keys):
+        """The parked pinset whose probed keys start with keys, or None."""
+        with self._park_lock:
+            lst = self._parked.get(keys[0])
+            if not lst:
+                return None
+            n = len(keys)
+            for e in lst:
+                if len(e.keys) >= n and list(e.keys[:n]) == list(keys):
+                    return self._unpark_locked(e)
+                if len(e.keys) < n and list(keys[: len(e.keys)]) == list(e.keys):
+                    return self._unpark_locked(e)
+        return None
+
+    def _drop_parked(self):
+        with self._park_lock:
+            es = list(self._park_order)
+            self._parked.clear()
+            self._park_order.clear()
+            self._parked_pages = 0
+        for e in es:
+            e.ps.release()
+
+    def parked_pages(self):
+        """Pages held in parked pinsets now (for tests and stats)."""
+        return self._parked_pages
+
+    # -- the zero-copy path (interface_v1) --
+
+    def batch_exists(self, keys, extra_info=None):
+        """How many leading pages of keys are present (every object of a
+        page).  With pin_prefetch, the pages counted are pinned until
+        batch_get_v1 of these keys reads them, or pin_max_age_s passes.
+        Never raises: 0 on any error."""
+        try:
+            n = len(keys)
+            self._sweep(time.monotonic())
+            if n == 0 or self.pool is None:
+                return 0
+            if not self.interface_v1:
+                return self.pool.batch_exists_prefix([k + self._rank_sfx if self._rank_sfx else k for k in keys])
+            if not self.pin_prefetch:
+                have = self._fast("exists", keys)
+                if have is None:
+                    have = self.pool.batch_exists_prefix(self._expand(keys))
+                pages = have // self._per
+                self._count("exists_pages", pages)
+                return pages
+            ps = self._fast("pin", keys)
+            if ps is None:
+                ps = self.pool.lookup_pin(self._expand(keys))
+            pages = ps.count // self._per
+            if ps.count < n * self._per and ps.stop_status not in (kvpool.OK, kvpool.MISS):
+                # pinning stopped on a limit (BUSY: hold slots, the pinned
+                # bytes cap), not on a miss: count the rest without pins
+                have = self._fast("exists", keys)
+                if have is None:
+                    have = self.pool.batch_exists_prefix(self._expand(keys))
+                pages = have // self._per
+                self._count("pins_short")
+            if ps.count // self._per == 0:
+                ps.release()
+            else:
+                self._park(ps, list(keys[: ps.count // self._per]), ps.count // self._per)
+            self._count("exists_pages", pages)
+            return pages
+        except Exception as e:
+            self._once("exists:" + type(e).__name__, "batch_exists failed: %r", e)
+            return 0
+
+    def batch_get_v1(self, keys, host_indices, extra_info=None):
+        """Load each page into the host pool at host_indices (len(keys) *
+        page_size token slots).  One bool per page: True when every object
+        of it was read whole.  A miss is False; never raises, never None."""
+        n = len(keys)
+        out = [False] * n
+        try:
+            self._sweep(time.monotonic())
+            if n == 0 or self.pool is None:
+                return out
+            meta = self._meta(keys, host_indices)
+            if meta is None:
+                return out
+            ptrs, sizes = meta
+            t0 = time.perf_counter()
+            e = self._take_parked(keys) if self.pin_prefetch else None
+            if e is not None:
+                m = min(e.pages, n) * self._per
+                try:
+                    res = e.ps.get(ptrs[:m], sizes[:m])
+                finally:
+                    e.ps.release()
+                self._count("pinned_pages_read", m // self._per)
+                if m < n * self._per:  # pages past the pinned ones
+                    rest = keys[m // self._per :]
+                    r2 = self._fast("get", rest, ptrs[m:], sizes[m:])
+                    res += r2 if r2 is not None else self.pool.batch_get(self._expand(rest), ptrs[m:], sizes[m:])
+            else:
+                res = self._fast("get", keys, ptrs, sizes)
+                if res is None:
+                    res = self.pool.batch_get(self._expand(keys), ptrs, sizes)
+            res = self._retry_busy(self.pool.batch_get, lambda: self._expand(keys), ptrs, sizes, res)
+            ok = [r == s for r, s in zip(res, sizes)]
+            out = self._pages(ok, n)
+            good = sum(out)
+            self._count("get_pages", good)
+            self._count("get_pages_missed", n - good)
+            self._record("prefetch", good, time.perf_counter() - t0)
+            return out
+        except Exception as e:
+            self._once("get:" + type(e).__name__, "batch_get_v1 failed: %r", e)
+            return [False] * n
+
+    def batch_set_v1(self, keys, host_indices, extra_info=None):
+        """Store each page from the host pool at host_indices.  One bool per
+        page: True when every object of it is in the pool (written now, or
+        there already: the first writer wins).  MLA ranks other than 0
+        answer True without writing.  Never raises, never None."""
+        n = len(keys)
+        try:
+            self._sweep(time.monotonic())
+            if n == 0:
+                return []
+            if self._write_skip:
+                return [True] * n
+            if self.pool is None:
+                return [False] * n
+            meta = self._meta(keys, host_indices)
+            if meta is None:
+                return [False] * n
+            ptrs, sizes = meta
+            t0 = time.perf_counter()
+            res = self._fast("put", keys, ptrs, sizes)
+            if res is None:
+                res = self.pool.batch_put(self._expand(keys), ptrs, sizes)
+            res = self._retry_busy(self.pool.batch_put, lambda: self._expand(keys), ptrs, sizes, res)
+            ok = [r == 0 or r == kvpool.EXISTS for r in res]
+            if self.clear_track_max > 0 and 0 in res:
+                self._remember([k for k, r in zip(self._expand(keys), res) if r == 0])
+            out = self._pages(ok, n)
+            good = sum(out)
+            self._count("set_pages", good)
+            self._count("set_pages_failed", n - good)
+            self._record("backup", good, time.perf_counter() - t0)
+            return out
+        except Exception as e:
+            self._once("set:" + type(e).__name__, "batch_set_v1 failed: %r", e)
+            return [False] * n
+
+    # -- the copy path (interface_v1 off; also usable directly) --
+
+    def _flat_key(self, key):
+        return key + self._rank_sfx if self._rank_sfx else key
+
+    @staticmethod
+    def _addr_len(obj, writable):
+        """(address, bytes) of a torch tensor (contiguous) or a buffer."""
+        if torch is not None and isinstance(obj, torch.Tensor):
+            if not obj.is_contiguous():
+                raise ValueError("a non-contiguous tensor")
+            return obj.data_ptr(), obj.numel() * obj.element_size()
+        return kvpool.buffer_address(obj, writable)
+
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        """Store one value: value (a tensor or buffer), or target_sizes bytes
+        at address target_location.  True when stored or already there."""
+        try:
+            if self._write_skip:
+                return True
+            if self.pool is None:
+                return False
+            if value is not None:
+                addr, ln = self._addr_len(value, False)
+            elif target_location is not None and target_sizes is not None:
+                addr, ln = int(target_location), int(target_sizes)
+            else:
+                return False
+            k = self._flat_key(key)
+            res = self.pool.batch_put([k], [addr], [ln])
+            res = self._retry_busy(self.pool.batch_put, [k], [addr], [ln], res)
+            if res[0] == 0:
+                self._remember([k])
+            return res[0] == 0 or res[0] == kvpool.EXISTS
+        except Exception as e:
+            self._once("cset:" + type(e).__name__, "set failed: %r", e)
+            return False
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        """set() of each key; True when all succeeded."""
+        try:
+            if values is not None:
+                return all([self.set(k, v) for k, v in zip(keys, values)]) and len(keys) == len(values)
+            if target_locations is None or target_sizes is None:
+                return False
+            return all([self.set(k, None, a, s) for k, a, s in zip(keys, target_locations, target_sizes)])
+        except Exception as e:
+            self._once("cbset:" + type(e).__name__, "batch_set failed: %r", e)
+            return False
+
+    def get(self, key, target_location=None, target_sizes=None):
+        """Read one value: into target_location (a tensor or buffer, returned
+        on success), into target_sizes bytes at address target_location
+        (True on success), or as a new uint8 tensor (bytes without torch).
+        None on a miss or any failure."""
+        try:
+            if self.pool is None:
+                return None
+            k = self._flat_key(key)
+            if target_location is None:
+                data = self.pool.get_bytes(k)
+                if torch is not None:
+                    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+                return data
+            is_addr = isinstance(target_location, int)
+            if is_addr:
+                addr, ln = target_location, int(target_sizes)
+            else:
+                addr, ln = self._addr_len(target_location, True)
+            res = self.pool.batch_get([k], [addr], [ln])
+            res = self._retry_busy(self.pool.batch_get, [k], [addr], [ln], res)
+            if res[0] != ln:
+                return None
+            return True if is_addr else target_location
+        except kvpool.Miss:
+            return None
+        except Exception as e:
+            self._once("cget:" + type(e).__name__, "get failed: %r", e)
+            return None
+
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        """get() of each key: a list of the targets (None where missed);
+        with addresses (ints) and sizes, the number of leading keys read,
+        as sglang's mooncake backend answers."""
+        try:
+            locs = target_locations if target_locations is not None else [None] * len(keys)
+            if locs and isinstance(locs[0], int) and target_sizes is not None:
+                for i, (k, a, s) in enumerate(zip(keys, locs, target_sizes)):
+                    if self.get(k, a, s) is not True:
+                        return i
+                return len(keys)
+            return [self.get(k, t) for k, t in zip(keys, locs)]
+        except Exception as e:
+            self._once("cbget:" + type(e).__name__, "batch_get failed: %r", e)
+            return [None] * len(keys)
+
+    def exists(self, key):
+        """Whether the page is present (both objects for MHA on the
+        zero-copy path, the flat page on the copy path)."""
+        try:
+            if self.pool is None:
+                return False
+            if self.interface_v1:
+                return self.pool.batch_exists_prefix(self._expand([key])) == self._per
+            return self.pool.exists(self._flat_key(key))
+        except Exception as e:
+            self._once("cexists:" + type(e).__name__, "exists failed: %r", e)
+            return False
+
+    # -- housekeeping --
+
+    def _remember(self, okeys):
+        if not okeys or self.clear_track_max <= 0:
+            return
+        with self._written_lock:
+            w = self._written
+            w.update(dict.fromkeys(okeys))
+            extra = len(w) - self.clear_track_max
+            if extra > 0:
+                it = iter(w)
+                for k in [next(it) for _ in range(extra)]:
+                    del w[k]
+
+    def clear(self):
+        """Release parked pins and delete the objects this store wrote (the
+        last clear_track_max of them), never other engines' pages: the pool
+        is shared.  To empty a whole pool, restart its agent without
+        --ssd-dir, or delete the namespace's keys with the kvpool CLI."""
+        try:
+            self._drop_parked()
+            with self._written_lock:
+                keys, self._written = list(self._written), {}
+            gone = 0
+            if self.pool is not None:
+                for k in keys:
+                    try:
+                        self.pool.delete(k)
+                        gone += 1
+                    except kvpool.Miss:
+                        pass
+                    except kvpool.KVPoolError:
+                        pass
+            logger.info("kvpool.sglang: clear() deleted %d object(s) this store wrote", gone)
+            return True
+        except Exception as e:
+            self._once("clear:" + type(e).__name__, "clear failed: %r", e)
+            return False
+
+    def _record(self, what, pages, secs):
+        if pages <= 0:
+            return
+        gb = pages * self._per * self.object_bytes / (1 << 30)
+        with self._stat_lock:
+            self._metrics[what + "_pgs"].append(pages)
+            self._metrics[what + "_bandwidth"].append(gb / secs if secs > 0 else 0.0)
+            for k in ("prefetch_pgs", "backup_pgs", "prefetch_bandwidth", "backup_bandwidth"):
+                if len(self._metrics[k]) > 10000:  # nobody collects: keep it bounded
+                    del self._metrics[k][:5000]
+
+    def stats(self):
+        """Counters of this store as a dict (pages read, written, missed,
+        pins parked, used, expired, errors ...)."""
+        d = collections.Counter()
+        with self._stat_lock:
+            counters = list(self._counters)
+        for c in counters:
+            d.update(c.copy())
+        d = dict(d)
+        d["parked_pages"] = self._parked_pages
+        d["namespace"] = self.namespace
+        d["pool"] = self.pool_name
+        return d
+
+    def get_stats(self):
+        """sglang's StorageMetrics (per call pages and GB/s of prefetch and
+        backup since the last call) when sglang is importable, else a dict:
+        the same lists plus stats()."""
+        try:
+            with self._stat_lock:
+                m = {k: list(v) for k, v in self._metrics.items()}
+                for v in self._metrics.values():
+                    v.clear()
+            cls = _storage_metrics_class()
+            if cls is not None:
+                sm = cls()
+                for k, v in m.items():
+                    getattr(sm, k).extend(v)
+                return sm
+            m.update(self.stats())
+            return m
+        except Exception as e:
+            self._once("stats:" + type(e).__name__, "get_stats failed: %r", e)
+            return None

@@ -1,0 +1,631 @@
+# SPDX-License-Identifier: MIT
+"""kvpool.sglang.KVPoolStore as sglang drives it, against a fake host pool
+(sglang_fake.FakeHostPool answers get_page_buffer_meta as sglang's MHA and
+MLA host pools do).  Every test starts its own agent (kvpt.Agent).  Other
+processes are started with the "spawn" method: a Pool is never forked.
+The round trips run with host_indices as torch tensors when torch is
+importable (TestRoundTripTorch) and as plain lists (TestRoundTripPlain)."""
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import unittest
+
+import kvpool
+import kvpool.sglang as ks
+import kvpt
+import sglang_fake as sf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+_spawn = multiprocessing.get_context("spawn")
+
+
+def store_for(pool, host=None, **cfg):
+    """A registered store as sglang's factory builds it; host: a FakeHostPool."""
+    extra = {"pool": pool, "interface_v1": 1}
+    extra.update(cfg.pop("extra", {}))
+    st = ks.KVPoolStore(sf.StorageConfig(extra_config=extra, **cfg), {})
+    st.register_mem_pool_host(host if host is not None else sf.FakeHostPool())
+    return st
+
+
+def holds_by_pid(pool):
+    """{pid: [holds per client slot]} from `kvpool clients`."""
+    out = {}
+    for ln in kvpt.clients_of(pool).splitlines()[1:]:
+        f = ln.split()
+        if len(f) >= 6 and f[0].isdigit():
+            out.setdefault(int(f[1]), []).append(int(f[4]))
+    return out
+
+
+# ---- workers of other processes (spawned: they import this module) ----
+
+
+def _w_set(pool, cfg, host_kw, tag, n, seed0, q):
+    try:
+        hp = sf.FakeHostPool(**host_kw)
+        st = store_for(pool, hp, **cfg)
+        for i in range(n):
+            hp.fill(i, seed0 + i)
+        q.put(("ok", st.batch_set_v1(sf.page_keys(tag, n), hp.indices(range(n))), st.namespace))
+        st.close()
+    except BaseException as e:  # report, never hang the parent
+        q.put(("error", repr(e), None))
+
+
+def _w_get(pool, cfg, host_kw, tag, n, seed0, q):
+    try:
+        hp = sf.FakeHostPool(**host_kw)
+        st = store_for(pool, hp, **cfg)
+        keys = sf.page_keys(tag, n)
+        have = st.batch_exists(keys)
+        ok = st.batch_get_v1(keys, hp.indices(range(n)))
+        good = [hp.page(i) == hp.expect(seed0 + i) for i in range(n)]
+        q.put(("ok", (have, ok, good), st.namespace))
+        st.close()
+    except BaseException as e:
+        q.put(("error", repr(e), None))
+
+
+def _w_pin_and_spin(pool, tag, n, q):
+    """Pin pages (batch_exists) and keep loading them until killed."""
+    try:
+        hp = sf.FakeHostPool()
+        st = store_for(pool, hp)
+        keys = sf.page_keys(tag, n)
+        q.put(("pinned", st.batch_exists(keys), os.getpid()))
+        while True:
+            st.batch_get_v1(keys, hp.indices(range(n)))
+            st.batch_exists(keys)
+    except BaseException as e:
+        q.put(("error", repr(e), None))
+
+
+def run_spawned(fn, *args, timeout=60):
+    q = _spawn.Queue()
+    p = _spawn.Process(target=fn, args=args + (q,))
+    p.start()
+    try:
+        kind, val, ns = q.get(timeout=timeout)
+    finally:
+        p.join(timeout=timeout)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    if kind != "ok":
+        raise AssertionError(f"{fn.__name__}: {val}")
+    return val, ns
+
+
+# ---- round trips, with and without torch tensors as host_indices ----
+
+
+class _RoundTrip:
+    use_torch = True
+
+    def host(self, **kw):
+        kw.setdefault("use_torch", self.use_torch)
+        return sf.FakeHostPool(**kw)
+
+    def test_mha_set_get_bytes(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            a, b = self.host(), self.host()
+            st, st2 = store_for(ag.pool, a), store_for(ag.pool, b)
+            keys = sf.page_keys("mha", 20)
+            for i in range(20):
+                a.fill(i, 100 + i)
+            self.assertEqual(st.batch_set_v1(keys, a.indices(range(20))), [True] * 20)
+            self.assertEqual(st2.batch_exists(keys + sf.page_keys("absent", 3)), 20)
+            # other slots of another engine's host pool, in another order
+            slots = list(range(40, 60))[::-1]
+            self.assertEqual(st2.batch_get_v1(keys, b.indices(slots)), [True] * 20)
+            for i, s in enumerate(slots):
+                self.assertEqual(b.page(s), a.expect(100 + i), f"page {i}")
+            self.assertEqual(st2.parked_pages(), 0)
+            st.close()
+            st2.close()
+
+    def test_public_calls_path(self):
+        """Keys of unequal length, and a store with its fast path off, go
+        through the binding's public batch calls: the same answers."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            a, b = self.host(), self.host()
+            st, st2 = store_for(ag.pool, a), store_for(ag.pool, b)
+            st2._fast_ok = False
+            keys = ["short", "a-longer-key", "k" * 100] + sf.page_keys("pub", 3)
+            for i in range(6):
+                a.fill(i, 40 + i)
+                b.fill(i, 40 + i)
+            self.assertEqual(st.batch_set_v1(keys[:3], a.indices(range(3))), [True] * 3)
+            self.assertEqual(st2.batch_set_v1(keys[3:], a.indices(range(3, 6))), [True] * 3)
+            for s, h in ((st, a), (st2, b)):  # each store loads into its own host pool
+                self.assertEqual(s.batch_exists(keys + ["absent"]), 6)
+                self.assertEqual(s.batch_get_v1(keys, h.indices(range(10, 16))), [True] * 6)
+                self.assertEqual([h.page(10 + i) for i in range(6)], [a.expect(40 + i) for i in range(6)])
+            self.assertTrue(st._fast_ok)
+            st.close()
+            st2.close()
+
+    def test_copy_path_tensors(self):
+        """sglang's copy path (interface_v1 off) hands flat page tensors."""
+        if not self.use_torch or sf.torch is None:
+            self.skipTest("torch tensors")
+        torch = sf.torch
+        with kvpt.Agent("--dram", "64M") as ag:
+            st = store_for(ag.pool, self.host(), extra={"interface_v1": 0})
+            pages = [torch.arange(i, i + 512, dtype=torch.int32).to(torch.bfloat16) for i in range(3)]
+            self.assertTrue(st.batch_set(["t0", "t1", "t2"], pages))
+            self.assertEqual(st.batch_exists(["t0", "t1", "t2", "t3"]), 3)
+            outs = [torch.zeros(512, dtype=torch.bfloat16) for _ in range(4)]
+            got = st.batch_get(["t0", "t1", "t2", "t3"], outs)
+            self.assertIsNone(got[3])
+            for i in range(3):
+                self.assertIs(got[i], outs[i])
+                self.assertTrue(torch.equal(outs[i], pages[i]))
+            raw = st.get("t1")
+            self.assertEqual(raw.dtype, torch.uint8)
+            self.assertTrue(torch.equal(raw.view(torch.bfloat16), pages[1]))
+            st.close()
+
+    def test_mla_and_layouts(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            for kw in ({"mla": True}, {"layout": "page_first_direct"}, {"layout": "page_head"}):
+                a, b = self.host(**kw), self.host(**kw)
+                mla = kw.get("mla", False)
+                st, st2 = store_for(ag.pool, a, is_mla_model=mla), store_for(ag.pool, b, is_mla_model=mla)
+                keys = sf.page_keys(repr(kw), 6)
+                for i in range(6):
+                    a.fill(i, i + 7)
+                self.assertEqual(st.batch_set_v1(keys, a.indices(range(6))), [True] * 6, kw)
+                self.assertEqual(st2.batch_get_v1(keys, b.indices(range(6))), [True] * 6, kw)
+                self.assertEqual([b.page(i) for i in range(6)], [a.expect(i + 7) for i in range(6)], kw)
+                st.close()
+                st2.close()
+
+    def test_misses_false_never_none(self):
+        ag = kvpt.Agent("--dram", "64M")
+        try:
+            hp = self.host()
+            st = store_for(ag.pool, hp)
+            keys = sf.page_keys("miss", 5)
+            self.assertEqual(st.batch_exists(keys), 0)
+            self.assertEqual(st.batch_get_v1(keys, hp.indices(range(5))), [False] * 5)
+            # a wrong number of host indices: False per page, not an exception
+            with self.assertLogs("kvpool.sglang", "ERROR"):
+                self.assertEqual(st.batch_get_v1(keys, hp.indices(range(4))), [False] * 5)
+                self.assertEqual(st.batch_set_v1(keys, hp.indices(range(4))), [False] * 5)
+            self.assertIsNone(st.get(keys[0]))
+            self.assertFalse(st.exists(keys[0]))
+            # the agent gone: every answer is still False or 0, never raised
+            ag.kill()
+            self.assertEqual(st.batch_exists(keys), 0)
+            for r in (st.batch_get_v1(keys, hp.indices(range(5))), st.batch_set_v1(keys, hp.indices(range(5)))):
+                self.assertIsInstance(r, list)
+                self.assertEqual(len(r), 5)
+                self.assertTrue(all(x is False or x is True for x in r))
+            # a pool that fails every call (closed under the store): False, 0, None
+            st.pool.close()
+            with self.assertLogs("kvpool.sglang", "ERROR") as logs:
+                self.assertEqual(st.batch_exists(keys), 0)
+                self.assertEqual(st.batch_get_v1(keys, hp.indices(range(5))), [False] * 5)
+                self.assertEqual(st.batch_get_v1(keys, hp.indices(range(5))), [False] * 5)
+                self.assertEqual(st.batch_set_v1(keys, hp.indices(range(5))), [False] * 5)
+                self.assertFalse(st.exists(keys[0]))
+                self.assertIsNone(st.get(keys[0]))
+            self.assertEqual(len([m for m in logs.output if "batch_get_v1" in m]), 1)  # once per kind
+            st.close()
+        finally:
+            ag.stop()
+
+
+@unittest.skipIf(sf.torch is None, "torch is not importable")
+class TestRoundTripTorch(_RoundTrip, unittest.TestCase):
+    use_torch = True
+
+
+class TestRoundTripPlain(_RoundTrip, unittest.TestCase):
+    use_torch = False
+
+
+# ---- the rest ----
+
+
+class TestStore(unittest.TestCase):
+    def test_exists_counts_pages_not_objects(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            hp = sf.FakeHostPool()
+            st = store_for(ag.pool, hp)
+            keys = sf.page_keys("kv", 6)
+            for i in range(6):
+                hp.fill(i, i)
+            self.assertEqual(st.batch_set_v1(keys[:3], hp.indices(range(3))), [True] * 3)
+            # page 3: K only, put beside the store in its namespace
+            with kvpool.Pool(ag.pool, namespace=st.namespace) as p:
+                p.put(keys[3] + "_0_k", b"k" * hp.obj_bytes)
+                self.assertTrue(p.exists(keys[0] + "_0_k") and p.exists("v_0_" + keys[0]))
+            self.assertEqual(st.batch_exists(keys), 3)
+            self.assertFalse(st.exists(keys[3]))
+            self.assertEqual(st.batch_get_v1(keys[:4], hp.indices(range(10, 14))), [True, True, True, False])
+            st.close()
+
+    def test_exists_counts_as_true(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            a, b = sf.FakeHostPool(), sf.FakeHostPool()
+            st, st2 = store_for(ag.pool, a), store_for(ag.pool, b)
+            keys = sf.page_keys("twice", 4)
+            for i in range(4):
+                a.fill(i, i)
+                b.fill(i, 50 + i)  # another engine's bytes for the same keys
+            self.assertEqual(st.batch_set_v1(keys, a.indices(range(4))), [True] * 4)
+            self.assertEqual(st.batch_set_v1(keys, a.indices(range(4))), [True] * 4)
+            self.assertEqual(st2.batch_set_v1(keys, b.indices(range(4))), [True] * 4)
+            self.assertEqual(st2.batch_get_v1(keys, b.indices(range(8, 12))), [True] * 4)
+            # the first writer won
+            self.assertEqual([b.page(8 + i) for i in range(4)], [a.expect(i) for i in range(4)])
+            st.close()
+            st2.close()
+
+    def test_dtype_and_rank_isolation(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            bf16 = sf.FakeHostPool(kv_dtype="bfloat16", head_dim=16)
+            fp8 = sf.FakeHostPool(kv_dtype="float8_e4m3fn", head_dim=32)  # the same object size
+            self.assertEqual(bf16.obj_bytes, fp8.obj_bytes)
+            s_bf, s_fp = store_for(ag.pool, bf16), store_for(ag.pool, fp8)
+            self.assertNotEqual(s_bf.namespace, s_fp.namespace)
+            self.assertIn("float8_e4m3fn", s_fp.namespace)
+            keys = sf.page_keys("iso", 4)
+            for i in range(4):
+                bf16.fill(i, i)
+            self.assertEqual(s_bf.batch_set_v1(keys, bf16.indices(range(4))), [True] * 4)
+            self.assertEqual(s_fp.batch_exists(keys), 0)
+            self.assertEqual(s_fp.batch_get_v1(keys, fp8.indices(range(4))), [False] * 4)
+            # another TP rank of the same model holds other heads: not its pages
+            r1 = store_for(ag.pool, sf.FakeHostPool(), tp_rank=1, tp_size=2)
+            r0 = store_for(ag.pool, sf.FakeHostPool(), tp_rank=0, tp_size=2)
+            self.assertEqual(r0.batch_set_v1(keys, bf16.indices(range(4))), [True] * 4)
+            self.assertEqual(r1.batch_exists(keys), 0)
+            self.assertEqual(r0.batch_exists(keys), 4)
+            # and a user namespace separates tenants
+            t = store_for(ag.pool, sf.FakeHostPool(), extra={"namespace": "tenant-b"})
+            self.assertTrue(t.namespace.endswith("|tenant-b"))
+            self.assertEqual(t.batch_exists(keys), 0)
+            for s in (s_bf, s_fp, r0, r1, t):
+                s.close()
+
+    def test_agent_restart(self):
+        """The agent killed and restarted under a live store: its pages and
+        pins stay usable, and calls keep answering."""
+        ag = kvpt.Agent("--dram", "64M")
+        try:
+            hp = sf.FakeHostPool()
+            st = store_for(ag.pool, hp)
+            keys = sf.page_keys("restart", 4)
+            for i in range(4):
+                hp.fill(i, 70 + i)
+            self.assertEqual(st.batch_set_v1(keys, hp.indices(range(4))), [True] * 4)
+            self.assertEqual(st.batch_exists(keys), 4)  # pinned across the restart
+            ag.kill()
+            ag.start()
+            self.assertEqual(st.batch_get_v1(keys, hp.indices(range(8, 12))), [True] * 4)
+            self.assertEqual([hp.page(8 + i) for i in range(4)], [hp.expect(70 + i) for i in range(4)])
+            more = sf.page_keys("after", 4)
+            self.assertEqual(st.batch_set_v1(more, hp.indices(range(4))), [True] * 4)
+            self.assertEqual(st.batch_exists(more), 4)
+            st.close()
+        finally:
+            ag.stop()
+
+    def test_layer_first_refused(self):
+        st = ks.KVPoolStore(sf.StorageConfig(extra_config={"pool": "nonexistent-pool"}), {})
+        with self.assertRaises(ValueError) as cm:
+            st.register_mem_pool_host(sf.FakeHostPool(layout="layer_first"))
+        self.assertIn("--hicache-mem-layout page_first", str(cm.exception))
+        self.assertIsNone(st.pool)
+
+    def test_copy_path(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            hp = sf.FakeHostPool()
+            st = store_for(ag.pool, hp, extra={"interface_v1": 0})
+            page = bytearray(sf.pattern(9, 4096))
+            self.assertTrue(st.set("p0", page))
+            self.assertTrue(st.set("p0", page))  # there already: True
+            self.assertTrue(st.exists("p0"))
+            self.assertEqual(st.batch_exists(["p0", "p1"]), 1)
+            out = bytearray(4096)
+            self.assertIs(st.get("p0", out), out)
+            self.assertEqual(out, page)
+            self.assertEqual(bytes(st.get("p0")), bytes(page))
+            self.assertTrue(st.batch_set(["p1", "p2"], [bytearray(b"a" * 100), bytearray(b"b" * 100)]))
+            outs = [bytearray(100), bytearray(100), bytearray(100)]
+            got = st.batch_get(["p1", "p2", "p3"], outs)
+            self.assertEqual(got[:2], outs[:2])
+            self.assertIsNone(got[2])
+            self.assertEqual(outs[1], b"b" * 100)
+            # addresses and sizes, as sglang's zero-copy callers pass them
+            buf = ctypes.create_string_buffer(100)
+            self.assertTrue(st.get("p1", ctypes.addressof(buf), 100))
+            self.assertEqual(buf.raw, b"a" * 100)
+            self.assertEqual(st.batch_get(["p1", "p9"], [ctypes.addressof(buf)] * 2, [100, 100]), 1)
+            st.close()
+
+    def test_three_threads_one_store(self):
+        """sglang's prefetch, prefetch-io and backup threads at once."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            hp = sf.FakeHostPool(n_pages=96)
+            st = store_for(ag.pool, hp)
+            pre = sf.page_keys("pre", 16)
+            for i in range(16):
+                hp.fill(i, 1000 + i)
+            self.assertEqual(st.batch_set_v1(pre, hp.indices(range(16))), [True] * 16)
+            errors = []
+            barrier = threading.Barrier(4)
+
+            def backup():  # writes new pages from slots 16..31
+                for r in range(30):
+                    keys = sf.page_keys(f"new{r}", 16)
+                    for i in range(16):
+                        hp.fill(16 + i, r * 100 + i)
+                    if st.batch_set_v1(keys, hp.indices(range(16, 32))) != [True] * 16:
+                        errors.append(("set", r))
+                barrier.wait(30)
+                barrier.wait(30)
+
+            def prefetch():
+                for r in range(60):
+                    if st.batch_exists(pre) != 16:
+                        errors.append(("exists", r))
+                barrier.wait(30)
+                barrier.wait(30)
+
+            def io():  # loads into slots 48..63
+                for r in range(30):
+                    ok = st.batch_get_v1(pre, hp.indices(range(48, 64)))
+                    if ok != [True] * 16 or any(hp.page(48 + i) != hp.expect(1000 + i) for i in range(16)):
+                        errors.append(("get", r))
+                    for i in range(16):
+                        hp.clear(48 + i)
+                barrier.wait(30)
+                barrier.wait(30)
+
+            ts = [threading.Thread(target=f) for f in (backup, prefetch, io)]
+            for t in ts:
+                t.start()
+            barrier.wait(60)
+            slots = holds_by_pid(ag.pool).get(os.getpid(), [])
+            barrier.wait(30)
+            for t in ts:
+                t.join()
+            self.assertEqual(errors, [])
+            # a client slot per thread (and the registering thread's)
+            self.assertGreaterEqual(len(slots), 4, slots)
+            # what backup wrote reads back
+            keys = sf.page_keys("new29", 16)
+            self.assertEqual(st.batch_get_v1(keys, hp.indices(range(64, 80))), [True] * 16)
+            self.assertEqual([hp.page(64 + i) for i in range(16)], [hp.expect(2900 + i) for i in range(16)])
+            st.close()
+
+    def test_pinned_prefetch_survives_eviction(self):
+        """Pages batch_exists counted stay until batch_get_v1 reads them,
+        while the pool evicts everything unpinned around them."""
+        with kvpt.Agent("--dram", "64M", "--max-value", "1M") as ag:
+            hp = sf.FakeHostPool(page_size=16, layer_num=4, head_num=2, head_dim=128, n_pages=64)  # 32 KiB objects
+            st = store_for(ag.pool, hp)
+            pinned, control = sf.page_keys("pinned", 16), sf.page_keys("control", 16)
+            for i in range(16):
+                hp.fill(i, 300 + i)
+            self.assertEqual(st.batch_set_v1(pinned, hp.indices(range(16))), [True] * 16)
+            self.assertEqual(st.batch_set_v1(control, hp.indices(range(16))), [True] * 16)
+            self.assertEqual(st.batch_exists(pinned), 16)
+            self.assertEqual(st.parked_pages(), 16)
+            self.assertGreaterEqual(sum(holds_by_pid(ag.pool)[os.getpid()]), 32)
+            # 3x the DRAM tier of other values: the agent evicts to make room
+            filler = b"f" * (1 << 20)
+            deadline = time.monotonic() + 60
+            with kvpool.Pool(ag.pool, namespace="filler") as p:
+                i = 0
+                while i < 192:
+                    self.assertLess(time.monotonic(), deadline, "filling the pool")
+                    try:
+                        p.put(f"fill{i}", filler)
+                        i += 1
+                    except kvpool.Busy:
+                        time.sleep(0.001)
+            # the unpinned control pages went (so eviction did happen) ...
+            self.assertLess(st.batch_exists(control), 16)
+            self.assertEqual(st.parked_pages(), 16)  # (control's pins released: nothing counted to park)
+            # ... the pinned ones are all there
+            self.assertEqual(st.batch_get_v1(pinned, hp.indices(range(32, 48))), [True] * 16)
+            self.assertEqual([hp.page(32 + i) for i in range(16)], [hp.expect(300 + i) for i in range(16)])
+            st.close()
+
+    def test_abandoned_pin_released_after_age(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            hp = sf.FakeHostPool()
+            st = store_for(ag.pool, hp, extra={"pin_max_age_s": 0.2, "pin_max_pages": 12})
+            keys = sf.page_keys("aban", 8)
+            self.assertEqual(st.batch_set_v1(keys, hp.indices(range(8))), [True] * 8)
+            self.assertEqual(st.batch_exists(keys), 8)
+            self.assertEqual(st.parked_pages(), 8)
+            self.assertGreaterEqual(sum(holds_by_pid(ag.pool)[os.getpid()]), 16)
+            # the page cap: a second probe pushes the first out
+            more = sf.page_keys("aban2", 8)
+            self.assertEqual(st.batch_set_v1(more, hp.indices(range(8))), [True] * 8)
+            self.assertEqual(st.batch_exists(more), 8)
+            self.assertEqual(st.parked_pages(), 8)
+            self.assertEqual(st.stats().get("pins_evicted"), 1)
+            # nobody loads them: any later call sweeps them out after 0.2 s
+            kvpt.wait_until(lambda: st.batch_exists([]) == 0 and st.parked_pages() == 0, 10, "pins aged out")
+            self.assertEqual(sum(holds_by_pid(ag.pool).get(os.getpid(), [0])), 0)
+            self.assertEqual(st.stats().get("pins_expired"), 1)
+            # a load after the pin went still reads (unpinned)
+            self.assertEqual(st.batch_get_v1(keys, hp.indices(range(8, 16))), [True] * 8)
+            st.close()
+
+
+class TestProcesses(unittest.TestCase):
+    def test_mla_rank0_writes_rank1_reads(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            kw = {"mla": True}
+            # rank 1 "writes" first: True without writing (rank 0 does)
+            ok, ns1 = run_spawned(_w_set, ag.pool, {"is_mla_model": True, "tp_rank": 1, "tp_size": 2}, kw, "m", 8, 0)
+            self.assertEqual(ok, [True] * 8)
+            with kvpool.Pool(ag.pool, namespace=ns1) as p:
+                self.assertFalse(p.exists(sf.page_keys("m", 1)[0] + "_k"))
+            ok, ns0 = run_spawned(_w_set, ag.pool, {"is_mla_model": True, "tp_rank": 0, "tp_size": 2}, kw, "m", 8, 0)
+            self.assertEqual(ok, [True] * 8)
+            self.assertEqual(ns0, ns1)  # MLA namespaces and keys are rank free
+            (have, got, good), _ = run_spawned(
+                _w_get, ag.pool, {"is_mla_model": True, "tp_rank": 1, "tp_size": 2}, kw, "m", 8, 0
+            )
+            self.assertEqual((have, got, good), (8, [True] * 8, [True] * 8))
+
+    def test_mha_two_engines_share(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            ok, ns_a = run_spawned(_w_set, ag.pool, {"tp_rank": 0, "tp_size": 1}, {}, "e", 10, 500)
+            self.assertEqual(ok, [True] * 10)
+            (have, got, good), ns_b = run_spawned(_w_get, ag.pool, {"tp_rank": 0, "tp_size": 1}, {}, "e", 10, 500)
+            self.assertEqual(ns_a, ns_b)
+            self.assertEqual((have, got, good), (10, [True] * 10, [True] * 10))
+
+    def test_killed_worker_leaves_nothing_held(self):
+        with kvpt.Agent("--dram", "64M") as ag:
+            hp = sf.FakeHostPool()
+            st = store_for(ag.pool, hp)
+            keys = sf.page_keys("k9", 32)
+            self.assertEqual(st.batch_set_v1(keys, hp.indices(range(32))), [True] * 32)
+            q = _spawn.Queue()
+            p = _spawn.Process(target=_w_pin_and_spin, args=(ag.pool, "k9", 32, q))
+            p.start()
+            try:
+                kind, n, pid = q.get(timeout=60)
+                self.assertEqual((kind, n), ("pinned", 32))
+                kvpt.wait_until(lambda: sum(holds_by_pid(ag.pool).get(pid, [0])) >= 64, 10, "the worker's pins")
+                os.kill(pid, signal.SIGKILL)
+                p.join(30)
+            finally:
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+            self.assertEqual(p.exitcode, -signal.SIGKILL)
+            kvpt.wait_until(lambda: pid not in holds_by_pid(ag.pool), 20, "the killed worker's slot reaped")
+            self.assertEqual(sum(sum(v) for v in holds_by_pid(ag.pool).values()), 0)
+            # and its pages are still there for the living
+            self.assertEqual(st.batch_get_v1(keys, hp.indices(range(32, 64))), [True] * 32)
+            st.close()
+
+
+FACTORY = textwrap.dedent(
+    """
+    import abc, dataclasses, importlib, sys, types
+    from typing import Optional
+
+    # a stand-in sglang: only the module the dynamic factory imports from
+    hs = types.ModuleType("sglang.srt.mem_cache.hicache_storage")
+
+    class HiCacheStorage(abc.ABC):
+        def register_mem_pool_host(self, mem_pool_host):
+            self.mem_pool_host = mem_pool_host
+        @abc.abstractmethod
+        def get(self, key, target_location=None, target_sizes=None): ...
+        @abc.abstractmethod
+        def batch_get(self, keys, target_locations=None, target_sizes=None): ...
+        @abc.abstractmethod
+        def set(self, key, value=None, target_location=None, target_sizes=None): ...
+        @abc.abstractmethod
+        def batch_set(self, keys, values=None, target_locations=None, target_sizes=None): ...
+        @abc.abstractmethod
+        def exists(self, key): ...
+
+    @dataclasses.dataclass
+    class HiCacheStorageConfig:
+        tp_rank: int
+        tp_size: int
+        pp_rank: int
+        pp_size: int
+        attn_cp_rank: int
+        attn_cp_size: int
+        is_mla_model: bool
+        enable_storage_metrics: bool
+        is_page_first_layout: bool
+        model_name: Optional[str]
+        dp_rank: int = 0
+        dp_size: int = 1
+        tp_lcm_size: Optional[int] = None
+        should_split_heads: bool = False
+        extra_config: Optional[dict] = None
+
+    hs.HiCacheStorage = HiCacheStorage
+    hs.HiCacheStorageConfig = HiCacheStorageConfig
+    for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
+        sys.modules[name] = types.ModuleType(name)
+    sys.modules["sglang.srt.mem_cache.hicache_storage"] = hs
+
+    # StorageBackendFactory._create_dynamic_backend, step by step
+    extra = {"backend_name": "kvpool", "module_path": "kvpool.sglang", "class_name": "KVPoolStore",
+             "interface_v1": 1, "pool": sys.argv[1]}
+    cfg = HiCacheStorageConfig(0, 1, 0, 1, 0, 1, False, False, True, "org/model", extra_config=extra)
+    for field in ("backend_name", "module_path", "class_name"):
+        assert field in extra, field
+    module = importlib.import_module(extra["module_path"])
+    backend_class = getattr(module, extra["class_name"])
+    if not issubclass(backend_class, HiCacheStorage):
+        raise TypeError("Backend class KVPoolStore must inherit from HiCacheStorage")
+    backend = backend_class(cfg, {})
+    # HiCacheController.attach_storage_backend then registers the host pool
+    import sglang_fake
+    hp = sglang_fake.FakeHostPool(use_torch=False)
+    backend.register_mem_pool_host(hp)
+    keys = sglang_fake.page_keys("factory", 4)
+    for i in range(4):
+        hp.fill(i, i)
+    assert backend.batch_set_v1(keys, hp.indices(range(4))) == [True] * 4
+    assert backend.batch_exists(keys) == 4
+    assert backend.batch_get_v1(keys, hp.indices(range(8, 12))) == [True] * 4
+    assert [hp.page(8 + i) for i in range(4)] == [hp.expect(i) for i in range(4)]
+    backend.close()
+    print("FACTORY-OK", module.HiCacheStorage is HiCacheStorage)
+    """
+)
+
+
+class TestFactory(unittest.TestCase):
+    def test_dynamic_factory_with_sglang_base(self):
+        """In a process where sglang's HiCacheStorage is importable (a
+        stand-in module), KVPoolStore subclasses it and the factory's
+        steps build and register it."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), HERE])
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            r = subprocess.run(
+                [sys.executable, "-c", FACTORY, ag.pool], env=env, capture_output=True, text=True, timeout=120
+            )
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("FACTORY-OK True", r.stdout)
+
+    def test_stand_in_without_sglang(self):
+        if "sglang" in sys.modules and not hasattr(sys.modules["sglang"], "__file__"):
+            self.skipTest("a stand-in sglang is loaded")
+        try:
+            import sglang  # noqa: F401
+
+            self.skipTest("sglang is installed")
+        except ImportError:
+            pass
+        self.assertIs(ks.HiCacheStorage, ks._StandInHiCacheStorage)
+        self.assertTrue(issubclass(ks.KVPoolStore, ks.HiCacheStorage))
+        for m in ("get", "set", "batch_get", "batch_set", "exists"):
+            self.assertIn(m, ks._StandInHiCacheStorage.__abstractmethods__)
+        self.assertEqual(ks.KVPoolStore.__abstractmethods__, frozenset())
+
+
+if __name__ == "__main__":
+    unittest.main()
