@@ -136,7 +136,7 @@ def main():
         rc = _native.lib.kvp_open(ag.pool.encode(), st.namespace.encode(), ctypes.byref(h))
         if rc:
             sys.exit(f"bench_sglang: kvp_open: {kvpool.status_name(rc)}")
-        okeys = st._expand(keys)
+        okeys = [k.decode() for k in st._expand(keys)]  # the same object keys, as str
         get_ops, _kb1 = c_ops(okeys, ptrs, sizes)
         ex_ops, _kb2 = c_ops(okeys, None, None)
         lib = _native.lib

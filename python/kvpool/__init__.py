@@ -107,6 +107,7 @@ __all__ = [
 ]
 
 _lib = _native.lib
+_memmove = ctypes.memmove
 KEY_MAX = 255
 _OPW = _native.OP_WORDS
 _OPS = _native.OP_STATUS_INT
@@ -243,7 +244,10 @@ class Keys:
             x = parts[sx[3]]
             c = x[-1:]
             stride = nl + self.slens[sx[3]]
-            ok = c not in names[0][:0].join(names) and x[stride - 1 :: stride] == c * n
+            # the names hold no c: seen in another suffix's part that has
+            # none of its own (the names are all there), or in the names
+            other = parts[sx[4]] if sx[4] is not None else names[0][:0].join(names)
+            ok = c not in other and x[stride - 1 :: stride] == c * n
         elif ok:
             lens = list(map(len, names))
             ok = lens.count(nl) == n
@@ -258,10 +262,18 @@ class Keys:
     def __len__(self):
         return self.n
 
+    def __iter__(self):
+        return (self[j] for j in range(self.n))
+
     def __getitem__(self, j):
-        """Key j as bytes (for messages and tests; not on the fast path)."""
+        """Key j as bytes (for retries, messages and tests; not on the fast
+        path)."""
         if self.plain is not None:
             return self.plain[j]
+        if j < 0:
+            j += self.n
+        if not 0 <= j < self.n:
+            raise IndexError("kvpool.Keys index out of range")
         m = len(self.slens)
         i, r = divmod(j, m)
         off = sum((self.nl + sl) * (self.n // m) for sl in self.slens[:r])
@@ -280,7 +292,9 @@ def _suffixes(suffixes):
         strs = None
     # a suffix whose last char occurs once in it proves the names' lengths
     check = next((j for j, x in enumerate(raw) if x and x.count(x[-1:]) == 1), None)
-    sx = (strs, raw, tuple(len(x) for x in raw), check)  # strs None: not ASCII
+    # a suffix without that char: its part shows whether a name holds it
+    other = None if check is None else next((j for j, x in enumerate(raw) if raw[check][-1:] not in x), None)
+    sx = (strs, raw, tuple(len(x) for x in raw), check, other)  # strs None: not ASCII
     if len(_SUFFIXES) < 256:
         _SUFFIXES[tuple(suffixes)] = sx
     return sx
@@ -290,7 +304,7 @@ class _Layout:
     """An op array whose key words point into its own key buffer, laid
     out for one shape of Keys: a call copies the blob in and is ready."""
 
-    __slots__ = ("ops", "mvq", "mvi", "kbuf", "klen")
+    __slots__ = ("ops", "mvq", "mvi", "kbuf", "kaddr", "klen")
 
     def __init__(self, keys):
         n, m, nl = keys.n, len(keys.slens), keys.nl
@@ -300,7 +314,7 @@ class _Layout:
         self.mvq = raw.cast("Q")
         self.mvi = raw.cast("i")
         self.kbuf = ctypes.create_string_buffer(max(len(keys.blob), 1))
-        base = ctypes.addressof(self.kbuf)
+        base = self.kaddr = ctypes.addressof(self.kbuf)
         ptrs = array.array("Q", bytes(8 * n))
         klens = array.array("Q", bytes(8 * n))
         off = 0
@@ -343,13 +357,12 @@ class _Client:
         (io False) and reads/writes have layouts apart: a probe's buffer
         words stay zero without being cleared."""
         shape = (keys.n, keys.nl, keys.slens, io)
-        lay = self.layouts.pop(shape, None)
+        lay = self.layouts.get(shape)
         if lay is None:
-            if len(self.layouts) >= _LAYOUTS_MAX:
+            if len(self.layouts) >= _LAYOUTS_MAX:  # the oldest made goes
                 del self.layouts[next(iter(self.layouts))]
-            lay = _Layout(keys)
-        self.layouts[shape] = lay  # most recent last
-        ctypes.memmove(lay.kbuf, keys.blob, len(keys.blob))
+            lay = self.layouts[shape] = _Layout(keys)
+        _memmove(lay.kaddr, keys.blob, len(keys.blob))
         return lay
 
     def scratch(self, n, keybytes):
@@ -670,7 +683,7 @@ class Pool:
             rc = _lib.kvp_batch_lookup_pin(c.h, ops, n, ctypes.byref(out))
             if rc < 0:
                 self._check(c, rc)
-            stop = self._statuses(ints, rc + 1)[rc] if rc < n else OK
+            stop = ints[_OPS + rc * 12] if rc < n else OK
         ps = Pinset(self, c, out.value, rc, n, stop)
         c.pinsets.add(ps)
         return ps

@@ -52,9 +52,7 @@ extra_config keys read here (all optional):
     clear_track_max object keys remembered for clear() (default 1,000,000)
 """
 
-import array
 import collections
-import ctypes
 import hashlib
 import logging
 import threading
@@ -69,10 +67,6 @@ except ImportError:  # the package imports without torch; so does this module
     torch = None
 
 logger = logging.getLogger(__name__)
-
-_lib = kvpool._native.lib
-_OPW = kvpool._native.OP_WORDS  # 8-byte words per struct kvp_op
-_OPS = kvpool._native.OP_STATUS_INT  # its status, as the n-th 4-byte int
 
 __all__ = ["KVPoolStore", "HiCacheStorage", "namespace_for"]
 
@@ -278,17 +272,12 @@ class KVPoolStore(HiCacheStorage):
         if self.cp_size > 1:
             rank += f"_cp{self.cp_rank}"
         self._rank_sfx = rank
-        # K: "{hash}{A}", V: "{B}{hash}" (MHA), A = "_{rank}_k", B = "v_{rank}_":
-        # B + (A + B).join(hashes) + A holds every object key of a batch,
-        # each at a fixed offset, so one str.join builds them all (_blob)
-        self._A = rank + "_k"
-        self._B = "" if self.is_mla else "v" + rank + "_"
-        self._per = 1 if self.is_mla else 2  # objects per page
-        self._sep = self._A + self._B
-        self._Ab, self._Bb = self._A.encode(), self._B.encode()
-        assert self._per == 1 or len(self._A) == len(self._B)  # K and V keys: one length
-        self._plans = {}
-        self._fast_ok = True
+        # object keys as sglang's own backends name them: "{hash}{rank}_k"
+        # and (MHA) "{hash}{rank}_v"; kvpool.Keys packs a batch of them
+        # with one join per suffix (the last char, k or v, occurs once in
+        # its suffix: the binding proves the hashes' lengths with it)
+        self._sfx = (rank + "_k",) if self.is_mla else (rank + "_k", rank + "_v")
+        self._per = len(self._sfx)  # objects per page
         # MLA pages are the same on every rank: rank 0 writes (sglang skips
         # the backup on other ranks too; this keeps it so without that)
         self._write_skip = self.is_mla and self.tp_rank != 0
@@ -374,125 +363,10 @@ class KVPoolStore(HiCacheStorage):
         c[name] += n
 
     def _expand(self, keys):
-        """Object keys of pages, K then V per page (MHA), in one list."""
-        A, B = self._A, self._B
-        if self._per == 1:
-            return [k + A for k in keys]
-        out = [None] * (2 * len(keys))
-        out[0::2] = [k + A for k in keys]
-        out[1::2] = [B + k for k in keys]
-        return out
-
-    # -- the fast path: op arrays without a Python object per key --
-    #
-    # The binding's batch calls take a list of keys and spend ~0.3 us a key
-    # building the op array (kvpool.Pool._fill); a probe of 128 pages is
-    # then ~6x the C call.  Page hashes are fixed-length strings, so here
-    # every object key of a batch lies in one joined string at a fixed
-    # offset and the key pointers are a cached array per (buffer, pages,
-    # hash length).  This uses the binding's per-thread client internals
-    # (Pool._client, the client's lock, scratch op array and key buffer);
-    # if they are not there (another binding version) the store falls back
-    # to the public calls for good.
-
-    def _blob(self, keys):
-        """The joined object keys of a batch of equal-length ASCII page keys
-        (bytes) and the page key length, or None."""
-        hl = len(keys[0])
-        n = len(keys)
-        if list(map(len, keys)).count(hl) != n:
-            return None
-        j = self._sep.join(keys)
-        b = j.encode()
-        if len(b) != len(j):
-            return None
-        return self._Bb + b + self._Ab, hl
-
-    def _plan(self, base, n, hl):
-        key = (base, n, hl)
-        p = self._plans.get(key)
-        if p is None:
-            la, lb = len(self._A), len(self._B)
-            r = hl + la + lb
-            m = self._per * n
-            if self._per == 1:
-                ptrs = array.array("Q", range(base, base + n * r, r))
-            else:
-                ptrs = array.array("Q", bytes(8 * m))
-                ptrs[0::2] = array.array("Q", range(base + lb, base + lb + n * r, r))  # K: hash + A
-                ptrs[1::2] = array.array("Q", range(base, base + n * r, r))  # V: B + hash
-            # the whole op array (key, klen, zero buf/off/len/status) as one
-            # image: a call copies it in with one memmove
-            img = array.array("Q", bytes(8 * _OPW * m))
-            img[0::_OPW] = ptrs
-            img[1::_OPW] = array.array("Q", [hl + la]) * m
-            if len(self._plans) > 1024:
-                self._plans.clear()
-            p = self._plans[key] = img.tobytes()
-        return p
-
-    def _fast_fill(self, c, keys, ptrs=None, sizes=None):
-        """Fill client c's op array (its lock held) for the objects of
-        keys; returns (ops, objects) or None (not fixed-length keys)."""
-        bl = self._blob(keys)
-        if bl is None:
-            return None
-        blob, hl = bl
-        n = len(keys)
-        m = self._per * n
-        ops = c.scratch(m, len(blob))
-        ctypes.memmove(c.kbuf, blob, len(blob))
-        img = self._plan(ctypes.addressof(c.kbuf), n, hl)
-        ctypes.memmove(ops, img, len(img))
-        if ptrs is not None:
-            end = m * _OPW
-            c.mvq[2:end:_OPW] = ptrs if isinstance(ptrs, array.array) else array.array("Q", ptrs)
-            c.mvq[4:end:_OPW] = sizes if isinstance(sizes, array.array) else array.array("Q", sizes)
-        return ops, m
-
-    def _fast(self, what, keys, ptrs=None, sizes=None):
-        """One C call on the objects of keys through the fast path:
-        exists -> objects present; pin -> Pinset; put -> statuses; get ->
-        bytes or statuses.  None when the fast path does not apply."""
-        if not self._fast_ok:
-            return None
-        pool = self.pool
-        try:
-            c = pool._client()
-            with c.lock:
-                f = self._fast_fill(c, keys, ptrs, sizes)
-                if f is None:
-                    return None
-                ops, m = f
-                if what == "exists":
-                    rc = _lib.kvp_batch_exists_prefix(c.h, ops, m)
-                elif what == "pin":
-                    out = ctypes.c_void_p()
-                    rc = _lib.kvp_batch_lookup_pin(c.h, ops, m, ctypes.byref(out))
-                elif what == "put":
-                    rc = _lib.kvp_batch_put(c.h, ops, m)
-                else:
-                    rc = _lib.kvp_batch_get(c.h, ops, m)
-                if rc >= 0:
-                    if what == "pin":
-                        stop = c.mvi[_OPS + rc * 12] if rc < m else kvpool.OK
-                        try:
-                            return kvpool.Pinset(pool, c, out.value, rc, m, stop)
-                        except Exception:  # another binding's Pinset: never leak the holds
-                            _lib.kvp_pinset_free(c.h, out.value)
-                            raise
-                    if what in ("put", "get"):
-                        st = c.mvi[_OPS : m * 12 : 12].tolist()
-                        if what == "put":
-                            return st
-                        got = c.mvq[4 : m * _OPW : _OPW].tolist()
-                        return [g if x == 0 else x for x, g in zip(st, got)]
-                    return rc
-        except (AttributeError, TypeError, ImportError) as e:
-            self._fast_ok = False
-            logger.warning("kvpool.sglang: the fast path is off (%r); using the binding's public calls", e)
-            return None
-        pool._check(c, rc)  # raises the status's exception
+        """Object keys of pages, K then V per page (MHA), packed
+        (kvpool.Keys: no Python object per key; keys of unequal length or
+        not ASCII take the binding's plain path, with the same keys)."""
+        return kvpool.Keys(keys, self._sfx)
 
     def _meta(self, keys, host_indices):
         """(pointers, sizes) of the pages' objects, or None (logged)."""
@@ -631,22 +505,16 @@ class KVPoolStore(HiCacheStorage):
             if not self.interface_v1:
                 return self.pool.batch_exists_prefix([k + self._rank_sfx if self._rank_sfx else k for k in keys])
             if not self.pin_prefetch:
-                have = self._fast("exists", keys)
-                if have is None:
-                    have = self.pool.batch_exists_prefix(self._expand(keys))
+                have = self.pool.batch_exists_prefix(self._expand(keys))
                 pages = have // self._per
                 self._count("exists_pages", pages)
                 return pages
-            ps = self._fast("pin", keys)
-            if ps is None:
-                ps = self.pool.lookup_pin(self._expand(keys))
+            ps = self.pool.lookup_pin(self._expand(keys))
             pages = ps.count // self._per
             if ps.count < n * self._per and ps.stop_status not in (kvpool.OK, kvpool.MISS):
                 # pinning stopped on a limit (BUSY: hold slots, the pinned
                 # bytes cap), not on a miss: count the rest without pins
-                have = self._fast("exists", keys)
-                if have is None:
-                    have = self.pool.batch_exists_prefix(self._expand(keys))
+                have = self.pool.batch_exists_prefix(self._expand(keys))
                 pages = have // self._per
                 self._count("pins_short")
             if ps.count // self._per == 0:
@@ -684,12 +552,9 @@ class KVPoolStore(HiCacheStorage):
                 self._count("pinned_pages_read", m // self._per)
                 if m < n * self._per:  # pages past the pinned ones
                     rest = keys[m // self._per :]
-                    r2 = self._fast("get", rest, ptrs[m:], sizes[m:])
-                    res += r2 if r2 is not None else self.pool.batch_get(self._expand(rest), ptrs[m:], sizes[m:])
+                    res += self.pool.batch_get(self._expand(rest), ptrs[m:], sizes[m:])
             else:
-                res = self._fast("get", keys, ptrs, sizes)
-                if res is None:
-                    res = self.pool.batch_get(self._expand(keys), ptrs, sizes)
+                res = self.pool.batch_get(self._expand(keys), ptrs, sizes)
             res = self._retry_busy(self.pool.batch_get, lambda: self._expand(keys), ptrs, sizes, res)
             ok = [r == s for r, s in zip(res, sizes)]
             out = self._pages(ok, n)
@@ -721,9 +586,7 @@ class KVPoolStore(HiCacheStorage):
                 return [False] * n
             ptrs, sizes = meta
             t0 = time.perf_counter()
-            res = self._fast("put", keys, ptrs, sizes)
-            if res is None:
-                res = self.pool.batch_put(self._expand(keys), ptrs, sizes)
+            res = self.pool.batch_put(self._expand(keys), ptrs, sizes)
             res = self._retry_busy(self.pool.batch_put, lambda: self._expand(keys), ptrs, sizes, res)
             ok = [r == 0 or r == kvpool.EXISTS for r in res]
             if self.clear_track_max > 0 and 0 in res:

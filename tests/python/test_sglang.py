@@ -134,12 +134,12 @@ class _RoundTrip:
             st2.close()
 
     def test_public_calls_path(self):
-        """Keys of unequal length, and a store with its fast path off, go
-        through the binding's public batch calls: the same answers."""
+        """Page keys of unequal length, and keys that hold the suffixes'
+        last char (k, v), take the binding's plain path instead of packed
+        kvpool.Keys: the same keys, the same answers."""
         with kvpt.Agent("--dram", "64M") as ag:
             a, b = self.host(), self.host()
             st, st2 = store_for(ag.pool, a), store_for(ag.pool, b)
-            st2._fast_ok = False
             keys = ["short", "a-longer-key", "k" * 100] + sf.page_keys("pub", 3)
             for i in range(6):
                 a.fill(i, 40 + i)
@@ -150,7 +150,9 @@ class _RoundTrip:
                 self.assertEqual(s.batch_exists(keys + ["absent"]), 6)
                 self.assertEqual(s.batch_get_v1(keys, h.indices(range(10, 16))), [True] * 6)
                 self.assertEqual([h.page(10 + i) for i in range(6)], [a.expect(40 + i) for i in range(6)])
-            self.assertTrue(st._fast_ok)
+            self.assertIsNotNone(st._expand(keys).plain)  # not packed
+            self.assertIsNotNone(st._expand(["kk", "vv"]).plain)  # the check char in names
+            self.assertIsNone(st._expand(keys[3:]).plain)  # packed
             st.close()
             st2.close()
 
@@ -250,7 +252,7 @@ class TestStore(unittest.TestCase):
             # page 3: K only, put beside the store in its namespace
             with kvpool.Pool(ag.pool, namespace=st.namespace) as p:
                 p.put(keys[3] + "_0_k", b"k" * hp.obj_bytes)
-                self.assertTrue(p.exists(keys[0] + "_0_k") and p.exists("v_0_" + keys[0]))
+                self.assertTrue(p.exists(keys[0] + "_0_k") and p.exists(keys[0] + "_0_v"))
             self.assertEqual(st.batch_exists(keys), 3)
             self.assertFalse(st.exists(keys[3]))
             self.assertEqual(st.batch_get_v1(keys[:4], hp.indices(range(10, 14))), [True, True, True, False])
