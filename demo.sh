@@ -6,6 +6,7 @@ set -eu
 cd "$(dirname "$0")"
 PKGS="build-essential ninja-build liburing-dev libatomic-ops-dev libjemalloc-dev libcmocka-dev"
 PKGS="$PKGS libmicrohttpd-dev" # the agent's /metrics endpoint
+PKGS="$PKGS python3"           # the Python binding (python/kvpool) and its demo
 if ! dpkg -s $PKGS >/dev/null 2>&1; then
 	SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 	$SUDO apt-get update -qq
@@ -25,5 +26,7 @@ if ! build/release/kvpool stat >/dev/null 2>&1 || \
 	fi
 fi
 build/release/kvpool_demo --procs 4 --seconds 10
+# the same pool from Python (python/kvpool, ctypes over libkvpool.so.1)
+PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python python3 python/demo.py
 build/release/kvpool stat
 echo "the agent keeps running: stop it with 'pkill kvpoold' (segment /dev/shm/kvpool.default)"

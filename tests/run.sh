@@ -185,8 +185,12 @@ run "release/client/test_dlopen (dlopen)" build/release/test_dlopen
 # the Python binding (python/kvpool, ctypes) and the sglang backend against
 # real agents, from the source tree (tests/install runs them again from an
 # installed package); PYTHONDONTWRITEBYTECODE: the run leaves the tree clean
-run "python: unittest (python/kvpool from the tree)" env PYTHONDONTWRITEBYTECODE=1 \
-	PYTHONPATH="$PWD/python" "$PYTHON" -m unittest discover -s tests/python -t tests/python -v
+if command -v "$PYTHON" >/dev/null 2>&1; then
+	run "python: unittest (python/kvpool from the tree)" env PYTHONDONTWRITEBYTECODE=1 \
+		PYTHONPATH="$PWD/python" "$PYTHON" -m unittest discover -s tests/python -t tests/python -v
+else
+	skip "python: unittest (python/kvpool from the tree)" "python3 not installed (apt-get install python3; demo.sh does)"
+fi
 # what engines load once installed (tests/install/): ninja install into a
 # staging root, pkg-config, clients built from the installed headers
 # only against the staged agent, its sd_notify, the unit, uninstall
@@ -225,7 +229,9 @@ if [ $quick = 0 ]; then
 	bench "stress/trace_bench --quick (cache quality)" stress/trace_bench --quick
 	# the sglang adapter against the C calls it wraps (~15 s; wrong bytes fail it)
 	bench "stress/bench_sglang.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
-		python3 stress/bench_sglang.py --quick
+		"$PYTHON" stress/bench_sglang.py --quick
+	bench "stress/bench_python.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
+		"$PYTHON" stress/bench_python.py --quick
 	# stress/bench: the run is RAN; that its results.json reads back with
 	# figures in it is an assertion of its own (made only after a run
 	# that finished: one failure is not counted twice)
