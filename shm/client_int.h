@@ -303,7 +303,22 @@ err_close:
  * of one process still see each other's locks (a shared OFD would judge
  * a live thread's handle dead: its locks are our own).  A forked child
  * maps anew (an entry records the pid that made it).
+ *
+ * ThreadSanitizer builds register mappings but never share them
+ * (KVP_SHARE_MAPPINGS 0): TSan cannot see the agent's synchronization (it
+ * is another process), so with one mapping every reuse of arena memory
+ * the agent mediates (thread A's value evicted by the agent, its units
+ * given to thread B's put) looks to it like a race between A and B.
+ * Apart, each handle's accesses are at addresses of its own, as before
+ * the mapping was shared; the registry and its lock are still checked.
  */
+#ifndef KVP_SHARE_MAPPINGS
+#if defined(__SANITIZE_THREAD__)
+#define KVP_SHARE_MAPPINGS 0
+#else
+#define KVP_SHARE_MAPPINGS 1
+#endif
+#endif
 struct kvp__map {
 	dev_t dev;
 	ino_t ino;
@@ -370,7 +385,7 @@ kvp__map_share(struct kvp_seg *s, char *msg, size_t cap)
 	if (fstat(s->fd, &st) < 0)
 		return -ENOMEM;
 	me = kvp__maps_lock(m);
-	for (e = m->head; e; e = e->next)
+	for (e = KVP_SHARE_MAPPINGS ? m->head : NULL; e; e = e->next)
 		if (e->pid == me && e->dev == st.st_dev &&
 		    e->ino == st.st_ino && e->size == s->size)
 			break;

@@ -18,11 +18,11 @@ token-prefix hashes only):
     sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mla
     sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mha|tp{tp size}
 plus |pp{size} and |cp{size} when those are > 1 and |{namespace} when
-extra_config names one.  Object keys: MHA K "{hash}_{tp rank}_k" and V
-"v_{tp rank}_{hash}" (the rank's heads; V mirrors K so that one str.join
-lays out every key of a batch), MLA "{hash}_k" (rank free: rank 0 writes,
-every rank reads); with PP "_{pp rank}" and with attention CP
-"_cp{cp rank}" follow the TP rank.  The copy path (interface_v1 off) stores
+extra_config names one.  Object keys, as sglang's own backends name them:
+MHA K "{hash}_{tp rank}_k" and V "{hash}_{tp rank}_v" (the rank's heads),
+MLA "{hash}_k" (rank free: rank 0 writes, every rank reads); with PP
+"_{pp rank}" and with attention CP "_cp{cp rank}" follow the TP rank.  A
+batch's keys go to the binding packed (kvpool.Keys: one join per suffix).  The copy path (interface_v1 off) stores
 one flat page per key under "{hash}_{tp rank}" (MHA) or "{hash}" (MLA).
 
 Threads (sglang's HiCacheController): the prefetch thread probes
@@ -391,6 +391,17 @@ class KVPoolStore(HiCacheStorage):
             return None
         return ptrs, sizes
 
+    def _done(self, ok, n, counter, metric, t0):
+        """Per page from per object (ok), counted: good pages under
+        counter, the others under counter + "_failed", the call's pages
+        and time under sglang's metric.  Returns the pages' bools."""
+        out = self._pages(ok, n)
+        good = sum(out)
+        self._count(counter, good)
+        self._count(counter + "_failed", n - good)
+        self._record(metric, good, time.perf_counter() - t0)
+        return out
+
     def _pages(self, ok, n):
         """Per page: all its objects ok (ok: a list of bools per object)."""
         if self._per == 1:
@@ -556,13 +567,7 @@ class KVPoolStore(HiCacheStorage):
             else:
                 res = self.pool.batch_get(self._expand(keys), ptrs, sizes)
             res = self._retry_busy(self.pool.batch_get, lambda: self._expand(keys), ptrs, sizes, res)
-            ok = [r == s for r, s in zip(res, sizes)]
-            out = self._pages(ok, n)
-            good = sum(out)
-            self._count("get_pages", good)
-            self._count("get_pages_missed", n - good)
-            self._record("prefetch", good, time.perf_counter() - t0)
-            return out
+            return self._done([r == s for r, s in zip(res, sizes)], n, "get_pages", "prefetch", t0)
         except Exception as e:
             self._once("get:" + type(e).__name__, "batch_get_v1 failed: %r", e)
             return [False] * n
@@ -591,12 +596,7 @@ class KVPoolStore(HiCacheStorage):
             ok = [r == 0 or r == kvpool.EXISTS for r in res]
             if self.clear_track_max > 0 and 0 in res:
                 self._remember([k for k, r in zip(self._expand(keys), res) if r == 0])
-            out = self._pages(ok, n)
-            good = sum(out)
-            self._count("set_pages", good)
-            self._count("set_pages_failed", n - good)
-            self._record("backup", good, time.perf_counter() - t0)
-            return out
+            return self._done(ok, n, "set_pages", "backup", t0)
         except Exception as e:
             self._once("set:" + type(e).__name__, "batch_set_v1 failed: %r", e)
             return [False] * n

@@ -511,7 +511,8 @@ test_shared_mapping(void **state)
 	assert_int_equal(kvpt_agent_start(&a, "--dram", "16M", NULL), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c1), 0);
 	assert_int_equal(kvp_open(a.pool, "ns", &c2), 0);
-	assert_ptr_equal(c1->seg.base, c2->seg.base);
+	/* shared (apart in TSan builds: shm/client_int.h says why) */
+	assert_true((c1->seg.base == c2->seg.base) == KVP_SHARE_MAPPINGS);
 	assert_true(c1->seg.fd != c2->seg.fd);
 	assert_true(c1->slot != c2->slot);
 	/* each holds its own lock: both alive to the kernel */
@@ -527,7 +528,7 @@ test_shared_mapping(void **state)
 	assert_int_equal(kvp_get(c2, "k", 1, out, sizeof(out)), 3000);
 	assert_memory_equal(out, val, 3000);
 	assert_int_equal(kvp_open(a.pool, "ns", &c3), 0);
-	assert_ptr_equal(c3->seg.base, c2->seg.base);
+	assert_true((c3->seg.base == c2->seg.base) == KVP_SHARE_MAPPINGS);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
