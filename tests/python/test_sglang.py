@@ -406,8 +406,10 @@ class TestStore(unittest.TestCase):
             for t in ts:
                 t.join()
             self.assertEqual(errors, [])
-            # a client slot per thread (and the registering thread's)
-            self.assertGreaterEqual(len(slots), 4, slots)
+            # a client slot per thread that called the pool: the
+            # registering thread, backup, prefetch (io may have read every
+            # page through prefetch's parked pinsets, on their client)
+            self.assertGreaterEqual(len(slots), 3, slots)
             # what backup wrote reads back
             keys = sf.page_keys("new29", 16)
             self.assertEqual(st.batch_get_v1(keys, hp.indices(range(64, 80))), [True] * 16)
