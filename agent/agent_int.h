@@ -79,6 +79,13 @@ struct kvp_agent {
 	/* this agent created the segment (not re-attached): a start that fails
 	 * removes it again */
 	bool seg_created;
+	/* what the agent publishes in the header, kept here to write it
+	 * again after a client's ftruncate took the header (segment.c) */
+	uint64_t incarnation, start_ns;
+	/* a cut of the segment file: its offset + 1 (0: none), set by the
+	 * reaper, cleared by the tier thread once no value's DRAM bytes lie
+	 * past it (segment.c, evict.c) */
+	kvp_aword_t cut_due;
 	kvp_aword_t stop;     /* set by main on SIGTERM; read by the threads */
 	struct kvp_evict *ev; /* the eviction pass's scratch (evict.c) */
 	/* slots scanned since room was last made */
@@ -190,6 +197,8 @@ void kvp_metrics_http_stop_agent(struct kvp_agent *a);
 int kvp_shm_create_or_attach_agent(struct kvp_agent *a);
 int kvp_shm_remove_agent(struct kvp_agent *a);
 unsigned kvp_shm_repair_header_agent(struct kvp_agent *a);
+int kvp_shm_check_size_agent(struct kvp_agent *a);
+void kvp_shm_publish_agent(struct kvp_agent *a);
 int kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g,
 		     struct kvp_layout *L);
 
@@ -215,6 +224,7 @@ void *kvp_tier_main_agent(void *arg);
  * a tick; DRAM watermarks, index-pressure hints, the index limit);
  * victims go through the CHECK verdict (victim.c) */
 void kvp_dram_round_agent(struct kvp_agent *a);
+bool kvp_evict_cut_agent(struct kvp_agent *a, uint64_t cut);
 uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a,
 				   uint64_t want_free_pages, bool *stuck);
 bool kvp_ix_recount_agent(struct kvp_agent *a);

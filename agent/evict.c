@@ -816,6 +816,69 @@ kvp_ix_round_agent(struct kvp_agent *a, uint64_t *freed, bool *stuck)
  * or when a putter is waiting, and reclamation of deleted values.  Wakes
  * putters that sleep on h_space_seq when it made room or found none.
  */
+/*
+ * A cut of the segment file (agent/segment.c restored its size: what lay
+ * past 'cut' reads as zeros): every value whose DRAM bytes may lie there
+ * leaves DRAM through the CHECK protocol, relocated to its SSD copy when
+ * it has one, removed otherwise, so no reader is ever served the zeros.
+ * Every DRAM value is judged so when the cut took part of the page map
+ * (its run chains are gone); otherwise those whose first run reaches the
+ * cut or that have more runs than one.  Frees only runs still tagged for
+ * the value (I9): the zeroed ones are the allocator repair's.  Returns
+ * true when no such value is left in DRAM (a held one is checked again
+ * next round).  Tier thread.
+ */
+bool
+kvp_evict_cut_agent(struct kvp_agent *a, uint64_t cut)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_evict *ev = kvp_evict_scratch(a);
+	uint64_t unit = s->g.g_dram_unit, npages = s->g.g_dram_pages;
+	uint64_t arena = s->L.off[KVP_R_ARENA], i, first;
+	bool all = cut < s->L.off[KVP_R_PAGEMAP] + s->L.len[KVP_R_PAGEMAP];
+	unsigned removed = 0, found = 0;
+
+	if (cut >= arena + npages * unit)
+		return true; /* the arena is whole */
+	if (!ev)
+		return false;
+	first = cut <= arena ? 0 : (cut - arena) / unit;
+	kvp_evict_begin(a, ev);
+	for (i = 0; i < s->g.g_index_slots; i++) {
+		/* acquire: pairs with the publish CAS */
+		uint64_t w = kvp_load_acquire(&s->meta[i]), loc, len, run, u0;
+		const struct kvp_entry *e = &s->entries[i];
+		unsigned st = KVP_IX_STATE(w);
+
+		if (st != KVP_IX_READY && st != KVP_IX_DELETED)
+			continue;
+		/* relaxed: stable while READY or DELETED (g) */
+		loc = kvp_load_relaxed(&e->e_loc);
+		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
+			continue;
+		len = kvp_load_relaxed(&e->e_len); /* relaxed: as above */
+		run = kvp_load_relaxed(&e->e_run); /* relaxed: as above */
+		u0 = KVP_LOC_VAL(loc);
+		if (!all && u0 < first && (len + unit - 1) / unit <= run &&
+		    u0 + run <= first)
+			continue; /* one run, before the cut */
+		found++;
+		if (KVP_IX_FLAGS(w) || kvp_tier_busy_agent(a, i) ||
+		    kvp_evict_held(ev, i))
+			continue; /* next round */
+		kvp_evict_take(a, ev, i, w, NULL, KVP_ACTR_EVICT, &removed);
+	}
+	kvp_evict_flush(a, ev, KVP_ACTR_EVICT, &removed);
+	if (removed) {
+		kvp_log(KVP_LOG_WARN, "shm",
+			"%u value(s) whose DRAM bytes lay past the cut left "
+			"DRAM (to their SSD copy, or removed)",
+			removed);
+		kvp_dram_report_damage(s); /* the zeroed units: repair */
+	}
+	return found == removed;
+}
+
 void
 kvp_dram_round_agent(struct kvp_agent *a)
 {

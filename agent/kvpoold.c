@@ -774,12 +774,6 @@ main(int argc, char **argv)
 				"%llu orphan units freed",
 				reaped, (unsigned long long)orphans);
 	}
-	/* policy the clients read as hints: the agent itself uses cfg */
-	/* read by clients as they pin */
-	a->seg.hdr->h_max_pinned = cfg->max_pinned;
-	a->seg.hdr->h_dram_high_pct = cfg->dram_high_pct;
-	a->seg.hdr->h_dram_low_pct = cfg->dram_low_pct;
-	a->seg.hdr->h_durability = cfg->ssd_dir[0] && cfg->durability_strict;
 	/* the /metrics endpoint on its own thread, before the agent announces
 	 * itself (tools find its port in the header) */
 	if (kvp_metrics_http_start_agent(a)) {
@@ -787,11 +781,10 @@ main(int argc, char **argv)
 		kvp_start_failed(a);
 		return 1;
 	}
-	/* for humans and tools: the agent is serving (recovery is done) */
-	kvp_store_relaxed(&a->seg.hdr->h_agent_start_ns,
-			  kvp_now_ns(CLOCK_REALTIME));
-	/* release */
-	kvp_store_release(&a->seg.hdr->h_agent_pid, (uint64_t)getpid());
+	/* policy the clients read as hints (the agent itself uses cfg), and
+	 * for humans and tools: the agent is serving (recovery is done) */
+	a->start_ns = kvp_now_ns(CLOCK_REALTIME);
+	kvp_shm_publish_agent(a);
 	if (pthread_create(&evictor, NULL, kvp_tier_main_agent, a) ||
 	    pthread_create(&reaper, NULL, kvp_reaper_main_agent, a)) {
 		kvp_log(KVP_LOG_ERROR, "agent", "cannot start threads");

@@ -54,6 +54,16 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 					(unsigned long long)freed);
 		}
 	}
+	/* a cut of the segment file: values whose DRAM bytes it zeroed
+	 * leave DRAM first (segment.c found it; the repair then reclaims) */
+	{
+		/* acquire: pairs with the reaper's CAS */
+		uint64_t cut = kvp_load_acquire(&a->cut_due);
+
+		/* full CAS: done unless a lower cut came meanwhile */
+		if (cut && kvp_evict_cut_agent(a, cut - 1))
+			kvp_cas(&a->cut_due, cut, 0);
+	}
 	/* frees that waited for the allocator lock, and a damaged map */
 	kvp_dram_deferred_agent(a);
 	kvp_dram_repair_agent(a);

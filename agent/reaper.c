@@ -202,6 +202,7 @@ kvp_reaper_round_agent(struct kvp_agent *a)
 	/* the agent's own geometry never changes after it bound (every
 	 * bound comes from this copy) */
 	KVP_ASSERT(kvp_geom_sum(&s->g) == s->g.g_sum, "I14, I28");
+	kvp_shm_check_size_agent(a); /* first: a cut file faults the rest */
 	kvp_shm_repair_header_agent(a);
 	kvp_lease_sweep_agent(s);
 	for (i = 0; i < s->g.g_max_clients; i++) {

@@ -4,9 +4,11 @@
  * initialised under a temporary name, then linked into place so no client
  * ever sees half a header), or re-attach to the one a previous agent left;
  * restore the header's identity and geometry copies when a client
- * overwrote them; remove it at the end.
+ * overwrote them, and the file's size when a client shrank it; remove it
+ * at the end.
  */
 #include <grp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -597,6 +599,178 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 	return 0;
 }
 
+/*
+ * A shrunk segment file.  Anyone who may write the segment may also
+ * ftruncate its file, and every access of the agent past the new end is
+ * a SIGBUS: one call of a hostile or broken client would kill the agent.
+ * The guard: a SIGBUS at an address of the segment while the file is
+ * shorter than the segment restores the file's size (ftruncate,
+ * async-signal-safe) and returns, so the access is made again and finds
+ * a page of zeros; the reaper sees the count, says so and repairs what
+ * it can (kvp_shm_check_size_agent).  Any other SIGBUS (the file is whole:
+ * /dev/shm out of room, a bad huge page) takes the default action, as it
+ * did without the guard.  The bytes past the cut are lost (the index
+ * entries there read EMPTY: their keys are misses; the header is
+ * restored from the agent's copy), never a crash.
+ */
+static unsigned char *kvp_guard_base;
+static uint64_t kvp_guard_size;
+static int kvp_guard_fd = -1;
+static kvp_aword_t kvp_guard_hits; /* SIGBUSes the guard absorbed */
+static kvp_aword_t kvp_guard_cut;  /* the shortest size seen there + 1 */
+
+/* Lower *w to v + 1 unless it is lower (0: none yet); lock-free. */
+static void
+kvp_cut_min(kvp_aword_t *w, uint64_t v)
+{
+	for (;;) {
+		/* acquire: the word as others left it */
+		uint64_t o = kvp_load_acquire(w);
+
+		/* full CAS: the lower cut wins */
+		if ((o && o <= v + 1) || kvp_cas(w, o, v + 1))
+			return;
+	}
+}
+
+static void
+kvp_shm_on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+	/* this thread's faults in a row at one address with the file whole:
+	 * another thread restored the size first (retry), or the fault is
+	 * not a cut (after a few: the default action) */
+	static __thread unsigned char *last;
+	static __thread unsigned again;
+	unsigned char *p = (unsigned char *)si->si_addr;
+	struct stat st;
+
+	(void)uc;
+	if (kvp_guard_fd < 0 || p < kvp_guard_base ||
+	    p >= kvp_guard_base + kvp_guard_size ||
+	    fstat(kvp_guard_fd, &st) < 0) {
+		signal(sig, SIG_DFL); /* faults again: the default action */
+		return;
+	}
+	if ((uint64_t)st.st_size < kvp_guard_size) {
+		kvp_cut_min(&kvp_guard_cut, (uint64_t)st.st_size);
+		if (ftruncate(kvp_guard_fd, (off_t)kvp_guard_size) < 0) {
+			signal(sig, SIG_DFL);
+			return;
+		}
+		/* a lock-free add: async-signal-safe; read by the reaper */
+		kvp_fetch_add(&kvp_guard_hits, 1);
+		last = p;
+		again = 0;
+		return;
+	}
+	again = p == last ? again + 1 : 1;
+	last = p;
+	if (again > 3)
+		signal(sig, SIG_DFL);
+}
+
+static int
+kvp_shm_guard(struct kvp_agent *a)
+{
+	struct sigaction sa;
+
+	kvp_guard_base = a->seg.base;
+	kvp_guard_size = a->seg.size;
+	kvp_guard_fd = a->seg.fd;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = kvp_shm_on_sigbus;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, NULL) < 0) {
+		kvp_log(KVP_LOG_ERROR, "shm", "sigaction(SIGBUS): %s",
+			strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+/*
+ * The segment file's size, each reaper round: a client that shrank it is
+ * undone here even before any access faults (and counted when one did).
+ * Returns 1 when the size was restored this round.
+ */
+int
+kvp_shm_check_size_agent(struct kvp_agent *a)
+{
+	static uint64_t hits_seen;
+	struct kvp_seg *s = &a->seg;
+	struct stat st;
+	uint64_t hits;
+	int fixed = 0;
+
+	if (fstat(s->fd, &st) == 0 && (uint64_t)st.st_size < s->size) {
+		kvp_cut_min(&a->cut_due, (uint64_t)st.st_size);
+		kvp_log(KVP_LOG_ERROR, "shm",
+			"%s was cut to %llu of %llu bytes by another process "
+			"(ftruncate): size restored; what lay past the cut is "
+			"lost (its keys read as misses)",
+			s->path, (unsigned long long)st.st_size,
+			(unsigned long long)s->size);
+		if (ftruncate(s->fd, (off_t)s->size) < 0)
+			kvp_log(KVP_LOG_ERROR, "shm",
+				"restoring the size of %s: %s", s->path,
+				strerror(errno));
+		fixed = 1;
+	}
+	/* acquire: pairs with the handler's add (another thread's, maybe) */
+	hits = kvp_load_acquire(&kvp_guard_hits);
+	{
+		/* acquire: pairs with the handler's CAS; the cut it saw is
+		 * the tier thread's to undo now (full CAS: taken once) */
+		uint64_t c = kvp_load_acquire(&kvp_guard_cut);
+
+		if (c && kvp_cas(&kvp_guard_cut, c, 0))
+			kvp_cut_min(&a->cut_due, c - 1);
+	}
+	if (hits != hits_seen) {
+		kvp_log(KVP_LOG_ERROR, "shm",
+			"%llu access(es) past a cut of %s faulted and were "
+			"served zeros after the size was restored",
+			(unsigned long long)(hits - hits_seen), s->path);
+		hits_seen = hits;
+		fixed = 1;
+	}
+	if (fixed) {
+		/* the allocator's map may be zeros now: verify and repair;
+		 * the index count counted entries that are gone: recount; the
+		 * header's own words, if the cut took them: publish again
+		 * (identity and geometry: kvp_shm_repair_header_agent) */
+		kvp_dram_report_damage(s);
+		kvp_store_release(&a->ix_recount_due, 1); /* release: flag */
+		kvp_shm_publish_agent(a);
+	}
+	return fixed;
+}
+
+/* The header's words the agent owns besides identity and geometry: its
+ * policy (hints clients read), its pid, start time and incarnation.  At
+ * start, and again after a cut of the file may have zeroed them. */
+void
+kvp_shm_publish_agent(struct kvp_agent *a)
+{
+	struct kvp_shm_header *h = a->seg.hdr;
+	const struct kvp_agent_cfg *cfg = &a->cfg;
+
+	/* plain words the agent alone writes (read by clients as they pin,
+	 * put, delete: hints) */
+	h->h_max_pinned = cfg->max_pinned;
+	h->h_dram_high_pct = cfg->dram_high_pct;
+	h->h_dram_low_pct = cfg->dram_low_pct;
+	h->h_durability = cfg->ssd_dir[0] && cfg->durability_strict;
+	h->h_ssd_enabled = a->tier != NULL; /* as agent/tier.c sets it */
+	/* relaxed: for humans and tools */
+	kvp_store_relaxed(&h->h_agent_start_ns, a->start_ns);
+	if (kvp_load_relaxed(&h->h_incarnation) != a->incarnation)
+		kvp_store_relaxed(&h->h_incarnation, a->incarnation);
+	/* release: the words above before the pid that says we serve */
+	kvp_store_release(&h->h_agent_pid, (uint64_t)getpid());
+}
+
 int
 kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 {
@@ -624,9 +798,14 @@ kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 		return rc;
 	/* whatever a previous agent left of the index count: recount it */
 	kvp_store_release(&a->ix_recount_due, 1); /* release: no threads yet */
+	rc = kvp_shm_guard(a);
+	if (rc)
+		return rc;
 	if (a->seg.hdr->h_incarnation == 0)
 		/* first agent: 1 */
 		kvp_fetch_add(&a->seg.hdr->h_incarnation, 1);
+	/* relaxed: ours from here on (kvp_shm_publish_agent) */
+	a->incarnation = kvp_load_relaxed(&a->seg.hdr->h_incarnation);
 	return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "tests/agent/harness.h"
@@ -459,6 +460,149 @@ test_staging_geometry_overwritten(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+/* ---- a client that cuts the segment file (ftruncate) ---- */
+
+struct cut_wait {
+	const char *path;
+	uint64_t size;
+	char log[4200];
+	const char *what;
+};
+
+static bool
+cut_restored(void *p)
+{
+	const struct cut_wait *w = p;
+	struct stat st;
+
+	return stat(w->path, &st) == 0 && (uint64_t)st.st_size == w->size;
+}
+
+static bool
+cut_logged(void *p)
+{
+	const struct cut_wait *w = p;
+	char line[1024];
+	bool found = false;
+	FILE *f = fopen(w->log, "r");
+
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strstr(line, w->what) != NULL;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+static bool
+cut_open(void *p)
+{
+	struct kvp_client *c;
+	const struct cut_wait *w = p;
+
+	if (kvp_open(w->what, "ns", &c))
+		return false;
+	kvp_close(c);
+	return true;
+}
+
+/* Every key 0..n-1 reads whole (version 1) or is a miss: never the zeros
+ * a cut left.  Returns the number read whole. */
+static int
+cut_verify(struct kvp_client *c, int n, unsigned char *out, uint64_t vsz)
+{
+	int i, whole = 0;
+
+	for (i = 0; i < n; i++) {
+		char k[100];
+		uint32_t kl = key_of(k, i);
+		ssize_t r = kvp_get(c, k, kl, out, vsz);
+
+		if (r == -ENOENT)
+			continue;
+		assert_int_equal(r, vsz);
+		assert_true(kvpt_check(out, vsz, k, kl, 1));
+		whole++;
+	}
+	return whole;
+}
+
+/*
+ * A client cuts the segment file mid-arena, then to nothing: the agent
+ * survives (its faults past the cut are served the restored size), the
+ * values whose DRAM bytes the cut zeroed leave the index before anyone is
+ * told the cut was handled, the others read back whole, the header is
+ * restored, puts and gets work, and `kvpool check` is clean.
+ */
+static void
+test_cut_segment(void **state)
+{
+	enum {
+		N = 40,
+		SZ = 1 << 20
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	struct cut_wait w;
+	unsigned char *v = malloc(SZ), *out = malloc(SZ);
+	int i, whole;
+
+	(void)state;
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--max-value", "1M", NULL),
+			 0);
+	for (i = 0; i < N; i++) {
+		char k[100];
+		uint32_t kl = key_of(k, i);
+
+		kvpt_fill(v, SZ, k, kl, 1);
+		assert_int_equal(kvp_put(c, k, kl, v, SZ), 0);
+	}
+	memset(&w, 0, sizeof(w));
+	w.path = s.path;
+	w.size = s.size;
+	kvpt_agent_log(a.pool, w.log, sizeof(w.log));
+	/* cut 20 MiB into the arena; touch nothing mapped until restored */
+	assert_int_equal(truncate(s.path,
+				  (off_t)(s.L.off[KVP_R_ARENA] + (20u << 20))),
+			 0);
+	assert_true(kvpt_wait_until(cut_restored, &w, 5000) >= 0);
+	w.what = "past the cut left DRAM";
+	assert_true(kvpt_wait_until(cut_logged, &w, 10000) >= 0);
+	assert_true(agent_alive(&a));
+	whole = cut_verify(c, N, out, SZ);
+	print_message("  cut mid-arena: %d of %d values whole, the rest "
+		      "misses\n",
+		      whole, N);
+	assert_true(whole >= 10 && whole <= N - 10);
+	kvpt_fill(v, SZ, "after", 5, 2);
+	assert_int_equal(kvp_put(c, "after", 5, v, SZ), 0);
+	assert_int_equal(kvp_get(c, "after", 5, out, SZ), SZ);
+	assert_true(kvpt_check(out, SZ, "after", 5, 2));
+	assert_int_equal(kvpt_cli_check(a.pool, 5000, NULL, 0), 0);
+
+	/* to nothing: the header too */
+	assert_int_equal(truncate(s.path, 0), 0);
+	assert_true(kvpt_wait_until(cut_restored, &w, 5000) >= 0);
+	w.what = a.pool;
+	assert_true(kvpt_wait_until(cut_open, &w, 5000) >= 0);
+	assert_true(agent_alive(&a));
+	/* the client table was cut too: this client's slot is gone (its
+	 * calls that check answer -ESTALE): a new one */
+	assert_int_equal(kvp_put(c, "x", 1, v, 4096), -ESTALE);
+	kvp_close(c);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(cut_verify(c, N, out, SZ), 0);
+	assert_int_equal(kvp_get(c, "after", 5, out, SZ), -ENOENT);
+	assert_int_equal(kvp_put(c, "after", 5, v, SZ), 0);
+	assert_int_equal(kvp_get(c, "after", 5, out, SZ), SZ);
+	assert_true(kvpt_check(out, SZ, "after", 5, 2));
+	assert_int_equal(kvpt_cli_check(a.pool, 5000, NULL, 0), 0);
+	free(v);
+	free(out);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
 int
 main(void)
 {
@@ -468,6 +612,7 @@ main(void)
 		cmocka_unit_test(test_stopped_lock_holder),
 		cmocka_unit_test(test_forged_lock_word),
 		cmocka_unit_test(test_staging_geometry_overwritten),
+		cmocka_unit_test(test_cut_segment),
 	};
 
 	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
