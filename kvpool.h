@@ -387,6 +387,116 @@ struct kvp_stat {
  */
 KVP_API int kvp_stat(struct kvp_client *c, struct kvp_stat *out, size_t size);
 
+/* ---- GPU endpoints: values to and from device memory (CUDA) ---- */
+
+/*
+ * The CUDA runtime is loaded when a device call first needs it (dlopen of
+ * $KVPOOL_CUDART, else libcudart.so.13, .12), never at link time: a
+ * program using kvpool needs no CUDA to build or to run, and these calls
+ * answer -ENOTSUP where no runtime loads and -ENODEV where it finds no
+ * device or no driver.  "device" is the CUDA device ordinal the device
+ * pointers belong to (the calls make it current and restore the caller's
+ * after); "stream" a cudaStream_t of that device, or NULL for one of this
+ * client's own (non-blocking) streams.
+ *
+ * Copies to the GPU come from pinned memory: the process registers the
+ * pool's DRAM with the runtime (cudaHostRegister) in chunks, on a thread
+ * of its own, starting at its first device call (or kvp_dev_register);
+ * a value in a chunk not registered yet is copied through a small pinned
+ * bounce buffer.  kvp_dev_info says how far registration has come.
+ */
+struct kvp_dev_copy; /* device copies in flight: their holds, completion */
+
+/*
+ * kvp_batch_get_dev - kvp_batch_get into device memory: ops[k].buf is a
+ * device pointer of "device", and [off, off+len) of key k's value,
+ * clipped at its end, is copied there; ops[k].len is set to the bytes
+ * copied.  DRAM-resident values are held and copied by DMA straight from
+ * the pool (one batched copy for the batch, cudaMemcpyBatchAsync where
+ * the runtime has it); SSD-resident ones are read by the agent in parts,
+ * as kvp_batch_get reads them, into a pinned buffer and copied from
+ * there.  The copies are queued on stream and *out (never NULL when the
+ * call returns >= 0) keeps the holds of the values being copied until
+ * kvp_dev_wait: ops and the device buffers must stay until then.  Work
+ * queued on stream after this call sees the bytes.  A batch larger than
+ * this client's hold slots or the bounce buffer is served in parts (the
+ * call waits for earlier parts' copies to finish before reusing them).
+ * Statuses per key: those of kvp_batch_get, and -EIO for a copy the
+ * runtime failed (set by kvp_dev_wait).  Returns the number of keys whose
+ * copies were queued, or -EINVAL (c NULL, ops NULL with n > 0, out NULL,
+ * a negative device), -ENOTSUP, -ENODEV, -EIO (the runtime refused the
+ * stream or device), -ENOMEM.
+ * Context: the client's thread; SSD-resident keys sleep as kvp_batch_get.
+ */
+KVP_API ssize_t kvp_batch_get_dev(struct kvp_client *c, int device,
+				  void *stream, struct kvp_op *ops, size_t n,
+				  struct kvp_dev_copy **out);
+
+/*
+ * kvp_dev_wait - wait until the copies of x are done (the stream's work
+ * up to them), settle each key's status (-EIO where the runtime reported
+ * a failed copy), drop x's holds and free x (NULL is harmless).  Returns
+ * the number of keys with status 0, or -EIO (the runtime failed the
+ * stream: every key not yet known good is -EIO).
+ * kvp_dev_done - 1 if x's copies are done (kvp_dev_wait will not block),
+ * 0 if not, -EIO if the runtime reports an error.
+ * Context: the thread of the client that made x.
+ */
+KVP_API ssize_t kvp_dev_wait(struct kvp_client *c, struct kvp_dev_copy *x);
+KVP_API int kvp_dev_done(struct kvp_client *c, struct kvp_dev_copy *x);
+
+/*
+ * kvp_batch_put_dev - kvp_batch_put from device memory: ops[k].buf is a
+ * device pointer of "device" holding len bytes.  Each value is copied
+ * (DMA, after the work already queued on stream) straight into its DRAM
+ * runs and published once its bytes have landed, so the call returns
+ * when every value is visible or has its status.  Statuses of
+ * kvp_batch_put, and -EIO for a copy the runtime failed (nothing is
+ * published then).  Returns the number of keys stored, or -EINVAL,
+ * -ENOTSUP, -ENODEV, -EIO (as kvp_batch_get_dev).
+ * Context: as kvp_batch_put; waits for its copies.
+ */
+KVP_API ssize_t kvp_batch_put_dev(struct kvp_client *c, int device,
+				  void *stream, struct kvp_op *ops, size_t n);
+
+/* kvp_get_dev / kvp_put_dev - one key (kvp_get / kvp_put statuses, and
+ * those of the batch calls); kvp_get_dev waits for its copy. */
+KVP_API ssize_t kvp_get_dev(struct kvp_client *c, int device, void *stream,
+			    const void *key, uint32_t klen, void *dptr,
+			    uint64_t cap);
+KVP_API int kvp_put_dev(struct kvp_client *c, int device, void *stream,
+			const void *key, uint32_t klen, const void *dptr,
+			uint64_t len);
+
+/*
+ * kvp_dev_register - start registering the pool's DRAM with the CUDA
+ * runtime in this process (device calls start it too) and wait up to
+ * wait_ms for it to finish.  Returns 0 (all registered), -EINPROGRESS
+ * (still going: copies meanwhile use the bounce buffer for the rest),
+ * -ENOTSUP, -ENODEV, -EIO (the runtime refused a chunk: those chunks stay
+ * on the bounce path; kvp_dev_info says how much).
+ * Context: any thread of the client's; sleeps at most wait_ms.
+ */
+KVP_API int kvp_dev_register(struct kvp_client *c, uint32_t wait_ms);
+
+/* What kvp_dev_info reports (appended to only, as struct kvp_stat). */
+struct kvp_dev_info {
+	uint64_t size;       /* bytes filled in */
+	int status;          /* 0 ok, -ENOTSUP, -ENODEV: as the calls answer */
+	int devices;         /* CUDA devices seen (0 without a runtime) */
+	int runtime_version; /* cudaRuntimeGetVersion, e.g. 13000 */
+	int driver_version;  /* cudaDriverGetVersion (0: no driver) */
+	int batch_copy;      /* 1: cudaMemcpyBatchAsync in use */
+	int reg_failed;      /* chunks the runtime refused to register */
+	uint64_t reg_bytes;  /* the pool's DRAM registered in this process */
+	uint64_t reg_total_bytes; /* ... of this much */
+	/* this client handle's device copies since kvp_open */
+	uint64_t h2d_keys, h2d_bytes, d2h_keys, d2h_bytes;
+	uint64_t bounce_bytes; /* of those, through the pinned bounce buffer */
+};
+KVP_API int kvp_dev_info(struct kvp_client *c, struct kvp_dev_info *out,
+			 size_t size);
+
 /* ---- statuses ---- */
 
 /* kvp_strerror - a static, human name for a status of this API (the

@@ -48,6 +48,11 @@ const char *const kvp_ctr_names[KVP_CTR__N] = {
 	"get_ssd_bytes",
 	"exists_hit_dram",
 	"exists_hit_ssd",
+	"dev_keys",
+	"dev_h2d_bytes",
+	"dev_d2h_bytes",
+	"dev_bounce_bytes",
+	"dev_registered_bytes",
 };
 
 const char *const kvp_actr_names[KVP_ACTR_RETIRED0] = {
@@ -612,6 +617,25 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		 c[KVP_CTR_GET_BYTES]);
 	kvp_val2(f, "kvpool_op_bytes_total", "op", "get", "tier", S,
 		 c[KVP_CTR_GET_SSD_BYTES]);
+	kvp_fam(f, "kvpool_gpu_copy_bytes_total", "counter",
+		"Value bytes copied between the pool and GPU memory by the device "
+		"calls (kvp_batch_get_dev: h2d, kvp_batch_put_dev: d2h), and of "
+		"those the bytes that went through a pinned bounce buffer (DRAM "
+		"not registered yet, SSD-resident values).");
+	kvp_val1(f, "kvpool_gpu_copy_bytes_total", "direction", "h2d",
+		 c[KVP_CTR_DEV_H2D_BYTES]);
+	kvp_val1(f, "kvpool_gpu_copy_bytes_total", "direction", "d2h",
+		 c[KVP_CTR_DEV_D2H_BYTES]);
+	kvp_val1(f, "kvpool_gpu_copy_bytes_total", "direction", "bounce",
+		 c[KVP_CTR_DEV_BOUNCE_BYTES]);
+	kvp_fam(f, "kvpool_gpu_copy_keys_total", "counter",
+		"Keys copied to or from GPU memory by the device calls.");
+	kvp_val(f, "kvpool_gpu_copy_keys_total", c[KVP_CTR_DEV_KEYS]);
+	kvp_fam(f, "kvpool_gpu_registered_bytes", "gauge",
+		"DRAM tier bytes registered with the CUDA runtime (pinned for DMA), "
+		"summed over the processes that copy to GPUs (each counted once; "
+		"it lags their registration by at most one device call).");
+	kvp_val(f, "kvpool_gpu_registered_bytes", c[KVP_CTR_DEV_REG_BYTES]);
 	kvp_fam(f, "kvpool_put_rejects_total", "counter",
 		"Puts refused: key exists (or being put), BUSY (DRAM or index full, evictor behind), "
 		"no space (everything held).");
@@ -907,7 +931,7 @@ void
 kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 {
 	const uint64_t *c = m->ctr, *a = m->actr;
-	char b1[32], b2[32], b3[32], l1[40], l2[40],
+	char b1[32], b2[32], b3[32], b4[32], b5[32], l1[40], l2[40],
 		pool[5 * KVP_POOL_NAME_MAX];
 	uint64_t hits = c[KVP_CTR_GET_HIT] + c[KVP_CTR_RESOLVE_OK];
 	unsigned k;
@@ -1038,6 +1062,17 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 		(unsigned long long)c[KVP_CTR_EXISTS_HIT_SSD], "-", l1, l2);
 	fprintf(f, "%-8s %12llu\n", "delete",
 		(unsigned long long)c[KVP_CTR_DELETE]);
+	if (c[KVP_CTR_DEV_KEYS] || c[KVP_CTR_DEV_REG_BYTES])
+		fprintf(f,
+			"gpu      %llu keys copied: %s to GPUs, %s from GPUs "
+			"(%s through bounce buffers); DRAM registered for DMA "
+			"%s of %s per copying process\n",
+			(unsigned long long)c[KVP_CTR_DEV_KEYS],
+			kvp_human(c[KVP_CTR_DEV_H2D_BYTES], b1, 32),
+			kvp_human(c[KVP_CTR_DEV_D2H_BYTES], b2, 32),
+			kvp_human(c[KVP_CTR_DEV_BOUNCE_BYTES], b3, 32),
+			kvp_human(c[KVP_CTR_DEV_REG_BYTES], b4, 32),
+			kvp_human(m->dram_total, b5, 32));
 	fprintf(f,
 		"\nhit ratio %.1f%% (get); misses %llu; SSD reads ok %llu, miss %llu, failed "
 		"%llu, BUSY parts %llu; puts refused: exists %llu, busy %llu, nospc %llu\n",

@@ -60,6 +60,7 @@ struct kvp_client {
 	uint64_t agent_grace_ns; /* SSD reads wait this long for a dead agent */
 	uint32_t call_ssd;       /* keys of the current read call sent to SSD */
 	uint64_t tick;           /* the e_use tick of the call in progress */
+	struct kvp__dev *dev;    /* device calls' state (client_dev_int.h) */
 	char ns[KVP_NS_NAME_MAX + 1];
 };
 
@@ -103,6 +104,12 @@ kvp_strerror(int status)
 		return "permission denied (the pool's segment)";
 	case -EINVAL:
 		return "invalid argument";
+	case -ENOTSUP:
+		return "no CUDA runtime (device calls)";
+	case -ENODEV:
+		return "no CUDA device or driver";
+	case -EINPROGRESS:
+		return "in progress";
 	case -ENOMEM:
 		return "out of memory";
 	case -EUCLEAN:
@@ -326,8 +333,13 @@ struct kvp__map {
 	unsigned char *base;
 	uint64_t size;
 	uint32_t refs;
+	struct kvp__devreg *reg; /* its registration with CUDA, or NULL */
 	struct kvp__map *next;
 };
+
+/* shm/client_dev_int.h: undo the mapping's registration (before munmap) */
+struct kvp__devreg;
+KVP_INLINE void kvp__devreg_end(struct kvp__devreg *r);
 
 struct kvp__maps {
 	kvp_aword_t owner; /* pid holding the lock, 0 when free */
@@ -437,6 +449,8 @@ kvp__map_release(struct kvp_seg *s)
 	if (e && last)
 		*pp = e->next; /* unlinked: ours alone from here */
 	kvp__maps_unlock(m);
+	if (e && last)
+		kvp__devreg_end(e->reg); /* its DMA registration first */
 	if (last)
 		munmap(s->base, s->size);
 	free(e && last ? e : NULL);
@@ -604,6 +618,8 @@ err_free:
 	return rc;
 }
 
+KVP_INLINE void kvp__dev_close(struct kvp_client *c, bool live);
+
 /* kvp_close (kvpool.h): holds, then counters, then the slot's FREE CAS
  * before the fd (our lock) goes. */
 KVP_API void
@@ -615,6 +631,8 @@ kvp_close(struct kvp_client *c)
 	if (!c)
 		return;
 	cs = &c->seg.clients[c->slot];
+	/* device copies done before holds drop */
+	kvp__dev_close(c, kvp__live(c) == 0);
 	if (kvp__live(c) == 0) {
 		for (k = 0; k < c->hold_hwm; k++)
 			/* release: our copies are done before the slot
@@ -798,5 +816,6 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst,
 #include "shm/client_read_int.h"
 #include "shm/client_pin_int.h"
 #include "shm/client_stat_int.h"
+#include "shm/client_dev_int.h"
 
 #endif /* KVP_CLIENT_INT_H */

@@ -148,13 +148,30 @@ kvp__above_high(const struct kvp_seg *s)
 	return used * 100 > s->g.g_dram_pages * (high < 100 ? high : 100);
 }
 
+/*
+ * Where a put's bytes come from when they are not in host memory (the
+ * device calls, shm/client_dev_int.h): copy() queues n bytes from src for
+ * dst, a run of the put's own; land() returns once every queued byte is
+ * in place (or the copy failed: then they are not, and nothing is left
+ * in flight).  Both answer 0 or a status (-EIO).  The put publishes only
+ * after land() said 0, and never frees its runs with a copy in flight.
+ */
+struct kvp__put_src {
+	int (*copy)(void *ctx, unsigned char *dst, const unsigned char *src,
+		    uint64_t n);
+	int (*land)(void *ctx);
+	void *ctx;
+};
+
 /* The body of kvp_put (below); *counted is set once the call counts as a
  * put (it passed validation), so the caller times it.  The value's use
  * word gets the call's tick (c->tick, set by the caller) and 'depth', its
- * place in its prefix chain.  No clock read. */
+ * place in its prefix chain.  val is host memory, or ps says how to copy
+ * it (NULL: memcpy).  No clock read. */
 KVP_INLINE int
-kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
-	 uint64_t len, uint32_t depth, bool *counted)
+kvp__put_from(struct kvp_client *c, const void *key, uint32_t klen,
+	      const void *val, uint64_t len, uint32_t depth, bool *counted,
+	      const struct kvp__put_src *ps)
 {
 	struct kvp_seg *s;
 	uint64_t hash, w, deadline = 0, unit;
@@ -275,19 +292,42 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
 		if (!dst || (len > rb && !next)) {
 			/* our own chain was damaged under us (a hostile
 			 * client): never write past a run; the agent frees
-			 * the tagged runs and repairs the map */
+			 * the tagged runs and repairs the map (after the
+			 * copies already queued into them have landed) */
 			kvp_dram_report_damage(s);
+			if (ps)
+				ps->land(ps->ctx);
 			kvp__ix_release(c, (uint64_t)i, w);
 			kvp__ctr(c, KVP_CTR_PUT_BUSY, 1);
 			return -EBUSY;
 		}
 		k = rb < len ? rb : len;
-		memcpy(dst, src, k);
+		if (!ps)
+			memcpy(dst, src, k);
+		else if ((rc = ps->copy(ps->ctx, dst, src, k)) != 0)
+			break;
 		src += k;
 		len -= k;
 		if (!len)
 			break;
 		p = next - 1;
+	}
+	if (ps) {
+		/* every queued byte landed (or failed) before the runs are
+		 * published or given back */
+		int lrc = ps->land(ps->ctx);
+
+		if (!rc)
+			rc = lrc;
+		if (rc) {
+			/* nothing in flight into them: our runs go back now
+			 * (a tag that is not ours frees nothing) */
+			kvp_dram_free_chain(s, first, (uint64_t)i,
+					    KVP_IX_GEN(w));
+			kvp__ix_release(c, (uint64_t)i, w);
+			kvp__ctr(c, KVP_CTR_PUT_BUSY, 1);
+			return rc;
+		}
 	}
 	kvp_crashpoint(C_PUT_COPIED);
 	rc = kvp_ix_publish(s, (uint64_t)i, w);
@@ -299,6 +339,13 @@ kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
 			 (uint64_t)(src - (const unsigned char *)val));
 	}
 	return rc;
+}
+
+KVP_INLINE int
+kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
+	 uint64_t len, uint32_t depth, bool *counted)
+{
+	return kvp__put_from(c, key, klen, val, len, depth, counted, NULL);
 }
 
 /* kvp_put (kvpool.h): kvp__put, timed. */

@@ -128,6 +128,11 @@ enum kvp_ctr {
 	KVP_CTR_GET_SSD_BYTES,
 	KVP_CTR_EXISTS_HIT_DRAM, /* exists hits by the tier the value was in */
 	KVP_CTR_EXISTS_HIT_SSD,
+	KVP_CTR_DEV_KEYS,         /* keys copied to or from a GPU */
+	KVP_CTR_DEV_H2D_BYTES,    /* bytes copied to GPUs */
+	KVP_CTR_DEV_D2H_BYTES,    /* bytes copied from GPUs */
+	KVP_CTR_DEV_BOUNCE_BYTES, /* of those, through a bounce buffer */
+	KVP_CTR_DEV_REG_BYTES,    /* gauge: DRAM registered (per process) */
 	KVP_CTR__N,
 };
 #define KVP_CTR_SLOTS 32

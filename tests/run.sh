@@ -147,6 +147,15 @@ UNIT="test_layout test_index test_hold test_index_pool test_alloc test_ssd test_
 UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_evict test_assert test_populate"
 # stress/trace_replay's reference caches (LRU, Belady) and trace reader
 UNIT="$UNIT test_trace"
+# the GPU endpoints without a GPU (tests/agent/test_dev.c): no runtime,
+# the toolkit's runtime without a driver, and the emulated runtime of
+# tests/gpu/fakecudart.c (built here against the toolkit's headers; where
+# there are none its cases are skipped: "no CUDA")
+UNIT="$UNIT test_dev"
+if fc=$(sh tests/gpu/build_fakecuda.sh build/gpu 2>/dev/null); then
+	KVPT_FAKECUDA=$PWD/$fc
+	export KVPT_FAKECUDA
+fi
 for v in $variants; do
 	for t in $UNIT; do
 		case $v in
@@ -165,6 +174,10 @@ done
 # and mounts a hugetlbfs of its own; SKIP otherwise)
 run "release/hugepages: pool tests on 2 MiB pages" tests/agent/test_hugepages.sh
 run "structure: owners, includes, no cycles" tests/structure/test_structure.sh
+# tiers/kvp_cuda.h (the runtime's ABI, written out) against the toolkit's
+# headers, and the emulated runtime's own checks (SKIP: no CUDA headers)
+run "gpu: tiers/kvp_cuda.h matches cuda_runtime_api.h" tests/gpu/test_cuda_abi.sh
+run "gpu: the emulated runtime's self-test" tests/gpu/test_fakecuda.sh
 # the tree passes its .clang-format (SKIP without clang-format: .ci/run installs it)
 run "structure: the tree passes .clang-format" tests/structure/test_format.sh
 # the layout signature sees order, not only sizes: a client built with two

@@ -45,6 +45,8 @@ static const struct {
 	{ "kvp_strerror", "KVPOOL_1.0" },
 	{ "kvp_batch_put_chain", "KVPOOL_1.1" },
 	{ "kvp_stat", "KVPOOL_1.2" },
+	{ "kvp_batch_get_dev", "KVPOOL_1.3" },
+	{ "kvp_dev_info", "KVPOOL_1.3" },
 };
 
 /* names of the implementation a loader must not find (a sample of each
