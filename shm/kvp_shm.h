@@ -61,7 +61,7 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
 /* 5.0: the layout signature covers every field's offset; 7.0: SSD drives,
  * the arena populated behind the ready agent */
-#define KVP_ABI_MAJOR 7
+#define KVP_ABI_MAJOR 8
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -302,6 +302,55 @@ struct kvp_geom {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_geom) == 96, "geometry size");
 
+/*
+ * A GPU's HBM pool, as the agent publishes it.  gs_state is
+ * [generation:48][enum kvp_gpu_state:8]: the generation grows every time a
+ * helper comes up with a new pool, so an HBM map word (below) names the
+ * pool it was written for; readers use a copy only while the slot is UP
+ * at that generation.  The other fields are written before UP is
+ * published (release) and stay until the state changes.
+ */
+#define KVP_GPU_MAX 8
+enum kvp_gpu_state {
+	KVP_GPU_OFF = 0, /* no HBM tier on this slot */
+	KVP_GPU_STARTING = 1,
+	KVP_GPU_UP = 2,
+	KVP_GPU_DOWN = 3, /* its helper died or failed: copies invalid */
+};
+#define KVP_GS_STATE(w) ((unsigned)((w)&0xff))
+#define KVP_GS_GEN(w) ((w) >> 8)
+#define KVP_GS_WORD(gen, st) (((uint64_t)(gen) << 8) | (uint64_t)(st))
+struct kvp_gpu_slot {
+	kvp_aword_t gs_state;
+	kvp_aword_t gs_device; /* the CUDA device ordinal (in the agent's view) */
+	kvp_aword_t gs_bytes;  /* the pool's block */
+	kvp_aword_t gs_unit;   /* allocation unit (bytes, a power of two) */
+	kvp_aword_t gs_used;   /* units allocated to copies (a statistic) */
+	kvp_aword_t gs_pid;    /* the helper's pid (for humans and the socket) */
+	kvp_aword_t gs_copies; /* copies placed since it came up (a statistic) */
+	kvp_aword_t gs_pad;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_gpu_slot) == 64, "gpu slot size");
+
+/*
+ * The HBM map (region KVP_R_HBMMAP): one word per index slot naming an
+ * HBM copy of that slot's value, [1][gpu:3][gpu gen:12][ix gen:16]
+ * [unit:32]; 0 = none.  A copy is an extra: the entry's e_loc (DRAM or
+ * SSD) still holds the value.  A reader holding slot i at generation G
+ * uses the word only if its ix gen is G's low 16 bits and GPU slot gpu is
+ * UP at a generation whose low 12 bits are the word's; otherwise the word
+ * is stale and ignored.  Written only by the agent's tier thread.
+ */
+#define KVP_HBM_VALID (1ull << 63)
+#define KVP_HBM_WORD(gpu, ggen, ixgen, unit)                                 \
+	(KVP_HBM_VALID | ((uint64_t)((gpu)&7) << 60) |                       \
+	 ((uint64_t)((ggen)&0xfff) << 48) | ((uint64_t)((ixgen)&0xffff) << 32) | \
+	 (uint64_t)(uint32_t)(unit))
+#define KVP_HBM_GPU(w) ((unsigned)(((w) >> 60) & 7))
+#define KVP_HBM_GGEN(w) (((w) >> 48) & 0xfff)
+#define KVP_HBM_IXGEN(w) (((w) >> 32) & 0xffff)
+#define KVP_HBM_UNIT(w) ((w)&0xffffffffull)
+
 struct kvp_shm_header {
 	uint64_t h_magic;
 	uint16_t h_abi_major;
@@ -367,6 +416,9 @@ struct kvp_shm_header {
 	kvp_aword_t h_drive_state[KVP_SSD_DRIVES];
 	kvp_aword_t h_drive_used[KVP_SSD_DRIVES];  /* on-disk bytes */
 	kvp_aword_t h_drive_total[KVP_SSD_DRIVES]; /* its capacity */
+	/* the HBM tier: one slot per GPU the agent serves (--hbm-gpu),
+	 * written by the agent only (design.md, "The HBM tier") */
+	struct kvp_gpu_slot h_gpu[KVP_GPU_MAX];
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_shm_header) <= KVP_PAGE,
 		  "header is one page");
@@ -667,7 +719,7 @@ struct kvp_dram_hdr {
 	X(kvp_shm_header, h_ssd_used_bytes) X(kvp_shm_header, h_ssd_live_bytes) \
 	X(kvp_shm_header, h_ssd_total_bytes) X(kvp_shm_header, h_metrics_port) \
 	X(kvp_shm_header, h_drive_state) X(kvp_shm_header, h_drive_used)     \
-	X(kvp_shm_header, h_drive_total)
+	X(kvp_shm_header, h_drive_total) X(kvp_shm_header, h_gpu)
 #define KVP_FIELDS_CLIENT_SLOT(X)                                            \
 	X(kvp_client_slot, cs_state) X(kvp_client_slot, cs_pid)              \
 	X(kvp_client_slot, cs_start_time) X(kvp_client_slot, cs_open_ns)     \
@@ -702,13 +754,19 @@ struct kvp_dram_hdr {
 	X(kvp_dram_hdr, dh_bin) X(kvp_dram_hdr, dh_used_mirror)              \
 	X(kvp_dram_hdr, dh_damaged) X(kvp_dram_hdr, dh_unpop_pages)         \
 	X(kvp_dram_hdr, dh_page_bytes)
+#define KVP_FIELDS_GPU_SLOT(X)                                               \
+	X(kvp_gpu_slot, gs_state) X(kvp_gpu_slot, gs_device)                 \
+	X(kvp_gpu_slot, gs_bytes) X(kvp_gpu_slot, gs_unit)                   \
+	X(kvp_gpu_slot, gs_used) X(kvp_gpu_slot, gs_pid)                     \
+	X(kvp_gpu_slot, gs_copies) X(kvp_gpu_slot, gs_pad)
 /* every shared type, with its field list */
 #define KVP_SHARED_TYPES(T)                                                  \
 	T(kvp_geom, KVP_FIELDS_GEOM) T(kvp_shm_header, KVP_FIELDS_HEADER)    \
 	T(kvp_client_slot, KVP_FIELDS_CLIENT_SLOT) T(kvp_req, KVP_FIELDS_REQ) \
 	T(kvp_span, KVP_FIELDS_SPAN) T(kvp_lease_slot, KVP_FIELDS_LEASE)     \
 	T(kvp_entry, KVP_FIELDS_ENTRY) T(kvp_page, KVP_FIELDS_PAGE)          \
-	T(kvp_dram_hdr, KVP_FIELDS_DRAM_HDR)
+	T(kvp_dram_hdr, KVP_FIELDS_DRAM_HDR)                                 \
+	T(kvp_gpu_slot, KVP_FIELDS_GPU_SLOT)
 /* clang-format on */
 
 /* One row of the field table: a field, or (field == NULL) the end of a
@@ -768,6 +826,7 @@ enum kvp_region {
 	KVP_R_HOLDS,      /* kvp_aword_t[max_clients][holds_per_client] */
 	KVP_R_META,       /* kvp_aword_t[index_slots]: index state words */
 	KVP_R_ENTRIES,    /* struct kvp_entry[index_slots] */
+	KVP_R_HBMMAP,     /* kvp_aword_t[index_slots]: HBM copies */
 	KVP_R_DRAM,       /* struct kvp_dram_hdr */
 	KVP_R_PAGEMAP,    /* struct kvp_page[dram_pages] */
 	KVP_R_LEASES,     /* struct kvp_lease_slot[max_leases] */
@@ -798,9 +857,10 @@ KVP_INLINE const char *
 kvp_region_name(unsigned r)
 {
 	static const char *const names[KVP_R__N] = {
-		"header",        "clients",       "holds",    "index meta",
-		"index entries", "dram header",   "page map", "leases",
-		"arena",         "request rings", "spans",    "staging",
+		"header",        "clients",	  "holds",    "index meta",
+		"index entries", "hbm map",	  "dram header", "page map",
+		"leases",	 "arena",	  "request rings", "spans",
+		"staging",
 	};
 
 	return r < KVP_R__N ? names[r] : "?";
@@ -838,6 +898,10 @@ kvp__region_len(const struct kvp_geom *g, unsigned r, uint64_t *len)
 	case KVP_R_ENTRIES:
 		a = g->g_index_slots;
 		b = sizeof(struct kvp_entry);
+		break;
+	case KVP_R_HBMMAP:
+		a = g->g_index_slots;
+		b = sizeof(kvp_aword_t);
 		break;
 	case KVP_R_DRAM:
 		a = sizeof(struct kvp_dram_hdr);
@@ -995,6 +1059,7 @@ struct kvp_seg {
 	kvp_aword_t *holds;
 	kvp_aword_t *meta;
 	struct kvp_entry *entries;
+	kvp_aword_t *hbm; /* the HBM map: index_slots words */
 	struct kvp_dram_hdr *dram;
 	struct kvp_page *pages;
 	unsigned char *arena;
@@ -1195,6 +1260,7 @@ kvp_shm_bind(struct kvp_seg *s, char *msg, size_t cap)
 	s->holds = (kvp_aword_t *)(s->base + s->L.off[KVP_R_HOLDS]);
 	s->meta = (kvp_aword_t *)(s->base + s->L.off[KVP_R_META]);
 	s->entries = (struct kvp_entry *)(s->base + s->L.off[KVP_R_ENTRIES]);
+	s->hbm = (kvp_aword_t *)(s->base + s->L.off[KVP_R_HBMMAP]);
 	s->dram = (struct kvp_dram_hdr *)(s->base + s->L.off[KVP_R_DRAM]);
 	s->pages = (struct kvp_page *)(s->base + s->L.off[KVP_R_PAGEMAP]);
 	s->leases = (struct kvp_lease_slot *)(s->base + s->L.off[KVP_R_LEASES]);

@@ -62,6 +62,13 @@
 #define KVP_CU_MEMLOC_HOST 2
 #define KVP_CU_SRC_ACCESS_ORDER_STREAM 1
 
+/* memory pools (the HBM tier): enum cudaMemAllocationType,
+ * cudaMemAllocationHandleType, cudaMemAccessFlags */
+#define KVP_CU_ALLOC_PINNED 1
+#define KVP_CU_HANDLE_POSIX_FD 1
+#define KVP_CU_ACCESS_RW 3
+#define KVP_CU_MEMCPY_DEFAULT_KIND KVP_CU_MEMCPY_DEFAULT
+
 /* struct cudaMemLocation, struct cudaMemcpyAttributes (CUDA >= 12.8) */
 struct kvp_cu_memloc {
 	int ml_type;
@@ -73,6 +80,26 @@ struct kvp_cu_copy_attr {
 	struct kvp_cu_memloc ca_src_hint;
 	struct kvp_cu_memloc ca_dst_hint;
 	unsigned int ca_flags;
+};
+
+/* struct cudaMemPoolProps, cudaMemAccessDesc, cudaMemPoolPtrExportData */
+struct kvp_cu_pool_props {
+	int pp_alloc_type;
+	int pp_handle_types;
+	struct kvp_cu_memloc pp_location;
+	void *pp_win32_security;
+	size_t pp_max_size;
+	unsigned short pp_usage;
+	unsigned char pp_reserved[54];
+};
+
+struct kvp_cu_access {
+	struct kvp_cu_memloc ac_location;
+	int ac_flags;
+};
+
+struct kvp_cu_ptr_export {
+	unsigned char pe_reserved[64];
 };
 
 /* The runtime as kvpool sees it: what loading found, and its calls.
@@ -106,6 +133,29 @@ struct kvp_cuda {
 	unsigned int (*HostUnregister)(void *p);
 	unsigned int (*MallocHost)(void **p, size_t n);
 	unsigned int (*FreeHost)(void *p);
+	/* memory pools with POSIX fd export (the HBM tier); NULL where the
+	 * runtime has none (then there is no HBM tier) */
+	unsigned int (*MemPoolCreate)(void **pool,
+				      const struct kvp_cu_pool_props *props);
+	unsigned int (*MemPoolDestroy)(void *pool);
+	unsigned int (*MallocFromPoolAsync)(void **p, size_t n, void *pool,
+					    void *stream);
+	unsigned int (*FreeAsync)(void *p, void *stream);
+	unsigned int (*MemPoolExportToShareableHandle)(void *handle, void *pool,
+						       unsigned int type,
+						       unsigned int flags);
+	unsigned int (*MemPoolImportFromShareableHandle)(void **pool,
+							 void *handle,
+							 unsigned int type,
+							 unsigned int flags);
+	unsigned int (*MemPoolExportPointer)(struct kvp_cu_ptr_export *d,
+					     void *p);
+	unsigned int (*MemPoolImportPointer)(void **p, void *pool,
+					     struct kvp_cu_ptr_export *d);
+	unsigned int (*MemPoolSetAccess)(void *pool,
+					 const struct kvp_cu_access *desc,
+					 size_t count);
+	unsigned int (*Free)(void *p);
 	/* cudaMemcpyBatchAsync: CUDA 13 (no failIdx) or 12.8/12.9 (with
 	 * it); NULL where the runtime has neither */
 	unsigned int (*MemcpyBatchAsync13)(void *const *dsts,
@@ -214,6 +264,15 @@ kvp__cuda_load(void)
 	    !KVP__CU_SYM(HostRegister) || !KVP__CU_SYM(HostUnregister) ||
 	    !KVP__CU_SYM(MallocHost) || !KVP__CU_SYM(FreeHost))
 		return; /* not a CUDA runtime we can use: -ENOTSUP */
+	/* optional: the HBM tier needs them all */
+	if (!KVP__CU_SYM(MemPoolCreate) || !KVP__CU_SYM(MemPoolDestroy) ||
+	    !KVP__CU_SYM(MallocFromPoolAsync) || !KVP__CU_SYM(FreeAsync) ||
+	    !KVP__CU_SYM(MemPoolExportToShareableHandle) ||
+	    !KVP__CU_SYM(MemPoolImportFromShareableHandle) ||
+	    !KVP__CU_SYM(MemPoolExportPointer) ||
+	    !KVP__CU_SYM(MemPoolImportPointer) ||
+	    !KVP__CU_SYM(MemPoolSetAccess) || !KVP__CU_SYM(Free))
+		cu->MemPoolCreate = NULL;
 #undef KVP__CU_SYM
 	cu->RuntimeGetVersion(&cu->cu_runtime_version);
 	cu->DriverGetVersion(&cu->cu_driver_version);

@@ -35,6 +35,19 @@ struct fakecuda_stats {
 		device_bytes_live;          /* cudaMalloc now (live) */
 	uint64_t streams_created;           /* (cum) */
 	uint64_t streams_live, events_live; /* (live) */
+	/* stream-ordered memory pools (cudaMemPoolCreate and imported pools):
+     * pool objects whose memory is still held (handle not destroyed, or
+     * allocations / imported pointers outstanding) (live) */
+	uint64_t pools_live;
+	/* bytes of the memfds backing the pools this process created (one
+     * header page each + every page ever allocated: they grow, never
+     * shrink) (live) */
+	uint64_t pool_bytes_live;
+	/* cudaMallocFromPoolAsync allocations not yet freed, and their bytes
+     * (not counted in device_allocs_live) (live) */
+	uint64_t pool_allocs_live, pool_alloc_bytes_live;
+	/* cudaMemPoolImportPointer mappings not yet freed (live) */
+	uint64_t imports_live;
 };
 
 /* Fills *out; returns 0, or -1 when out is NULL. */

@@ -23,6 +23,8 @@
  * registrations live in one sorted array of non-overlapping ranges.  Every
  * created stream owns a worker thread that executes its queue in FIFO order.
  * The NULL / legacy / per-thread streams execute synchronously in the caller.
+ * Stream-ordered memory pools are memfds, shareable between processes over
+ * POSIX fds exactly like real CUDA IPC pools (see "memory pools" below).
  */
 #include <cuda_runtime_api.h>
 
@@ -32,7 +34,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,6 +165,11 @@ fakecuda_reset_stats(void)
 	g_st.device_bytes_live = keep.device_bytes_live;
 	g_st.streams_live = keep.streams_live;
 	g_st.events_live = keep.events_live;
+	g_st.pools_live = keep.pools_live;
+	g_st.pool_bytes_live = keep.pool_bytes_live;
+	g_st.pool_allocs_live = keep.pool_allocs_live;
+	g_st.pool_alloc_bytes_live = keep.pool_alloc_bytes_live;
+	g_st.imports_live = keep.imports_live;
 	pthread_mutex_unlock(&g_mu);
 }
 
@@ -179,6 +188,11 @@ struct range {
 	enum rkind kind;
 	int dev;
 	bool pending; /* R_HOSTREG being pinned: reserved, not yet pinned */
+	/* R_DEV from a memory pool: a MAP_SHARED mapping of the pool's memfd
+	 * at pool_off (owned allocation, or imported pointer when imported) */
+	struct CUmemPoolHandle_st *pool;
+	uint64_t pool_off;
+	bool imported;
 };
 
 static struct range *g_r;
@@ -316,6 +330,10 @@ struct op {
 	bool pinned_at_call; /* host side pinned-ness when src was snapshotted */
 	struct CUevent_st *ev;
 	uint64_t seq;
+	/* run by a stream worker: OP_RECORD retires its own pending count in
+	 * the same critical section that completes the event, so a stream is
+	 * idle (cudaStreamQuery) as soon as an event recorded last is done */
+	bool from_worker, retired;
 };
 
 struct CUstream_st {
@@ -475,6 +493,10 @@ exec_op(struct CUstream_st *s, struct op *op)
 			ev->err = s->err;
 		}
 		ev_unref(ev);
+		if (op->from_worker) {
+			s->pending--;
+			op->retired = true;
+		}
 		pthread_cond_broadcast(&g_progress);
 		pthread_mutex_unlock(&g_mu);
 		break;
@@ -512,10 +534,13 @@ worker(void *arg)
 		if (!s->head)
 			s->tail = NULL;
 		pthread_mutex_unlock(&g_mu);
+		op->from_worker = true;
 		exec_op(s, op);
+		bool retired = op->retired;
 		free_op(op);
 		pthread_mutex_lock(&g_mu);
-		s->pending--;
+		if (!retired)
+			s->pending--;
 		pthread_cond_broadcast(&g_progress);
 	}
 	pthread_mutex_unlock(&g_mu);
@@ -673,6 +698,10 @@ cudaDriverGetVersion(int *driverVersion)
 	X(cudaErrorHostMemoryNotRegistered,                                    \
 	  "pointer does not correspond to a registered memory region")         \
 	X(cudaErrorNotSupported, "operation not supported")                    \
+	X(cudaErrorPeerAccessUnsupported,                                      \
+	  "peer access is not supported between these two devices")            \
+	X(cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled") \
+	X(cudaErrorPeerAccessNotEnabled, "peer access has not been enabled")   \
 	X(cudaErrorNotPermitted, "operation not permitted")                    \
 	X(cudaErrorLaunchFailure, "unspecified launch failure")                \
 	X(cudaErrorUnknown, "unknown error")
@@ -1045,6 +1074,8 @@ alloc_common(void **out, size_t size, enum rkind kind)
 	return cudaSuccess;
 }
 
+static void pool_release_locked(const struct range *r);
+
 static cudaError_t
 free_common(void *ptr, enum rkind kind)
 {
@@ -1065,7 +1096,15 @@ free_common(void *ptr, enum rkind kind)
 		return cudaErrorInvalidValue;
 	}
 	size_t size = r->size, len = r->map_size;
-	if (kind == R_DEV) {
+	if (kind == R_DEV && r->pool) {
+		/* the mapping goes first: the extent may be reused at once */
+		struct range copy = *r;
+		rremove(r);
+		munmap(ptr, len);
+		pool_release_locked(&copy);
+		pthread_mutex_unlock(&g_mu);
+		return cudaSuccess;
+	} else if (kind == R_DEV) {
 		g_st.device_allocs_live--;
 		g_st.device_bytes_live -= size;
 	} else {
@@ -1482,4 +1521,604 @@ cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
 	GATE();
 	return ret(memset_common(devPtr, value, count, stream, false));
+}
+
+/* ------------------------------------------------------------ memory pools
+ *
+ * Every pool is a memfd.  Its first page is a header (magic, device) so an
+ * importing process can tell the device and reject a foreign fd; allocations
+ * are page-aligned extents after it, found first-fit in a free list or else
+ * appended (ftruncate grows the memfd; it never shrinks).  An allocation is a
+ * MAP_SHARED mapping of its extent, registered as device memory of the pool's
+ * device; an imported pointer is a MAP_SHARED mapping of the same extent of
+ * the dup'ed fd in the importing process, so both see the same bytes.
+ * A pool object is refcounted: its handle (until cudaMemPoolDestroy) plus one
+ * per live allocation / imported pointer; the memfd closes at zero. */
+
+#define POOL_MAGIC 0x4c4f4f5041444b46ull   /* "FKDAPOOL" */
+#define EXPORT_MAGIC 0x5254504144554b46ull /* "FKUDAPTR" */
+
+struct pool_hdr {
+	uint64_t magic;
+	int32_t dev;
+	uint32_t pad;
+};
+
+struct extent {
+	uint64_t off, len;
+};
+
+struct CUmemPoolHandle_st {
+	struct CUmemPoolHandle_st *next;
+	int fd;
+	int dev;
+	bool imported;  /* from cudaMemPoolImportFromShareableHandle */
+	bool ipc;       /* created with cudaMemHandleTypePosixFileDescriptor */
+	bool destroyed; /* cudaMemPoolDestroy called: the handle is invalid */
+	int refs;
+	uint64_t ino, fsdev;     /* identity of the memfd (fstat) */
+	uint64_t end;            /* owning: current memfd size */
+	uint64_t max_size;       /* owning: props->maxSize (0: unlimited) */
+	struct extent *free_ext; /* owning: sorted free extents below end */
+	size_t nfree, capfree;
+	unsigned char *access; /* per device: enum cudaMemAccessFlags */
+};
+
+/* the export data, inside the 64 opaque bytes */
+struct export_blob {
+	uint64_t magic;
+	uint64_t ino, fsdev; /* which memfd */
+	uint64_t off, size;
+	uint64_t check;
+};
+_Static_assert(sizeof(struct export_blob) <=
+		       sizeof(struct cudaMemPoolPtrExportData),
+	       "export blob too large");
+
+static struct CUmemPoolHandle_st *g_pools;
+static unsigned char *g_peer; /* ndev * ndev: peer access enabled */
+
+static size_t
+page_size(void)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	return pg > 0 ? (size_t)pg : 4096;
+}
+
+static uint64_t
+blob_check(const struct export_blob *b)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull;
+	const uint64_t v[5] = { b->magic, b->ino, b->fsdev, b->off, b->size };
+	for (int i = 0; i < 5; i++) {
+		h ^= v[i];
+		h *= 0x100000001b3ull;
+		h ^= h >> 29;
+	}
+	return h;
+}
+
+/* caller holds g_mu: a pool whose handle is valid (not destroyed) */
+static struct CUmemPoolHandle_st *
+pool_live(cudaMemPool_t p)
+{
+	for (struct CUmemPoolHandle_st *x = g_pools; x; x = x->next)
+		if (x == p && !x->destroyed)
+			return x;
+	return NULL;
+}
+
+/* caller holds g_mu */
+static void
+pool_unref_locked(struct CUmemPoolHandle_st *p)
+{
+	if (--p->refs > 0)
+		return;
+	struct CUmemPoolHandle_st **pp = &g_pools;
+	while (*pp && *pp != p)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = p->next;
+	g_st.pools_live--;
+	if (!p->imported)
+		g_st.pool_bytes_live -= p->end;
+	close(p->fd);
+	free(p->free_ext);
+	free(p->access);
+	free(p);
+}
+
+/* caller holds g_mu; r was a pool range, already removed and unmapped */
+static void
+pool_release_locked(const struct range *r)
+{
+	struct CUmemPoolHandle_st *p = r->pool;
+	if (r->imported) {
+		g_st.imports_live--;
+	} else {
+		g_st.pool_allocs_live--;
+		g_st.pool_alloc_bytes_live -= r->size;
+		/* return the extent to the free list, coalescing */
+		uint64_t off = r->pool_off, len = r->map_size;
+		size_t i = 0;
+		while (i < p->nfree && p->free_ext[i].off < off)
+			i++;
+		bool merged = false;
+		if (i > 0 &&
+		    p->free_ext[i - 1].off + p->free_ext[i - 1].len == off) {
+			p->free_ext[i - 1].len += len;
+			merged = true;
+			if (i < p->nfree &&
+			    p->free_ext[i - 1].off + p->free_ext[i - 1].len ==
+				    p->free_ext[i].off) {
+				p->free_ext[i - 1].len += p->free_ext[i].len;
+				memmove(&p->free_ext[i], &p->free_ext[i + 1],
+					(p->nfree - i - 1) *
+						sizeof *p->free_ext);
+				p->nfree--;
+			}
+		} else if (i < p->nfree && off + len == p->free_ext[i].off) {
+			p->free_ext[i].off = off;
+			p->free_ext[i].len += len;
+			merged = true;
+		}
+		if (!merged) {
+			if (p->nfree == p->capfree) {
+				size_t nc = p->capfree ? p->capfree * 2 : 16;
+				struct extent *ne =
+					realloc(p->free_ext, nc * sizeof *ne);
+				if (!ne)
+					goto out; /* the extent is leaked */
+				p->free_ext = ne;
+				p->capfree = nc;
+			}
+			memmove(&p->free_ext[i + 1], &p->free_ext[i],
+				(p->nfree - i) * sizeof *p->free_ext);
+			p->free_ext[i].off = off;
+			p->free_ext[i].len = len;
+			p->nfree++;
+		}
+	}
+out:
+	pool_unref_locked(p);
+}
+
+static cudaError_t
+pool_new(int fd, int dev, bool imported, struct CUmemPoolHandle_st **out)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return cudaErrorInvalidValue;
+	struct CUmemPoolHandle_st *p = calloc(1, sizeof *p);
+	unsigned char *acc = calloc((size_t)g_cfg.ndev, 1);
+	if (!p || !acc) {
+		free(p);
+		free(acc);
+		return cudaErrorMemoryAllocation;
+	}
+	p->fd = fd;
+	p->dev = dev;
+	p->imported = imported;
+	p->refs = 1;
+	p->ino = (uint64_t)st.st_ino;
+	p->fsdev = (uint64_t)st.st_dev;
+	p->access = acc;
+	p->access[dev] = (unsigned char)cudaMemAccessFlagsProtReadWrite;
+	*out = p;
+	return cudaSuccess;
+}
+
+cudaError_t
+cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *props)
+{
+	GATE();
+	if (!memPool || !props)
+		return ret(cudaErrorInvalidValue);
+	if (props->allocType != cudaMemAllocationTypePinned ||
+	    props->location.type != cudaMemLocationTypeDevice ||
+	    props->location.id < 0 || props->location.id >= g_cfg.ndev)
+		return ret(cudaErrorInvalidValue);
+	bool ipc;
+	switch ((unsigned)props->handleTypes) {
+	case cudaMemHandleTypeNone:
+		ipc = false;
+		break;
+	case cudaMemHandleTypePosixFileDescriptor:
+		ipc = true;
+		break;
+	case cudaMemHandleTypeWin32:
+	case cudaMemHandleTypeWin32Kmt:
+	case cudaMemHandleTypeFabric:
+		return ret(cudaErrorNotSupported);
+	default:
+		return ret(cudaErrorInvalidValue);
+	}
+	if (props->win32SecurityAttributes)
+		return ret(cudaErrorInvalidValue);
+	size_t ps = page_size();
+	int fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+	if (fd < 0)
+		return ret(cudaErrorMemoryAllocation);
+	struct pool_hdr h = { .magic = POOL_MAGIC, .dev = props->location.id };
+	if (ftruncate(fd, (off_t)ps) != 0 ||
+	    pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
+		close(fd);
+		return ret(cudaErrorMemoryAllocation);
+	}
+	struct CUmemPoolHandle_st *p;
+	cudaError_t e = pool_new(fd, props->location.id, false, &p);
+	if (e != cudaSuccess) {
+		close(fd);
+		return ret(e);
+	}
+	p->ipc = ipc;
+	p->end = ps;
+	p->max_size = props->maxSize;
+	pthread_mutex_lock(&g_mu);
+	p->next = g_pools;
+	g_pools = p;
+	g_st.pools_live++;
+	g_st.pool_bytes_live += ps;
+	pthread_mutex_unlock(&g_mu);
+	*memPool = p;
+	return cudaSuccess;
+}
+
+cudaError_t
+cudaMemPoolDestroy(cudaMemPool_t memPool)
+{
+	GATE();
+	pthread_mutex_lock(&g_mu);
+	struct CUmemPoolHandle_st *p = pool_live(memPool);
+	if (!p) {
+		pthread_mutex_unlock(&g_mu);
+		return ret(cudaErrorInvalidValue);
+	}
+	/* live allocations keep the pool (and its memfd) until freed */
+	p->destroyed = true;
+	pool_unref_locked(p);
+	pthread_mutex_unlock(&g_mu);
+	return cudaSuccess;
+}
+
+cudaError_t
+cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+			cudaStream_t stream)
+{
+	GATE();
+	if (!ptr)
+		return ret(cudaErrorInvalidValue);
+	size_t ps = page_size();
+	pthread_mutex_lock(&g_mu);
+	struct CUstream_st *s;
+	cudaError_t e = resolve_stream(stream, &s);
+	struct CUmemPoolHandle_st *p = NULL;
+	if (e == cudaSuccess && !(p = pool_live(memPool)))
+		e = cudaErrorInvalidValue;
+	if (e == cudaSuccess && p->imported)
+		e = cudaErrorInvalidValue; /* imported pools cannot allocate */
+	if (e == cudaSuccess && size > SIZE_MAX - ps)
+		e = cudaErrorMemoryAllocation;
+	if (e != cudaSuccess || size == 0) {
+		pthread_mutex_unlock(&g_mu);
+		if (e == cudaSuccess)
+			*ptr = NULL;
+		return ret(e);
+	}
+	uint64_t len = (size + ps - 1) / ps * ps, off = 0;
+	size_t i = 0;
+	while (i < p->nfree && p->free_ext[i].len < len)
+		i++;
+	if (i < p->nfree) {
+		off = p->free_ext[i].off;
+		p->free_ext[i].off += len;
+		p->free_ext[i].len -= len;
+		if (p->free_ext[i].len == 0) {
+			memmove(&p->free_ext[i], &p->free_ext[i + 1],
+				(p->nfree - i - 1) * sizeof *p->free_ext);
+			p->nfree--;
+		}
+	} else {
+		off = p->end;
+		if ((p->max_size && off - ps + len > p->max_size) ||
+		    off + len > (uint64_t)INT64_MAX ||
+		    ftruncate(p->fd, (off_t)(off + len)) != 0) {
+			pthread_mutex_unlock(&g_mu);
+			return ret(cudaErrorMemoryAllocation);
+		}
+		p->end += len;
+		g_st.pool_bytes_live += len;
+	}
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd,
+		       (off_t)off);
+	struct range r = { .base = (uintptr_t)m,
+			   .size = size,
+			   .map_size = len,
+			   .kind = R_DEV,
+			   .dev = p->dev,
+			   .pool = p,
+			   .pool_off = off };
+	if (m == MAP_FAILED || !rinsert(r)) {
+		if (m != MAP_FAILED)
+			munmap(m, len);
+		/* give the extent back (pool_release_locked unrefs: ref first) */
+		p->refs++;
+		g_st.pool_allocs_live++;
+		g_st.pool_alloc_bytes_live += size;
+		pool_release_locked(&r);
+		pthread_mutex_unlock(&g_mu);
+		return ret(cudaErrorMemoryAllocation);
+	}
+	p->refs++;
+	g_st.pool_allocs_live++;
+	g_st.pool_alloc_bytes_live += size;
+	pthread_mutex_unlock(&g_mu);
+	*ptr = m;
+	return cudaSuccess;
+}
+
+cudaError_t
+cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+	GATE();
+	if (!devPtr)
+		return cudaSuccess;
+	pthread_mutex_lock(&g_mu);
+	struct CUstream_st *s;
+	cudaError_t e = resolve_stream(hStream, &s);
+	struct range *r = rcontaining((uintptr_t)devPtr);
+	if (e == cudaSuccess && (!r || r->kind != R_DEV || !r->pool ||
+				 r->base != (uintptr_t)devPtr))
+		e = cudaErrorInvalidValue;
+	if (e == cudaSuccess) /* the free follows the stream's earlier work */
+		while (s->pending)
+			pthread_cond_wait(&g_progress, &g_mu);
+	pthread_mutex_unlock(&g_mu);
+	if (e != cudaSuccess)
+		return ret(e);
+	return ret(free_common(devPtr, R_DEV));
+}
+
+cudaError_t
+cudaMemPoolSetAccess(cudaMemPool_t memPool,
+		     const struct cudaMemAccessDesc *descList, size_t count)
+{
+	GATE();
+	if (count && !descList)
+		return ret(cudaErrorInvalidValue);
+	for (size_t i = 0; i < count; i++) {
+		const struct cudaMemAccessDesc *d = &descList[i];
+		if (d->location.type != cudaMemLocationTypeDevice)
+			return ret(cudaErrorInvalidValue);
+		if (d->location.id < 0 || d->location.id >= g_cfg.ndev)
+			return ret(cudaErrorInvalidDevice);
+		if (d->flags != cudaMemAccessFlagsProtNone &&
+		    d->flags != cudaMemAccessFlagsProtReadWrite)
+			return ret(cudaErrorInvalidValue);
+	}
+	pthread_mutex_lock(&g_mu);
+	struct CUmemPoolHandle_st *p = pool_live(memPool);
+	if (!p) {
+		pthread_mutex_unlock(&g_mu);
+		return ret(cudaErrorInvalidValue);
+	}
+	for (size_t i = 0; i < count; i++)
+		p->access[descList[i].location.id] =
+			(unsigned char)descList[i].flags;
+	pthread_mutex_unlock(&g_mu);
+	return cudaSuccess;
+}
+
+cudaError_t
+cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool,
+		     struct cudaMemLocation *location)
+{
+	GATE();
+	if (!flags || !location || location->type != cudaMemLocationTypeDevice)
+		return ret(cudaErrorInvalidValue);
+	if (location->id < 0 || location->id >= g_cfg.ndev)
+		return ret(cudaErrorInvalidDevice);
+	pthread_mutex_lock(&g_mu);
+	struct CUmemPoolHandle_st *p = pool_live(memPool);
+	if (p)
+		*flags = (enum cudaMemAccessFlags)p->access[location->id];
+	pthread_mutex_unlock(&g_mu);
+	return p ? cudaSuccess : ret(cudaErrorInvalidValue);
+}
+
+cudaError_t
+cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool,
+				   enum cudaMemAllocationHandleType handleType,
+				   unsigned int flags)
+{
+	GATE();
+	if (!shareableHandle || flags != 0 ||
+	    handleType != cudaMemHandleTypePosixFileDescriptor)
+		return ret(cudaErrorInvalidValue);
+	pthread_mutex_lock(&g_mu);
+	struct CUmemPoolHandle_st *p = pool_live(memPool);
+	cudaError_t e = cudaSuccess;
+	if (!p || p->imported || !p->ipc) {
+		e = cudaErrorInvalidValue;
+	} else {
+		int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			e = cudaErrorMemoryAllocation;
+		else
+			*(int *)shareableHandle = fd;
+	}
+	pthread_mutex_unlock(&g_mu);
+	return ret(e);
+}
+
+cudaError_t
+cudaMemPoolImportFromShareableHandle(
+	cudaMemPool_t *memPool, void *shareableHandle,
+	enum cudaMemAllocationHandleType handleType, unsigned int flags)
+{
+	GATE();
+	/* the real API takes the fd value itself, cast to a pointer */
+	intptr_t v = (intptr_t)shareableHandle;
+	if (!memPool || flags != 0 ||
+	    handleType != cudaMemHandleTypePosixFileDescriptor || v < 0 ||
+	    v > INT32_MAX)
+		return ret(cudaErrorInvalidValue);
+	int fd = fcntl((int)v, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0)
+		return ret(cudaErrorInvalidValue);
+	struct pool_hdr h;
+	if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+	    h.magic != POOL_MAGIC || h.dev < 0) {
+		close(fd);
+		return ret(cudaErrorInvalidValue);
+	}
+	if (h.dev >= g_cfg.ndev) {
+		close(fd);
+		return ret(cudaErrorInvalidDevice);
+	}
+	struct CUmemPoolHandle_st *p;
+	cudaError_t e = pool_new(fd, h.dev, true, &p);
+	if (e != cudaSuccess) {
+		close(fd);
+		return ret(e);
+	}
+	pthread_mutex_lock(&g_mu);
+	p->next = g_pools;
+	g_pools = p;
+	g_st.pools_live++;
+	pthread_mutex_unlock(&g_mu);
+	*memPool = p;
+	return cudaSuccess;
+}
+
+cudaError_t
+cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr)
+{
+	GATE();
+	if (!exportData || !ptr)
+		return ret(cudaErrorInvalidValue);
+	pthread_mutex_lock(&g_mu);
+	struct range *r = rcontaining((uintptr_t)ptr);
+	if (!r || r->kind != R_DEV || !r->pool || r->imported ||
+	    !r->pool->ipc || r->base != (uintptr_t)ptr) {
+		pthread_mutex_unlock(&g_mu);
+		return ret(cudaErrorInvalidValue);
+	}
+	struct export_blob b = { .magic = EXPORT_MAGIC,
+				 .ino = r->pool->ino,
+				 .fsdev = r->pool->fsdev,
+				 .off = r->pool_off,
+				 .size = r->size };
+	pthread_mutex_unlock(&g_mu);
+	b.check = blob_check(&b);
+	memset(exportData, 0, sizeof *exportData);
+	memcpy(exportData->reserved, &b, sizeof b);
+	return cudaSuccess;
+}
+
+cudaError_t
+cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool,
+			 struct cudaMemPoolPtrExportData *exportData)
+{
+	GATE();
+	if (!ptr || !exportData)
+		return ret(cudaErrorInvalidValue);
+	struct export_blob b;
+	memcpy(&b, exportData->reserved, sizeof b);
+	size_t ps = page_size();
+	if (b.magic != EXPORT_MAGIC || b.check != blob_check(&b) ||
+	    b.size == 0 || b.off < ps || b.off % ps != 0 ||
+	    b.size > UINT64_MAX - ps || b.off > UINT64_MAX - b.size - ps)
+		return ret(cudaErrorInvalidValue);
+	uint64_t len = (b.size + ps - 1) / ps * ps;
+	pthread_mutex_lock(&g_mu);
+	struct CUmemPoolHandle_st *p = pool_live(memPool);
+	struct stat st;
+	cudaError_t e = cudaSuccess;
+	if (!p || !p->imported || b.ino != p->ino || b.fsdev != p->fsdev)
+		e = cudaErrorInvalidValue;
+	else if (fstat(p->fd, &st) != 0 || b.off + len > (uint64_t)st.st_size)
+		e = cudaErrorInvalidValue; /* beyond the memfd: not allocated */
+	if (e != cudaSuccess) {
+		pthread_mutex_unlock(&g_mu);
+		return ret(e);
+	}
+	void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd,
+		       (off_t)b.off);
+	struct range r = { .base = (uintptr_t)m,
+			   .size = b.size,
+			   .map_size = len,
+			   .kind = R_DEV,
+			   .dev = p->dev,
+			   .pool = p,
+			   .pool_off = b.off,
+			   .imported = true };
+	if (m == MAP_FAILED || !rinsert(r)) {
+		if (m != MAP_FAILED)
+			munmap(m, len);
+		pthread_mutex_unlock(&g_mu);
+		return ret(cudaErrorMemoryAllocation);
+	}
+	p->refs++;
+	g_st.imports_live++;
+	pthread_mutex_unlock(&g_mu);
+	*ptr = m;
+	return cudaSuccess;
+}
+
+/* ------------------------------------------------------------ peer access */
+
+cudaError_t
+cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice)
+{
+	GATE();
+	if (!canAccessPeer)
+		return ret(cudaErrorInvalidValue);
+	if (device < 0 || device >= g_cfg.ndev || peerDevice < 0 ||
+	    peerDevice >= g_cfg.ndev)
+		return ret(cudaErrorInvalidDevice);
+	*canAccessPeer = device != peerDevice;
+	return cudaSuccess;
+}
+
+static cudaError_t
+peer_set(int peerDevice, unsigned int flags, bool enable)
+{
+	if (flags != 0)
+		return cudaErrorInvalidValue;
+	if (peerDevice < 0 || peerDevice >= g_cfg.ndev ||
+	    peerDevice == t_device)
+		return cudaErrorInvalidDevice;
+	pthread_mutex_lock(&g_mu);
+	if (!g_peer)
+		g_peer = calloc((size_t)g_cfg.ndev * (size_t)g_cfg.ndev, 1);
+	if (!g_peer) {
+		pthread_mutex_unlock(&g_mu);
+		return cudaErrorMemoryAllocation;
+	}
+	unsigned char *bit = &g_peer[(size_t)t_device * (size_t)g_cfg.ndev +
+				     (size_t)peerDevice];
+	cudaError_t e = cudaSuccess;
+	if (enable && *bit)
+		e = cudaErrorPeerAccessAlreadyEnabled;
+	else if (!enable && !*bit)
+		e = cudaErrorPeerAccessNotEnabled;
+	else
+		*bit = enable;
+	pthread_mutex_unlock(&g_mu);
+	return e;
+}
+
+cudaError_t
+cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags)
+{
+	GATE();
+	return ret(peer_set(peerDevice, flags, true));
+}
+
+cudaError_t
+cudaDeviceDisablePeerAccess(int peerDevice)
+{
+	GATE();
+	return ret(peer_set(peerDevice, 0, false));
 }

@@ -9,11 +9,14 @@
  * Prints "FAIL ..." and exits 1 on the first failed check. */
 #include <cuda_runtime_api.h>
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -359,6 +362,350 @@ test_threads(void)
 	}
 }
 
+/* ---------------------------------------------------------- memory pools */
+
+static struct cudaMemPoolProps
+pool_props(int dev, enum cudaMemAllocationHandleType ht)
+{
+	struct cudaMemPoolProps p;
+	memset(&p, 0, sizeof p);
+	p.allocType = cudaMemAllocationTypePinned;
+	p.handleTypes = ht;
+	p.location.type = cudaMemLocationTypeDevice;
+	p.location.id = dev;
+	return p;
+}
+
+static void
+test_pool_local(void)
+{
+	enum {
+		N = 10000
+	};
+	struct cudaMemPoolProps pp = pool_props(0, cudaMemHandleTypeNone);
+	cudaMemPool_t pool, bad;
+	CHECK_EQ(cudaMemPoolCreate(&bad, NULL), cudaErrorInvalidValue);
+	pp.location.id = 1;
+	CHECK_EQ(cudaMemPoolCreate(&bad, &pp), cudaErrorInvalidValue);
+	pp.location.id = 0;
+	pp.location.type = cudaMemLocationTypeHost;
+	CHECK_EQ(cudaMemPoolCreate(&bad, &pp), cudaErrorInvalidValue);
+	pp.location.type = cudaMemLocationTypeDevice;
+	pp.handleTypes = cudaMemHandleTypeWin32;
+	CHECK_EQ(cudaMemPoolCreate(&bad, &pp), cudaErrorNotSupported);
+	pp.handleTypes = cudaMemHandleTypeNone;
+	CK(cudaMemPoolCreate(&pool, &pp));
+	struct fakecuda_stats s = stats();
+	CHECK(s.pools_live == 1 && s.pool_bytes_live == 4096);
+
+	cudaStream_t st;
+	CK(cudaStreamCreate(&st));
+	void *a = NULL, *b = NULL, *c = NULL;
+	CK(cudaMallocFromPoolAsync(&a, N, pool, st));
+	CK(cudaMallocFromPoolAsync(&b, 100, pool, st));
+	CHECK(a && b && ((uintptr_t)a & 4095) == 0);
+	s = stats();
+	CHECK(s.pool_allocs_live == 2 && s.pool_alloc_bytes_live == N + 100);
+	CHECK(s.pool_bytes_live == 4096 + 3 * 4096 + 4096);
+	CHECK(s.device_allocs_live == 0);
+	struct cudaPointerAttributes at;
+	CK(cudaPointerGetAttributes(&at, (char *)a + 7));
+	CHECK(at.type == cudaMemoryTypeDevice && at.device == 0);
+
+	unsigned char *h = malloc(N), *back = calloc(1, N);
+	CHECK(h && back);
+	fill(h, N, 21);
+	CK(cudaMemcpyAsync(a, h, N, cudaMemcpyHostToDevice, st));
+	CK(cudaMemcpyAsync(b, a, 100, cudaMemcpyDefault, st));
+	CK(cudaMemcpyAsync(back, b, 100, cudaMemcpyDeviceToHost, st));
+	CK(cudaStreamSynchronize(st));
+	CHECK(memcmp(h, back, 100) == 0);
+	CHECK_EQ(cudaMemcpy(a, h, N + 1, cudaMemcpyHostToDevice),
+		 cudaErrorInvalidValue);
+	CHECK_EQ(cudaHostRegister(a, 4096, 0), cudaErrorInvalidValue);
+
+	/* not exportable: no fd handle type */
+	int fd = -1;
+	CHECK_EQ(cudaMemPoolExportToShareableHandle(
+			 &fd, pool, cudaMemHandleTypePosixFileDescriptor, 0),
+		 cudaErrorInvalidValue);
+	struct cudaMemPoolPtrExportData ed;
+	CHECK_EQ(cudaMemPoolExportPointer(&ed, a), cudaErrorInvalidValue);
+
+	/* access descriptors */
+	struct cudaMemAccessDesc ad;
+	memset(&ad, 0, sizeof ad);
+	ad.location.type = cudaMemLocationTypeDevice;
+	ad.location.id = 0;
+	ad.flags = cudaMemAccessFlagsProtReadWrite;
+	CK(cudaMemPoolSetAccess(pool, &ad, 1));
+	ad.location.id = 3;
+	CHECK_EQ(cudaMemPoolSetAccess(pool, &ad, 1), cudaErrorInvalidDevice);
+	ad.location.id = 0;
+	ad.flags = (enum cudaMemAccessFlags)7;
+	CHECK_EQ(cudaMemPoolSetAccess(pool, &ad, 1), cudaErrorInvalidValue);
+
+	/* free: cudaFreeAsync, cudaFree; extents are reused */
+	CHECK_EQ(cudaFreeAsync((char *)a + 1, st), cudaErrorInvalidValue);
+	void *dm = NULL;
+	CK(cudaMalloc(&dm, 16));
+	CHECK_EQ(cudaFreeAsync(dm, st), cudaErrorInvalidValue);
+	CK(cudaFree(dm));
+	CK(cudaFreeAsync(a, st));
+	CHECK_EQ(cudaMemcpy(back, a, 1, cudaMemcpyDeviceToHost),
+		 cudaErrorInvalidValue);
+	CK(cudaMallocFromPoolAsync(&c, 2 * 4096, pool, st));
+	s = stats();
+	CHECK(s.pool_bytes_live == 4096 + 3 * 4096 + 4096); /* reused */
+	CK(cudaMemset(c, 1, 2 * 4096));
+
+	/* destroy with live allocations: they stay usable until freed */
+	CK(cudaMemPoolDestroy(pool));
+	CHECK_EQ(cudaMemPoolDestroy(pool), cudaErrorInvalidValue);
+	CHECK_EQ(cudaMallocFromPoolAsync(&a, 16, pool, st),
+		 cudaErrorInvalidValue);
+	CK(cudaMemcpy(back, c, 100, cudaMemcpyDeviceToHost));
+	CHECK(back[0] == 1 && back[99] == 1);
+	CHECK(stats().pools_live == 1);
+	CK(cudaFree(b));
+	CK(cudaFreeAsync(c, st));
+	s = stats();
+	CHECK(s.pools_live == 0 && s.pool_bytes_live == 0 &&
+	      s.pool_allocs_live == 0 && s.pool_alloc_bytes_live == 0);
+	CK(cudaStreamDestroy(st));
+	free(h);
+	free(back);
+}
+
+/* What the parent sends the child over the socket, with the pool fd. */
+struct ipc_msg {
+	struct cudaMemPoolPtrExportData data;
+	uint64_t size;
+};
+
+static void
+send_fd(int sock, int fd, const void *buf, size_t n)
+{
+	struct iovec iov = { (void *)buf, n };
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof u);
+	struct msghdr m;
+	memset(&m, 0, sizeof m);
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = u.b;
+	m.msg_controllen = sizeof u.b;
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof fd);
+	CHECK(sendmsg(sock, &m, 0) == (ssize_t)n);
+}
+
+static int
+recv_fd(int sock, void *buf, size_t n)
+{
+	struct iovec iov = { buf, n };
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof u);
+	struct msghdr m;
+	memset(&m, 0, sizeof m);
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = u.b;
+	m.msg_controllen = sizeof u.b;
+	CHECK(recvmsg(sock, &m, MSG_CMSG_CLOEXEC) == (ssize_t)n);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	CHECK(c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS);
+	int fd = -1;
+	memcpy(&fd, CMSG_DATA(c), sizeof fd);
+	return fd;
+}
+
+enum {
+	IPC_N = 3 * 4096 + 123
+};
+
+/* the child (FAKECUDA_DEVICES=2): argv[2] is its end of the socketpair */
+static void
+mode_ipc_child(const char *sockarg)
+{
+	int sock = atoi(sockarg);
+	struct ipc_msg msg;
+	int fd = recv_fd(sock, &msg, sizeof msg);
+	CHECK(fd >= 0 && msg.size == IPC_N);
+
+	int can = -1;
+	CK(cudaDeviceCanAccessPeer(&can, 0, 1));
+	CHECK(can == 1);
+	CK(cudaDeviceCanAccessPeer(&can, 1, 1));
+	CHECK(can == 0);
+	CHECK_EQ(cudaDeviceCanAccessPeer(&can, 0, 2), cudaErrorInvalidDevice);
+	CK(cudaSetDevice(1));
+	CK(cudaDeviceEnablePeerAccess(0, 0));
+	CHECK_EQ(cudaDeviceEnablePeerAccess(0, 0),
+		 cudaErrorPeerAccessAlreadyEnabled);
+	CHECK_EQ(cudaDeviceEnablePeerAccess(1, 0), cudaErrorInvalidDevice);
+
+	cudaMemPool_t pool;
+	CHECK_EQ(cudaMemPoolImportFromShareableHandle(&pool,
+						      (void *)(uintptr_t)fd,
+						      cudaMemHandleTypeNone, 0),
+		 cudaErrorInvalidValue);
+	CK(cudaMemPoolImportFromShareableHandle(
+		&pool, (void *)(uintptr_t)fd,
+		cudaMemHandleTypePosixFileDescriptor, 0));
+	CHECK(close(fd) == 0); /* the pool holds its own dup */
+	CHECK(stats().pools_live == 1 && stats().pool_bytes_live == 0);
+	void *m = NULL;
+	CHECK_EQ(cudaMallocFromPoolAsync(&m, 16, pool, 0),
+		 cudaErrorInvalidValue); /* imported pools do not allocate */
+
+	/* garbage export data */
+	struct cudaMemPoolPtrExportData junk;
+	memset(&junk, 0x5c, sizeof junk);
+	CHECK_EQ(cudaMemPoolImportPointer(&m, pool, &junk),
+		 cudaErrorInvalidValue);
+	junk = msg.data;
+	junk.reserved[30] ^= 1; /* a corrupted offset */
+	CHECK_EQ(cudaMemPoolImportPointer(&m, pool, &junk),
+		 cudaErrorInvalidValue);
+
+	void *p = NULL, *p2 = NULL;
+	CK(cudaMemPoolImportPointer(&p, pool, &msg.data));
+	CK(cudaMemPoolImportPointer(&p2, pool,
+				    &msg.data)); /* a second mapping */
+	CHECK(p && p2);
+	struct cudaPointerAttributes at;
+	CK(cudaPointerGetAttributes(&at, p));
+	CHECK(at.type == cudaMemoryTypeDevice && at.device == 0);
+	CHECK(stats().imports_live == 2);
+	CK(cudaMemPoolDestroy(pool)); /* imports keep it */
+
+	unsigned char *want = malloc(IPC_N), *back = calloc(1, IPC_N);
+	CHECK(want && back);
+	fill(want, IPC_N, 41);
+	CK(cudaMemcpy(back, p, IPC_N, cudaMemcpyDeviceToHost));
+	CHECK(memcmp(want, back, IPC_N) == 0);
+	CHECK_EQ(cudaMemcpy(back, p, IPC_N + 1, cudaMemcpyDeviceToHost),
+		 cudaErrorInvalidValue);
+
+	/* new bytes, D2D from a cudaMalloc buffer on device 1 */
+	fill(want, IPC_N, 42);
+	void *dv = NULL;
+	CK(cudaMalloc(&dv, IPC_N));
+	CK(cudaPointerGetAttributes(&at, dv));
+	CHECK(at.device == 1);
+	CK(cudaMemcpy(dv, want, IPC_N, cudaMemcpyHostToDevice));
+	cudaStream_t st;
+	CK(cudaStreamCreate(&st));
+	fakecuda_reset_stats();
+	CK(cudaMemcpyAsync(p, dv, 4096, cudaMemcpyDeviceToDevice, st));
+	void *dsts[1] = { (char *)p + 4096 };
+	const void *srcs[1] = { (char *)dv + 4096 };
+	size_t sizes[1] = { IPC_N - 4096 }, idx = 0;
+	struct cudaMemcpyAttributes attr;
+	memset(&attr, 0, sizeof attr);
+	attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+	CK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, &idx, 1, st));
+	CK(cudaStreamSynchronize(st));
+	struct fakecuda_stats s = stats();
+	CHECK(s.copies_d2d == 2 && s.bytes_d2d == IPC_N);
+	memset(back, 0, IPC_N);
+	CK(cudaMemcpy(back, p2, IPC_N, cudaMemcpyDefault)); /* other mapping */
+	CHECK(memcmp(want, back, IPC_N) == 0);
+
+	CK(cudaFreeAsync(p2, st));
+	CK(cudaFree(p));
+	s = stats();
+	CHECK(s.imports_live == 0 && s.pools_live == 0);
+	CK(cudaStreamDestroy(st));
+	CK(cudaFree(dv));
+	free(want);
+	free(back);
+	CHECK(write(sock, "k", 1) == 1);
+	close(sock);
+}
+
+static void
+test_pool_ipc(const char *self)
+{
+	struct cudaMemPoolProps pp =
+		pool_props(0, cudaMemHandleTypePosixFileDescriptor);
+	cudaMemPool_t pool;
+	CK(cudaMemPoolCreate(&pool, &pp));
+	void *pad = NULL, *p = NULL;
+	CK(cudaMallocFromPoolAsync(&pad, 5000, pool, 0)); /* nonzero offset */
+	CK(cudaMallocFromPoolAsync(&p, IPC_N, pool, 0));
+	unsigned char *want = malloc(IPC_N), *back = calloc(1, IPC_N);
+	CHECK(want && back);
+	fill(want, IPC_N, 41);
+	CK(cudaMemcpy(p, want, IPC_N, cudaMemcpyHostToDevice));
+
+	struct ipc_msg msg;
+	memset(&msg, 0, sizeof msg);
+	msg.size = IPC_N;
+	CHECK_EQ(cudaMemPoolExportPointer(&msg.data, (char *)p + 1),
+		 cudaErrorInvalidValue);
+	CK(cudaMemPoolExportPointer(&msg.data, p));
+	int fd = -1;
+	CHECK_EQ(cudaMemPoolExportToShareableHandle(&fd, pool,
+						    cudaMemHandleTypeFabric, 0),
+		 cudaErrorInvalidValue);
+	CK(cudaMemPoolExportToShareableHandle(
+		&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0));
+	CHECK(fd >= 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC));
+
+	int sv[2];
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+	CHECK(fcntl(sv[0], F_SETFD, FD_CLOEXEC) ==
+	      0); /* the child gets sv[1] */
+	char arg[16];
+	snprintf(arg, sizeof arg, "%d", sv[1]);
+	fflush(NULL);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		setenv("FAKECUDA_DEVICES", "2", 1);
+		execl(self, self, "ipc-child", arg, (char *)NULL);
+		perror("execl");
+		_exit(127);
+	}
+	close(sv[1]);
+	send_fd(sv[0], fd, &msg, sizeof msg);
+	CHECK(close(fd) == 0);
+	char ack = 0;
+	CHECK(read(sv[0], &ack, 1) == 1 && ack == 'k');
+	close(sv[0]);
+	int wst = 0;
+	CHECK(waitpid(pid, &wst, 0) == pid);
+	if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 0) {
+		fprintf(stderr, "FAIL child mode ipc-child (status %d)\n", wst);
+		exit(1);
+	}
+	/* the child's bytes, through this process's mapping */
+	fill(want, IPC_N, 42);
+	CK(cudaMemcpy(back, p, IPC_N, cudaMemcpyDeviceToHost));
+	CHECK(memcmp(want, back, IPC_N) == 0);
+
+	CK(cudaFree(pad));
+	CK(cudaMemPoolDestroy(pool));
+	CHECK(stats().pools_live == 1);
+	CK(cudaFreeAsync(p, 0));
+	struct fakecuda_stats s = stats();
+	CHECK(s.pools_live == 0 && s.pool_bytes_live == 0 &&
+	      s.imports_live == 0 && s.pool_allocs_live == 0);
+	free(want);
+	free(back);
+}
+
 /* ------------------------------------------------------ env-driven modes */
 
 static double
@@ -567,6 +914,8 @@ main(int argc, char **argv)
 			mode_fail();
 		else if (!strcmp(argv[1], "regslow"))
 			mode_regslow();
+		else if (!strcmp(argv[1], "ipc-child") && argc > 2)
+			mode_ipc_child(argv[2]);
 		else {
 			fprintf(stderr, "FAIL unknown mode %s\n", argv[1]);
 			return 1;
@@ -581,9 +930,13 @@ main(int argc, char **argv)
 	test_batch();
 	test_stream_event_errors();
 	test_threads();
+	test_pool_local();
 	printf("ok in-process\n");
 	if (getenv("FAKECUDA_NO_CHILDREN"))
 		return 0;
+
+	test_pool_ipc(argv[0]);
+	printf("ok pool ipc\n");
 
 	static const char *const e_delay[] = { "FAKECUDA_COPY_DELAY_US",
 					       "100000", NULL };

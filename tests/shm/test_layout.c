@@ -94,7 +94,7 @@ test_field_lists_tile(void **state)
 		end = f[i].off + f[i].size;
 		fields++;
 	}
-	assert_int_equal(types, 9);
+	assert_int_equal(types, 10);
 	assert_true(fields >= 100);
 }
 
@@ -181,21 +181,23 @@ test_docs_table(void **state)
  * allocator header counts the arena's unpopulated tail (dh_unpop_pages)
  * and says the backing's page size (dh_page_bytes), and the page map's
  * owner tag KVP_DRAM_OWNER_UNPOP marks that tail (agent/populate.c).
+ * ABI 8: the HBM tier: the GPU slots at the header's end (h_gpu, struct
+ * kvp_gpu_slot) and the HBM map region (a word per index slot).
  */
-#define KVPT_LAYOUT_SIG_ABI7 0xfb741d3998ccb206ull
+#define KVPT_LAYOUT_SIG_ABI8 0x0cebe11bc2042687ull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 7);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI7)
+	assert_int_equal(KVP_ABI_MAJOR, 8);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI8)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 7): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 8): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI7);
+			KVPT_LAYOUT_SIG_ABI8);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
