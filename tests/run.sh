@@ -178,6 +178,15 @@ run "structure: owners, includes, no cycles" tests/structure/test_structure.sh
 # headers, and the emulated runtime's own checks (SKIP: no CUDA headers)
 run "gpu: tiers/kvp_cuda.h matches cuda_runtime_api.h" tests/gpu/test_cuda_abi.sh
 run "gpu: the emulated runtime's self-test" tests/gpu/test_fakecuda.sh
+# the device machine's script, whole, on the emulated runtime: every
+# functional check (its bandwidth figures are not judged there)
+if [ -n "${KVPT_FAKECUDA:-}" ]; then
+	run "gpu: stress/gpu_check.sh on the emulated runtime" \
+		stress/gpu_check.sh --cudart "$(dirname "$KVPT_FAKECUDA")"
+else
+	skip "gpu: stress/gpu_check.sh on the emulated runtime" \
+		"no CUDA headers here: the emulated runtime is not built"
+fi
 # the tree passes its .clang-format (SKIP without clang-format: .ci/run installs it)
 run "structure: the tree passes .clang-format" tests/structure/test_format.sh
 # the layout signature sees order, not only sizes: a client built with two

@@ -20,7 +20,7 @@ if [ -z "$inc" ]; then
 fi
 mkdir -p "$out" || exit 1
 ${KVP_CC:-cc} -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -fPIC -shared \
-	-I"$inc" -Wl,-soname,libcudart.so.13 -o "$out/libcudart.so.13.tmp" \
+	-I. -I"$inc" -Wl,-soname,libcudart.so.13 -o "$out/libcudart.so.13.tmp" \
 	tests/gpu/fakecudart.c -lpthread || exit 1
 mv "$out/libcudart.so.13.tmp" "$out/libcudart.so.13" || exit 1
 echo "$out/libcudart.so.13"

@@ -40,7 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fakecuda.h"
+#include "tests/gpu/fakecuda.h"
 
 /* ------------------------------------------------------------------ config */
 

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fakecuda.h"
+#include "tests/gpu/fakecuda.h"
 
 #define CHECK(cond)                                                   \
 	do {                                                          \
