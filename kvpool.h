@@ -493,6 +493,7 @@ struct kvp_dev_info {
 	/* this client handle's device copies since kvp_open */
 	uint64_t h2d_keys, h2d_bytes, d2h_keys, d2h_bytes;
 	uint64_t bounce_bytes; /* of those, through the pinned bounce buffer */
+	uint64_t hbm_hits; /* gets served device to device from HBM copies */
 };
 KVP_API int kvp_dev_info(struct kvp_client *c, struct kvp_dev_info *out,
 			 size_t size);

@@ -41,6 +41,11 @@ struct kvp_agent_cfg {
 	bool no_promote;     /* SSD reads never land in DRAM (staging only) */
 	uint64_t max_pinned; /* --max-pinned-per-client; 0 = no cap */
 	char metrics_addr[128]; /* --metrics-addr HOST:PORT, or "off" */
+	/* the HBM tier (agent/hbm.c): --hbm-gpu (CUDA ordinals, one helper
+	 * each, GPU slot k = the k-th given) and --hbm-size (each) */
+	int hbm_gpu[KVP_GPU_MAX];
+	unsigned nhbm;
+	uint64_t hbm_bytes;
 	/* given on the command line (a bind failure is fatal) */
 	bool metrics_addr_given;
 	/* --index-entries by default (kvpoold.c): DRAM's share and the SSD
@@ -123,12 +128,19 @@ struct kvp_agent {
 	 * unpopulated tail (g_dram_pages: none; tier thread), its state */
 	uint64_t pop_frontier;
 	struct kvp_pop *pop;
+	struct kvp_hbm *hbm; /* the HBM tier (hbm.c); NULL: none */
 };
 
 struct kvp_dfree { /* a run chain to free once the lock is ours */
 	uint64_t slot;
 	uint32_t first, gen;
 };
+
+/* hbm.c: the HBM tier's helpers (start: main; round: tier thread; stop:
+ * main, after the threads) */
+int kvp_hbm_start_agent(struct kvp_agent *a);
+void kvp_hbm_round_agent(struct kvp_agent *a);
+void kvp_hbm_stop_agent(struct kvp_agent *a);
 
 /* log.c */
 int kvp_parse_size(const char *s, uint64_t *out);
@@ -164,6 +176,11 @@ struct kvp_metrics {
 	uint64_t staging_in_use, staging_peak, staging_total,
 		staging_slot_bytes;
 	uint64_t clients_live, clients_dead, max_clients, holds, leases;
+	/* the HBM tier, per GPU slot: state word, device, pool bytes,
+	 * bytes in copies, copies placed (since the helper came up) */
+	uint64_t gpu_state[KVP_GPU_MAX], gpu_device[KVP_GPU_MAX],
+		gpu_bytes[KVP_GPU_MAX], gpu_used[KVP_GPU_MAX],
+		gpu_copies[KVP_GPU_MAX];
 	uint64_t ctr[KVP_CTR_SLOTS]; /* every shard + retired */
 	uint64_t actr[KVP_ACTR_RETIRED0];
 	uint64_t hist[KVP_HIST_SLOTS][KVP_HIST_WORDS];

@@ -68,7 +68,11 @@ kvp_usage(FILE *f)
 		"                          node number (bind the segment there), or off\n"
 		"  --populate-threads N    threads populating the segment behind the ready\n"
 		"                          agent (default: online CPUs, at most 8)\n"
-		"  --populate-rate SIZE    populate at most SIZE bytes/s (default: no limit)\n"
+		"  --populate-rate SIZE    populate at most SIZE bytes/s (default: no limit)\n");
+	fprintf(f,
+		"  --hbm-gpu N             an HBM tier on CUDA device N (repeat: up to 8 GPUs;\n"
+		"                          a helper per GPU, kvpool-gpud, owns its pool)\n"
+		"  --hbm-size SIZE         the HBM pool of each GPU (default 1G)\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
 		"  --log FILE              log file when daemonized (default\n"
@@ -435,6 +439,8 @@ main(int argc, char **argv)
 		{ "numa", required_argument, NULL, 1003 },
 		{ "populate-threads", required_argument, NULL, 1004 },
 		{ "populate-rate", required_argument, NULL, 1005 },
+		{ "hbm-gpu", required_argument, NULL, 1006 },
+		{ "hbm-size", required_argument, NULL, 1007 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -460,6 +466,7 @@ main(int argc, char **argv)
 	cfg->dram_low_pct = 96;
 	cfg->reap_ms = 100;
 	cfg->stop_flush_ms = 600 * 1000;
+	cfg->hbm_bytes = 1ull << 30;
 	cfg->ssd_reinsert_pct = 25;
 	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr),
 		 "127.0.0.1:9464");
@@ -595,6 +602,20 @@ main(int argc, char **argv)
 			break;
 		case 1005:
 			bad = kvp_parse_size(optarg, &cfg->populate_rate) != 0;
+			break;
+		case 1006: {
+			char *end = NULL;
+			long d = strtol(optarg, &end, 10);
+
+			bad = !end || *end || d < 0 || d > 1023 ||
+			      cfg->nhbm >= KVP_GPU_MAX;
+			if (!bad)
+				cfg->hbm_gpu[cfg->nhbm++] = (int)d;
+			break;
+		}
+		case 1007:
+			bad = kvp_parse_size(optarg, &cfg->hbm_bytes) != 0 ||
+			      cfg->hbm_bytes < (1u << 20);
 			break;
 		case 'k':
 			cfg->keep_on_exit = true;
@@ -785,6 +806,10 @@ main(int argc, char **argv)
 	 * for humans and tools: the agent is serving (recovery is done) */
 	a->start_ns = kvp_now_ns(CLOCK_REALTIME);
 	kvp_shm_publish_agent(a);
+	/* the HBM tier's helpers (they come up on the tier thread's rounds) */
+	if (kvp_hbm_start_agent(a))
+		kvp_log(KVP_LOG_WARN, "hbm",
+			"cannot start the HBM helpers: no HBM tier");
 	if (pthread_create(&evictor, NULL, kvp_tier_main_agent, a) ||
 	    pthread_create(&reaper, NULL, kvp_reaper_main_agent, a)) {
 		kvp_log(KVP_LOG_ERROR, "agent", "cannot start threads");
@@ -818,6 +843,7 @@ main(int argc, char **argv)
 	kvp_futex_wake(&a->seg.hdr->h_evict_wake);
 	pthread_join(evictor, NULL);
 	pthread_join(reaper, NULL);
+	kvp_hbm_stop_agent(a); /* its helpers are clients: before the count */
 	kvp_populate_stop_agent(a);
 	kvp_tier_close_agent(a);
 	kvp_evict_free_agent(a);

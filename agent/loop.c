@@ -70,6 +70,8 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 	/* units populated since the last round become free */
 	kvp_populate_step_agent(a);
 	kvp_dram_round_agent(a);
+	/* the HBM tier: helpers' answers and health, copies in and out */
+	kvp_hbm_round_agent(a);
 	if (!t)
 		return false;
 	kvp_drv_submit_agent(t->ssd);

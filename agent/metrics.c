@@ -53,6 +53,8 @@ const char *const kvp_ctr_names[KVP_CTR__N] = {
 	"dev_d2h_bytes",
 	"dev_bounce_bytes",
 	"dev_registered_bytes",
+	"dev_hbm_hits",
+	"dev_hbm_bytes",
 };
 
 const char *const kvp_actr_names[KVP_ACTR_RETIRED0] = {
@@ -84,6 +86,9 @@ const char *const kvp_actr_names[KVP_ACTR_RETIRED0] = {
 	"evictions_index_ssd",
 	"ssd_reinsertions",
 	"ssd_reinserted_bytes",
+	"hbm_copies",
+	"hbm_evictions",
+	"hbm_helper_deaths",
 };
 
 /* enum kvp_hist: operation and tier of each histogram */
@@ -241,6 +246,22 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 	m->dram_used =
 		kvp_load_relaxed(&s->dram->dh_used_mirror) * s->g.g_dram_unit;
 	m->dram_total = s->g.g_dram_pages * s->g.g_dram_unit;
+	{
+		unsigned gk;
+
+		for (gk = 0; gk < KVP_GPU_MAX; gk++) {
+			const struct kvp_gpu_slot *gs = &h->h_gpu[gk];
+
+			/* acquire: the agent's release (the fields first) */
+			m->gpu_state[gk] = kvp_load_acquire(&gs->gs_state);
+			/* relaxed: statistics */
+			m->gpu_device[gk] = kvp_load_relaxed(&gs->gs_device);
+			m->gpu_bytes[gk] = kvp_load_relaxed(&gs->gs_bytes);
+			m->gpu_used[gk] = kvp_load_relaxed(&gs->gs_used) *
+					  kvp_load_relaxed(&gs->gs_unit);
+			m->gpu_copies[gk] = kvp_load_relaxed(&gs->gs_copies);
+		}
+	}
 	m->dram_populated = kvp_dram_capacity(s) * s->g.g_dram_unit;
 	m->dram_unit = s->g.g_dram_unit;
 	/* relaxed: written once by the agent */
@@ -636,6 +657,42 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		"summed over the processes that copy to GPUs (each counted once; "
 		"it lags their registration by at most one device call).");
 	kvp_val(f, "kvpool_gpu_registered_bytes", c[KVP_CTR_DEV_REG_BYTES]);
+	kvp_fam(f, "kvpool_hbm_up", "gauge",
+		"1 while the HBM pool of a GPU slot serves (its helper is up), "
+		"by CUDA device.");
+	kvp_fam(f, "kvpool_hbm_bytes", "gauge",
+		"The HBM pool of a GPU: its size, and the bytes holding copies "
+		"of values (state=used).");
+	{
+		unsigned gk;
+		char dev[16];
+
+		for (gk = 0; gk < KVP_GPU_MAX; gk++) {
+			if (KVP_GS_STATE(m->gpu_state[gk]) == KVP_GPU_OFF &&
+			    !m->gpu_bytes[gk])
+				continue;
+			snprintf(dev, sizeof(dev), "%llu",
+				 (unsigned long long)m->gpu_device[gk]);
+			kvp_val1(f, "kvpool_hbm_up", "gpu", dev,
+				 KVP_GS_STATE(m->gpu_state[gk]) == KVP_GPU_UP);
+			kvp_val2(f, "kvpool_hbm_bytes", "gpu", dev, "state",
+				 "total", m->gpu_bytes[gk]);
+			kvp_val2(f, "kvpool_hbm_bytes", "gpu", dev, "state",
+				 "used", m->gpu_used[gk]);
+		}
+	}
+	kvp_fam(f, "kvpool_hbm_events_total", "counter",
+		"The HBM tier: values copied into GPU pools, copies dropped for "
+		"room, helpers that died or failed; device gets served from a "
+		"copy (device to device).");
+	kvp_val1(f, "kvpool_hbm_events_total", "event", "copy",
+		 a[KVP_ACTR_HBM_COPIES]);
+	kvp_val1(f, "kvpool_hbm_events_total", "event", "eviction",
+		 a[KVP_ACTR_HBM_EVICTIONS]);
+	kvp_val1(f, "kvpool_hbm_events_total", "event", "helper_death",
+		 a[KVP_ACTR_HBM_HELPER_DEATHS]);
+	kvp_val1(f, "kvpool_hbm_events_total", "event", "hit",
+		 c[KVP_CTR_DEV_HBM_HITS]);
 	kvp_fam(f, "kvpool_put_rejects_total", "counter",
 		"Puts refused: key exists (or being put), BUSY (DRAM or index full, evictor behind), "
 		"no space (everything held).");
@@ -1062,6 +1119,29 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 		(unsigned long long)c[KVP_CTR_EXISTS_HIT_SSD], "-", l1, l2);
 	fprintf(f, "%-8s %12llu\n", "delete",
 		(unsigned long long)c[KVP_CTR_DELETE]);
+	{
+		static const char *const gst[] = { "off", "starting", "up",
+						   "down" };
+		unsigned gk;
+
+		for (gk = 0; gk < KVP_GPU_MAX; gk++) {
+			unsigned st = KVP_GS_STATE(m->gpu_state[gk]);
+
+			if (st == KVP_GPU_OFF && !m->gpu_bytes[gk])
+				continue;
+			fprintf(f,
+				"hbm      GPU %llu: %s (generation %llu), %s of "
+				"%s in copies, %llu copies placed; hits %llu\n",
+				(unsigned long long)m->gpu_device[gk],
+				st < 4 ? gst[st] : "?",
+				(unsigned long long)KVP_GS_GEN(
+					m->gpu_state[gk]),
+				kvp_human(m->gpu_used[gk], b1, 32),
+				kvp_human(m->gpu_bytes[gk], b2, 32),
+				(unsigned long long)m->gpu_copies[gk],
+				(unsigned long long)c[KVP_CTR_DEV_HBM_HITS]);
+		}
+	}
 	if (c[KVP_CTR_DEV_KEYS] || c[KVP_CTR_DEV_REG_BYTES])
 		fprintf(f,
 			"gpu      %llu keys copied: %s to GPUs, %s from GPUs "

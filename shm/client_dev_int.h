@@ -32,11 +32,26 @@
 #define KVP_CLIENT_DEV_INT_H
 
 #include "tiers/kvp_cuda.h"
+#include "tiers/kvp_hbm.h"
 
 #define KVP_DEV_CHUNK (256ull << 20) /* registration granule */
 #define KVP_DEV_MAX 64               /* device ordinals with our streams */
 #define KVP_DEV_BOUNCE_MIN (16ull << 20)
 #define KVP_DEV_BATCH 256 /* copies per runtime call */
+
+/* A GPU's HBM pool as this process imported it (one per GPU slot and
+ * generation; kept until the mapping goes). */
+struct kvp__hbmimp {
+	uint64_t hi_gen;        /* the slot generation imported; 0: none */
+	void *hi_pool;          /* the imported pool */
+	unsigned char *hi_base; /* the block, in this process */
+	uint64_t hi_bytes;
+	uint64_t hi_access; /* devices granted access (bit per ordinal) */
+	uint64_t hi_fail_gen, hi_fail_ns; /* last failed import: retry 1 s on */
+	/* earlier generations' imports, freed with the mapping */
+	void *hi_old_pool[4];
+	unsigned char *hi_old_base[4];
+};
 
 /* The registration of one mapping's arena (one per process mapping). */
 struct kvp__devreg {
@@ -54,6 +69,7 @@ struct kvp__devreg {
 	/* the handle whose counter shard shows dr_reg_bytes to the metrics
 	 * (under dr_mu; NULL: the next handle that makes a device call) */
 	struct kvp_client *dr_host;
+	struct kvp__hbmimp dr_hbm[KVP_GPU_MAX]; /* under dr_mu */
 };
 
 /* Device copies in flight (private memory). */
@@ -88,6 +104,7 @@ struct kvp__dev {
 	struct kvp_dev_copy *live;
 	uint64_t reg_charged; /* reg bytes shown in our counter shard */
 	uint64_t h2d_keys, h2d_bytes, d2h_keys, d2h_bytes, bounce_bytes;
+	uint64_t hbm_hits;
 	/* a put's copies: into runs directly, or through the bounce buffer
 	 * (copied into the runs once landed) */
 	void *put_stream;
@@ -166,6 +183,21 @@ kvp__devreg_end(struct kvp__devreg *r)
 				kvp_cuda()->HostUnregister(
 					r->dr_base +
 					(uint64_t)k * KVP_DEV_CHUNK);
+	}
+	for (k = 0; k < KVP_GPU_MAX; k++) {
+		struct kvp__hbmimp *hi = &r->dr_hbm[k];
+		unsigned j;
+
+		if (hi->hi_base)
+			kvp_cuda()->Free(hi->hi_base);
+		if (hi->hi_pool)
+			kvp_cuda()->MemPoolDestroy(hi->hi_pool);
+		for (j = 0; j < 4; j++) {
+			if (hi->hi_old_base[j])
+				kvp_cuda()->Free(hi->hi_old_base[j]);
+			if (hi->hi_old_pool[j])
+				kvp_cuda()->MemPoolDestroy(hi->hi_old_pool[j]);
+		}
 	}
 	pthread_cond_destroy(&r->dr_cv);
 	pthread_mutex_destroy(&r->dr_mu);
@@ -388,8 +420,10 @@ kvp__dev_issue(struct kvp_dev_copy *x)
 						     &fail, x->stream);
 	} else {
 		for (k = 0; k < x->ncopy && err == KVP_CU_OK; k++)
+			/* the runtime tells host from device (UVA): the
+			 * batch mixes DRAM and HBM sources */
 			err = cu->MemcpyAsync(x->dst[k], x->src[k], x->size[k],
-					      KVP_CU_MEMCPY_H2D, x->stream);
+					      KVP_CU_MEMCPY_DEFAULT, x->stream);
 	}
 	x->ncopy = 0;
 	x->ev_live = false;
@@ -690,6 +724,179 @@ kvp__dev_free(struct kvp_dev_copy *x)
 	free(x);
 }
 
+/* ---- HBM copies (docs/design.md, "The HBM tier") ---- */
+
+/* Import GPU slot k's pool at generation gen into r (under dr_mu): 0 or
+ * a status; a failure is not retried for a second. */
+KVP_INLINE int
+kvp__hbm_import_locked(struct kvp_client *c, struct kvp__devreg *r, unsigned k,
+		       uint64_t gen)
+{
+	struct kvp__hbmimp *hi = &r->dr_hbm[k];
+	struct kvp_cuda *cu = kvp_cuda();
+	struct kvp_hbm_msg m;
+	void *pool = NULL, *base = NULL;
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
+	unsigned j;
+	int fd = -1, rc;
+
+	if (hi->hi_gen == gen && hi->hi_base)
+		return 0;
+	if (hi->hi_fail_gen == gen && now - hi->hi_fail_ns < 1000000000ull)
+		return -ENOTCONN;
+	if (!cu->MemPoolCreate)
+		return -ENOTSUP;
+	rc = kvp_hbm_fetch(c->seg.hdr->h_pool, k, gen, &m, &fd);
+	if (!rc && cu->MemPoolImportFromShareableHandle(
+			   &pool, (void *)(uintptr_t)fd, KVP_CU_HANDLE_POSIX_FD,
+			   0) != KVP_CU_OK)
+		rc = -EIO;
+	if (fd >= 0)
+		close(fd); /* the runtime keeps its own reference */
+	if (!rc &&
+	    cu->MemPoolImportPointer(&base, pool, &m.hm_export) != KVP_CU_OK)
+		rc = -EIO;
+	if (rc) {
+		if (pool)
+			cu->MemPoolDestroy(pool);
+		hi->hi_fail_gen = gen;
+		hi->hi_fail_ns = now;
+		return rc;
+	}
+	/* an earlier generation's import stays mapped until the mapping
+	 * goes (a copy of ours may still read it); four are kept, older
+	 * ones are freed (their copies long done) */
+	if (hi->hi_base) {
+		if (hi->hi_old_base[3]) {
+			cu->Free(hi->hi_old_base[3]);
+			cu->MemPoolDestroy(hi->hi_old_pool[3]);
+		}
+		for (j = 3; j > 0; j--) {
+			hi->hi_old_base[j] = hi->hi_old_base[j - 1];
+			hi->hi_old_pool[j] = hi->hi_old_pool[j - 1];
+		}
+		hi->hi_old_base[0] = hi->hi_base;
+		hi->hi_old_pool[0] = hi->hi_pool;
+	}
+	hi->hi_gen = gen;
+	hi->hi_pool = pool;
+	hi->hi_base = (unsigned char *)base;
+	hi->hi_bytes = m.hm_bytes;
+	hi->hi_access = 0;
+	return 0;
+}
+
+/*
+ * The HBM copy of held slot i (generation gen, bytes [0, end) wanted), as
+ * a device pointer this process can copy from on device dev, or NULL: no
+ * copy, a stale word (another generation of the slot or of the GPU's
+ * pool), the GPU's tier down, or a word out of the pool's bounds (the map
+ * is shared memory: a word is checked, never trusted).
+ */
+KVP_INLINE const unsigned char *
+kvp__dev_hbm_src(struct kvp_client *c, uint64_t i, uint32_t gen, uint64_t end,
+		 int dev)
+{
+	struct kvp__devreg *r = c->dev->reg;
+	struct kvp_gpu_slot *gs;
+	const unsigned char *p = NULL;
+	uint64_t w, gw, unit, bytes, off;
+	unsigned k;
+
+	if (!r)
+		return NULL;
+	/* acquire: pairs with the agent's release when it published it
+	 * (the helper's copy into the block finished before) */
+	w = kvp_load_acquire(&c->seg.hbm[i]);
+	if (!(w & KVP_HBM_VALID) || KVP_HBM_IXGEN(w) != (gen & 0xffff))
+		return NULL;
+	k = KVP_HBM_GPU(w);
+	gs = &c->seg.hdr->h_gpu[k];
+	/* acquire: pairs with the agent's UP release (the fields first) */
+	gw = kvp_load_acquire(&gs->gs_state);
+	if (KVP_GS_STATE(gw) != KVP_GPU_UP ||
+	    (KVP_GS_GEN(gw) & 0xfff) != KVP_HBM_GGEN(w))
+		return NULL;
+	/* relaxed: written before UP (above) */
+	unit = kvp_load_relaxed(&gs->gs_unit);
+	bytes = kvp_load_relaxed(&gs->gs_bytes);
+	off = KVP_HBM_UNIT(w) * unit;
+	if (!unit || off > bytes || end > bytes - off)
+		return NULL;
+	pthread_mutex_lock(&r->dr_mu);
+	if (kvp__hbm_import_locked(c, r, k, KVP_GS_GEN(gw)) == 0 &&
+	    off <= r->dr_hbm[k].hi_bytes &&
+	    end <= r->dr_hbm[k].hi_bytes - off) {
+		struct kvp__hbmimp *hi = &r->dr_hbm[k];
+		/* relaxed: written before UP */
+		int pdev = (int)kvp_load_relaxed(&gs->gs_device);
+
+		if (dev != pdev && dev < 64 && !(hi->hi_access >> dev & 1)) {
+			struct kvp_cu_access ac;
+
+			memset(&ac, 0, sizeof(ac));
+			ac.ac_location.ml_type = KVP_CU_MEMLOC_DEVICE;
+			ac.ac_location.ml_id = dev;
+			ac.ac_flags = KVP_CU_ACCESS_RW;
+			if (kvp_cuda()->MemPoolSetAccess(hi->hi_pool, &ac, 1) ==
+			    KVP_CU_OK)
+				hi->hi_access |= 1ull << dev;
+		}
+		if (dev == pdev || (dev < 64 && (hi->hi_access >> dev & 1)))
+			p = hi->hi_base + off;
+	}
+	pthread_mutex_unlock(&r->dr_mu);
+	return p;
+}
+
+/* kvpool-gpud's copy (agent/gpud.c): slot i, whose state word was w, to
+ * device memory dst, whole, on stream; waits for it.  0, -ENOENT (the
+ * slot moved on), -EAGAIN (not DRAM-resident now), -EIO, -ENOBUFS. */
+KVP_INLINE int
+kvp__dev_copy_slot(struct kvp_client *c, int device, void *stream, uint64_t i,
+		   uint64_t w, void *dst, uint64_t cap)
+{
+	struct kvp_dev_copy *x;
+	uint64_t len, loc;
+	int prev = -1, h, rc;
+
+	if (i >= c->seg.g.g_index_slots)
+		return -EINVAL;
+	rc = kvp__dev_enter(c, device, &prev);
+	if (rc)
+		return rc;
+	h = kvp__hold(c, i, w, 0);
+	if (h < 0) {
+		kvp__dev_leave(device, prev);
+		return h == -ENOBUFS ? -ENOBUFS : -ENOENT;
+	}
+	/* relaxed: stable while held */
+	len = kvp_load_relaxed(&c->seg.entries[i].e_len);
+	/* acquire: stable while held (see kvp__read) */
+	loc = kvp_load_acquire(&c->seg.entries[i].e_loc);
+	x = (struct kvp_dev_copy *)calloc(1, sizeof(*x));
+	if (!x) {
+		kvp__drop(c, h);
+		kvp__dev_leave(device, prev);
+		return -ENOMEM;
+	}
+	x->stream = stream;
+	x->device = device;
+	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM || len > cap)
+		rc = len > cap ? -E2BIG : -EAGAIN;
+	else if (kvp_cuda()->EventCreateWithFlags(
+			 &x->ev, KVP_CU_EVENT_DISABLE_TIMING) != KVP_CU_OK)
+		rc = -EIO;
+	else
+		rc = kvp__dev_value(c, x, i, 0, (unsigned char *)dst, len);
+	if (x->ev && kvp__dev_sync(c, x) && !rc)
+		rc = -EIO;
+	kvp__drop(c, h);
+	kvp__dev_free(x);
+	kvp__dev_leave(device, prev);
+	return rc;
+}
+
 /* kvp_batch_get_dev (kvpool.h) */
 KVP_API ssize_t
 kvp_batch_get_dev(struct kvp_client *c, int device, void *stream,
@@ -737,6 +944,7 @@ kvp_batch_get_dev(struct kvp_client *c, int device, void *stream,
 	for (k = 0; k < n; k++) {
 		struct kvp_op *op = &ops[k];
 		uint64_t i = 0, vlen = 0, len, loc;
+		const unsigned char *hsrc;
 		int h;
 
 		kvp__ctr(c, KVP_CTR_GET, 1);
@@ -761,6 +969,36 @@ kvp_batch_get_dev(struct kvp_client *c, int device, void *stream,
 			continue;
 		}
 		len = vlen - op->off < op->len ? vlen - op->off : op->len;
+		/* an HBM copy first: device to device */
+		hsrc = len ? kvp__dev_hbm_src(
+				     c, i,
+				     /* acquire: the generation we hold */
+				     KVP_IX_GEN(
+					     kvp_load_acquire(&c->seg.meta[i])),
+				     op->off + len, device) :
+			     NULL;
+		if (hsrc) {
+			if (kvp__dev_grow((void **)&x->hold, &x->cap_hold,
+					  x->nhold + 1, sizeof(*x->hold)) ||
+			    kvp__dev_grow((void **)&x->key, &x->cap_key,
+					  x->nkey + 1, sizeof(*x->key))) {
+				kvp__drop(c, h);
+				op->status = -ENOMEM;
+				continue;
+			}
+			x->hold[x->nhold++] = h;
+			rc = kvp__dev_gather(x, op->buf, hsrc + op->off, len);
+			op->status = rc;
+			op->len = rc ? 0 : len;
+			if (!rc) {
+				x->key[x->nkey++] = (uint32_t)k;
+				kvp__ctr(c, KVP_CTR_GET_BYTES, len);
+				kvp__ctr(c, KVP_CTR_DEV_HBM_HITS, 1);
+				kvp__ctr(c, KVP_CTR_DEV_HBM_BYTES, len);
+				c->dev->hbm_hits++;
+			}
+			continue;
+		}
 		/* acquire: stable while held (see kvp__read) */
 		loc = kvp_load_acquire(&c->seg.entries[i].e_loc);
 		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM) {
@@ -1121,6 +1359,7 @@ kvp_dev_info(struct kvp_client *c, struct kvp_dev_info *out, size_t size)
 		v.d2h_keys = d->d2h_keys;
 		v.d2h_bytes = d->d2h_bytes;
 		v.bounce_bytes = d->bounce_bytes;
+		v.hbm_hits = d->hbm_hits;
 	}
 	if (size > sizeof(v))
 		size = sizeof(v);

@@ -133,9 +133,11 @@ enum kvp_ctr {
 	KVP_CTR_DEV_D2H_BYTES,    /* bytes copied from GPUs */
 	KVP_CTR_DEV_BOUNCE_BYTES, /* of those, through a bounce buffer */
 	KVP_CTR_DEV_REG_BYTES,    /* gauge: DRAM registered (per process) */
+	KVP_CTR_DEV_HBM_HITS,     /* device gets served from an HBM copy */
+	KVP_CTR_DEV_HBM_BYTES,    /* ... their bytes (device to device) */
 	KVP_CTR__N,
 };
-#define KVP_CTR_SLOTS 32
+#define KVP_CTR_SLOTS 40
 KVP_STATIC_ASSERT(KVP_CTR__N <= KVP_CTR_SLOTS, "counter shard too small");
 
 /*
@@ -218,12 +220,12 @@ struct kvp_client_slot {
 	kvp_aword_t cs_ctr[KVP_CTR_SLOTS];
 	kvp_aword_t cs_hist[KVP_HIST_SLOTS][KVP_HIST_WORDS]; /* enum kvp_hist */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_client_slot) == 2432, "client slot size");
+KVP_STATIC_ASSERT(sizeof(struct kvp_client_slot) == 2496, "client slot size");
 KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_ctr) == 128,
 		  "ctr offset");
 KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_ix_resv) == 112,
 		  "ix resv offset");
-KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_hist) == 384,
+KVP_STATIC_ASSERT(offsetof(struct kvp_client_slot, cs_hist) == 448,
 		  "hist offset");
 
 #define KVP_HINTS 16
@@ -267,6 +269,9 @@ enum kvp_actr {
 	 * since they were written), and their value bytes */
 	KVP_ACTR_SSD_REINSERT,
 	KVP_ACTR_SSD_REINSERT_BYTES,
+	KVP_ACTR_HBM_COPIES,        /* values copied into HBM pools */
+	KVP_ACTR_HBM_EVICTIONS,     /* HBM copies dropped for room */
+	KVP_ACTR_HBM_HELPER_DEATHS, /* GPU helpers that died or failed */
 	KVP_ACTR_RETIRED0, /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
@@ -323,14 +328,13 @@ enum kvp_gpu_state {
 struct kvp_gpu_slot {
 	kvp_aword_t gs_state;
 	kvp_aword_t gs_device; /* the CUDA device ordinal (in the agent's view) */
-	kvp_aword_t gs_bytes;  /* the pool's block */
-	kvp_aword_t gs_unit;   /* allocation unit (bytes, a power of two) */
-	kvp_aword_t gs_used;   /* units allocated to copies (a statistic) */
-	kvp_aword_t gs_pid;    /* the helper's pid (for humans and the socket) */
+	kvp_aword_t gs_bytes; /* the pool's block */
+	kvp_aword_t gs_unit;  /* allocation unit (bytes, a power of two) */
+	kvp_aword_t gs_used;  /* units allocated to copies (a statistic) */
+	kvp_aword_t gs_pid;   /* the helper's pid (for humans and the socket) */
 	kvp_aword_t gs_copies; /* copies placed since it came up (a statistic) */
-	kvp_aword_t gs_pad;
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_gpu_slot) == 64, "gpu slot size");
+KVP_STATIC_ASSERT(sizeof(struct kvp_gpu_slot) == 56, "gpu slot size");
 
 /*
  * The HBM map (region KVP_R_HBMMAP): one word per index slot naming an
@@ -342,10 +346,10 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_gpu_slot) == 64, "gpu slot size");
  * is stale and ignored.  Written only by the agent's tier thread.
  */
 #define KVP_HBM_VALID (1ull << 63)
-#define KVP_HBM_WORD(gpu, ggen, ixgen, unit)                                 \
-	(KVP_HBM_VALID | ((uint64_t)((gpu)&7) << 60) |                       \
-	 ((uint64_t)((ggen)&0xfff) << 48) | ((uint64_t)((ixgen)&0xffff) << 32) | \
-	 (uint64_t)(uint32_t)(unit))
+#define KVP_HBM_WORD(gpu, ggen, ixgen, unit)           \
+	(KVP_HBM_VALID | ((uint64_t)((gpu)&7) << 60) | \
+	 ((uint64_t)((ggen)&0xfff) << 48) |            \
+	 ((uint64_t)((ixgen)&0xffff) << 32) | (uint64_t)(uint32_t)(unit))
 #define KVP_HBM_GPU(w) ((unsigned)(((w) >> 60) & 7))
 #define KVP_HBM_GGEN(w) (((w) >> 48) & 0xfff)
 #define KVP_HBM_IXGEN(w) (((w) >> 32) & 0xffff)
@@ -758,7 +762,7 @@ struct kvp_dram_hdr {
 	X(kvp_gpu_slot, gs_state) X(kvp_gpu_slot, gs_device)                 \
 	X(kvp_gpu_slot, gs_bytes) X(kvp_gpu_slot, gs_unit)                   \
 	X(kvp_gpu_slot, gs_used) X(kvp_gpu_slot, gs_pid)                     \
-	X(kvp_gpu_slot, gs_copies) X(kvp_gpu_slot, gs_pad)
+	X(kvp_gpu_slot, gs_copies)
 /* every shared type, with its field list */
 #define KVP_SHARED_TYPES(T)                                                  \
 	T(kvp_geom, KVP_FIELDS_GEOM) T(kvp_shm_header, KVP_FIELDS_HEADER)    \
@@ -857,9 +861,9 @@ KVP_INLINE const char *
 kvp_region_name(unsigned r)
 {
 	static const char *const names[KVP_R__N] = {
-		"header",        "clients",	  "holds",    "index meta",
-		"index entries", "hbm map",	  "dram header", "page map",
-		"leases",	 "arena",	  "request rings", "spans",
+		"header",        "clients", "holds",         "index meta",
+		"index entries", "hbm map", "dram header",   "page map",
+		"leases",        "arena",   "request rings", "spans",
 		"staging",
 	};
 

@@ -155,6 +155,7 @@ in_child(void (*fn)(const char *pool), const char *pool)
 
 	if (p == 0) {
 		fn(pool);
+		fflush(stdout);
 		_exit(0);
 	}
 	assert_true(p > 0);
@@ -755,7 +756,301 @@ case_real_runtime(const char *pool)
 	expect_nodev(pool, -ENODEV);
 }
 
+/* ---- the HBM tier (agent/hbm.c, agent/gpud.c) ---- */
+
+struct hbm_cond {
+	const struct kvp_seg *s;
+	uint64_t copies;
+};
+
+static bool
+hbm_up(void *arg)
+{
+	const struct hbm_cond *hc = arg;
+	/* acquire: the agent's release */
+	uint64_t w = kvp_load_acquire(&hc->s->hdr->h_gpu[0].gs_state);
+
+	return KVP_GS_STATE(w) == KVP_GPU_UP &&
+	       /* relaxed: a statistic */
+	       kvp_load_relaxed(&hc->s->hdr->h_gpu[0].gs_copies) >= hc->copies;
+}
+
+static bool
+hbm_not_up(void *arg)
+{
+	const struct hbm_cond *hc = arg;
+
+	/* acquire: the agent's release */
+	return KVP_GS_STATE(kvp_load_acquire(&hc->s->hdr->h_gpu[0].gs_state)) !=
+	       KVP_GPU_UP;
+}
+
+/* n values put from the host and read once (a hit): the agent copies
+ * them into the GPU's pool. */
+static void
+hbm_fill(struct kvp_client *c, struct kvp_seg *s, int n, uint64_t sz,
+	 uint64_t version, uint64_t want_copies)
+{
+	unsigned char *h = malloc(sz);
+	struct hbm_cond hc = { s, want_copies };
+	char k[100];
+	int i;
+
+	CK(h);
+	for (i = 0; i < n; i++) {
+		uint32_t kl = key_of(k, i);
+
+		kvpt_fill(h, sz, k, kl, version);
+		CK(kvp_put(c, k, kl, h, sz) == 0);
+		CK(kvp_get(c, k, kl, h, sz) == (ssize_t)sz);
+	}
+	free(h);
+	CK(kvpt_wait_until(hbm_up, &hc, 10000) >= 0);
+}
+
+/* Read keys 0..n-1 to the device and check them; the HBM hits. */
+static uint64_t
+hbm_read(struct kvp_client *c, int n, uint64_t sz, uint64_t version)
+{
+	struct kvp_op *ops = calloc((size_t)n, sizeof(*ops));
+	char(*keys)[100] = calloc((size_t)n, 100);
+	unsigned char *h = host_alloc(sz);
+	void **d = calloc((size_t)n, sizeof(void *));
+	struct kvp_dev_info before, after;
+	struct kvp_dev_copy *x;
+	int i;
+
+	CK(ops && keys && d);
+	CK(kvp_dev_info(c, &before, sizeof(before)) == 0);
+	for (i = 0; i < n; i++) {
+		ops[i].klen = key_of(keys[i], i);
+		ops[i].key = keys[i];
+		ops[i].buf = d[i] = dev_alloc(sz);
+		ops[i].len = sz;
+	}
+	CK(kvp_batch_get_dev(c, 0, NULL, ops, (size_t)n, &x) == n);
+	CK(kvp_dev_wait(c, x) == n);
+	for (i = 0; i < n; i++) {
+		CK(ops[i].status == 0 && ops[i].len == sz);
+		from_dev(h, d[i], sz);
+		CK(kvpt_check(h, sz, keys[i], ops[i].klen, version));
+		fk.free_(d[i]);
+	}
+	CK(kvp_dev_info(c, &after, sizeof(after)) == 0);
+	host_free(h);
+	free(d);
+	free(keys);
+	free(ops);
+	return after.hbm_hits - before.hbm_hits;
+}
+
+/* Hit values go to the GPU's pool; device gets of them are device to
+ * device copies from this process's import of the helper's pool, in this
+ * process and in another; a value deleted and put again is not served
+ * from its old copy. */
+static void
+case_hbm_hits(const char *pool)
+{
+	enum {
+		N = 16,
+		SZ = 256 << 10
+	};
+	struct kvp_seg s;
+	struct kvp_client *c;
+	struct fakecuda_stats st;
+	uint64_t hits;
+	char k[100];
+	uint32_t kl;
+	unsigned char *h;
+	pid_t p;
+	int wst;
+
+	fake_setup(NULL);
+	c = child_open(pool, &s);
+	hbm_fill(c, &s, N, SZ, 71, N);
+	fk.reset();
+	hits = hbm_read(c, N, SZ, 71);
+	st = fstats();
+	printf("  %llu of %d device gets served from HBM (%llu D2D copies)\n",
+	       (unsigned long long)hits, N, (unsigned long long)st.copies_d2d);
+	CK(hits == N);
+	CK(st.copies_d2d >= N && st.pageable_copies == 0);
+	CK(kvpt_ctr_total(&s, KVP_CTR_DEV_HBM_HITS) == N);
+	{
+		static char out[16384];
+
+		CK(kvpt_run(out, sizeof(out), "%s/kvpool --pool %s stat",
+			    kvpt_bindir(), pool) == 0);
+		CK(strstr(out, "hbm      GPU 0: up (generation 1)"));
+	}
+	/* another process imports the pool too */
+	p = fork();
+	if (p == 0) {
+		struct kvp_client *c2;
+
+		/* a child of ours: CUDA does not cross fork, so a fresh exec
+		 * would be needed on a real GPU; the emulator's state is
+		 * per process and reset by its fork handler */
+		CK(kvp_open(pool, "ns", &c2) == 0);
+		CK(hbm_read(c2, N, SZ, 71) == N);
+		kvp_close(c2);
+		_exit(0);
+	}
+	CK(p > 0 && waitpid(p, &wst, 0) == p);
+	CK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+	/* key 0 deleted and put again with other bytes: its old copy is
+	 * stale (another generation of the slot, or another slot) */
+	kl = key_of(k, 0);
+	h = malloc(SZ);
+	CK(kvp_delete(c, k, kl) == 0);
+	kvpt_fill(h, SZ, k, kl, 72);
+	while (kvp_put(c, k, kl, h, SZ) == -EEXIST)
+		sched_yield(); /* the agent reclaims the deleted entry */
+	free(h);
+	{
+		struct kvp_op op;
+		struct kvp_dev_copy *x;
+		unsigned char *hb = host_alloc(SZ);
+		void *d = dev_alloc(SZ);
+
+		memset(&op, 0, sizeof(op));
+		op.key = k;
+		op.klen = kl;
+		op.buf = d;
+		op.len = SZ;
+		CK(kvp_batch_get_dev(c, 0, NULL, &op, 1, &x) == 1);
+		CK(kvp_dev_wait(c, x) == 1);
+		from_dev(hb, d, SZ);
+		CK(kvpt_check(hb, SZ, k, kl, 72));
+		fk.free_(d);
+		host_free(hb);
+	}
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+}
+
+/* The helper killed: the GPU's slot goes DOWN, every copy of it is
+ * dropped, device gets read DRAM (right bytes, no HBM hit); the agent
+ * starts a new helper (a new generation) and copies again. */
+static void
+case_hbm_helper_killed(const char *pool)
+{
+	enum {
+		N = 8,
+		SZ = 256 << 10
+	};
+	struct kvp_seg s;
+	struct kvp_client *c;
+	struct hbm_cond hc;
+	uint64_t gen0;
+	pid_t hp;
+
+	fake_setup(NULL);
+	c = child_open(pool, &s);
+	hbm_fill(c, &s, N, SZ, 81, N);
+	CK(hbm_read(c, N, SZ, 81) == N);
+	/* acquire: the agent's release */
+	gen0 = KVP_GS_GEN(kvp_load_acquire(&s.hdr->h_gpu[0].gs_state));
+	hp = (pid_t)kvp_load_relaxed(&s.hdr->h_gpu[0].gs_pid);
+	CK(hp > 0 && kill(hp, SIGKILL) == 0);
+	hc.s = &s;
+	hc.copies = 0;
+	CK(kvpt_wait_until(hbm_not_up, &hc, 2000) >= 0);
+	CK(hbm_read(c, N, SZ, 81) == 0); /* from DRAM */
+	/* a new helper, a new generation, the copies again (a hit each) */
+	CK(hbm_read(c, N, SZ, 81) == 0);
+	hc.copies = N;
+	CK(kvpt_wait_until(hbm_up, &hc, 10000) >= 0);
+	CK(KVP_GS_GEN(kvp_load_acquire(&s.hdr->h_gpu[0].gs_state)) > gen0);
+	CK(kvpt_actr(&s, KVP_ACTR_HBM_HELPER_DEATHS) >= 1);
+	CK(hbm_read(c, N, SZ, 81) == N);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+}
+
+/* A pool of 4 MiB (64 units; a value takes at most a quarter): 64 hot
+ * values of 256 KiB compete; copies are dropped for room (never a held
+ * one), occupancy stays within the pool, every read is right. */
+static void
+case_hbm_pressure(const char *pool)
+{
+	enum {
+		N = 64,
+		SZ = 256 << 10
+	};
+	struct kvp_seg s;
+	struct kvp_client *c;
+	uint64_t hits = 0;
+	int round;
+
+	fake_setup(NULL);
+	c = child_open(pool, &s);
+	hbm_fill(c, &s, N, SZ, 91, 16);
+	for (round = 0; round < 5; round++)
+		hits += hbm_read(c, N, SZ, 91);
+	printf("  %llu HBM hits over 5 x %d reads; %llu copies, %llu dropped "
+	       "for room\n",
+	       (unsigned long long)hits, N,
+	       (unsigned long long)kvpt_actr(&s, KVP_ACTR_HBM_COPIES),
+	       (unsigned long long)kvpt_actr(&s, KVP_ACTR_HBM_EVICTIONS));
+	CK(hits > 0);
+	CK(kvpt_actr(&s, KVP_ACTR_HBM_EVICTIONS) > 0);
+	/* relaxed: statistics */
+	CK(kvp_load_relaxed(&s.hdr->h_gpu[0].gs_used) <=
+	   kvp_load_relaxed(&s.hdr->h_gpu[0].gs_bytes) /
+		   kvp_load_relaxed(&s.hdr->h_gpu[0].gs_unit));
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+}
+
+/* No device for the helper: the tier is off (OFF, once), the rest works. */
+static void
+case_hbm_nodevice(const char *pool)
+{
+	struct kvp_seg s;
+	struct kvp_client *c;
+	char buf[8];
+
+	c = child_open(pool, &s);
+	CK(KVP_GS_STATE(kvp_load_acquire(&s.hdr->h_gpu[0].gs_state)) ==
+	   KVP_GPU_OFF);
+	CK(kvp_put(c, "k", 1, "v", 1) == 0);
+	CK(kvp_get(c, "k", 1, buf, sizeof(buf)) == 1);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+}
+
 /* ---- the tests: an agent per test, the case in a child ---- */
+
+/* The environment the next agent starts with (its HBM helpers load the
+ * runtime it names): "A=B C=D" on top of KVPOOL_CUDART = the emulator. */
+static const char *agent_env;
+
+static void
+agent_env_apply(bool set)
+{
+	char buf[256], *save = NULL, *tok;
+
+	if (!agent_env)
+		return;
+	if (set)
+		setenv("KVPOOL_CUDART", fake_path(), 1);
+	else
+		unsetenv("KVPOOL_CUDART");
+	snprintf(buf, sizeof(buf), "%s", agent_env);
+	for (tok = strtok_r(buf, " ", &save); tok;
+	     tok = strtok_r(NULL, " ", &save)) {
+		char *eq = strchr(tok, '=');
+
+		if (!eq)
+			continue;
+		*eq = 0;
+		if (set)
+			setenv(tok, eq + 1, 1);
+		else
+			unsetenv(tok);
+	}
+}
 
 static void
 run_case(void (*fn)(const char *pool), bool needs_fake, const char *arg, ...)
@@ -776,14 +1071,15 @@ run_case(void (*fn)(const char *pool), bool needs_fake, const char *arg, ...)
 		args[n++] = arg;
 	va_end(ap);
 	args[n] = NULL;
-	assert_int_equal(kvpt_agent_start(&a, args[0], args[1], args[2],
-					  args[3], args[4], args[5], args[6],
-					  args[7], args[8], args[9], args[10],
-					  args[11], args[12], args[13],
-					  args[14], args[15], args[16],
-					  args[17], args[18], args[19],
-					  args[20], args[21], args[22]),
-			 0);
+	agent_env_apply(true);
+	rc = kvpt_agent_start(&a, args[0], args[1], args[2], args[3], args[4],
+			      args[5], args[6], args[7], args[8], args[9],
+			      args[10], args[11], args[12], args[13], args[14],
+			      args[15], args[16], args[17], args[18], args[19],
+			      args[20], args[21], args[22]);
+	agent_env_apply(false);
+	agent_env = NULL;
+	assert_int_equal(rc, 0);
 	rc = in_child(fn, pool_of(&a));
 	assert_int_equal(kvpt_cli_check(pool_of(&a), 5000, NULL, 0), 0);
 	assert_int_equal(kvpt_agent_stop(&a), 0);
@@ -861,6 +1157,68 @@ test_badinput(void **state)
 {
 	(void)state;
 	run_case(case_badinput, true, "--dram", "16M", NULL);
+}
+
+#define HBM_POOL "--dram", "64M", "--hbm-gpu", "0", "--hbm-size"
+
+static void
+test_hbm_hits(void **state)
+{
+	(void)state;
+	agent_env = "";
+	run_case(case_hbm_hits, true, HBM_POOL, "32M", NULL);
+}
+
+static void
+test_hbm_helper_killed(void **state)
+{
+	(void)state;
+	agent_env = "";
+	run_case(case_hbm_helper_killed, true, HBM_POOL, "32M", NULL);
+}
+
+static void
+test_hbm_pressure(void **state)
+{
+	(void)state;
+	agent_env = "";
+	run_case(case_hbm_pressure, true, HBM_POOL, "4M", "--dram-unit", "64K",
+		 NULL);
+}
+
+static bool
+hbm_off(void *arg)
+{
+	/* acquire: the agent's release */
+	return KVP_GS_STATE(kvp_load_acquire(
+		       &((const struct kvp_seg *)arg)->hdr->h_gpu[0].gs_state)) ==
+	       KVP_GPU_OFF;
+}
+
+static void
+test_hbm_nodevice(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	char log[512], out[4096];
+
+	(void)state;
+	if (!fake_path())
+		skip();
+	agent_env = "FAKECUDA_DEVICES=0";
+	agent_env_apply(true);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, HBM_POOL, "32M", NULL), 0);
+	agent_env_apply(false);
+	agent_env = NULL;
+	assert_true(kvpt_wait_until(hbm_off, &s, 5000) >= 0);
+	assert_int_equal(in_child(case_hbm_nodevice, a.pool), 0);
+	kvpt_agent_log(a.pool, log, sizeof(log));
+	assert_int_equal(kvpt_run(out, sizeof(out), "grep -c 'HBM tier off' %s",
+				  log),
+			 0);
+	assert_int_equal(atoi(out), 1); /* said once */
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
 static void
@@ -995,6 +1353,10 @@ main(void)
 		cmocka_unit_test(test_ssd),
 		cmocka_unit_test(test_close_inflight),
 		cmocka_unit_test(test_worker_killed),
+		cmocka_unit_test(test_hbm_nodevice),
+		cmocka_unit_test(test_hbm_hits),
+		cmocka_unit_test(test_hbm_helper_killed),
+		cmocka_unit_test(test_hbm_pressure),
 	};
 
 	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,

@@ -182,9 +182,10 @@ test_docs_table(void **state)
  * and says the backing's page size (dh_page_bytes), and the page map's
  * owner tag KVP_DRAM_OWNER_UNPOP marks that tail (agent/populate.c).
  * ABI 8: the HBM tier: the GPU slots at the header's end (h_gpu, struct
- * kvp_gpu_slot) and the HBM map region (a word per index slot).
+ * kvp_gpu_slot), the HBM map region (a word per index slot), and 40
+ * counter slots per client (cs_ctr; h_actr grows with it).
  */
-#define KVPT_LAYOUT_SIG_ABI8 0x0cebe11bc2042687ull
+#define KVPT_LAYOUT_SIG_ABI8 0xf6b07349e0b4496cull
 
 static void
 test_signature_recorded(void **state)
