@@ -17,7 +17,8 @@
 # Installs the release build: libkvpool.so.X.Y.Z with its links
 # libkvpool.so.X (the SONAME) and libkvpool.so; kvpool.h and the headers it
 # includes under INCLUDEDIR/kvpool, at their paths in the tree; kvpool.pc;
-# kvpoold and kvpool; the systemd unit kvpoold@.service
+# kvpoold, kvpool and kvpool-gpud (the HBM helper kvpoold starts from
+# its own directory); the systemd unit kvpoold@.service
 # (agent/kvpoold@.service.in with the directories filled in); the Python
 # package (python/kvpool/*.py, when the tree has any) under
 # PYTHONDIR/kvpool, with _installed.py naming LIBDIR and BINDIR.  Files are
@@ -127,7 +128,7 @@ install_main() {
 	esac
 	while [ -n "$D" ] && [ "${D%/}" != "$D" ]; do D=${D%/}; done
 	rel=build/release lib=libkvpool.so.$so_version
-	for f in $rel/kvpoold $rel/kvpool $rel/$lib agent/kvpoold@.service.in; do
+	for f in $rel/kvpoold $rel/kvpool $rel/kvpool-gpud $rel/$lib agent/kvpoold@.service.in; do
 		[ -f "$f" ] || die "$f missing (ninja release builds it)"
 	done
 	if [ -n "$python" ] && [ -z "$pythondir" ]; then
@@ -186,6 +187,8 @@ EOF
 	# the agent and the CLI
 	inst 0755 "$rel/kvpoold" "$bindir/kvpoold"
 	inst 0755 "$rel/kvpool" "$bindir/kvpool"
+	# the HBM tier's helper, started by kvpoold from its own directory
+	inst 0755 "$rel/kvpool-gpud" "$bindir/kvpool-gpud"
 	# the systemd unit, one instance per pool (kvpoold@POOL)
 	sed -e "s|@bindir@|$bindir|g" -e "s|@sysconfdir@|$sysconfdir|g" \
 		agent/kvpoold@.service.in >"$tmp/kvpoold@.service"

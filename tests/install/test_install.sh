@@ -110,7 +110,8 @@ same "$L/libkvpool.so.$so_version" "build/release/libkvpool.so.$so_version"
 for h in $headers; do same "$ROOT$includedir/kvpool/$h" "$h"; done
 same "$ROOT$bindir/kvpoold" build/release/kvpoold
 same "$ROOT$bindir/kvpool" build/release/kvpool
-for b in kvpoold kvpool; do
+same "$ROOT$bindir/kvpool-gpud" build/release/kvpool-gpud
+for b in kvpoold kvpool kvpool-gpud; do
 	[ -x "$ROOT$bindir/$b" ] || fail "$bindir/$b is not executable"
 done
 unit=$ROOT$unitdir/kvpoold@.service
