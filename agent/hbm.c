@@ -70,6 +70,8 @@ struct kvp_hbm_gpu {
 	uint8_t *used; /* a byte per unit */
 	struct kvp_hbm_alloc *al;
 	size_t nal, capal;
+	size_t sweep; /* the sweep's place in al[] */
+	uint64_t rng; /* eviction's sampling */
 	unsigned inflight;
 };
 
@@ -269,52 +271,47 @@ kvp_hbm_drop(struct kvp_agent *a, struct kvp_hbm_gpu *g, size_t j)
 	return 1;
 }
 
-/* Room for n units on g: drop the copies of the values used longest ago
- * (unheld ones: a held copy is skipped) until there is.  True if there is
- * room now. */
-struct kvp_hbm_victim {
-	uint64_t use;
-	uint64_t slot;
-};
-
-static int
-kvp_hbm_victim_cmp(const void *x, const void *y)
-{
-	const struct kvp_hbm_victim *p = x, *q = y;
-
-	return p->use < q->use ? -1 : p->use > q->use;
-}
-
+/* Room for n units on g for a value last used at tick: drop copies of
+ * values used longer ago (the oldest use of a sample of 32 copies each
+ * time, as the DRAM tier's eviction orders them, I31; a held one is
+ * skipped, and never one used since tick: a copy is not traded for a
+ * colder one) until there is.  Sampling keeps a round's cost independent
+ * of how many copies a pool holds.  True if there is room now. */
 static bool
-kvp_hbm_make_room(struct kvp_agent *a, struct kvp_hbm_gpu *g, uint32_t n)
+kvp_hbm_make_room(struct kvp_agent *a, struct kvp_hbm_gpu *g, uint32_t n,
+		  uint64_t tick)
 {
-	struct kvp_hbm_victim *v;
-	size_t j, m = 0, t;
+	unsigned fails = 0;
 
-	if (g->nfree >= n)
-		return true;
-	v = malloc((g->nal ? g->nal : 1) * sizeof(*v));
-	if (!v)
-		return false;
-	for (j = 0; j < g->nal; j++)
-		if (!g->al[j].tag) { /* not a copy in flight */
-			v[m].slot = g->al[j].slot;
+	while (g->nfree < n && g->nal && fails < 8) {
+		uint64_t best_use = UINT64_MAX;
+		size_t best = SIZE_MAX;
+		unsigned t;
+
+		for (t = 0; t < 32; t++) {
+			size_t j;
+			uint64_t u;
+
+			g->rng = g->rng * 6364136223846793005ull +
+				 1442695040888963407ull;
+			j = (size_t)((g->rng >> 33) % g->nal);
+			if (g->al[j].tag)
+				continue; /* a copy in flight */
 			/* relaxed: a hint (I31) */
-			v[m].use = KVP_USE_TICK(kvp_load_relaxed(
+			u = KVP_USE_TICK(kvp_load_relaxed(
 				&a->seg.entries[g->al[j].slot].e_use));
-			m++;
+			if (u < best_use) {
+				best_use = u;
+				best = j;
+			}
 		}
-	qsort(v, m, sizeof(*v), kvp_hbm_victim_cmp);
-	for (t = 0; t < m && g->nfree < n; t++) {
-		/* its place in g->al moves as others are freed: find it */
-		for (j = 0; j < g->nal; j++)
-			if (g->al[j].slot == v[t].slot && !g->al[j].tag)
-				break;
-		if (j < g->nal && kvp_hbm_drop(a, g, j))
+		if (best != SIZE_MAX && best_use < tick &&
+		    kvp_hbm_drop(a, g, best))
 			kvp_fetch_add(
 				&a->seg.hdr->h_actr[KVP_ACTR_HBM_EVICTIONS], 1);
+		else
+			fails++;
 	}
-	free(v);
 	return g->nfree >= n;
 }
 
@@ -418,10 +415,11 @@ kvp_hbm_ready(struct kvp_agent *a, struct kvp_hbm_gpu *g)
 
 /* ---- promotion ---- */
 
-/* Ask g's helper to copy slot i (state word w, len bytes). */
+/* Ask g's helper to copy slot i (state word w, len bytes, last used at
+ * tick). */
 static bool
 kvp_hbm_promote(struct kvp_agent *a, struct kvp_hbm *H, struct kvp_hbm_gpu *g,
-		uint64_t i, uint64_t w, uint64_t len)
+		uint64_t i, uint64_t w, uint64_t len, uint64_t tick)
 {
 	uint32_t n = (uint32_t)((len + g->unit - 1) / g->unit);
 	struct kvp_hbm_req q;
@@ -429,7 +427,7 @@ kvp_hbm_promote(struct kvp_agent *a, struct kvp_hbm *H, struct kvp_hbm_gpu *g,
 
 	if (n > g->nunits / 4) /* one value never takes most of the pool */
 		return false;
-	if (g->nfree < n && !kvp_hbm_make_room(a, g, n))
+	if (g->nfree < n && !kvp_hbm_make_room(a, g, n, tick))
 		return false;
 	u = kvp_hbm_alloc_units(g, n);
 	if (u < 0)
@@ -496,6 +494,12 @@ kvp_hbm_scan(struct kvp_agent *a, struct kvp_hbm *H)
 	struct kvp_seg *s = &a->seg;
 	uint64_t n = s->g.g_index_slots, k;
 
+	for (k = 0; k < H->n; k++)
+		if (H->g[k].state == KVP_GPU_UP &&
+		    H->g[k].inflight < KVP_HBM_INFLIGHT)
+			break;
+	if (k == H->n)
+		return; /* no helper can take a copy now */
 	for (k = 0; k < KVP_HBM_SCAN && k < n; k++) {
 		uint64_t i = (H->scan++) & (n - 1);
 		/* acquire: the slot's state word */
@@ -531,33 +535,40 @@ kvp_hbm_scan(struct kvp_agent *a, struct kvp_hbm *H)
 				break;
 		if (j < best->nal)
 			continue;
-		kvp_hbm_promote(a, H, best, i, w, len);
+		kvp_hbm_promote(a, H, best, i, w, len, KVP_USE_TICK(use));
 	}
 }
 
 /* Copies whose slot left the index or moved to another generation: their
- * units come back (4: no reader of the old generation remains). */
+ * units come back (4: no reader of the old generation remains).  A part
+ * of the copies per round (KVP_HBM_SCAN), from where the last one
+ * stopped. */
 static void
 kvp_hbm_sweep(struct kvp_agent *a, struct kvp_hbm_gpu *g)
 {
 	struct kvp_seg *s = &a->seg;
-	size_t j = 0;
+	unsigned k;
 
-	while (j < g->nal) {
-		struct kvp_hbm_alloc *al = &g->al[j];
+	for (k = 0; k < KVP_HBM_SCAN && g->nal; k++) {
+		struct kvp_hbm_alloc *al;
+		uint64_t w;
+
+		if (g->sweep >= g->nal)
+			g->sweep = 0;
+		al = &g->al[g->sweep];
 		/* acquire: the slot's state word */
-		uint64_t w = kvp_load_acquire(&s->meta[al->slot]);
-
+		w = kvp_load_acquire(&s->meta[al->slot]);
 		if (al->tag || (KVP_IX_GEN(w) == al->ixgen &&
 				KVP_IX_STATE(w) != KVP_IX_EMPTY)) {
-			j++;
+			g->sweep++;
 			continue;
 		}
 		if (kvp_load_relaxed(&s->hbm[al->slot]) == kvp_hbm_word(g, al))
 			/* release: pairs with readers' acquire (none of
 			 * them uses it: stale by its generation) */
 			kvp_store_release(&s->hbm[al->slot], 0);
-		kvp_hbm_free_at(a, g, j);
+		/* the last copy takes its place: looked at next */
+		kvp_hbm_free_at(a, g, g->sweep);
 	}
 }
 
@@ -599,6 +610,7 @@ kvp_hbm_start_agent(struct kvp_agent *a)
 		 * copies' words are stale from here on */
 		g->gen = KVP_GS_GEN(old);
 		g->backoff_ms = KVP_HBM_RESTART_MS;
+		g->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)k;
 		kvp_hbm_spawn(a, H, g);
 	}
 	a->hbm = H;
