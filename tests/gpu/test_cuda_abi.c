@@ -55,6 +55,33 @@ SAME(offsetof(struct kvp_cu_copy_attr, ca_dst_hint),
 SAME(offsetof(struct kvp_cu_copy_attr, ca_flags),
      offsetof(struct cudaMemcpyAttributes, flags));
 
+/* memory pools (the HBM tier) */
+SAME(KVP_CU_ALLOC_PINNED, cudaMemAllocationTypePinned);
+SAME(KVP_CU_HANDLE_POSIX_FD, cudaMemHandleTypePosixFileDescriptor);
+SAME(KVP_CU_ACCESS_RW, cudaMemAccessFlagsProtReadWrite);
+SAME(sizeof(struct kvp_cu_pool_props), sizeof(struct cudaMemPoolProps));
+SAME(offsetof(struct kvp_cu_pool_props, pp_alloc_type),
+     offsetof(struct cudaMemPoolProps, allocType));
+SAME(offsetof(struct kvp_cu_pool_props, pp_handle_types),
+     offsetof(struct cudaMemPoolProps, handleTypes));
+SAME(offsetof(struct kvp_cu_pool_props, pp_location),
+     offsetof(struct cudaMemPoolProps, location));
+SAME(offsetof(struct kvp_cu_pool_props, pp_win32_security),
+     offsetof(struct cudaMemPoolProps, win32SecurityAttributes));
+SAME(offsetof(struct kvp_cu_pool_props, pp_max_size),
+     offsetof(struct cudaMemPoolProps, maxSize));
+SAME(offsetof(struct kvp_cu_pool_props, pp_usage),
+     offsetof(struct cudaMemPoolProps, usage));
+SAME(offsetof(struct kvp_cu_pool_props, pp_reserved),
+     offsetof(struct cudaMemPoolProps, reserved));
+SAME(sizeof(struct kvp_cu_access), sizeof(struct cudaMemAccessDesc));
+SAME(offsetof(struct kvp_cu_access, ac_location),
+     offsetof(struct cudaMemAccessDesc, location));
+SAME(offsetof(struct kvp_cu_access, ac_flags),
+     offsetof(struct cudaMemAccessDesc, flags));
+SAME(sizeof(struct kvp_cu_ptr_export), sizeof(struct cudaMemPoolPtrExportData));
+_Static_assert(sizeof(cudaMemPool_t) == sizeof(void *), "cudaMemPool_t");
+
 /* cudaError_t and the enum parameters are passed as unsigned int, the
  * streams and events as pointers */
 _Static_assert(sizeof(cudaError_t) == sizeof(unsigned int), "cudaError_t");
@@ -82,6 +109,7 @@ FN(HostUnregister, cudaHostUnregister);
 FN(MallocHost, cudaMallocHost);
 FN(FreeHost, cudaFreeHost);
 FN(GetErrorString, cudaGetErrorString);
+FN(Free, cudaFree);
 
 /* where the types are the same but for the handles' names, call each
  * through a wrapper of kvp_cuda's type: the compiler checks the argument
@@ -150,6 +178,72 @@ w_edestroy(void *ev)
 	return cudaEventDestroy((cudaEvent_t)ev);
 }
 
+static unsigned int
+w_pcreate(void **p, const struct kvp_cu_pool_props *pp)
+{
+	return cudaMemPoolCreate(
+		(cudaMemPool_t *)p,
+		(const struct cudaMemPoolProps *)(const void *)pp);
+}
+
+static unsigned int
+w_pdestroy(void *p)
+{
+	return cudaMemPoolDestroy((cudaMemPool_t)p);
+}
+
+static unsigned int
+w_pmalloc(void **d, size_t n, void *p, void *st)
+{
+	return cudaMallocFromPoolAsync(d, n, (cudaMemPool_t)p,
+				       (cudaStream_t)st);
+}
+
+static unsigned int
+w_freeasync(void *d, void *st)
+{
+	return cudaFreeAsync(d, (cudaStream_t)st);
+}
+
+static unsigned int
+w_pexport(void *h, void *p, unsigned int type, unsigned int flags)
+{
+	return cudaMemPoolExportToShareableHandle(
+		h, (cudaMemPool_t)p, (enum cudaMemAllocationHandleType)type,
+		flags);
+}
+
+static unsigned int
+w_pimport(void **p, void *h, unsigned int type, unsigned int flags)
+{
+	return cudaMemPoolImportFromShareableHandle(
+		(cudaMemPool_t *)p, h, (enum cudaMemAllocationHandleType)type,
+		flags);
+}
+
+static unsigned int
+w_ptrexport(struct kvp_cu_ptr_export *e, void *d)
+{
+	return cudaMemPoolExportPointer(
+		(struct cudaMemPoolPtrExportData *)(void *)e, d);
+}
+
+static unsigned int
+w_ptrimport(void **d, void *p, struct kvp_cu_ptr_export *e)
+{
+	return cudaMemPoolImportPointer(
+		d, (cudaMemPool_t)p,
+		(struct cudaMemPoolPtrExportData *)(void *)e);
+}
+
+static unsigned int
+w_access(void *p, const struct kvp_cu_access *a, size_t n)
+{
+	return cudaMemPoolSetAccess(
+		(cudaMemPool_t)p,
+		(const struct cudaMemAccessDesc *)(const void *)a, n);
+}
+
 int kvpt_cuda_abi(struct kvp_cuda *cu);
 int
 kvpt_cuda_abi(struct kvp_cuda *cu)
@@ -164,5 +258,14 @@ kvpt_cuda_abi(struct kvp_cuda *cu)
 	cu->EventQuery = w_equery;
 	cu->EventSynchronize = w_esync;
 	cu->EventDestroy = w_edestroy;
+	cu->MemPoolCreate = w_pcreate;
+	cu->MemPoolDestroy = w_pdestroy;
+	cu->MallocFromPoolAsync = w_pmalloc;
+	cu->FreeAsync = w_freeasync;
+	cu->MemPoolExportToShareableHandle = w_pexport;
+	cu->MemPoolImportFromShareableHandle = w_pimport;
+	cu->MemPoolExportPointer = w_ptrexport;
+	cu->MemPoolImportPointer = w_ptrimport;
+	cu->MemPoolSetAccess = w_access;
 	return 0;
 }
