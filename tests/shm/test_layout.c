@@ -185,7 +185,7 @@ test_docs_table(void **state)
  * kvp_gpu_slot), the HBM map region (a word per index slot), and 40
  * counter slots per client (cs_ctr; h_actr grows with it).
  */
-#define KVPT_LAYOUT_SIG_ABI8 0xf6b07349e0b4496cull
+#define KVPT_LAYOUT_SIG_ABI8 0x9df17ab3083437caull
 
 static void
 test_signature_recorded(void **state)
