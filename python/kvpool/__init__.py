@@ -43,7 +43,9 @@ from ._native import (  # noqa: F401  (the public names)
     INVAL,
     MISS,
     MSGSIZE,
+    NODEV,
     NOMEM,
+    NOTSUP,
     NOSPC,
     OK,
     PROTO,
@@ -62,7 +64,9 @@ from ._native import (  # noqa: F401  (the public names)
     InvalidArgument,
     KVPoolError,
     Miss,
+    NoDevice,
     NoSpace,
+    NotSupported,
     OutOfMemory,
     PermissionDenied,
     ProtocolMismatch,
@@ -98,6 +102,8 @@ __all__ = [
     "InvalidArgument",
     "Forked",
     "Closed",
+    "NotSupported",
+    "NoDevice",
     "status_name",
     "describe",
     "error",
@@ -714,6 +720,84 @@ class Pool:
         out = {f: getattr(st, f) for f, _ in st._fields_ if f not in ("size", "pad_")}
         out["agent_up"] = bool(out["agent_up"])
         return out
+
+
+    # -- GPU memory (kvpool.h, "GPU endpoints") --
+
+    @staticmethod
+    def _stream(stream):
+        """A cudaStream_t as an address: None (the client's own stream),
+        an int, or an object with .cuda_stream (torch.cuda.Stream)."""
+        if stream is None:
+            return None
+        return int(getattr(stream, "cuda_stream", stream)) or None
+
+    @staticmethod
+    def _dev_fn(name):
+        fn = getattr(_lib, name, None)
+        if fn is None or fn.argtypes is None:
+            raise NotSupported(NOTSUP, None, f"{_native.loaded_from} has no {name} (libkvpool.so.1.3 or later)")
+        return fn
+
+    def batch_get_dev(self, keys, addrs, lens, *, device=0, stream=None, offsets=None):
+        """kvp_batch_get_dev: copy each key's value (as batch_get) to device
+        memory of CUDA device 'device' at addrs[k] (e.g. a tensor's
+        data_ptr()), on stream (None: the client's own), and wait for the
+        copies (the values stay held until they are done).  Returns per key
+        the bytes copied or a negative status.  Raises NotSupported (no CUDA
+        runtime), NoDevice (no device or driver)."""
+        get = self._dev_fn("kvp_batch_get_dev")
+        c = self._client()
+        out = ctypes.c_void_p()
+        with c.lock:
+            ops, n, q, ints = self._fill(c, keys, addrs, lens, offsets)
+            rc = get(c.h, int(device), self._stream(stream), ops, n, ctypes.byref(out))
+            if rc < 0:
+                self._check(c, rc)
+            _lib.kvp_dev_wait(c.h, out)
+            st = self._statuses(ints, n)
+            got = q[4 : n * _OPW : _OPW].tolist()
+        return [g if s == 0 else s for s, g in zip(st, got)]
+
+    def batch_put_dev(self, keys, addrs, lens, *, device=0, stream=None):
+        """kvp_batch_put_dev: store lens[k] bytes of device memory at
+        addrs[k] under each key (published once the copy landed, after the
+        work already queued on stream).  Returns a status per key."""
+        put = self._dev_fn("kvp_batch_put_dev")
+        c = self._client()
+        with c.lock:
+            ops, n, q, ints = self._fill(c, keys, addrs, lens)
+            rc = put(c.h, int(device), self._stream(stream), ops, n)
+            if rc < 0:
+                self._check(c, rc)
+            return self._statuses(ints, n)
+
+    def dev_register(self, wait_ms=0):
+        """Start registering the pool's DRAM for DMA in this process and wait
+        up to wait_ms: True once all of it is registered, False while it
+        goes on.  Raises NotSupported, NoDevice, Failed (chunks refused)."""
+        reg = self._dev_fn("kvp_dev_register")
+        c = self._client()
+        with c.lock:
+            rc = reg(c.h, int(wait_ms))
+        if rc == _native.INPROGRESS:
+            return False
+        if rc:
+            self._check(c, rc)
+        return True
+
+    def dev_info(self):
+        """kvp_dev_info as a dict: the runtime (status, devices, versions),
+        this process's registration (reg_bytes of reg_total_bytes) and this
+        thread's client's device copies."""
+        info = self._dev_fn("kvp_dev_info")
+        c = self._client()
+        st = _native.DevInfo()
+        with c.lock:
+            rc = info(c.h, ctypes.byref(st), ctypes.sizeof(st))
+        if rc:
+            self._check(c, rc)
+        return {f: getattr(st, f) for f, _ in st._fields_ if f != "size"}
 
 
 class Pinset:

@@ -77,6 +77,28 @@ class Stat(ctypes.Structure):
     ]
 
 
+class DevInfo(ctypes.Structure):
+    """struct kvp_dev_info (kvpool.h, KVPOOL_1.3)."""
+
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("status", ctypes.c_int),
+        ("devices", ctypes.c_int),
+        ("runtime_version", ctypes.c_int),
+        ("driver_version", ctypes.c_int),
+        ("batch_copy", ctypes.c_int),
+        ("reg_failed", ctypes.c_int),
+        ("reg_bytes", ctypes.c_uint64),
+        ("reg_total_bytes", ctypes.c_uint64),
+        ("h2d_keys", ctypes.c_uint64),
+        ("h2d_bytes", ctypes.c_uint64),
+        ("d2h_keys", ctypes.c_uint64),
+        ("d2h_bytes", ctypes.c_uint64),
+        ("bounce_bytes", ctypes.c_uint64),
+        ("hbm_hits", ctypes.c_uint64),
+    ]
+
+
 _SONAME = "libkvpool.so.1"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # the source tree: python/kvpool/ next to build/release/
@@ -161,6 +183,23 @@ def _load():
         "kvp_stat": (c_int, [vp, ctypes.POINTER(Stat), sz]),
         "kvp_strerror": (ctypes.c_char_p, [c_int]),
     }
+    # the GPU endpoints (KVPOOL_1.3): optional, so an older library still
+    # serves everything else (the device calls then raise NotSupported)
+    dev_protos = {
+        "kvp_batch_get_dev": (ssz, [vp, c_int, vp, vp, sz, ctypes.POINTER(vp)]),
+        "kvp_dev_wait": (ssz, [vp, vp]),
+        "kvp_dev_done": (c_int, [vp, vp]),
+        "kvp_batch_put_dev": (ssz, [vp, c_int, vp, vp, sz]),
+        "kvp_get_dev": (ssz, [vp, c_int, vp, vp, u32, vp, u64]),
+        "kvp_put_dev": (c_int, [vp, c_int, vp, vp, u32, vp, u64]),
+        "kvp_dev_register": (c_int, [vp, u32]),
+        "kvp_dev_info": (c_int, [vp, ctypes.POINTER(DevInfo), sz]),
+    }
+    for name, (res, args) in dev_protos.items():
+        fn = getattr(so, name, None)
+        if fn is not None:
+            fn.restype = res
+            fn.argtypes = args
     for name, (res, args) in protos.items():
         try:
             fn = getattr(so, name)
@@ -194,6 +233,9 @@ USERS = -errno.EUSERS
 ACCES = -errno.EACCES
 NOMEM = -errno.ENOMEM
 INVAL = -errno.EINVAL
+NOTSUP = -errno.EOPNOTSUPP  # ENOTSUP: no CUDA runtime
+NODEV = -errno.ENODEV  # no CUDA device or driver
+INPROGRESS = -errno.EINPROGRESS
 
 TIER_DRAM = 1
 TIER_SSD = 2
@@ -245,6 +287,10 @@ PermissionDenied = _exc(
 )
 OutOfMemory = _exc("OutOfMemory", NOMEM, "NOMEM", MemoryError, doc="Out of memory, descriptors or address space.")
 InvalidArgument = _exc("InvalidArgument", INVAL, "INVAL", ValueError, doc="A bad argument.")
+NotSupported = _exc(
+    "NotSupported", NOTSUP, "NOTSUP", doc="A device call: no CUDA runtime (or a library without the GPU endpoints)."
+)
+NoDevice = _exc("NoDevice", NODEV, "NODEV", doc="A device call: no CUDA device or driver.")
 Forked = _exc(
     "Forked",
     None,
@@ -269,6 +315,8 @@ _BY_STATUS = {
     ACCES: PermissionDenied,
     NOMEM: OutOfMemory,
     INVAL: InvalidArgument,
+    NOTSUP: NotSupported,
+    NODEV: NoDevice,
 }
 
 _NAMES = {OK: "OK", BADMSG: "FAILED"}
