@@ -753,6 +753,105 @@ kvp_chk_rings(struct kvp_chk *k)
 	}
 }
 
+/* I35: the HBM map.  Every word a reader would use now (its slot's
+ * generation, its GPU UP at its pool generation) names a value that is in
+ * the index, lies inside its pool, and shares no unit with another such
+ * word.  (The words are shared memory a client could write: a violation
+ * is damage or an agent bug; readers check each word before use.) */
+struct kvp_chk_hbm {
+	uint64_t first, end;
+	uint64_t slot;
+};
+
+static int
+kvp_chk_hbm_cmp(const void *x, const void *y)
+{
+	const struct kvp_chk_hbm *p = x, *q = y;
+
+	return p->first < q->first ? -1 : p->first > q->first;
+}
+
+static void
+kvp_chk_hbm(struct kvp_chk *k)
+{
+	const struct kvp_seg *s = k->s;
+	unsigned g;
+
+	for (g = 0; g < KVP_GPU_MAX; g++) {
+		/* acquire: the agent's release (fields first) */
+		uint64_t gw = kvp_load_acquire(&s->hdr->h_gpu[g].gs_state);
+		uint64_t unit, bytes, i, n = 0, cap = 0;
+		struct kvp_chk_hbm *v = NULL;
+
+		if (KVP_GS_STATE(gw) != KVP_GPU_UP)
+			continue;
+		/* relaxed: written before UP */
+		unit = kvp_load_relaxed(&s->hdr->h_gpu[g].gs_unit);
+		bytes = kvp_load_relaxed(&s->hdr->h_gpu[g].gs_bytes);
+		if (!unit || (unit & (unit - 1)) || bytes < unit) {
+			kvp_chk_viol(k, 35,
+				     "GPU slot %u: unit %llu, %llu bytes", g,
+				     (unsigned long long)unit,
+				     (unsigned long long)bytes);
+			continue;
+		}
+		for (i = 0; i < s->g.g_index_slots; i++) {
+			/* acquire: the agent's release */
+			uint64_t w = kvp_load_acquire(&s->hbm[i]);
+			uint64_t m = kvp_load_acquire(&s->meta[i]), len, off;
+
+			if (!(w & KVP_HBM_VALID) || KVP_HBM_GPU(w) != g ||
+			    KVP_HBM_GGEN(w) != (KVP_GS_GEN(gw) & 0xfff) ||
+			    KVP_HBM_IXGEN(w) != (KVP_IX_GEN(m) & 0xffffff) ||
+			    (KVP_IX_STATE(m) != KVP_IX_READY &&
+			     KVP_IX_STATE(m) != KVP_IX_DELETED))
+				continue; /* not a word any reader uses */
+			/* relaxed: stable for a READY generation */
+			len = kvp_load_relaxed(&s->entries[i].e_len);
+			off = KVP_HBM_UNIT(w) * unit;
+			if (!len || off > bytes || len > bytes - off) {
+				kvp_chk_viol(
+					k, 35,
+					"slot %llu: HBM copy at %llu + %llu "
+					"is outside GPU slot %u's %llu bytes",
+					(unsigned long long)i,
+					(unsigned long long)off,
+					(unsigned long long)len, g,
+					(unsigned long long)bytes);
+				continue;
+			}
+			if (n == cap) {
+				struct kvp_chk_hbm *nv;
+
+				cap = cap ? cap * 2 : 1024;
+				nv = realloc(v, cap * sizeof(*v));
+				if (!nv) {
+					kvp_chk_viol(k, 0, "out of memory");
+					free(v);
+					return;
+				}
+				v = nv;
+			}
+			v[n].first = KVP_HBM_UNIT(w);
+			v[n].end = KVP_HBM_UNIT(w) + (len + unit - 1) / unit;
+			v[n].slot = i;
+			n++;
+		}
+		if (n > 1)
+			qsort(v, n, sizeof(*v), kvp_chk_hbm_cmp);
+		for (i = 1; i < n; i++)
+			if (v[i].first < v[i - 1].end)
+				kvp_chk_viol(
+					k, 35,
+					"GPU slot %u: the HBM copies of slots "
+					"%llu and %llu share unit %llu",
+					g, (unsigned long long)v[i - 1].slot,
+					(unsigned long long)v[i].slot,
+					(unsigned long long)v[i].first);
+		free(v);
+	}
+}
+
 /* I22, I25: leases. */
 static void
 kvp_chk_leases(struct kvp_chk *k)
@@ -983,6 +1082,7 @@ kvp_check_seg(const struct kvp_seg *s, FILE *out, struct kvp_check_report *r)
 	kvp_chk_staging(&k);
 	kvp_chk_rings(&k);
 	kvp_chk_leases(&k);
+	kvp_chk_hbm(&k);
 	kvp_chk_counters(&k);
 out:
 	free(k.alive);

@@ -151,6 +151,27 @@ kvp_hbm_spawn(struct kvp_agent *a, struct kvp_hbm *H, struct kvp_hbm_gpu *g)
 	kvp_hbm_publish_state(a, g, KVP_GPU_STARTING);
 }
 
+/* Clear every map word of GPU slot k (KVP_GPU_MAX: of every GPU; its
+ * helper went, DOWN is published, or an agent starts): no reader uses them (the generation is gone), and none can
+ * meet a later generation whose low bits wrap to theirs.  One pass over
+ * the map, once per helper that goes. */
+static void
+kvp_hbm_clear_words(struct kvp_agent *a, unsigned k)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t i;
+
+	for (i = 0; i < s->g.g_index_slots; i++) {
+		/* relaxed: our own words (this thread writes them) */
+		uint64_t w = kvp_load_relaxed(&s->hbm[i]);
+
+		if ((w & KVP_HBM_VALID) &&
+		    (k == KVP_GPU_MAX || KVP_HBM_GPU(w) == k))
+			/* release: pairs with readers' acquire */
+			kvp_store_release(&s->hbm[i], 0);
+	}
+}
+
 /* Forget g's pool: its copies go with its generation (readers stop
  * using them: the slot is DOWN, and a new generation comes next). */
 static void
@@ -183,6 +204,7 @@ kvp_hbm_down(struct kvp_agent *a, struct kvp_hbm_gpu *g, const char *why)
 			(unsigned long long)g->backoff_ms);
 	kvp_hbm_publish_state(a, g, KVP_GPU_DOWN);
 	kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_HBM_HELPER_DEATHS], 1);
+	kvp_hbm_clear_words(a, g->k);
 	free(g->used);
 	g->used = NULL;
 	g->nal = 0;
@@ -395,8 +417,12 @@ kvp_hbm_ready(struct kvp_agent *a, struct kvp_hbm_gpu *g)
 		return;
 	}
 	g->bytes = m.hm_bytes;
-	g->unit = a->seg.g.g_dram_unit;
+	g->unit = a->seg.g.g_dram_unit > KVP_HBM_UNIT_MIN ?
+			  a->seg.g.g_dram_unit :
+			  KVP_HBM_UNIT_MIN;
 	g->nunits = g->bytes / g->unit;
+	if (g->nunits > KVP_HBM_UNITS_MAX)
+		g->nunits = KVP_HBM_UNITS_MAX; /* the map's 24 bits */
 	g->nfree = g->nunits;
 	g->cursor = 0;
 	g->used = calloc(g->nunits ? g->nunits : 1, 1);
@@ -476,7 +502,7 @@ kvp_hbm_has_copy(struct kvp_agent *a, struct kvp_hbm *H, uint64_t i,
 	uint64_t hw = kvp_load_relaxed(&a->seg.hbm[i]);
 	unsigned k;
 
-	if (!(hw & KVP_HBM_VALID) || KVP_HBM_IXGEN(hw) != (ixgen & 0xffff))
+	if (!(hw & KVP_HBM_VALID) || KVP_HBM_IXGEN(hw) != (ixgen & 0xffffff))
 		return false;
 	for (k = 0; k < H->n; k++)
 		if (H->g[k].k == KVP_HBM_GPU(hw) &&
@@ -598,6 +624,8 @@ kvp_hbm_start_agent(struct kvp_agent *a)
 		 sizeof(H->exe) - (size_t)(slash ? slash + 1 - H->exe : 0),
 		 "kvpool-gpud");
 	H->n = a->cfg.nhbm;
+	/* an earlier agent's words: their generations are over */
+	kvp_hbm_clear_words(a, KVP_GPU_MAX);
 	for (k = 0; k < H->n; k++) {
 		struct kvp_hbm_gpu *g = &H->g[k];
 		/* relaxed: a predecessor's word; ours comes next */

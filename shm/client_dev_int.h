@@ -808,7 +808,7 @@ kvp__dev_hbm_src(struct kvp_client *c, uint64_t i, uint32_t gen, uint64_t end,
 	/* acquire: pairs with the agent's release when it published it
 	 * (the helper's copy into the block finished before) */
 	w = kvp_load_acquire(&c->seg.hbm[i]);
-	if (!(w & KVP_HBM_VALID) || KVP_HBM_IXGEN(w) != (gen & 0xffff))
+	if (!(w & KVP_HBM_VALID) || KVP_HBM_IXGEN(w) != (gen & 0xffffff))
 		return NULL;
 	k = KVP_HBM_GPU(w);
 	gs = &c->seg.hdr->h_gpu[k];

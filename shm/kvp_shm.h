@@ -338,22 +338,27 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_gpu_slot) == 56, "gpu slot size");
 
 /*
  * The HBM map (region KVP_R_HBMMAP): one word per index slot naming an
- * HBM copy of that slot's value, [1][gpu:3][gpu gen:12][ix gen:16]
- * [unit:32]; 0 = none.  A copy is an extra: the entry's e_loc (DRAM or
+ * HBM copy of that slot's value, [1][gpu:3][pool gen:12][slot gen:24]
+ * [unit:24]; 0 = none.  A copy is an extra: the entry's e_loc (DRAM or
  * SSD) still holds the value.  A reader holding slot i at generation G
- * uses the word only if its ix gen is G's low 16 bits and GPU slot gpu is
- * UP at a generation whose low 12 bits are the word's; otherwise the word
- * is stale and ignored.  Written only by the agent's tier thread.
+ * (24 bits, the index's own) uses the word only if its slot gen is G and
+ * GPU slot gpu is UP at a generation whose low 12 bits are the word's;
+ * otherwise the word is stale and ignored.  Units are of gs_unit bytes
+ * (at least 64 KiB: 2^24 units cover 1 TiB).  Written only by the
+ * agent's tier thread; a GPU's words are cleared when its helper goes,
+ * so a pool generation that wraps never meets an old word.
  */
 #define KVP_HBM_VALID (1ull << 63)
 #define KVP_HBM_WORD(gpu, ggen, ixgen, unit)           \
 	(KVP_HBM_VALID | ((uint64_t)((gpu)&7) << 60) | \
 	 ((uint64_t)((ggen)&0xfff) << 48) |            \
-	 ((uint64_t)((ixgen)&0xffff) << 32) | (uint64_t)(uint32_t)(unit))
+	 ((uint64_t)((ixgen)&0xffffff) << 24) | ((uint64_t)(unit)&0xffffff))
 #define KVP_HBM_GPU(w) ((unsigned)(((w) >> 60) & 7))
 #define KVP_HBM_GGEN(w) (((w) >> 48) & 0xfff)
-#define KVP_HBM_IXGEN(w) (((w) >> 32) & 0xffff)
-#define KVP_HBM_UNIT(w) ((w)&0xffffffffull)
+#define KVP_HBM_IXGEN(w) (((w) >> 24) & 0xffffff)
+#define KVP_HBM_UNIT(w) ((w)&0xffffffull)
+#define KVP_HBM_UNIT_MIN (64u << 10)
+#define KVP_HBM_UNITS_MAX (1u << 24)
 
 struct kvp_shm_header {
 	uint64_t h_magic;
