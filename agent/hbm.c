@@ -33,7 +33,8 @@
  *     importer's mapping keeps that memory (CUDA's pool IPC counts
  *     references), and nobody writes it any more, so it reads the bytes
  *     that were published.  The blocks of a dead pool are forgotten, not
- *     reused.
+ *     reused, and its words are cleared (so a pool generation, 12 bits in
+ *     a word, never wraps onto an old one).
  *
  * Tier thread only, but start (main, before the threads) and stop (main,
  * after them).
