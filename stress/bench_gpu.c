@@ -17,13 +17,18 @@
  *   bench_gpu bandwidth POOL      bandwidth (--emulated: figures not judged)
  *   bench_gpu register POOL       registration (a fresh pool: nothing of it
  *                                 registered in any process yet)
- * and the children's: child-put, child-get, child-hold.
+ *   bench_gpu hbm POOL            hbm_promote, hbm_two_process,
+ *                                 hbm_helper_killed, hbm_worker_killed,
+ *                                 hbm_bandwidth (an agent with --hbm-gpu 0;
+ *                                 --emulated: figures not judged)
+ * and the children's: child-put, child-get, child-hold, child-hbm-get,
+ * child-hbm-hold.
  *
  * It links the CUDA runtime for its own buffers and baseline copies and
  * uses only cudaSetDevice, cudaGetDeviceCount, cudaMalloc, cudaFree,
  * cudaMemset, cudaMemcpy, cudaMemcpyAsync, cudaMallocHost, cudaFreeHost,
- * cudaStreamCreateWithFlags, cudaStreamSynchronize and
- * cudaGetErrorString (what tests/gpu/fakecudart.c emulates), and
+ * cudaStreamCreateWithFlags, cudaStreamSynchronize, cudaDeviceSynchronize
+ * and cudaGetErrorString (what tests/gpu/fakecudart.c emulates), and
  * cudaLaunchHostFunc where dlsym finds it (worker_killed).  The pool's
  * own copies go through kvpool.h's device calls (header only: the client
  * loads the runtime itself, which finds this one already loaded).
@@ -1563,14 +1568,718 @@ cmd_register(void)
 	return failed ? 1 : 0;
 }
 
+/* ---- the HBM tier (agent/hbm.c, agent/gpud.c): an agent started with
+ * --hbm-gpu 0 --hbm-size SIZE ---- */
+
+#define HBM_TAG 0x47505560ull
+#define HBM_N 16 /* values of each size (1 MiB, 8 MiB) in the checks */
+/* how long the helper may take to copy what was hit (the emulator's is
+ * slow: it registers the DRAM tier at a crawl) */
+#define HBM_COPY_MS (emulated ? 30000u : 10000u)
+
+/* The HBM checks' keys: n of 1 MiB then n of big (tag/0..2n-1). */
+static bool
+hbm_batch(struct batch *b, uint64_t tag, uint64_t n, uint64_t big)
+{
+	const uint64_t groups[4] = { n, 1u << 20, n, big };
+
+	return batch_make(b, tag, groups, 2);
+}
+
+struct hbm_cond {
+	const struct kvp_seg *s;
+	uint64_t gen;    /* UP at this generation or a later one */
+	uint64_t copies; /* and gs_copies at least this */
+};
+
+static uint64_t
+hbm_word(const struct kvp_seg *s)
+{
+	/* acquire: the agent's release */
+	return kvp_load_acquire(&s->hdr->h_gpu[0].gs_state);
+}
+
+static uint64_t
+hbm_copies(const struct kvp_seg *s)
+{
+	/* relaxed: a statistic */
+	return kvp_load_relaxed(&s->hdr->h_gpu[0].gs_copies);
+}
+
+static bool
+hbm_is_up(void *arg)
+{
+	const struct hbm_cond *hc = arg;
+	uint64_t w = hbm_word(hc->s);
+
+	return KVP_GS_STATE(w) == KVP_GPU_UP && KVP_GS_GEN(w) >= hc->gen &&
+	       hbm_copies(hc->s) >= hc->copies;
+}
+
+static bool
+hbm_not_up(void *arg)
+{
+	return KVP_GS_STATE(hbm_word(((const struct hbm_cond *)arg)->s)) !=
+	       KVP_GPU_UP;
+}
+
+static const char *
+hbm_state_name(uint64_t w)
+{
+	switch (KVP_GS_STATE(w)) {
+	case KVP_GPU_OFF:
+		return "off";
+	case KVP_GPU_STARTING:
+		return "starting";
+	case KVP_GPU_UP:
+		return "up";
+	case KVP_GPU_DOWN:
+		return "down";
+	}
+	return "?";
+}
+
+/* Read every key of b once from the host (a hit: the agent promotes it). */
+static bool
+hbm_hit_once(struct kvp_client *c, struct batch *b, unsigned char *h)
+{
+	size_t i;
+
+	for (i = 0; i < b->n; i++) {
+		ssize_t got = kvp_get(c, b->keys[i], KVPB_KLEN, h + b->off[i],
+				      b->size[i]);
+
+		if (got != (ssize_t)b->size[i])
+			return failf("kvp_get key %zu: %zd (%s)", i, got,
+				     got < 0 ? kvp_strerror((int)got) :
+					       "short");
+	}
+	return true;
+}
+
+/* Wait (timeout_ms at most) until the slot is UP at gen or later with
+ * gs_copies >= copies; false (a reason kept) if not. */
+static bool
+hbm_wait_copies(const struct kvp_seg *s, uint64_t gen, uint64_t copies,
+		unsigned timeout_ms, const char *what)
+{
+	struct hbm_cond hc = { s, gen, copies };
+	long long ns = kvpt_wait_until(hbm_is_up, &hc, timeout_ms);
+	uint64_t w = hbm_word(s);
+
+	if (ns < 0)
+		return failf("%s: after %u ms the slot is %s at generation "
+			     "%llu with %llu copies (want up at %llu or later, "
+			     "%llu copies)",
+			     what, timeout_ms, hbm_state_name(w),
+			     (unsigned long long)KVP_GS_GEN(w),
+			     (unsigned long long)hbm_copies(s),
+			     (unsigned long long)gen,
+			     (unsigned long long)copies);
+	printf("  %s: %llu copies in the pool after %.1f ms\n", what,
+	       (unsigned long long)hbm_copies(s), (double)ns / 1e6);
+	return true;
+}
+
+/* The last hbm_read's get: when it began and ended, the GPU slot's word
+ * right after it (hbm_seg: the pool mapped, in the parent). */
+static const struct kvp_seg *hbm_seg;
+static double hbm_get_t0, hbm_get_t1;
+static uint64_t hbm_get_w;
+
+/* kvp_batch_get_dev of b into d (zeroed first, if zero), verified on the
+ * host (h); *hits: the HBM hits of this client meanwhile. */
+static bool
+hbm_read_z(struct kvp_client *c, struct batch *b, unsigned char *d,
+	   unsigned char *h, uint64_t *hits, const char *what, bool zero)
+{
+	struct kvp_dev_info i0, i1;
+	bool ok;
+
+	memset(&i0, 0, sizeof(i0));
+	memset(&i1, 0, sizeof(i1));
+	*hits = 0;
+	kvp_dev_info(c, &i0, sizeof(i0));
+	ok = !zero || cu(cudaMemset(d, 0, b->bytes), "cudaMemset");
+	hbm_get_t0 = kvpb_now_s();
+	ok = ok && get_dev_batch(c, b, d, stream, what);
+	hbm_get_t1 = kvpb_now_s();
+	if (hbm_seg)
+		hbm_get_w = hbm_word(hbm_seg);
+	kvp_dev_info(c, &i1, sizeof(i1));
+	*hits = i1.hbm_hits - i0.hbm_hits;
+	if (ok) {
+		memset(h, 0, b->bytes);
+		ok = d2h(h, d, b->bytes) && batch_verify(b, h, what);
+	}
+	return ok;
+}
+
+static bool
+hbm_read(struct kvp_client *c, struct batch *b, unsigned char *d,
+	 unsigned char *h, uint64_t *hits, const char *what)
+{
+	return hbm_read_z(c, b, d, h, hits, what, true);
+}
+
+/* child-hbm-get POOL TAG N SIZE: read the HBM checks' keys (N of 1 MiB,
+ * N of SIZE) into this process's device memory and verify them; exit 0,
+ * or 3 if right but not all served from HBM, 1 if wrong. */
+static int
+child_hbm_get(uint64_t tag, uint64_t n, uint64_t size)
+{
+	struct kvp_client *c = open_client();
+	unsigned char *h = NULL, *d = NULL;
+	struct batch b;
+	uint64_t hits = 0;
+	bool ok;
+	int rc;
+
+	memset(&b, 0, sizeof(b));
+	ok = c && cuda_up() && hbm_batch(&b, tag, n, size);
+	if (ok) {
+		h = malloc(b.bytes);
+		d = dmalloc(b.bytes);
+		ok = h && d;
+	}
+	ok = ok && hbm_read(c, &b, d, h, &hits, "child read");
+	printf("  child %d: %zu keys read and verified: %s; %llu HBM hits\n",
+	       (int)getpid(), b.n, ok ? "ok" : why, (unsigned long long)hits);
+	rc = !ok ? 1 : hits != b.n ? 3 : 0;
+	free(h);
+	if (d)
+		cudaFree(d);
+	batch_free(&b);
+	kvp_close(c);
+	return rc;
+}
+
+/* child-hbm-hold POOL TAG N SIZE: queue device copies of the HBM checks'
+ * keys and never wait for them (the stream blocked first where the
+ * runtime has cudaLaunchHostFunc); say "queued K hbm H gated|ungated",
+ * then sleep until killed. */
+static int
+child_hbm_hold(uint64_t tag, uint64_t n, uint64_t size)
+{
+	struct kvp_client *c = open_client();
+	struct kvp_dev_copy *x = NULL;
+	cudaError_t (*launch)(cudaStream_t, cudaHostFn_t, void *);
+	struct kvp_dev_info in;
+	struct batch b;
+	unsigned char *d;
+	bool gated = false;
+	ssize_t got;
+
+	if (!c || !cuda_up() || !hbm_batch(&b, tag, n, size) ||
+	    !(d = dmalloc(b.bytes))) {
+		printf("error %s\n", why);
+		return 1;
+	}
+	/* the POSIX way from void * to a function pointer */
+	*(void **)(&launch) = dlsym(RTLD_DEFAULT, "cudaLaunchHostFunc");
+	if (launch)
+		gated = launch(stream, block_stream, NULL) == cudaSuccess;
+	batch_ops(&b, d, 0, b.n);
+	got = kvp_batch_get_dev(c, DEV, stream, b.ops, b.n, &x);
+	memset(&in, 0, sizeof(in));
+	kvp_dev_info(c, &in, sizeof(in));
+	printf("queued %zd hbm %llu %s\n", got, (unsigned long long)in.hbm_hits,
+	       gated ? "gated" : "ungated");
+	fflush(stdout);
+	for (;;)
+		pause();
+	return 0;
+}
+
+/* hbm_promote: values hit once are copied to the pool; device gets of
+ * them are HBM hits, every byte right. */
+static bool
+hbm_promote(struct kvp_client *c, const struct kvp_seg *s, struct batch *b,
+	    unsigned char *h, unsigned char *d)
+{
+	uint64_t copies0 = hbm_copies(s), gen = KVP_GS_GEN(hbm_word(s)), hits;
+	bool ok;
+
+	batch_delete(c, b);
+	batch_fill(b, h);
+	ok = put_host_batch(c, b, h, "hbm put") && hbm_hit_once(c, b, h) &&
+	     hbm_wait_copies(s, gen, copies0 + b->n, HBM_COPY_MS,
+			     "promotion of the values hit once");
+	ok = ok && hbm_read(c, b, d, h, &hits, "hbm read");
+	if (ok) {
+		printf("  %llu of %zu device gets served from HBM (%zu x 1 "
+		       "MiB, %zu x 8 MiB)\n",
+		       (unsigned long long)hits, b->n, b->n / 2, b->n / 2);
+		if (hits != b->n)
+			ok = failf("%llu HBM hits of %zu device gets",
+				   (unsigned long long)hits, b->n);
+	}
+	return ok;
+}
+
+/* hbm_two_process: another process (exec'd) imports the helper's pool. */
+static bool
+hbm_two_process(void)
+{
+	char s_tag[32], s_n[32], s_size[32];
+	const char *argv[] = { "bench_gpu", "child-hbm-get", pool, s_tag,
+			       s_n,         s_size,          NULL };
+	pid_t pid;
+	int st;
+
+	snprintf(s_tag, sizeof(s_tag), "%llu", (unsigned long long)HBM_TAG);
+	snprintf(s_n, sizeof(s_n), "%d", HBM_N);
+	snprintf(s_size, sizeof(s_size), "%u", 8u << 20);
+	pid = spawn_self(argv, NULL);
+	st = pid < 0 ? -1 : wait_child(pid, 60000);
+	if (st == 3)
+		return failf("the child read the right bytes, not all from "
+			     "HBM (its line above)");
+	if (st)
+		return failf("child-hbm-get exited %d", st);
+	return true;
+}
+
+/* hbm_helper_killed: the helper SIGKILLed: DOWN within 2 s, reads from
+ * DRAM meanwhile, UP again at a later generation within 10 s, hits after
+ * the copies are made again. */
+static bool
+hbm_helper_killed(struct kvp_client *c, const struct kvp_seg *s,
+		  struct batch *b, unsigned char *h, unsigned char *d)
+{
+	struct hbm_cond hc = { s, 0, 0 };
+	uint64_t w0 = hbm_word(s), gen0 = KVP_GS_GEN(w0), hits, w, w1;
+	pid_t hp = (pid_t)kvp_load_relaxed(&s->hdr->h_gpu[0].gs_pid);
+	double t0;
+	long long ns;
+	bool ok;
+
+	if (KVP_GS_STATE(w0) != KVP_GPU_UP || hp <= 0)
+		return failf("the slot is %s (helper pid %d) before the kill",
+			     hbm_state_name(w0), (int)hp);
+	/* d zeroed before: the read while down is quick (the helper
+	 * comes back after 1 s, and copies again) */
+	if (!cu(cudaMemset(d, 0, b->bytes), "cudaMemset") ||
+	    !cu(cudaDeviceSynchronize(), "cudaDeviceSynchronize"))
+		return false;
+	if (kill(hp, SIGKILL))
+		return failf("kill(%d, SIGKILL): %s", (int)hp, strerror(errno));
+	t0 = kvpb_now_s();
+	ns = kvpt_wait_until(hbm_not_up, &hc, 2000);
+	if (ns < 0)
+		return failf("helper %d killed: the slot still up after 2 s",
+			     (int)hp);
+	w = hbm_word(s);
+	printf("  helper %d (generation %llu) killed: slot %s after %.1f ms\n",
+	       (int)hp, (unsigned long long)gen0, hbm_state_name(w),
+	       (double)ns / 1e6);
+	ok = hbm_read_z(c, b, d, h, &hits, "read while down", false);
+	w1 = hbm_get_w;
+	printf("  read while the helper is down (its get %.0f-%.0f ms after "
+	       "the kill): %s, %llu HBM hits; slot %s at generation %llu "
+	       "right after the get\n",
+	       (hbm_get_t0 - t0) * 1e3, (hbm_get_t1 - t0) * 1e3,
+	       ok ? "ok" : why, (unsigned long long)hits, hbm_state_name(w1),
+	       (unsigned long long)KVP_GS_GEN(w1));
+	if (ok && hits && KVP_GS_STATE(w1) != KVP_GPU_UP)
+		ok = failf("%llu HBM hits while the slot was %s (generation "
+			   "%llu) all along",
+			   (unsigned long long)hits, hbm_state_name(w1),
+			   (unsigned long long)KVP_GS_GEN(w1));
+	else if (ok && hits)
+		ok = failf("%llu HBM hits in a read while down: the slot came "
+			   "up again (generation %llu) before the read ended "
+			   "(too slow to tell)",
+			   (unsigned long long)hits,
+			   (unsigned long long)KVP_GS_GEN(w1));
+	if (ok) {
+		double left = 10000 - (kvpb_now_s() - t0) * 1e3;
+
+		hc.gen = gen0 + 1;
+		ns = kvpt_wait_until(hbm_is_up, &hc,
+				     left > 0 ? (unsigned)left : 0);
+		w = hbm_word(s);
+		if (ns < 0)
+			ok = failf("10 s after the kill: slot %s at generation "
+				   "%llu (was %llu)",
+				   hbm_state_name(w),
+				   (unsigned long long)KVP_GS_GEN(w),
+				   (unsigned long long)gen0);
+		else
+			printf("  up again %.2f s after the kill: generation "
+			       "%llu, helper %d\n",
+			       kvpb_now_s() - t0,
+			       (unsigned long long)KVP_GS_GEN(w),
+			       (int)kvp_load_relaxed(&s->hdr->h_gpu[0].gs_pid));
+	}
+	/* one more read of each (a hit), the copies made again */
+	ok = ok && hbm_read(c, b, d, h, &hits, "read after the restart") &&
+	     hbm_wait_copies(s, KVP_GS_GEN(w), b->n, HBM_COPY_MS,
+			     "copies into the new pool");
+	ok = ok && hbm_read(c, b, d, h, &hits, "read from the new pool");
+	if (ok && hits != b->n)
+		ok = failf("after the restart: %llu HBM hits of %zu device "
+			   "gets",
+			   (unsigned long long)hits, b->n);
+	if (ok)
+		printf("  after the restart: %llu of %zu device gets served "
+		       "from HBM\n",
+		       (unsigned long long)hits, b->n);
+	return ok;
+}
+
+/* hbm_worker_killed: a child with HBM-served copies in flight SIGKILLed:
+ * its holds are reaped, the pool checks clean, the keys read right. */
+static bool
+hbm_worker_killed(struct kvp_client *c, struct kvp_seg *s, struct batch *b,
+		  unsigned char *h, unsigned char *d)
+{
+	char s_tag[32], s_n[32], s_size[32], line[128] = "";
+	const char *argv[] = { "bench_gpu", "child-hbm-hold", pool, s_tag,
+			       s_n,         s_size,           NULL };
+	struct reaped r = { s, kvpt_holds_total(s), kvpt_clients_nonfree(s) };
+	struct pollfd pf;
+	uint64_t held, hits;
+	long long ns;
+	ssize_t n = 0;
+	bool ok = true;
+	int fd = -1, st;
+	pid_t pid;
+
+	snprintf(s_tag, sizeof(s_tag), "%llu", (unsigned long long)HBM_TAG);
+	snprintf(s_n, sizeof(s_n), "%d", HBM_N);
+	snprintf(s_size, sizeof(s_size), "%u", 8u << 20);
+	pid = spawn_self(argv, &fd);
+	if (pid < 0)
+		return failf("cannot start the child");
+	pf.fd = fd;
+	pf.events = POLLIN;
+	pf.revents = 0;
+	/* the child's one line, within 45 s (CUDA's start) */
+	if (poll(&pf, 1, 45000) == 1)
+		n = read(fd, line, sizeof(line) - 1);
+	line[n > 0 ? n : 0] = '\0';
+	close(fd);
+	if (n <= 0)
+		ok = failf("child: no answer in 45 s");
+	else if (strncmp(line, "queued ", 7) ||
+		 atoll(line + 7) != (long long)b->n || !strstr(line, " hbm ") ||
+		 atoll(strstr(line, " hbm ") + 5) != (long long)b->n)
+		ok = failf("child: '%.100s' (want 'queued %zu hbm %zu')", line,
+			   b->n, b->n);
+	held = kvpt_holds_total(s) - r.holds;
+	printf("  child %d: %zu device copies queued from HBM (stream %s), "
+	       "%llu holds of it in the pool; SIGKILL\n",
+	       (int)pid, b->n,
+	       strstr(line, " gated") ? "blocked by a host function" :
+					"not blocked",
+	       (unsigned long long)held);
+	if (ok && held < b->n)
+		ok = failf("%llu holds while the child's %zu HBM copies were "
+			   "queued (kvp_dev_wait not called): want one per "
+			   "value",
+			   (unsigned long long)held, b->n);
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	ns = kvpt_wait_until(is_reaped, &r, 2000);
+	if (ns < 0)
+		ok = failf("after 2 s: %llu holds, %llu client slots in use "
+			   "(before the child: %llu, %llu)",
+			   (unsigned long long)kvpt_holds_total(s),
+			   (unsigned long long)kvpt_clients_nonfree(s),
+			   (unsigned long long)r.holds,
+			   (unsigned long long)r.clients);
+	else
+		printf("  reaped %.1f ms after the kill\n", (double)ns / 1e6);
+	if (ok) {
+		char out[4096] = "";
+		int rc = kvpt_cli_check(pool, -1, out, sizeof(out));
+
+		if (rc)
+			ok = failf("kvpool check exit %d: %.300s", rc, out);
+	}
+	if (ok) {
+		ok = hbm_read(c, b, d, h, &hits, "read after the kill");
+		printf("  the keys read after the kill: %s (%llu HBM hits of "
+		       "%zu)\n",
+		       ok ? "ok" : why, (unsigned long long)hits, b->n);
+	}
+	return ok;
+}
+
+/* Best of BW_REPS (after one untimed warm-up) of n device-to-device
+ * copies of size bytes from src to dst, on our stream. */
+static double
+raw_d2d(unsigned char *dst, unsigned char *src, uint64_t n, uint64_t size)
+{
+	double best = 0;
+	uint64_t k;
+	int rep;
+
+	for (rep = 0; rep <= BW_REPS; rep++) {
+		double t0 = kvpb_now_s(), t;
+
+		for (k = 0; k < n; k++)
+			if (!cu(cudaMemcpyAsync(dst + k * size, src + k * size,
+						size, cudaMemcpyDeviceToDevice,
+						stream),
+				"cudaMemcpyAsync D2D"))
+				return 0;
+		if (!cu(cudaStreamSynchronize(stream), "cudaStreamSynchronize"))
+			return 0;
+		t = kvpb_now_s() - t0;
+		if (rep && (double)(n * size) / t > best)
+			best = (double)(n * size) / t;
+	}
+	return best;
+}
+
+/* One row of hbm_bandwidth: total / size values, promoted, read BW_REPS
+ * times (every get an HBM hit), against the raw copies. */
+static bool
+hbm_bw_size(struct kvp_client *c, const struct kvp_seg *s, uint64_t total,
+	    uint64_t size, unsigned char *h, unsigned char *d,
+	    unsigned char *d2, struct bw_row *row)
+{
+	uint64_t groups[2] = { total / size, size };
+	uint64_t copies0 = hbm_copies(s), gen = KVP_GS_GEN(hbm_word(s)), hits;
+	struct batch b;
+	double best = 0;
+	int rep;
+	bool ok;
+
+	row->dir = "D2D";
+	row->size = size;
+	row->keys = groups[0];
+	if (!batch_make(&b, HBM_TAG + 0x100 + (size >> 20), groups, 1))
+		return false;
+	batch_delete(c, &b);
+	batch_fill(&b, h);
+	ok = put_host_batch(c, &b, h, "hbm bandwidth put") &&
+	     hbm_hit_once(c, &b, h) &&
+	     hbm_wait_copies(s, gen, copies0 + b.n, 30000,
+			     size >> 20 == 1 ? "1 MiB values promoted" :
+					       "8 MiB values promoted");
+	for (rep = 0; ok && rep <= BW_REPS; rep++) {
+		struct kvp_dev_info i0, i1;
+		double t0, t;
+
+		memset(&i0, 0, sizeof(i0));
+		memset(&i1, 0, sizeof(i1));
+		kvp_dev_info(c, &i0, sizeof(i0));
+		t0 = kvpb_now_s();
+		ok = get_dev_batch(c, &b, d, stream, "hbm bandwidth");
+		t = kvpb_now_s() - t0;
+		kvp_dev_info(c, &i1, sizeof(i1));
+		hits = i1.hbm_hits - i0.hbm_hits;
+		if (ok && hits != b.n)
+			ok = failf("hbm bandwidth %lluM: %llu HBM hits of %zu "
+				   "gets (run %d)",
+				   (unsigned long long)(size >> 20),
+				   (unsigned long long)hits, b.n, rep);
+		if (rep && (double)b.bytes / t > best)
+			best = (double)b.bytes / t;
+	}
+	row->pool = best;
+	if (ok) {
+		memset(h, 0, b.bytes);
+		ok = d2h(h, d, b.bytes) && batch_verify(&b, h, "hbm bandwidth");
+	}
+	if (ok) {
+		row->raw = raw_d2d(d2, d, groups[0], size);
+		ok = row->raw > 0;
+	}
+	batch_delete(c, &b); /* the pool's room for the next size */
+	batch_free(&b);
+	return ok;
+}
+
+static bool
+hbm_bandwidth(struct kvp_client *c, const struct kvp_seg *s)
+{
+	/* a quarter of the pool a size (both may live at once), 512 MiB at
+	 * most */
+	uint64_t total = kvp_load_relaxed(&s->hdr->h_gpu[0].gs_bytes) / 4;
+	struct bw_row rows[2];
+	unsigned char *h = NULL, *d = NULL, *d2 = NULL;
+	bool ok, below = false;
+	int k;
+
+	memset(rows, 0, sizeof(rows));
+	total = total > (512ull << 20) ? 512ull << 20 : total;
+	/* and the DRAM tier's room (two sizes' values may live at once) */
+	total = total > dram_total(c) / 4 ? dram_total(c) / 4 : total;
+	total &= ~((8ull << 20) - 1);
+	if (total < (8u << 20))
+		return failf("the HBM pool is too small (%llu MiB)",
+			     (unsigned long long)(kvp_load_relaxed(
+							  &s->hdr->h_gpu[0]
+								   .gs_bytes) >>
+						  20));
+	h = malloc(total);
+	d = dmalloc(total);
+	d2 = dmalloc(total);
+	ok = h && d && d2;
+	if (!h)
+		failf("out of memory");
+	ok = ok && hbm_bw_size(c, s, total, 1u << 20, h, d, d2, rows) &&
+	     hbm_bw_size(c, s, total, 8u << 20, h, d, d2, rows + 1);
+	printf("  %-9s %-6s %6s %10s %10s %6s   (%llu MiB a copy, best of "
+	       "%d)\n",
+	       "direction", "size", "keys", "pool GB/s", "raw GB/s", "ratio",
+	       (unsigned long long)(total >> 20), BW_REPS);
+	for (k = 0; k < 2; k++) {
+		double ratio = rows[k].raw > 0 ? rows[k].pool / rows[k].raw : 0;
+
+		if (!rows[k].dir)
+			continue;
+		printf("  %-9s %4lluM %6llu %10.2f %10.2f %6.3f\n", rows[k].dir,
+		       (unsigned long long)(rows[k].size >> 20),
+		       (unsigned long long)rows[k].keys, rows[k].pool / 1e9,
+		       rows[k].raw / 1e9, ratio);
+		if (ok && ratio < 0.9 && !below) {
+			below = true;
+			if (!emulated)
+				ok = failf("D2D %lluM: pool %.2f GB/s is %.3f "
+					   "of the raw %.2f GB/s (goal >= "
+					   "0.9)",
+					   (unsigned long long)(rows[k].size >>
+								20),
+					   rows[k].pool / 1e9, ratio,
+					   rows[k].raw / 1e9);
+		}
+	}
+	if (emulated)
+		printf("  emulated runtime: these figures mean nothing and the "
+		       "ratio is not judged (bytes, statuses and hits are)\n");
+	free(h);
+	if (d)
+		cudaFree(d);
+	if (d2)
+		cudaFree(d2);
+	return ok;
+}
+
+static const char *const hbm_checks[] = { "hbm_promote", "hbm_two_process",
+					  "hbm_helper_killed",
+					  "hbm_worker_killed",
+					  "hbm_bandwidth" };
+
+static int
+cmd_hbm(void)
+{
+	struct kvp_client *c = open_client();
+	struct kvp_seg s;
+	struct hbm_cond hc = { &s, 0, 0 };
+	struct batch b;
+	unsigned char *h = NULL, *d = NULL;
+	bool mapped = false, ok = c && cuda_up(), promoted = false;
+	size_t k;
+
+	memset(&b, 0, sizeof(b));
+	if (ok && !(mapped = !kvpt_seg_map(pool, &s)))
+		ok = failf("cannot map pool %s", pool);
+	if (mapped)
+		hbm_seg = &s;
+	if (ok) {
+		/* the helper's start: CUDA's, its pool, the DRAM tier
+		 * registered in it */
+		long long ns = kvpt_wait_until(hbm_is_up, &hc, 60000);
+		uint64_t w = hbm_word(&s);
+
+		if (ns < 0)
+			ok = failf("GPU slot 0 is %s 60 s after the start "
+				   "(the agent's log says why)",
+				   hbm_state_name(w));
+		else
+			printf("  GPU slot 0 up: device %llu, pool %llu MiB "
+			       "(unit %llu KiB), helper pid %llu, generation "
+			       "%llu\n",
+			       (unsigned long long)kvp_load_relaxed(
+				       &s.hdr->h_gpu[0].gs_device),
+			       (unsigned long long)(kvp_load_relaxed(
+							    &s.hdr->h_gpu[0]
+								     .gs_bytes) >>
+						    20),
+			       (unsigned long long)(kvp_load_relaxed(
+							    &s.hdr->h_gpu[0]
+								     .gs_unit) >>
+						    10),
+			       (unsigned long long)kvp_load_relaxed(
+				       &s.hdr->h_gpu[0].gs_pid),
+			       (unsigned long long)KVP_GS_GEN(w));
+	}
+	if (ok) {
+		/* this process's DRAM registered first: reads of DRAM (the
+		 * helper down) are quick, not bounced while it registers */
+		double t0 = kvpb_now_s();
+		int rc = kvp_dev_register(c, 60000);
+
+		printf("  kvp_dev_register(c, 60000): %s after %.2f s\n",
+		       kvp_strerror(rc), kvpb_now_s() - t0);
+	}
+	ok = ok && hbm_batch(&b, HBM_TAG, HBM_N, 8u << 20);
+	if (ok) {
+		h = malloc(b.bytes);
+		d = dmalloc(b.bytes);
+		ok = h && d;
+		if (!h)
+			failf("out of memory");
+	}
+	if (!ok) {
+		char w[sizeof(why)];
+
+		memcpy(w, why, sizeof(w));
+		for (k = 0; k < sizeof(hbm_checks) / sizeof(hbm_checks[0]);
+		     k++) {
+			failf("%s", w);
+			report(hbm_checks[k], false);
+		}
+		goto out;
+	}
+	report("hbm_promote", (promoted = hbm_promote(c, &s, &b, h, d)));
+	if (promoted) {
+		report("hbm_two_process", hbm_two_process());
+		report("hbm_helper_killed", hbm_helper_killed(c, &s, &b, h, d));
+		/* the copies of the new pool (the check above made them) */
+		ok = hbm_wait_copies(&s, KVP_GS_GEN(hbm_word(&s)), b.n,
+				     HBM_COPY_MS, "copies before the kill") &&
+		     hbm_worker_killed(c, &s, &b, h, d);
+		report("hbm_worker_killed", ok);
+	} else {
+		for (k = 1; k < 4; k++)
+			printf("FAIL %s: hbm_promote failed\n", hbm_checks[k]);
+		failed += 3;
+	}
+	batch_delete(c, &b);
+	report("hbm_bandwidth", hbm_bandwidth(c, &s));
+	print_info(c, "end");
+	printf("  agent: %llu copies into HBM, %llu dropped for room, %llu "
+	       "helper deaths\n",
+	       (unsigned long long)kvpt_actr(&s, KVP_ACTR_HBM_COPIES),
+	       (unsigned long long)kvpt_actr(&s, KVP_ACTR_HBM_EVICTIONS),
+	       (unsigned long long)kvpt_actr(&s, KVP_ACTR_HBM_HELPER_DEATHS));
+out:
+	free(h);
+	if (d)
+		cudaFree(d);
+	batch_free(&b);
+	hbm_seg = NULL;
+	if (mapped)
+		kvp__seg_unmap(&s);
+	kvp_close(c);
+	return failed ? 1 : 0;
+}
+
 static int
 usage(void)
 {
 	fprintf(stderr,
 		"usage: bench_gpu roundtrip|ssd|two-process|killed|nodev|"
-		"bandwidth|register POOL [--emulated]\n"
+		"bandwidth|register|hbm POOL [--emulated]\n"
 		"       bench_gpu child-put|child-get POOL TAG IDX SIZE\n"
-		"       bench_gpu child-hold POOL TAG N SIZE\n");
+		"       bench_gpu child-hold|child-hbm-get|child-hbm-hold POOL "
+		"TAG N SIZE\n");
 	return 2;
 }
 
@@ -1604,6 +2313,10 @@ main(int argc, char **argv)
 			return child_get(a, n, size);
 		if (!strcmp(cmd, "child-hold"))
 			return child_hold(a, n, size);
+		if (!strcmp(cmd, "child-hbm-get"))
+			return child_hbm_get(a, n, size);
+		if (!strcmp(cmd, "child-hbm-hold"))
+			return child_hbm_hold(a, n, size);
 		return usage();
 	}
 	if (!strcmp(cmd, "roundtrip"))
@@ -1620,5 +2333,7 @@ main(int argc, char **argv)
 		return cmd_bandwidth();
 	if (!strcmp(cmd, "register"))
 		return cmd_register();
+	if (!strcmp(cmd, "hbm"))
+		return cmd_hbm();
 	return usage();
 }

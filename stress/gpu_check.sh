@@ -1,9 +1,10 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# gpu_check.sh - the GPU endpoints (issue 16) on a machine with a GPU, in
-# one run of a few minutes: build the agent, the CLI and stress/bench_gpu.c,
-# start agents on private pools, run bench_gpu's checks, stop them.
+# gpu_check.sh - the GPU endpoints (issue 16) and the HBM tier on a machine
+# with a GPU, in one run of a few minutes: build the agent, its GPU helper
+# (kvpool-gpud), the CLI and stress/bench_gpu.c, start agents on private
+# pools, run bench_gpu's checks, stop them.
 #
 #   stress/gpu_check.sh                  the real CUDA runtime (nvcc on PATH,
 #                                        or /usr/local/cuda)
@@ -192,7 +193,8 @@ skip_all() {
 	done
 }
 
-CHECKS="roundtrip_single statuses roundtrip_batch two_process worker_killed no_device ssd_path bandwidth pool_check registration"
+HBM_CHECKS="hbm_promote hbm_two_process hbm_helper_killed hbm_worker_killed hbm_bandwidth"
+CHECKS="roundtrip_single statuses roundtrip_batch two_process worker_killed no_device ssd_path bandwidth pool_check $HBM_CHECKS registration"
 
 echo "gpu_check: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%d GiB", $2 / 1048576 }' /proc/meminfo) RAM, $(uname -r)"
 
@@ -250,13 +252,13 @@ fi
 
 BUILD_OK=0
 t=$(left 200)
-if (./configure && timeout -k 5 "$t" ninja -C . build/release/kvpoold build/release/kvpool) \
-	>"$LOGDIR/build.log" 2>&1; then
+if (./configure && timeout -k 5 "$t" ninja -C . build/release/kvpoold build/release/kvpool \
+	build/release/kvpool-gpud) >"$LOGDIR/build.log" 2>&1; then
 	BUILD_OK=1
 	pass build
 else
 	tail -n 15 "$LOGDIR/build.log" | sed 's/^/  /'
-	fail build "./configure && ninja kvpoold kvpool failed (build/gpu_check/build.log)"
+	fail build "./configure && ninja kvpoold kvpool kvpool-gpud failed (build/gpu_check/build.log)"
 fi
 
 BENCH_OK=0
@@ -283,7 +285,6 @@ fi
 if [ $BENCH_OK = 0 ]; then
 	# shellcheck disable=SC2086 # a list of names
 	skip_all "not built" $CHECKS
-	skip hbm_tier "the HBM tier (per-GPU helper, CUDA IPC) is not built yet"
 	echo "$NPASS passed, $NFAIL failed, $NSKIP skipped"
 	[ $NFAIL -eq 0 ]
 	exit $?
@@ -309,7 +310,13 @@ if [ "$SHM_MIB" -lt 5120 ]; then
 	SSD_DRAM=$((SHM_MIB / 5))M
 	info "small /dev/shm: the checks' sizes shrink with it (a pool needs 64M at least)"
 fi
-info "RAM ${MEM_GIB} GiB, /dev/shm ${SHM_GIB} GiB free: DRAM tier ${MAIN_DRAM} (checks, bandwidth), ${REG_DRAM} (registration), ${SSD_DRAM} (SSD path)"
+# the HBM tier's agent: its pool on the GPU (a quarter of it a bandwidth
+# size, 512 MiB at most), DRAM for what is copied there
+HBM_SIZE=2G
+HBM_DRAM=2G
+[ $EMU = 1 ] && HBM_SIZE=256M
+[ "$SHM_MIB" -lt 5120 ] && HBM_DRAM=$MAIN_DRAM
+info "RAM ${MEM_GIB} GiB, /dev/shm ${SHM_GIB} GiB free: DRAM tier ${MAIN_DRAM} (checks, bandwidth), ${REG_DRAM} (registration), ${SSD_DRAM} (SSD path), ${HBM_DRAM} with an HBM pool of ${HBM_SIZE} (HBM tier)"
 EMU_ARG=
 REG_ENV=
 if [ $EMU = 1 ]; then
@@ -338,7 +345,6 @@ if start_agent "$POOL" --dram "$MAIN_DRAM" --max-value 16M --holds-per-client 20
 	fi
 	rm -rf "$SSD_DIR"
 	SSD_DIR=
-	skip hbm_tier "the HBM tier (per-GPU helper, CUDA IPC) is not built yet"
 	run_step bandwidth 100 "$BIN/bench_gpu" bandwidth "$POOL" $EMU_ARG
 	if out=$(timeout 30 "$BIN/kvpool" --pool "$POOL" check 2>&1); then
 		pass pool_check
@@ -354,7 +360,27 @@ if start_agent "$POOL" --dram "$MAIN_DRAM" --max-value 16M --holds-per-client 20
 else
 	fail agent "kvpoold --dram $MAIN_DRAM did not start (build/gpu_check/kvpoold.$POOL.log)"
 	skip_all "no agent" roundtrip_single statuses roundtrip_batch two_process worker_killed no_device ssd_path bandwidth pool_check
-	skip hbm_tier "the HBM tier (per-GPU helper, CUDA IPC) is not built yet"
+fi
+
+# ---- 3. the HBM tier: its own agent, a helper (kvpool-gpud) on GPU 0 ----
+
+if [ "$(left 120)" -lt 40 ]; then
+	# shellcheck disable=SC2086 # a list of names
+	skip_all "out of time (the run's budget is ${BUDGET} s)" $HBM_CHECKS
+elif [ ! -x "$BIN/kvpool-gpud" ]; then
+	# shellcheck disable=SC2086 # a list of names
+	skip_all "no $BIN/kvpool-gpud" $HBM_CHECKS
+elif start_agent "${POOL}g" --dram "$HBM_DRAM" --max-value 16M --holds-per-client 2048 \
+	--hbm-gpu 0 --hbm-size "$HBM_SIZE"; then
+	# shellcheck disable=SC2086 # EMU_ARG: one word or none
+	run_step "$HBM_CHECKS" 120 "$BIN/bench_gpu" hbm "${POOL}g" $EMU_ARG
+	grep -E 'WARN|ERROR' "$LOGDIR/kvpoold.${POOL}g.log" | grep -v 'killed by signal 9' |
+		head -n 5 | sed 's/^/  agent: /'
+	stop_agent "${POOL}g" || fail hbm_agent_stop "kvpoold --hbm-gpu 0 did not stop within 30 s of SIGTERM"
+else
+	fail hbm_agent "kvpoold --hbm-gpu 0 --hbm-size $HBM_SIZE did not start (build/gpu_check/kvpoold.${POOL}g.log)"
+	# shellcheck disable=SC2086 # a list of names
+	skip_all "no agent" $HBM_CHECKS
 fi
 
 # ---- registration of a large DRAM tier (a fresh pool) ----
