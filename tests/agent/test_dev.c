@@ -405,11 +405,12 @@ case_held(const char *pool)
 	kvp__seg_unmap(&s);
 }
 
-/* Registration slowed to 100 ms per MiB (a 16 MiB pool: 1.6 s): copies
- * meanwhile go through the bounce buffer, both ways, and none of them is
- * DMA from memory that is not pinned; the buffer is reused only after
- * the copies out of it (of this call and of one not yet waited for)
- * finished; once registered, the bounce buffer is left alone. */
+/* Registration held back (the emulator's gate: a file that exists until
+ * the case removes it): copies meanwhile go through the bounce buffer,
+ * both ways, and none of them is DMA from memory that is not pinned; the
+ * buffer is reused only after the copies out of it (of this call and of
+ * one not yet waited for) finished; once registered, the bounce buffer
+ * is left alone. */
 static void
 case_bounce(const char *pool)
 {
@@ -425,10 +426,17 @@ case_bounce(const char *pool)
 	unsigned char *h;
 	void *da[N], *db[N];
 	uint64_t bounced;
-	int i;
+	char gate[200], env[300];
+	int i, gfd;
 
-	fake_setup(
-		"FAKECUDA_REG_US_PER_MIB=100000 FAKECUDA_COPY_DELAY_US=2000");
+	snprintf(gate, sizeof(gate), "%s/kvpt-reg-gate.%d", kvpt_log_dir(),
+		 (int)getpid());
+	gfd = open(gate, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+	CK(gfd >= 0);
+	close(gfd);
+	snprintf(env, sizeof(env),
+		 "FAKECUDA_REG_GATE=%s FAKECUDA_COPY_DELAY_US=2000", gate);
+	fake_setup(env);
 	h = host_alloc(SZ);
 	c = child_open(pool, NULL);
 	fk.reset();
@@ -457,7 +465,9 @@ case_bounce(const char *pool)
 		CK(kvpt_check(h, SZ, keys[i], b[i].klen, 21));
 	}
 	CK(fstats().pageable_copies == 0);
+	CK(kvp_dev_register(c, 0) == -EINPROGRESS);
 	/* registration finishes; never more than it registered */
+	CK(unlink(gate) == 0);
 	CK(kvp_dev_register(c, 20000) == 0);
 	CK(kvp_dev_info(c, &di, sizeof(di)) == 0);
 	CK(di.reg_bytes == di.reg_total_bytes);

@@ -11,6 +11,9 @@
  *                                cudaDriverGetVersion reports 12000;
  *                                none: same errors, cudaDriverGetVersion reports 0
  *   FAKECUDA_REG_US_PER_MIB=U    cudaHostRegister sleeps U us per MiB (default 0)
+ *   FAKECUDA_REG_GATE=PATH       cudaHostRegister waits (1 ms polls) while the
+ *                                file PATH exists: a test decides when a
+ *                                registration may finish
  *   FAKECUDA_REG_FAIL_AFTER=N    the (N+1)th and later cudaHostRegister calls fail
  *                                with cudaErrorMemoryAllocation
  *   FAKECUDA_COPY_DELAY_US=U     every copy queued on a created stream sleeps U us
@@ -32,6 +35,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -54,6 +58,7 @@ static struct {
 	int ndev;
 	enum drv_mode drv;
 	uint64_t reg_us_per_mib;
+	char reg_gate[512];
 	long long reg_fail_after; /* -1: never */
 	uint64_t copy_delay_us;
 	long long fail_copy_after; /* -1: never */
@@ -95,6 +100,12 @@ init_once(void)
 	else if (d && strcmp(d, "none") == 0)
 		g_cfg.drv = DRV_NONE;
 	g_cfg.reg_us_per_mib = (uint64_t)env_ll("FAKECUDA_REG_US_PER_MIB", 0);
+	{
+		const char *gate = getenv("FAKECUDA_REG_GATE");
+
+		snprintf(g_cfg.reg_gate, sizeof(g_cfg.reg_gate), "%s",
+			 gate ? gate : "");
+	}
 	g_cfg.reg_fail_after = env_ll("FAKECUDA_REG_FAIL_AFTER", -1);
 	g_cfg.copy_delay_us = (uint64_t)env_ll("FAKECUDA_COPY_DELAY_US", 0);
 	g_cfg.fail_copy_after = env_ll("FAKECUDA_FAIL_COPY_AFTER", -1);
@@ -1228,6 +1239,8 @@ cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 		sleep_us(
 			(uint64_t)((double)size * (double)g_cfg.reg_us_per_mib /
 				   (1024.0 * 1024.0)));
+		while (g_cfg.reg_gate[0] && access(g_cfg.reg_gate, F_OK) == 0)
+			sleep_us(1000); /* the test opens the gate */
 	}
 
 	pthread_mutex_lock(&g_mu);
