@@ -1002,8 +1002,11 @@ kvp_batch_get_dev(struct kvp_client *c, int device, void *stream,
 		/* acquire: stable while held (see kvp__read) */
 		loc = kvp_load_acquire(&c->seg.entries[i].e_loc);
 		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM) {
-			/* read by the agent below, through kvp_batch_get */
+			/* read by the agent below, through kvp_batch_get,
+			 * which counts the key (not twice) */
 			kvp__drop(c, h);
+			kvp__ctr(c, KVP_CTR_GET, (uint64_t)0 - 1);
+			kvp__ctr(c, KVP_CTR_GET_HIT, (uint64_t)0 - 1);
 			ssd[nssd] = (uint32_t)k;
 			ssd_len[nssd++] = len;
 			continue;

@@ -593,6 +593,9 @@ case_ssd(const char *pool)
 	}
 	CK(kvp_batch_get_dev(c, 0, NULL, ops, N, &x) == N);
 	CK(kvp_dev_wait(c, x) == N);
+	/* each key counted once (the SSD path's kvp_batch_get counts them) */
+	CK(kvpt_ctr_total(&s, KVP_CTR_GET) == N);
+	CK(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_OK) == N);
 	for (i = 0; i < N; i++) {
 		CK(ops[i].status == 0 && ops[i].len == SZ);
 		from_dev(h, d[i], SZ);
