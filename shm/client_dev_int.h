@@ -579,56 +579,32 @@ kvp__dev_piece(struct kvp_client *c, struct kvp_dev_copy *x, unsigned char *dst,
 	return 0;
 }
 
-/* Queue [off, off+n) of held DRAM value i for dst: the runs checked as
- * kvp__copy_out checks them (a damaged entry is -EIO, never a read
- * outside the arena). */
+/* Queue [off, off+n) of held DRAM value i for dst, a piece per run
+ * (kvp__value_walk: a damaged entry is -EIO, never a read outside the
+ * arena). */
+struct kvp__dev_walk {
+	struct kvp_client *c;
+	struct kvp_dev_copy *x;
+	unsigned char *dst;
+};
+
+KVP_INLINE int
+kvp__dev_visit(void *ctx, const unsigned char *src, uint64_t len)
+{
+	struct kvp__dev_walk *w = (struct kvp__dev_walk *)ctx;
+	int rc = kvp__dev_piece(w->c, w->x, w->dst, src, len);
+
+	w->dst += len;
+	return rc;
+}
+
 KVP_INLINE int
 kvp__dev_value(struct kvp_client *c, struct kvp_dev_copy *x, uint64_t i,
 	       uint64_t off, unsigned char *dst, uint64_t n)
 {
-	/* relaxed: stable while held */
-	uint64_t loc = kvp_load_relaxed(&c->seg.entries[i].e_loc);
-	uint64_t run = kvp_load_relaxed(&c->seg.entries[i].e_run);
-	uint64_t unit = c->seg.g.g_dram_unit, np = c->seg.g.g_dram_pages,
-		 hops = 0, p = KVP_LOC_VAL(loc);
-	uint32_t next = 0;
-	int rc;
+	struct kvp__dev_walk w = { c, x, dst };
 
-	if (p < np && run <= np - p && off <= run * unit &&
-	    n <= run * unit - off)
-		return kvp__dev_piece(c, x, dst, c->seg.arena + p * unit + off,
-				      n);
-	while (n) {
-		uint64_t rb = 0;
-		unsigned char *src = p < np ? kvp_dram_run(&c->seg, (uint32_t)p,
-							   &rb, &next) :
-					      NULL;
-
-		if (!src || ++hops > np) {
-			kvp_dram_report_damage(&c->seg);
-			return -EIO;
-		}
-		if (off < rb) {
-			uint64_t k = rb - off < n ? rb - off : n;
-
-			rc = kvp__dev_piece(c, x, dst, src + off, k);
-			if (rc)
-				return rc;
-			dst += k;
-			n -= k;
-			off = 0;
-		} else {
-			off -= rb;
-		}
-		if (!n)
-			break;
-		if (!next) {
-			kvp_dram_report_damage(&c->seg);
-			return -EIO;
-		}
-		p = next - 1;
-	}
-	return 0;
+	return kvp__value_walk(c, i, off, n, kvp__dev_visit, &w);
 }
 
 /* SSD-resident keys (ks[0..m)): read by kvp_batch_get into the bounce

@@ -756,15 +756,18 @@ kvp__lookup_hold(struct kvp_client *c, const void *key, uint32_t klen,
 }
 
 /*
- * Copy [off, off+n) of held value i into dst.  The location and every run
- * of the chain are checked against our own view of the arena first: a
- * damaged entry or page map (a hostile or buggy client) makes this return
- * false (-EIO for the caller: held but unreadable), never a read outside
- * the arena.
+ * Visit bytes [off, off+n) of held value i run by run, in order:
+ * visit(ctx, src, len) for each piece.  The location and every run of the
+ * chain are checked against our own view of the arena first: a damaged
+ * entry or page map (a hostile or buggy client) is reported and answers
+ * -EIO (held but unreadable), never a read outside the arena.  0, -EIO,
+ * or the first status visit returned.  (One walk for the memcpy of a hit
+ * and the DMA of a device get, shm/client_dev_int.h.)
  */
-KVP_INLINE bool
-kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst,
-	      uint64_t n)
+KVP_INLINE int
+kvp__value_walk(struct kvp_client *c, uint64_t i, uint64_t off, uint64_t n,
+		int (*visit)(void *ctx, const unsigned char *src, uint64_t len),
+		void *ctx)
 {
 	/* relaxed: stable while held */
 	uint64_t loc = kvp_load_relaxed(&c->seg.entries[i].e_loc);
@@ -773,14 +776,12 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst,
 		 hops = 0;
 	uint64_t p = KVP_LOC_VAL(loc);
 	uint32_t next = 0;
-	unsigned char *d = (unsigned char *)dst;
+	int rc;
 
 	/* one run covers the range (the usual case): no page-map read */
 	if (p < np && run <= np - p && off <= run * unit &&
-	    n <= run * unit - off) {
-		memcpy(d, c->seg.arena + p * unit + off, n);
-		return true;
-	}
+	    n <= run * unit - off)
+		return visit(ctx, c->seg.arena + p * unit + off, n);
 	while (n) {
 		uint64_t rb = 0;
 		unsigned char *src = p < np ? kvp_dram_run(&c->seg, (uint32_t)p,
@@ -789,12 +790,14 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst,
 
 		if (!src || ++hops > np) {
 			kvp_dram_report_damage(&c->seg);
-			return false;
+			return -EIO;
 		}
 		if (off < rb) {
 			uint64_t k = rb - off < n ? rb - off : n;
-			memcpy(d, src + off, k);
-			d += k;
+
+			rc = visit(ctx, src + off, k);
+			if (rc)
+				return rc;
 			n -= k;
 			off = 0;
 		} else {
@@ -805,11 +808,32 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst,
 		if (!next) {
 			/* shorter than its length */
 			kvp_dram_report_damage(&c->seg);
-			return false;
+			return -EIO;
 		}
 		p = next - 1;
 	}
-	return true;
+	return 0;
+}
+
+KVP_INLINE int
+kvp__copy_visit(void *ctx, const unsigned char *src, uint64_t len)
+{
+	unsigned char **d = (unsigned char **)ctx;
+
+	memcpy(*d, src, len);
+	*d += len;
+	return 0;
+}
+
+/* Copy [off, off+n) of held value i into dst (kvp__value_walk): false
+ * for a damaged entry (-EIO for the caller). */
+KVP_INLINE bool
+kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst,
+	      uint64_t n)
+{
+	unsigned char *d = (unsigned char *)dst;
+
+	return kvp__value_walk(c, i, off, n, kvp__copy_visit, &d) == 0;
 }
 
 #include "shm/client_write_int.h"
