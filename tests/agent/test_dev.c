@@ -917,8 +917,17 @@ case_hbm_hits(const char *pool)
 	h = malloc(SZ);
 	CK(kvp_delete(c, k, kl) == 0);
 	kvpt_fill(h, SZ, k, kl, 72);
-	while (kvp_put(c, k, kl, h, SZ) == -EEXIST)
-		sched_yield(); /* the agent reclaims the deleted entry */
+	{
+		/* the agent reclaims the deleted entry: a deadline, not a
+		 * sleep */
+		uint64_t t_end = kvp_now_ns(CLOCK_MONOTONIC) + 10000000000ull;
+		int rc;
+
+		while ((rc = kvp_put(c, k, kl, h, SZ)) == -EEXIST &&
+		       kvp_now_ns(CLOCK_MONOTONIC) < t_end)
+			sched_yield();
+		CK(rc == 0);
+	}
 	free(h);
 	{
 		struct kvp_op op;
