@@ -180,21 +180,22 @@ open_client(void)
 	return c;
 }
 
-/* Wait until the agent populated its whole DRAM tier (at most 120 s). */
+/* Has the agent populated its whole DRAM tier? */
+static bool
+populated(void *arg)
+{
+	struct kvp_stat st;
+
+	memset(&st, 0, sizeof(st));
+	return kvp_stat((struct kvp_client *)arg, &st, sizeof(st)) ||
+	       st.dram_bytes >= st.dram_total_bytes;
+}
+
+/* The DRAM tier populated (a deadline of 2 minutes: then measure as is). */
 static void
 wait_populated(struct kvp_client *c)
 {
-	struct kvp_stat st;
-	double t0 = kvpb_now_s();
-
-	for (;;) {
-		memset(&st, 0, sizeof(st));
-		if (kvp_stat(c, &st, sizeof(st)) ||
-		    st.dram_bytes >= st.dram_total_bytes ||
-		    kvpb_now_s() - t0 > 120)
-			return;
-		usleep(20000);
-	}
+	(void)kvpt_wait_until(populated, c, 120000);
 }
 
 static uint64_t
@@ -462,27 +463,36 @@ spawn_self(const char *const *argv, int *out_fd)
 	return pid;
 }
 
+struct child_wait {
+	pid_t pid;
+	int st;
+	pid_t r;
+};
+
+static bool
+child_done(void *arg)
+{
+	struct child_wait *w = arg;
+
+	w->r = waitpid(w->pid, &w->st, WNOHANG);
+	return w->r != 0;
+}
+
+/* The child's exit code (128 + signal), -1 (no such child), or -2 (killed
+ * at the deadline). */
 static int
 wait_child(pid_t pid, unsigned timeout_ms)
 {
-	double t0 = kvpb_now_s();
-	int st;
+	struct child_wait w = { pid, 0, 0 };
 
-	for (;;) {
-		pid_t r = waitpid(pid, &st, WNOHANG);
-
-		if (r == pid)
-			return WIFEXITED(st) ? WEXITSTATUS(st) :
-					       128 + WTERMSIG(st);
-		if (r < 0)
-			return -1;
-		if (kvpb_now_s() - t0 > timeout_ms / 1e3) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			return -2;
-		}
-		usleep(5000);
+	if (kvpt_wait_until(child_done, &w, timeout_ms) < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &w.st, 0);
+		return -2;
 	}
+	if (w.r != pid)
+		return -1;
+	return WIFEXITED(w.st) ? WEXITSTATUS(w.st) : 128 + WTERMSIG(w.st);
 }
 
 /* child-put POOL TAG IDX SIZE: put key (TAG, IDX) from device memory. */
@@ -801,6 +811,21 @@ ssd_key(char *k, int i)
 	return KVPB_KLEN;
 }
 
+struct ssd_cond {
+	struct kvp_client *c;
+	const struct kvp_seg *s;
+	int n;
+};
+
+/* Are the n values all SSD-resident? */
+static bool
+all_on_ssd(void *arg)
+{
+	struct ssd_cond *sc = arg;
+
+	return kvpt_all_on_ssd(sc->c, sc->s, sc->n, ssd_key);
+}
+
 static bool
 ssd_check(struct kvp_client *c)
 {
@@ -828,17 +853,10 @@ ssd_check(struct kvp_client *c)
 	}
 	for (rep = 0; ok && rep < 2; rep++) {
 		if (rep == 0) {
-			long long t = -1;
+			struct ssd_cond sc = { c, &s, (int)b.n };
 			double t0 = kvpb_now_s();
 
-			while (kvpb_now_s() - t0 < 30)
-				if (kvpt_all_on_ssd(c, &s, (int)b.n, ssd_key)) {
-					t = 0;
-					break;
-				} else {
-					usleep(10000);
-				}
-			if (t < 0) {
+			if (kvpt_wait_until(all_on_ssd, &sc, 30000) < 0) {
 				ok = failf("values not all demoted to SSD "
 					   "after 30 s");
 				break;
