@@ -94,7 +94,10 @@ extern "C" {
 #define KVP_KEY_MAX 255u     /* a key is 1..KVP_KEY_MAX bytes */
 #define KVP_NS_NAME_MAX 255u /* a namespace is 1..KVP_NS_NAME_MAX bytes */
 #define KVP_TIER_DRAM 1ull   /* where a value lives: kvp_pinset_tier, */
-#define KVP_TIER_SSD 2ull    /* struct kvp_lease.tier */
+#define KVP_TIER_SSD 2ull    /* struct kvp_lease.tier, kvp_batch_locate */
+#define KVP_TIER_REMOTE 4ull /* kvp_batch_locate: another node holds it */
+#define KVP_REMOTE_GET 1u    /* kvp_remote: gets fetch from other nodes */
+#define KVP_REMOTE_PROBE 2u  /* kvp_remote: probes count other nodes */
 
 struct kvp_client; /* a client handle: kvp_open, kvp_close */
 struct kvp_pinset; /* the holds of one kvp_batch_lookup_pin */
@@ -324,6 +327,39 @@ KVP_API int kvp_pinset_tier(struct kvp_client *c, const struct kvp_pinset *ps,
  */
 KVP_API void kvp_pinset_release(struct kvp_client *c, struct kvp_pinset *ps);
 KVP_API void kvp_pinset_free(struct kvp_client *c, struct kvp_pinset *ps);
+
+/* ---- the remote tier: other nodes of a cluster (kvpoold --cluster) ---- */
+
+/*
+ * kvp_remote - what this client handle asks other nodes of the cluster
+ * for, when its agent runs with --cluster: KVP_REMOTE_GET (the default)
+ * makes kvp_get, kvp_get_range and kvp_batch_get fetch keys this pool
+ * misses from the node that holds them (into this pool, in parts, like
+ * SSD values; they are then ordinary entries here); KVP_REMOTE_PROBE
+ * makes kvp_batch_exists_prefix count and kvp_batch_lookup_pin fetch and
+ * pin the part of the prefix other nodes hold, and kvp_batch_locate
+ * report it (off by default: a remote hit costs a network transfer).
+ * Without a cluster, with the directory or every peer down, or the agent
+ * gone, keys absent here stay -ENOENT and nothing waits.  Remote outcomes
+ * per key: 0, -ENOENT (no node holds it, or the directory was stale),
+ * -EIO (the transfer failed: a peer died, a lease ran out), -EBUSY (no
+ * room here for it now), -E2BIG (larger than --max-value here or the
+ * agent's receive buffer).  Returns the previous flags, or -EINVAL.
+ * Context: the client's thread; never waits.
+ */
+KVP_API int kvp_remote(struct kvp_client *c, unsigned flags);
+
+/*
+ * kvp_batch_locate - where each key lives: tier[k] = KVP_TIER_DRAM,
+ * KVP_TIER_SSD, KVP_TIER_REMOTE (another node holds it: only with
+ * KVP_REMOTE_PROBE, one directory round trip for the batch), or 0
+ * (absent, status -ENOENT; -EINVAL for a bad key).  A probe: holds
+ * nothing, stages nothing, copies nothing.  Returns the keys present,
+ * or -EINVAL (c NULL, ops or tier NULL with n > 0).
+ * Context: the client's thread; no syscall unless it asks other nodes.
+ */
+KVP_API ssize_t kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops,
+				 size_t n, int *tier);
 
 /* ---- leases: a pin for a reader that cannot hold (RDMA, a NIC) ---- */
 

@@ -65,6 +65,18 @@ struct kvp_agent_cfg {
 	 * --populate-rate bytes/s (0: as fast as it goes) */
 	uint32_t populate_threads;
 	uint64_t populate_rate;
+	/* the remote tier (agent/cluster.c): --cluster redis://[:PW@]HOST:PORT
+	 * ("" = none), --cluster-password-file, --node NAME, --cluster-ttl-ms,
+	 * --cluster-publish-ms, --remote-lease-ms, --remote-timeout-ms,
+	 * --remote-buffer SIZE */
+	char cluster_url[512];
+	char cluster_pwfile[512];
+	char node[64];
+	uint32_t cluster_ttl_ms;
+	uint32_t cluster_publish_ms;
+	uint32_t remote_lease_ms;
+	uint32_t remote_timeout_ms;
+	uint64_t remote_buffer;
 };
 
 enum {
@@ -129,6 +141,7 @@ struct kvp_agent {
 	uint64_t pop_frontier;
 	struct kvp_pop *pop;
 	struct kvp_hbm *hbm; /* the HBM tier (hbm.c); NULL: none */
+	struct kvp_cl *cl;   /* the remote tier (cluster.c); NULL: none */
 };
 
 struct kvp_dfree { /* a run chain to free once the lock is ours */
@@ -141,6 +154,11 @@ struct kvp_dfree { /* a run chain to free once the lock is ours */
 int kvp_hbm_start_agent(struct kvp_agent *a);
 void kvp_hbm_round_agent(struct kvp_agent *a);
 void kvp_hbm_stop_agent(struct kvp_agent *a);
+
+/* cluster.c: the remote tier (its own thread; start after the segment is
+ * served, stop before the client count at exit) */
+int kvp_cluster_start_agent(struct kvp_agent *a);
+void kvp_cluster_stop_agent(struct kvp_agent *a);
 
 /* log.c */
 int kvp_parse_size(const char *s, uint64_t *out);
@@ -181,6 +199,13 @@ struct kvp_metrics {
 	uint64_t gpu_state[KVP_GPU_MAX], gpu_device[KVP_GPU_MAX],
 		gpu_bytes[KVP_GPU_MAX], gpu_used[KVP_GPU_MAX],
 		gpu_copies[KVP_GPU_MAX];
+	/* the remote tier (struct kvp_cluster); cl_present: the segment has
+	 * one (cl_state KVP_CL_OFF: no agent runs it now) */
+	bool cl_present;
+	uint64_t cl_state, cl_pub_lag_ns, cl_pub_max_ns, cl_dir_rtt_ns;
+	uint64_t cl_ctr[KVP_CL_CTRS];
+	uint64_t cl_lat[KVP_HIST_WORDS];
+	char cl_node[64];
 	uint64_t ctr[KVP_CTR_SLOTS]; /* every shard + retired */
 	uint64_t actr[KVP_ACTR_RETIRED0];
 	uint64_t hist[KVP_HIST_SLOTS][KVP_HIST_WORDS];

@@ -6,6 +6,7 @@
  * restart), runs the evictor and the reaper.  Workers never talk to it on
  * the hot path: they share the segment.
  */
+#include <ctype.h>
 #include <getopt.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -73,6 +74,15 @@ kvp_usage(FILE *f)
 		"  --hbm-gpu N             an HBM tier on CUDA device N (repeat: up to 8 GPUs;\n"
 		"                          a helper per GPU, kvpool-gpud, owns its pool)\n"
 		"  --hbm-size SIZE         the HBM pool of each GPU (default 1G)\n"
+		"  --cluster URL           share pages with other nodes: the directory,\n"
+		"                          redis://[:PASSWORD@]HOST:PORT (transfers: UCX)\n"
+		"  --cluster-password-file FILE  the directory's password (first line)\n"
+		"  --node NAME             this node in the cluster (default: the hostname)\n"
+		"  --cluster-ttl-ms N      membership and directory TTL (default 3000)\n"
+		"  --cluster-publish-ms N  publish changes of the index every N ms (default 20)\n"
+		"  --remote-lease-ms N     a peer's lease on a page it fetches (default 5000)\n"
+		"  --remote-timeout-ms N   a remote lookup's bound (default 2000)\n"
+		"  --remote-buffer SIZE    receive buffer of remote fetches (default 64M)\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
 		"  --log FILE              log file when daemonized (default\n"
@@ -441,6 +451,14 @@ main(int argc, char **argv)
 		{ "populate-rate", required_argument, NULL, 1005 },
 		{ "hbm-gpu", required_argument, NULL, 1006 },
 		{ "hbm-size", required_argument, NULL, 1007 },
+		{ "cluster", required_argument, NULL, 1010 },
+		{ "cluster-password-file", required_argument, NULL, 1011 },
+		{ "node", required_argument, NULL, 1012 },
+		{ "cluster-ttl-ms", required_argument, NULL, 1013 },
+		{ "cluster-publish-ms", required_argument, NULL, 1014 },
+		{ "remote-lease-ms", required_argument, NULL, 1015 },
+		{ "remote-timeout-ms", required_argument, NULL, 1016 },
+		{ "remote-buffer", required_argument, NULL, 1017 },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -468,6 +486,11 @@ main(int argc, char **argv)
 	cfg->stop_flush_ms = 600 * 1000;
 	cfg->hbm_bytes = 1ull << 30;
 	cfg->ssd_reinsert_pct = 25;
+	cfg->cluster_ttl_ms = 3000;
+	cfg->cluster_publish_ms = 20;
+	cfg->remote_lease_ms = 5000;
+	cfg->remote_timeout_ms = 2000;
+	cfg->remote_buffer = 64ull << 20;
 	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr),
 		 "127.0.0.1:9464");
 	while ((opt = getopt_long(argc, argv, "h", opts, &optidx)) != -1) {
@@ -616,6 +639,52 @@ main(int argc, char **argv)
 		case 1007:
 			bad = kvp_parse_size(optarg, &cfg->hbm_bytes) != 0 ||
 			      cfg->hbm_bytes < (1u << 20);
+			break;
+		case 1010:
+			bad = strlen(optarg) >= sizeof(cfg->cluster_url) ||
+			      strncmp(optarg, "redis://", 8) != 0;
+			if (!bad)
+				snprintf(cfg->cluster_url,
+					 sizeof(cfg->cluster_url), "%s",
+					 optarg);
+			break;
+		case 1011:
+			bad = strlen(optarg) >= sizeof(cfg->cluster_pwfile);
+			if (!bad)
+				snprintf(cfg->cluster_pwfile,
+					 sizeof(cfg->cluster_pwfile), "%s",
+					 optarg);
+			break;
+		case 1012: {
+			size_t i, n = strlen(optarg);
+
+			bad = n == 0 || n >= sizeof(cfg->node);
+			for (i = 0; i < n && !bad; i++)
+				bad = !(isalnum((unsigned char)optarg[i]) ||
+					strchr("_.-", optarg[i]));
+			if (!bad)
+				snprintf(cfg->node, sizeof(cfg->node), "%s",
+					 optarg);
+			break;
+		}
+		case 1013:
+		case 1014:
+		case 1015:
+		case 1016: {
+			uint32_t *f = opt == 1013 ? &cfg->cluster_ttl_ms :
+				      opt == 1014 ? &cfg->cluster_publish_ms :
+				      opt == 1015 ? &cfg->remote_lease_ms :
+						    &cfg->remote_timeout_ms;
+
+			bad = kvp_parse_size(optarg, &v) || v < 1 ||
+			      v > 3600 * 1000;
+			*f = (uint32_t)v;
+			break;
+		}
+		case 1017:
+			bad = kvp_parse_size(optarg, &cfg->remote_buffer) ||
+			      cfg->remote_buffer < (1u << 20) ||
+			      cfg->remote_buffer > (64ull << 30);
 			break;
 		case 'k':
 			cfg->keep_on_exit = true;
@@ -810,6 +879,15 @@ main(int argc, char **argv)
 	if (kvp_hbm_start_agent(a))
 		kvp_log(KVP_LOG_WARN, "hbm",
 			"cannot start the HBM helpers: no HBM tier");
+	/* the remote tier (its thread; a directory that is down is retried,
+	 * a configuration that cannot work is fatal) */
+	if (cfg->cluster_url[0] && kvp_cluster_start_agent(a)) {
+		kvp_hbm_stop_agent(a);
+		kvp_metrics_http_stop_agent(a);
+		kvp_tier_close_agent(a);
+		kvp_start_failed(a);
+		return 1;
+	}
 	if (pthread_create(&evictor, NULL, kvp_tier_main_agent, a) ||
 	    pthread_create(&reaper, NULL, kvp_reaper_main_agent, a)) {
 		kvp_log(KVP_LOG_ERROR, "agent", "cannot start threads");
@@ -836,6 +914,9 @@ main(int argc, char **argv)
 			 a->tier && cfg->stop_flush_ms ?
 				 ": writing DRAM-only values to SSD" :
 				 "");
+	/* first: its reads of SSD values need the tier thread; it leaves the
+	 * directory and closes its client handles */
+	kvp_cluster_stop_agent(a);
 	kvp_metrics_http_stop_agent(a);
 	kvp_store_release(&a->stop, 1); /* release: threads acquire it */
 	/* full: wake the evictor */

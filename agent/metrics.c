@@ -16,11 +16,20 @@
  * clients that closed or were reaped, so they never go down while the
  * segment lives (a Prometheus counter reset only when it is recreated).
  */
+#include <ctype.h>
 #include <math.h>
 
 #include "agent/agent_int.h"
 
 const char *const kvp_tier_names[KVP_MTIERS] = { "DRAM", "SSD", "HBM" };
+
+/* enum kvp_cl_ctr: the remote tier's events (JSON keys, metric labels) */
+static const char *const kvp_cl_ctr_names[KVP_CLC__N] = {
+	"lookups",     "lookup_keys",	 "found",      "fetched",
+	"fetched_bytes", "failed",	 "dir_roundtrips", "dir_errors",
+	"published",   "unpublished",	 "served",     "served_bytes",
+	"refused",     "stale",		 "bad_mailbox",
+};
 
 /* JSON names of enum kvp_ctr and enum kvp_actr (kvpool stat --json). */
 const char *const kvp_ctr_names[KVP_CTR__N] = {
@@ -55,6 +64,8 @@ const char *const kvp_ctr_names[KVP_CTR__N] = {
 	"dev_registered_bytes",
 	"dev_hbm_hits",
 	"dev_hbm_bytes",
+	"remote_hits",
+	"remote_probed",
 };
 
 const char *const kvp_actr_names[KVP_ACTR_RETIRED0] = {
@@ -261,6 +272,27 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 					  kvp_load_relaxed(&gs->gs_unit);
 			m->gpu_copies[gk] = kvp_load_relaxed(&gs->gs_copies);
 		}
+	}
+	if (s->cluster) {
+		const struct kvp_cluster *cl = s->cluster;
+
+		m->cl_present = true;
+		/* acquire: the agent's release of the state */
+		m->cl_state = kvp_load_acquire(&cl->cl_state);
+		/* relaxed: statistics */
+		m->cl_pub_lag_ns = kvp_load_relaxed(&cl->cl_pub_lag_ns);
+		m->cl_pub_max_ns = kvp_load_relaxed(&cl->cl_pub_max_ns);
+		m->cl_dir_rtt_ns = kvp_load_relaxed(&cl->cl_dir_rtt_ns);
+		for (k = 0; k < KVP_CL_CTRS; k++)
+			m->cl_ctr[k] = kvp_load_relaxed(&cl->cl_ctr[k]);
+		for (k = 0; k < KVP_HIST_WORDS; k++)
+			m->cl_lat[k] = kvp_load_relaxed(&cl->cl_lat[k]);
+		memcpy(m->cl_node, cl->cl_node, sizeof(m->cl_node));
+		m->cl_node[sizeof(m->cl_node) - 1] = 0;
+		for (k = 0; m->cl_node[k]; k++)
+			if (!isalnum((unsigned char)m->cl_node[k]) &&
+			    !strchr("_.-", m->cl_node[k]))
+				m->cl_node[k] = '?'; /* agent-written; still escaped */
 	}
 	m->dram_populated = kvp_dram_capacity(s) * s->g.g_dram_unit;
 	m->dram_unit = s->g.g_dram_unit;
@@ -693,6 +725,59 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		 a[KVP_ACTR_HBM_HELPER_DEATHS]);
 	kvp_val1(f, "kvpool_hbm_events_total", "event", "hit",
 		 c[KVP_CTR_DEV_HBM_HITS]);
+	if (m->cl_present) {
+		uint64_t cum = 0;
+
+		kvp_fam(f, "kvpool_remote_up", "gauge",
+			"1 while this node's agent runs the remote tier with its directory "
+			"reachable (kvpoold --cluster); peers: live peers it can reach.");
+		kvp_val(f, "kvpool_remote_up",
+			KVP_CL_STATE(m->cl_state) == KVP_CL_UP);
+		kvp_fam(f, "kvpool_remote_peers", "gauge",
+			"Other nodes of the cluster this agent reaches now.");
+		kvp_val(f, "kvpool_remote_peers", KVP_CL_PEERS(m->cl_state));
+		kvp_fam(f, "kvpool_remote_events_total", "counter",
+			"The remote tier: lookups (mailbox calls) and their keys, keys "
+			"the directory named a node for, keys fetched into this pool and "
+			"their bytes, keys whose fetch failed, directory round trips and "
+			"errors, keys published/unpublished, keys and bytes served to "
+			"peers, peer requests refused, stale directory entries, bad "
+			"mailboxes.");
+		for (k = 0; k < KVP_CLC__N; k++)
+			kvp_val1(f, "kvpool_remote_events_total", "event", kvp_cl_ctr_names[k],
+				 m->cl_ctr[k]);
+		kvp_fam(f, "kvpool_remote_publish_lag_seconds", "gauge",
+			"Bound on the age of a change when the directory got it (the "
+			"last publish pass that had changes; max: since the agent "
+			"started).");
+		fprintf(f,
+			"kvpool_remote_publish_lag_seconds{which=\"last\"} %.9f\n"
+			"kvpool_remote_publish_lag_seconds{which=\"max\"} %.9f\n",
+			m->cl_pub_lag_ns / 1e9, m->cl_pub_max_ns / 1e9);
+		kvp_fam(f, "kvpool_remote_dir_rtt_seconds", "gauge",
+			"The last directory lookup's round trip.");
+		fprintf(f, "kvpool_remote_dir_rtt_seconds %.9f\n",
+			m->cl_dir_rtt_ns / 1e9);
+		kvp_fam(f, "kvpool_remote_fetch_duration_seconds", "histogram",
+			"Remote FETCH calls, taken to answered (directory, leases, "
+			"transfers, puts).");
+		for (k = 0; k < KVP_HIST_BUCKETS; k++) {
+			cum += m->cl_lat[k];
+			if (k == KVP_HIST_BUCKETS - 1)
+				fprintf(f,
+					"kvpool_remote_fetch_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+					(unsigned long long)cum);
+			else
+				fprintf(f,
+					"kvpool_remote_fetch_duration_seconds_bucket{le=\"%.9g\"} %llu\n",
+					(double)(1ull << (k + KVP_HIST_SHIFT)) / 1e9,
+					(unsigned long long)cum);
+		}
+		fprintf(f, "kvpool_remote_fetch_duration_seconds_sum %.9f\n",
+			m->cl_lat[KVP_HIST_SUM] / 1e9);
+		fprintf(f, "kvpool_remote_fetch_duration_seconds_count %llu\n",
+			(unsigned long long)cum);
+	}
 	kvp_fam(f, "kvpool_put_rejects_total", "counter",
 		"Puts refused: key exists (or being put), BUSY (DRAM or index full, evictor behind), "
 		"no space (everything held).");
@@ -918,6 +1003,22 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 				(unsigned long long)KVP_DRIVE_ERRORS(
 					m->drive_state[k]));
 	fprintf(f, "]");
+	if (m->cl_present) {
+		static const char *const st[] = { "off", "down", "up" };
+
+		fprintf(f, ",\"remote\":{\"node\":\"%s\",\"state\":\"%s\"",
+			m->cl_node,
+			KVP_CL_STATE(m->cl_state) < 3 ?
+				st[KVP_CL_STATE(m->cl_state)] :
+				"?");
+		kvp_j(f, "peers", KVP_CL_PEERS(m->cl_state));
+		kvp_j(f, "publish_lag_ns", m->cl_pub_lag_ns);
+		kvp_j(f, "publish_lag_max_ns", m->cl_pub_max_ns);
+		kvp_j(f, "dir_rtt_ns", m->cl_dir_rtt_ns);
+		for (k = 0; k < KVP_CLC__N; k++)
+			kvp_j(f, kvp_cl_ctr_names[k], m->cl_ctr[k]);
+		fprintf(f, "}");
+	}
 	kvp_j(f, "staging_pages_in_use", m->staging_in_use);
 	kvp_j(f, "staging_pages_peak", m->staging_peak);
 	kvp_j(f, "staging_pages_total", m->staging_total);
@@ -1142,6 +1243,26 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 				(unsigned long long)c[KVP_CTR_DEV_HBM_HITS]);
 		}
 	}
+	if (m->cl_present && KVP_CL_STATE(m->cl_state) != KVP_CL_OFF)
+		fprintf(f,
+			"remote   node %s: %s, %u peers; %llu lookups (%llu keys, "
+			"%llu found), %llu fetched (%s), %llu failed; served %llu "
+			"(%s); %llu directory round trips; publish lag %.1f ms "
+			"(max %.1f)\n",
+			m->cl_node,
+			KVP_CL_STATE(m->cl_state) == KVP_CL_UP ? "up" :
+								 "directory down",
+			KVP_CL_PEERS(m->cl_state),
+			(unsigned long long)m->cl_ctr[KVP_CLC_LOOKUPS],
+			(unsigned long long)m->cl_ctr[KVP_CLC_LOOKUP_KEYS],
+			(unsigned long long)m->cl_ctr[KVP_CLC_FOUND],
+			(unsigned long long)m->cl_ctr[KVP_CLC_FETCHED],
+			kvp_human(m->cl_ctr[KVP_CLC_FETCH_BYTES], b1, 32),
+			(unsigned long long)m->cl_ctr[KVP_CLC_FAILED],
+			(unsigned long long)m->cl_ctr[KVP_CLC_SERVED],
+			kvp_human(m->cl_ctr[KVP_CLC_SERVED_BYTES], b2, 32),
+			(unsigned long long)m->cl_ctr[KVP_CLC_DIR_RTT],
+			m->cl_pub_lag_ns / 1e6, m->cl_pub_max_ns / 1e6);
 	if (c[KVP_CTR_DEV_KEYS] || c[KVP_CTR_DEV_REG_BYTES])
 		fprintf(f,
 			"gpu      %llu keys copied: %s to GPUs, %s from GPUs "

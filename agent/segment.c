@@ -50,6 +50,8 @@ kvp_shm_geometry(const struct kvp_agent_cfg *cfg, struct kvp_geom *g,
 	g->g_max_clients = cfg->max_clients;
 	g->g_holds_per_client = cfg->holds_per_client;
 	g->g_max_leases = KVP_MAX_LEASES;
+	/* the clients' remote mailboxes: only with a remote tier */
+	g->g_rbox_kib = cfg->cluster_url[0] ? KVP_RBOX_KIB_DEFAULT : 0;
 	if (cfg->ssd_dir[0]) {
 		g->g_ring_entries = KVP_RING_ENTRIES;
 		g->g_staging_slots = cfg->staging_bytes / cfg->staging_slot;

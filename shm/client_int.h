@@ -61,6 +61,8 @@ struct kvp_client {
 	uint32_t call_ssd;       /* keys of the current read call sent to SSD */
 	uint64_t tick;           /* the e_use tick of the call in progress */
 	struct kvp__dev *dev;    /* device calls' state (client_dev_int.h) */
+	unsigned remote_flags;   /* kvp_remote: KVP_REMOTE_* */
+	uint64_t remote_wait_ns; /* a remote call's bound (KVP_REMOTE_WAIT_MS) */
 	char ns[KVP_NS_NAME_MAX + 1];
 };
 
@@ -68,6 +70,8 @@ struct kvp_client {
 #define KVP_RESOLVE_DEAD_NS (8ull * 1000 * 1000) /* -ENOTCONN after (default) */
 #define KVP_CHECK_WAIT_NS (1000ull * 1000 * 1000) /* CHECK: -EBUSY after */
 #define KVP_RESOLVE_SLICE_NS (2ull * 1000 * 1000) /* agent check period */
+/* a remote call's backstop (KVP_REMOTE_WAIT_MS; client_remote_int.h) */
+#define KVP_REMOTE_WAIT_NS_DEFAULT (60ull * 1000 * 1000 * 1000)
 #define KVP_RESOLVE_BUSY_NS (30ull * 1000 * 1000 * 1000) /* give up on BUSY */
 
 KVP_API const char *
@@ -459,6 +463,8 @@ kvp__map_release(struct kvp_seg *s)
 
 /* kvp_open (kvpool.h): map the segment, claim a free client slot (its OFD
  * lock first, then a CAS on its word), fill it in, reset our ring. */
+KVP_INLINE uint64_t kvp__rbox_reset(struct kvp_client *c);
+
 KVP_API int
 kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 {
@@ -590,6 +596,17 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 					  (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
 		}
 	}
+	c->remote_flags = KVP_REMOTE_GET;
+	{
+		/* KVP_REMOTE_WAIT_MS: how long a call waits for the remote
+		 * tier's answer (the agent bounds its own work; this is a
+		 * backstop) */
+		const char *e = getenv("KVP_REMOTE_WAIT_MS");
+		c->remote_wait_ns = e ? strtoull(e, NULL, 10) * 1000000ull :
+					KVP_REMOTE_WAIT_NS_DEFAULT;
+	}
+	if (c->seg.cluster)
+		kvp__rbox_reset(c); /* void whatever a previous owner left */
 	{
 		/* KVP_AGENT_GRACE_MS: how long an SSD read waits for an agent
 		 * that went away (a restart within it is served); default 8 ms,
@@ -841,5 +858,6 @@ kvp__copy_out(struct kvp_client *c, uint64_t i, uint64_t off, void *dst,
 #include "shm/client_pin_int.h"
 #include "shm/client_stat_int.h"
 #include "shm/client_dev_int.h"
+#include "shm/client_remote_int.h"
 
 #endif /* KVP_CLIENT_INT_H */

@@ -111,12 +111,12 @@ kvp_pinset_len(const struct kvp_pinset *ps, size_t k)
 	return ps && !ps->released && k < ps->count ? ps->len[k] : 0;
 }
 
-/* kvp_batch_lookup_pin (kvpool.h): the walk of kvp_batch_exists_prefix,
+/* kvp_batch_lookup_pin (kvpool.h) in this pool: the walk of kvp_batch_exists_prefix,
  * holding each key it finds (a hold tagged KVP_HOLD_PIN); the pinset's
  * arrays are one allocation. */
-KVP_API ssize_t
-kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
-		     struct kvp_pinset **out)
+KVP_INLINE ssize_t
+kvp__lookup_pin_local(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		      struct kvp_pinset **out)
 {
 	/* per key: slot, gen, len, hold, tier */
 	const size_t per = 3 * sizeof(uint64_t) + sizeof(int) + 1;

@@ -460,34 +460,6 @@ kvp__op_init(struct kvp_op *op, const void *key, uint32_t klen, void *buf,
 	op->status = 0;
 }
 
-/* kvp_get (kvpool.h): the read engine, exact size. */
-KVP_API ssize_t
-kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf,
-	uint64_t cap)
-{
-	struct kvp_op op;
-
-	if (!c || !kvp__key_ok(key, klen) || (!buf && cap))
-		return -EINVAL;
-	kvp__op_init(&op, key, klen, buf, 0, cap);
-	kvp__read(c, &op, 1, true);
-	return op.status ? op.status : (ssize_t)op.len;
-}
-
-/* kvp_get_range (kvpool.h): the read engine, clipped. */
-KVP_API ssize_t
-kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen,
-	      uint64_t off, void *buf, uint64_t len)
-{
-	struct kvp_op op;
-
-	if (!c || !kvp__key_ok(key, klen) || (!buf && len))
-		return -EINVAL;
-	kvp__op_init(&op, key, klen, buf, off, len);
-	kvp__read(c, &op, 1, false);
-	return op.status ? op.status : (ssize_t)op.len;
-}
-
 /* Is the value in slot i (just found READY) SSD-resident?  For the
  * per-tier counters only: the entry's first line was read by the lookup. */
 KVP_INLINE bool
@@ -562,18 +534,10 @@ kvp__prefetch_entry(struct kvp_client *c, uint64_t h)
 	}
 }
 
-/* kvp_batch_get (kvpool.h): the read engine, clipped, over n keys. */
-KVP_API ssize_t
-kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
-{
-	if (!c || (!ops && n))
-		return -EINVAL;
-	return (ssize_t)kvp__read(c, ops, n, false);
-}
-
-/* kvp_batch_exists_prefix (kvpool.h): lookups only, pipelined. */
-KVP_API ssize_t
-kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
+/* kvp_batch_exists_prefix (kvpool.h), this pool only: lookups,
+ * pipelined (client_remote_int.h adds the other nodes). */
+KVP_INLINE ssize_t
+kvp__exists_prefix_local(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
 	/* a two-stage software pipeline: FAR keys ahead, hash and prefetch
 	 * both candidate buckets; NEAR keys ahead, find the fingerprint

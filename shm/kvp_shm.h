@@ -61,7 +61,7 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
 /* 5.0: the layout signature covers every field's offset; 7.0: SSD drives,
  * the arena populated behind the ready agent */
-#define KVP_ABI_MAJOR 8
+#define KVP_ABI_MAJOR 9
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -135,6 +135,8 @@ enum kvp_ctr {
 	KVP_CTR_DEV_REG_BYTES,    /* gauge: DRAM registered (per process) */
 	KVP_CTR_DEV_HBM_HITS,     /* device gets served from an HBM copy */
 	KVP_CTR_DEV_HBM_BYTES,    /* ... their bytes (device to device) */
+	KVP_CTR_REMOTE_HIT,    /* keys read after a fetch from another node */
+	KVP_CTR_REMOTE_PROBED, /* keys probes counted as held by another node */
 	KVP_CTR__N,
 };
 #define KVP_CTR_SLOTS 40
@@ -302,7 +304,10 @@ struct kvp_geom {
 	uint32_t g_holds_per_client;   /* 16 .. 2^20 */
 	uint32_t g_ring_entries;       /* 0 without an SSD tier, else 1 .. 64 */
 	uint32_t g_max_leases;         /* 1 .. 65536 */
-	uint32_t g_pad[2];
+	/* each client's remote mailbox (struct kvp_rbox + its data), KiB:
+	 * 0 (no remote tier) or 16 .. 16384 */
+	uint32_t g_rbox_kib;
+	uint32_t g_pad;
 	uint64_t g_sum; /* kvp_hash of the bytes above */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_geom) == 96, "geometry size");
@@ -551,12 +556,110 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_lease_slot) == 32, "lease size");
 #define KVP_LS_OWNER(w) ((uint32_t)(((w) >> 16) & 0xffff))
 #define KVP_LS_STATE(w) ((unsigned)((w)&0xff))
 
+/*
+ * The remote tier (kvpoold --cluster; agent/cluster.c owns the protocol
+ * and its proof).  Region KVP_R_CLUSTER: a struct kvp_cluster, then one
+ * mailbox per client slot (g_rbox_kib KiB each: a struct kvp_rbox, then
+ * its data).  A client that missed keys here asks the agent, through its
+ * mailbox, which of them other nodes hold (PROBE) or to fetch them into
+ * this pool (FETCH).  The client writes the data (below), rb_kind,
+ * rb_n, rb_bytes, then stores POSTED (release) and bumps cl_wake.  The
+ * agent takes it (CAS POSTED -> TAKEN), copies everything the client
+ * wrote into its own memory before it reads any of it, works, claims the
+ * mailbox to answer (CAS TAKEN -> ANSWERING on the exact word), writes
+ * the answers and stores DONE (release), then bumps the client's
+ * cs_io_futex.  The client reads the answers after an acquire load of
+ * DONE and stores FREE with the next sequence.  A client that gives up
+ * withdraws with a CAS from its exact POSTED/TAKEN word to FREE(seq + 1),
+ * so a late answer never lands; a new owner of the slot does the same at
+ * kvp_open.
+ *
+ * Data: n answers (struct kvp_rbox_ans) first, then the namespace
+ * (1 byte length, then the name), then n keys, each a 1-byte length and
+ * the key; rb_bytes counts the namespace and the keys.
+ */
+#define KVP_RBOX_KIB_DEFAULT 256u
+#define KVP_RBOX_KIB_MAX 16384u
+enum kvp_cl_state {
+	KVP_CL_OFF = 0,  /* no remote tier (no --cluster, or the agent left) */
+	KVP_CL_DOWN = 1, /* configured; the directory cannot be reached */
+	KVP_CL_UP = 2,
+};
+/* cl_state: [incarnation:32][peers:16][0:8][state:8] */
+#define KVP_CL_WORD(inc, peers, st)              \
+	(((uint64_t)(uint32_t)(inc) << 32) |      \
+	 ((uint64_t)((peers)&0xffffu) << 16) | (uint64_t)(st))
+#define KVP_CL_STATE(w) ((unsigned)((w)&0xff))
+#define KVP_CL_PEERS(w) ((unsigned)(((w) >> 16) & 0xffffu))
+enum kvp_cl_ctr {
+	KVP_CLC_LOOKUPS = 0,  /* mailbox calls answered */
+	KVP_CLC_LOOKUP_KEYS,  /* keys they asked about */
+	KVP_CLC_FOUND,        /* keys the directory named a node for */
+	KVP_CLC_FETCHED,      /* keys fetched from a peer into this pool */
+	KVP_CLC_FETCH_BYTES,  /* their bytes */
+	KVP_CLC_FAILED,       /* keys whose fetch failed (FAILED/BUSY) */
+	KVP_CLC_DIR_RTT,      /* directory round trips (one per lookup) */
+	KVP_CLC_DIR_ERRORS,   /* directory commands that failed */
+	KVP_CLC_PUBLISHED,    /* keys published (HSET) */
+	KVP_CLC_UNPUBLISHED,  /* keys unpublished (HDEL) */
+	KVP_CLC_SERVED,       /* keys served to peers */
+	KVP_CLC_SERVED_BYTES, /* their bytes */
+	KVP_CLC_REFUSED,      /* peer requests refused (not a member, bad) */
+	KVP_CLC_STALE,        /* directory said yes, the owner said no */
+	KVP_CLC_BAD_MAILBOX,  /* client mailboxes refused (bad input) */
+	KVP_CLC__N,
+};
+#define KVP_CL_CTRS 16
+KVP_STATIC_ASSERT(KVP_CLC__N <= KVP_CL_CTRS, "cluster counters");
+struct kvp_cluster {
+	kvp_aword_t cl_state; /* KVP_CL_WORD: written by the agent only */
+	kvp_aint_t cl_wake;   /* futex: clients bump after posting */
+	uint32_t cl_pad;
+	kvp_aword_t cl_pub_lag_ns; /* the last publish pass: oldest change's age */
+	kvp_aword_t cl_pub_max_ns; /* the largest lag since the agent started */
+	kvp_aword_t cl_dir_rtt_ns; /* the last directory round trip */
+	kvp_aword_t cl_ctr[KVP_CL_CTRS]; /* enum kvp_cl_ctr */
+	/* latency of a FETCH call (taken to answered), kvp_hist_bucket */
+	kvp_aword_t cl_lat[KVP_HIST_WORDS];
+	char cl_node[64]; /* this node's name (agent-written, for tools) */
+};
+enum kvp_rb_state {
+	KVP_RB_FREE = 0,
+	KVP_RB_POSTED = 1,
+	KVP_RB_TAKEN = 2,
+	KVP_RB_DONE = 3,
+	KVP_RB_ANSWERING = 4,
+};
+#define KVP_RB_STATE(w) ((unsigned)((w)&0xff)) /* [seq:56][state:8] */
+enum kvp_rb_kind {
+	KVP_RB_PROBE = 1, /* which keys does another node hold (no transfer) */
+	KVP_RB_FETCH = 2, /* bring them into this pool */
+};
+struct kvp_rbox {
+	kvp_aword_t rb_state;
+	kvp_aword_t rb_kind;  /* enum kvp_rb_kind */
+	kvp_aword_t rb_n;     /* keys */
+	kvp_aword_t rb_bytes; /* namespace + keys, after the answers */
+	kvp_aword_t rb_pad[4];
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_rbox) == 64, "rbox size");
+/* One key's answer: status 0 (PROBE: another node holds it; FETCH: it is
+ * in this pool now), -ENOENT, -EIO (failed), -EBUSY, -ENOSPC, -E2BIG;
+ * len: the value's length (status 0) */
+struct kvp_rbox_ans {
+	int32_t ra_status;
+	uint32_t ra_pad;
+	uint64_t ra_len;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_rbox_ans) == 16, "rbox answer size");
+
 /* Tier tags in the top bits of an entry's location word. */
 #define KVP_TIER_SHIFT 60
 #define KVP_TIER_NONE 0ull
 #define KVP_TIER_DRAM 1ull
 #define KVP_TIER_SSD 2ull
 #define KVP_TIER_HBM 3ull
+#define KVP_TIER_REMOTE 4ull /* reported only: never in a location word */
 #define KVP_LOC_MAKE(tier, v) (((uint64_t)(tier) << KVP_TIER_SHIFT) | (v))
 #define KVP_LOC_TIER(l) ((uint64_t)(l) >> KVP_TIER_SHIFT)
 #define KVP_LOC_VAL(l) ((uint64_t)(l) & ((1ull << KVP_TIER_SHIFT) - 1))
@@ -706,7 +809,7 @@ struct kvp_dram_hdr {
 	X(kvp_geom, g_staging_slots) X(kvp_geom, g_staging_slot_bytes)       \
 	X(kvp_geom, g_max_clients) X(kvp_geom, g_holds_per_client)           \
 	X(kvp_geom, g_ring_entries) X(kvp_geom, g_max_leases)                \
-	X(kvp_geom, g_pad) X(kvp_geom, g_sum)
+	X(kvp_geom, g_rbox_kib) X(kvp_geom, g_pad) X(kvp_geom, g_sum)
 #define KVP_FIELDS_HEADER(X)                                                 \
 	X(kvp_shm_header, h_magic) X(kvp_shm_header, h_abi_major)            \
 	X(kvp_shm_header, h_abi_minor) X(kvp_shm_header, h_features)         \
@@ -768,6 +871,17 @@ struct kvp_dram_hdr {
 	X(kvp_gpu_slot, gs_bytes) X(kvp_gpu_slot, gs_unit)                   \
 	X(kvp_gpu_slot, gs_used) X(kvp_gpu_slot, gs_pid)                     \
 	X(kvp_gpu_slot, gs_copies)
+#define KVP_FIELDS_CLUSTER(X)                                                \
+	X(kvp_cluster, cl_state) X(kvp_cluster, cl_wake)                     \
+	X(kvp_cluster, cl_pad) X(kvp_cluster, cl_pub_lag_ns)                 \
+	X(kvp_cluster, cl_pub_max_ns) X(kvp_cluster, cl_dir_rtt_ns)          \
+	X(kvp_cluster, cl_ctr) X(kvp_cluster, cl_lat) X(kvp_cluster, cl_node)
+#define KVP_FIELDS_RBOX(X)                                                   \
+	X(kvp_rbox, rb_state) X(kvp_rbox, rb_kind) X(kvp_rbox, rb_n)         \
+	X(kvp_rbox, rb_bytes) X(kvp_rbox, rb_pad)
+#define KVP_FIELDS_RBOX_ANS(X)                                               \
+	X(kvp_rbox_ans, ra_status) X(kvp_rbox_ans, ra_pad)                   \
+	X(kvp_rbox_ans, ra_len)
 /* every shared type, with its field list */
 #define KVP_SHARED_TYPES(T)                                                  \
 	T(kvp_geom, KVP_FIELDS_GEOM) T(kvp_shm_header, KVP_FIELDS_HEADER)    \
@@ -775,7 +889,9 @@ struct kvp_dram_hdr {
 	T(kvp_span, KVP_FIELDS_SPAN) T(kvp_lease_slot, KVP_FIELDS_LEASE)     \
 	T(kvp_entry, KVP_FIELDS_ENTRY) T(kvp_page, KVP_FIELDS_PAGE)          \
 	T(kvp_dram_hdr, KVP_FIELDS_DRAM_HDR)                                 \
-	T(kvp_gpu_slot, KVP_FIELDS_GPU_SLOT)
+	T(kvp_gpu_slot, KVP_FIELDS_GPU_SLOT)                                 \
+	T(kvp_cluster, KVP_FIELDS_CLUSTER) T(kvp_rbox, KVP_FIELDS_RBOX)      \
+	T(kvp_rbox_ans, KVP_FIELDS_RBOX_ANS)
 /* clang-format on */
 
 /* One row of the field table: a field, or (field == NULL) the end of a
@@ -843,6 +959,8 @@ enum kvp_region {
 	KVP_R_RINGS,      /* struct kvp_req[max_clients][ring_entries] (SSD) */
 	KVP_R_SPANS,      /* struct kvp_span[staging_slots] (SSD) */
 	KVP_R_STAGING, /* staging_slots * staging_slot_bytes, 2 MiB aligned */
+	KVP_R_CLUSTER, /* struct kvp_cluster (a page), then per client its
+			* remote mailbox: g_rbox_kib KiB each (remote tier) */
 	KVP_R__N,
 };
 
@@ -869,7 +987,7 @@ kvp_region_name(unsigned r)
 		"header",        "clients", "holds",         "index meta",
 		"index entries", "hbm map", "dram header",   "page map",
 		"leases",        "arena",   "request rings", "spans",
-		"staging",
+		"staging",       "cluster",
 	};
 
 	return r < KVP_R__N ? names[r] : "?";
@@ -939,6 +1057,10 @@ kvp__region_len(const struct kvp_geom *g, unsigned r, uint64_t *len)
 		a = g->g_staging_slots;
 		b = g->g_staging_slot_bytes;
 		break;
+	case KVP_R_CLUSTER:
+		a = g->g_rbox_kib ? (uint64_t)g->g_max_clients + 1 : 0;
+		b = (uint64_t)g->g_rbox_kib << 10; /* a page first: >= 16 KiB */
+		break;
 	default:
 		return false;
 	}
@@ -982,6 +1104,9 @@ kvp_layout_compute(const struct kvp_geom *g, struct kvp_layout *L, char *msg,
 		bad = "max_leases";
 	else if (g->g_ring_entries > KVP_RING_ENTRIES)
 		bad = "ring_entries";
+	else if (g->g_rbox_kib &&
+		 (g->g_rbox_kib < 16 || g->g_rbox_kib > KVP_RBOX_KIB_MAX))
+		bad = "rbox_kib";
 	else if (ssd && (g->g_staging_slots < 1 ||
 			 g->g_staging_slots > KVP_MAX_STAGING_SLOTS ||
 			 g->g_staging_slot_bytes < KVP_PAGE ||
@@ -1076,6 +1201,7 @@ struct kvp_seg {
 	struct kvp_req *rings; /* NULL without an SSD tier */
 	struct kvp_span *spans;
 	unsigned char *staging;
+	struct kvp_cluster *cluster; /* NULL without a remote tier */
 	uint64_t slot_mask;   /* index_slots - 1 */
 	uint64_t bucket_mask; /* index_slots / 8 - 1 */
 	/* who this process is to the allocator lock (0: no one; tools) */
@@ -1282,6 +1408,10 @@ kvp_shm_bind(struct kvp_seg *s, char *msg, size_t cap)
 		s->spans = (struct kvp_span *)(s->base + s->L.off[KVP_R_SPANS]);
 		s->staging = s->base + s->L.off[KVP_R_STAGING];
 	}
+	s->cluster = NULL;
+	if (s->g.g_rbox_kib)
+		s->cluster =
+			(struct kvp_cluster *)(s->base + s->L.off[KVP_R_CLUSTER]);
 	s->slot_mask = s->g.g_index_slots - 1;
 	s->bucket_mask = s->g.g_index_slots / 8 - 1;
 	return 0;

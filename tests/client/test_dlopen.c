@@ -47,6 +47,8 @@ static const struct {
 	{ "kvp_stat", "KVPOOL_1.2" },
 	{ "kvp_batch_get_dev", "KVPOOL_1.3" },
 	{ "kvp_dev_info", "KVPOOL_1.3" },
+	{ "kvp_remote", "KVPOOL_1.4" },
+	{ "kvp_batch_locate", "KVPOOL_1.4" },
 };
 
 /* names of the implementation a loader must not find (a sample of each

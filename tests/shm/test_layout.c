@@ -94,7 +94,7 @@ test_field_lists_tile(void **state)
 		end = f[i].off + f[i].size;
 		fields++;
 	}
-	assert_int_equal(types, 10);
+	assert_int_equal(types, 13);
 	assert_true(fields >= 100);
 }
 
@@ -185,20 +185,26 @@ test_docs_table(void **state)
  * kvp_gpu_slot), the HBM map region (a word per index slot), and 40
  * counter slots per client (cs_ctr; h_actr grows with it).
  */
-#define KVPT_LAYOUT_SIG_ABI8 0x9df17ab3083437caull
+/*
+ * ABI 9: the remote tier: the geometry names each client's remote mailbox
+ * size (g_rbox_kib, from g_pad), the cluster region (struct kvp_cluster,
+ * then a struct kvp_rbox and its answers, struct kvp_rbox_ans, per
+ * client), and two client counters (remote hits, probes).
+ */
+#define KVPT_LAYOUT_SIG_ABI9 0xdbe6e19d5639c83dull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 8);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI8)
+	assert_int_equal(KVP_ABI_MAJOR, 9);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI9)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 8): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 9): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI8);
+			KVPT_LAYOUT_SIG_ABI9);
 }
 
 /* Every region of the layout table is page aligned (the arena and the

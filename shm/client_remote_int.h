@@ -1,0 +1,495 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_remote_int.h - the client's side of the remote tier: keys this
+ * pool does not hold, asked of the other nodes of a cluster (kvpoold
+ * --cluster).  A client never talks to the network: it writes the keys
+ * into its mailbox in the segment and sleeps on its futex; the agent asks
+ * the directory (one round trip per call), fetches what other nodes hold
+ * into this pool (FETCH) and answers (the protocol: struct kvp_rbox in
+ * shm/kvp_shm.h, agent/cluster.c).  A FETCHed key is an ordinary entry of
+ * this pool afterwards, read by the local path.
+ *
+ * The remote step is best effort: when the agent has no cluster, the
+ * directory is down, no peer is up, or the agent is gone, a key absent
+ * here stays a MISS (the local answer) and nothing waits.
+ */
+#ifndef KVP_CLIENT_REMOTE_INT_H
+#define KVP_CLIENT_REMOTE_INT_H
+
+#include "shm/client_int.h"
+
+KVP_INLINE struct kvp_rbox *
+kvp__rbox(const struct kvp_seg *s, uint32_t slot)
+{
+	return (struct kvp_rbox *)(s->base + s->L.off[KVP_R_CLUSTER] +
+				   ((uint64_t)slot + 1) *
+					   ((uint64_t)s->g.g_rbox_kib << 10));
+}
+
+/* Is there a remote tier to ask now?  One load: a crashed agent leaves
+ * UP behind, which the wait below notices (the agent's lock). */
+KVP_INLINE bool
+kvp__remote_up(const struct kvp_client *c, unsigned flag)
+{
+	uint64_t w;
+
+	if (!(c->remote_flags & flag) || !c->seg.cluster)
+		return false;
+	/* acquire: pairs with the agent's release of UP */
+	w = kvp_load_acquire(&c->seg.cluster->cl_state);
+	return KVP_CL_STATE(w) == KVP_CL_UP && KVP_CL_PEERS(w) > 0;
+}
+
+/* Our mailbox back to FREE with the next sequence, from whatever a
+ * previous call, or a previous owner of the slot, left (kvp_open, and a
+ * call that finds it not FREE).  A mailbox the agent is answering is
+ * waited for (it writes only a few KiB, then DONE). */
+KVP_INLINE uint64_t
+kvp__rbox_reset(struct kvp_client *c)
+{
+	struct kvp_rbox *rb = kvp__rbox(&c->seg, c->slot);
+	unsigned spins = 0;
+
+	for (;;) {
+		/* acquire: the last word the agent or the owner wrote */
+		uint64_t w = kvp_load_acquire(&rb->rb_state);
+		uint64_t fresh = (((w >> 8) + 1) << 8) | KVP_RB_FREE;
+
+		if (KVP_RB_STATE(w) == KVP_RB_FREE)
+			return w;
+		if (KVP_RB_STATE(w) == KVP_RB_ANSWERING && spins++ < 100000) {
+			sched_yield();
+			continue;
+		}
+		/* full CAS from the exact word: a late answer cannot land */
+		if (kvp_cas(&rb->rb_state, w, fresh))
+			return fresh;
+	}
+}
+
+/*
+ * One mailbox call: ask the agent about keys ops[idx[0..m)] (kind
+ * KVP_RB_PROBE or KVP_RB_FETCH); their answers land in ans[0..m).
+ * Returns 0, or -ENOTCONN (no agent to answer), -ETIMEDOUT (no answer
+ * within KVP_REMOTE_WAIT_MS; withdrawn).  The caller made sure the keys
+ * and the namespace fit (kvp__rbox_fit).
+ */
+KVP_INLINE int
+kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
+	       const size_t *idx, size_t m, struct kvp_rbox_ans *ans)
+{
+	struct kvp_seg *s = &c->seg;
+	struct kvp_rbox *rb = kvp__rbox(s, c->slot);
+	struct kvp_client_slot *cs = &s->clients[c->slot];
+	unsigned char *data = (unsigned char *)(rb + 1);
+	size_t p = m * sizeof(struct kvp_rbox_ans), nsl = strlen(c->ns), k;
+	uint64_t w = kvp__rbox_reset(c), posted, t0, dead_since = 0;
+
+	data[p++] = (unsigned char)nsl;
+	memcpy(data + p, c->ns, nsl);
+	p += nsl;
+	for (k = 0; k < m; k++) {
+		data[p++] = (unsigned char)ops[idx[k]].klen;
+		memcpy(data + p, ops[idx[k]].key, ops[idx[k]].klen);
+		p += ops[idx[k]].klen;
+	}
+	/* relaxed: published by the POSTED release below */
+	kvp_store_relaxed(&rb->rb_kind, kind);
+	kvp_store_relaxed(&rb->rb_n, m);
+	kvp_store_relaxed(&rb->rb_bytes, p - m * sizeof(struct kvp_rbox_ans));
+	posted = (w & ~0xffull) | KVP_RB_POSTED;
+	t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	for (;;) {
+		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
+		uint64_t now;
+
+		if (posted) {
+			/* release: the request before POSTED; pairs with the
+			 * agent's acquire when it takes the mailbox */
+			kvp_store_release(&rb->rb_state, posted);
+			/* full: then wake the agent's cluster thread */
+			kvp_ifetch_add(&s->cluster->cl_wake, 1);
+			kvp_futex_wake(&s->cluster->cl_wake);
+			w = posted;
+			posted = 0;
+		}
+		/* acquire: pairs with the agent's DONE release */
+		if (kvp_load_acquire(&rb->rb_state) ==
+		    ((w & ~0xffull) | KVP_RB_DONE)) {
+			memcpy(ans, data, m * sizeof(*ans));
+			/* release: the mailbox is ours again */
+			kvp_store_release(&rb->rb_state,
+					  (((w >> 8) + 1) << 8) | KVP_RB_FREE);
+			return 0;
+		}
+		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
+		now = kvp_now_ns(CLOCK_MONOTONIC);
+		if (kvp_shm_agent_alive(s))
+			dead_since = 0;
+		else if (!dead_since)
+			dead_since = now;
+		if ((dead_since && now - dead_since >= c->agent_grace_ns) ||
+		    now - t0 >= c->remote_wait_ns) {
+			/* withdraw (full CAS from our exact word; the agent
+			 * answers with a CAS from TAKEN, so it writes nothing
+			 * into a withdrawn mailbox) */
+			uint64_t cur = kvp_load_acquire(&rb->rb_state);
+
+			if (KVP_RB_STATE(cur) == KVP_RB_ANSWERING ||
+			    KVP_RB_STATE(cur) == KVP_RB_DONE)
+				continue; /* the answer is landing: take it */
+			if (!kvp_cas(&rb->rb_state, cur,
+				     (((cur >> 8) + 1) << 8) | KVP_RB_FREE))
+				continue;
+			return dead_since ? -ENOTCONN : -ETIMEDOUT;
+		}
+	}
+}
+
+/* How many of ops[idx[from..m)] fit one mailbox call (at least one key
+ * always fits: a mailbox holds 16 KiB at least). */
+KVP_INLINE size_t
+kvp__rbox_fit(const struct kvp_client *c, const struct kvp_op *ops,
+	      const size_t *idx, size_t from, size_t m)
+{
+	uint64_t cap = ((uint64_t)c->seg.g.g_rbox_kib << 10) -
+		       sizeof(struct kvp_rbox);
+	uint64_t used = 1 + strlen(c->ns);
+	size_t k;
+
+	for (k = from; k < m; k++) {
+		uint64_t need = sizeof(struct kvp_rbox_ans) + 1 + ops[idx[k]].klen;
+
+		if (used + need > cap)
+			break;
+		used += need;
+	}
+	return k - from;
+}
+
+/* Ask about keys ops[idx[0..m)] in as many calls as their size needs;
+ * st[k], len[k] get each key's answer (-ENOENT for a key no call
+ * answered: the agent went away, the call timed out).  stop_absent: a
+ * prefix walk (stop after the first call with a key no node holds).
+ * Returns the calls made. */
+KVP_INLINE unsigned
+kvp__remote_ask(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
+		const size_t *idx, size_t m, int *st, uint64_t *len,
+		bool stop_absent)
+{
+	struct kvp_rbox_ans *ans;
+	size_t from = 0, k;
+	unsigned calls = 0;
+
+	for (k = 0; k < m; k++) {
+		st[k] = -ENOENT;
+		len[k] = 0;
+	}
+	ans = (struct kvp_rbox_ans *)malloc(
+		((uint64_t)c->seg.g.g_rbox_kib << 10));
+	if (!ans)
+		return 0;
+	while (from < m) {
+		size_t part = kvp__rbox_fit(c, ops, idx, from, m);
+		bool absent = false;
+
+		if (!part || kvp__rbox_call(c, kind, ops, idx + from, part, ans))
+			break;
+		calls++;
+		for (k = 0; k < part; k++) {
+			st[from + k] = ans[k].ra_status;
+			len[from + k] = ans[k].ra_len;
+			absent |= ans[k].ra_status == -ENOENT;
+		}
+		from += part;
+		if (stop_absent && absent)
+			break;
+	}
+	free(ans);
+	return calls;
+}
+
+/* A FETCH answer as a get's status: the agent's -ENOSPC (no room here
+ * for the page) is backpressure, like a full staging arena. */
+KVP_INLINE int
+kvp__remote_get_status(int st)
+{
+	switch (st) {
+	case 0:
+	case -ENOENT:
+	case -EIO:
+	case -EBUSY:
+	case -E2BIG:
+		return st;
+	case -ENOSPC:
+		return -EBUSY;
+	default:
+		return -EIO;
+	}
+}
+
+/* The keys of ops[0..n) the local read missed, fetched from other nodes
+ * and read here; ops[k].len had cap[k] before the local read.  Returns
+ * the number of keys that became hits. */
+KVP_INLINE size_t
+kvp__remote_read(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		 const uint64_t *cap, bool exact)
+{
+	size_t *idx, m = 0, k, hits = 0;
+	int *st;
+	uint64_t *len;
+	struct kvp_op *sub;
+
+	for (k = 0; k < n; k++)
+		m += ops[k].status == -ENOENT;
+	if (!m)
+		return 0;
+	idx = (size_t *)malloc(m * (sizeof(size_t) + sizeof(int) +
+				    sizeof(uint64_t) + sizeof(struct kvp_op)));
+	if (!idx)
+		return 0;
+	len = (uint64_t *)(idx + m);
+	sub = (struct kvp_op *)(len + m);
+	st = (int *)(sub + m);
+	m = 0;
+	for (k = 0; k < n; k++)
+		if (ops[k].status == -ENOENT)
+			idx[m++] = k;
+	kvp__remote_ask(c, KVP_RB_FETCH, ops, idx, m, st, len, false);
+	{
+		size_t nsub = 0;
+
+		for (k = 0; k < m; k++) {
+			struct kvp_op *o = &ops[idx[k]];
+
+			if (st[k] != 0) {
+				o->status = kvp__remote_get_status(st[k]);
+				continue;
+			}
+			sub[nsub] = *o;
+			sub[nsub].len = cap[idx[k]];
+			sub[nsub].status = 0;
+			idx[nsub++] = idx[k];
+		}
+		if (nsub)
+			kvp__read(c, sub, nsub, exact);
+		for (k = 0; k < nsub; k++) {
+			ops[idx[k]].status = sub[k].status;
+			ops[idx[k]].len = sub[k].len;
+			hits += sub[k].status == 0;
+		}
+		kvp__ctr(c, KVP_CTR_REMOTE_HIT, hits);
+	}
+	free(idx);
+	return hits;
+}
+
+/* The read engine with the remote step: a local pass, then the keys it
+ * missed from other nodes (KVP_REMOTE_GET).  Returns the keys read. */
+KVP_INLINE size_t
+kvp__read_remote(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
+{
+	uint64_t one, *cap = &one;
+	size_t r, k;
+
+	if (!kvp__remote_up(c, KVP_REMOTE_GET))
+		return kvp__read(c, ops, n, exact);
+	if (n > 1) {
+		cap = (uint64_t *)malloc(n * sizeof(uint64_t));
+		if (!cap)
+			return kvp__read(c, ops, n, exact);
+	}
+	for (k = 0; k < n; k++)
+		cap[k] = ops[k].len;
+	r = kvp__read(c, ops, n, exact);
+	if (r < n)
+		r += kvp__remote_read(c, ops, n, cap, exact);
+	if (cap != &one)
+		free(cap);
+	return r;
+}
+
+/* kvp_get (kvpool.h): the read engine, exact size. */
+KVP_API ssize_t
+kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf,
+	uint64_t cap)
+{
+	struct kvp_op op;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && cap))
+		return -EINVAL;
+	kvp__op_init(&op, key, klen, buf, 0, cap);
+	kvp__read_remote(c, &op, 1, true);
+	return op.status ? op.status : (ssize_t)op.len;
+}
+
+/* kvp_get_range (kvpool.h): the read engine, clipped. */
+KVP_API ssize_t
+kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen,
+	      uint64_t off, void *buf, uint64_t len)
+{
+	struct kvp_op op;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && len))
+		return -EINVAL;
+	kvp__op_init(&op, key, klen, buf, off, len);
+	kvp__read_remote(c, &op, 1, false);
+	return op.status ? op.status : (ssize_t)op.len;
+}
+
+/* kvp_batch_get (kvpool.h): the read engine, clipped, over n keys. */
+KVP_API ssize_t
+kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	if (!c || (!ops && n))
+		return -EINVAL;
+	return (ssize_t)kvp__read_remote(c, ops, n, false);
+}
+
+/* The keys ops[from..n) another node holds, as a prefix: statuses 0 up
+ * to the first key no node holds (-ENOENT); its length in *len when
+ * len is not NULL.  Returns how many. */
+KVP_INLINE size_t
+kvp__remote_prefix(struct kvp_client *c, unsigned kind, struct kvp_op *ops,
+		   size_t from, size_t n)
+{
+	size_t m = n - from, *idx, k, got = 0;
+	int *st;
+	uint64_t *len;
+
+	idx = (size_t *)malloc(m * (sizeof(size_t) + sizeof(int) +
+				    sizeof(uint64_t)));
+	if (!idx)
+		return 0;
+	len = (uint64_t *)(idx + m);
+	st = (int *)(len + m);
+	for (k = 0; k < m; k++) {
+		if (!kvp__key_ok(ops[from + k].key, ops[from + k].klen))
+			break;
+		idx[k] = from + k;
+	}
+	m = k;
+	if (m)
+		kvp__remote_ask(c, kind, ops, idx, m, st, len, true);
+	for (k = 0; k < m; k++) {
+		if (st[k] != 0) {
+			ops[from + k].status = kind == KVP_RB_PROBE ?
+						       -ENOENT :
+						       kvp__remote_get_status(
+							       st[k]);
+			break;
+		}
+		ops[from + k].status = 0;
+		got++;
+	}
+	free(idx);
+	return got;
+}
+
+/* kvp_batch_exists_prefix (kvpool.h): the local walk, then, with
+ * KVP_REMOTE_PROBE, the rest of the prefix that other nodes hold. */
+KVP_API ssize_t
+kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	ssize_t r = kvp__exists_prefix_local(c, ops, n);
+	size_t got;
+
+	if (r < 0 || (size_t)r >= n || ops[r].status != -ENOENT ||
+	    !kvp__remote_up(c, KVP_REMOTE_PROBE))
+		return r;
+	got = kvp__remote_prefix(c, KVP_RB_PROBE, ops, (size_t)r, n);
+	kvp__ctr(c, KVP_CTR_REMOTE_PROBED, got);
+	return r + (ssize_t)got;
+}
+
+/* kvp_batch_lookup_pin (kvpool.h): with KVP_REMOTE_PROBE, the part of the
+ * prefix that other nodes hold is fetched into this pool first, then the
+ * whole prefix is pinned here (a fetched page evicted before the pin
+ * ends the prefix, as any absent key does). */
+KVP_API ssize_t
+kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		     struct kvp_pinset **out)
+{
+	if (c && ops && n && out && kvp__remote_up(c, KVP_REMOTE_PROBE)) {
+		ssize_t r = kvp__exists_prefix_local(c, ops, n);
+
+		if (r >= 0 && (size_t)r < n && ops[r].status == -ENOENT)
+			kvp__remote_prefix(c, KVP_RB_FETCH, ops, (size_t)r, n);
+	}
+	return kvp__lookup_pin_local(c, ops, n, out);
+}
+
+/* kvp_batch_locate (kvpool.h): where each key lives. */
+KVP_API ssize_t
+kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		 int *tier)
+{
+	size_t k, m = 0, present = 0, *idx = NULL;
+
+	if (!c || (!ops && n) || (!tier && n))
+		return -EINVAL;
+	c->tick = kvp_tick_now();
+	for (k = 0; k < n; k++) {
+		uint64_t w;
+		int64_t i;
+
+		tier[k] = 0;
+		if (!kvp__key_ok(ops[k].key, ops[k].klen)) {
+			ops[k].status = -EINVAL;
+			continue;
+		}
+		i = kvp_ix_find(&c->seg, c->ns_id,
+				kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen),
+				ops[k].key, ops[k].klen,
+				KVP_IX_M(KVP_IX_READY), &w);
+		if (i < 0) {
+			ops[k].status = -ENOENT;
+			m++;
+			continue;
+		}
+		/* relaxed: a report; the value may move right after */
+		tier[k] = (int)KVP_LOC_TIER(
+			kvp_load_relaxed(&c->seg.entries[i].e_loc));
+		ops[k].status = 0;
+		present++;
+	}
+	kvp__ctr(c, KVP_CTR_EXISTS, n);
+	if (m && kvp__remote_up(c, KVP_REMOTE_PROBE))
+		idx = (size_t *)malloc(m * (sizeof(size_t) + sizeof(int) +
+					    sizeof(uint64_t)));
+	if (idx) {
+		uint64_t *len = (uint64_t *)(idx + m);
+		int *st = (int *)(len + m);
+
+		m = 0;
+		for (k = 0; k < n; k++)
+			if (ops[k].status == -ENOENT)
+				idx[m++] = k;
+		kvp__remote_ask(c, KVP_RB_PROBE, ops, idx, m, st, len, false);
+		for (k = 0; k < m; k++) {
+			if (st[k] != 0)
+				continue;
+			ops[idx[k]].status = 0;
+			tier[idx[k]] = (int)KVP_TIER_REMOTE;
+			present++;
+			kvp__ctr(c, KVP_CTR_REMOTE_PROBED, 1);
+		}
+		free(idx);
+	}
+	return (ssize_t)present;
+}
+
+/* kvp_remote (kvpool.h) */
+KVP_API int
+kvp_remote(struct kvp_client *c, unsigned flags)
+{
+	int old;
+
+	if (!c || (flags & ~(unsigned)(KVP_REMOTE_GET | KVP_REMOTE_PROBE)))
+		return -EINVAL;
+	old = (int)c->remote_flags;
+	c->remote_flags = flags;
+	return old;
+}
+
+#endif /* KVP_CLIENT_REMOTE_INT_H */
