@@ -7,6 +7,7 @@ cd "$(dirname "$0")"
 PKGS="build-essential ninja-build liburing-dev libatomic-ops-dev libjemalloc-dev libcmocka-dev"
 PKGS="$PKGS libmicrohttpd-dev" # the agent's /metrics endpoint
 PKGS="$PKGS python3"           # the Python binding (python/kvpool) and its demo
+PKGS="$PKGS libucx-dev libhiredis-dev" # the remote tier (kvpoold --cluster): UCX, Redis
 if ! dpkg -s $PKGS >/dev/null 2>&1; then
 	SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 	$SUDO apt-get update -qq

@@ -230,6 +230,10 @@ run "release/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 build/
 # observability: stat --json = /metrics (jq, promtool); a real Prometheus scrapes the agent
 run "release/obs stat --json matches /metrics" tests/obs/test_scrape_json.sh
 run "release/obs prometheus server scrapes kvpoold" tests/obs/test_prometheus.sh
+# the remote tier: three nodes (network namespaces, a veth each), Redis
+# in one, UCX over TCP; the ASan+UBSan agents in the default run
+run "release/cluster: three nodes over UCX + Redis" tests/cluster/test_cluster.sh
+[ $quick = 1 ] || run "asan/cluster: three nodes over UCX + Redis" env KC_BIN=build/asan tests/cluster/test_cluster.sh
 [ $quick = 1 ] || run "tsan/test_metrics" env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build/tsan/test_metrics
 run "release/stress_pool DRAM only, kills" build/release/stress_pool --no-ssd --procs 4 \
 	--seconds 15 --seed 1 --kill-every 300

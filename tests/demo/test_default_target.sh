@@ -21,6 +21,8 @@ for l in $libs; do
 	uring) pkg=liburing-dev ;;
 	cmocka) pkg=libcmocka-dev ;;
 	microhttpd) pkg=libmicrohttpd-dev ;;
+	ucp|ucs) pkg=libucx-dev ;;
+	hiredis) pkg=libhiredis-dev ;;
 	*) pkg= ;;
 	esac
 	if [ -z "$pkg" ]; then
