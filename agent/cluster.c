@@ -96,17 +96,17 @@
 /* Every message: this header, then its payload (all in the AM data). */
 struct kvp_wire_hdr {
 	uint64_t magic;
-	uint64_t req;        /* the requester's request id */
-	uint8_t secret[16];  /* the receiver's secret (from the directory) */
-	char from[64];       /* the sender's node name, NUL terminated */
-	uint32_t n;          /* entries in the payload */
-	uint32_t bytes;      /* payload bytes */
-	uint32_t lease_ms;   /* GRANT: how long the owner's leases last */
+	uint64_t req;       /* the requester's request id */
+	uint8_t secret[16]; /* the receiver's secret (from the directory) */
+	char from[64];      /* the sender's node name, NUL terminated */
+	uint32_t n;         /* entries in the payload */
+	uint32_t bytes;     /* payload bytes */
+	uint32_t lease_ms;  /* GRANT: how long the owner's leases last */
 	uint32_t pad;
 };
 /* GRANT payload: n of these, in the order of the LEASE's keys */
 struct kvp_wire_grant {
-	int32_t status; /* 0, -ENOENT, -EBUSY, -EIO, -E2BIG */
+	int32_t status;  /* 0, -ENOENT, -EBUSY, -EIO, -E2BIG */
 	uint32_t region; /* 0: the arena, 1: the bounce buffer */
 	uint64_t len;
 	uint64_t addr;  /* in the owner's address space */
@@ -116,11 +116,11 @@ struct kvp_wire_grant {
 
 struct kvp_peer {
 	char name[64];
-	bool live;     /* in the directory at the last refresh */
-	uint64_t inc;  /* its incarnation: a change means a new agent */
+	bool live;    /* in the directory at the last refresh */
+	uint64_t inc; /* its incarnation: a change means a new agent */
 	uint8_t secret[16];
-	ucp_ep_h ep;   /* NULL: none (never made, or failed and closed) */
-	bool failed;   /* its endpoint reported an error */
+	ucp_ep_h ep; /* NULL: none (never made, or failed and closed) */
+	bool failed; /* its endpoint reported an error */
 	ucp_rkey_h rkey[2];
 	uint64_t base[2], len[2]; /* its arena, its bounce buffer */
 	/* a GRANT in answer to our request 'want' (the one outstanding
@@ -136,7 +136,7 @@ struct kvp_nsh { /* a client handle of ours per namespace */
 };
 
 struct kvp_grant {
-	uint64_t id; /* gen << 16 | index; 0: free */
+	uint64_t id;   /* gen << 16 | index; 0: free */
 	unsigned kind; /* 1: a lease, 2: bounce space */
 	struct kvp_lease l;
 	struct kvp_client *c;
@@ -194,7 +194,7 @@ struct kvp_cl {
 	struct kvp_nsh nsh[KVP_CL_MAX_NS];
 	unsigned nnsh;
 	struct kvp_grant *grants;
-	uint32_t grant_gen, grant_hint, ngrants;
+	uint32_t grant_gen, grant_hint;
 	struct kvp_inmsg *inq, **inq_tail;
 	uint64_t next_req;
 	struct kvp_pub *pub;
@@ -244,10 +244,11 @@ kvp_unhex(const char *s, size_t slen, unsigned char *out, size_t cap)
 	if (slen % 2 || slen / 2 > cap)
 		return -1;
 	for (i = 0; i < slen / 2; i++) {
-		int hi = isdigit((unsigned char)s[2 * i]) ? s[2 * i] - '0' :
+		int hi = isdigit((unsigned char)s[2 * i]) ?
+				 s[2 * i] - '0' :
 			 (s[2 * i] >= 'a' && s[2 * i] <= 'f') ?
-							  s[2 * i] - 'a' + 10 :
-							  -1;
+				 s[2 * i] - 'a' + 10 :
+				 -1;
 		int lo = isdigit((unsigned char)s[2 * i + 1]) ?
 				 s[2 * i + 1] - '0' :
 			 (s[2 * i + 1] >= 'a' && s[2 * i + 1] <= 'f') ?
@@ -319,8 +320,7 @@ kvp_cl_set_state(struct kvp_cl *cl, unsigned st)
 	for (k = 0; k < cl->npeers; k++)
 		live += cl->peers[k].live && !cl->peers[k].failed;
 	/* release: the node name and counters before a client sees UP */
-	kvp_store_release(&cl->shm->cl_state,
-			  KVP_CL_WORD(cl->inc, live, st));
+	kvp_store_release(&cl->shm->cl_state, KVP_CL_WORD(cl->inc, live, st));
 }
 
 static void
@@ -521,11 +521,11 @@ kvp_cl_peer_update(struct kvp_cl *cl, struct kvp_peer *p, redisReply *r)
 		goto bad;
 	}
 	for (k = 0; k < 2; k++) {
-		int n = kvp_unhex(rk[k], rkl[k], buf, addrl / 2 + rkl[0] / 2 +
-							   rkl[1] / 2 + 3);
+		int n = kvp_unhex(rk[k], rkl[k], buf,
+				  addrl / 2 + rkl[0] / 2 + rkl[1] / 2 + 3);
 
-		if (n < 1 || ucp_ep_rkey_unpack(p->ep, buf, &p->rkey[k]) !=
-				     UCS_OK) {
+		if (n < 1 ||
+		    ucp_ep_rkey_unpack(p->ep, buf, &p->rkey[k]) != UCS_OK) {
 			p->rkey[k] = NULL;
 			goto bad;
 		}
@@ -585,8 +585,8 @@ kvp_cl_membership(struct kvp_cl *cl)
 		 (unsigned long long)cl->a->seg.L.len[KVP_R_ARENA]);
 	snprintf(ttl, sizeof(ttl), "%u", cfg->cluster_ttl_ms);
 	{
-		const char *argv[] = { "HSET",	      key,
-				       "addr",	      cl->addr_hex,
+		const char *argv[] = { "HSET",        key,
+				       "addr",        cl->addr_hex,
 				       "arena_rkey",  cl->arena_rkey_hex,
 				       "arena_base",  ab,
 				       "arena_len",   al,
@@ -594,9 +594,9 @@ kvp_cl_membership(struct kvp_cl *cl)
 				       "bounce_base", bb,
 				       "bounce_len",  bl,
 				       "secret",      cl->secret_hex,
-				       "pool",	      cfg->pool,
+				       "pool",        cfg->pool,
 				       "capacity",    cap,
-				       "inc",	      inc };
+				       "inc",         inc };
 
 		redisAppendCommandArgv(cl->rc, 24, argv, NULL);
 	}
@@ -625,8 +625,7 @@ kvp_cl_membership(struct kvp_cl *cl)
 			const redisReply *m = r[5]->element[k];
 
 			if (m->type != REDIS_REPLY_STRING ||
-			    !strcmp(m->str, cfg->node) ||
-			    strlen(m->str) >= 64)
+			    !strcmp(m->str, cfg->node) || strlen(m->str) >= 64)
 				continue;
 			redisAppendCommand(cl->rc, "HGETALL kvpool:node:%s",
 					   m->str);
@@ -646,17 +645,20 @@ kvp_cl_membership(struct kvp_cl *cl)
 				    !strcmp(m->str, cfg->node) ||
 				    strlen(m->str) >= 64)
 					continue;
-				if (rep[j] && rep[j]->type == REDIS_REPLY_ARRAY &&
+				if (rep[j] &&
+				    rep[j]->type == REDIS_REPLY_ARRAY &&
 				    rep[j]->elements) {
 					p = kvp_cl_peer(cl, m->str, true);
 					if (p)
-						kvp_cl_peer_update(cl, p, rep[j]);
+						kvp_cl_peer_update(cl, p,
+								   rep[j]);
 				} else if (cl->rc) {
 					/* gone: its entry expired */
-					redisReply *x = (redisReply *)redisCommand(
-						cl->rc,
-						"SREM kvpool:members %s",
-						m->str);
+					redisReply *x =
+						(redisReply *)redisCommand(
+							cl->rc,
+							"SREM kvpool:members %s",
+							m->str);
 					if (x)
 						freeReplyObject(x);
 				}
@@ -698,13 +700,15 @@ static void
 kvp_cl_publish(struct kvp_cl *cl)
 {
 	struct kvp_seg *s = &cl->a->seg;
-	enum { CHUNK = 1024 };
+	enum {
+		CHUNK = 1024
+	};
 	char dkey[128];
 	const char **argv;
 	size_t *argl;
-	char (*fields)[16], (*vals)[24];
+	char(*fields)[16], (*vals)[24];
 	unsigned nset = 0, ndel = 0, ncmd = 0, k;
-	char (*dfields)[16];
+	char(*dfields)[16];
 	uint64_t i, t0 = kvp_cl_now(), nset_all = 0, ndel_all = 0;
 
 	if (cl->republish) {
@@ -832,8 +836,8 @@ kvp_cl_publish(struct kvp_cl *cl)
 	if ((nset_all || ndel_all) && cl->shm) {
 		/* a change published now happened after the previous pass
 		 * began reading its slot: its age is at most this */
-		uint64_t lag = kvp_cl_now() - (cl->prev_pass_ns ? cl->prev_pass_ns :
-								  t0);
+		uint64_t lag = kvp_cl_now() -
+			       (cl->prev_pass_ns ? cl->prev_pass_ns : t0);
 
 		/* relaxed: gauges for humans */
 		kvp_store_relaxed(&cl->shm->cl_pub_lag_ns, lag);
@@ -912,7 +916,6 @@ kvp_cl_grant_end(struct kvp_cl *cl, struct kvp_grant *g)
 		kvp_cl_bounce_free(cl, g->boff, g->blen);
 	g->id = 0;
 	g->kind = 0;
-	cl->ngrants--;
 }
 
 /* a grant taken but never given out */
@@ -936,7 +939,6 @@ kvp_cl_grant_new(struct kvp_cl *cl)
 			cl->grant_gen++;
 			cl->grants[i].id =
 				((uint64_t)(cl->grant_gen | 1) << 16) | i;
-			cl->ngrants++;
 			return &cl->grants[i];
 		}
 	}
@@ -1016,8 +1018,7 @@ kvp_cl_serve_lease(struct kvp_cl *cl, const unsigned char *m, size_t len)
 	memcpy(&h, m, sizeof(h));
 	h.from[sizeof(h.from) - 1] = 0;
 	if (h.magic != KVP_WIRE_MAGIC || h.bytes != len - sizeof(h) ||
-	    memcmp(h.secret, cl->secret, 16) || h.n == 0 ||
-	    h.n > KVP_WAVE_KEYS)
+	    memcmp(h.secret, cl->secret, 16) || h.n == 0 || h.n > KVP_WAVE_KEYS)
 		goto refuse;
 	p = kvp_cl_peer(cl, h.from, false);
 	if (!p || !p->live || !p->ep || p->failed)
@@ -1087,8 +1088,8 @@ kvp_cl_serve_lease(struct kvp_cl *cl, const unsigned char *m, size_t len)
 			gr->kind = 1;
 			gr->l = l;
 			g[k].region = 0;
-			g[k].addr = (uint64_t)(uintptr_t)(c->seg.base +
-							  l.seg_off);
+			g[k].addr =
+				(uint64_t)(uintptr_t)(c->seg.base + l.seg_off);
 		} else {
 			/* SSD-resident, or in several runs: read below, with
 			 * the others, into the bounce buffer (staged by our
@@ -1130,8 +1131,8 @@ kvp_cl_serve_lease(struct kvp_cl *cl, const unsigned char *m, size_t len)
 		kvp_batch_get(c, bo, nb);
 	for (k = 0; k < nb; k++) {
 		struct kvp_wire_grant *x = &g[bk[k]];
-		struct kvp_grant *gr = &cl->grants[(x->grant & 0xffffu) %
-						   KVP_CL_GRANTS];
+		struct kvp_grant *gr =
+			&cl->grants[(x->grant & 0xffffu) % KVP_CL_GRANTS];
 
 		if (bo[k].status || bo[k].len != x->len) {
 			x->status = bo[k].status == -ENOENT ? -ENOENT :
@@ -1172,8 +1173,7 @@ kvp_cl_serve_release(struct kvp_cl *cl, const unsigned char *m, size_t len)
 	memcpy(&h, m, sizeof(h));
 	h.from[sizeof(h.from) - 1] = 0;
 	if (h.magic != KVP_WIRE_MAGIC || h.bytes != len - sizeof(h) ||
-	    memcmp(h.secret, cl->secret, 16) ||
-	    (uint64_t)h.n * 8 != h.bytes)
+	    memcmp(h.secret, cl->secret, 16) || (uint64_t)h.n * 8 != h.bytes)
 		goto refuse;
 	p = kvp_cl_peer(cl, h.from, false);
 	if (!p)
@@ -1191,7 +1191,6 @@ kvp_cl_serve_release(struct kvp_cl *cl, const unsigned char *m, size_t len)
 refuse:
 	kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1);
 }
-
 
 /* The AM handler (inside ucp_worker_progress, on this file's thread):
  * LEASE and RELEASE are queued for the loop; a GRANT is kept for the
@@ -1396,7 +1395,10 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, const uint64_t *hash,
 			e = r->element[k];
 			if (e->type != REDIS_REPLY_STRING)
 				continue;
-			score = kvp_cl_mix(hash[k] ^ (pi[j] + 1) * 0x9e3779b97f4a7c15ull) | 1;
+			score = kvp_cl_mix(hash[k] ^
+					   (pi[j] + 1) *
+						   0x9e3779b97f4a7c15ull) |
+				1;
 			if (score > top) {
 				top = score;
 				owner[k] = (int)pi[j];
@@ -1426,10 +1428,33 @@ struct kvp_cl_key {
 	uint64_t glen, grant;
 	unsigned region;
 	uint64_t addr;
-	void *rq;     /* the get in flight */
-	int st;       /* its answer */
-	bool granted, queued, got;
+	void *rq; /* the get in flight */
+	int st;   /* its answer */
+	bool granted, queued;
 };
+
+/* A key's bytes arrived: into this pool, unless they arrived after the
+ * lease's deadline (the owner may have reused them: discarded, I36). */
+static void
+kvp_cl_land(struct kvp_cl *cl, struct kvp_client *c, struct kvp_cl_key *x,
+	    uint64_t lease_deadline)
+{
+	int rc;
+
+	if (kvp_cl_now() > lease_deadline) {
+		x->st = -EIO;
+		return;
+	}
+	rc = kvp_put(c, x->key, x->klen, cl->rx + x->off, x->glen);
+	x->st = rc == 0 || rc == -EEXIST      ? 0 :
+		rc == -EBUSY || rc == -ENOSPC ? rc :
+		rc == -E2BIG                  ? -E2BIG :
+						-EIO;
+	if (!x->st) {
+		kvp_cl_ctr(cl, KVP_CLC_FETCHED, 1);
+		kvp_cl_ctr(cl, KVP_CLC_FETCH_BYTES, x->glen);
+	}
+}
 
 /* Send a LEASE to each owner of the wave's keys, wait for the GRANTs,
  * pull the bytes, put them here, RELEASE.  Answers in k[].st. */
@@ -1519,7 +1544,8 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 			continue;
 		/* the owner's leases may be shorter than ours */
 		if (t_ask + h->lease_ms * 1000000ull * 3 / 4 < lease_deadline)
-			lease_deadline = t_ask + h->lease_ms * 1000000ull * 3 / 4;
+			lease_deadline =
+				t_ask + h->lease_ms * 1000000ull * 3 / 4;
 		for (i = 0; i < m && q < h->n; i++) {
 			struct kvp_cl_key *x = &k[w[i]];
 
@@ -1541,8 +1567,8 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 				continue;
 			/* the owner's word against what we reserved and its
 			 * registered region */
-			if (x->glen > x->dlen || x->glen == 0 || x->region > 1 ||
-			    x->addr < p->base[x->region] ||
+			if (x->glen > x->dlen || x->glen == 0 ||
+			    x->region > 1 || x->addr < p->base[x->region] ||
 			    x->addr + x->glen >
 				    p->base[x->region] + p->len[x->region]) {
 				x->st = x->glen > x->dlen ? -ENOENT : -EIO;
@@ -1570,8 +1596,9 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 			}
 			ucp_request_free(x->rq);
 			x->rq = NULL;
-			x->got = st == UCS_OK;
-			x->st = st == UCS_OK ? 0 : -EIO;
+			x->st = -EIO;
+			if (st == UCS_OK) /* put while the others fly */
+				kvp_cl_land(cl, c, x, lease_deadline);
 		}
 		for (i = 0; i < m; i++) {
 			struct kvp_cl_key *x = &k[w[i]];
@@ -1596,8 +1623,7 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 				x->rq = NULL;
 				x->st = -EIO;
 			} else if (!x->rq) {
-				x->got = true;
-				x->st = 0;
+				kvp_cl_land(cl, c, x, lease_deadline);
 			} else {
 				inflight++;
 				wait = true;
@@ -1627,10 +1653,10 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 					for (i = 0; i < m; i++) {
 						struct kvp_cl_key *x = &k[w[i]];
 
-						if (x->rq && x->owner == (int)j) {
+						if (x->rq &&
+						    x->owner == (int)j) {
 							ucp_request_free(x->rq);
 							x->rq = NULL;
-							x->got = false;
 							x->st = -EIO;
 						}
 					}
@@ -1641,28 +1667,6 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 		kvp_cl_progress(cl, 1);
 		kvp_cl_drain(cl);
 		kvp_cl_tick(cl);
-	}
-	/* into this pool (a get completed after the lease's deadline may
-	 * hold reused bytes: discarded) */
-	for (i = 0; i < m; i++) {
-		struct kvp_cl_key *x = &k[w[i]];
-		int rc;
-
-		if (!x->got)
-			continue;
-		if (kvp_cl_now() > lease_deadline) {
-			x->st = -EIO;
-			continue;
-		}
-		rc = kvp_put(c, x->key, x->klen, cl->rx + x->off, x->glen);
-		x->st = rc == 0 || rc == -EEXIST ? 0 :
-			rc == -EBUSY || rc == -ENOSPC ? rc :
-			rc == -E2BIG ? -E2BIG :
-				       -EIO;
-		if (!x->st) {
-			kvp_cl_ctr(cl, KVP_CLC_FETCHED, 1);
-			kvp_cl_ctr(cl, KVP_CLC_FETCH_BYTES, x->glen);
-		}
 	}
 	/* RELEASE what was granted; the LEASE sends completed long ago */
 	for (j = 0; j < cl->npeers; j++) {
@@ -1721,8 +1725,8 @@ kvp_cl_fetch(struct kvp_cl *cl, const char *ns, struct kvp_cl_key *k,
 	w = (uint32_t *)malloc(sizeof(uint32_t) * (n ? n : 1));
 	for (i = 0; i < n; i++) {
 		k[i].st = k[i].owner < 0 ? -ENOENT : -EBUSY;
-		if (k[i].owner >= 0 && (k[i].dlen > cl->rx_len ||
-					k[i].dlen > maxv || !k[i].dlen))
+		if (k[i].owner >= 0 &&
+		    (k[i].dlen > cl->rx_len || k[i].dlen > maxv || !k[i].dlen))
 			k[i].st = k[i].dlen ? -E2BIG : -ENOENT;
 	}
 	if (!c || !w) {
@@ -1903,7 +1907,8 @@ kvp_cl_mailboxes(struct kvp_cl *cl, bool stopping)
 			uint64_t cap = (((uint64_t)s->g.g_rbox_kib << 10) -
 					sizeof(*rb)) /
 				       sizeof(struct kvp_rbox_ans);
-			struct kvp_rbox_ans *a = (struct kvp_rbox_ans *)(rb + 1);
+			struct kvp_rbox_ans *a =
+				(struct kvp_rbox_ans *)(rb + 1);
 
 			for (j = 0; j < n && j < cap; j++) {
 				a[j].ra_status = -ENOENT;
@@ -1927,6 +1932,7 @@ kvp_cl_waker(void *arg)
 	struct kvp_cl *cl = (struct kvp_cl *)arg;
 	unsigned last = 0;
 
+	/* acquire: pairs with the stop's release */
 	while (!kvp_load_acquire(&cl->stop)) {
 		/* acquire: pairs with the clients' bump */
 		unsigned cur = kvp_iload_acquire(&cl->shm->cl_wake);
@@ -1958,14 +1964,15 @@ kvp_cl_main(void *arg)
 		kvp_cl_tick(cl);
 		kvp_cl_mailboxes(cl, false);
 		kvp_cl_grants_expire(cl, false);
-		next = cl->next_pub_ns < cl->next_member_ns ? cl->next_pub_ns :
-							      cl->next_member_ns;
+		next = cl->next_pub_ns < cl->next_member_ns ?
+			       cl->next_pub_ns :
+			       cl->next_member_ns;
 		now = kvp_cl_now();
-		/* peers are reading from us (grants out): stay hot, UCX moves
-		 * their bytes only while we progress */
-		kvp_cl_progress(cl, cl->ngrants ? 0 :
-				next > now ? (int)((next - now) / 1000000ull) + 1 :
-					     1);
+		/* asleep until UCX has work (its event fd: a peer's message,
+		 * a get to serve), a client posts (ours), or a timer */
+		kvp_cl_progress(
+			cl,
+			next > now ? (int)((next - now) / 1000000ull) + 1 : 1);
 	}
 	kvp_cl_mailboxes(cl, true);
 	return NULL;
@@ -1980,8 +1987,9 @@ kvp_cl_read_pw(struct kvp_cl *cl, const char *path)
 	struct stat st;
 
 	if (!f) {
-		kvp_log(KVP_LOG_ERROR, "cluster", "--cluster-password-file %s: %s",
-			path, strerror(errno));
+		kvp_log(KVP_LOG_ERROR, "cluster",
+			"--cluster-password-file %s: %s", path,
+			strerror(errno));
 		return -1;
 	}
 	if (!fstat(fileno(f), &st) && (st.st_mode & 0077))
@@ -2042,7 +2050,8 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	cl->evfd = -1;
 	cl->inq_tail = &cl->inq;
 	cl->window = getenv("KVP_REMOTE_WINDOW") ?
-			     (unsigned)strtoul(getenv("KVP_REMOTE_WINDOW"), NULL, 10) :
+			     (unsigned)strtoul(getenv("KVP_REMOTE_WINDOW"),
+					       NULL, 10) :
 			     4;
 	if (!cl->window)
 		cl->window = 1;
@@ -2066,20 +2075,22 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 			"the segment was made without remote mailboxes (an agent without --cluster "
 			"created it): this node publishes and serves its pages, its clients cannot "
 			"fetch; stop the workers and the agent, remove the segment, restart");
+	/* relaxed: this agent wrote it before its threads started */
 	cl->inc = (uint32_t)kvp_load_relaxed(&a->seg.hdr->h_incarnation);
 	if (getrandom(cl->secret, sizeof(cl->secret), 0) != sizeof(cl->secret))
 		goto fail;
 	kvp_hex(cl->secret, 16, cl->secret_hex);
 	cl->nslots = a->seg.g.g_index_slots;
 	cl->pub = (struct kvp_pub *)calloc(cl->nslots, sizeof(*cl->pub));
-	cl->grants = (struct kvp_grant *)calloc(KVP_CL_GRANTS,
-						sizeof(*cl->grants));
+	cl->grants =
+		(struct kvp_grant *)calloc(KVP_CL_GRANTS, sizeof(*cl->grants));
 	cl->req_cap = (uint64_t)a->seg.g.g_rbox_kib << 10;
 	cl->req = (unsigned char *)malloc(cl->req_cap ? cl->req_cap : 1);
 	cl->bounce_len = cl->rx_len = cfg->remote_buffer;
 	cl->bounce = (unsigned char *)aligned_alloc(4096, cl->bounce_len);
 	cl->rx = (unsigned char *)aligned_alloc(4096, cl->rx_len);
-	cl->bounce_map = (uint8_t *)calloc(cl->bounce_len / KVP_BOUNCE_UNIT + 1, 1);
+	cl->bounce_map =
+		(uint8_t *)calloc(cl->bounce_len / KVP_BOUNCE_UNIT + 1, 1);
 	if (!cl->pub || !cl->grants || !cl->req || !cl->bounce || !cl->rx ||
 	    !cl->bounce_map)
 		goto fail;
@@ -2127,7 +2138,8 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	 * every handle's leases point into it) */
 	c0 = kvp_cl_nsh(cl, "kvpool.cluster");
 	if (!c0) {
-		kvp_log(KVP_LOG_ERROR, "cluster", "cannot open the pool as a client");
+		kvp_log(KVP_LOG_ERROR, "cluster",
+			"cannot open the pool as a client");
 		goto fail;
 	}
 	cl->arena_base = c0->seg.base + c0->seg.L.off[KVP_R_ARENA];
@@ -2252,7 +2264,8 @@ kvp_cluster_stop_agent(struct kvp_agent *a)
 
 		redisAppendCommand(cl->rc, "DEL kvpool:node:%s", a->cfg.node);
 		redisAppendCommand(cl->rc, "DEL kvpool:dir:%s", a->cfg.node);
-		redisAppendCommand(cl->rc, "SREM kvpool:members %s", a->cfg.node);
+		redisAppendCommand(cl->rc, "SREM kvpool:members %s",
+				   a->cfg.node);
 		if (kvp_cl_replies(cl, r, 3)) {
 			unsigned k;
 

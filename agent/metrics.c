@@ -25,10 +25,9 @@ const char *const kvp_tier_names[KVP_MTIERS] = { "DRAM", "SSD", "HBM" };
 
 /* enum kvp_cl_ctr: the remote tier's events (JSON keys, metric labels) */
 static const char *const kvp_cl_ctr_names[KVP_CLC__N] = {
-	"lookups",     "lookup_keys",	 "found",      "fetched",
-	"fetched_bytes", "failed",	 "dir_roundtrips", "dir_errors",
-	"published",   "unpublished",	 "served",     "served_bytes",
-	"refused",     "stale",		 "bad_mailbox",
+	"lookups", "lookup_keys",    "found",      "fetched",   "fetched_bytes",
+	"failed",  "dir_roundtrips", "dir_errors", "published", "unpublished",
+	"served",  "served_bytes",   "refused",    "stale",     "bad_mailbox",
 };
 
 /* JSON names of enum kvp_ctr and enum kvp_actr (kvpool stat --json). */
@@ -292,7 +291,8 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 		for (k = 0; m->cl_node[k]; k++)
 			if (!isalnum((unsigned char)m->cl_node[k]) &&
 			    !strchr("_.-", m->cl_node[k]))
-				m->cl_node[k] = '?'; /* agent-written; still escaped */
+				m->cl_node[k] =
+					'?'; /* agent-written; still escaped */
 	}
 	m->dram_populated = kvp_dram_capacity(s) * s->g.g_dram_unit;
 	m->dram_unit = s->g.g_dram_unit;
@@ -744,8 +744,8 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 			"peers, peer requests refused, stale directory entries, bad "
 			"mailboxes.");
 		for (k = 0; k < KVP_CLC__N; k++)
-			kvp_val1(f, "kvpool_remote_events_total", "event", kvp_cl_ctr_names[k],
-				 m->cl_ctr[k]);
+			kvp_val1(f, "kvpool_remote_events_total", "event",
+				 kvp_cl_ctr_names[k], m->cl_ctr[k]);
 		kvp_fam(f, "kvpool_remote_publish_lag_seconds", "gauge",
 			"Bound on the age of a change when the directory got it (the "
 			"last publish pass that had changes; max: since the agent "
@@ -770,7 +770,8 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 			else
 				fprintf(f,
 					"kvpool_remote_fetch_duration_seconds_bucket{le=\"%.9g\"} %llu\n",
-					(double)(1ull << (k + KVP_HIST_SHIFT)) / 1e9,
+					(double)(1ull << (k + KVP_HIST_SHIFT)) /
+						1e9,
 					(unsigned long long)cum);
 		}
 		fprintf(f, "kvpool_remote_fetch_duration_seconds_sum %.9f\n",
@@ -1250,8 +1251,9 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 			"(%s); %llu directory round trips; publish lag %.1f ms "
 			"(max %.1f)\n",
 			m->cl_node,
-			KVP_CL_STATE(m->cl_state) == KVP_CL_UP ? "up" :
-								 "directory down",
+			KVP_CL_STATE(m->cl_state) == KVP_CL_UP ?
+				"up" :
+				"directory down",
 			KVP_CL_PEERS(m->cl_state),
 			(unsigned long long)m->cl_ctr[KVP_CLC_LOOKUPS],
 			(unsigned long long)m->cl_ctr[KVP_CLC_LOOKUP_KEYS],

@@ -12,11 +12,11 @@
  * The remote step is best effort: when the agent has no cluster, the
  * directory is down, no peer is up, or the agent is gone, a key absent
  * here stays a MISS (the local answer) and nothing waits.
+ *
+ * Included by shm/client_int.h (last: it wraps the read engine).
  */
 #ifndef KVP_CLIENT_REMOTE_INT_H
 #define KVP_CLIENT_REMOTE_INT_H
-
-#include "shm/client_int.h"
 
 KVP_INLINE struct kvp_rbox *
 kvp__rbox(const struct kvp_seg *s, uint32_t slot)
@@ -100,6 +100,7 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 	posted = (w & ~0xffull) | KVP_RB_POSTED;
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	for (;;) {
+		/* acquire: pairs with the agent's bump after DONE */
 		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
 		uint64_t now;
 
@@ -133,6 +134,7 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 			/* withdraw (full CAS from our exact word; the agent
 			 * answers with a CAS from TAKEN, so it writes nothing
 			 * into a withdrawn mailbox) */
+			/* acquire: the agent's last word (ANSWERING, DONE) */
 			uint64_t cur = kvp_load_acquire(&rb->rb_state);
 
 			if (KVP_RB_STATE(cur) == KVP_RB_ANSWERING ||
@@ -152,13 +154,14 @@ KVP_INLINE size_t
 kvp__rbox_fit(const struct kvp_client *c, const struct kvp_op *ops,
 	      const size_t *idx, size_t from, size_t m)
 {
-	uint64_t cap = ((uint64_t)c->seg.g.g_rbox_kib << 10) -
-		       sizeof(struct kvp_rbox);
+	uint64_t cap =
+		((uint64_t)c->seg.g.g_rbox_kib << 10) - sizeof(struct kvp_rbox);
 	uint64_t used = 1 + strlen(c->ns);
 	size_t k;
 
 	for (k = from; k < m; k++) {
-		uint64_t need = sizeof(struct kvp_rbox_ans) + 1 + ops[idx[k]].klen;
+		uint64_t need =
+			sizeof(struct kvp_rbox_ans) + 1 + ops[idx[k]].klen;
 
 		if (used + need > cap)
 			break;
@@ -193,7 +196,8 @@ kvp__remote_ask(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 		size_t part = kvp__rbox_fit(c, ops, idx, from, m);
 		bool absent = false;
 
-		if (!part || kvp__rbox_call(c, kind, ops, idx + from, part, ans))
+		if (!part ||
+		    kvp__rbox_call(c, kind, ops, idx + from, part, ans))
 			break;
 		calls++;
 		for (k = 0; k < part; k++) {
@@ -357,8 +361,8 @@ kvp__remote_prefix(struct kvp_client *c, unsigned kind, struct kvp_op *ops,
 	int *st;
 	uint64_t *len;
 
-	idx = (size_t *)malloc(m * (sizeof(size_t) + sizeof(int) +
-				    sizeof(uint64_t)));
+	idx = (size_t *)malloc(
+		m * (sizeof(size_t) + sizeof(int) + sizeof(uint64_t)));
 	if (!idx)
 		return 0;
 	len = (uint64_t *)(idx + m);
@@ -373,10 +377,10 @@ kvp__remote_prefix(struct kvp_client *c, unsigned kind, struct kvp_op *ops,
 		kvp__remote_ask(c, kind, ops, idx, m, st, len, true);
 	for (k = 0; k < m; k++) {
 		if (st[k] != 0) {
-			ops[from + k].status = kind == KVP_RB_PROBE ?
-						       -ENOENT :
-						       kvp__remote_get_status(
-							       st[k]);
+			ops[from + k].status =
+				kind == KVP_RB_PROBE ?
+					-ENOENT :
+					kvp__remote_get_status(st[k]);
 			break;
 		}
 		ops[from + k].status = 0;
@@ -421,8 +425,7 @@ kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
 
 /* kvp_batch_locate (kvpool.h): where each key lives. */
 KVP_API ssize_t
-kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n,
-		 int *tier)
+kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n, int *tier)
 {
 	size_t k, m = 0, present = 0, *idx = NULL;
 
@@ -440,8 +443,8 @@ kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n,
 		}
 		i = kvp_ix_find(&c->seg, c->ns_id,
 				kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen),
-				ops[k].key, ops[k].klen,
-				KVP_IX_M(KVP_IX_READY), &w);
+				ops[k].key, ops[k].klen, KVP_IX_M(KVP_IX_READY),
+				&w);
 		if (i < 0) {
 			ops[k].status = -ENOENT;
 			m++;
@@ -455,8 +458,8 @@ kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n,
 	}
 	kvp__ctr(c, KVP_CTR_EXISTS, n);
 	if (m && kvp__remote_up(c, KVP_REMOTE_PROBE))
-		idx = (size_t *)malloc(m * (sizeof(size_t) + sizeof(int) +
-					    sizeof(uint64_t)));
+		idx = (size_t *)malloc(
+			m * (sizeof(size_t) + sizeof(int) + sizeof(uint64_t)));
 	if (idx) {
 		uint64_t *len = (uint64_t *)(idx + m);
 		int *st = (int *)(len + m);

@@ -586,8 +586,8 @@ enum kvp_cl_state {
 	KVP_CL_UP = 2,
 };
 /* cl_state: [incarnation:32][peers:16][0:8][state:8] */
-#define KVP_CL_WORD(inc, peers, st)              \
-	(((uint64_t)(uint32_t)(inc) << 32) |      \
+#define KVP_CL_WORD(inc, peers, st)          \
+	(((uint64_t)(uint32_t)(inc) << 32) | \
 	 ((uint64_t)((peers)&0xffffu) << 16) | (uint64_t)(st))
 #define KVP_CL_STATE(w) ((unsigned)((w)&0xff))
 #define KVP_CL_PEERS(w) ((unsigned)(((w) >> 16) & 0xffffu))
@@ -615,7 +615,7 @@ struct kvp_cluster {
 	kvp_aword_t cl_state; /* KVP_CL_WORD: written by the agent only */
 	kvp_aint_t cl_wake;   /* futex: clients bump after posting */
 	uint32_t cl_pad;
-	kvp_aword_t cl_pub_lag_ns; /* the last publish pass: oldest change's age */
+	kvp_aword_t cl_pub_lag_ns; /* last publish pass: a change's age */
 	kvp_aword_t cl_pub_max_ns; /* the largest lag since the agent started */
 	kvp_aword_t cl_dir_rtt_ns; /* the last directory round trip */
 	kvp_aword_t cl_ctr[KVP_CL_CTRS]; /* enum kvp_cl_ctr */
@@ -1202,8 +1202,8 @@ struct kvp_seg {
 	struct kvp_span *spans;
 	unsigned char *staging;
 	struct kvp_cluster *cluster; /* NULL without a remote tier */
-	uint64_t slot_mask;   /* index_slots - 1 */
-	uint64_t bucket_mask; /* index_slots / 8 - 1 */
+	uint64_t slot_mask;          /* index_slots - 1 */
+	uint64_t bucket_mask;        /* index_slots / 8 - 1 */
 	/* who this process is to the allocator lock (0: no one; tools) */
 	unsigned int lock_token;
 	unsigned int lock_seq;
@@ -1410,8 +1410,8 @@ kvp_shm_bind(struct kvp_seg *s, char *msg, size_t cap)
 	}
 	s->cluster = NULL;
 	if (s->g.g_rbox_kib)
-		s->cluster =
-			(struct kvp_cluster *)(s->base + s->L.off[KVP_R_CLUSTER]);
+		s->cluster = (struct kvp_cluster *)(s->base +
+						    s->L.off[KVP_R_CLUSTER]);
 	s->slot_mask = s->g.g_index_slots - 1;
 	s->bucket_mask = s->g.g_index_slots / 8 - 1;
 	return 0;

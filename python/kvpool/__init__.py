@@ -110,10 +110,16 @@ __all__ = [
     "buffer_address",
     "Keys",
     "KEY_MAX",
+    "TIER_DRAM",
+    "TIER_SSD",
+    "TIER_REMOTE",
 ]
 
 _lib = _native.lib
 _memmove = ctypes.memmove
+TIER_DRAM = _native.TIER_DRAM
+TIER_SSD = _native.TIER_SSD
+TIER_REMOTE = _native.TIER_REMOTE
 KEY_MAX = 255
 _OPW = _native.OP_WORDS
 _OPS = _native.OP_STATUS_INT
@@ -341,7 +347,21 @@ _LAYOUTS_MAX = 64  # per client: shapes of Keys kept (LRU)
 
 
 class _Client:
-    __slots__ = ("h", "lock", "epoch", "ops", "opn", "mvq", "mvi", "kbuf", "kcap", "layouts", "pinsets", "__weakref__")
+    __slots__ = (
+        "h",
+        "lock",
+        "epoch",
+        "ops",
+        "opn",
+        "mvq",
+        "mvi",
+        "kbuf",
+        "kcap",
+        "layouts",
+        "pinsets",
+        "remote",
+        "__weakref__",
+    )
 
     def __init__(self, pool):
         h = ctypes.c_void_p()
@@ -357,6 +377,7 @@ class _Client:
         self.kcap = 0
         self.layouts = {}
         self.pinsets = weakref.WeakSet()  # live pinsets, freed before close
+        self.remote = _native.REMOTE_GET  # kvp_remote's default
 
     def layout(self, keys, io):
         """The cached layout for keys' shape, its key buffer filled.  Probes
@@ -422,7 +443,9 @@ class Pool:
     namespaces never meet.  namespace: what makes pages interchangeable,
     e.g. model, KV dtype, layout and page size."""
 
-    def __init__(self, pool="default", namespace=None):
+    def __init__(self, pool="default", namespace=None, *, remote_get=True, remote_probe=False):
+        """remote_get, remote_probe: what this Pool asks other nodes of a
+        cluster for (kvp_remote; see Pool.remote)."""
         if namespace is None:
             raise InvalidArgument(INVAL, None, "a namespace is required (model + KV layout)")
         self.pool = pool
@@ -435,6 +458,7 @@ class Pool:
         self._clients = weakref.WeakSet()
         self._reg = threading.Lock()
         self._closed = False
+        self._remote = (_native.REMOTE_GET if remote_get else 0) | (_native.REMOTE_PROBE if remote_probe else 0)
         # open the first client now: a bad name or a missing agent is an
         # error here, not at the first call
         self._client()
@@ -448,6 +472,8 @@ class Pool:
             )
         c = getattr(self._local, "c", None)
         if c is not None and c.h is not None:
+            if c.remote != self._remote:
+                self._set_remote(c)
             return c
         with self._reg:
             if self._closed:
@@ -455,7 +481,47 @@ class Pool:
             c = _Client(self)
             self._clients.add(c)
         self._local.c = c
+        if c.remote != self._remote:
+            self._set_remote(c)
         return c
+
+    def _set_remote(self, c):
+        fn = getattr(_lib, "kvp_remote", None)
+        if fn is None or fn.argtypes is None:
+            raise NotSupported(NOTSUP, None, f"{_native.loaded_from} has no kvp_remote (libkvpool.so.1.4 or later)")
+        with c.lock:
+            fn(c.h, self._remote)
+            c.remote = self._remote
+
+    def remote(self, *, get=None, probe=None):
+        """What this Pool asks the other nodes of a cluster (kvpoold
+        --cluster) for, in every thread: get (default True) makes gets
+        fetch keys this node misses from the node that holds them; probe
+        (default False: a remote hit costs a transfer) makes
+        batch_exists_prefix count them, lookup_pin fetch and pin them, and
+        batch_locate report them.  Returns the flags as (get, probe)."""
+        if get is not None:
+            self._remote = (self._remote & ~_native.REMOTE_GET) | (_native.REMOTE_GET if get else 0)
+        if probe is not None:
+            self._remote = (self._remote & ~_native.REMOTE_PROBE) | (_native.REMOTE_PROBE if probe else 0)
+        self._client()
+        return (bool(self._remote & _native.REMOTE_GET), bool(self._remote & _native.REMOTE_PROBE))
+
+    def batch_locate(self, keys):
+        """Where each key lives: TIER_DRAM, TIER_SSD, TIER_REMOTE (another
+        node holds it; only with remote probe on) or 0 (absent).  A probe:
+        holds, stages and copies nothing."""
+        fn = getattr(_lib, "kvp_batch_locate", None)
+        if fn is None or fn.argtypes is None:
+            raise NotSupported(NOTSUP, None, f"{_native.loaded_from} has no kvp_batch_locate (libkvpool.so.1.4 or later)")
+        c = self._client()
+        with c.lock:
+            ops, n, _, _ = self._fill(c, keys)
+            tiers = (ctypes.c_int * max(n, 1))()
+            rc = fn(c.h, ops, n, tiers)
+        if rc < 0:
+            self._check(c, rc)
+        return list(tiers[:n])
 
     def _stale(self, c):
         """This thread's client was reaped: drop it; the next call reopens."""

@@ -183,8 +183,9 @@ def _load():
         "kvp_stat": (c_int, [vp, ctypes.POINTER(Stat), sz]),
         "kvp_strerror": (ctypes.c_char_p, [c_int]),
     }
-    # the GPU endpoints (KVPOOL_1.3): optional, so an older library still
-    # serves everything else (the device calls then raise NotSupported)
+    # the GPU endpoints (KVPOOL_1.3) and the remote tier (KVPOOL_1.4):
+    # optional, so an older library still serves everything else (those
+    # calls then raise NotSupported)
     dev_protos = {
         "kvp_batch_get_dev": (ssz, [vp, c_int, vp, vp, sz, ctypes.POINTER(vp)]),
         "kvp_dev_wait": (ssz, [vp, vp]),
@@ -194,6 +195,9 @@ def _load():
         "kvp_put_dev": (c_int, [vp, c_int, vp, vp, u32, vp, u64]),
         "kvp_dev_register": (c_int, [vp, u32]),
         "kvp_dev_info": (c_int, [vp, ctypes.POINTER(DevInfo), sz]),
+        # the remote tier (KVPOOL_1.4)
+        "kvp_remote": (c_int, [vp, ctypes.c_uint]),
+        "kvp_batch_locate": (ssz, [vp, vp, sz, ctypes.POINTER(c_int)]),
     }
     for name, (res, args) in dev_protos.items():
         fn = getattr(so, name, None)
@@ -239,6 +243,9 @@ INPROGRESS = -errno.EINPROGRESS
 
 TIER_DRAM = 1
 TIER_SSD = 2
+TIER_REMOTE = 4  # kvp_batch_locate: another node of the cluster holds it
+REMOTE_GET = 1  # kvp_remote flags
+REMOTE_PROBE = 2
 
 
 class KVPoolError(Exception):

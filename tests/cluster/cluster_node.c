@@ -11,9 +11,15 @@
  *   cluster_node pin    POOL NS PREFIX FROM N        (lookup_pin, remote)
  *   cluster_node wait   POOL NS PREFIX FROM N MS     (until a probe sees
  *                                                     all N remote/local)
- *   cluster_node bench  POOL NS PREFIX FROM N SIZE BATCH   (remote gets:
- *                                                     GB/s, keys deleted
- *                                                     here after each)
+ *   cluster_node bench  POOL NS PREFIX FROM N SIZE BATCH [ROUNDS]
+ *                                                    (remote gets: GB/s per
+ *                                                     round, keys deleted
+ *                                                     here after each batch;
+ *                                                     one process, so round
+ *                                                     0 is the warm-up)
+ *   cluster_node hits   POOL NS PREFIX FROM N SIZE ROUNDS  (local hits:
+ *                                                     ROUNDS batch gets of
+ *                                                     the N keys, GB/s)
  *   cluster_node exists POOL NS PREFIX FROM N        (exists_prefix with the
  *                                                     default flags)
  *   cluster_node hostile POOL NS X SEED N            (N garbage mailbox
@@ -63,8 +69,8 @@ main(int argc, char **argv)
 	const char *op, *pool, *ns, *prefix;
 	uint64_t from, n, size = 0, batch, k, b;
 	struct kvp_op *ops;
-	char (*keys)[96];
-	unsigned char *buf, *want;
+	char(*keys)[96];
+	unsigned char *buf = NULL, *want = NULL;
 	unsigned ok = 0, miss = 0, failed = 0, busy = 0, other = 0, wrong = 0;
 	int rc;
 
@@ -93,9 +99,10 @@ main(int argc, char **argv)
 	if (!ops || !keys)
 		return 1;
 	for (k = 0; k < n; k++) {
-		snprintf(keys[k], sizeof(keys[0]),
-			 "%s-%08llu-0123456789abcdef0123456789abcdef0123456789abcdef",
-			 prefix, (unsigned long long)(from + k));
+		snprintf(
+			keys[k], sizeof(keys[0]),
+			"%s-%08llu-0123456789abcdef0123456789abcdef0123456789abcdef",
+			prefix, (unsigned long long)(from + k));
 		ops[k].key = keys[k];
 		ops[k].klen = (uint32_t)strlen(keys[k]);
 	}
@@ -114,14 +121,17 @@ main(int argc, char **argv)
 		printf("op=put ok=%u busy=%u other=%u\n", ok, busy, other);
 	} else if (!strcmp(op, "get") || !strcmp(op, "bench")) {
 		bool bench = !strcmp(op, "bench");
-		double t0, secs;
-		uint64_t bytes = 0;
+		double secs = 0, tg;
+		uint64_t bytes = 0, round = 0,
+			 rounds = bench && argc > 9 ?
+					  strtoull(argv[9], NULL, 10) :
+					  1;
 
 		buf = malloc(batch * size);
 		want = malloc(size ? size : 1);
 		if (!buf || !want)
 			return 1;
-		t0 = now_s();
+again:
 		for (b = 0; b < n; b += batch) {
 			uint64_t m = n - b < batch ? n - b : batch;
 
@@ -130,7 +140,11 @@ main(int argc, char **argv)
 				ops[b + k].off = 0;
 				ops[b + k].len = size;
 			}
+			/* the gets alone are timed (not the checks, nor the
+			 * bench's deletes) */
+			tg = now_s();
 			kvp_batch_get(c, ops + b, m);
+			secs += now_s() - tg;
 			for (k = 0; k < m; k++) {
 				int st = ops[b + k].status;
 
@@ -159,12 +173,18 @@ main(int argc, char **argv)
 					kvp_delete(c, keys[b + k],
 						   ops[b + k].klen);
 		}
-		secs = now_s() - t0;
-		printf("op=%s ok=%u miss=%u failed=%u busy=%u other=%u wrong=%u "
-		       "bytes=%llu secs=%.4f gbps=%.3f\n",
-		       op, ok, miss, failed, busy, other, wrong,
-		       (unsigned long long)bytes, secs,
+
+		printf("op=%s round=%llu ok=%u miss=%u failed=%u busy=%u "
+		       "other=%u wrong=%u bytes=%llu secs=%.4f gbps=%.3f\n",
+		       op, (unsigned long long)round, ok, miss, failed, busy,
+		       other, wrong, (unsigned long long)bytes, secs,
 		       secs > 0 ? bytes / secs / 1e9 : 0.0);
+		if (++round < rounds) {
+			ok = miss = failed = busy = other = wrong = 0;
+			bytes = 0;
+			secs = 0;
+			goto again;
+		}
 	} else if (!strcmp(op, "probe") || !strcmp(op, "wait")) {
 		int *tier = calloc(n ? n : 1, sizeof(int));
 		unsigned t[5] = { 0 };
@@ -177,15 +197,44 @@ main(int argc, char **argv)
 			if (strcmp(op, "wait") || (uint64_t)pre == n ||
 			    now_s() > deadline)
 				break;
-			nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+			nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 },
+				  NULL);
 		}
 		kvp_batch_locate(c, ops, n, tier);
 		for (k = 0; k < n; k++)
 			t[tier[k] >= 0 && tier[k] < 5 ? tier[k] : 0]++;
-		printf("op=%s prefix=%zd absent=%u dram=%u ssd=%u remote=%u\n", op,
-		       pre, t[0], t[1], t[2], t[4]);
+		printf("op=%s prefix=%zd absent=%u dram=%u ssd=%u remote=%u\n",
+		       op, pre, t[0], t[1], t[2], t[4]);
+		free(tier);
+	} else if (!strcmp(op, "hits")) {
+		uint64_t rounds = batch, r2, bytes = 0;
+		double t0, secs;
+
+		buf = malloc(n * size);
+		if (!buf)
+			return 1;
+		for (k = 0; k < n; k++) {
+			ops[k].buf = buf + k * size;
+			ops[k].off = 0;
+			ops[k].len = size;
+		}
+		kvp_batch_get(c, ops, n); /* warm */
+		t0 = now_s();
+		for (r2 = 0; r2 < rounds; r2++) {
+			for (k = 0; k < n; k++)
+				ops[k].len = size;
+			kvp_batch_get(c, ops, n);
+			for (k = 0; k < n; k++) {
+				ok += ops[k].status == 0;
+				bytes += ops[k].status == 0 ? ops[k].len : 0;
+			}
+		}
+		secs = now_s() - t0;
+		printf("op=hits ok=%u bytes=%llu secs=%.4f gbps=%.3f\n", ok,
+		       (unsigned long long)bytes, secs, bytes / secs / 1e9);
 	} else if (!strcmp(op, "exists")) {
-		printf("op=exists prefix=%zd\n", kvp_batch_exists_prefix(c, ops, n));
+		printf("op=exists prefix=%zd\n",
+		       kvp_batch_exists_prefix(c, ops, n));
 	} else if (!strcmp(op, "hostile")) {
 		struct kvp_rbox *rb;
 		unsigned char *d;
@@ -274,5 +323,9 @@ main(int argc, char **argv)
 		return 2;
 	}
 	kvp_close(c);
+	free(buf);
+	free(want);
+	free(ops);
+	free(keys);
 	return 0;
 }

@@ -75,6 +75,21 @@ kc_node 3 wait m1 p 0 50 5000 >/dev/null
 r=$(kc_node 3 pin m1 p 0 50); echo "node3 $r"
 [ "$(field pinned "$r")" = 50 ] || fail "lookup_pin did not fetch and pin 50 remote pages: $r"
 [ "$(stat 2 bad_mailbox)" = 0 ] || fail "bad mailboxes counted for a good client"
+# the Python binding: locate says REMOTE, a get fetches
+kc_node 1 put m1 py 0 3 4096 >/dev/null
+kc_node 2 wait m1 py 0 3 5000 >/dev/null
+if command -v python3 >/dev/null; then
+	r=$(kc_in 2 env PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1 python3 -c "
+import kvpool
+keys = ['py-%08d-0123456789abcdef0123456789abcdef0123456789abcdef' % i for i in range(3)]
+with kvpool.Pool('$(kc_pool 2)', namespace='m1', remote_probe=True) as p:
+    t = p.batch_locate(keys + ['nowhere'])
+    v = p.get_bytes(keys[0])
+    print('locate', t == [kvpool.TIER_REMOTE] * 3 + [0], 'len', len(v), 'after', p.batch_locate(keys[:1]) == [kvpool.TIER_DRAM])
+" 2>&1)
+	echo "node2 python: $r"
+	[ "$r" = "locate True len 4096 after True" ] || fail "python: $r"
+fi
 
 echo "== 2. a 2,000-key batch: local, remote DRAM, remote SSD"
 r=$(kc_node 2 put m1 mix 0 500 65536); echo "node2 $r"

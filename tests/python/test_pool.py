@@ -463,6 +463,28 @@ class Namespaces(unittest.TestCase):
                 self.assertTrue(bf.exists("page"))
 
 
+class Remote(unittest.TestCase):
+    """The remote tier's calls on one node (tests/cluster/test_cluster.sh
+    runs them across nodes): flags per Pool, in every thread; locate."""
+
+    def test_flags_and_locate(self):
+        with kvpt.Agent("--dram", "16M") as a:
+            with kvpool.Pool(a.pool, namespace="remote") as p:
+                self.assertEqual(p.remote(), (True, False))
+                p.put("here", b"x" * 4096)
+                self.assertEqual(p.batch_locate(["here", "absent"]), [kvpool.TIER_DRAM, 0])
+                self.assertEqual(p.remote(probe=True, get=False), (False, True))
+                seen = []
+                t = threading.Thread(target=lambda: seen.append(p.batch_locate(["here"])))
+                t.start()
+                t.join()
+                self.assertEqual(seen, [[kvpool.TIER_DRAM]])
+                # no cluster: a miss is a miss, at once
+                self.assertEqual(p.batch_exists_prefix(["here", "absent"]), 1)
+                with self.assertRaises(kvpool.Miss):
+                    p.get("absent", bytearray(16))
+
+
 class Threads(unittest.TestCase):
     def test_one_pool_many_threads(self):
         """Eight threads share one Pool: each gets a client slot of its own

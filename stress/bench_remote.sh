@@ -1,0 +1,130 @@
+#!/bin/sh
+# stress/bench_remote.sh - the remote tier's figures, measured in one run
+# on one link (two nodes: network namespaces joined by veth through a
+# bridge, UCX over TCP, Redis in node 1; tests/cluster/cluster_env.sh):
+#
+#  1. remote get throughput, 1 MiB pages: node 2 reads, in batches of 64,
+#     pages that only node 1 holds (each batch's pages are deleted on node
+#     2 after it, so every batch crosses the link; the figure is what the
+#     caller sees: directory, leases, transfer, the put into node 2's pool
+#     and the copy out), against ucx_perftest -t ucp_get -s 1 MiB between
+#     the same two namespaces with the same UCX settings (one get in
+#     flight, its default; and -O 4, kvpool's window).  Goal: >= 0.8x.
+#  2. directory round trips per batch: the agent's counter around batches
+#     of 1, 64, 500 and 2,000 keys (one mailbox call each).
+#  3. local hits with the cluster on and off: the same pool size, 64 KiB
+#     pages, batch gets of 256 keys that all hit locally (best of 3).
+#
+#   stress/bench_remote.sh [--quick] [--out FILE]
+# --quick: small counts (the default test run's smoke run); the figures
+# are then not the ones docs/performance.md quotes.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+quick=0 out=
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) quick=1 ;;
+	--out) out=$2; shift ;;
+	*) echo "usage: stress/bench_remote.sh [--quick] [--out FILE]"; exit 2 ;;
+	esac
+	shift
+done
+. tests/cluster/cluster_env.sh
+kc_can_run || exit $?
+command -v ucx_perftest >/dev/null || { echo "SKIP no ucx_perftest (ucx-utils)"; exit 77; }
+command -v jq >/dev/null || { echo "SKIP no jq"; exit 77; }
+[ -x "$KC_BIN/cluster_node" ] || { echo "SKIP $KC_BIN/cluster_node not built"; exit 77; }
+trap kc_cleanup EXIT
+trap 'exit 1' INT TERM
+if [ $quick = 1 ]; then
+	NPAGES=64 ROUNDS=1 PTN=200 HITR=20 DRAM=256M
+else
+	NPAGES=512 ROUNDS=3 PTN=2000 HITR=200 DRAM=1G
+fi
+say() { echo "$*"; [ -z "$out" ] || echo "$*" >>"$out"; }
+field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+stat() { "$KC_BIN/kvpool" --pool "$(kc_pool "$1")" stat --json 2>/dev/null | jq -r "$2"; }
+populated() { [ "$(stat "$1" .dram_bytes_populated)" = "$(stat "$1" .dram_bytes_total)" ]; }
+
+kc_net 2 || exit 1
+kc_redis_start || exit 1
+KC_DRAM=$DRAM kc_agent 1 || exit 1
+KC_DRAM=$DRAM kc_agent 2 || exit 1
+kc_wait 120 populated 1 && kc_wait 120 populated 2 || { echo "pools not populated"; exit 1; }
+say "# stress/bench_remote.sh $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) CPUs, $(uname -r), UCX_TLS=$UCX_TLS, veth"
+
+# 1. throughput
+best=0
+# ucx_perftest's server listens on TCP port 13337 (its default)
+pt_listening() { kc_in 1 ss -ltn 2>/dev/null | grep -q ':13337 '; }
+pt() {
+	kc_in 1 timeout 120 ucx_perftest -t ucp_get -s 1048576 -n "$PTN" "$@" >/dev/null 2>&1 &
+	srv=$!
+	kc_wait 10 pt_listening || { echo 0; return; }
+	r=$(kc_in 2 timeout 120 ucx_perftest "$(kc_ip 1)" -t ucp_get -s 1048576 -n "$PTN" "$@" 2>/dev/null |
+		awk '/^Final:/ { print $(NF-3) }')
+	wait $srv
+	echo "${r:-0}"
+}
+pt1=$(pt)
+pt4=$(pt -O 4)
+say "ucx_perftest ucp_get 1 MiB: $pt1 MB/s (1 in flight), $pt4 MB/s (-O 4)"
+ref=$(echo "if ($pt1 > $pt4) $pt1 else $pt4" | bc)
+r=$(kc_node 1 put b p 0 "$NPAGES" 1048576)
+[ "$(field ok "$r")" = "$NPAGES" ] || { echo "node 1 put: $r"; exit 1; }
+kc_node 2 wait b p 0 "$NPAGES" 10000 >/dev/null
+# one reader process, ROUNDS + 1 rounds: round 0 is the warm-up (this
+# process maps the arena page by page as it first reads it; the agent's
+# own mapping too), reported apart
+kc_node 2 bench b p 0 "$NPAGES" 1048576 64 $((ROUNDS + 1)) >"$KC_DIR/bench.out"
+sum=0 i=0
+while read -r r; do
+	[ "$(field ok "$r")" = "$NPAGES" ] || { echo "remote gets: $r"; exit 1; }
+	g=$(echo "$(field gbps "$r") * 1000" | bc)
+	if [ "$(field round "$r")" = 0 ]; then
+		say "kvpool remote get 1 MiB, batches of 64: warm-up round: $g MB/s"
+		continue
+	fi
+	say "kvpool remote get 1 MiB, batches of 64: round $(field round "$r"): $g MB/s ($(field secs "$r") s in gets for $NPAGES pages)"
+	sum=$(echo "$sum + $g" | bc)
+	i=$((i + 1))
+done <"$KC_DIR/bench.out"
+mean=$(echo "scale=1; $sum / $i" | bc)
+ratio=$(echo "scale=2; $mean / $ref" | bc)
+say "remote 1 MiB get: kvpool $mean MB/s vs ucx_perftest $ref MB/s (the better of its two) = ${ratio}x (goal >= 0.8x)"
+
+# 2. directory round trips per batch
+kc_node 1 put b q 0 2565 4096 >/dev/null
+kc_node 2 wait b q 0 2565 10000 >/dev/null
+from=0
+for n in 1 64 500 2000; do
+	a=$(stat 2 .remote.dir_roundtrips)
+	r=$(kc_node 2 get b q $from $n 4096 $n)
+	b=$(stat 2 .remote.dir_roundtrips)
+	say "directory round trips for a batch of $n keys ($(field ok "$r") fetched): $((b - a))"
+	from=$((from + n))
+done
+say "directory round trip (last lookup): $(stat 2 .remote.dir_rtt_ns) ns; publish lag bound (last/max): $(stat 1 .remote.publish_lag_ns)/$(stat 1 .remote.publish_lag_max_ns) ns"
+
+# 3. local hits, cluster on and off
+hits() {
+	b=0
+	for _ in 1 2 3; do
+		r=$(kc_node 2 hits b h 0 256 65536 "$HITR")
+		g=$(field gbps "$r")
+		b=$(echo "if ($g > $b) $g else $b" | bc)
+	done
+	echo "$b"
+}
+kc_node 2 put b h 0 256 65536 >/dev/null
+on=$(hits)
+kc_agent_stop 2
+kc_agent_stop 1
+rm -f "/dev/shm/kvpool.$(kc_pool 2)"
+kc_in 2 "$KC_BIN/kvpoold" --foreground --pool "$(kc_pool 2)" --metrics-addr off \
+	--populate-threads 1 --dram "$DRAM" >>"$KC_LOGDIR/kvpt.$(kc_pool 2).log" 2>&1 &
+KC_AGENT2=$!
+kc_wait 30 populated 2 || { echo "node 2 without the cluster did not start"; exit 1; }
+kc_node 2 put b h 0 256 65536 >/dev/null
+off=$(hits)
+say "local hits, 64 KiB x 256 per batch: cluster on $on GB/s, off $off GB/s ($(echo "scale=2; $on / $off" | bc)x)"
