@@ -123,6 +123,9 @@ struct kvp_peer {
 	bool failed; /* its endpoint reported an error */
 	ucp_rkey_h rkey[2];
 	uint64_t base[2], len[2]; /* its arena, its bounce buffer */
+	uint64_t seen_ns;         /* last seen live in the directory */
+	bool said_gone;           /* its absence was logged */
+	uint64_t warned_inc; /* a bad entry of this incarnation was logged */
 	/* a GRANT in answer to our request 'want' (the one outstanding
 	 * LEASE to this peer) */
 	uint64_t want;
@@ -161,6 +164,8 @@ struct kvp_pub {
 	uint64_t ns, hash;
 };
 
+struct kvp_cl_key;
+
 struct kvp_cl {
 	struct kvp_agent *a;
 	kvp_aword_t stop; /* set by the stop (release), read by the threads */
@@ -174,7 +179,7 @@ struct kvp_cl {
 	redisContext *rc;
 	uint64_t rc_retry_ns;
 	bool republish; /* publish everything again (new connection) */
-	uint64_t next_member_ns, next_pub_ns, prev_pass_ns;
+	uint64_t next_member_ns, next_pub_ns, prev_pass_ns, last_member_ns;
 	uint32_t inc;
 	uint8_t secret[16];
 	char secret_hex[33];
@@ -207,6 +212,13 @@ struct kvp_cl {
 		struct kvp_cl *cl;
 		unsigned id;
 	} am_arg[3];
+	/* the FETCH being served: its mailbox (answered key by key as the
+	 * keys land), the word we took it with, its client, its keys */
+	struct kvp_rbox *cur_rb;
+	uint64_t cur_taken, cur_cw;
+	uint32_t cur_client;
+	struct kvp_cl_key *cur_keys;
+	unsigned cur_unwoken; /* answers since the client was last woken */
 };
 
 static uint64_t
@@ -538,8 +550,12 @@ kvp_cl_peer_update(struct kvp_cl *cl, struct kvp_peer *p, redisReply *r)
 	return;
 bad:
 	free(buf);
-	kvp_log(KVP_LOG_WARN, "cluster", "peer %s: bad node entry or endpoint",
-		p->name);
+	if (p->warned_inc != inc)
+		kvp_log(KVP_LOG_WARN, "cluster",
+			"peer %s: bad node entry, or no endpoint to it (retried "
+			"while it is in the directory)",
+			p->name);
+	p->warned_inc = inc;
 	kvp_cl_peer_close(cl, p);
 	p->failed = true;
 }
@@ -572,6 +588,7 @@ kvp_cl_membership(struct kvp_cl *cl)
 	redisReply *r[6], **rr = NULL;
 	unsigned k, n = 0;
 
+	cl->last_member_ns = kvp_cl_now();
 	snprintf(key, sizeof(key), "kvpool:node:%s", cfg->node);
 	snprintf(dkey, sizeof(dkey), "kvpool:dir:%s", cfg->node);
 	snprintf(inc, sizeof(inc), "%u", cl->inc);
@@ -674,13 +691,27 @@ kvp_cl_membership(struct kvp_cl *cl)
 	for (k = 0; k < 6; k++)
 		if (r[k])
 			freeReplyObject(r[k]);
-	for (k = 0; k < cl->npeers; k++)
-		if (!cl->peers[k].live && cl->peers[k].ep) {
-			kvp_log(KVP_LOG_INFO, "cluster",
-				"peer %s left the directory",
-				cl->peers[k].name);
-			kvp_cl_peer_close(cl, &cl->peers[k]);
+	/* a peer out of the directory is asked nothing from now on; its
+	 * endpoint is closed only after two TTLs (closing it resets the
+	 * connection its own endpoint to us may share: a peer that was
+	 * only late to re-register, after a Redis restart, keeps working) */
+	for (k = 0; k < cl->npeers; k++) {
+		struct kvp_peer *p = &cl->peers[k];
+
+		if (p->live) {
+			p->seen_ns = kvp_cl_now();
+			p->said_gone = false;
+			continue;
 		}
+		if (!p->said_gone) {
+			kvp_log(KVP_LOG_INFO, "cluster",
+				"peer %s left the directory", p->name);
+			p->said_gone = true;
+		}
+		if (p->ep && kvp_cl_now() - p->seen_ns >
+				     2ull * cfg->cluster_ttl_ms * 1000000ull)
+			kvp_cl_peer_close(cl, p);
+	}
 	if (cl->rc)
 		kvp_cl_set_state(cl, KVP_CL_UP);
 }
@@ -1021,6 +1052,14 @@ kvp_cl_serve_lease(struct kvp_cl *cl, const unsigned char *m, size_t len)
 	    memcmp(h.secret, cl->secret, 16) || h.n == 0 || h.n > KVP_WAVE_KEYS)
 		goto refuse;
 	p = kvp_cl_peer(cl, h.from, false);
+	if ((!p || !p->live || !p->ep || p->failed) && cl->rc &&
+	    kvp_cl_now() - cl->last_member_ns > 20000000ull) {
+		/* a node we do not know (yet) presents our secret: it may
+		 * have registered since our last look (or come back): look
+		 * now rather than let it wait for nothing */
+		kvp_cl_membership(cl);
+		p = kvp_cl_peer(cl, h.from, false);
+	}
 	if (!p || !p->live || !p->ep || p->failed)
 		goto refuse; /* not a member of the directory (now) */
 	d = m + sizeof(h);
@@ -1433,6 +1472,38 @@ struct kvp_cl_key {
 	bool granted, queued;
 };
 
+/* One key's final answer, at once, into the mailbox of the FETCH being
+ * served (I37: only while the mailbox is still the request we took and
+ * its client the one that asked; a late write is ignored by the client,
+ * whose ready words carry the request's sequence).  The client is woken
+ * every 8 answers, and for each of 256 KiB or more. */
+static void
+kvp_cl_answer_one(struct kvp_cl *cl, const struct kvp_cl_key *x)
+{
+	struct kvp_seg *s = &cl->a->seg;
+	struct kvp_rbox_ans *a;
+
+	if (!cl->cur_rb ||
+	    /* acquire: the request is still the one we took */
+	    kvp_load_acquire(&cl->cur_rb->rb_state) != cl->cur_taken ||
+	    /* acquire: and its client the one that asked */
+	    kvp_load_acquire(&s->clients[cl->cur_client].cs_state) !=
+		    cl->cur_cw)
+		return;
+	a = (struct kvp_rbox_ans *)(cl->cur_rb + 1) + (x - cl->cur_keys);
+	a->ra_status = x->st;
+	a->ra_len = x->st ? 0 : x->glen;
+	/* release: the answer before its ready word; pairs with the
+	 * client's acquire */
+	kvp_istore_release(&a->ra_ready, KVP_RA_READY(cl->cur_taken >> 8));
+	if (++cl->cur_unwoken >= 8 || x->glen >= (256u << 10)) {
+		cl->cur_unwoken = 0;
+		/* full: then wake */
+		kvp_ifetch_add(&s->clients[cl->cur_client].cs_io_futex, 1);
+		kvp_futex_wake(&s->clients[cl->cur_client].cs_io_futex);
+	}
+}
+
 /* A key's bytes arrived: into this pool, unless they arrived after the
  * lease's deadline (the owner may have reused them: discarded, I36). */
 static void
@@ -1454,6 +1525,7 @@ kvp_cl_land(struct kvp_cl *cl, struct kvp_client *c, struct kvp_cl_key *x,
 		kvp_cl_ctr(cl, KVP_CLC_FETCHED, 1);
 		kvp_cl_ctr(cl, KVP_CLC_FETCH_BYTES, x->glen);
 	}
+	kvp_cl_answer_one(cl, x);
 }
 
 /* Send a LEASE to each owner of the wave's keys, wait for the GRANTs,
@@ -1577,7 +1649,9 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 			x->queued = true;
 		}
 	}
-	/* the bytes: at most 'window' gets in flight */
+	/* the bytes: at most 'window' gets in flight; each completion moves
+	 * the deadline (the lease's deadline bounds the whole wave) */
+	deadline = kvp_cl_now() + cfg->remote_timeout_ms * 1000000ull;
 	for (;;) {
 		bool wait = false;
 		unsigned inflight = 0;
@@ -1597,6 +1671,10 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 			ucp_request_free(x->rq);
 			x->rq = NULL;
 			x->st = -EIO;
+			/* a wave that moves is not timed out: the deadline is
+			 * for a transfer that stopped moving */
+			deadline = kvp_cl_now() +
+				   cfg->remote_timeout_ms * 1000000ull;
 			if (st == UCS_OK) /* put while the others fly */
 				kvp_cl_land(cl, c, x, lease_deadline);
 		}
@@ -1631,7 +1709,8 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 		}
 		if (!wait)
 			break;
-		if (kvp_cl_now() >= deadline) {
+		if (kvp_cl_now() >= deadline ||
+		    kvp_cl_now() >= lease_deadline) {
 			/* give up: the endpoints of the peers that did not
 			 * deliver are closed (force), which ends their gets
 			 * before the receive buffer is used again */
@@ -1828,7 +1907,14 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 			k[i].dlen = len[i];
 		}
 		if (kind == KVP_RB_FETCH) {
+			cl->cur_rb = rb;
+			cl->cur_taken = taken;
+			cl->cur_cw = cw;
+			cl->cur_client = client;
+			cl->cur_keys = k;
+			cl->cur_unwoken = 0;
 			kvp_cl_fetch(cl, ns, k, (uint32_t)n);
+			cl->cur_rb = NULL;
 			for (i = 0; i < n; i++) {
 				ans[i].ra_status = k[i].st;
 				ans[i].ra_len = k[i].st ? 0 : k[i].glen;
@@ -1847,6 +1933,8 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 	    kvp_load_acquire(&s->clients[client].cs_state) == cw &&
 	    kvp_cas(&rb->rb_state, taken,
 		    (taken & ~0xffull) | KVP_RB_ANSWERING)) {
+		for (i = 0; i < n; i++)
+			ans[i].ra_ready = KVP_RA_READY(taken >> 8);
 		memcpy(data, ans, n * sizeof(*ans));
 		/* release: the answers before DONE; pairs with the client's
 		 * acquire */
@@ -1913,6 +2001,7 @@ kvp_cl_mailboxes(struct kvp_cl *cl, bool stopping)
 			for (j = 0; j < n && j < cap; j++) {
 				a[j].ra_status = -ENOENT;
 				a[j].ra_len = 0;
+				a[j].ra_ready = KVP_RA_READY(taken >> 8);
 			}
 			/* release: the answers before DONE */
 			kvp_store_release(&rb->rb_state,

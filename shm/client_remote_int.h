@@ -67,24 +67,55 @@ kvp__rbox_reset(struct kvp_client *c)
 	}
 }
 
+/* Called for each answer of a call as it becomes final (a FETCH's keys
+ * one by one as they land, the rest at DONE): k indexes the call's keys. */
+typedef void (*kvp__rbox_ready_fn)(void *ctx, size_t k,
+				   const struct kvp_rbox_ans *a);
+
+/* Hand every final answer not handed yet to fn (seen[k] marks them). */
+KVP_INLINE void
+kvp__rbox_take(const struct kvp_rbox_ans *ans, size_t m, uint64_t seq,
+	       bool *seen, kvp__rbox_ready_fn fn, void *ctx)
+{
+	size_t k;
+
+	for (k = 0; k < m; k++) {
+		struct kvp_rbox_ans a;
+
+		if (seen[k] ||
+		    /* acquire: pairs with the agent's release of the word */
+		    kvp_iload_acquire(&ans[k].ra_ready) != KVP_RA_READY(seq))
+			continue;
+		a.ra_status = ans[k].ra_status;
+		a.ra_len = ans[k].ra_len;
+		a.ra_ready = 0;
+		seen[k] = true;
+		fn(ctx, k, &a);
+	}
+}
+
 /*
  * One mailbox call: ask the agent about keys ops[idx[0..m)] (kind
- * KVP_RB_PROBE or KVP_RB_FETCH); their answers land in ans[0..m).
- * Returns 0, or -ENOTCONN (no agent to answer), -ETIMEDOUT (no answer
- * within KVP_REMOTE_WAIT_MS; withdrawn).  The caller made sure the keys
- * and the namespace fit (kvp__rbox_fit).
+ * KVP_RB_PROBE or KVP_RB_FETCH); each answer goes to fn as soon as it is
+ * final (seen[0..m) false on entry).  Returns 0, or -ENOTCONN (no agent
+ * to answer), -ETIMEDOUT (no answer within KVP_REMOTE_WAIT_MS;
+ * withdrawn): keys not handed to fn then have no answer.  The caller made
+ * sure the keys and the namespace fit (kvp__rbox_fit).
  */
 KVP_INLINE int
 kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
-	       const size_t *idx, size_t m, struct kvp_rbox_ans *ans)
+	       const size_t *idx, size_t m, bool *seen, kvp__rbox_ready_fn fn,
+	       void *ctx)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_rbox *rb = kvp__rbox(s, c->slot);
 	struct kvp_client_slot *cs = &s->clients[c->slot];
 	unsigned char *data = (unsigned char *)(rb + 1);
+	struct kvp_rbox_ans *ans = (struct kvp_rbox_ans *)data;
 	size_t p = m * sizeof(struct kvp_rbox_ans), nsl = strlen(c->ns), k;
 	uint64_t w = kvp__rbox_reset(c), posted, t0, dead_since = 0;
 
+	memset(data, 0, p); /* no ready word of an earlier request */
 	data[p++] = (unsigned char)nsl;
 	memcpy(data + p, c->ns, nsl);
 	p += nsl;
@@ -117,12 +148,14 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 		/* acquire: pairs with the agent's DONE release */
 		if (kvp_load_acquire(&rb->rb_state) ==
 		    ((w & ~0xffull) | KVP_RB_DONE)) {
-			memcpy(ans, data, m * sizeof(*ans));
+			kvp__rbox_take(ans, m, w >> 8, seen, fn, ctx);
 			/* release: the mailbox is ours again */
 			kvp_store_release(&rb->rb_state,
 					  (((w >> 8) + 1) << 8) | KVP_RB_FREE);
 			return 0;
 		}
+		/* the keys that landed so far, while the rest are in flight */
+		kvp__rbox_take(ans, m, w >> 8, seen, fn, ctx);
 		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
 		now = kvp_now_ns(CLOCK_MONOTONIC);
 		if (kvp_shm_agent_alive(s))
@@ -170,46 +203,59 @@ kvp__rbox_fit(const struct kvp_client *c, const struct kvp_op *ops,
 	return k - from;
 }
 
+/* A call's answer k is key from + k of the whole ask. */
+struct kvp__ask_shift_ctx {
+	kvp__rbox_ready_fn fn;
+	void *ctx;
+	size_t from;
+	bool absent;
+};
+KVP_INLINE void
+kvp__ask_shifted(void *ctx, size_t k, const struct kvp_rbox_ans *a)
+{
+	struct kvp__ask_shift_ctx *sh = (struct kvp__ask_shift_ctx *)ctx;
+
+	sh->absent |= a->ra_status == -ENOENT;
+	sh->fn(sh->ctx, sh->from + k, a);
+}
+
 /* Ask about keys ops[idx[0..m)] in as many calls as their size needs;
- * st[k], len[k] get each key's answer (-ENOENT for a key no call
- * answered: the agent went away, the call timed out).  stop_absent: a
- * prefix walk (stop after the first call with a key no node holds).
- * Returns the calls made. */
+ * each answer goes to fn(ctx, k, answer) with k indexing idx, as soon as
+ * it is final; keys no call answered (the agent went away, the call timed
+ * out) are not handed to fn.  stop_absent: a prefix walk (no further call
+ * after one with a key no node holds).  Returns the calls made. */
 KVP_INLINE unsigned
 kvp__remote_ask(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
-		const size_t *idx, size_t m, int *st, uint64_t *len,
+		const size_t *idx, size_t m, kvp__rbox_ready_fn fn, void *ctx,
 		bool stop_absent)
 {
-	struct kvp_rbox_ans *ans;
-	size_t from = 0, k;
+	struct kvp__ask_shift_ctx sh;
+	bool *seen;
+	size_t from = 0;
 	unsigned calls = 0;
 
-	for (k = 0; k < m; k++) {
-		st[k] = -ENOENT;
-		len[k] = 0;
-	}
-	ans = (struct kvp_rbox_ans *)malloc(
-		((uint64_t)c->seg.g.g_rbox_kib << 10));
-	if (!ans)
+	seen = (bool *)malloc(m ? m : 1);
+	if (!seen)
 		return 0;
+	sh.fn = fn;
+	sh.ctx = ctx;
 	while (from < m) {
 		size_t part = kvp__rbox_fit(c, ops, idx, from, m);
-		bool absent = false;
 
-		if (!part ||
-		    kvp__rbox_call(c, kind, ops, idx + from, part, ans))
+		if (!part)
+			break;
+		memset(seen, 0, part);
+		sh.from = from;
+		sh.absent = false;
+		if (kvp__rbox_call(c, kind, ops, idx + from, part, seen,
+				   kvp__ask_shifted, &sh))
 			break;
 		calls++;
-		for (k = 0; k < part; k++) {
-			st[from + k] = ans[k].ra_status;
-			len[from + k] = ans[k].ra_len;
-			absent |= ans[k].ra_status == -ENOENT;
-		}
 		from += part;
-		if (stop_absent && absent)
+		if (stop_absent && sh.absent)
 			break;
 	}
-	free(ans);
+	free(seen);
 	return calls;
 }
 
@@ -232,6 +278,36 @@ kvp__remote_get_status(int st)
 	}
 }
 
+/* A FETCH's answers as they land: each key fetched is read here at once
+ * (while the rest are still in flight), into the caller's buffer. */
+struct kvp__rread_ctx {
+	struct kvp_client *c;
+	struct kvp_op *ops;
+	const size_t *idx;
+	const uint64_t *cap;
+	bool exact;
+	size_t hits;
+};
+
+KVP_INLINE void
+kvp__rread_one(void *ctx, size_t k, const struct kvp_rbox_ans *a)
+{
+	struct kvp__rread_ctx *r = (struct kvp__rread_ctx *)ctx;
+	struct kvp_op *o = &r->ops[r->idx[k]], sub;
+
+	if (a->ra_status != 0) {
+		o->status = kvp__remote_get_status(a->ra_status);
+		return;
+	}
+	sub = *o;
+	sub.len = r->cap[r->idx[k]];
+	sub.status = 0;
+	kvp__read(r->c, &sub, 1, r->exact);
+	o->status = sub.status;
+	o->len = sub.len;
+	r->hits += sub.status == 0;
+}
+
 /* The keys of ops[0..n) the local read missed, fetched from other nodes
  * and read here; ops[k].len had cap[k] before the local read.  Returns
  * the number of keys that became hits. */
@@ -239,53 +315,65 @@ KVP_INLINE size_t
 kvp__remote_read(struct kvp_client *c, struct kvp_op *ops, size_t n,
 		 const uint64_t *cap, bool exact)
 {
-	size_t *idx, m = 0, k, hits = 0;
-	int *st;
-	uint64_t *len;
-	struct kvp_op *sub;
+	struct kvp__rread_ctx r;
+	size_t *idx, m = 0, k;
 
 	for (k = 0; k < n; k++)
 		m += ops[k].status == -ENOENT;
 	if (!m)
 		return 0;
-	idx = (size_t *)malloc(m * (sizeof(size_t) + sizeof(int) +
-				    sizeof(uint64_t) + sizeof(struct kvp_op)));
+	idx = (size_t *)malloc(m * sizeof(size_t));
 	if (!idx)
 		return 0;
-	len = (uint64_t *)(idx + m);
-	sub = (struct kvp_op *)(len + m);
-	st = (int *)(sub + m);
 	m = 0;
 	for (k = 0; k < n; k++)
 		if (ops[k].status == -ENOENT)
 			idx[m++] = k;
-	kvp__remote_ask(c, KVP_RB_FETCH, ops, idx, m, st, len, false);
-	{
-		size_t nsub = 0;
-
-		for (k = 0; k < m; k++) {
-			struct kvp_op *o = &ops[idx[k]];
-
-			if (st[k] != 0) {
-				o->status = kvp__remote_get_status(st[k]);
-				continue;
-			}
-			sub[nsub] = *o;
-			sub[nsub].len = cap[idx[k]];
-			sub[nsub].status = 0;
-			idx[nsub++] = idx[k];
-		}
-		if (nsub)
-			kvp__read(c, sub, nsub, exact);
-		for (k = 0; k < nsub; k++) {
-			ops[idx[k]].status = sub[k].status;
-			ops[idx[k]].len = sub[k].len;
-			hits += sub[k].status == 0;
-		}
-		kvp__ctr(c, KVP_CTR_REMOTE_HIT, hits);
-	}
+	r.c = c;
+	r.ops = ops;
+	r.idx = idx;
+	r.cap = cap;
+	r.exact = exact;
+	r.hits = 0;
+	kvp__remote_ask(c, KVP_RB_FETCH, ops, idx, m, kvp__rread_one, &r,
+			false);
+	kvp__ctr(c, KVP_CTR_REMOTE_HIT, r.hits);
 	free(idx);
-	return hits;
+	return r.hits;
+}
+
+/* Answers kept as they come: st[k], len[k] (st preset to -ENOENT). */
+struct kvp__rkeep_ctx {
+	int *st;
+	uint64_t *len;
+};
+
+KVP_INLINE void
+kvp__rkeep_one(void *ctx, size_t k, const struct kvp_rbox_ans *a)
+{
+	struct kvp__rkeep_ctx *r = (struct kvp__rkeep_ctx *)ctx;
+
+	r->st[k] = a->ra_status;
+	r->len[k] = a->ra_len;
+}
+
+/* kvp__remote_ask, keeping the answers in st[], len[] (-ENOENT, 0 for a
+ * key not answered). */
+KVP_INLINE void
+kvp__remote_ask_keep(struct kvp_client *c, unsigned kind,
+		     const struct kvp_op *ops, const size_t *idx, size_t m,
+		     int *st, uint64_t *len, bool stop_absent)
+{
+	struct kvp__rkeep_ctx r;
+	size_t k;
+
+	for (k = 0; k < m; k++) {
+		st[k] = -ENOENT;
+		len[k] = 0;
+	}
+	r.st = st;
+	r.len = len;
+	kvp__remote_ask(c, kind, ops, idx, m, kvp__rkeep_one, &r, stop_absent);
 }
 
 /* The read engine with the remote step: a local pass, then the keys it
@@ -374,7 +462,7 @@ kvp__remote_prefix(struct kvp_client *c, unsigned kind, struct kvp_op *ops,
 	}
 	m = k;
 	if (m)
-		kvp__remote_ask(c, kind, ops, idx, m, st, len, true);
+		kvp__remote_ask_keep(c, kind, ops, idx, m, st, len, true);
 	for (k = 0; k < m; k++) {
 		if (st[k] != 0) {
 			ops[from + k].status =
@@ -468,7 +556,8 @@ kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n, int *tier)
 		for (k = 0; k < n; k++)
 			if (ops[k].status == -ENOENT)
 				idx[m++] = k;
-		kvp__remote_ask(c, KVP_RB_PROBE, ops, idx, m, st, len, false);
+		kvp__remote_ask_keep(c, KVP_RB_PROBE, ops, idx, m, st, len,
+				     false);
 		for (k = 0; k < m; k++) {
 			if (st[k] != 0)
 				continue;

@@ -645,12 +645,17 @@ struct kvp_rbox {
 KVP_STATIC_ASSERT(sizeof(struct kvp_rbox) == 64, "rbox size");
 /* One key's answer: status 0 (PROBE: another node holds it; FETCH: it is
  * in this pool now), -ENOENT, -EIO (failed), -EBUSY, -ENOSPC, -E2BIG;
- * len: the value's length (status 0) */
+ * len: the value's length (status 0).  ra_ready: KVP_RA_READY(seq) once
+ * the answer is final, stored with a release after the two fields, so a
+ * FETCH's keys are answered one by one as they land (the client reads
+ * them while the rest are in flight); a word of another request's
+ * sequence is not an answer. */
 struct kvp_rbox_ans {
 	int32_t ra_status;
-	uint32_t ra_pad;
+	kvp_aint_t ra_ready;
 	uint64_t ra_len;
 };
+#define KVP_RA_READY(seq) ((unsigned)(((seq)&0x7fffffffu) << 1) | 1u)
 KVP_STATIC_ASSERT(sizeof(struct kvp_rbox_ans) == 16, "rbox answer size");
 
 /* Tier tags in the top bits of an entry's location word. */
@@ -880,7 +885,7 @@ struct kvp_dram_hdr {
 	X(kvp_rbox, rb_state) X(kvp_rbox, rb_kind) X(kvp_rbox, rb_n)         \
 	X(kvp_rbox, rb_bytes) X(kvp_rbox, rb_pad)
 #define KVP_FIELDS_RBOX_ANS(X)                                               \
-	X(kvp_rbox_ans, ra_status) X(kvp_rbox_ans, ra_pad)                   \
+	X(kvp_rbox_ans, ra_status) X(kvp_rbox_ans, ra_ready)                   \
 	X(kvp_rbox_ans, ra_len)
 /* every shared type, with its field list */
 #define KVP_SHARED_TYPES(T)                                                  \

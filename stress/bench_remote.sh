@@ -121,7 +121,7 @@ on=$(hits)
 kc_agent_stop 2
 kc_agent_stop 1
 rm -f "/dev/shm/kvpool.$(kc_pool 2)"
-kc_in 2 "$KC_BIN/kvpoold" --foreground --pool "$(kc_pool 2)" --metrics-addr off \
+ip netns exec "${KC_NS}n2" "$KC_BIN/kvpoold" --foreground --pool "$(kc_pool 2)" --metrics-addr off \
 	--populate-threads 1 --dram "$DRAM" >>"$KC_LOGDIR/kvpt.$(kc_pool 2).log" 2>&1 &
 KC_AGENT2=$!
 kc_wait 30 populated 2 || { echo "node 2 without the cluster did not start"; exit 1; }
