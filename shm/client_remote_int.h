@@ -284,7 +284,6 @@ struct kvp__rread_ctx {
 	struct kvp_client *c;
 	struct kvp_op *ops;
 	const size_t *idx;
-	const uint64_t *cap;
 	bool exact;
 	size_t hits;
 };
@@ -299,8 +298,7 @@ kvp__rread_one(void *ctx, size_t k, const struct kvp_rbox_ans *a)
 		o->status = kvp__remote_get_status(a->ra_status);
 		return;
 	}
-	sub = *o;
-	sub.len = r->cap[r->idx[k]];
+	sub = *o; /* the caller's buffer and length (a miss left them) */
 	sub.status = 0;
 	kvp__read(r->c, &sub, 1, r->exact);
 	o->status = sub.status;
@@ -309,11 +307,10 @@ kvp__rread_one(void *ctx, size_t k, const struct kvp_rbox_ans *a)
 }
 
 /* The keys of ops[0..n) the local read missed, fetched from other nodes
- * and read here; ops[k].len had cap[k] before the local read.  Returns
- * the number of keys that became hits. */
+ * and read here (a miss leaves its op's buffer and length as the caller
+ * gave them).  Returns the number of keys that became hits. */
 KVP_INLINE size_t
-kvp__remote_read(struct kvp_client *c, struct kvp_op *ops, size_t n,
-		 const uint64_t *cap, bool exact)
+kvp__remote_read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 {
 	struct kvp__rread_ctx r;
 	size_t *idx, m = 0, k;
@@ -332,7 +329,6 @@ kvp__remote_read(struct kvp_client *c, struct kvp_op *ops, size_t n,
 	r.c = c;
 	r.ops = ops;
 	r.idx = idx;
-	r.cap = cap;
 	r.exact = exact;
 	r.hits = 0;
 	kvp__remote_ask(c, KVP_RB_FETCH, ops, idx, m, kvp__rread_one, &r,
@@ -376,28 +372,16 @@ kvp__remote_ask_keep(struct kvp_client *c, unsigned kind,
 	kvp__remote_ask(c, kind, ops, idx, m, kvp__rkeep_one, &r, stop_absent);
 }
 
-/* The read engine with the remote step: a local pass, then the keys it
- * missed from other nodes (KVP_REMOTE_GET).  Returns the keys read. */
+/* The read engine with the remote step: a local pass, then, only if it
+ * missed keys, those keys from other nodes (KVP_REMOTE_GET).  A batch
+ * that hits here pays nothing for the cluster.  Returns the keys read. */
 KVP_INLINE size_t
 kvp__read_remote(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
 {
-	uint64_t one, *cap = &one;
-	size_t r, k;
+	size_t r = kvp__read(c, ops, n, exact);
 
-	if (!kvp__remote_up(c, KVP_REMOTE_GET))
-		return kvp__read(c, ops, n, exact);
-	if (n > 1) {
-		cap = (uint64_t *)malloc(n * sizeof(uint64_t));
-		if (!cap)
-			return kvp__read(c, ops, n, exact);
-	}
-	for (k = 0; k < n; k++)
-		cap[k] = ops[k].len;
-	r = kvp__read(c, ops, n, exact);
-	if (r < n)
-		r += kvp__remote_read(c, ops, n, cap, exact);
-	if (cap != &one)
-		free(cap);
+	if (r < n && kvp__remote_up(c, KVP_REMOTE_GET))
+		r += kvp__remote_read(c, ops, n, exact);
 	return r;
 }
 
