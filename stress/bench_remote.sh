@@ -52,6 +52,8 @@ KC_DRAM=$DRAM kc_agent 1 || exit 1
 KC_DRAM=$DRAM kc_agent 2 || exit 1
 kc_wait 120 populated 1 && kc_wait 120 populated 2 || { echo "pools not populated"; exit 1; }
 say "# stress/bench_remote.sh $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) CPUs, $(uname -r), UCX_TLS=$UCX_TLS, veth"
+redis_mem() { kc_redis info memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p'; }
+mem0=$(redis_mem)
 
 # 1. throughput
 best=0
@@ -110,6 +112,9 @@ for n in 1 64 500 2000; do
 	say "directory round trips for a batch of $n keys ($(field ok "$r") fetched): $((b - a))"
 	from=$((from + n))
 done
+fields=$(( $(kc_redis hlen kvpool:dir:node1) + $(kc_redis hlen kvpool:dir:node2) ))
+mem1=$(redis_mem)
+say "directory memory: $fields pages published, Redis used_memory grew $((mem1 - mem0)) bytes: $(( (mem1 - mem0) / fields )) bytes a page ($(( (mem1 - mem0) / fields )) MB per million pages)"
 say "directory round trip (last lookup): $(stat 2 .remote.dir_rtt_ns) ns; publish lag bound (last/max): $(stat 1 .remote.publish_lag_ns)/$(stat 1 .remote.publish_lag_max_ns) ns"
 
 # 3. local hits, cluster on and off

@@ -258,6 +258,8 @@ if [ $quick = 0 ]; then
 		"$PYTHON" stress/bench_sglang.py --quick
 	bench "stress/bench_python.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
 		"$PYTHON" stress/bench_python.py --quick
+	# the remote tier against ucx_perftest on the same veth link (~30 s)
+	bench "stress/bench_remote.sh --quick" stress/bench_remote.sh --quick
 	# stress/bench: the run is RAN; that its results.json reads back with
 	# figures in it is an assertion of its own (made only after a run
 	# that finished: one failure is not counted twice)
