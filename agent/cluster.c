@@ -568,13 +568,24 @@ kvp_cl_peer(struct kvp_cl *cl, const char *name, bool add)
 	for (k = 0; k < cl->npeers; k++)
 		if (!strcmp(cl->peers[k].name, name))
 			return &cl->peers[k];
-	if (!add || cl->npeers == KVP_CL_MAX_PEERS ||
-	    strlen(name) >= sizeof(cl->peers[0].name))
+	if (!add || strlen(name) >= sizeof(cl->peers[0].name))
 		return NULL;
-	memset(&cl->peers[cl->npeers], 0, sizeof(cl->peers[0]));
-	snprintf(cl->peers[cl->npeers].name, sizeof(cl->peers[0].name), "%s",
-		 name);
-	return &cl->peers[cl->npeers++];
+	if (cl->npeers == KVP_CL_MAX_PEERS) {
+		/* full: reuse the entry of a node that left (no endpoint
+		 * left, nothing of ours waiting on it) */
+		for (k = 0; k < cl->npeers; k++)
+			if (!cl->peers[k].live && !cl->peers[k].ep &&
+			    !cl->peers[k].want)
+				break;
+		if (k == cl->npeers)
+			return NULL;
+		kvp_cl_peer_close(cl, &cl->peers[k]);
+	} else {
+		k = cl->npeers++;
+	}
+	memset(&cl->peers[k], 0, sizeof(cl->peers[0]));
+	snprintf(cl->peers[k].name, sizeof(cl->peers[0].name), "%s", name);
+	return &cl->peers[k];
 }
 
 /* Membership: our node entry refreshed, the members read (two round
