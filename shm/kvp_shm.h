@@ -568,7 +568,9 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_lease_slot) == 32, "lease size");
  * wrote into its own memory before it reads any of it, works, claims the
  * mailbox to answer (CAS TAKEN -> ANSWERING on the exact word), writes
  * the answers and stores DONE (release), then bumps the client's
- * cs_io_futex.  The client reads the answers after an acquire load of
+ * cs_io_futex.  A FETCH's answers also land one by one before that, as
+ * the keys arrive, each published by its ready word (struct
+ * kvp_rbox_ans), while the mailbox is still TAKEN by that request.  The client reads the answers after an acquire load of
  * DONE and stores FREE with the next sequence.  A client that gives up
  * withdraws with a CAS from its exact POSTED/TAKEN word to FREE(seq + 1),
  * so a late answer never lands; a new owner of the slot does the same at
