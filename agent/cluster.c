@@ -1364,16 +1364,6 @@ kvp_cl_tick(struct kvp_cl *cl)
 
 /* ---- the requester's side ---- */
 
-static uint64_t
-kvp_cl_mix(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	return x ^ (x >> 33);
-}
-
 /*
  * Which live peer holds each key: one pipelined HMGET per live peer (one
  * round trip).  owner[k] = peer index or -1, len[k] its length.  Among
@@ -1389,11 +1379,10 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, const uint64_t *hash,
 	char *fields = NULL, dkey[KVP_CL_MAX_PEERS][96];
 	redisReply *rep[KVP_CL_MAX_PEERS];
 	unsigned np = 0, pi[KVP_CL_MAX_PEERS], j;
-	uint64_t best[1] = { 0 }, t0;
+	uint64_t t0;
 	uint32_t k;
 	int rc = -1;
 
-	(void)best;
 	for (k = 0; k < n; k++) {
 		owner[k] = -1;
 		len[k] = 0;
@@ -1445,9 +1434,10 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, const uint64_t *hash,
 			e = r->element[k];
 			if (e->type != REDIS_REPLY_STRING)
 				continue;
-			score = kvp_cl_mix(hash[k] ^
-					   (pi[j] + 1) *
-						   0x9e3779b97f4a7c15ull) |
+			/* rendezvous over the holders, by name: every
+			 * node picks the same holder for a key */
+			score = kvp_hash(hash[k], cl->peers[pi[j]].name,
+					 strlen(cl->peers[pi[j]].name)) |
 				1;
 			if (score > top) {
 				top = score;
