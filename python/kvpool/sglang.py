@@ -50,6 +50,10 @@ extra_config keys read here (all optional):
     pin_max_age_s   a parked pinset's age limit in seconds (default 10)
     busy_retry_ms   the retry budget for BUSY per call (default 50)
     clear_track_max object keys remembered for clear() (default 1,000,000)
+    remote_probe    with a cluster (kvpoold --cluster): batch_exists counts
+                    pages other nodes hold, fetching them into this node's
+                    pool (and pinning them with pin_prefetch); default false
+                    (gets fetch what they miss either way)
 """
 
 import collections
@@ -264,6 +268,7 @@ class KVPoolStore(HiCacheStorage):
         self.pin_max_age_s = float(self.extra.get("pin_max_age_s", 10.0))
         self.busy_retry_s = float(self.extra.get("busy_retry_ms", 50)) / 1000.0
         self.clear_track_max = int(self.extra.get("clear_track_max", 1_000_000))
+        self.remote_probe = bool(self.extra.get("remote_probe", False))
 
         # rank suffix of object keys, as sglang's backends build theirs
         rank = "" if self.is_mla else f"_{self.tp_rank}"
@@ -320,7 +325,7 @@ class KVPoolStore(HiCacheStorage):
         if self.pool is not None:
             self.pool.close()
         try:
-            self.pool = kvpool.Pool(self.pool_name, namespace=self.namespace)
+            self.pool = kvpool.Pool(self.pool_name, namespace=self.namespace, remote_probe=self.remote_probe)
         except kvpool.KVPoolError as e:
             raise type(e)(
                 e.status,
