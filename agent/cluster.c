@@ -92,6 +92,7 @@
 #define KVP_CL_GRANTS 16384u
 #define KVP_BOUNCE_UNIT (64u << 10)
 #define KVP_WAVE_KEYS 4096u
+#define KVP_LEASE_CHUNK 128u /* keys per LEASE */
 
 /* Every message: this header, then its payload (all in the AM data). */
 struct kvp_wire_hdr {
@@ -126,11 +127,6 @@ struct kvp_peer {
 	uint64_t seen_ns;         /* last seen live in the directory */
 	bool said_gone;           /* its absence was logged */
 	uint64_t warned_inc; /* a bad entry of this incarnation was logged */
-	/* a GRANT in answer to our request 'want' (the one outstanding
-	 * LEASE to this peer) */
-	uint64_t want;
-	unsigned char *reply;
-	size_t reply_len;
 };
 
 struct kvp_nsh { /* a client handle of ours per namespace */
@@ -165,6 +161,20 @@ struct kvp_pub {
 };
 
 struct kvp_cl_key;
+
+/* One LEASE of a wave in flight: its owner, its request id, its keys (a
+ * run of the wave's positions), the GRANT once it arrived. */
+struct kvp_cl_lreq {
+	unsigned peer;
+	uint64_t req, t_send;
+	uint32_t first, cnt;
+	unsigned char *msg; /* the LEASE (kept until its send completed) */
+	void *sent;
+	unsigned char *reply; /* the GRANT (the AM handler stores it) */
+	size_t reply_len;
+	bool out;  /* sent, its GRANT not handled yet */
+	bool done; /* answered, or given up */
+};
 
 struct kvp_cl {
 	struct kvp_agent *a;
@@ -218,7 +228,9 @@ struct kvp_cl {
 	uint64_t cur_taken, cur_cw;
 	uint32_t cur_client;
 	struct kvp_cl_key *cur_keys;
-	unsigned cur_unwoken; /* answers since the client was last woken */
+	unsigned cur_unwoken;      /* answers since the client was last woken */
+	struct kvp_cl_lreq *lreqs; /* the wave's LEASEs (GRANTs land here) */
+	uint32_t nlreqs;
 };
 
 static uint64_t
@@ -462,9 +474,6 @@ kvp_cl_peer_close(struct kvp_cl *cl, struct kvp_peer *p)
 		kvp_cl_wait_req(cl, ucp_ep_close_nbx(p->ep, &prm));
 		p->ep = NULL;
 	}
-	free(p->reply);
-	p->reply = NULL;
-	p->want = 0;
 }
 
 /* A peer's node entry (HGETALL reply): connect, or reconnect if it is a
@@ -574,8 +583,7 @@ kvp_cl_peer(struct kvp_cl *cl, const char *name, bool add)
 		/* full: reuse the entry of a node that left (no endpoint
 		 * left, nothing of ours waiting on it) */
 		for (k = 0; k < cl->npeers; k++)
-			if (!cl->peers[k].live && !cl->peers[k].ep &&
-			    !cl->peers[k].want)
+			if (!cl->peers[k].live && !cl->peers[k].ep)
 				break;
 		if (k == cl->npeers)
 			return NULL;
@@ -1264,22 +1272,33 @@ kvp_cl_am(void *arg, const void *header, size_t hlen, void *data, size_t len,
 	if (aa->id == KVP_AM_GRANT) {
 		struct kvp_wire_hdr h;
 		struct kvp_peer *p;
+		uint32_t r;
 
 		memcpy(&h, data, sizeof(h));
 		h.from[sizeof(h.from) - 1] = 0;
 		p = kvp_cl_peer(cl, h.from, false);
 		if (h.magic != KVP_WIRE_MAGIC ||
 		    memcmp(h.secret, cl->secret, 16) ||
-		    h.bytes != len - sizeof(h) || !p || !p->want ||
-		    h.req != p->want || p->reply) {
+		    h.bytes != len - sizeof(h) || !p) {
 			kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1);
 			return UCS_OK;
 		}
-		p->reply = (unsigned char *)malloc(len);
-		if (p->reply) {
-			memcpy(p->reply, data, len);
-			p->reply_len = len;
+		/* the LEASE of the wave it answers: that peer, that id */
+		for (r = 0; r < cl->nlreqs; r++) {
+			struct kvp_cl_lreq *lq = &cl->lreqs[r];
+
+			if (lq->peer != (unsigned)(p - cl->peers) ||
+			    lq->req != h.req || !lq->out || lq->done ||
+			    lq->reply)
+				continue;
+			lq->reply = (unsigned char *)malloc(len);
+			if (lq->reply) {
+				memcpy(lq->reply, data, len);
+				lq->reply_len = len;
+			}
+			return UCS_OK;
 		}
+		kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1); /* late, or not asked */
 		return UCS_OK;
 	}
 	q = (struct kvp_inmsg *)malloc(sizeof(*q) + len);
@@ -1468,8 +1487,9 @@ struct kvp_cl_key {
 	uint64_t glen, grant;
 	unsigned region;
 	uint64_t addr;
-	void *rq; /* the get in flight */
-	int st;   /* its answer */
+	void *rq;           /* the get in flight */
+	int st;             /* its answer */
+	uint64_t lease_end; /* its bytes must land before this (I36) */
 	bool granted, queued;
 };
 
@@ -1508,12 +1528,11 @@ kvp_cl_answer_one(struct kvp_cl *cl, const struct kvp_cl_key *x)
 /* A key's bytes arrived: into this pool, unless they arrived after the
  * lease's deadline (the owner may have reused them: discarded, I36). */
 static void
-kvp_cl_land(struct kvp_cl *cl, struct kvp_client *c, struct kvp_cl_key *x,
-	    uint64_t lease_deadline)
+kvp_cl_land(struct kvp_cl *cl, struct kvp_client *c, struct kvp_cl_key *x)
 {
 	int rc;
 
-	if (kvp_cl_now() > lease_deadline) {
+	if (kvp_cl_now() > x->lease_end) {
 		x->st = -EIO;
 		return;
 	}
@@ -1529,134 +1548,179 @@ kvp_cl_land(struct kvp_cl *cl, struct kvp_client *c, struct kvp_cl_key *x,
 	kvp_cl_answer_one(cl, x);
 }
 
-/* Send a LEASE to each owner of the wave's keys, wait for the GRANTs,
- * pull the bytes, put them here, RELEASE.  Answers in k[].st. */
+/* Send LEASE request r (its keys: the wave positions pos[r->first..]). */
+static void
+kvp_cl_lease_send(struct kvp_cl *cl, const char *ns, struct kvp_cl_key *k,
+		  const uint32_t *w, const uint32_t *pos, struct kvp_cl_lreq *r)
+{
+	struct kvp_peer *p = &cl->peers[r->peer];
+	size_t nsl = strlen(ns), bytes = 1 + nsl, at;
+	uint32_t i;
+	bool err;
+
+	for (i = 0; i < r->cnt; i++)
+		bytes += 1 + k[w[pos[r->first + i]]].klen;
+	r->msg = (unsigned char *)malloc(sizeof(struct kvp_wire_hdr) + bytes);
+	r->req = ++cl->next_req;
+	r->t_send = kvp_cl_now();
+	if (!r->msg) {
+		r->done = true;
+		return;
+	}
+	kvp_cl_wire_hdr(cl, (struct kvp_wire_hdr *)r->msg, r->req, p->secret,
+			r->cnt, (uint32_t)bytes);
+	at = sizeof(struct kvp_wire_hdr);
+	r->msg[at++] = (unsigned char)nsl;
+	memcpy(r->msg + at, ns, nsl);
+	at += nsl;
+	for (i = 0; i < r->cnt; i++) {
+		const struct kvp_cl_key *x = &k[w[pos[r->first + i]]];
+
+		r->msg[at++] = (unsigned char)x->klen;
+		memcpy(r->msg + at, x->key, x->klen);
+		at += x->klen;
+	}
+	r->sent = kvp_cl_send(cl, p, KVP_AM_LEASE, r->msg, at, &err);
+	r->out = !err;
+	if (err)
+		r->done = true; /* its keys stay FAILED */
+}
+
+/* A GRANT arrived for request r: its keys are queued for their gets. */
+static void
+kvp_cl_lease_granted(struct kvp_cl *cl, struct kvp_cl_key *k, const uint32_t *w,
+		     const uint32_t *pos, struct kvp_cl_lreq *r)
+{
+	struct kvp_peer *p = &cl->peers[r->peer];
+	const struct kvp_wire_hdr *h = (const struct kvp_wire_hdr *)r->reply;
+	const struct kvp_wire_grant *g =
+		(const struct kvp_wire_grant *)(r->reply + sizeof(*h));
+	/* the owner's leases started after we asked: count from then, less
+	 * a quarter for the two clocks' rates (I36) */
+	uint64_t lease_end = r->t_send + h->lease_ms * 1000000ull * 3 / 4;
+	uint32_t i;
+
+	r->done = true;
+	if ((uint64_t)h->n * sizeof(*g) != h->bytes || h->n != r->cnt)
+		return; /* malformed: its keys stay FAILED */
+	for (i = 0; i < r->cnt; i++) {
+		struct kvp_cl_key *x = &k[w[pos[r->first + i]]];
+
+		x->granted = g[i].status == 0;
+		x->st = g[i].status == -ENOENT ? -ENOENT :
+			g[i].status == -EBUSY  ? -EBUSY :
+			g[i].status == -E2BIG  ? -E2BIG :
+						 -EIO;
+		if (g[i].status == -ENOENT)
+			kvp_cl_ctr(cl, KVP_CLC_STALE, 1);
+		x->glen = g[i].len;
+		x->grant = g[i].grant;
+		x->region = g[i].region;
+		x->addr = g[i].addr;
+		x->lease_end = lease_end;
+		if (!x->granted)
+			continue;
+		/* the owner's word against what we reserved and its
+		 * registered region */
+		if (x->glen > x->dlen || x->glen == 0 || x->region > 1 ||
+		    x->addr < p->base[x->region] ||
+		    x->addr + x->glen >
+			    p->base[x->region] + p->len[x->region]) {
+			x->st = x->glen > x->dlen ? -ENOENT : -EIO;
+			continue;
+		}
+		x->st = -EIO; /* until its bytes land */
+		x->queued = true;
+	}
+}
+
+/*
+ * One wave: LEASE the keys from their owners in chunks of
+ * KVP_LEASE_CHUNK (at most two chunks outstanding per owner, so a GRANT
+ * never waits behind a long queue and each chunk's lease is counted from
+ * its own request), pull each chunk's bytes as soon as its GRANT arrives
+ * (at most 'window' gets in flight), put each key into this pool as it
+ * lands (answering it in the client's mailbox), then RELEASE.  Every wait
+ * is bounded by --remote-timeout-ms of no progress (a GRANT, a get
+ * completed); answers in k[].st.
+ */
 static void
 kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 	    struct kvp_cl_key *k, const uint32_t *w, uint32_t m)
 {
 	const struct kvp_agent_cfg *cfg = &cl->a->cfg;
-	size_t nsl = strlen(ns);
-	uint64_t t_ask = kvp_cl_now(), deadline, lease_deadline;
-	unsigned j;
-	uint32_t i;
+	uint64_t tmo = cfg->remote_timeout_ms * 1000000ull, deadline;
+	uint32_t *pos = NULL, i, np = 0, nr = 0, r;
+	struct kvp_cl_lreq *rq = NULL;
+	unsigned j, outq[KVP_CL_MAX_PEERS] = { 0 };
 	bool used[KVP_CL_MAX_PEERS] = { false }, err;
-	void *sent[KVP_CL_MAX_PEERS] = { NULL };
-	unsigned char *msg[KVP_CL_MAX_PEERS] = { NULL };
 
-	deadline = t_ask + cfg->remote_timeout_ms * 1000000ull;
-	lease_deadline = deadline; /* each owner's GRANT shortens it */
+	pos = (uint32_t *)malloc(sizeof(uint32_t) * (m ? m : 1));
+	rq = (struct kvp_cl_lreq *)calloc(m ? m : 1, sizeof(*rq));
 	for (i = 0; i < m; i++) {
-		used[k[w[i]].owner] = true;
 		k[w[i]].st = -EIO; /* until its owner answers */
+		used[k[w[i]].owner] = true;
 	}
-	/* one LEASE per owner: the namespace, then its keys in wave order */
+	if (!pos || !rq)
+		goto out;
+	/* the wave's positions grouped by owner, cut into chunks */
 	for (j = 0; j < cl->npeers; j++) {
-		struct kvp_peer *p = &cl->peers[j];
-		size_t bytes = 1 + nsl, pos;
-		uint32_t cnt = 0;
+		uint32_t first = np;
 
 		if (!used[j])
 			continue;
 		for (i = 0; i < m; i++)
-			if (k[w[i]].owner == (int)j) {
-				bytes += 1 + k[w[i]].klen;
-				cnt++;
-			}
-		msg[j] = (unsigned char *)malloc(sizeof(struct kvp_wire_hdr) +
-						 bytes);
-		if (!msg[j]) {
-			used[j] = false;
-			continue;
-		}
-		p->want = ++cl->next_req;
-		free(p->reply);
-		p->reply = NULL;
-		kvp_cl_wire_hdr(cl, (struct kvp_wire_hdr *)msg[j], p->want,
-				p->secret, cnt, (uint32_t)bytes);
-		pos = sizeof(struct kvp_wire_hdr);
-		msg[j][pos++] = (unsigned char)nsl;
-		memcpy(msg[j] + pos, ns, nsl);
-		pos += nsl;
-		for (i = 0; i < m; i++)
-			if (k[w[i]].owner == (int)j) {
-				msg[j][pos++] = (unsigned char)k[w[i]].klen;
-				memcpy(msg[j] + pos, k[w[i]].key, k[w[i]].klen);
-				pos += k[w[i]].klen;
-			}
-		sent[j] = kvp_cl_send(cl, p, KVP_AM_LEASE, msg[j], pos, &err);
-		if (err)
-			used[j] = false;
-	}
-	/* the GRANTs (the owners may take a while: SSD reads) */
-	for (;;) {
-		bool wait = false;
-
-		for (j = 0; j < cl->npeers; j++)
-			if (used[j] && !cl->peers[j].reply &&
-			    !cl->peers[j].failed)
-				wait = true;
-		if (!wait || kvp_cl_now() >= deadline)
-			break;
-		kvp_cl_progress(cl, 1);
-		kvp_cl_drain(cl); /* serve peers meanwhile: they may be
-				    * fetching from us */
-		kvp_cl_tick(cl);
-	}
-	for (j = 0; j < cl->npeers; j++) {
-		struct kvp_peer *p = &cl->peers[j];
-		const struct kvp_wire_hdr *h;
-		const struct kvp_wire_grant *g;
-		uint32_t q = 0;
-
-		if (!used[j] || !p->reply || p->failed)
-			continue;
-		h = (const struct kvp_wire_hdr *)p->reply;
-		g = (const struct kvp_wire_grant *)(p->reply + sizeof(*h));
-		if ((uint64_t)h->n * sizeof(*g) != h->bytes)
-			continue;
-		/* the owner's leases may be shorter than ours */
-		if (t_ask + h->lease_ms * 1000000ull * 3 / 4 < lease_deadline)
-			lease_deadline =
-				t_ask + h->lease_ms * 1000000ull * 3 / 4;
-		for (i = 0; i < m && q < h->n; i++) {
-			struct kvp_cl_key *x = &k[w[i]];
-
-			if (x->owner != (int)j)
-				continue;
-			x->granted = g[q].status == 0;
-			x->st = g[q].status == -ENOENT ? -ENOENT :
-				g[q].status == -EBUSY  ? -EBUSY :
-				g[q].status == -E2BIG  ? -E2BIG :
-							 -EIO;
-			if (g[q].status == -ENOENT)
-				kvp_cl_ctr(cl, KVP_CLC_STALE, 1);
-			x->glen = g[q].len;
-			x->grant = g[q].grant;
-			x->region = g[q].region;
-			x->addr = g[q].addr;
-			q++;
-			if (!x->granted)
-				continue;
-			/* the owner's word against what we reserved and its
-			 * registered region */
-			if (x->glen > x->dlen || x->glen == 0 ||
-			    x->region > 1 || x->addr < p->base[x->region] ||
-			    x->addr + x->glen >
-				    p->base[x->region] + p->len[x->region]) {
-				x->st = x->glen > x->dlen ? -ENOENT : -EIO;
-				continue;
-			}
-			x->queued = true;
+			if (k[w[i]].owner == (int)j)
+				pos[np++] = i;
+		for (i = first; i < np; i += KVP_LEASE_CHUNK) {
+			rq[nr].peer = j;
+			rq[nr].first = i;
+			rq[nr].cnt = np - i < KVP_LEASE_CHUNK ? np - i :
+								KVP_LEASE_CHUNK;
+			nr++;
 		}
 	}
-	/* the bytes: at most 'window' gets in flight; each completion moves
-	 * the deadline (the lease's deadline bounds the whole wave) */
-	deadline = kvp_cl_now() + cfg->remote_timeout_ms * 1000000ull;
+	cl->lreqs = rq;
+	cl->nlreqs = nr;
+	deadline = kvp_cl_now() + tmo;
 	for (;;) {
 		bool wait = false;
 		unsigned inflight = 0;
 
+		/* LEASEs: at most two outstanding per owner */
+		for (r = 0; r < nr; r++) {
+			struct kvp_peer *p = &cl->peers[rq[r].peer];
+
+			if (rq[r].done || rq[r].out)
+				continue;
+			if (!p->ep || p->failed) {
+				rq[r].done = true;
+				continue;
+			}
+			if (outq[rq[r].peer] >= 2) {
+				wait = true;
+				continue;
+			}
+			kvp_cl_lease_send(cl, ns, k, w, pos, &rq[r]);
+			outq[rq[r].peer] += rq[r].out;
+			wait = true;
+		}
+		/* GRANTs that arrived (the AM handler stored them) */
+		for (r = 0; r < nr; r++) {
+			if (!rq[r].out || rq[r].done)
+				continue;
+			if (rq[r].reply) {
+				kvp_cl_lease_granted(cl, k, w, pos, &rq[r]);
+				outq[rq[r].peer]--;
+				deadline = kvp_cl_now() + tmo;
+			} else if (cl->peers[rq[r].peer].failed) {
+				rq[r].done = true;
+				outq[rq[r].peer]--;
+			} else {
+				wait = true;
+			}
+		}
+		/* gets that completed: into this pool at once */
 		for (i = 0; i < m; i++) {
 			struct kvp_cl_key *x = &k[w[i]];
 			ucs_status_t st;
@@ -1672,13 +1736,11 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 			ucp_request_free(x->rq);
 			x->rq = NULL;
 			x->st = -EIO;
-			/* a wave that moves is not timed out: the deadline is
-			 * for a transfer that stopped moving */
-			deadline = kvp_cl_now() +
-				   cfg->remote_timeout_ms * 1000000ull;
-			if (st == UCS_OK) /* put while the others fly */
-				kvp_cl_land(cl, c, x, lease_deadline);
+			deadline = kvp_cl_now() + tmo;
+			if (st == UCS_OK)
+				kvp_cl_land(cl, c, x);
 		}
+		/* new gets, up to the window */
 		for (i = 0; i < m; i++) {
 			struct kvp_cl_key *x = &k[w[i]];
 			struct kvp_peer *p = &cl->peers[x->owner];
@@ -1686,12 +1748,12 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 
 			if (!x->queued)
 				continue;
-			if (inflight >= cl->window || !p->ep || p->failed) {
-				if (!p->ep || p->failed) {
-					x->queued = false;
-					x->st = -EIO;
-				}
-				wait |= x->queued;
+			if (!p->ep || p->failed) {
+				x->queued = false;
+				continue; /* FAILED */
+			}
+			if (inflight >= cl->window) {
+				wait = true;
 				continue;
 			}
 			x->queued = false;
@@ -1700,9 +1762,8 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 					    x->addr, p->rkey[x->region], &prm);
 			if (UCS_PTR_IS_ERR(x->rq)) {
 				x->rq = NULL;
-				x->st = -EIO;
 			} else if (!x->rq) {
-				kvp_cl_land(cl, c, x, lease_deadline);
+				kvp_cl_land(cl, c, x);
 			} else {
 				inflight++;
 				wait = true;
@@ -1710,60 +1771,57 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 		}
 		if (!wait)
 			break;
-		if (kvp_cl_now() >= deadline ||
-		    kvp_cl_now() >= lease_deadline) {
-			/* give up: the endpoints of the peers that did not
-			 * deliver are closed (force), which ends their gets
+		if (kvp_cl_now() >= deadline) {
+			/* give up: what did not move for a whole timeout is
+			 * FAILED; the endpoints of peers with gets still in
+			 * flight are closed (force), which ends those gets
 			 * before the receive buffer is used again */
 			for (i = 0; i < m; i++) {
 				struct kvp_cl_key *x = &k[w[i]];
 
-				if (x->queued) {
-					x->queued = false;
-					x->st = -EIO;
-				}
+				x->queued = false;
 				if (!x->rq)
 					continue;
 				ucp_request_cancel(cl->worker, x->rq);
 				cl->peers[x->owner].failed = true;
 			}
-			for (j = 0; j < cl->npeers; j++)
-				if (used[j] && cl->peers[j].failed &&
-				    cl->peers[j].ep) {
-					for (i = 0; i < m; i++) {
-						struct kvp_cl_key *x = &k[w[i]];
+			for (j = 0; j < cl->npeers; j++) {
+				if (!used[j] || !cl->peers[j].failed ||
+				    !cl->peers[j].ep)
+					continue;
+				for (i = 0; i < m; i++) {
+					struct kvp_cl_key *x = &k[w[i]];
 
-						if (x->rq &&
-						    x->owner == (int)j) {
-							ucp_request_free(x->rq);
-							x->rq = NULL;
-							x->st = -EIO;
-						}
+					if (x->rq && x->owner == (int)j) {
+						ucp_request_free(x->rq);
+						x->rq = NULL;
 					}
-					kvp_cl_peer_close(cl, &cl->peers[j]);
 				}
+				kvp_cl_peer_close(cl, &cl->peers[j]);
+			}
 			break;
 		}
 		kvp_cl_progress(cl, 1);
-		kvp_cl_drain(cl);
+		kvp_cl_drain(cl); /* serve peers meanwhile: they may be
+				    * fetching from us */
 		kvp_cl_tick(cl);
 	}
-	/* RELEASE what was granted; the LEASE sends completed long ago */
+	/* the LEASE sends, done long ago (or ended by a closed endpoint) */
+	for (r = 0; r < nr; r++) {
+		if (rq[r].sent && cl->peers[rq[r].peer].ep)
+			kvp_cl_wait_req(cl, rq[r].sent);
+		else if (rq[r].sent)
+			ucp_request_free(rq[r].sent);
+		rq[r].sent = NULL;
+	}
+	/* RELEASE what was granted: one message per owner */
 	for (j = 0; j < cl->npeers; j++) {
 		struct kvp_peer *p = &cl->peers[j];
 		uint32_t cnt = 0;
 		unsigned char *rel;
 
-		if (sent[j] && p->ep && !p->failed)
-			kvp_cl_wait_req(cl, sent[j]);
-		else if (sent[j] && !UCS_PTR_IS_ERR(sent[j]) && p->ep)
-			kvp_cl_wait_req(cl, sent[j]);
-		free(msg[j]);
 		if (!used[j])
 			continue;
-		p->want = 0;
-		free(p->reply);
-		p->reply = NULL;
 		for (i = 0; i < m; i++)
 			cnt += k[w[i]].owner == (int)j && k[w[i]].granted;
 		if (!cnt || !p->ep || p->failed)
@@ -1786,6 +1844,15 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 						&err));
 		free(rel);
 	}
+out:
+	cl->lreqs = NULL;
+	cl->nlreqs = 0;
+	for (r = 0; rq && r < nr; r++) {
+		free(rq[r].msg);
+		free(rq[r].reply);
+	}
+	free(rq);
+	free(pos);
 	for (i = 0; i < m; i++)
 		if (k[w[i]].st && k[w[i]].st != -ENOENT)
 			kvp_cl_ctr(cl, KVP_CLC_FAILED, 1);
@@ -2146,11 +2213,15 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	if (!cl->window)
 		cl->window = 1;
 	if (!cfg->node[0]) {
+		/* the short hostname, cut to the name's room */
 		char h[256] = "";
+		const char *nm;
 
 		gethostname(h, sizeof(h) - 1);
 		h[strcspn(h, ".")] = 0;
-		snprintf(cfg->node, sizeof(cfg->node), "%s", h[0] ? h : "node");
+		h[sizeof(cfg->node) - 1] = 0;
+		nm = h[0] ? h : "node";
+		memcpy(cfg->node, nm, strlen(nm) + 1);
 	}
 	if (kvp_cl_parse_url(cl, cfg->cluster_url)) {
 		kvp_log(KVP_LOG_ERROR, "cluster",

@@ -18,7 +18,7 @@
 #     wrong bytes
 #  5. node 3's agent killed mid-batch: node 2's reader gets clean statuses
 #     (no wrong byte, no hang) and node 3 leaves the directory within the
-#     TTL
+#     TTL; restarted on its segment, it serves its pages again
 #  6. garbage in a client's mailbox: every call answered, the agent lives
 #  7. Redis stopped: node 2's local puts and hits keep working, remote
 #     lookups answer MISS at once; Redis back: remote reads work again
@@ -126,7 +126,7 @@ r=$(kc_node 2 get m1 ls 0 10 4194304); echo "node2 $r"
 echo "== 5. node 3's agent killed mid-batch"
 # node 3 again, with the default leases (a restart: it re-attaches)
 kc_agent_stop 3
-kc_agent 3 || fail "node 3's agent did not restart"
+KC_DRAM=512M kc_agent 3 || fail "node 3's agent did not restart"
 r=$(kc_node 3 put m1 kill 0 400 1048576); echo "node3 $r"
 [ "$(field ok "$r")" = 400 ] || fail "node 3 did not take 400 pages: $r"
 kc_node 2 wait m1 kill 0 400 5000 >/dev/null
@@ -155,6 +155,12 @@ else
 fi
 r=$(kc_node 2 get m1 kill 0 400 1048576 50); echo "node2 after $r"
 [ "$(field wrong "$r")" = 0 ] && [ "$(field failed "$r")" = 0 ] || fail "after node 3 left: $r"
+# node 3's agent back on the same segment (kill -9 kept it, and its pages):
+# it re-attaches, rejoins under a new incarnation, publishes them again
+KC_DRAM=512M kc_agent 3 || fail "node 3's agent did not re-attach"
+r=$(kc_node 2 wait m1 kill 300 100 10000); echo "node2 $r"
+r=$(kc_node 2 get m1 kill 300 100 1048576 25); echo "node2 after the restart $r"
+[ "$(field ok "$r")" = 100 ] && [ "$(field wrong "$r")" = 0 ] || fail "after node 3 came back: $r"
 
 echo "== 6. garbage in a mailbox"
 r=$(kc_node 2 hostile m1 x 7 60); echo "node2 $r"
