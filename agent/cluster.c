@@ -38,23 +38,26 @@
  * stale entry as a MISS (the owner answers -ENOENT), never as bytes.
  *
  * A FETCH (a client's mailbox): the directory names an owner per key;
- * per owner one LEASE message with the namespace and the keys; the owner
+ * per owner LEASE messages (the namespace and up to 128 keys each, two
+ * outstanding per owner: kvp_cl_wave); the owner
  * takes a timed lease per key (kvp_lease_acquire, the leases that exist
  * for remote readers) through a client handle of its own for that
  * namespace, and answers GRANT: for a value in DRAM in one run, its
  * address in the owner's registered arena; for any other (SSD-resident,
  * or in several runs) the owner reads it into its registered bounce
  * buffer first (through its own agent: staged) and grants that.  The
- * requester gets the bytes one-sided (ucp_get_nbx, all keys of a wave in
- * flight at once) into its receive buffer, and puts them into this pool
- * (kvp_put through its own handle: the fetched page is kept, as an
- * ordinary entry), then sends RELEASE.  A get completed after the
- * lease's deadline as the requester counts it (from before it asked,
- * minus a quarter of the lease for clock rates) is discarded (-EIO): the
- * owner may have reused the bytes.  Waves: as many keys as the receive
- * buffer holds; larger batches take several waves (rule 5).
+ * requester gets the bytes one-sided (ucp_get_nbx, 4 in flight, starting
+ * as each GRANT arrives) into its receive buffer, puts each page into
+ * this pool as it lands (kvp_put through its own handle: the fetched page
+ * is kept, as an ordinary entry) and answers it in the client's mailbox
+ * at once, then sends RELEASE.  A get completed after the lease's
+ * deadline as the requester counts it (from before it asked for that
+ * chunk, minus a quarter of the lease for clock rates) is discarded
+ * (-EIO): the owner may have reused the bytes.  Waves: as many keys as
+ * the receive buffer holds; larger batches take several waves (rule 5).
  *
- * Failure: every wait has a deadline (--remote-timeout-ms); a peer whose
+ * Failure: every wait is bounded (--remote-timeout-ms without progress:
+ * no GRANT, no get completed; the lease bounds the bytes); a peer whose
  * endpoint fails (UCX error handling PEER) fails its keys (-EIO) and is
  * dropped until the directory names it again; Redis down: lookups answer
  * MISS at once (state DOWN, clients do not even ask), publishing resumes
