@@ -81,7 +81,7 @@ kvp_usage(FILE *f)
 		"  --cluster-ttl-ms N      membership and directory TTL (default 3000)\n"
 		"  --cluster-publish-ms N  publish changes of the index every N ms (default 20)\n"
 		"  --remote-lease-ms N     a peer's lease on a page it fetches (default 5000)\n"
-		"  --remote-timeout-ms N   a remote lookup's bound (default 2000)\n"
+		"  --remote-timeout-ms N   a fetch gives up after N ms without progress (2000)\n"
 		"  --remote-buffer SIZE    receive buffer of remote fetches (default 64M)\n"
 		"  --keep                  never remove the segment on SIGTERM\n"
 		"  --foreground            do not daemonize; log to stderr\n"
