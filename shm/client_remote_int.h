@@ -72,12 +72,13 @@ kvp__rbox_reset(struct kvp_client *c)
 typedef void (*kvp__rbox_ready_fn)(void *ctx, size_t k,
 				   const struct kvp_rbox_ans *a);
 
-/* Hand every final answer not handed yet to fn (seen[k] marks them). */
-KVP_INLINE void
+/* Hand every final answer not handed yet to fn (seen[k] marks them);
+ * returns how many it handed. */
+KVP_INLINE size_t
 kvp__rbox_take(const struct kvp_rbox_ans *ans, size_t m, uint64_t seq,
 	       bool *seen, kvp__rbox_ready_fn fn, void *ctx)
 {
-	size_t k;
+	size_t k, got = 0;
 
 	for (k = 0; k < m; k++) {
 		struct kvp_rbox_ans a;
@@ -91,7 +92,9 @@ kvp__rbox_take(const struct kvp_rbox_ans *ans, size_t m, uint64_t seq,
 		a.ra_ready = 0;
 		seen[k] = true;
 		fn(ctx, k, &a);
+		got++;
 	}
+	return got;
 }
 
 /*
@@ -154,8 +157,10 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 					  (((w >> 8) + 1) << 8) | KVP_RB_FREE);
 			return 0;
 		}
-		/* the keys that landed so far, while the rest are in flight */
-		kvp__rbox_take(ans, m, w >> 8, seen, fn, ctx);
+		/* the keys that landed so far, while the rest are in flight
+		 * (answers moving: the backstop counts from the last) */
+		if (kvp__rbox_take(ans, m, w >> 8, seen, fn, ctx))
+			t0 = kvp_now_ns(CLOCK_MONOTONIC);
 		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
 		now = kvp_now_ns(CLOCK_MONOTONIC);
 		if (kvp_shm_agent_alive(s))
