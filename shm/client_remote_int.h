@@ -101,7 +101,7 @@ kvp__rbox_take(const struct kvp_rbox_ans *ans, size_t m, uint64_t seq,
  * One mailbox call: ask the agent about keys ops[idx[0..m)] (kind
  * KVP_RB_PROBE or KVP_RB_FETCH); each answer goes to fn as soon as it is
  * final (seen[0..m) false on entry).  Returns 0, or -ENOTCONN (no agent
- * to answer), -ETIMEDOUT (no answer within KVP_REMOTE_WAIT_MS;
+ * to answer), -ETIMEDOUT (no answer for KVP_REMOTE_WAIT_MS;
  * withdrawn): keys not handed to fn then have no answer.  The caller made
  * sure the keys and the namespace fit (kvp__rbox_fit).
  */
