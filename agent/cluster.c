@@ -1774,7 +1774,9 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 		}
 		if (!wait)
 			break;
-		if (kvp_cl_now() >= deadline) {
+		/* acquire: the agent is stopping (pairs with the stop's
+		 * release): give up like a timeout */
+		if (kvp_cl_now() >= deadline || kvp_load_acquire(&cl->stop)) {
 			/* give up: what did not move for a whole timeout is
 			 * FAILED; the endpoints of peers with gets still in
 			 * flight are closed (force), which ends those gets
@@ -1899,7 +1901,8 @@ kvp_cl_fetch(struct kvp_cl *cl, const char *ns, struct kvp_cl_key *k,
 			used += need;
 			w[m++] = i;
 		}
-		if (!m)
+		/* acquire: pairs with the stop's release */
+		if (!m || kvp_load_acquire(&cl->stop))
 			break;
 		kvp_cl_wave(cl, c, ns, k, w, m);
 	}
