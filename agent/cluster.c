@@ -75,6 +75,7 @@
  * cluster on a trusted network (docs/design.md).
  */
 #include <ctype.h>
+#include <dlfcn.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
@@ -85,6 +86,133 @@
 #include <ucp/api/ucp.h>
 
 #include "agent/agent_int.h"
+
+/* UCX, loaded when the agent runs a cluster (never linked: a node without
+ * --cluster loads none of it, its constructors and memory hooks
+ * included); the types and macros are the headers' (libucx-dev). */
+static struct {
+	__typeof__(&ucp_am_send_nbx) am_send_nbx;
+	__typeof__(&ucp_cleanup) cleanup;
+	__typeof__(&ucp_config_read) config_read;
+	__typeof__(&ucp_config_release) config_release;
+	__typeof__(&ucp_ep_close_nbx) ep_close_nbx;
+	__typeof__(&ucp_ep_create) ep_create;
+	__typeof__(&ucp_ep_rkey_unpack) ep_rkey_unpack;
+	__typeof__(&ucp_get_nbx) get_nbx;
+	__typeof__(&ucp_mem_map) mem_map;
+	__typeof__(&ucp_mem_unmap) mem_unmap;
+	__typeof__(&ucp_request_cancel) request_cancel;
+	__typeof__(&ucp_request_check_status) request_check_status;
+	__typeof__(&ucp_request_free) request_free;
+	__typeof__(&ucp_rkey_buffer_release) rkey_buffer_release;
+	__typeof__(&ucp_rkey_destroy) rkey_destroy;
+	__typeof__(&ucp_rkey_pack) rkey_pack;
+	__typeof__(&ucp_worker_arm) worker_arm;
+	__typeof__(&ucp_worker_create) worker_create;
+	__typeof__(&ucp_worker_destroy) worker_destroy;
+	__typeof__(&ucp_worker_get_address) worker_get_address;
+	__typeof__(&ucp_worker_get_efd) worker_get_efd;
+	__typeof__(&ucp_worker_progress) worker_progress;
+	__typeof__(&ucp_worker_release_address) worker_release_address;
+	__typeof__(&ucp_worker_set_am_recv_handler) worker_set_am_recv_handler;
+	__typeof__(&ucs_status_string) status_string;
+	__typeof__(&ucp_init_version) init_version;
+} U;
+
+/* libucp.so.0 (and libucs.so.0, which it needs) into U; 0 or -1 (logged) */
+static int
+kvp_cl_load_ucx(void)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+		bool ucs;
+	} syms[] = {
+#define KVP_UCX_SYM(f, field, ucs) { #f, offsetof(__typeof__(U), field), ucs },
+		KVP_UCX_SYM(ucp_am_send_nbx, am_send_nbx, false) KVP_UCX_SYM(
+			ucp_cleanup, cleanup,
+			false) KVP_UCX_SYM(ucp_config_read, config_read,
+					   false) KVP_UCX_SYM(ucp_config_release,
+							      config_release,
+							      false) KVP_UCX_SYM(ucp_ep_close_nbx,
+										 ep_close_nbx,
+										 false)
+			KVP_UCX_SYM(ucp_ep_create, ep_create, false) KVP_UCX_SYM(
+				ucp_ep_rkey_unpack, ep_rkey_unpack,
+				false) KVP_UCX_SYM(ucp_get_nbx, get_nbx,
+						   false) KVP_UCX_SYM(ucp_mem_map,
+								      mem_map,
+								      false) KVP_UCX_SYM(ucp_mem_unmap,
+											 mem_unmap,
+											 false)
+				KVP_UCX_SYM(ucp_request_cancel, request_cancel, false) KVP_UCX_SYM(
+					ucp_request_check_status,
+					request_check_status,
+					false) KVP_UCX_SYM(ucp_request_free,
+							   request_free,
+							   false) KVP_UCX_SYM(ucp_rkey_buffer_release,
+									      rkey_buffer_release,
+									      false)
+					KVP_UCX_SYM(ucp_rkey_destroy, rkey_destroy, false) KVP_UCX_SYM(
+						ucp_rkey_pack, rkey_pack,
+						false) KVP_UCX_SYM(ucp_worker_arm,
+								   worker_arm,
+								   false) KVP_UCX_SYM(ucp_worker_create,
+										      worker_create,
+										      false)
+						KVP_UCX_SYM(ucp_worker_destroy, worker_destroy, false) KVP_UCX_SYM(
+							ucp_worker_get_address,
+							worker_get_address,
+							false) KVP_UCX_SYM(ucp_worker_get_efd,
+									   worker_get_efd,
+									   false)
+							KVP_UCX_SYM(
+								ucp_worker_progress,
+								worker_progress,
+								false) KVP_UCX_SYM(ucp_worker_release_address,
+										   worker_release_address,
+										   false)
+								KVP_UCX_SYM(
+									ucp_worker_set_am_recv_handler,
+									worker_set_am_recv_handler,
+									false)
+									KVP_UCX_SYM(
+										ucs_status_string,
+										status_string,
+										true)
+										KVP_UCX_SYM(
+											ucp_init_version,
+											init_version,
+											false)
+#undef KVP_UCX_SYM
+	};
+	void *ucp, *ucs;
+	size_t k;
+
+	if (U.init_version)
+		return 0;
+	ucs = dlopen("libucs.so.0", RTLD_NOW | RTLD_GLOBAL);
+	ucp = ucs ? dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL) : NULL;
+	if (!ucp) {
+		kvp_log(KVP_LOG_ERROR, "cluster",
+			"cannot load UCX (libucp.so.0: %s): install libucx0",
+			dlerror());
+		return -1;
+	}
+	for (k = 0; k < sizeof(syms) / sizeof(syms[0]); k++) {
+		void *fn = dlsym(syms[k].ucs ? ucs : ucp, syms[k].name);
+
+		if (!fn) {
+			kvp_log(KVP_LOG_ERROR, "cluster",
+				"UCX has no %s: a newer libucx0 (1.12 or later) is needed",
+				syms[k].name);
+			memset(&U, 0, sizeof(U));
+			return -1;
+		}
+		memcpy((char *)&U + syms[k].off, &fn, sizeof(fn));
+	}
+	return 0;
+}
 
 #define KVP_WIRE_MAGIC 0x31306c63706b766bull /* "kvpkcl01" */
 #define KVP_AM_LEASE 21u
@@ -445,7 +573,7 @@ kvp_cl_ep_error(void *arg, ucp_ep_h ep, ucs_status_t st)
 	(void)ep;
 	p->failed = true;
 	kvp_log(KVP_LOG_WARN, "cluster", "peer %s: endpoint failed (%s)",
-		p->name, ucs_status_string(st));
+		p->name, U.status_string(st));
 }
 
 static void
@@ -453,9 +581,9 @@ kvp_cl_wait_req(struct kvp_cl *cl, void *req)
 {
 	if (!req || UCS_PTR_IS_ERR(req))
 		return;
-	while (ucp_request_check_status(req) == UCS_INPROGRESS)
-		ucp_worker_progress(cl->worker);
-	ucp_request_free(req);
+	while (U.request_check_status(req) == UCS_INPROGRESS)
+		U.worker_progress(cl->worker);
+	U.request_free(req);
 }
 
 static void
@@ -465,7 +593,7 @@ kvp_cl_peer_close(struct kvp_cl *cl, struct kvp_peer *p)
 
 	for (k = 0; k < 2; k++) {
 		if (p->rkey[k])
-			ucp_rkey_destroy(p->rkey[k]);
+			U.rkey_destroy(p->rkey[k]);
 		p->rkey[k] = NULL;
 	}
 	if (p->ep) {
@@ -474,7 +602,7 @@ kvp_cl_peer_close(struct kvp_cl *cl, struct kvp_peer *p)
 		memset(&prm, 0, sizeof(prm));
 		prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
 		prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-		kvp_cl_wait_req(cl, ucp_ep_close_nbx(p->ep, &prm));
+		kvp_cl_wait_req(cl, U.ep_close_nbx(p->ep, &prm));
 		p->ep = NULL;
 	}
 }
@@ -539,7 +667,7 @@ kvp_cl_peer_update(struct kvp_cl *cl, struct kvp_peer *p, redisReply *r)
 	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
 	ep.err_handler.cb = kvp_cl_ep_error;
 	ep.err_handler.arg = p;
-	st = ucp_ep_create(cl->worker, &ep, &p->ep);
+	st = U.ep_create(cl->worker, &ep, &p->ep);
 	if (st != UCS_OK) {
 		p->ep = NULL;
 		goto bad;
@@ -549,7 +677,7 @@ kvp_cl_peer_update(struct kvp_cl *cl, struct kvp_peer *p, redisReply *r)
 				  addrl / 2 + rkl[0] / 2 + rkl[1] / 2 + 3);
 
 		if (n < 1 ||
-		    ucp_ep_rkey_unpack(p->ep, buf, &p->rkey[k]) != UCS_OK) {
+		    U.ep_rkey_unpack(p->ep, buf, &p->rkey[k]) != UCS_OK) {
 			p->rkey[k] = NULL;
 			goto bad;
 		}
@@ -1028,7 +1156,7 @@ kvp_cl_send(struct kvp_cl *cl, struct kvp_peer *p, unsigned id, void *msg,
 	memset(&prm, 0, sizeof(prm));
 	prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
 	prm.flags = UCP_AM_SEND_FLAG_EAGER;
-	rq = ucp_am_send_nbx(p->ep, id, NULL, 0, msg, len, &prm);
+	rq = U.am_send_nbx(p->ep, id, NULL, 0, msg, len, &prm);
 	if (UCS_PTR_IS_ERR(rq)) {
 		*err = true;
 		return NULL;
@@ -1323,13 +1451,13 @@ kvp_cl_progress(struct kvp_cl *cl, int wait_ms)
 {
 	struct pollfd pf[2];
 
-	if (ucp_worker_progress(cl->worker))
+	if (U.worker_progress(cl->worker))
 		return;
 	if (wait_ms <= 0) {
 		sched_yield();
 		return;
 	}
-	if (ucp_worker_arm(cl->worker) != UCS_OK)
+	if (U.worker_arm(cl->worker) != UCS_OK)
 		return;
 	pf[0].fd = cl->ucx_fd;
 	pf[0].events = POLLIN;
@@ -1730,13 +1858,13 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 
 			if (!x->rq)
 				continue;
-			st = ucp_request_check_status(x->rq);
+			st = U.request_check_status(x->rq);
 			if (st == UCS_INPROGRESS) {
 				wait = true;
 				inflight++;
 				continue;
 			}
-			ucp_request_free(x->rq);
+			U.request_free(x->rq);
 			x->rq = NULL;
 			x->st = -EIO;
 			deadline = kvp_cl_now() + tmo;
@@ -1761,8 +1889,8 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 			}
 			x->queued = false;
 			memset(&prm, 0, sizeof(prm));
-			x->rq = ucp_get_nbx(p->ep, cl->rx + x->off, x->glen,
-					    x->addr, p->rkey[x->region], &prm);
+			x->rq = U.get_nbx(p->ep, cl->rx + x->off, x->glen,
+					  x->addr, p->rkey[x->region], &prm);
 			if (UCS_PTR_IS_ERR(x->rq)) {
 				x->rq = NULL;
 			} else if (!x->rq) {
@@ -1787,7 +1915,7 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 				x->queued = false;
 				if (!x->rq)
 					continue;
-				ucp_request_cancel(cl->worker, x->rq);
+				U.request_cancel(cl->worker, x->rq);
 				cl->peers[x->owner].failed = true;
 			}
 			for (j = 0; j < cl->npeers; j++) {
@@ -1798,7 +1926,7 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 					struct kvp_cl_key *x = &k[w[i]];
 
 					if (x->rq && x->owner == (int)j) {
-						ucp_request_free(x->rq);
+						U.request_free(x->rq);
 						x->rq = NULL;
 					}
 				}
@@ -1816,7 +1944,7 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 		if (rq[r].sent && cl->peers[rq[r].peer].ep)
 			kvp_cl_wait_req(cl, rq[r].sent);
 		else if (rq[r].sent)
-			ucp_request_free(rq[r].sent);
+			U.request_free(rq[r].sent);
 		rq[r].sent = NULL;
 	}
 	/* RELEASE what was granted: one message per owner */
@@ -2121,7 +2249,7 @@ kvp_cl_main(void *arg)
 	while (!kvp_load_acquire(&cl->stop)) {
 		uint64_t now, next;
 
-		while (ucp_worker_progress(cl->worker))
+		while (U.worker_progress(cl->worker))
 			;
 		kvp_cl_drain(cl);
 		kvp_cl_tick(cl);
@@ -2178,16 +2306,16 @@ kvp_cl_map(struct kvp_cl *cl, void *addr, uint64_t len, ucp_mem_h *mh,
 			UCP_MEM_MAP_PARAM_FIELD_LENGTH;
 	mp.address = addr;
 	mp.length = len;
-	if (ucp_mem_map(cl->ctx, &mp, mh) != UCS_OK) {
+	if (U.mem_map(cl->ctx, &mp, mh) != UCS_OK) {
 		*mh = NULL;
 		return -1;
 	}
 	if (!hex)
 		return 0;
-	if (ucp_rkey_pack(cl->ctx, *mh, &buf, &sz) != UCS_OK)
+	if (U.rkey_pack(cl->ctx, *mh, &buf, &sz) != UCS_OK)
 		return -1;
 	*hex = kvp_hex_alloc(buf, sz);
-	ucp_rkey_buffer_release(buf);
+	U.rkey_buffer_release(buf);
 	return *hex ? 0 : -1;
 }
 
@@ -2262,25 +2390,28 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	    !cl->bounce_map)
 		goto fail;
 	/* UCX: active messages and one-sided gets, one worker, this thread */
-	if (ucp_config_read(NULL, NULL, &uc) != UCS_OK)
+	if (kvp_cl_load_ucx())
+		goto fail;
+	if (U.config_read(NULL, NULL, &uc) != UCS_OK)
 		goto ucx_fail;
 	memset(&up, 0, sizeof(up));
 	up.field_mask = UCP_PARAM_FIELD_FEATURES;
 	up.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-	if (ucp_init(&up, uc, &cl->ctx) != UCS_OK) {
+	if (U.init_version(UCP_API_MAJOR, UCP_API_MINOR, &up, uc, &cl->ctx) !=
+	    UCS_OK) {
 		cl->ctx = NULL;
-		ucp_config_release(uc);
+		U.config_release(uc);
 		goto ucx_fail;
 	}
-	ucp_config_release(uc);
+	U.config_release(uc);
 	memset(&wp, 0, sizeof(wp));
 	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
 	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-	if (ucp_worker_create(cl->ctx, &wp, &cl->worker) != UCS_OK) {
+	if (U.worker_create(cl->ctx, &wp, &cl->worker) != UCS_OK) {
 		cl->worker = NULL;
 		goto ucx_fail;
 	}
-	if (ucp_worker_get_efd(cl->worker, &cl->ucx_fd) != UCS_OK)
+	if (U.worker_get_efd(cl->worker, &cl->ucx_fd) != UCS_OK)
 		goto ucx_fail;
 	for (k = 0; k < 3; k++) {
 		ucp_am_handler_param_t hp;
@@ -2294,13 +2425,13 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 		hp.id = KVP_AM_LEASE + k;
 		hp.cb = kvp_cl_am;
 		hp.arg = &cl->am_arg[k];
-		if (ucp_worker_set_am_recv_handler(cl->worker, &hp) != UCS_OK)
+		if (U.worker_set_am_recv_handler(cl->worker, &hp) != UCS_OK)
 			goto ucx_fail;
 	}
-	if (ucp_worker_get_address(cl->worker, &addr, &alen) != UCS_OK)
+	if (U.worker_get_address(cl->worker, &addr, &alen) != UCS_OK)
 		goto ucx_fail;
 	cl->addr_hex = kvp_hex_alloc(addr, alen);
-	ucp_worker_release_address(cl->worker, addr);
+	U.worker_release_address(cl->worker, addr);
 	/* the arena as our client handles map it (one mapping per process:
 	 * every handle's leases point into it) */
 	c0 = kvp_cl_nsh(cl, "kvpool.cluster");
@@ -2360,16 +2491,16 @@ kvp_cl_free(struct kvp_cl *cl)
 			kvp_cl_peer_close(cl, &cl->peers[k]);
 	if (cl->ctx) {
 		if (cl->arena_mh)
-			ucp_mem_unmap(cl->ctx, cl->arena_mh);
+			U.mem_unmap(cl->ctx, cl->arena_mh);
 		if (cl->bounce_mh)
-			ucp_mem_unmap(cl->ctx, cl->bounce_mh);
+			U.mem_unmap(cl->ctx, cl->bounce_mh);
 		if (cl->rx_mh)
-			ucp_mem_unmap(cl->ctx, cl->rx_mh);
+			U.mem_unmap(cl->ctx, cl->rx_mh);
 	}
 	if (cl->worker)
-		ucp_worker_destroy(cl->worker);
+		U.worker_destroy(cl->worker);
 	if (cl->ctx)
-		ucp_cleanup(cl->ctx);
+		U.cleanup(cl->ctx);
 	for (k = 0; k < cl->nnsh; k++)
 		kvp_close(cl->nsh[k].c);
 	while (cl->inq) {

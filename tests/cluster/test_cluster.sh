@@ -47,7 +47,9 @@ KC_DRAM=48M kc_agent 1 --ssd-dir "$SSD" --ssd-size 512M --cluster-publish-ms 300
 kc_agent 2 || { fail "node 2's agent did not start"; exit 1; }
 KC_DRAM=512M kc_agent 3 --remote-lease-ms 1 || { fail "node 3's agent did not start"; exit 1; }
 # the password never reaches a command line (the file does)
-if ps -o args= -p "$(kc_agent_pid 1)" | grep -q "$KC_REDIS_PASS"; then
+args1=$(tr '\0' ' ' <"/proc/$(kc_agent_pid 1)/cmdline")
+case $args1 in *kvpoold*) ;; *) fail "cannot read node 1's agent's command line: $args1" ;; esac
+if echo "$args1" | grep -q "$KC_REDIS_PASS"; then
 	fail "the directory's password is on kvpoold's command line"
 fi
 # all three see each other
