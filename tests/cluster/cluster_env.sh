@@ -32,8 +32,26 @@ kc_can_run() {
 	[ "$(id -u)" = 0 ] || { echo "SKIP not root: network namespaces need it"; return 77; }
 	command -v ip >/dev/null || { echo "SKIP no ip (iproute2)"; return 77; }
 	command -v redis-server >/dev/null || { echo "SKIP no redis-server"; return 77; }
-	ip netns add "${KC_NS}probe" 2>/dev/null || { echo "SKIP ip netns add is refused here"; return 77; }
+	# /run/netns: ip makes it a mount of its own on first use; if this
+	# run makes it, kc_cleanup takes it away again (a chroot's cleanup
+	# cannot remove a mount point)
+	[ -d /run/netns ] && KC_HAD_RUN_NETNS=1 || KC_HAD_RUN_NETNS=0
+	ip netns add "${KC_NS}probe" 2>/dev/null || { echo "SKIP ip netns add is refused here"; kc_unrun; return 77; }
+	# entering one remounts / (a chroot whose / is not a mount point
+	# cannot: that is this machine's limit, not the test's)
+	if ! ip netns exec "${KC_NS}probe" true 2>/dev/null; then
+		ip netns del "${KC_NS}probe"
+		kc_unrun
+		echo "SKIP network namespaces cannot be entered here (ip netns exec failed: a chroot?)"
+		return 77
+	fi
 	ip netns del "${KC_NS}probe"
+	return 0
+}
+kc_unrun() {
+	[ "${KC_HAD_RUN_NETNS:-1}" = 0 ] || return 0
+	umount /run/netns 2>/dev/null
+	rmdir /run/netns 2>/dev/null
 	return 0
 }
 
@@ -140,6 +158,7 @@ kc_cleanup() {
 		i=$((i + 1))
 	done
 	ip netns del "${KC_NS}h" 2>/dev/null
+	kc_unrun
 	[ -n "${KVPT_LOG_DIR:-}" ] || rm -rf "$KC_DIR"
 	case $KC_DIR in /tmp/kvpt-cluster-*) rm -rf "$KC_DIR" ;; esac
 }
