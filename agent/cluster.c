@@ -1514,15 +1514,31 @@ kvp_cl_tick(struct kvp_cl *cl)
 
 /* ---- the requester's side ---- */
 
+struct kvp_cl_key {
+	const unsigned char *key;
+	uint32_t klen;
+	uint64_t hash;
+	int owner;
+	uint64_t dlen; /* the directory's length */
+	uint64_t off;  /* in the receive buffer */
+	uint64_t glen, grant;
+	unsigned region;
+	uint64_t addr;
+	void *rq;           /* the get in flight */
+	int st;             /* its answer */
+	uint64_t lease_end; /* its bytes must land before this (I36) */
+	bool granted, queued;
+};
+
 /*
  * Which live peer holds each key: one pipelined HMGET per live peer (one
- * round trip).  owner[k] = peer index or -1, len[k] its length.  Among
+ * round trip).  k[i].owner = peer index or -1, k[i].dlen its length.  Among
  * several holders a key goes to the one with the highest rendezvous score
  * (spreads a hot batch over its holders).  -1: no directory.
  */
 static int
-kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, const uint64_t *hash,
-	      uint32_t n, int *owner, uint64_t *len)
+kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, struct kvp_cl_key *key,
+	      uint32_t n)
 {
 	const char **argv = NULL;
 	size_t *argl = NULL;
@@ -1534,8 +1550,8 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, const uint64_t *hash,
 	int rc = -1;
 
 	for (k = 0; k < n; k++) {
-		owner[k] = -1;
-		len[k] = 0;
+		key[k].owner = -1;
+		key[k].dlen = 0;
 	}
 	if (!kvp_cl_dir_up(cl))
 		return -1;
@@ -1551,7 +1567,7 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, const uint64_t *hash,
 	if (!argv || !argl || !fields)
 		goto out;
 	for (k = 0; k < n; k++) {
-		kvp_cl_field(nsid, hash[k], fields + 16 * (size_t)k);
+		kvp_cl_field(nsid, key[k].hash, fields + 16 * (size_t)k);
 		argv[2 + k] = fields + 16 * (size_t)k;
 		argl[2 + k] = 16;
 	}
@@ -1586,16 +1602,16 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, const uint64_t *hash,
 				continue;
 			/* rendezvous over the holders, by name: every
 			 * node picks the same holder for a key */
-			score = kvp_hash(hash[k], cl->peers[pi[j]].name,
+			score = kvp_hash(key[k].hash, cl->peers[pi[j]].name,
 					 strlen(cl->peers[pi[j]].name)) |
 				1;
 			if (score > top) {
 				top = score;
-				owner[k] = (int)pi[j];
-				len[k] = strtoull(e->str, NULL, 10);
+				key[k].owner = (int)pi[j];
+				key[k].dlen = strtoull(e->str, NULL, 10);
 			}
 		}
-		kvp_cl_ctr(cl, KVP_CLC_FOUND, owner[k] >= 0);
+		kvp_cl_ctr(cl, KVP_CLC_FOUND, key[k].owner >= 0);
 	}
 	for (j = 0; j < np; j++)
 		if (rep[j])
@@ -1607,22 +1623,6 @@ out:
 	free(fields);
 	return rc;
 }
-
-struct kvp_cl_key {
-	const unsigned char *key;
-	uint32_t klen;
-	uint64_t hash;
-	int owner;
-	uint64_t dlen; /* the directory's length */
-	uint64_t off;  /* in the receive buffer */
-	uint64_t glen, grant;
-	unsigned region;
-	uint64_t addr;
-	void *rq;           /* the get in flight */
-	int st;             /* its answer */
-	uint64_t lease_end; /* its bytes must land before this (I36) */
-	bool granted, queued;
-};
 
 /* One key's final answer, at once, into the mailbox of the FETCH being
  * served (I37: only while the mailbox is still the request we took and
@@ -2054,8 +2054,6 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 	struct kvp_rbox_ans *ans = NULL;
 	char ns[KVP_NS_NAME_MAX + 1];
 	uint64_t i, pos, nsid;
-	int *owner = NULL;
-	uint64_t *len = NULL, *hash = NULL;
 	bool bad = true;
 
 	if ((kind == KVP_RB_PROBE || kind == KVP_RB_FETCH) && n >= 1 &&
@@ -2065,12 +2063,8 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 		memcpy(cl->req, data + n * sizeof(*ans), bytes);
 		k = (struct kvp_cl_key *)calloc(n, sizeof(*k));
 		ans = (struct kvp_rbox_ans *)calloc(n, sizeof(*ans));
-		owner = (int *)malloc(n * sizeof(int));
-		len = (uint64_t *)malloc(n * sizeof(uint64_t));
-		hash = (uint64_t *)malloc(n * sizeof(uint64_t));
 		pos = 1 + cl->req[0];
-		bad = !k || !ans || !owner || !len || !hash ||
-		      cl->req[0] == 0 || pos > bytes;
+		bad = !k || !ans || cl->req[0] == 0 || pos > bytes;
 		if (!bad) {
 			memcpy(ns, cl->req + 1, cl->req[0]);
 			ns[cl->req[0]] = 0;
@@ -2087,7 +2081,6 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 			k[i].key = cl->req + pos + 1;
 			k[i].klen = kl;
 			k[i].hash = kvp_key_hash(nsid, k[i].key, kl);
-			hash[i] = k[i].hash;
 			pos += 1 + kl;
 		}
 		if (!bad && pos != bytes)
@@ -2103,11 +2096,7 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 	} else {
 		kvp_cl_ctr(cl, KVP_CLC_LOOKUPS, 1);
 		kvp_cl_ctr(cl, KVP_CLC_LOOKUP_KEYS, n);
-		kvp_cl_lookup(cl, nsid, hash, (uint32_t)n, owner, len);
-		for (i = 0; i < n; i++) {
-			k[i].owner = owner[i];
-			k[i].dlen = len[i];
-		}
+		kvp_cl_lookup(cl, nsid, k, (uint32_t)n);
 		if (kind == KVP_RB_FETCH) {
 			cl->cur_rb = rb;
 			cl->cur_taken = taken;
@@ -2123,8 +2112,9 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 			}
 		} else {
 			for (i = 0; i < n; i++) {
-				ans[i].ra_status = owner[i] >= 0 ? 0 : -ENOENT;
-				ans[i].ra_len = len[i];
+				ans[i].ra_status = k[i].owner >= 0 ? 0 :
+								     -ENOENT;
+				ans[i].ra_len = k[i].dlen;
 			}
 		}
 	}
@@ -2155,9 +2145,6 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 	}
 	free(k);
 	free(ans);
-	free(owner);
-	free(len);
-	free(hash);
 }
 
 /* Every POSTED mailbox of a live client; at the stop, answered MISS. */

@@ -135,7 +135,8 @@ kc_agent_stop() {
 # kc_node N OP ARGS...: the cluster test worker on node N's pool
 kc_node() { n=$1; shift; op=$1; shift; kc_in "$n" "$KC_BIN/cluster_node" "$op" "$(kc_pool "$n")" "$@"; }
 
-# kc_wait SECS CMD...: CMD until it succeeds, at most SECS seconds
+# kc_wait SECS CMD...: wait on a condition (CMD succeeds) with a deadline
+# of SECS seconds, polled every 50 ms (tests/install's wait_for)
 kc_wait() {
 	end=$(( $(date +%s) + $1 )); shift
 	while ! "$@"; do
