@@ -86,27 +86,26 @@
 #include <ucp/api/ucp.h>
 
 #include "agent/agent_int.h"
+#include "tiers/kvp_ssd.h" /* kvp_crc32c */
 
 /* UCX, loaded when the agent runs a cluster (never linked: a node without
  * --cluster loads none of it, its constructors and memory hooks
- * included); the types and macros are the headers' (libucx-dev). */
+ * included); the types and macros are the headers' (libucx-dev).  Only
+ * active messages: no one-sided call is loaded, no memory is mapped for
+ * remote access (docs/design.md, "What a peer can do"). */
 static struct {
+	__typeof__(&ucp_am_data_release) am_data_release;
+	__typeof__(&ucp_am_recv_data_nbx) am_recv_data_nbx;
 	__typeof__(&ucp_am_send_nbx) am_send_nbx;
 	__typeof__(&ucp_cleanup) cleanup;
+	__typeof__(&ucp_config_modify) config_modify;
 	__typeof__(&ucp_config_read) config_read;
 	__typeof__(&ucp_config_release) config_release;
 	__typeof__(&ucp_ep_close_nbx) ep_close_nbx;
 	__typeof__(&ucp_ep_create) ep_create;
-	__typeof__(&ucp_ep_rkey_unpack) ep_rkey_unpack;
-	__typeof__(&ucp_get_nbx) get_nbx;
-	__typeof__(&ucp_mem_map) mem_map;
-	__typeof__(&ucp_mem_unmap) mem_unmap;
 	__typeof__(&ucp_request_cancel) request_cancel;
 	__typeof__(&ucp_request_check_status) request_check_status;
 	__typeof__(&ucp_request_free) request_free;
-	__typeof__(&ucp_rkey_buffer_release) rkey_buffer_release;
-	__typeof__(&ucp_rkey_destroy) rkey_destroy;
-	__typeof__(&ucp_rkey_pack) rkey_pack;
 	__typeof__(&ucp_worker_arm) worker_arm;
 	__typeof__(&ucp_worker_create) worker_create;
 	__typeof__(&ucp_worker_destroy) worker_destroy;
@@ -123,69 +122,38 @@ static struct {
 static int
 kvp_cl_load_ucx(void)
 {
+	/* clang-format off */
+#define KVP_UCX_SYM(f, field, ucs) { #f, offsetof(__typeof__(U), field), ucs }
 	static const struct {
 		const char *name;
 		size_t off;
 		bool ucs;
 	} syms[] = {
-#define KVP_UCX_SYM(f, field, ucs) { #f, offsetof(__typeof__(U), field), ucs },
-		KVP_UCX_SYM(ucp_am_send_nbx, am_send_nbx, false) KVP_UCX_SYM(
-			ucp_cleanup, cleanup,
-			false) KVP_UCX_SYM(ucp_config_read, config_read,
-					   false) KVP_UCX_SYM(ucp_config_release,
-							      config_release,
-							      false) KVP_UCX_SYM(ucp_ep_close_nbx,
-										 ep_close_nbx,
-										 false)
-			KVP_UCX_SYM(ucp_ep_create, ep_create, false) KVP_UCX_SYM(
-				ucp_ep_rkey_unpack, ep_rkey_unpack,
-				false) KVP_UCX_SYM(ucp_get_nbx, get_nbx,
-						   false) KVP_UCX_SYM(ucp_mem_map,
-								      mem_map,
-								      false) KVP_UCX_SYM(ucp_mem_unmap,
-											 mem_unmap,
-											 false)
-				KVP_UCX_SYM(ucp_request_cancel, request_cancel, false) KVP_UCX_SYM(
-					ucp_request_check_status,
-					request_check_status,
-					false) KVP_UCX_SYM(ucp_request_free,
-							   request_free,
-							   false) KVP_UCX_SYM(ucp_rkey_buffer_release,
-									      rkey_buffer_release,
-									      false)
-					KVP_UCX_SYM(ucp_rkey_destroy, rkey_destroy, false) KVP_UCX_SYM(
-						ucp_rkey_pack, rkey_pack,
-						false) KVP_UCX_SYM(ucp_worker_arm,
-								   worker_arm,
-								   false) KVP_UCX_SYM(ucp_worker_create,
-										      worker_create,
-										      false)
-						KVP_UCX_SYM(ucp_worker_destroy, worker_destroy, false) KVP_UCX_SYM(
-							ucp_worker_get_address,
-							worker_get_address,
-							false) KVP_UCX_SYM(ucp_worker_get_efd,
-									   worker_get_efd,
-									   false)
-							KVP_UCX_SYM(
-								ucp_worker_progress,
-								worker_progress,
-								false) KVP_UCX_SYM(ucp_worker_release_address,
-										   worker_release_address,
-										   false)
-								KVP_UCX_SYM(
-									ucp_worker_set_am_recv_handler,
-									worker_set_am_recv_handler,
-									false)
-									KVP_UCX_SYM(
-										ucs_status_string,
-										status_string,
-										true)
-										KVP_UCX_SYM(
-											ucp_init_version,
-											init_version,
-											false)
-#undef KVP_UCX_SYM
+		KVP_UCX_SYM(ucp_am_data_release, am_data_release, false),
+		KVP_UCX_SYM(ucp_am_recv_data_nbx, am_recv_data_nbx, false),
+		KVP_UCX_SYM(ucp_am_send_nbx, am_send_nbx, false),
+		KVP_UCX_SYM(ucp_cleanup, cleanup, false),
+		KVP_UCX_SYM(ucp_config_modify, config_modify, false),
+		KVP_UCX_SYM(ucp_config_read, config_read, false),
+		KVP_UCX_SYM(ucp_config_release, config_release, false),
+		KVP_UCX_SYM(ucp_ep_close_nbx, ep_close_nbx, false),
+		KVP_UCX_SYM(ucp_ep_create, ep_create, false),
+		KVP_UCX_SYM(ucp_request_cancel, request_cancel, false),
+		KVP_UCX_SYM(ucp_request_check_status, request_check_status, false),
+		KVP_UCX_SYM(ucp_request_free, request_free, false),
+		KVP_UCX_SYM(ucp_worker_arm, worker_arm, false),
+		KVP_UCX_SYM(ucp_worker_create, worker_create, false),
+		KVP_UCX_SYM(ucp_worker_destroy, worker_destroy, false),
+		KVP_UCX_SYM(ucp_worker_get_address, worker_get_address, false),
+		KVP_UCX_SYM(ucp_worker_get_efd, worker_get_efd, false),
+		KVP_UCX_SYM(ucp_worker_progress, worker_progress, false),
+		KVP_UCX_SYM(ucp_worker_release_address, worker_release_address, false),
+		KVP_UCX_SYM(ucp_worker_set_am_recv_handler, worker_set_am_recv_handler, false),
+		KVP_UCX_SYM(ucs_status_string, status_string, true),
+		KVP_UCX_SYM(ucp_init_version, init_version, false),
 	};
+	/* clang-format on */
+#undef KVP_UCX_SYM
 	void *ucp, *ucs;
 	size_t k;
 
@@ -214,72 +182,89 @@ kvp_cl_load_ucx(void)
 	return 0;
 }
 
-#define KVP_WIRE_MAGIC 0x31306c63706b766bull /* "kvpkcl01" */
+#define KVP_WIRE_MAGIC 0x32306c63706b766bull /* "kvpkcl02" */
+#define KVP_WIRE_PROTO "2" /* the node entry's "proto": this wire format */
 #define KVP_AM_LEASE 21u
-#define KVP_AM_GRANT 22u
-#define KVP_AM_RELEASE 23u
+#define KVP_AM_DATA 22u
 #define KVP_CL_MAX_PEERS 64u
 #define KVP_CL_MAX_NS 32u
-#define KVP_CL_GRANTS 16384u
 #define KVP_BOUNCE_UNIT (64u << 10)
 #define KVP_WAVE_KEYS 4096u
 #define KVP_LEASE_CHUNK 128u /* keys per LEASE */
 
-/* Every message: this header, then its payload (all in the AM data). */
+/* A LEASE: this header (the AM data), then the namespace and the keys
+ * (each a 1-byte length and the bytes). */
 struct kvp_wire_hdr {
 	uint64_t magic;
-	uint64_t req;       /* the requester's request id */
+	uint64_t req;       /* the LEASE's token: random, the requester's */
 	uint8_t secret[16]; /* the receiver's secret (from the directory) */
 	char from[64];      /* the sender's node name, NUL terminated */
-	uint32_t n;         /* entries in the payload */
+	uint32_t n;         /* keys */
 	uint32_t bytes;     /* payload bytes */
-	uint32_t lease_ms;  /* GRANT: how long the owner's leases last */
-	uint32_t pad;
+	uint32_t lease_ms;  /* unused (0) */
+	uint32_t inc;       /* the owner's incarnation, as the directory says */
 };
-/* GRANT payload: n of these, in the order of the LEASE's keys */
-struct kvp_wire_grant {
-	int32_t status;  /* 0, -ENOENT, -EBUSY, -EIO, -E2BIG */
-	uint32_t region; /* 0: the arena, 1: the bounce buffer */
-	uint64_t len;
-	uint64_t addr;  /* in the owner's address space */
-	uint64_t grant; /* for RELEASE */
+/* The owner's answer for one key of a LEASE: this header (the AM header),
+ * and for status 0 the value's bytes (the AM data, eager or rendezvous:
+ * UCX sends them from the owner's memory into the buffer the requester
+ * names for them; nothing is ever read or written one-sidedly). */
+struct kvp_wire_data {
+	uint64_t magic;
+	uint64_t req;       /* the LEASE's token */
+	uint8_t secret[16]; /* the requester's secret (from the directory) */
+	char from[64];      /* the owner's node name */
+	uint32_t inc;       /* the owner's incarnation: the LEASE's */
+	uint32_t idx;       /* the key's position in the LEASE */
+	int32_t status;     /* 0, -ENOENT, -EBUSY, -EIO, -E2BIG */
+	uint32_t crc;       /* CRC-32C of the bytes, taken under the lease */
+	uint64_t len;       /* the value's length (status 0) */
 };
-/* RELEASE payload: n grant ids (uint64_t) */
 
 struct kvp_peer {
 	char name[64];
 	bool live;    /* in the directory at the last refresh */
 	uint64_t inc; /* its incarnation: a change means a new agent */
 	uint8_t secret[16];
-	ucp_ep_h ep; /* NULL: none (never made, or failed and closed) */
-	bool failed; /* its endpoint reported an error */
-	ucp_rkey_h rkey[2];
-	uint64_t base[2], len[2]; /* its arena, its bounce buffer */
-	uint64_t seen_ns;         /* last seen live in the directory */
-	bool said_gone;           /* its absence was logged */
+	ucp_ep_h ep;         /* NULL: none (never made, or failed and closed) */
+	bool failed;         /* its endpoint reported an error */
+	uint64_t seen_ns;    /* last seen live in the directory */
+	bool said_gone;      /* its absence was logged */
 	uint64_t warned_inc; /* a bad entry of this incarnation was logged */
 };
 
-struct kvp_nsh { /* a client handle of ours per namespace */
+struct kvp_nsh { /* a client handle of ours per namespace (recycled) */
 	char ns[KVP_NS_NAME_MAX + 1];
-	struct kvp_client *c;
+	struct kvp_client *c; /* NULL: a free entry */
+	unsigned refs;        /* serve jobs and fetches using it */
+	uint64_t used;        /* last use (a counter): the idle oldest goes */
 };
 
-struct kvp_grant {
-	uint64_t id;   /* gen << 16 | index; 0: free */
-	unsigned kind; /* 1: a lease, 2: bounce space */
+/* One key of a LEASE being served: what the owner holds for it until
+ * its DATA is sent (a lease on a DRAM run, or bounce space), the header
+ * (UCX reads it until the send completes) and the send. */
+struct kvp_serve_key {
+	struct kvp_wire_data h;
+	void *rq;      /* the send in flight; NULL: none or done */
+	unsigned kind; /* 0: nothing held, 1: a lease, 2: bounce space */
 	struct kvp_lease l;
-	struct kvp_client *c;
 	uint64_t boff, blen;
-	uint64_t expiry;
+};
+/* A LEASE being served: its keys' sends, all complete before its
+ * deadline (3/4 of --remote-lease-ms from when the leases were taken) or
+ * the peer is dropped (its endpoint closed, which ends the sends) before
+ * a lease can run out under UCX's reads (I36). */
+struct kvp_serve {
+	struct kvp_serve *next;
 	unsigned peer;
-	uint64_t req; /* the LEASE it answers */
+	struct kvp_nsh *nsh;
+	uint64_t deadline;
+	uint32_t n, left; /* keys; sends not yet complete */
+	struct kvp_serve_key k[];
 };
 
-/* A LEASE or RELEASE received, queued by the AM handler. */
+/* A LEASE received, queued by the AM handler. */
 struct kvp_inmsg {
 	struct kvp_inmsg *next;
-	unsigned id;
 	size_t len;
 	unsigned char data[];
 };
@@ -293,18 +278,17 @@ struct kvp_pub {
 
 struct kvp_cl_key;
 
-/* One LEASE of a wave in flight: its owner, its request id, its keys (a
- * run of the wave's positions), the GRANT once it arrived. */
+/* One LEASE of a wave in flight: its owner (and the incarnation we asked),
+ * its token, its keys (a run of the wave's positions). */
 struct kvp_cl_lreq {
 	unsigned peer;
-	uint64_t req, t_send;
+	uint64_t req, inc;
 	uint32_t first, cnt;
 	unsigned char *msg; /* the LEASE (kept until its send completed) */
 	void *sent;
-	unsigned char *reply; /* the GRANT (the AM handler stores it) */
-	size_t reply_len;
-	bool out;  /* sent, its GRANT not handled yet */
-	bool done; /* answered, or given up */
+	uint32_t answered; /* keys whose DATA arrived (or failed) */
+	bool out;          /* sent, not all answered */
+	bool done;         /* answered, or given up */
 };
 
 struct kvp_cl {
@@ -324,12 +308,12 @@ struct kvp_cl {
 	uint32_t inc;
 	uint8_t secret[16];
 	char secret_hex[33];
+	uint64_t rng[2]; /* request tokens (xorshift128+, seeded by getrandom) */
 	/* UCX */
 	ucp_context_h ctx;
 	ucp_worker_h worker;
 	int ucx_fd;
-	ucp_mem_h arena_mh, bounce_mh, rx_mh;
-	char *addr_hex, *arena_rkey_hex, *bounce_rkey_hex;
+	char *addr_hex;
 	unsigned char *arena_base;
 	uint64_t arena_len;
 	unsigned char *bounce, *rx;
@@ -338,36 +322,64 @@ struct kvp_cl {
 	struct kvp_peer peers[KVP_CL_MAX_PEERS];
 	unsigned npeers;
 	struct kvp_nsh nsh[KVP_CL_MAX_NS];
-	unsigned nnsh;
-	struct kvp_grant *grants;
-	uint32_t grant_gen, grant_hint;
+	uint64_t nsh_clock;
+	struct kvp_serve *serving; /* LEASEs whose sends are in flight */
 	struct kvp_inmsg *inq, **inq_tail;
-	uint64_t next_req;
 	struct kvp_pub *pub;
 	uint64_t nslots;
-	unsigned window; /* gets in flight at once (KVP_REMOTE_WINDOW) */
 	/* scratch of one mailbox call (private copies) */
 	unsigned char *req;
 	size_t req_cap;
 	struct kvp_am_arg {
 		struct kvp_cl *cl;
 		unsigned id;
-	} am_arg[3];
+	} am_arg[2];
 	/* the FETCH being served: its mailbox (answered key by key as the
 	 * keys land), the word we took it with, its client, its keys */
 	struct kvp_rbox *cur_rb;
 	uint64_t cur_taken, cur_cw;
 	uint32_t cur_client;
 	struct kvp_cl_key *cur_keys;
-	unsigned cur_unwoken;      /* answers since the client was last woken */
-	struct kvp_cl_lreq *lreqs; /* the wave's LEASEs (GRANTs land here) */
+	unsigned cur_unwoken; /* answers since the client was last woken */
+	/* the wave in flight: its LEASEs, keys and positions (DATA lands
+	 * through them; none outside a wave) */
+	struct kvp_cl_lreq *lreqs;
 	uint32_t nlreqs;
+	uint64_t wave_moved; /* DATA taken, receives done: the wave moves */
+	struct kvp_cl_key *wk;
+	const uint32_t *ww, *wpos;
 };
 
 static uint64_t
 kvp_cl_now(void)
 {
 	return kvp_now_ns(CLOCK_MONOTONIC);
+}
+
+/* The thread's heartbeat (cl_beat): clients ask nothing of a thread that
+ * stopped beating.  Called wherever the thread waits or progresses. */
+static void
+kvp_cl_beat(struct kvp_cl *cl)
+{
+	if (cl->shm)
+		/* release: pairs with the client's acquire (a clock
+		 * reading: nothing else is published through it) */
+		kvp_istore_release(&cl->shm->cl_beat,
+				   (uint32_t)(kvp_cl_now() / 1000000u));
+}
+
+/* A LEASE's token: unguessable to whoever did not see the LEASE, so a
+ * DATA message cannot be forged by another member (xorshift128+ seeded
+ * from getrandom at start; never 0). */
+static uint64_t
+kvp_cl_token(struct kvp_cl *cl)
+{
+	uint64_t x = cl->rng[0], y = cl->rng[1];
+
+	cl->rng[0] = y;
+	x ^= x << 23;
+	cl->rng[1] = x ^ y ^ (x >> 17) ^ (y >> 26);
+	return (cl->rng[1] + y) | 1;
 }
 
 static void
@@ -576,35 +588,44 @@ kvp_cl_ep_error(void *arg, ucp_ep_h ep, ucs_status_t st)
 		p->name, U.status_string(st));
 }
 
+/* Wait for a request at most 'ms' (never past a stop): a request still in
+ * flight then is cancelled, which completes it.  Only for requests that
+ * end on their own in microseconds (an endpoint's forced close). */
 static void
-kvp_cl_wait_req(struct kvp_cl *cl, void *req)
+kvp_cl_wait_req(struct kvp_cl *cl, void *req, unsigned ms)
 {
+	uint64_t end = kvp_cl_now() + ms * 1000000ull;
+
 	if (!req || UCS_PTR_IS_ERR(req))
 		return;
-	while (U.request_check_status(req) == UCS_INPROGRESS)
+	while (U.request_check_status(req) == UCS_INPROGRESS) {
+		if (kvp_cl_now() >= end) {
+			U.request_cancel(cl->worker, req);
+			U.worker_progress(cl->worker);
+			break;
+		}
 		U.worker_progress(cl->worker);
+	}
 	U.request_free(req);
 }
 
+static void kvp_cl_serve_peer_gone(struct kvp_cl *cl, unsigned peer);
+
+/* Close peer p's endpoint (forced: UCX ends every operation on it, our
+ * sends and receives included), and end what we served it. */
 static void
 kvp_cl_peer_close(struct kvp_cl *cl, struct kvp_peer *p)
 {
-	unsigned k;
-
-	for (k = 0; k < 2; k++) {
-		if (p->rkey[k])
-			U.rkey_destroy(p->rkey[k]);
-		p->rkey[k] = NULL;
-	}
 	if (p->ep) {
 		ucp_request_param_t prm;
 
 		memset(&prm, 0, sizeof(prm));
 		prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
 		prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-		kvp_cl_wait_req(cl, U.ep_close_nbx(p->ep, &prm));
+		kvp_cl_wait_req(cl, U.ep_close_nbx(p->ep, &prm), 1000);
 		p->ep = NULL;
 	}
+	kvp_cl_serve_peer_gone(cl, (unsigned)(p - cl->peers));
 }
 
 /* A peer's node entry (HGETALL reply): connect, or reconnect if it is a
@@ -612,9 +633,9 @@ kvp_cl_peer_close(struct kvp_cl *cl, struct kvp_peer *p)
 static void
 kvp_cl_peer_update(struct kvp_cl *cl, struct kvp_peer *p, redisReply *r)
 {
-	const char *addr = NULL, *rk[2] = { NULL, NULL }, *sec = NULL;
-	size_t addrl = 0, rkl[2] = { 0, 0 }, secl = 0, k;
-	uint64_t inc = 0, base[2] = { 0, 0 }, len[2] = { 0, 0 };
+	const char *addr = NULL, *sec = NULL, *proto = NULL;
+	size_t addrl = 0, secl = 0, k;
+	uint64_t inc = 0;
 	unsigned char *buf = NULL;
 	ucp_ep_params_t ep;
 	ucs_status_t st;
@@ -627,24 +648,16 @@ kvp_cl_peer_update(struct kvp_cl *cl, struct kvp_peer *p, redisReply *r)
 			continue;
 		if (!strcmp(f->str, "addr"))
 			addr = v->str, addrl = v->len;
-		else if (!strcmp(f->str, "arena_rkey"))
-			rk[0] = v->str, rkl[0] = v->len;
-		else if (!strcmp(f->str, "bounce_rkey"))
-			rk[1] = v->str, rkl[1] = v->len;
 		else if (!strcmp(f->str, "secret"))
 			sec = v->str, secl = v->len;
+		else if (!strcmp(f->str, "proto"))
+			proto = v->str;
 		else if (!strcmp(f->str, "inc"))
 			inc = strtoull(v->str, NULL, 10);
-		else if (!strcmp(f->str, "arena_base"))
-			base[0] = strtoull(v->str, NULL, 10);
-		else if (!strcmp(f->str, "arena_len"))
-			len[0] = strtoull(v->str, NULL, 10);
-		else if (!strcmp(f->str, "bounce_base"))
-			base[1] = strtoull(v->str, NULL, 10);
-		else if (!strcmp(f->str, "bounce_len"))
-			len[1] = strtoull(v->str, NULL, 10);
 	}
-	if (!addr || !rk[0] || !rk[1] || !sec || !inc) {
+	/* a node of another wire format (an older kvpool: one-sided gets)
+	 * is not a peer of ours */
+	if (!addr || !sec || !inc || !proto || strcmp(proto, KVP_WIRE_PROTO)) {
 		p->live = false;
 		return;
 	}
@@ -656,7 +669,7 @@ kvp_cl_peer_update(struct kvp_cl *cl, struct kvp_peer *p, redisReply *r)
 	p->inc = inc;
 	if (kvp_unhex(sec, secl, p->secret, sizeof(p->secret)) != 16)
 		goto bad;
-	buf = (unsigned char *)malloc(addrl / 2 + rkl[0] / 2 + rkl[1] / 2 + 3);
+	buf = (unsigned char *)malloc(addrl / 2 + 1);
 	if (!buf || kvp_unhex(addr, addrl, buf, addrl / 2) < 1)
 		goto bad;
 	memset(&ep, 0, sizeof(ep));
@@ -671,18 +684,6 @@ kvp_cl_peer_update(struct kvp_cl *cl, struct kvp_peer *p, redisReply *r)
 	if (st != UCS_OK) {
 		p->ep = NULL;
 		goto bad;
-	}
-	for (k = 0; k < 2; k++) {
-		int n = kvp_unhex(rk[k], rkl[k], buf,
-				  addrl / 2 + rkl[0] / 2 + rkl[1] / 2 + 3);
-
-		if (n < 1 ||
-		    U.ep_rkey_unpack(p->ep, buf, &p->rkey[k]) != UCS_OK) {
-			p->rkey[k] = NULL;
-			goto bad;
-		}
-		p->base[k] = base[k];
-		p->len[k] = len[k];
 	}
 	free(buf);
 	kvp_log(KVP_LOG_INFO, "cluster", "peer %s (incarnation %llu) connected",
@@ -733,8 +734,7 @@ static void
 kvp_cl_membership(struct kvp_cl *cl)
 {
 	const struct kvp_agent_cfg *cfg = &cl->a->cfg;
-	char key[128], dkey[128], inc[24], ab[24], al[24], bb[24], bl[24],
-		cap[24], ttl[24];
+	char key[128], dkey[128], inc[24], cap[24], ttl[24];
 	redisReply *r[6], **rr = NULL;
 	unsigned k, n = 0;
 
@@ -742,30 +742,19 @@ kvp_cl_membership(struct kvp_cl *cl)
 	snprintf(key, sizeof(key), "kvpool:node:%s", cfg->node);
 	snprintf(dkey, sizeof(dkey), "kvpool:dir:%s", cfg->node);
 	snprintf(inc, sizeof(inc), "%u", cl->inc);
-	snprintf(ab, sizeof(ab), "%llu",
-		 (unsigned long long)(uintptr_t)cl->arena_base);
-	snprintf(al, sizeof(al), "%llu", (unsigned long long)cl->arena_len);
-	snprintf(bb, sizeof(bb), "%llu",
-		 (unsigned long long)(uintptr_t)cl->bounce);
-	snprintf(bl, sizeof(bl), "%llu", (unsigned long long)cl->bounce_len);
 	snprintf(cap, sizeof(cap), "%llu",
 		 (unsigned long long)cl->a->seg.L.len[KVP_R_ARENA]);
 	snprintf(ttl, sizeof(ttl), "%u", cfg->cluster_ttl_ms);
 	{
-		const char *argv[] = { "HSET",        key,
-				       "addr",        cl->addr_hex,
-				       "arena_rkey",  cl->arena_rkey_hex,
-				       "arena_base",  ab,
-				       "arena_len",   al,
-				       "bounce_rkey", cl->bounce_rkey_hex,
-				       "bounce_base", bb,
-				       "bounce_len",  bl,
-				       "secret",      cl->secret_hex,
-				       "pool",        cfg->pool,
-				       "capacity",    cap,
-				       "inc",         inc };
+		const char *argv[] = { "HSET",     key,
+				       "addr",     cl->addr_hex,
+				       "proto",    KVP_WIRE_PROTO,
+				       "secret",   cl->secret_hex,
+				       "pool",     cfg->pool,
+				       "capacity", cap,
+				       "inc",      inc };
 
-		redisAppendCommandArgv(cl->rc, 24, argv, NULL);
+		redisAppendCommandArgv(cl->rc, 14, argv, NULL);
 	}
 	redisAppendCommand(cl->rc, "PEXPIRE %s %s", key, ttl);
 	redisAppendCommand(cl->rc, "SADD kvpool:members %s", cfg->node);
@@ -1036,31 +1025,65 @@ out:
 
 /* ---- namespaces: a client handle of ours per namespace ---- */
 
-static struct kvp_client *
+/*
+ * A handle of ours for namespace ns, referenced (kvp_cl_nsh_put when
+ * done).  At most KVP_CL_MAX_NS are open; a new namespace takes the
+ * entry of the idle one used longest ago (closed first), so a node serves
+ * and fetches for any number of namespaces over its life (model
+ * rollouts); NULL only when KVP_CL_MAX_NS are in use at once.
+ */
+static struct kvp_nsh *
 kvp_cl_nsh(struct kvp_cl *cl, const char *ns)
 {
-	unsigned k;
+	struct kvp_nsh *h, *victim = NULL, *free_one = NULL;
 	struct kvp_client *c = NULL;
+	unsigned k;
 
-	for (k = 0; k < cl->nnsh; k++)
-		if (!strcmp(cl->nsh[k].ns, ns))
-			return cl->nsh[k].c;
-	if (cl->nnsh == KVP_CL_MAX_NS) {
+	for (k = 0; k < KVP_CL_MAX_NS; k++) {
+		h = &cl->nsh[k];
+		if (!h->c) {
+			if (!free_one)
+				free_one = h;
+			continue;
+		}
+		if (!strcmp(h->ns, ns)) {
+			h->refs++;
+			h->used = ++cl->nsh_clock;
+			return h;
+		}
+		if (!h->refs && (!victim || h->used < victim->used))
+			victim = h;
+	}
+	h = free_one ? free_one : victim;
+	if (!h) {
 		kvp_log(KVP_LOG_WARN, "cluster",
-			"more than %u namespaces: remote requests of more are refused",
-			KVP_CL_MAX_NS);
+			"%u namespaces in use at once: a request for '%s' is answered BUSY",
+			KVP_CL_MAX_NS, ns);
 		return NULL;
+	}
+	if (h->c) {
+		kvp_close(h->c);
+		h->c = NULL;
 	}
 	if (kvp_open(cl->a->cfg.pool, ns, &c))
 		return NULL;
 	/* its gets of remote pages must not ask the network again */
 	kvp_remote(c, 0);
-	snprintf(cl->nsh[cl->nnsh].ns, sizeof(cl->nsh[0].ns), "%s", ns);
-	cl->nsh[cl->nnsh++].c = c;
-	return c;
+	snprintf(h->ns, sizeof(h->ns), "%s", ns);
+	h->c = c;
+	h->refs = 1;
+	h->used = ++cl->nsh_clock;
+	return h;
 }
 
-/* ---- the owner's side: grants ---- */
+static void
+kvp_cl_nsh_put(struct kvp_nsh *h)
+{
+	if (h && h->refs)
+		h->refs--;
+}
+
+/* ---- the owner's side: serving a LEASE ---- */
 
 static int
 kvp_cl_bounce_alloc(struct kvp_cl *cl, uint64_t len, uint64_t *off)
@@ -1088,97 +1111,140 @@ kvp_cl_bounce_free(struct kvp_cl *cl, uint64_t off, uint64_t len)
 	       (len + KVP_BOUNCE_UNIT - 1) / KVP_BOUNCE_UNIT);
 }
 
+/* What a served key holds goes back (its send is complete or ended). */
 static void
-kvp_cl_grant_end(struct kvp_cl *cl, struct kvp_grant *g)
+kvp_cl_serve_key_end(struct kvp_cl *cl, struct kvp_serve *sv,
+		     struct kvp_serve_key *sk)
 {
-	if (g->kind == 1)
-		kvp_lease_release(g->c, &g->l);
-	else if (g->kind == 2)
-		kvp_cl_bounce_free(cl, g->boff, g->blen);
-	g->id = 0;
-	g->kind = 0;
+	if (sk->kind == 1)
+		kvp_lease_release(sv->nsh->c, &sk->l);
+	else if (sk->kind == 2)
+		kvp_cl_bounce_free(cl, sk->boff, sk->blen);
+	sk->kind = 0;
 }
 
-/* a grant taken but never given out */
+/*
+ * Sends that completed end their holds; a job whose sends are all done
+ * is freed.  A job past its deadline (the peer stopped taking our bytes)
+ * drops the peer: its endpoint is closed (forced), which ends the sends
+ * before any lease behind them can run out (I36), and the peer is asked
+ * again only when the directory names it again.  Never waits.
+ */
 static void
-kvp_cl_grant_drop(struct kvp_cl *cl, struct kvp_grant *g)
+kvp_cl_serve_poll(struct kvp_cl *cl)
 {
-	g->kind = 0;
-	kvp_cl_grant_end(cl, g);
-}
-
-static struct kvp_grant *
-kvp_cl_grant_new(struct kvp_cl *cl)
-{
-	uint32_t k;
-
-	for (k = 0; k < KVP_CL_GRANTS; k++) {
-		uint32_t i = (cl->grant_hint + k) % KVP_CL_GRANTS;
-
-		if (!cl->grants[i].id) {
-			cl->grant_hint = i + 1;
-			cl->grant_gen++;
-			cl->grants[i].id =
-				((uint64_t)(cl->grant_gen | 1) << 16) | i;
-			return &cl->grants[i];
-		}
-	}
-	return NULL;
-}
-
-static void
-kvp_cl_grants_expire(struct kvp_cl *cl, bool all)
-{
+	struct kvp_serve **pp = &cl->serving;
 	uint64_t now = kvp_cl_now();
-	uint32_t i;
 
-	for (i = 0; i < KVP_CL_GRANTS; i++)
-		if (cl->grants[i].id && (all || cl->grants[i].expiry <= now))
-			kvp_cl_grant_end(cl, &cl->grants[i]);
+	while (*pp) {
+		struct kvp_serve *sv = *pp;
+		uint32_t i;
+
+		for (i = 0; i < sv->n && sv->left; i++) {
+			struct kvp_serve_key *sk = &sv->k[i];
+
+			if (!sk->rq ||
+			    U.request_check_status(sk->rq) == UCS_INPROGRESS)
+				continue;
+			U.request_free(sk->rq);
+			sk->rq = NULL;
+			kvp_cl_serve_key_end(cl, sv, sk);
+			sv->left--;
+		}
+		if (sv->left && now >= sv->deadline) {
+			struct kvp_peer *p = &cl->peers[sv->peer];
+
+			kvp_log(KVP_LOG_WARN, "cluster",
+				"peer %s took none of %u pages for %u ms: dropped until the "
+				"directory names it again",
+				p->name, sv->left,
+				cl->a->cfg.remote_lease_ms * 3 / 4);
+			kvp_cl_ctr(cl, KVP_CLC_STALLED, 1);
+			p->failed = true;
+			/* ends this job (and the peer's others) */
+			kvp_cl_peer_close(cl, p);
+			pp = &cl->serving; /* the list changed */
+			continue;
+		}
+		if (sv->left) {
+			pp = &sv->next;
+			continue;
+		}
+		*pp = sv->next;
+		kvp_cl_nsh_put(sv->nsh);
+		free(sv);
+	}
 }
 
-/* Send one message (header + payload) to peer p; eager, so the receiver
- * sees it whole in its handler.  Returns the request (to wait for) or
- * NULL when done at once; *err on failure. */
-static void *
-kvp_cl_send(struct kvp_cl *cl, struct kvp_peer *p, unsigned id, void *msg,
-	    size_t len, bool *err)
+/* Peer 'peer' is gone (its endpoint closed): its jobs end now (UCX
+ * completed their sends with an error when the endpoint closed). */
+static void
+kvp_cl_serve_peer_gone(struct kvp_cl *cl, unsigned peer)
 {
+	struct kvp_serve **pp = &cl->serving;
+
+	while (*pp) {
+		struct kvp_serve *sv = *pp;
+		uint32_t i;
+
+		if (sv->peer != peer) {
+			pp = &sv->next;
+			continue;
+		}
+		for (i = 0; i < sv->n; i++) {
+			struct kvp_serve_key *sk = &sv->k[i];
+
+			if (sk->rq) {
+				if (U.request_check_status(sk->rq) ==
+				    UCS_INPROGRESS)
+					U.request_cancel(cl->worker, sk->rq);
+				U.request_free(sk->rq);
+				sk->rq = NULL;
+			}
+			kvp_cl_serve_key_end(cl, sv, sk);
+		}
+		*pp = sv->next;
+		kvp_cl_nsh_put(sv->nsh);
+		free(sv);
+	}
+}
+
+/* Send key i's answer (and its bytes when status 0) of job sv. */
+static void
+kvp_cl_serve_send(struct kvp_cl *cl, struct kvp_serve *sv, uint32_t i,
+		  const void *bytes)
+{
+	struct kvp_serve_key *sk = &sv->k[i];
+	struct kvp_peer *p = &cl->peers[sv->peer];
 	ucp_request_param_t prm;
 	void *rq;
 
-	(void)cl;
-	*err = false;
-	if (!p->ep || p->failed) {
-		*err = true;
-		return NULL;
-	}
+	if (sk->h.status == 0)
+		sk->h.crc = kvp_crc32c(0, bytes, sk->h.len);
+	if (!p->ep || p->failed)
+		goto done;
 	memset(&prm, 0, sizeof(prm));
-	prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-	prm.flags = UCP_AM_SEND_FLAG_EAGER;
-	rq = U.am_send_nbx(p->ep, id, NULL, 0, msg, len, &prm);
-	if (UCS_PTR_IS_ERR(rq)) {
-		*err = true;
-		return NULL;
+	rq = U.am_send_nbx(p->ep, KVP_AM_DATA, &sk->h, sizeof(sk->h),
+			   sk->h.status ? NULL : bytes,
+			   sk->h.status ? 0 : sk->h.len, &prm);
+	if (UCS_PTR_IS_ERR(rq))
+		goto done;
+	if (rq) {
+		sk->rq = rq;
+		sv->left++;
+		return;
 	}
-	return rq;
+done:
+	kvp_cl_serve_key_end(cl, sv, sk);
 }
 
-static void
-kvp_cl_wire_hdr(struct kvp_cl *cl, struct kvp_wire_hdr *h, uint64_t req,
-		const uint8_t *secret, uint32_t n, uint32_t bytes)
-{
-	memset(h, 0, sizeof(*h));
-	h->magic = KVP_WIRE_MAGIC;
-	h->req = req;
-	memcpy(h->secret, secret, 16);
-	snprintf(h->from, sizeof(h->from), "%s", cl->a->cfg.node);
-	h->n = n;
-	h->bytes = bytes;
-	h->lease_ms = cl->a->cfg.remote_lease_ms;
-}
-
-/* A LEASE from a peer: validated, granted key by key, answered. */
+/*
+ * A LEASE from a peer: validated, each key leased (a value in DRAM in one
+ * run is sent from where it lies, under a timed lease; any other is read
+ * into the bounce buffer first, through our own agent), and answered by
+ * one DATA message per key.  The sends are left in flight
+ * (kvp_cl_serve_poll ends them): nothing here waits on the peer.
+ */
 static void
 kvp_cl_serve_lease(struct kvp_cl *cl, const unsigned char *m, size_t len)
 {
@@ -1187,19 +1253,18 @@ kvp_cl_serve_lease(struct kvp_cl *cl, const unsigned char *m, size_t len)
 	struct kvp_peer *p;
 	const unsigned char *d, *end;
 	char ns[KVP_NS_NAME_MAX + 1];
+	struct kvp_serve *sv = NULL;
 	struct kvp_client *c;
-	unsigned char *out = NULL;
-	struct kvp_wire_grant *g;
 	struct kvp_op *bo = NULL;
 	uint32_t k, *bk = NULL, nb = 0;
-	bool err;
 
 	if (len < sizeof(h))
 		goto refuse;
 	memcpy(&h, m, sizeof(h));
 	h.from[sizeof(h.from) - 1] = 0;
 	if (h.magic != KVP_WIRE_MAGIC || h.bytes != len - sizeof(h) ||
-	    memcmp(h.secret, cl->secret, 16) || h.n == 0 || h.n > KVP_WAVE_KEYS)
+	    memcmp(h.secret, cl->secret, 16) || h.n == 0 ||
+	    h.n > KVP_LEASE_CHUNK || h.inc != cl->inc || !h.req)
 		goto refuse;
 	p = kvp_cl_peer(cl, h.from, false);
 	if ((!p || !p->live || !p->ep || p->failed) && cl->rc &&
@@ -1212,137 +1277,131 @@ kvp_cl_serve_lease(struct kvp_cl *cl, const unsigned char *m, size_t len)
 	}
 	if (!p || !p->live || !p->ep || p->failed)
 		goto refuse; /* not a member of the directory (now) */
+	/* the whole message is checked before anything is taken */
 	d = m + sizeof(h);
 	end = d + h.bytes;
 	if (d >= end || d[0] == 0 || (size_t)(end - d) < 1u + d[0])
 		goto refuse;
 	memcpy(ns, d + 1, d[0]);
 	ns[d[0]] = 0;
+	if (strlen(ns) != d[0])
+		goto refuse; /* a NUL inside the name */
 	d += 1 + d[0];
-	out = (unsigned char *)calloc(1, sizeof(h) + h.n * sizeof(*g));
+	{
+		const unsigned char *q = d;
+
+		for (k = 0; k < h.n; k++) {
+			if (q >= end || q[0] == 0 ||
+			    (size_t)(end - q) < 1u + q[0])
+				goto refuse;
+			q += 1 + q[0];
+		}
+		if (q != end)
+			goto refuse;
+	}
+	sv = (struct kvp_serve *)calloc(1,
+					sizeof(*sv) + h.n * sizeof(sv->k[0]));
 	bo = (struct kvp_op *)calloc(h.n, sizeof(*bo));
 	bk = (uint32_t *)calloc(h.n, sizeof(*bk));
-	if (!out || !bo || !bk) {
-		free(out);
-		free(bo);
-		free(bk);
-		return;
-	}
-	g = (struct kvp_wire_grant *)(out + sizeof(h));
-	c = kvp_cl_nsh(cl, ns);
+	if (!sv || !bo || !bk)
+		goto out;
+	sv->peer = (unsigned)(p - cl->peers);
+	sv->n = h.n;
+	sv->deadline = kvp_cl_now() + cfg->remote_lease_ms * 750000ull;
+	sv->nsh = kvp_cl_nsh(cl, ns);
+	c = sv->nsh ? sv->nsh->c : NULL;
 	for (k = 0; k < h.n; k++) {
-		const unsigned char *key;
-		uint32_t klen;
-		struct kvp_grant *gr;
+		struct kvp_serve_key *sk = &sv->k[k];
+		const unsigned char *key = d + 1;
+		uint32_t klen = d[0];
 		struct kvp_lease l;
+		uint64_t off;
 		int rc;
 
-		if (d >= end || d[0] == 0 || (size_t)(end - d) < 1u + d[0]) {
-			/* what was granted so far goes back */
-			for (k = 0; k < KVP_CL_GRANTS; k++)
-				if (cl->grants[k].id &&
-				    cl->grants[k].expiry > kvp_cl_now() &&
-				    cl->grants[k].peer ==
-					    (unsigned)(p - cl->peers) &&
-				    cl->grants[k].req == h.req)
-					kvp_cl_grant_end(cl, &cl->grants[k]);
-			free(out);
-			free(bo);
-			free(bk);
-			goto refuse;
-		}
-		klen = d[0];
-		key = d + 1;
 		d += 1 + klen;
-		g[k].status = -EBUSY;
+		sk->h.magic = KVP_WIRE_MAGIC;
+		sk->h.req = h.req;
+		memcpy(sk->h.secret, p->secret, 16);
+		snprintf(sk->h.from, sizeof(sk->h.from), "%s", cfg->node);
+		sk->h.inc = cl->inc;
+		sk->h.idx = k;
+		sk->h.status = -EBUSY;
 		if (!c)
 			continue;
-		gr = kvp_cl_grant_new(cl);
-		if (!gr)
-			continue;
-		gr->c = c;
-		gr->peer = (unsigned)(p - cl->peers);
-		gr->req = h.req;
-		gr->expiry = kvp_cl_now() + cfg->remote_lease_ms * 1000000ull;
 		rc = kvp_lease_acquire(c, key, klen, cfg->remote_lease_ms, &l);
 		if (rc) {
-			kvp_cl_grant_drop(cl, gr);
-			g[k].status = rc == -ENOENT ? -ENOENT : -EBUSY;
+			sk->h.status = rc == -ENOENT ? -ENOENT : -EBUSY;
 			continue;
 		}
 		if (l.tier == (int)KVP_TIER_DRAM && l.seg_off &&
 		    c->seg.base + l.seg_off >= cl->arena_base &&
 		    c->seg.base + l.seg_off + l.len <=
 			    cl->arena_base + cl->arena_len) {
-			gr->kind = 1;
-			gr->l = l;
-			g[k].region = 0;
-			g[k].addr =
-				(uint64_t)(uintptr_t)(c->seg.base + l.seg_off);
-		} else {
-			/* SSD-resident, or in several runs: read below, with
-			 * the others, into the bounce buffer (staged by our
-			 * own agent: one batch) */
-			uint64_t off;
-
-			kvp_lease_release(c, &l);
-			if (l.len > cl->bounce_len) {
-				kvp_cl_grant_drop(cl, gr);
-				g[k].status = -E2BIG;
-				continue;
-			}
-			if (kvp_cl_bounce_alloc(cl, l.len, &off)) {
-				kvp_cl_grant_drop(cl, gr);
-				continue; /* -EBUSY */
-			}
-			gr->kind = 2;
-			gr->boff = off;
-			gr->blen = l.len;
-			g[k].region = 1;
-			g[k].addr = (uint64_t)(uintptr_t)(cl->bounce + off);
-			g[k].grant = gr->id;
-			g[k].len = l.len;
-			bo[nb].key = key;
-			bo[nb].klen = klen;
-			bo[nb].buf = cl->bounce + off;
-			bo[nb].off = 0;
-			bo[nb].len = l.len;
-			bk[nb++] = k;
+			sk->kind = 1;
+			sk->l = l;
+			sk->h.status = 0;
+			sk->h.len = l.len;
 			continue;
 		}
-		g[k].status = 0;
-		g[k].len = l.len;
-		g[k].grant = gr->id;
-		kvp_cl_ctr(cl, KVP_CLC_SERVED, 1);
-		kvp_cl_ctr(cl, KVP_CLC_SERVED_BYTES, l.len);
+		/* SSD-resident, or in several runs: read below, with the
+		 * others, into the bounce buffer (staged by our own agent:
+		 * one batch) */
+		kvp_lease_release(c, &l);
+		if (l.len > cl->bounce_len) {
+			sk->h.status = -E2BIG;
+			continue;
+		}
+		if (kvp_cl_bounce_alloc(cl, l.len, &off))
+			continue; /* -EBUSY */
+		sk->kind = 2;
+		sk->boff = off;
+		sk->blen = l.len;
+		sk->h.len = l.len;
+		bo[nb].key = key;
+		bo[nb].klen = klen;
+		bo[nb].buf = cl->bounce + off;
+		bo[nb].off = 0;
+		bo[nb].len = l.len;
+		bk[nb++] = k;
 	}
 	if (nb)
 		kvp_batch_get(c, bo, nb);
 	for (k = 0; k < nb; k++) {
-		struct kvp_wire_grant *x = &g[bk[k]];
-		struct kvp_grant *gr =
-			&cl->grants[(x->grant & 0xffffu) % KVP_CL_GRANTS];
+		struct kvp_serve_key *sk = &sv->k[bk[k]];
 
-		if (bo[k].status || bo[k].len != x->len) {
-			x->status = bo[k].status == -ENOENT ? -ENOENT :
-				    bo[k].status == -EBUSY  ? -EBUSY :
-							      -EIO;
-			if (!bo[k].status)
-				x->status = -ENOENT; /* replaced meanwhile */
-			kvp_cl_grant_end(cl, gr);
-			x->grant = 0;
-			x->addr = 0;
+		if (bo[k].status || bo[k].len != sk->h.len) {
+			sk->h.status = bo[k].status == -ENOENT ? -ENOENT :
+				       bo[k].status == -EBUSY  ? -EBUSY :
+				       bo[k].status            ? -EIO :
+								 -ENOENT;
+			kvp_cl_serve_key_end(cl, sv, sk);
 			continue;
 		}
-		x->status = 0;
-		kvp_cl_ctr(cl, KVP_CLC_SERVED, 1);
-		kvp_cl_ctr(cl, KVP_CLC_SERVED_BYTES, x->len);
+		sk->h.status = 0;
 	}
-	kvp_cl_wire_hdr(cl, (struct kvp_wire_hdr *)out, h.req, p->secret, h.n,
-			(uint32_t)(h.n * sizeof(*g)));
-	kvp_cl_wait_req(cl, kvp_cl_send(cl, p, KVP_AM_GRANT, out,
-					sizeof(h) + h.n * sizeof(*g), &err));
-	free(out);
+	for (k = 0; k < h.n; k++) {
+		struct kvp_serve_key *sk = &sv->k[k];
+		const void *bytes =
+			sk->kind == 1 ? sv->nsh->c->seg.base + sk->l.seg_off :
+			sk->kind == 2 ? cl->bounce + sk->boff :
+					NULL;
+
+		if (sk->h.status == 0) {
+			kvp_cl_ctr(cl, KVP_CLC_SERVED, 1);
+			kvp_cl_ctr(cl, KVP_CLC_SERVED_BYTES, sk->h.len);
+		}
+		kvp_cl_serve_send(cl, sv, k, bytes);
+	}
+	if (sv->left) {
+		sv->next = cl->serving;
+		cl->serving = sv;
+		sv = NULL;
+	}
+out:
+	if (sv) {
+		kvp_cl_nsh_put(sv->nsh);
+		free(sv);
+	}
 	free(bo);
 	free(bk);
 	return;
@@ -1350,93 +1409,42 @@ refuse:
 	kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1);
 }
 
-static void
-kvp_cl_serve_release(struct kvp_cl *cl, const unsigned char *m, size_t len)
-{
-	struct kvp_wire_hdr h;
-	struct kvp_peer *p;
-	uint32_t k;
+static void kvp_cl_data(struct kvp_cl *cl, const struct kvp_wire_data *h,
+			void *data, size_t len, bool rndv);
 
-	if (len < sizeof(h))
-		goto refuse;
-	memcpy(&h, m, sizeof(h));
-	h.from[sizeof(h.from) - 1] = 0;
-	if (h.magic != KVP_WIRE_MAGIC || h.bytes != len - sizeof(h) ||
-	    memcmp(h.secret, cl->secret, 16) || (uint64_t)h.n * 8 != h.bytes)
-		goto refuse;
-	p = kvp_cl_peer(cl, h.from, false);
-	if (!p)
-		goto refuse;
-	for (k = 0; k < h.n; k++) {
-		uint64_t id;
-		struct kvp_grant *g;
-
-		memcpy(&id, m + sizeof(h) + 8 * k, 8);
-		g = &cl->grants[(id & 0xffffu) % KVP_CL_GRANTS];
-		if (g->id == id && id && g->peer == (unsigned)(p - cl->peers))
-			kvp_cl_grant_end(cl, g);
-	}
-	return;
-refuse:
-	kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1);
-}
-
-/* The AM handler (inside ucp_worker_progress, on this file's thread):
- * LEASE and RELEASE are queued for the loop; a GRANT is kept for the
- * request it answers.  Nothing here trusts the sender: a message of the
- * wrong size, magic or secret is dropped. */
+/* The AM handler (inside ucp_worker_progress, on this file's thread): a
+ * LEASE is queued for the loop; a DATA lands in the wave it answers, or
+ * is dropped.  Nothing here trusts the sender. */
 static ucs_status_t
 kvp_cl_am(void *arg, const void *header, size_t hlen, void *data, size_t len,
 	  const ucp_am_recv_param_t *prm)
 {
 	struct kvp_am_arg *aa = (struct kvp_am_arg *)arg;
 	struct kvp_cl *cl = aa->cl;
+	bool rndv = (prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
 	struct kvp_inmsg *q;
 
-	(void)header;
-	(void)hlen;
-	if ((prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ||
-	    len < sizeof(struct kvp_wire_hdr) || len > (64u << 20)) {
-		kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1);
-		return UCS_OK; /* we send eager only */
-	}
-	if (aa->id == KVP_AM_GRANT) {
-		struct kvp_wire_hdr h;
-		struct kvp_peer *p;
-		uint32_t r;
+	if (aa->id == KVP_AM_DATA) {
+		struct kvp_wire_data h;
 
-		memcpy(&h, data, sizeof(h));
-		h.from[sizeof(h.from) - 1] = 0;
-		p = kvp_cl_peer(cl, h.from, false);
-		if (h.magic != KVP_WIRE_MAGIC ||
-		    memcmp(h.secret, cl->secret, 16) ||
-		    h.bytes != len - sizeof(h) || !p) {
+		if (hlen != sizeof(h)) {
 			kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1);
-			return UCS_OK;
+			return UCS_OK; /* a rendezvous dropped: never read */
 		}
-		/* the LEASE of the wave it answers: that peer, that id */
-		for (r = 0; r < cl->nlreqs; r++) {
-			struct kvp_cl_lreq *lq = &cl->lreqs[r];
-
-			if (lq->peer != (unsigned)(p - cl->peers) ||
-			    lq->req != h.req || !lq->out || lq->done ||
-			    lq->reply)
-				continue;
-			lq->reply = (unsigned char *)malloc(len);
-			if (lq->reply) {
-				memcpy(lq->reply, data, len);
-				lq->reply_len = len;
-			}
-			return UCS_OK;
-		}
-		kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1); /* late, or not asked */
+		memcpy(&h, header, sizeof(h));
+		kvp_cl_data(cl, &h, data, len, rndv);
+		return UCS_OK;
+	}
+	/* a LEASE: eager and small (we send no other kind) */
+	if (rndv || hlen || len < sizeof(struct kvp_wire_hdr) ||
+	    len > (1u << 20)) {
+		kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1);
 		return UCS_OK;
 	}
 	q = (struct kvp_inmsg *)malloc(sizeof(*q) + len);
 	if (!q)
 		return UCS_OK;
 	q->next = NULL;
-	q->id = aa->id;
 	q->len = len;
 	memcpy(q->data, data, len);
 	*cl->inq_tail = q;
@@ -1445,14 +1453,17 @@ kvp_cl_am(void *arg, const void *header, size_t hlen, void *data, size_t len,
 }
 
 /* Progress UCX; when nothing moved, sleep on its event fd (and ours) at
- * most wait_ms. */
+ * most wait_ms (and never past the next heartbeat). */
 static void
 kvp_cl_progress(struct kvp_cl *cl, int wait_ms)
 {
 	struct pollfd pf[2];
 
+	kvp_cl_beat(cl);
 	if (U.worker_progress(cl->worker))
 		return;
+	if (wait_ms > (int)KVP_CL_BEAT_MS)
+		wait_ms = (int)KVP_CL_BEAT_MS;
 	if (wait_ms <= 0) {
 		sched_yield();
 		return;
@@ -1481,10 +1492,7 @@ kvp_cl_drain(struct kvp_cl *cl)
 		cl->inq = q->next;
 		if (!cl->inq)
 			cl->inq_tail = &cl->inq;
-		if (q->id == KVP_AM_LEASE)
-			kvp_cl_serve_lease(cl, q->data, q->len);
-		else
-			kvp_cl_serve_release(cl, q->data, q->len);
+		kvp_cl_serve_lease(cl, q->data, q->len);
 		free(q);
 	}
 }
@@ -1514,20 +1522,25 @@ kvp_cl_tick(struct kvp_cl *cl)
 
 /* ---- the requester's side ---- */
 
+enum kvp_ck_phase {
+	KVP_CK_WAIT = 0, /* its DATA has not come */
+	KVP_CK_RECV,     /* its bytes are being received (rq) */
+	KVP_CK_ARRIVED,  /* its bytes are in the receive buffer */
+	KVP_CK_DONE,     /* answered (st) */
+};
+
 struct kvp_cl_key {
 	const unsigned char *key;
 	uint32_t klen;
 	uint64_t hash;
 	int owner;
 	uint64_t dlen; /* the directory's length */
-	uint64_t off;  /* in the receive buffer */
-	uint64_t glen, grant;
-	unsigned region;
-	uint64_t addr;
-	void *rq;           /* the get in flight */
-	int st;             /* its answer */
-	uint64_t lease_end; /* its bytes must land before this (I36) */
-	bool granted, queued;
+	uint64_t off;  /* in the receive buffer (room for dlen) */
+	uint64_t glen; /* the owner's length (its DATA) */
+	uint32_t crc;  /* the owner's CRC-32C of the bytes */
+	unsigned phase;
+	void *rq; /* the rendezvous receive in flight */
+	int st;   /* its answer */
 };
 
 /*
@@ -1656,15 +1669,18 @@ kvp_cl_answer_one(struct kvp_cl *cl, const struct kvp_cl_key *x)
 	}
 }
 
-/* A key's bytes arrived: into this pool, unless they arrived after the
- * lease's deadline (the owner may have reused them: discarded, I36). */
+/* A key's bytes arrived: into this pool once their CRC is the owner's
+ * (the owner took it under its lease), and answered. */
 static void
 kvp_cl_land(struct kvp_cl *cl, struct kvp_client *c, struct kvp_cl_key *x)
 {
 	int rc;
 
-	if (kvp_cl_now() > x->lease_end) {
+	x->phase = KVP_CK_DONE;
+	if (kvp_crc32c(0, cl->rx + x->off, x->glen) != x->crc) {
 		x->st = -EIO;
+		kvp_cl_ctr(cl, KVP_CLC_CORRUPT, 1);
+		kvp_cl_answer_one(cl, x);
 		return;
 	}
 	rc = kvp_put(c, x->key, x->klen, cl->rx + x->off, x->glen);
@@ -1679,28 +1695,112 @@ kvp_cl_land(struct kvp_cl *cl, struct kvp_client *c, struct kvp_cl_key *x)
 	kvp_cl_answer_one(cl, x);
 }
 
-/* Send LEASE request r (its keys: the wave positions pos[r->first..]). */
+/*
+ * A DATA message (in the AM handler): it answers key h->idx of a LEASE of
+ * the wave in flight only if it names that LEASE's token, comes from the
+ * owner we asked under the incarnation we asked, carries our secret, and
+ * answers a key not answered yet; its bytes go only into the room we
+ * reserved for that key (the directory's length).  Anything else is
+ * refused (a rendezvous refused is dropped unread).
+ */
+static void
+kvp_cl_data(struct kvp_cl *cl, const struct kvp_wire_data *h, void *data,
+	    size_t len, bool rndv)
+{
+	struct kvp_cl_lreq *r = NULL;
+	struct kvp_cl_key *x;
+	ucp_request_param_t prm;
+	char from[sizeof(h->from)];
+	uint32_t i;
+	void *rq;
+
+	memcpy(from, h->from, sizeof(from));
+	from[sizeof(from) - 1] = 0;
+	if (h->magic != KVP_WIRE_MAGIC || memcmp(h->secret, cl->secret, 16))
+		goto refuse;
+	for (i = 0; i < cl->nlreqs; i++)
+		if (cl->lreqs[i].req == h->req && cl->lreqs[i].out &&
+		    !cl->lreqs[i].done) {
+			r = &cl->lreqs[i];
+			break;
+		}
+	if (!r || h->idx >= r->cnt || h->inc != r->inc ||
+	    strcmp(from, cl->peers[r->peer].name))
+		goto refuse;
+	x = &cl->wk[cl->ww[cl->wpos[r->first + h->idx]]];
+	if (x->phase != KVP_CK_WAIT)
+		goto refuse; /* answered already */
+	r->answered++;
+	cl->wave_moved++;
+	if (h->status) {
+		x->st = h->status == -ENOENT ? -ENOENT :
+			h->status == -EBUSY  ? -EBUSY :
+			h->status == -E2BIG  ? -E2BIG :
+					       -EIO;
+		if (h->status == -ENOENT)
+			kvp_cl_ctr(cl, KVP_CLC_STALE, 1);
+		x->phase = KVP_CK_DONE;
+		return;
+	}
+	if (h->len == 0 || h->len > x->dlen || h->len != len) {
+		/* another length than the directory's: replaced since */
+		x->st = h->len > x->dlen ? -ENOENT : -EIO;
+		x->phase = KVP_CK_DONE;
+		return;
+	}
+	x->glen = h->len;
+	x->crc = h->crc;
+	if (!rndv) {
+		memcpy(cl->rx + x->off, data, len);
+		x->phase = KVP_CK_ARRIVED;
+		return;
+	}
+	memset(&prm, 0, sizeof(prm));
+	rq = U.am_recv_data_nbx(cl->worker, data, cl->rx + x->off, len, &prm);
+	if (UCS_PTR_IS_ERR(rq)) {
+		x->st = -EIO;
+		x->phase = KVP_CK_DONE;
+	} else if (!rq) {
+		x->phase = KVP_CK_ARRIVED;
+	} else {
+		x->rq = rq;
+		x->phase = KVP_CK_RECV;
+	}
+	return;
+refuse:
+	kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1);
+}
+
+/* Send LEASE request r (its keys: the wave positions pos[r->first..]),
+ * to the incarnation of its owner the directory names now. */
 static void
 kvp_cl_lease_send(struct kvp_cl *cl, const char *ns, struct kvp_cl_key *k,
 		  const uint32_t *w, const uint32_t *pos, struct kvp_cl_lreq *r)
 {
 	struct kvp_peer *p = &cl->peers[r->peer];
 	size_t nsl = strlen(ns), bytes = 1 + nsl, at;
+	struct kvp_wire_hdr *h;
+	ucp_request_param_t prm;
 	uint32_t i;
-	bool err;
+	void *rq;
 
 	for (i = 0; i < r->cnt; i++)
 		bytes += 1 + k[w[pos[r->first + i]]].klen;
-	r->msg = (unsigned char *)malloc(sizeof(struct kvp_wire_hdr) + bytes);
-	r->req = ++cl->next_req;
-	r->t_send = kvp_cl_now();
-	if (!r->msg) {
-		r->done = true;
+	r->msg = (unsigned char *)calloc(1, sizeof(*h) + bytes);
+	r->req = kvp_cl_token(cl);
+	r->inc = p->inc;
+	r->done = true; /* unless sent below: its keys stay FAILED */
+	if (!r->msg || !p->ep || p->failed)
 		return;
-	}
-	kvp_cl_wire_hdr(cl, (struct kvp_wire_hdr *)r->msg, r->req, p->secret,
-			r->cnt, (uint32_t)bytes);
-	at = sizeof(struct kvp_wire_hdr);
+	h = (struct kvp_wire_hdr *)r->msg;
+	h->magic = KVP_WIRE_MAGIC;
+	h->req = r->req;
+	memcpy(h->secret, p->secret, 16);
+	snprintf(h->from, sizeof(h->from), "%s", cl->a->cfg.node);
+	h->n = r->cnt;
+	h->bytes = (uint32_t)bytes;
+	h->inc = (uint32_t)p->inc;
+	at = sizeof(*h);
 	r->msg[at++] = (unsigned char)nsl;
 	memcpy(r->msg + at, ns, nsl);
 	at += nsl;
@@ -1711,85 +1811,77 @@ kvp_cl_lease_send(struct kvp_cl *cl, const char *ns, struct kvp_cl_key *k,
 		memcpy(r->msg + at, x->key, x->klen);
 		at += x->klen;
 	}
-	r->sent = kvp_cl_send(cl, p, KVP_AM_LEASE, r->msg, at, &err);
-	r->out = !err;
-	if (err)
-		r->done = true; /* its keys stay FAILED */
+	memset(&prm, 0, sizeof(prm));
+	prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+	prm.flags = UCP_AM_SEND_FLAG_EAGER;
+	rq = U.am_send_nbx(p->ep, KVP_AM_LEASE, NULL, 0, r->msg, at, &prm);
+	if (UCS_PTR_IS_ERR(rq))
+		return;
+	r->sent = rq;
+	r->out = true;
+	r->done = false;
 }
 
-/* A GRANT arrived for request r: its keys are queued for their gets. */
+/* The wave gives up on the keys still moving: receives in flight end by
+ * closing their owners' endpoints (forced: UCX writes nothing more into
+ * the receive buffer), which are reconnected when the directory names
+ * them again. */
 static void
-kvp_cl_lease_granted(struct kvp_cl *cl, struct kvp_cl_key *k, const uint32_t *w,
-		     const uint32_t *pos, struct kvp_cl_lreq *r)
+kvp_cl_wave_abort(struct kvp_cl *cl, struct kvp_cl_key *k, const uint32_t *w,
+		  uint32_t m)
 {
-	struct kvp_peer *p = &cl->peers[r->peer];
-	const struct kvp_wire_hdr *h = (const struct kvp_wire_hdr *)r->reply;
-	const struct kvp_wire_grant *g =
-		(const struct kvp_wire_grant *)(r->reply + sizeof(*h));
-	/* the owner's leases started after we asked: count from then, less
-	 * a quarter for the two clocks' rates (I36) */
-	uint64_t lease_end = r->t_send + h->lease_ms * 1000000ull * 3 / 4;
 	uint32_t i;
 
-	r->done = true;
-	if ((uint64_t)h->n * sizeof(*g) != h->bytes || h->n != r->cnt)
-		return; /* malformed: its keys stay FAILED */
-	for (i = 0; i < r->cnt; i++) {
-		struct kvp_cl_key *x = &k[w[pos[r->first + i]]];
+	for (i = 0; i < m; i++) {
+		struct kvp_cl_key *x = &k[w[i]];
 
-		x->granted = g[i].status == 0;
-		x->st = g[i].status == -ENOENT ? -ENOENT :
-			g[i].status == -EBUSY  ? -EBUSY :
-			g[i].status == -E2BIG  ? -E2BIG :
-						 -EIO;
-		if (g[i].status == -ENOENT)
-			kvp_cl_ctr(cl, KVP_CLC_STALE, 1);
-		x->glen = g[i].len;
-		x->grant = g[i].grant;
-		x->region = g[i].region;
-		x->addr = g[i].addr;
-		x->lease_end = lease_end;
-		if (!x->granted)
+		if (!x->rq)
 			continue;
-		/* the owner's word against what we reserved and its
-		 * registered region */
-		if (x->glen > x->dlen || x->glen == 0 || x->region > 1 ||
-		    x->addr < p->base[x->region] ||
-		    x->addr + x->glen >
-			    p->base[x->region] + p->len[x->region]) {
-			x->st = x->glen > x->dlen ? -ENOENT : -EIO;
-			continue;
+		U.request_cancel(cl->worker, x->rq);
+		cl->peers[x->owner].failed = true;
+	}
+	for (i = 0; i < m; i++) {
+		struct kvp_cl_key *x = &k[w[i]];
+
+		if (x->rq && cl->peers[x->owner].ep)
+			kvp_cl_peer_close(cl, &cl->peers[x->owner]);
+		if (x->rq) {
+			U.request_free(x->rq);
+			x->rq = NULL;
 		}
-		x->st = -EIO; /* until its bytes land */
-		x->queued = true;
+		if (x->phase != KVP_CK_DONE)
+			x->phase = KVP_CK_DONE; /* st: -EIO */
 	}
 }
 
 /*
  * One wave: LEASE the keys from their owners in chunks of
- * KVP_LEASE_CHUNK (at most two chunks outstanding per owner, so a GRANT
- * never waits behind a long queue and each chunk's lease is counted from
- * its own request), pull each chunk's bytes as soon as its GRANT arrives
- * (at most 'window' gets in flight), put each key into this pool as it
- * lands (answering it in the client's mailbox), then RELEASE.  Every wait
- * is bounded by --remote-timeout-ms of no progress (a GRANT, a get
- * completed); answers in k[].st.
+ * KVP_LEASE_CHUNK (at most two chunks outstanding per owner, so an answer
+ * never waits behind a long queue), take each key's DATA as it comes
+ * (the owner sends the bytes; a large value by rendezvous straight into
+ * the receive buffer), put each key into this pool as it lands (answering
+ * it in the client's mailbox).  Every wait is bounded by
+ * --remote-timeout-ms without progress (a DATA, a receive completed) and
+ * by the stop; a LEASE whose owner restarted meanwhile (another
+ * incarnation) or failed ends at once, its keys FAILED.  Answers in
+ * k[].st.
  */
 static void
 kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 	    struct kvp_cl_key *k, const uint32_t *w, uint32_t m)
 {
 	const struct kvp_agent_cfg *cfg = &cl->a->cfg;
-	uint64_t tmo = cfg->remote_timeout_ms * 1000000ull, deadline;
+	uint64_t tmo = cfg->remote_timeout_ms * 1000000ull, deadline, moved;
 	uint32_t *pos = NULL, i, np = 0, nr = 0, r;
 	struct kvp_cl_lreq *rq = NULL;
 	unsigned j, outq[KVP_CL_MAX_PEERS] = { 0 };
-	bool used[KVP_CL_MAX_PEERS] = { false }, err;
+	bool used[KVP_CL_MAX_PEERS] = { false };
 
 	pos = (uint32_t *)malloc(sizeof(uint32_t) * (m ? m : 1));
 	rq = (struct kvp_cl_lreq *)calloc(m ? m : 1, sizeof(*rq));
 	for (i = 0; i < m; i++) {
 		k[w[i]].st = -EIO; /* until its owner answers */
+		k[w[i]].phase = KVP_CK_WAIT;
 		used[k[w[i]].owner] = true;
 	}
 	if (!pos || !rq)
@@ -1813,177 +1905,94 @@ kvp_cl_wave(struct kvp_cl *cl, struct kvp_client *c, const char *ns,
 	}
 	cl->lreqs = rq;
 	cl->nlreqs = nr;
+	cl->wk = k;
+	cl->ww = w;
+	cl->wpos = pos;
 	deadline = kvp_cl_now() + tmo;
+	moved = cl->wave_moved;
 	for (;;) {
 		bool wait = false;
-		unsigned inflight = 0;
 
 		/* LEASEs: at most two outstanding per owner */
 		for (r = 0; r < nr; r++) {
-			struct kvp_peer *p = &cl->peers[rq[r].peer];
+			struct kvp_cl_lreq *q = &rq[r];
 
-			if (rq[r].done || rq[r].out)
+			if (q->done || q->out || q->msg)
 				continue;
-			if (!p->ep || p->failed) {
-				rq[r].done = true;
-				continue;
-			}
-			if (outq[rq[r].peer] >= 2) {
+			if (outq[q->peer] >= 2) {
 				wait = true;
 				continue;
 			}
-			kvp_cl_lease_send(cl, ns, k, w, pos, &rq[r]);
-			outq[rq[r].peer] += rq[r].out;
-			wait = true;
+			kvp_cl_lease_send(cl, ns, k, w, pos, q);
+			outq[q->peer] += q->out;
+			wait |= q->out;
 		}
-		/* GRANTs that arrived (the AM handler stored them) */
+		/* LEASEs answered whole, or whose owner failed or restarted */
 		for (r = 0; r < nr; r++) {
-			if (!rq[r].out || rq[r].done)
+			struct kvp_cl_lreq *q = &rq[r];
+			const struct kvp_peer *p = &cl->peers[q->peer];
+
+			if (!q->out || q->done)
 				continue;
-			if (rq[r].reply) {
-				kvp_cl_lease_granted(cl, k, w, pos, &rq[r]);
-				outq[rq[r].peer]--;
-				deadline = kvp_cl_now() + tmo;
-			} else if (cl->peers[rq[r].peer].failed) {
-				rq[r].done = true;
-				outq[rq[r].peer]--;
-			} else {
+			if (q->answered < q->cnt && p->ep && !p->failed &&
+			    p->inc == q->inc) {
 				wait = true;
+				continue;
 			}
+			q->done = true;
+			outq[q->peer]--;
 		}
-		/* gets that completed: into this pool at once */
+		/* bytes received: into this pool at once */
 		for (i = 0; i < m; i++) {
 			struct kvp_cl_key *x = &k[w[i]];
-			ucs_status_t st;
 
-			if (!x->rq)
-				continue;
-			st = U.request_check_status(x->rq);
-			if (st == UCS_INPROGRESS) {
-				wait = true;
-				inflight++;
-				continue;
-			}
-			U.request_free(x->rq);
-			x->rq = NULL;
-			x->st = -EIO;
-			deadline = kvp_cl_now() + tmo;
-			if (st == UCS_OK)
-				kvp_cl_land(cl, c, x);
-		}
-		/* new gets, up to the window */
-		for (i = 0; i < m; i++) {
-			struct kvp_cl_key *x = &k[w[i]];
-			struct kvp_peer *p = &cl->peers[x->owner];
-			ucp_request_param_t prm;
+			if (x->phase == KVP_CK_RECV) {
+				ucs_status_t st = U.request_check_status(x->rq);
 
-			if (!x->queued)
-				continue;
-			if (!p->ep || p->failed) {
-				x->queued = false;
-				continue; /* FAILED */
-			}
-			if (inflight >= cl->window) {
-				wait = true;
-				continue;
-			}
-			x->queued = false;
-			memset(&prm, 0, sizeof(prm));
-			x->rq = U.get_nbx(p->ep, cl->rx + x->off, x->glen,
-					  x->addr, p->rkey[x->region], &prm);
-			if (UCS_PTR_IS_ERR(x->rq)) {
+				if (st == UCS_INPROGRESS) {
+					wait = true;
+					continue;
+				}
+				U.request_free(x->rq);
 				x->rq = NULL;
-			} else if (!x->rq) {
-				kvp_cl_land(cl, c, x);
-			} else {
-				inflight++;
-				wait = true;
+				cl->wave_moved++;
+				x->phase = st == UCS_OK ? KVP_CK_ARRIVED :
+							  KVP_CK_DONE;
 			}
+			if (x->phase == KVP_CK_ARRIVED)
+				kvp_cl_land(cl, c, x);
+		}
+		if (cl->wave_moved != moved) {
+			moved = cl->wave_moved;
+			deadline = kvp_cl_now() + tmo;
 		}
 		if (!wait)
 			break;
 		/* acquire: the agent is stopping (pairs with the stop's
 		 * release): give up like a timeout */
 		if (kvp_cl_now() >= deadline || kvp_load_acquire(&cl->stop)) {
-			/* give up: what did not move for a whole timeout is
-			 * FAILED; the endpoints of peers with gets still in
-			 * flight are closed (force), which ends those gets
-			 * before the receive buffer is used again */
-			for (i = 0; i < m; i++) {
-				struct kvp_cl_key *x = &k[w[i]];
-
-				x->queued = false;
-				if (!x->rq)
-					continue;
-				U.request_cancel(cl->worker, x->rq);
-				cl->peers[x->owner].failed = true;
-			}
-			for (j = 0; j < cl->npeers; j++) {
-				if (!used[j] || !cl->peers[j].failed ||
-				    !cl->peers[j].ep)
-					continue;
-				for (i = 0; i < m; i++) {
-					struct kvp_cl_key *x = &k[w[i]];
-
-					if (x->rq && x->owner == (int)j) {
-						U.request_free(x->rq);
-						x->rq = NULL;
-					}
-				}
-				kvp_cl_peer_close(cl, &cl->peers[j]);
-			}
+			kvp_cl_wave_abort(cl, k, w, m);
 			break;
 		}
 		kvp_cl_progress(cl, 1);
 		kvp_cl_drain(cl); /* serve peers meanwhile: they may be
 				    * fetching from us */
+		kvp_cl_serve_poll(cl);
 		kvp_cl_tick(cl);
 	}
-	/* the LEASE sends, done long ago (or ended by a closed endpoint) */
+	/* the LEASE sends (eager, done long ago; bounded if not) */
 	for (r = 0; r < nr; r++) {
-		if (rq[r].sent && cl->peers[rq[r].peer].ep)
-			kvp_cl_wait_req(cl, rq[r].sent);
-		else if (rq[r].sent)
-			U.request_free(rq[r].sent);
+		if (rq[r].sent)
+			kvp_cl_wait_req(cl, rq[r].sent, 100);
 		rq[r].sent = NULL;
-	}
-	/* RELEASE what was granted: one message per owner */
-	for (j = 0; j < cl->npeers; j++) {
-		struct kvp_peer *p = &cl->peers[j];
-		uint32_t cnt = 0;
-		unsigned char *rel;
-
-		if (!used[j])
-			continue;
-		for (i = 0; i < m; i++)
-			cnt += k[w[i]].owner == (int)j && k[w[i]].granted;
-		if (!cnt || !p->ep || p->failed)
-			continue;
-		rel = (unsigned char *)malloc(sizeof(struct kvp_wire_hdr) +
-					      8ull * cnt);
-		if (!rel)
-			continue;
-		kvp_cl_wire_hdr(cl, (struct kvp_wire_hdr *)rel, 0, p->secret,
-				cnt, 8 * cnt);
-		cnt = 0;
-		for (i = 0; i < m; i++)
-			if (k[w[i]].owner == (int)j && k[w[i]].granted)
-				memcpy(rel + sizeof(struct kvp_wire_hdr) +
-					       8ull * cnt++,
-				       &k[w[i]].grant, 8);
-		kvp_cl_wait_req(cl, kvp_cl_send(cl, p, KVP_AM_RELEASE, rel,
-						sizeof(struct kvp_wire_hdr) +
-							8ull * cnt,
-						&err));
-		free(rel);
 	}
 out:
 	cl->lreqs = NULL;
 	cl->nlreqs = 0;
-	for (r = 0; rq && r < nr; r++) {
+	cl->wk = NULL;
+	cl->ww = cl->wpos = NULL;
+	for (r = 0; rq && r < nr; r++)
 		free(rq[r].msg);
-		free(rq[r].reply);
-	}
 	free(rq);
 	free(pos);
 	for (i = 0; i < m; i++)
@@ -1998,7 +2007,8 @@ static void
 kvp_cl_fetch(struct kvp_cl *cl, const char *ns, struct kvp_cl_key *k,
 	     uint32_t n)
 {
-	struct kvp_client *c = kvp_cl_nsh(cl, ns);
+	struct kvp_nsh *nh = kvp_cl_nsh(cl, ns);
+	struct kvp_client *c = nh ? nh->c : NULL;
 	uint32_t *w, i = 0;
 	uint64_t maxv = cl->a->seg.g.g_max_value;
 
@@ -2011,6 +2021,7 @@ kvp_cl_fetch(struct kvp_cl *cl, const char *ns, struct kvp_cl_key *k,
 	}
 	if (!c || !w) {
 		free(w);
+		kvp_cl_nsh_put(nh);
 		return;
 	}
 	i = 0;
@@ -2035,6 +2046,7 @@ kvp_cl_fetch(struct kvp_cl *cl, const char *ns, struct kvp_cl_key *k,
 		kvp_cl_wave(cl, c, ns, k, w, m);
 	}
 	free(w);
+	kvp_cl_nsh_put(nh);
 }
 
 /* One client's mailbox, taken (word 'taken'): copy, validate, look up,
@@ -2071,6 +2083,14 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 			bad = strlen(ns) != cl->req[0];
 		}
 		nsid = bad ? 0 : kvp_ns_id(ns);
+		/* the namespace is the client's own, as its slot says (set
+		 * at kvp_open): a client asks for its namespace only; the
+		 * name is read from the mailbox (the slot keeps a hash and a
+		 * truncated copy) and must hash to the slot's id.  acquire:
+		 * the slot's fields as published with its LIVE word (cw) */
+		if (!bad &&
+		    nsid != kvp_load_acquire(&s->clients[client].cs_ns_id))
+			bad = true;
 		for (i = 0; !bad && i < n; i++) {
 			uint32_t kl = pos < bytes ? cl->req[pos] : 0;
 
@@ -2241,7 +2261,7 @@ kvp_cl_main(void *arg)
 		kvp_cl_drain(cl);
 		kvp_cl_tick(cl);
 		kvp_cl_mailboxes(cl, false);
-		kvp_cl_grants_expire(cl, false);
+		kvp_cl_serve_poll(cl);
 		next = cl->next_pub_ns < cl->next_member_ns ?
 			       cl->next_pub_ns :
 			       cl->next_member_ns;
@@ -2280,32 +2300,6 @@ kvp_cl_read_pw(struct kvp_cl *cl, const char *path)
 	return 0;
 }
 
-static int
-kvp_cl_map(struct kvp_cl *cl, void *addr, uint64_t len, ucp_mem_h *mh,
-	   char **hex)
-{
-	ucp_mem_map_params_t mp;
-	void *buf = NULL;
-	size_t sz = 0;
-
-	memset(&mp, 0, sizeof(mp));
-	mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-			UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-	mp.address = addr;
-	mp.length = len;
-	if (U.mem_map(cl->ctx, &mp, mh) != UCS_OK) {
-		*mh = NULL;
-		return -1;
-	}
-	if (!hex)
-		return 0;
-	if (U.rkey_pack(cl->ctx, *mh, &buf, &sz) != UCS_OK)
-		return -1;
-	*hex = kvp_hex_alloc(buf, sz);
-	U.rkey_buffer_release(buf);
-	return *hex ? 0 : -1;
-}
-
 static void kvp_cl_free(struct kvp_cl *cl);
 
 int
@@ -2319,7 +2313,7 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	ucp_address_t *addr = NULL;
 	size_t alen = 0;
 	unsigned k;
-	struct kvp_client *c0;
+	struct kvp_nsh *c0;
 
 	cl = (struct kvp_cl *)calloc(1, sizeof(*cl));
 	if (!cl)
@@ -2327,12 +2321,6 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	cl->a = a;
 	cl->evfd = -1;
 	cl->inq_tail = &cl->inq;
-	cl->window = getenv("KVP_REMOTE_WINDOW") ?
-			     (unsigned)strtoul(getenv("KVP_REMOTE_WINDOW"),
-					       NULL, 10) :
-			     4;
-	if (!cl->window)
-		cl->window = 1;
 	if (!cfg->node[0]) {
 		/* the short hostname, cut to the name's room */
 		char h[256] = "";
@@ -2359,13 +2347,14 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 			"fetch; stop the workers and the agent, remove the segment, restart");
 	/* relaxed: this agent wrote it before its threads started */
 	cl->inc = (uint32_t)kvp_load_relaxed(&a->seg.hdr->h_incarnation);
-	if (getrandom(cl->secret, sizeof(cl->secret), 0) != sizeof(cl->secret))
+	if (getrandom(cl->secret, sizeof(cl->secret), 0) !=
+		    sizeof(cl->secret) ||
+	    getrandom(cl->rng, sizeof(cl->rng), 0) != sizeof(cl->rng))
 		goto fail;
+	cl->rng[0] |= 1;
 	kvp_hex(cl->secret, 16, cl->secret_hex);
 	cl->nslots = a->seg.g.g_index_slots;
 	cl->pub = (struct kvp_pub *)calloc(cl->nslots, sizeof(*cl->pub));
-	cl->grants =
-		(struct kvp_grant *)calloc(KVP_CL_GRANTS, sizeof(*cl->grants));
 	cl->req_cap = (uint64_t)a->seg.g.g_rbox_kib << 10;
 	cl->req = (unsigned char *)malloc(cl->req_cap ? cl->req_cap : 1);
 	cl->bounce_len = cl->rx_len = cfg->remote_buffer;
@@ -2373,17 +2362,24 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	cl->rx = (unsigned char *)aligned_alloc(4096, cl->rx_len);
 	cl->bounce_map =
 		(uint8_t *)calloc(cl->bounce_len / KVP_BOUNCE_UNIT + 1, 1);
-	if (!cl->pub || !cl->grants || !cl->req || !cl->bounce || !cl->rx ||
-	    !cl->bounce_map)
+	if (!cl->pub || !cl->req || !cl->bounce || !cl->rx || !cl->bounce_map)
 		goto fail;
-	/* UCX: active messages and one-sided gets, one worker, this thread */
+	/* UCX: active messages only, one worker, this thread.  No one-sided
+	 * feature (UCP's software RMA handlers are not installed), no memory
+	 * mapped for remote access, and TCP's PUT (a write to whatever
+	 * address the peer names, unchecked) off: a peer gets bytes only as
+	 * our DATA messages, and writes nothing (docs/design.md) */
 	if (kvp_cl_load_ucx())
 		goto fail;
 	if (U.config_read(NULL, NULL, &uc) != UCS_OK)
 		goto ucx_fail;
+	if (U.config_modify(uc, "TCP_PUT_ENABLE", "n") != UCS_OK) {
+		U.config_release(uc);
+		goto ucx_fail;
+	}
 	memset(&up, 0, sizeof(up));
 	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
 	if (U.init_version(UCP_API_MAJOR, UCP_API_MINOR, &up, uc, &cl->ctx) !=
 	    UCS_OK) {
 		cl->ctx = NULL;
@@ -2400,7 +2396,7 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	}
 	if (U.worker_get_efd(cl->worker, &cl->ucx_fd) != UCS_OK)
 		goto ucx_fail;
-	for (k = 0; k < 3; k++) {
+	for (k = 0; k < 2; k++) {
 		ucp_am_handler_param_t hp;
 
 		cl->am_arg[k].cl = cl;
@@ -2420,21 +2416,17 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	cl->addr_hex = kvp_hex_alloc(addr, alen);
 	U.worker_release_address(cl->worker, addr);
 	/* the arena as our client handles map it (one mapping per process:
-	 * every handle's leases point into it) */
+	 * every handle's leases point into it); this handle stays referenced
+	 * (never recycled) for the agent's life */
 	c0 = kvp_cl_nsh(cl, "kvpool.cluster");
 	if (!c0) {
 		kvp_log(KVP_LOG_ERROR, "cluster",
 			"cannot open the pool as a client");
 		goto fail;
 	}
-	cl->arena_base = c0->seg.base + c0->seg.L.off[KVP_R_ARENA];
-	cl->arena_len = c0->seg.L.len[KVP_R_ARENA];
-	if (!cl->addr_hex ||
-	    kvp_cl_map(cl, cl->arena_base, cl->arena_len, &cl->arena_mh,
-		       &cl->arena_rkey_hex) ||
-	    kvp_cl_map(cl, cl->bounce, cl->bounce_len, &cl->bounce_mh,
-		       &cl->bounce_rkey_hex) ||
-	    kvp_cl_map(cl, cl->rx, cl->rx_len, &cl->rx_mh, NULL))
+	cl->arena_base = c0->c->seg.base + c0->c->seg.L.off[KVP_R_ARENA];
+	cl->arena_len = c0->c->seg.L.len[KVP_R_ARENA];
+	if (!cl->addr_hex)
 		goto ucx_fail;
 	cl->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (cl->evfd < 0)
@@ -2472,24 +2464,16 @@ kvp_cl_free(struct kvp_cl *cl)
 {
 	unsigned k;
 
-	kvp_cl_grants_expire(cl, true);
 	if (cl->worker)
 		for (k = 0; k < cl->npeers; k++)
 			kvp_cl_peer_close(cl, &cl->peers[k]);
-	if (cl->ctx) {
-		if (cl->arena_mh)
-			U.mem_unmap(cl->ctx, cl->arena_mh);
-		if (cl->bounce_mh)
-			U.mem_unmap(cl->ctx, cl->bounce_mh);
-		if (cl->rx_mh)
-			U.mem_unmap(cl->ctx, cl->rx_mh);
-	}
 	if (cl->worker)
 		U.worker_destroy(cl->worker);
 	if (cl->ctx)
 		U.cleanup(cl->ctx);
-	for (k = 0; k < cl->nnsh; k++)
-		kvp_close(cl->nsh[k].c);
+	for (k = 0; k < KVP_CL_MAX_NS; k++)
+		if (cl->nsh[k].c)
+			kvp_close(cl->nsh[k].c);
 	while (cl->inq) {
 		struct kvp_inmsg *q = cl->inq;
 
@@ -2501,13 +2485,10 @@ kvp_cl_free(struct kvp_cl *cl)
 	if (cl->evfd >= 0)
 		close(cl->evfd);
 	free(cl->addr_hex);
-	free(cl->arena_rkey_hex);
-	free(cl->bounce_rkey_hex);
 	free(cl->bounce);
 	free(cl->rx);
 	free(cl->bounce_map);
 	free(cl->pub);
-	free(cl->grants);
 	free(cl->req);
 	memset(cl->pw, 0, sizeof(cl->pw));
 	free(cl);

@@ -28,6 +28,7 @@ static const char *const kvp_cl_ctr_names[KVP_CLC__N] = {
 	"lookups", "lookup_keys",    "found",      "fetched",   "fetched_bytes",
 	"failed",  "dir_roundtrips", "dir_errors", "published", "unpublished",
 	"served",  "served_bytes",   "refused",    "stale",     "bad_mailbox",
+	"corrupt", "stalled_peers",
 };
 
 /* JSON names of enum kvp_ctr and enum kvp_actr (kvpool stat --json). */

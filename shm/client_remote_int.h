@@ -26,18 +26,28 @@ kvp__rbox(const struct kvp_seg *s, uint32_t slot)
 					   ((uint64_t)s->g.g_rbox_kib << 10));
 }
 
-/* Is there a remote tier to ask now?  One load: a crashed agent leaves
- * UP behind, which the wait below notices (the agent's lock). */
+/* Is there a remote tier to ask now?  The state word, and the cluster
+ * thread's heartbeat: a thread that has not beaten for KVP_CL_STALE_MS
+ * (stuck, or its agent stopped) is asked nothing, the keys stay MISS at
+ * once.  A crashed agent leaves UP behind, which the beat (and the wait
+ * below, the agent's lock) notices. */
 KVP_INLINE bool
 kvp__remote_up(const struct kvp_client *c, unsigned flag)
 {
 	uint64_t w;
+	uint32_t beat, now;
 
 	if (!(c->remote_flags & flag) || !c->seg.cluster)
 		return false;
 	/* acquire: pairs with the agent's release of UP */
 	w = kvp_load_acquire(&c->seg.cluster->cl_state);
-	return KVP_CL_STATE(w) == KVP_CL_UP && KVP_CL_PEERS(w) > 0;
+	if (KVP_CL_STATE(w) != KVP_CL_UP || KVP_CL_PEERS(w) == 0)
+		return false;
+	/* acquire: pairs with the thread's release of its beat (a clock
+	 * reading; nothing else is read through it) */
+	beat = kvp_iload_acquire(&c->seg.cluster->cl_beat);
+	now = (uint32_t)(kvp_now_ns(CLOCK_MONOTONIC) / 1000000u);
+	return (uint32_t)(now - beat) <= KVP_CL_STALE_MS;
 }
 
 /* Our mailbox back to FREE with the next sequence, from whatever a

@@ -60,8 +60,9 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
 /* 5.0: the layout signature covers every field's offset; 7.0: SSD drives,
- * the arena populated behind the ready agent */
-#define KVP_ABI_MAJOR 9
+ * the arena populated behind the ready agent; 10.0: the cluster thread's
+ * heartbeat, 32 cluster counters */
+#define KVP_ABI_MAJOR 10
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -592,6 +593,8 @@ enum kvp_cl_state {
 	(((uint64_t)(uint32_t)(inc) << 32) | \
 	 ((uint64_t)((peers)&0xffffu) << 16) | (uint64_t)(st))
 #define KVP_CL_STATE(w) ((unsigned)((w)&0xff))
+#define KVP_CL_BEAT_MS 200u   /* the thread beats at least this often */
+#define KVP_CL_STALE_MS 1500u /* a beat older than this: stalled */
 #define KVP_CL_PEERS(w) ((unsigned)(((w) >> 16) & 0xffffu))
 enum kvp_cl_ctr {
 	KVP_CLC_LOOKUPS = 0,  /* mailbox calls answered */
@@ -609,14 +612,20 @@ enum kvp_cl_ctr {
 	KVP_CLC_REFUSED,      /* peer requests refused (not a member, bad) */
 	KVP_CLC_STALE,        /* directory said yes, the owner said no */
 	KVP_CLC_BAD_MAILBOX,  /* client mailboxes refused (bad input) */
+	KVP_CLC_CORRUPT,      /* pages whose bytes failed their CRC */
+	KVP_CLC_STALLED,      /* peers dropped: they stopped taking our sends */
 	KVP_CLC__N,
 };
-#define KVP_CL_CTRS 16
+#define KVP_CL_CTRS 32
 KVP_STATIC_ASSERT(KVP_CLC__N <= KVP_CL_CTRS, "cluster counters");
 struct kvp_cluster {
 	kvp_aword_t cl_state; /* KVP_CL_WORD: written by the agent only */
 	kvp_aint_t cl_wake;   /* futex: clients bump after posting */
-	uint32_t cl_pad;
+	/* the cluster thread's heartbeat: CLOCK_MONOTONIC in ms (low 32
+	 * bits), stored at least every KVP_CL_BEAT_MS while it runs; a
+	 * client asks nothing of a thread that has not beaten for
+	 * KVP_CL_STALE_MS (it answers MISS at once) */
+	kvp_aint_t cl_beat;
 	kvp_aword_t cl_pub_lag_ns; /* last publish pass: a change's age */
 	kvp_aword_t cl_pub_max_ns; /* the largest lag since the agent started */
 	kvp_aword_t cl_dir_rtt_ns; /* the last directory round trip */
@@ -880,7 +889,7 @@ struct kvp_dram_hdr {
 	X(kvp_gpu_slot, gs_copies)
 #define KVP_FIELDS_CLUSTER(X)                                                \
 	X(kvp_cluster, cl_state) X(kvp_cluster, cl_wake)                     \
-	X(kvp_cluster, cl_pad) X(kvp_cluster, cl_pub_lag_ns)                 \
+	X(kvp_cluster, cl_beat) X(kvp_cluster, cl_pub_lag_ns)                 \
 	X(kvp_cluster, cl_pub_max_ns) X(kvp_cluster, cl_dir_rtt_ns)          \
 	X(kvp_cluster, cl_ctr) X(kvp_cluster, cl_lat) X(kvp_cluster, cl_node)
 #define KVP_FIELDS_RBOX(X)                                                   \
