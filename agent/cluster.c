@@ -333,7 +333,7 @@ struct kvp_cl {
 	struct kvp_am_arg {
 		struct kvp_cl *cl;
 		unsigned id;
-	} am_arg[2];
+	} am_arg[3]; /* LEASE, DATA, any other id */
 	/* the FETCH being served: its mailbox (answered key by key as the
 	 * keys land), the word we took it with, its client, its keys */
 	struct kvp_rbox *cur_rb;
@@ -1435,9 +1435,10 @@ kvp_cl_am(void *arg, const void *header, size_t hlen, void *data, size_t len,
 		kvp_cl_data(cl, &h, data, len, rndv);
 		return UCS_OK;
 	}
-	/* a LEASE: eager and small (we send no other kind) */
-	if (rndv || hlen || len < sizeof(struct kvp_wire_hdr) ||
-	    len > (1u << 20)) {
+	/* a LEASE: eager and small (we send no other kind); no other id is
+	 * ours */
+	if (aa->id != KVP_AM_LEASE || rndv || hlen ||
+	    len < sizeof(struct kvp_wire_hdr) || len > (1u << 20)) {
 		kvp_cl_ctr(cl, KVP_CLC_REFUSED, 1);
 		return UCS_OK;
 	}
@@ -2396,18 +2397,30 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	}
 	if (U.worker_get_efd(cl->worker, &cl->ucx_fd) != UCS_OK)
 		goto ucx_fail;
-	for (k = 0; k < 2; k++) {
+	/* a handler for every id a peer can name (16 bits), registered in
+	 * increasing order: UCX 1.13 grows its table of handlers past the
+	 * id registered without clearing the new entries, counts them valid,
+	 * and calls whatever an unset entry holds when a peer sends that id
+	 * (an ASan agent died of it: tests/cluster/test_hostile_peer.sh,
+	 * forged messages).  Ids not ours are refused by kvp_cl_am. */
+	for (k = 0; k < 3; k++) {
+		cl->am_arg[k].cl = cl;
+		cl->am_arg[k].id = k == 0 ? KVP_AM_LEASE :
+				   k == 1 ? KVP_AM_DATA :
+					    0xffffffffu;
+	}
+	for (k = 0; k <= 0xffffu; k++) {
 		ucp_am_handler_param_t hp;
 
-		cl->am_arg[k].cl = cl;
-		cl->am_arg[k].id = KVP_AM_LEASE + k;
 		memset(&hp, 0, sizeof(hp));
 		hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
 				UCP_AM_HANDLER_PARAM_FIELD_CB |
 				UCP_AM_HANDLER_PARAM_FIELD_ARG;
-		hp.id = KVP_AM_LEASE + k;
+		hp.id = k;
 		hp.cb = kvp_cl_am;
-		hp.arg = &cl->am_arg[k];
+		hp.arg = &cl->am_arg[k == KVP_AM_LEASE ? 0 :
+				     k == KVP_AM_DATA  ? 1 :
+							 2];
 		if (U.worker_set_am_recv_handler(cl->worker, &hp) != UCS_OK)
 			goto ucx_fail;
 	}

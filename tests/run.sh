@@ -234,6 +234,10 @@ run "release/obs prometheus server scrapes kvpoold" tests/obs/test_prometheus.sh
 # in one, UCX over TCP; the ASan+UBSan agents in the default run
 run "release/cluster: three nodes over UCX + Redis" tests/cluster/test_cluster.sh
 [ $quick = 1 ] || run "asan/cluster: three nodes over UCX + Redis" env KC_BIN=build/asan tests/cluster/test_cluster.sh
+# what a hostile member of the cluster cannot do (one-sided access, forged
+# messages, a peer that stops reading, an owner restarted mid-batch)
+run "release/cluster: a hostile peer" tests/cluster/test_hostile_peer.sh
+[ $quick = 1 ] || run "asan/cluster: a hostile peer" env KC_BIN=build/asan tests/cluster/test_hostile_peer.sh
 [ $quick = 1 ] || run "tsan/test_metrics" env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build/tsan/test_metrics
 run "release/stress_pool DRAM only, kills" build/release/stress_pool --no-ssd --procs 4 \
 	--seconds 15 --seed 1 --kill-every 300
