@@ -88,10 +88,11 @@ kvp_tomb_retry_agent(struct kvp_agent *a)
  * tombstone written (kvp_complete_tomb), and only then may the slot leave
  * the index (I20: forgotten before its tombstone is on disk, a deleted
  * value would come back at the next start on the same segment, from the
- * record recovery finds).  Marked KVP_TOMB_QUEUED meanwhile.  If there is
- * no op or the store cannot take it now, the waiters are answered -EIO
- * and the slot stays KVP_TOMB_NONE: a later eviction pass queues it
- * again.  0 or -errno.
+ * record recovery finds).  Marked KVP_TOMB_QUEUED meanwhile.  On failure
+ * the waiters are answered -EIO; if there is no op, or the store has no
+ * request or room for it yet, the slot stays KVP_TOMB_NONE (a later
+ * eviction pass queues it again); any other failure owes the tombstone
+ * (kvp_tomb_later) and lets the slot go.  0 or -errno.
  */
 int
 kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
