@@ -295,6 +295,7 @@ unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot,
 			       uint64_t word);
 void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 			   uint64_t vlen);
+bool kvp_tier_may_forget_agent(struct kvp_agent *a, uint64_t slot);
 uint64_t kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns);
 
 /* agent/staging.c: spans from the reaper's and the sweep's side */

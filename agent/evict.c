@@ -290,8 +290,11 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		if (st == KVP_IX_DELETED && !KVP_IX_FLAGS(w) &&
 		    !kvp_tier_busy_agent(a, i)) {
 			(*found)++;
-			freed +=
-				kvp_evict_take(a, ev, i, w, NULL, why, removed);
+			/* once its tombstone is written (I20; queued now if
+			 * it is not yet: a later pass takes the slot) */
+			if (kvp_tier_may_forget_agent(a, i))
+				freed += kvp_evict_take(a, ev, i, w, NULL, why,
+							removed);
 			continue;
 		}
 		/* a value being put is work for a later pass: this one is
@@ -529,7 +532,9 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 
 		if (KVP_IX_FLAGS(w) ||
 		    (st != KVP_IX_READY && st != KVP_IX_DELETED) ||
-		    kvp_tier_busy_agent(a, i))
+		    kvp_tier_busy_agent(a, i) ||
+		    /* a deleted one once its tombstone is written (I20) */
+		    (st == KVP_IX_DELETED && !kvp_tier_may_forget_agent(a, i)))
 			continue;
 		n += kvp_ix_cand_take_agent(s, i, w, &cand[n]);
 	}
@@ -864,8 +869,9 @@ kvp_evict_cut_agent(struct kvp_agent *a, uint64_t cut)
 			continue; /* one run, before the cut */
 		found++;
 		if (KVP_IX_FLAGS(w) || kvp_tier_busy_agent(a, i) ||
-		    kvp_evict_held(ev, i))
-			continue; /* next round */
+		    kvp_evict_held(ev, i) ||
+		    (st == KVP_IX_DELETED && !kvp_tier_may_forget_agent(a, i)))
+			continue; /* next round (I20: a tombstone first) */
 		kvp_evict_take(a, ev, i, w, NULL, KVP_ACTR_EVICT, &removed);
 	}
 	kvp_evict_flush(a, ev, KVP_ACTR_EVICT, &removed);

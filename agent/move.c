@@ -82,13 +82,17 @@ kvp_tomb_retry_agent(struct kvp_agent *a)
 }
 
 /*
- * Queue a tombstone for the key of index slot 'slot' (READY, DELETED or
- * under CHECK: its key is stable) that deletes the value record at
- * 'target'.  The slot is marked tombed (its reclaim writes no second
- * one).  Waiters (strict deletes) are answered when it completes; it then
- * needs an operation of its own (on failure they are answered -EIO here).
- * One nobody waits for is never dropped: if the store cannot take it now
- * it is queued again later (kvp_tomb_retry_agent).  0 or -errno.
+ * Queue the tombstone of DELETED slot 'slot' (its key is stable) that
+ * deletes the value record at 'target', as an op of its own: its
+ * completion answers the waiters (strict deletes) and marks the slot's
+ * tombstone written (kvp_complete_tomb), and only then may the slot leave
+ * the index (I20: forgotten before its tombstone is on disk, a deleted
+ * value would come back at the next start on the same segment, from the
+ * record recovery finds).  Marked KVP_TOMB_QUEUED meanwhile.  On failure
+ * the waiters are answered -EIO; if there is no op, or the store has no
+ * request or room for it yet, the slot stays KVP_TOMB_NONE (a later
+ * eviction pass queues it again); any other failure owes the tombstone
+ * (kvp_tomb_later) and lets the slot go.  0 or -errno.
  */
 int
 kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
@@ -100,25 +104,24 @@ kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
 	uint64_t tag = 0, klen = kvp_entry_key(e, key);
 	/* relaxed: the key fields are stable (see above) */
 	uint64_t ns = kvp_load_relaxed(&e->e_ns);
+	/* acquire: pairs with the delete CAS (the generation it names) */
+	uint64_t mw = kvp_load_acquire(&a->seg.meta[slot]);
 	struct kvp_top *op = NULL;
 	unsigned k;
 	int rc = -EINVAL;
 
 	if (klen == 0 || klen > KVP_KEY_MAX)
 		goto fail;
-	if (nw) {
-		rc = -EBUSY;
-		op = kvp_top_get(t, TOP_TOMB, &tag);
-		if (!op)
-			goto fail;
-		op->slot = slot;
-		for (k = 0; k < nw; k++) {
-			rc = kvp_top_add_waiter(op, &w[k]);
-			if (rc) {
-				kvp_top_put(t, op);
-				goto fail;
-			}
-		}
+	rc = -EBUSY;
+	op = kvp_top_get(t, TOP_TOMB, &tag);
+	if (!op)
+		goto fail;
+	op->slot = slot;
+	op->gen = KVP_IX_GEN(mw);
+	for (k = 0; k < nw; k++) {
+		rc = kvp_top_add_waiter(op, &w[k]);
+		if (rc)
+			goto fail_put;
 	}
 	/* earlier tombstones first: their order does not matter (each names
 	 * its record), but the queue must drain */
@@ -127,19 +130,91 @@ kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
 	rc = t->nlater ? -EBUSY :
 			 kvp_drv_tombstone_agent(t->ssd, tag, ns, key,
 						 (uint32_t)klen, target);
-	if (rc) {
-		if (op) {
-			kvp_top_put(t, op);
-			goto fail;
-		}
-		kvp_tomb_later(t, ns, key, (uint32_t)klen, target);
-	}
-	t->tombed[slot] = 1;
+	if (rc)
+		goto fail_put;
+	t->tombed[slot] = KVP_TOMB_QUEUED;
+	kvp_crashpoint(A_TOMBSTONE);
 	return 0;
+fail_put:
+	kvp_top_put(t, op);
 fail:
 	for (k = 0; k < nw; k++)
 		kvp_answer(a, &w[k], -EIO, 0, -1);
+	/* busy, no room yet, no memory: a later pass asks again.  Anything
+	 * else (a drive that is gone, failing or full, a damaged key) would
+	 * keep the slot forever: the tombstone is owed instead, written when
+	 * the store takes it (kvp_tomb_retry_agent), as before this op */
+	if (rc != -EBUSY && rc != -EAGAIN && rc != -ENOMEM) {
+		if (klen && klen <= KVP_KEY_MAX)
+			kvp_tomb_later(t, ns, key, (uint32_t)klen, target);
+		t->tombed[slot] = KVP_TOMB_WRITTEN;
+	}
 	return rc;
+}
+
+/* A tombstone for a READY slot that leaves the index now (evicted, not
+ * deleted: if it is lost, the value, still the key's latest, may come
+ * back, which is no harm): nobody tracks it.  One the store cannot take
+ * now is never dropped: it is queued again later (kvp_tomb_retry_agent). */
+static void
+kvp_tomb_untracked(struct kvp_agent *a, uint64_t slot, uint64_t target)
+{
+	struct kvp_tier *t = a->tier;
+	struct kvp_entry *e = &a->seg.entries[slot];
+	unsigned char key[256];
+	uint64_t klen = kvp_entry_key(e, key);
+	/* relaxed: the key fields are stable (under CHECK) */
+	uint64_t ns = kvp_load_relaxed(&e->e_ns);
+
+	if (klen == 0 || klen > KVP_KEY_MAX)
+		return;
+	if (t->nlater)
+		kvp_tomb_retry_agent(a);
+	if (t->nlater ||
+	    kvp_drv_tombstone_agent(t->ssd, 0, ns, key, (uint32_t)klen, target))
+		kvp_tomb_later(t, ns, key, (uint32_t)klen, target);
+}
+
+/* The tombstone op in flight on slot, if any (a strict delete joins it). */
+struct kvp_top *
+kvp_tomb_in_flight(struct kvp_tier *t, uint64_t slot)
+{
+	unsigned k;
+
+	if (t->tombed[slot] != KVP_TOMB_QUEUED)
+		return NULL;
+	for (k = 0; k < KVP_TIER_MAX_OPS; k++)
+		if (t->ops[k].kind == TOP_TOMB && t->ops[k].slot == slot)
+			return &t->ops[k];
+	return NULL;
+}
+
+/*
+ * May DELETED slot 'slot' leave the index now (its verdict under CHECK)?
+ * Only once nothing on disk can bring it back (I20): it has no SSD copy,
+ * or the tombstone of that copy is written.  Otherwise the tombstone is
+ * queued now (if it is not yet, and ops are to spare) and the slot stays
+ * DELETED until it completes; a tombstone in flight keeps the slot in any
+ * case (its completion names it).  Not for a slot with a demotion in
+ * flight (busy: the callers skip those).  Tier thread.
+ */
+bool
+kvp_tier_may_forget_agent(struct kvp_agent *a, uint64_t slot)
+{
+	struct kvp_tier *t = a->tier;
+	uint64_t ssd;
+
+	if (!t)
+		return true;
+	if (t->tombed[slot] == KVP_TOMB_QUEUED)
+		return false;
+	/* relaxed: this thread is the only writer of SSD locations */
+	ssd = kvp_load_relaxed(&a->seg.entries[slot].e_ssd);
+	if (!ssd || t->tombed[slot] == KVP_TOMB_WRITTEN)
+		return true;
+	if (t->nfree > KVP_TOMB_OPS_RESERVE)
+		kvp_tomb_queue(a, slot, ssd, NULL, 0);
+	return t->tombed[slot] == KVP_TOMB_WRITTEN;
 }
 
 /* The demotion in flight on slot, if any (strict deletes wait for it). */
@@ -253,20 +328,19 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 
 /* An entry with an SSD copy is going away (deleted or evicted from the
  * index): its record is dead and a tombstone keeps it from coming back
- * after a restart.  Called under CHECK, before the slot is emptied. */
+ * after a restart.  A deleted one's is written already
+ * (kvp_tier_may_forget_agent); an evicted one's is queued now.  Called
+ * under CHECK, before the slot is emptied. */
 void
 kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 		      uint64_t vlen)
 {
 	kvp_drv_record_dead_agent(a->tier->ssd, ssd_loc, vlen);
-	kvp_crashpoint(A_TOMBSTONE);
-	/* a strict delete (or the stop flush) already wrote it */
-	if (a->tier->tombed[slot]) {
-		a->tier->tombed[slot] = 0;
-		return;
+	if (a->tier->tombed[slot] == KVP_TOMB_NONE) {
+		kvp_crashpoint(A_TOMBSTONE);
+		kvp_tomb_untracked(a, slot, ssd_loc);
 	}
-	kvp_tomb_queue(a, slot, ssd_loc, NULL, 0);
-	a->tier->tombed[slot] = 0; /* the slot is emptied next */
+	a->tier->tombed[slot] = KVP_TOMB_NONE; /* the slot is emptied next */
 }
 
 /* What a stop flush still has to do: READY values only in DRAM, and
@@ -518,12 +592,28 @@ kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
 }
 
 /* A tombstone completed: strict deletes waiting for it are answered
- * (written and, in strict mode, fdatasync'd: 0; else -EIO). */
+ * (written and, in strict mode, fdatasync'd: 0; else -EIO), and its slot,
+ * still DELETED at the generation it was queued for (I20: nothing else
+ * empties it meanwhile), may now leave the index: the next reclaim pass
+ * takes it.  A failed write is not tried again (its drive is failing, as
+ * before this op: the value may come back, the strict delete was told
+ * -EIO). */
 void
 kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op, int status)
 {
+	struct kvp_tier *t = a->tier;
+	/* acquire: pairs with the delete CAS */
+	uint64_t w = kvp_load_acquire(&a->seg.meta[op->slot]);
 	unsigned k;
 
 	for (k = 0; k < op->nw; k++)
 		kvp_answer(a, &op->w[k], status ? -EIO : 0, 0, -1);
+	KVP_ASSERT(t->tombed[op->slot] == KVP_TOMB_QUEUED, "I20");
+	/* the state word is the clients' to read (and a hostile one's to
+	 * damage): a slot that moved on has no tombstone of ours */
+	t->tombed[op->slot] = KVP_IX_STATE(w) == KVP_IX_DELETED &&
+					      KVP_IX_GEN(w) == op->gen ?
+				      KVP_TOMB_WRITTEN :
+				      KVP_TOMB_NONE;
+	a->last_reclaim_ns = 0; /* the reclaim pass runs next round */
 }

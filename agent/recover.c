@@ -40,6 +40,22 @@ kvp_recover_prefetch(void *arg, uint64_t hash)
 	__builtin_prefetch((const char *)&s->entries[i] + 64, 1);
 }
 
+/* The entry of (ns, key): the READY one if there is one, else a DELETED
+ * one.  A key deleted and put again has both (the DELETED one stays until
+ * its tombstone is written, I20): the record of the new value is the
+ * READY entry's, never the old one's to kill or let go. */
+static int64_t
+kvp_recover_find(struct kvp_seg *s, const struct kvp_ssd_rec *r, uint64_t hash,
+		 uint64_t *w)
+{
+	int64_t i = kvp_ix_find(s, r->ns, hash, r->key, r->klen,
+				KVP_IX_M(KVP_IX_READY), w);
+
+	return i >= 0 ? i :
+			kvp_ix_find(s, r->ns, hash, r->key, r->klen,
+				    KVP_IX_M(KVP_IX_DELETED), w);
+}
+
 /* A live record found on disk at start: make it visible to every worker
  * (a fresh segment), or check it against the entry that survived. */
 int
@@ -55,13 +71,23 @@ kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 		return KVP_SSD_DECLINE;
 	/* the store's hash is the index's (kvp_key_hash is kvp_hash) */
 	hash = r->hash ? r->hash : kvp_key_hash(r->ns, r->key, r->klen);
-	i = kvp_ix_find(s, r->ns, hash, r->key, r->klen,
-			KVP_IX_M(KVP_IX_READY) | KVP_IX_M(KVP_IX_DELETED), &w);
+	i = kvp_recover_find(s, r, hash, &w);
 	if (i >= 0) {
 		/* the segment outlived the agent: same record, nothing to do
 		 * (when it was written is not known: now, for reinsertion) */
 		if (kvp_load_relaxed(&s->entries[i].e_ssd) == r->loc) {
 			a->tier->wtick[i] = (uint32_t)kvp_tick_now();
+			return 0;
+		}
+		/* a delete whose copy a reclaim took from it (or a demotion
+		 * wrote before the completion came) while its file outlived
+		 * the agent: the record is its copy again, so that the slot
+		 * keeps the key deleted until the tombstone is written (I20),
+		 * not only until the index forgets it (relaxed: no tier
+		 * thread yet) */
+		if (KVP_IX_STATE(w) == KVP_IX_DELETED &&
+		    !kvp_load_relaxed(&s->entries[i].e_ssd)) {
+			kvp_store_relaxed(&s->entries[i].e_ssd, r->loc);
 			return 0;
 		}
 		return kvp_recover_decline(a, r); /* the entry knows better */
@@ -109,9 +135,7 @@ kvp_drop_collect(void *arg, const struct kvp_ssd_rec *r)
 	if (r->type != KVP_SSD_REC_VALUE || r->klen == 0 ||
 	    r->klen > KVP_KEY_MAX)
 		return 0;
-	i = kvp_ix_find(s, r->ns, kvp_key_hash(r->ns, r->key, r->klen), r->key,
-			r->klen,
-			KVP_IX_M(KVP_IX_READY) | KVP_IX_M(KVP_IX_DELETED), &w);
+	i = kvp_recover_find(s, r, kvp_key_hash(r->ns, r->key, r->klen), &w);
 	if (i < 0 || kvp_load_relaxed(&s->entries[i].e_ssd) != r->loc)
 		return 0; /* not the entry's copy any more */
 	if (d->a->tier->busy[i]) {
@@ -297,6 +321,16 @@ kvp_evict_segment_cb(void *arg, struct kvp_drive *ssd, uint32_t seg)
 
 		if (d.veto) { /* every CHECK released */
 			kvp_ix_check_release(s, cand[k].slot, w);
+		} else if (KVP_IX_STATE(w) == KVP_IX_DELETED) {
+			/* its record goes with the segment, but a crash
+			 * before the file is gone must find the delete in
+			 * the index, not just the record (I20): it stays
+			 * DELETED without an SSD copy, for the reclaim pass
+			 * (relaxed: stable under CHECK; this thread writes
+			 * SSD locations) */
+			kvp_store_relaxed(&s->entries[cand[k].slot].e_ssd, 0);
+			kvp_ix_check_release(s, cand[k].slot, w);
+			removed++;
 		} else if (!kept[k]) {
 			/* gone with its segment (no tombstone needed), and its
 			 * unit of the index count with it */

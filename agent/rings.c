@@ -171,8 +171,16 @@ kvp_serve_delete(struct kvp_agent *a, struct kvp_waiter *w, uint64_t slot,
 	}
 	/* relaxed: this thread is the only writer of SSD locations */
 	ssd = kvp_load_relaxed(&s->entries[slot].e_ssd);
-	if (!ssd || a->tier->tombed[slot]) {
+	if (!ssd || a->tier->tombed[slot] == KVP_TOMB_WRITTEN) {
 		kvp_answer(a, w, 0, 0, -1);
+		return;
+	}
+	/* one in flight already (a reclaim pass queued it): answered with
+	 * it, when it is written */
+	dem = kvp_tomb_in_flight(a->tier, slot);
+	if (dem) {
+		if (kvp_top_add_waiter(dem, w))
+			kvp_answer(a, w, -EIO, 0, -1);
 		return;
 	}
 	kvp_tomb_queue(a, slot, ssd, w, 1);

@@ -116,8 +116,9 @@ struct kvp_tier {
 	uint32_t freeops[KVP_TIER_MAX_OPS];
 	uint32_t nfree;
 	uint16_t *busy; /* per index slot: ops in flight on it */
-	/* per index slot: a DELETED value whose tombstone is already written or
-	 * queued */
+	/* per index slot, a DELETED value's tombstone (enum kvp_tomb): none
+	 * yet, queued (its op's completion names the slot), or written; the
+	 * slot leaves the index only once it is written (I20) */
 	uint8_t *tombed;
 	unsigned demoting;
 	uint64_t demoting_bytes; /* value bytes of those writes */
@@ -215,10 +216,20 @@ void kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd);
 void kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op, int status);
 
 /* move.c */
+/* t->tombed[slot]: the tombstone of a DELETED slot's SSD copy */
+enum kvp_tomb {
+	KVP_TOMB_NONE = 0, /* not queued (or the slot has no SSD copy) */
+	KVP_TOMB_QUEUED,   /* a TOMB op in flight names the slot */
+	KVP_TOMB_WRITTEN /* on disk (or its drive is gone): may be forgotten */
+};
+/* Ops kept for reads: a tombstone nobody waits for is queued only while
+ * more than this many are free (a mass delete must not starve gets). */
+#define KVP_TOMB_OPS_RESERVE 64u
 uint64_t kvp_entry_key(const struct kvp_entry *e, unsigned char key[256]);
 int kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
 		   const struct kvp_waiter *w, unsigned nw);
 struct kvp_top *kvp_demote_in_flight(struct kvp_tier *t, uint64_t slot);
+struct kvp_top *kvp_tomb_in_flight(struct kvp_tier *t, uint64_t slot);
 size_t kvp_tomb_retry_agent(struct kvp_agent *a);
 /* Owe a tombstone for (ns, key) naming the record at target: written by
  * the next rounds (kvp_tomb_retry_agent) or the stop flush. */

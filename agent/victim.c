@@ -37,8 +37,14 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
 	bool deleted = KVP_IX_STATE(w) == KVP_IX_DELETED;
 
 	/* only a candidate the hold scan found unheld goes (I4), under the
-	 * CHECK this agent set (I5) */
+	 * CHECK this agent set (I5); a deleted one once nothing on disk can
+	 * bring it back (I20: kvp_tier_may_forget_agent) */
 	KVP_ASSERT(!c->held && (w & KVP_IX_CHECK), "I4, I5");
+	KVP_ASSERT(!deleted || !a->tier ||
+			   a->tier->tombed[i] == KVP_TOMB_WRITTEN ||
+			   (a->tier->tombed[i] == KVP_TOMB_NONE &&
+			    !kvp_load_relaxed(&e->e_ssd)),
+		   "I20");
 	/* relaxed: stable under CHECK */
 	loc = kvp_load_relaxed(&e->e_loc);
 	len = kvp_load_relaxed(&e->e_len);
@@ -61,6 +67,9 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
 	 * the removal succeeds) */
 	if (kvp_ix_remove(s, i, w))
 		kvp_ix_count_give(s);
+	if (a->tier)
+		a->tier->tombed[i] =
+			KVP_TOMB_NONE; /* for the slot's next key */
 	/* stats: agent threads add atomically */
 	kvp_fetch_add(&h->h_actr[deleted ? KVP_ACTR_DELETE_RECLAIM : why], 1);
 	if (!deleted)

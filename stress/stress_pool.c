@@ -12,6 +12,17 @@
  * answer UNAVAILABLE.  At the end the pool must pass the invariant checker
  * with nothing held, staged, leased or half-put.
  *
+ * Deletes are journaled by version (each put's version is unique in the
+ * run: the worker's spawn number and a count): a worker pins the key,
+ * reads its value, deletes the key and, if the delete succeeded while the
+ * pin held that value (a pinned value can leave the index only by a
+ * delete), journals (key, version) with a sequence number.  Every read
+ * that returns a value checks it against the journal: one deleted before
+ * the read began must never come back (issue 25 item 8: after an agent
+ * kill -9 with the segment kept, recovery put back values whose
+ * tombstones were not yet written).  A key deleted and put again is a
+ * new version, so the check is exact.
+ *
  *   stress_pool --procs N --seconds S --seed X [--threads] [--kill-every MS]
  *               [--agent-restart-every MS] [--no-ssd]
  *
@@ -49,7 +60,25 @@ struct shared {
 	kvp_aword_t slot_word[MAXW];
 	kvp_aword_t slot_idx[MAXW]; /* and its slot + 1 */
 	kvp_aword_t last_error;
+	kvp_aword_t jseq;        /* delete journal: deletes journaled so far */
+	kvp_aword_t jdropped;    /* deletes not journaled (table full) */
+	kvp_aword_t jchecked;    /* reads checked against the journal */
+	kvp_aword_t resurrected; /* deleted values read again (must stay 0) */
+	kvp_aword_t res_key, res_version; /* the first one, for the report */
 };
+
+/*
+ * The delete journal: an open-addressing set of (key, version) words in
+ * shared memory, each with the sequence number its delete took after it
+ * returned.  The word is [key + 1:12][version:52] (KEYSPACE < 4095,
+ * versions < 2^52: never 0).  Inserted once, never removed.
+ */
+#define JSLOTS (1u << 20)
+struct jslot {
+	kvp_aword_t js_word;
+	kvp_aword_t js_seq; /* 0 until the inserter has stored it */
+};
+static struct jslot *journal;
 
 static struct shared *sh;
 static const char *pool;
@@ -67,6 +96,94 @@ rnd(uint64_t *s)
 	*s ^= *s >> 7;
 	*s ^= *s << 17;
 	return *s;
+}
+
+static void add(kvp_aword_t *w, uint64_t d);
+
+static uint64_t
+jword(uint64_t key, uint64_t version)
+{
+	return (key + 1) << 52 | (version & ((1ull << 52) - 1));
+}
+
+static uint64_t
+jhash(uint64_t w)
+{
+	w ^= w >> 33;
+	w *= 0xff51afd7ed558ccdull;
+	w ^= w >> 33;
+	return w;
+}
+
+/* Journal that version 'version' of key 'key' was deleted (the delete has
+ * returned).  A full table drops it (counted). */
+static void
+journal_delete(uint64_t key, uint64_t version)
+{
+	uint64_t w = jword(key, version), i = jhash(w) % JSLOTS, n;
+	/* full: every read that loads jseq after this (acquire, journal_now)
+	 * began after the delete returned */
+	uint64_t seq = kvp_fetch_add(&sh->jseq, 1) + 1;
+
+	for (n = 0; n < JSLOTS / 2; n++, i = (i + 1) % JSLOTS) {
+		/* full CAS: claims the slot; a reader that sees the word
+		 * before its sequence takes it as not yet journaled */
+		if (kvp_cas(&journal[i].js_word, 0, w)) {
+			/* release: pairs with the reader's acquire */
+			kvp_store_release(&journal[i].js_seq, seq);
+			return;
+		}
+	}
+	add(&sh->jdropped, 1);
+}
+
+/* Was version 'version' of key 'key' deleted by a delete journaled before
+ * the read that found it began (r0: journal_now() before the read)? */
+static bool
+journal_deleted_before(uint64_t key, uint64_t version, uint64_t r0)
+{
+	uint64_t w = jword(key, version), i = jhash(w) % JSLOTS, n;
+
+	for (n = 0; n < JSLOTS / 2; n++, i = (i + 1) % JSLOTS) {
+		/* acquire: pairs with the inserter's CAS */
+		uint64_t got = kvp_load_acquire(&journal[i].js_word), seq;
+
+		if (!got)
+			return false;
+		if (got != w)
+			continue;
+		/* acquire: pairs with the inserter's release */
+		seq = kvp_load_acquire(&journal[i].js_seq);
+		return seq && seq <= r0;
+	}
+	return false;
+}
+
+/* The journal's clock, loaded before a read begins (acquire: pairs with
+ * the deleters' fetch_add). */
+static uint64_t
+journal_now(void)
+{
+	return kvp_load_acquire(&sh->jseq);
+}
+
+/* A read that began at journal time r0 found a whole value of key 'key'
+ * in b: one deleted before it began is counted (must stay 0). */
+static void
+journal_check(uint64_t key, const unsigned char *b, uint64_t r0)
+{
+	struct val_hdr h;
+
+	memcpy(&h, b, sizeof(h));
+	add(&sh->jchecked, 1);
+	if (!journal_deleted_before(key, h.version, r0))
+		return;
+	/* full: the first one is reported */
+	if (kvp_fetch_add(&sh->resurrected, 1) == 0) {
+		/* relaxed: a report, read after the workers are gone */
+		kvp_store_relaxed(&sh->res_key, key);
+		kvp_store_relaxed(&sh->res_version, h.version);
+	}
 }
 
 static uint32_t
@@ -174,11 +291,12 @@ outage_probe(struct kvp_client *c, uint64_t *seed, unsigned char *buf,
 		char key[100];
 		/* a key the index shows in DRAM (whatever the eviction
 		 * policy kept there) and random ones (likely on SSD) */
-		uint32_t kl =
-			mk(key, k & 1 ? rnd(seed) % KEYSPACE :
-					dram_key(c, seed, recent,
-						 recent[rnd(seed) % RECENT]));
-		uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), dt;
+		uint64_t id = k & 1 ? rnd(seed) % KEYSPACE :
+				      dram_key(c, seed, recent,
+					       recent[rnd(seed) % RECENT]);
+		uint32_t kl = mk(key, id);
+		uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), dt,
+			 r0 = journal_now();
 		ssize_t n = kvp_get(c, key, kl, buf, MAXVAL);
 
 		dt = kvp_now_ns(CLOCK_MONOTONIC) - t0;
@@ -186,11 +304,13 @@ outage_probe(struct kvp_client *c, uint64_t *seed, unsigned char *buf,
 		if (!kvp_load_acquire(&sh->agent_down))
 			break;
 		if (n >= 0) {
-			if (check_val(buf, (uint64_t)n, key, kl))
+			if (check_val(buf, (uint64_t)n, key, kl)) {
 				add(&sh->wrong, 1);
-			else
-				add(&sh->outage_hits, 1),
-					add(&sh->verified, (uint64_t)n);
+			} else {
+				add(&sh->outage_hits, 1);
+				add(&sh->verified, (uint64_t)n);
+				journal_check(id, buf, r0);
+			}
 		} else if (n == -ENOTCONN) {
 			add(&sh->outage_unavail, 1);
 			atomic_max(&sh->unavail_max_ns, dt);
@@ -209,10 +329,12 @@ read_ok_status(int st)
 	return st == -ENOENT || st == -EBUSY || st == -ENOTCONN;
 }
 
+/* Worker idx, spawn number 'serial' (unique in the run: its versions are
+ * serial << 32 | a count, unique in the run too). */
 static void
-worker(unsigned idx, uint64_t seed)
+worker(unsigned idx, uint64_t seed, uint64_t serial)
 {
-	uint64_t t_end = t_end_all;
+	uint64_t t_end = t_end_all, nput = 0;
 	struct kvp_client *c;
 	struct kvp_op ops[BATCH];
 	char keys[BATCH][100];
@@ -235,6 +357,7 @@ worker(unsigned idx, uint64_t seed)
 	}
 	while (!stop_flag && kvp_now_ns(CLOCK_MONOTONIC) < t_end) {
 		uint64_t op = rnd(&seed) % 100, base = rnd(&seed) % KEYSPACE;
+		uint64_t r0 = journal_now(); /* before the op's reads begin */
 		ssize_t n;
 
 		/* acquire: the chaos loop's flag */
@@ -253,7 +376,7 @@ worker(unsigned idx, uint64_t seed)
 			for (k = 0; k < BATCH; k++) {
 				ops[k].len = 64 + rnd(&seed) % (MAXVAL - 64);
 				make_val(ops[k].buf, ops[k].len, keys[k],
-					 ops[k].klen, rnd(&seed));
+					 ops[k].klen, serial << 32 | ++nput);
 			}
 			kvp_batch_put(c, ops, BATCH);
 			for (k = 0; k < BATCH; k++)
@@ -275,10 +398,15 @@ worker(unsigned idx, uint64_t seed)
 			for (k = 0; k < BATCH; k++) {
 				if (ops[k].status == 0) {
 					if (check_val(ops[k].buf, ops[k].len,
-						      keys[k], ops[k].klen))
+						      keys[k], ops[k].klen)) {
 						add(&sh->wrong, 1);
-					else
+					} else {
 						add(&sh->verified, ops[k].len);
+						journal_check(
+							(base + (uint64_t)k) %
+								KEYSPACE,
+							ops[k].buf, r0);
+					}
 					if (down)
 						add(&sh->outage_hits, 1);
 				} else if (!read_ok_status(ops[k].status)) {
@@ -308,6 +436,9 @@ worker(unsigned idx, uint64_t seed)
 						add(&sh->wrong, 1);
 						continue;
 					}
+					journal_check((base + (uint64_t)k) %
+							      KEYSPACE,
+						      whole, r0);
 					/* the ranged read must equal the slice,
 					 * unless the key was replaced meanwhile
 					 * (then the new value must itself be
@@ -350,11 +481,32 @@ worker(unsigned idx, uint64_t seed)
 					note_error(rc);
 				}
 			}
-		} else { /* deletes */
+		} else { /* deletes, journaled: pin, read, delete */
 			for (k = 0; k < 4; k++) {
+				uint64_t id = (base + (uint64_t)k) % KEYSPACE,
+					 version = 0;
+				struct kvp_pinset *ps = NULL;
+				struct val_hdr h;
+
+				if (kvp_batch_lookup_pin(c, &ops[k], 1, &ps) ==
+					    1 &&
+				    kvp_pinset_get(c, ps, &ops[k], 1) >= 0 &&
+				    ops[k].status == 0 &&
+				    !check_val(ops[k].buf, ops[k].len, keys[k],
+					       ops[k].klen)) {
+					journal_check(id, ops[k].buf, r0);
+					memcpy(&h, ops[k].buf, sizeof(h));
+					version = h.version;
+				}
 				rc = kvp_delete(c, keys[k], ops[k].klen);
 				if (rc && rc != -ENOENT && rc != -EBUSY)
 					note_error(rc);
+				/* deleted while the pin held that version: it
+				 * was deleted (by us, or by another worker
+				 * before us) */
+				if (rc == 0 && version)
+					journal_delete(id, version);
+				kvp_pinset_free(c, ps);
 			}
 		}
 	}
@@ -364,12 +516,50 @@ worker(unsigned idx, uint64_t seed)
 
 static unsigned nthreads_arg;
 
+/* After the workers: read every key and check it against the journal
+ * (every delete in it returned before this began). */
+static void
+journal_sweep(void)
+{
+	struct kvp_client *c;
+	struct kvp_op ops[BATCH];
+	char keys[BATCH][100];
+	unsigned char *bufs = malloc((size_t)BATCH * MAXVAL);
+	uint64_t base, r0 = journal_now();
+	int k;
+
+	if (!bufs || kvp_open(pool, "stress", &c)) {
+		note_error(-ENOMEM);
+		free(bufs);
+		return;
+	}
+	for (base = 0; base < KEYSPACE; base += BATCH) {
+		for (k = 0; k < BATCH; k++) {
+			ops[k].klen =
+				mk(keys[k], (base + (uint64_t)k) % KEYSPACE);
+			ops[k].key = keys[k];
+			ops[k].buf = bufs + (size_t)k * MAXVAL;
+			ops[k].off = 0;
+			ops[k].len = MAXVAL;
+		}
+		kvp_batch_get(c, ops, BATCH);
+		for (k = 0; k < BATCH; k++)
+			if (ops[k].status == 0 &&
+			    !check_val(ops[k].buf, ops[k].len, keys[k],
+				       ops[k].klen))
+				journal_check((base + (uint64_t)k) % KEYSPACE,
+					      ops[k].buf, r0);
+	}
+	kvp_close(c);
+	free(bufs);
+}
+
 static void *
 worker_thread(void *arg)
 {
 	uint64_t seed = (uint64_t)(uintptr_t)arg;
 
-	worker((unsigned)(seed % MAXW), seed);
+	worker((unsigned)(seed % MAXW), seed, seed % MAXW);
 	return NULL;
 }
 
@@ -455,15 +645,18 @@ sleep_until(uint64_t t)
 	}
 }
 
+static uint64_t base_seed;
+
+/* Worker i, spawn number 'serial' (unique in the run). */
 static pid_t
-spawn(unsigned i, uint64_t seed)
+spawn(unsigned i, uint64_t serial)
 {
 	pid_t p;
 
 	kvp_store_relaxed(&sh->slot_idx[i], 0); /* relaxed: before the fork */
 	p = fork();
 	if (p == 0) {
-		worker(i, seed);
+		worker(i, base_seed * 1000 + serial, serial);
 		_exit(0);
 	}
 	return p;
@@ -565,6 +758,11 @@ main(int argc, char **argv)
 		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED)
 		return 1;
+	base_seed = seed;
+	journal = mmap(NULL, JSLOTS * sizeof(*journal), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (journal == MAP_FAILED)
+		return 1;
 	if (use_ssd && kvpt_tmpdir(ssd_dir, sizeof(ssd_dir), "stress")) {
 		printf("cannot create %s\n0 passed, 1 failed\n", ssd_dir);
 		return 1;
@@ -589,7 +787,7 @@ main(int argc, char **argv)
 	} else {
 		pid = calloc(procs, sizeof(*pid));
 		for (i = 0; i < procs; i++)
-			pid[i] = spawn(i, seed * 1000 + i);
+			pid[i] = spawn(i, i);
 	}
 	/* the chaos loop */
 	if (threads)
@@ -637,8 +835,7 @@ main(int argc, char **argv)
 				kills_in_outage++;
 			}
 			/* relaxed: killed is only written by this thread */
-			pid[i] = spawn(i, seed * 1000 + procs +
-						  (uint64_t)kvp_load_relaxed(
+			pid[i] = spawn(i, procs + (uint64_t)kvp_load_relaxed(
 							  &sh->killed));
 		} else {
 			next_restart += restart_ms * 1000000ull;
@@ -670,8 +867,7 @@ main(int argc, char **argv)
 						&sh->slot_word[i]);
 					pid[i] = spawn(
 						i,
-						seed * 1000 + procs +
-							(uint64_t)kvp_load_relaxed(
+						procs + (uint64_t)kvp_load_relaxed(
 								&sh->killed));
 				}
 			}
@@ -739,6 +935,9 @@ main(int argc, char **argv)
 	/* From here every worker has exited (joined or waited for): the
 	 * statistics in sh are read with relaxed loads, ordered by the
 	 * join/wait; the agent's counters are statistics too (relaxed). */
+	/* every key read once more: no deleted value is there (the last
+	 * agent restart recovered from the same segment) */
+	journal_sweep();
 	pc.s = &s;
 	if (kvpt_wait_until(pool_quiet, &pc, 3000) >= 0)
 		passed++;
@@ -771,6 +970,18 @@ main(int argc, char **argv)
 		failed++, printf("FAIL: %llu wrong values read\n",
 				 (unsigned long long)kvp_load_relaxed(
 					 &sh->wrong));
+	if (kvp_load_relaxed(&sh->resurrected) == 0)
+		passed++;
+	else
+		failed++,
+			printf("FAIL: %llu reads returned a deleted value (first: key "
+			       "%llu version %#llx)\n",
+			       (unsigned long long)kvp_load_relaxed(
+				       &sh->resurrected),
+			       (unsigned long long)kvp_load_relaxed(
+				       &sh->res_key),
+			       (unsigned long long)kvp_load_relaxed(
+				       &sh->res_version));
 	if (kvp_load_relaxed(&sh->errors) == 0)
 		passed++;
 	else
@@ -800,6 +1011,13 @@ main(int argc, char **argv)
 				printf("FAIL: no DRAM hit was served during %u agent outages\n",
 				       restarts);
 	}
+	printf("deletes: %llu journaled (%llu not: table full), %llu reads "
+	       "checked against them, %llu deleted values back\n",
+	       (unsigned long long)(kvp_load_relaxed(&sh->jseq) -
+				    kvp_load_relaxed(&sh->jdropped)),
+	       (unsigned long long)kvp_load_relaxed(&sh->jdropped),
+	       (unsigned long long)kvp_load_relaxed(&sh->jchecked),
+	       (unsigned long long)kvp_load_relaxed(&sh->resurrected));
 	printf("ops %llu batches, %.1f MiB verified, %llu leases; %llu evictions, %llu "
 	       "demotions, %llu promotions, %llu staged, %llu busy rejects, %llu SSD segments "
 	       "reclaimed\n",

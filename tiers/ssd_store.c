@@ -33,11 +33,12 @@
  *     latest record per key is probed a few records ahead (prefetch), and
  *     the owner is told the hashes ahead too (cfg.recover_prefetch).
  *  4. Space comes back one whole segment at a time, oldest first, after
- *     the owner's say (evict_cb), and never while batches written to it
- *     are queued or in flight (a round can fill several segments: their
- *     records would be reported in a segment that is gone, and a write
- *     queued on its descriptor could land in the next file to get the
- *     number).  Dropping a segment while older ones
+ *     the owner's say (evict_cb), and never while records written to it
+ *     are queued, in flight or complete but not yet polled (a round can
+ *     fill several segments: their records would be reported in a
+ *     segment that is gone, after the owner's say was asked without
+ *     them, and a write queued on its descriptor could land in the next
+ *     file to get the number).  Dropping a segment while older ones
  *     remain first rewrites its tombstones into the active segment
  *     (fdatasync'd), so a deleted key never comes back from an older one.
  *     The owner may keep some of the segment's records (reinsertion, as
@@ -93,8 +94,12 @@ struct kvp_sseg {
 	uint64_t wpos; /* next record block (active) */
 	uint64_t live_bytes, nrecs;
 	uint16_t version; /* the file's format (1..KVP_SSD_FORMAT) */
-	/* batch writes queued or in flight (mu held on the thread path):
-	 * the segment is not given back until they are over */
+	/* records (values, tombstones) written to it whose completions
+	 * have not been handed back by a poll yet: the segment is not given
+	 * back until they have been, since its owner learns where a record
+	 * is only then, and so only then can it say the record is in use
+	 * (the pread path finishes a batch between two polls).  Tier thread
+	 * only: counted in kvp_queue_record, down in kvp_ssd_poll_agent. */
 	unsigned wr_inflight;
 	bool sealed;
 	bool dirty; /* written since open: synced at close */
@@ -809,18 +814,12 @@ kvp_seg_new(struct kvp_ssd *s, uint64_t need, unsigned klen)
 	return rc;
 }
 
-/* Are batch writes to segment g queued or in flight? */
+/* Are records written to segment g queued, in flight, or complete but not
+ * yet handed back to the owner? */
 static bool
-kvp_seg_writing(struct kvp_ssd *s, const struct kvp_sseg *g)
+kvp_seg_writing(const struct kvp_sseg *g)
 {
-	bool w;
-
-	if (s->uring)
-		return g->wr_inflight != 0;
-	pthread_mutex_lock(&s->mu);
-	w = g->wr_inflight != 0;
-	pthread_mutex_unlock(&s->mu);
-	return w;
+	return g->wr_inflight != 0;
 }
 
 /*
@@ -845,12 +844,13 @@ kvp_make_room(struct kvp_ssd *s)
 			s->st.enospc++;
 			return -ENOSPC;
 		}
-		if (kvp_seg_writing(s, g)) {
-			/* its last batches are still being written (a round
-			 * that filled several segments): their records would
-			 * be reported in a segment that is gone, and a write
+		if (kvp_seg_writing(g)) {
+			/* its last batches are still being written, or their
+			 * completions wait for the owner's poll (a round that
+			 * filled several segments): their records would be
+			 * reported in a segment that is gone, and a write
 			 * queued on its descriptor could land in the next file
-			 * to get that number; room once they are over */
+			 * to get that number; room once they are handed back */
 			kvp_ssd_submit_agent(s);
 			return -EAGAIN;
 		}
@@ -1152,7 +1152,6 @@ kvp_batch_finish(struct kvp_ssd *s, struct kvp_sreq *b)
 	struct kvp_sreq *m = b->mhead, *next;
 
 	kvp_crashpoint(A_SSD_BATCH_WRITTEN);
-	b->seg->wr_inflight--;
 	if (!b->status) {
 		s->st.batches++;
 		s->st.dev_write_bytes += b->bbytes;
@@ -1182,11 +1181,6 @@ kvp_batch_close(struct kvp_ssd *s)
 	kvp_bhdr_finish(b->hdr, b->seg->id, b->bblk, b->bnblocks, b->bnrec,
 			b->bused);
 	kvp_crashpoint(A_SSD_BATCH_BUILT);
-	if (!s->uring)
-		pthread_mutex_lock(&s->mu);
-	b->seg->wr_inflight++;
-	if (!s->uring)
-		pthread_mutex_unlock(&s->mu);
 	kvp_guard(s, b, true);
 	rc = kvp_queue_rw(s, b, 0, true, b->biov, b->nbiov, b->bblk * B);
 	if (rc) {
@@ -1349,6 +1343,7 @@ kvp_queue_record(struct kvp_ssd *s, uint64_t tag, uint8_t type, uint64_t ns,
 	kvp_sum_append(g, type, KVP_SSD_LOC_BLOCK(r->loc), ns, r->seq,
 		       type == KVP_SSD_REC_VALUE ? vlen : target, key, klen);
 	g->nrecs++;
+	g->wr_inflight++; /* until its completion is polled */
 	g->live_bytes += kvp_ssd_record_bytes(vlen);
 	if (r->seq > g->max_seq)
 		g->max_seq = r->seq;
@@ -1687,6 +1682,9 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max,
 		out[n].dst_off = r->dst_off;
 		out[n].op = r->op;
 		out[n].pad = 0;
+		if (r->op != KVP_SSD_OP_READ)
+			/* handed back: its segment may go now */
+			r->seg->wr_inflight--;
 		if (!r->status) {
 			if (r->op == KVP_SSD_OP_READ) {
 				s->st.reads++;
@@ -2926,7 +2924,7 @@ kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id)
 
 	if (!g)
 		return -ENOENT;
-	if (g == s->active || kvp_seg_writing(s, g))
+	if (g == s->active || kvp_seg_writing(g))
 		return -EBUSY;
 	/* what is queued on its descriptor goes to the kernel first (which
 	 * then holds the file): a later file could get the number */

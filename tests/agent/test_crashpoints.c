@@ -17,7 +17,13 @@
  *     unarmed agent is started on the same segment;
  *
  * then `kvpool check` must pass and every value still readable must have
- * exactly its bytes.
+ * exactly its bytes, must not be a value the test deleted, and must be
+ * the test's latest put of its key where the test knows it.  Every value
+ * carries a version (its first 8 bytes, unique per put) and its bytes
+ * depend on (key, length, version); the test's own workload journals
+ * what it deleted by version (issue 25 item 8: a delete whose tombstone
+ * was not yet written came back after an agent crash that kept the
+ * segment).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -52,8 +58,9 @@ key_of(char *k, unsigned i)
 	return (uint32_t)snprintf(k, 100, "%064x-cp-%u", i * 2654435761u, i);
 }
 
-/* Value length of key i as put in round r; the bytes depend on (key, len)
- * only, so any value read back can be verified whoever put it. */
+/* Value length of key i as put in round r; the bytes depend on (key, len,
+ * version) and the version is in the value, so any value read back can be
+ * verified whoever put it. */
 static uint64_t
 len_of(unsigned i, unsigned r)
 {
@@ -64,17 +71,101 @@ len_of(unsigned i, unsigned r)
 struct wl {
 	struct kvp_client *c;
 	unsigned round;
+	bool journal; /* the test's own workload: puts and deletes journaled */
 	unsigned char *bufs; /* BATCH * VMAX */
 	char keys[BATCH][100];
+	unsigned idx[BATCH]; /* key numbers of keys[] */
+	uint64_t ver[BATCH]; /* versions put */
 	struct kvp_op ops[BATCH];
 	uint64_t verified, wrong, failed;
 };
+
+/*
+ * The journal of the test's own workload (one process: never a child's):
+ * the version of its last put of each key that no delete of its own has
+ * deleted since (0: none, or not known: a child's workload may have put
+ * or deleted it), and every version it deleted.  Puts are insert-if-absent
+ * and only the test deletes while it journals (children of the agent
+ * points die before they publish anything), so a version in dels[] was
+ * deleted and must never be read again, and a key with a known last put
+ * reads that version or nothing.
+ */
+static uint64_t last_put[NKEYS];
+struct del {
+	unsigned key;
+	uint64_t ver;
+};
+static struct del *dels;
+static size_t ndels, capdels;
+
+/* A version no other put of this run has: the putter's pid and a count. */
+static uint64_t
+ver_next(void)
+{
+	static uint64_t n;
+
+	return (uint64_t)getpid() << 32 | ++n;
+}
+
+static void
+val_fill(unsigned char *b, uint64_t len, const char *key, uint32_t kl,
+	 uint64_t ver)
+{
+	kvpt_fill(b, len, key, kl, ver);
+	memcpy(b, &ver, sizeof(ver)); /* VMIN > 8: room for it */
+}
+
+/* The version of value b if it has exactly the bytes of that version of
+ * (key, len); 0 if not. */
+static uint64_t
+val_version(const unsigned char *b, uint64_t len, const char *key, uint32_t kl)
+{
+	static unsigned char *want;
+	uint64_t ver;
+
+	if (len < VMIN || len > VMAX)
+		return 0;
+	if (!want && !(want = malloc(VMAX)))
+		return 0;
+	memcpy(&ver, b, sizeof(ver));
+	val_fill(want, len, key, kl, ver);
+	return memcmp(want, b, len) ? 0 : ver;
+}
+
+static void
+journal_delete(unsigned key)
+{
+	if (!last_put[key])
+		return;
+	if (ndels == capdels) {
+		size_t cap = capdels ? capdels * 2 : 256;
+		struct del *n = realloc(dels, cap * sizeof(*n));
+
+		assert_non_null(n);
+		dels = n;
+		capdels = cap;
+	}
+	dels[ndels].key = key;
+	dels[ndels++].ver = last_put[key];
+	last_put[key] = 0;
+}
+
+static bool
+was_deleted(unsigned key, uint64_t ver)
+{
+	size_t k;
+
+	for (k = 0; k < ndels; k++)
+		if (dels[k].key == key && dels[k].ver == ver)
+			return true;
+	return false;
+}
 
 static void
 wl_check(struct wl *w, const char *key, uint32_t kl, const unsigned char *b,
 	 uint64_t len)
 {
-	if (kvpt_check(b, len, key, kl, len))
+	if (val_version(b, len, key, kl))
 		w->verified++;
 	else
 		w->wrong++;
@@ -97,7 +188,8 @@ wl_keys(struct wl *w, unsigned base)
 	unsigned k;
 
 	for (k = 0; k < BATCH; k++) {
-		w->ops[k].klen = key_of(w->keys[k], (base + k) % NKEYS);
+		w->idx[k] = (base + k) % NKEYS;
+		w->ops[k].klen = key_of(w->keys[k], w->idx[k]);
 		w->ops[k].key = w->keys[k];
 		w->ops[k].buf = w->bufs + (size_t)k * VMAX;
 		w->ops[k].off = 0;
@@ -118,10 +210,14 @@ wl_round(struct wl *w)
 	wl_keys(w, base);
 	for (k = 0; k < BATCH; k++) {
 		w->ops[k].len = len_of((base + k) % NKEYS, r);
-		kvpt_fill(w->ops[k].buf, w->ops[k].len, w->keys[k],
-			  w->ops[k].klen, w->ops[k].len);
+		w->ver[k] = ver_next();
+		val_fill(w->ops[k].buf, w->ops[k].len, w->keys[k],
+			 w->ops[k].klen, w->ver[k]);
 	}
 	kvp_batch_put(w->c, w->ops, BATCH);
+	for (k = 0; k < BATCH && w->journal; k++)
+		if (w->ops[k].status == 0)
+			last_put[w->idx[k]] = w->ver[k];
 	/* batch get of older keys (SSD-resident by now, many of them) */
 	wl_keys(w, base + NKEYS - BATCH);
 	kvp_batch_get(w->c, w->ops, BATCH);
@@ -177,7 +273,9 @@ wl_round(struct wl *w)
 	/* deletes (of DRAM- and SSD-resident keys alike) */
 	wl_keys(w, base + BATCH - 6);
 	for (k = 0; k < 6; k++)
-		kvp_delete(w->c, w->keys[k], w->ops[k].klen);
+		if (kvp_delete(w->c, w->keys[k], w->ops[k].klen) == 0 &&
+		    w->journal)
+			journal_delete(w->idx[k]);
 }
 
 static void
@@ -185,6 +283,7 @@ wl_init(struct wl *w, struct kvp_client *c)
 {
 	memset(w, 0, sizeof(*w));
 	w->c = c;
+	w->journal = true; /* the test's own (children: child_run) */
 	w->bufs = malloc((size_t)BATCH * VMAX);
 	assert_non_null(w->bufs);
 }
@@ -199,7 +298,7 @@ child_run(int id)
 	uint64_t t_end = kvp_now_ns(CLOCK_MONOTONIC) + REACH_NS;
 
 	kvp_crash_arm(id, 0);
-	memset(&w, 0, sizeof(w));
+	memset(&w, 0, sizeof(w)); /* w.journal false: a child's own */
 	w.bufs = malloc((size_t)BATCH * VMAX);
 	if (!w.bufs)
 		_exit(3);
@@ -233,8 +332,8 @@ verify_pool(const char *what)
 {
 	char out[8192];
 	unsigned char *buf = malloc(VMAX);
-	uint64_t ok = 0;
-	unsigned i;
+	uint64_t ok = 0, back = 0, stale = 0, ver;
+	unsigned i, first_back = NKEYS, first_stale = NKEYS;
 	int rc;
 
 	assert_non_null(buf);
@@ -249,16 +348,32 @@ verify_pool(const char *what)
 		ssize_t n = kvp_get(pc, k, kl, buf, VMAX);
 
 		if (n >= 0) {
-			if (!kvpt_check(buf, (uint64_t)n, k, kl, (uint64_t)n))
+			ver = val_version(buf, (uint64_t)n, k, kl);
+			if (!ver)
 				fail_msg("after %s: key %u has wrong bytes",
 					 what, i);
 			ok++;
+			if (was_deleted(i, ver)) {
+				back++;
+				first_back = first_back < i ? first_back : i;
+			} else if (last_put[i] && ver != last_put[i]) {
+				stale++;
+				first_stale = first_stale < i ? first_stale : i;
+			}
 		} else if (n != -ENOENT && n != -EBUSY) {
 			fail_msg("after %s: key %u: %s", what, i,
 				 kvp_strerror((int)n));
 		}
 	}
 	free(buf);
+	if (back)
+		fail_msg("after %s: %llu deleted values came back (first: key "
+			 "%u; %zu deletes journaled)",
+			 what, (unsigned long long)back, first_back, ndels);
+	if (stale)
+		fail_msg("after %s: %llu keys read an older value than their "
+			 "last put (first: key %u)",
+			 what, (unsigned long long)stale, first_stale);
 }
 
 static void
@@ -273,6 +388,9 @@ test_client_point(void **state)
 	if (pid == 0)
 		child_run(id);
 	assert_int_equal(waitpid(pid, &st, 0), pid);
+	/* it put and deleted keys the journal does not know: every last
+	 * put is unknown from now on (deletes journaled stay deleted) */
+	memset(last_put, 0, sizeof(last_put));
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != KVP_CRASH_EXIT)
 		fail_msg("%s: the worker did not die there (status %#x)",
 			 kvp_crash_name(id), st);
@@ -397,6 +515,8 @@ static int
 group_teardown(void **state)
 {
 	(void)state;
+	print_message("  %zu deletes journaled\n", ndels);
+	free(dels);
 	kvp_close(pc);
 	kvpt_agent_stop(&ag);
 	return kvpt_ssd_dir_teardown(state);

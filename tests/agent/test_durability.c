@@ -11,7 +11,10 @@
  *  - --durability strict: a delete returns once its tombstone is durable,
  *    so a kill -9 right after it (and a reboot) does not bring the key back;
  *  - a kill -9 and restart with the SSD store full: the agent starts, and
- *    the tombstones it could not write then are written later.
+ *    the tombstones it could not write then are written later;
+ *  - relaxed durability, an agent that dies after deletes, before their
+ *    tombstones reached the file: restarted on the kept segment, and then
+ *    from the disk alone, no deleted key comes back.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -452,6 +455,84 @@ test_strict_delete_durable(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+struct exited {
+	struct kvpt_agent *a;
+	int status;
+};
+
+static bool
+agent_exited(void *p)
+{
+	struct exited *x = p;
+
+	if (waitpid(x->a->pid, &x->status, WNOHANG) != x->a->pid)
+		return false;
+	x->a->pid = -1;
+	return true;
+}
+
+/*
+ * Issue 25 item 8, relaxed durability (the default): 50 keys on SSD are
+ * deleted and the agent dies once it has built the batch that holds their
+ * tombstones, before that batch is written (A_SSD_BATCH_BUILT); the
+ * segment is kept.  Before the fix the reclaim pass emptied the deleted
+ * slots when it queued the tombstones, so the restarted agent found the
+ * records and no delete in the index, and put them back (50 of 50 here).
+ * The index keeps a delete until its tombstone is written: none comes
+ * back, on the kept segment or (after a clean stop) from the disk alone.
+ */
+static void
+test_delete_crash_before_tombstone(void **state)
+{
+	enum {
+		N = 50,
+		SZ = 16 << 10
+	};
+	struct kvpt_agent a;
+	struct exited x = { &a, 0 };
+	struct kvp_client *c;
+	struct kvp_seg s;
+	char k[100];
+	int i, back;
+
+	(void)state;
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, DEMOTE_ALL), 0);
+	assert_int_equal(kvpt_put_and_demote(c, &s, N, SZ, key_b, 1, 30000), 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	/* an agent whose next batch is its last: every value is on SSD
+	 * already, so that batch is the deletes' tombstones */
+	kvpt_agent_kill(&a);
+	setenv("KVP_CRASH_AT", "A_SSD_BATCH_BUILT", 1);
+	assert_int_equal(kvpt_agent_restart(&a, DEMOTE_ALL), 0);
+	unsetenv("KVP_CRASH_AT");
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_b(k, i);
+		assert_int_equal(kvp_delete(c, k, kl), 0);
+	}
+	assert_true(kvpt_wait_until(agent_exited, &x, 10000) >= 0);
+	assert_true(WIFEXITED(x.status));
+	assert_int_equal(WEXITSTATUS(x.status), KVP_CRASH_EXIT);
+	kvp_close(c);
+	/* re-attach to the kept segment */
+	assert_int_equal(kvpt_agent_restart(&a, DEMOTE_ALL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	back = kvpt_wrong_keys(c, key_b, 0, N, SZ, 0, false);
+	print_message("  %d of %d deleted keys back after the crash\n", back,
+		      N);
+	assert_int_equal(back, 0);
+	kvp_close(c);
+	/* a clean stop (every tombstone written), then the disk alone */
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+	assert_int_equal(kvpt_agent_restart(&a, DEMOTE_ALL), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_wrong_keys(c, key_b, 0, N, SZ, 0, false), 0);
+	kvp_close(c);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 int
 main(void)
 {
@@ -460,6 +541,7 @@ main(void)
 		cmocka_unit_test(test_stop_flushes_dram),
 		cmocka_unit_test(test_strict_delete_durable),
 		cmocka_unit_test(test_restart_ssd_full),
+		cmocka_unit_test(test_delete_crash_before_tombstone),
 	};
 
 	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,

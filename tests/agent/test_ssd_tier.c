@@ -1369,6 +1369,9 @@ main(void)
 		cmocka_unit_test(test_restart_serves_taken),
 	};
 
+	/* KVPT_ONLY=<name>: that test alone (e.g. run it 50 times) */
+	if (getenv("KVPT_ONLY"))
+		cmocka_set_test_filter(getenv("KVPT_ONLY"));
 	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,
 				      kvpt_ssd_dir_teardown);
 }

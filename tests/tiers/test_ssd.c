@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1049,6 +1050,110 @@ test_pread_path(void **state)
 	free(d);
 }
 
+/*
+ * A segment is given back only once every record written to it has been
+ * handed back by a poll: its owner learns a record's location from its
+ * completion, and only then can it say the record is in use (a read of
+ * it, the location in its index).  On the pread path a worker finishes a
+ * batch between two polls; the reclaim that came before the owner polled
+ * gave back the segment, and the completion then named a location in a
+ * segment that was gone (the owner's next read of it: -EIO, issue 25
+ * item 12).  The test waits on the completion eventfd (the worker is
+ * done) without polling, then writes until the store wants that
+ * segment's room: -EAGAIN until the completion is polled, never a
+ * completion in a segment that is gone.  Both I/O paths.
+ */
+static void
+test_reclaim_after_poll(void **state)
+{
+	enum {
+		VLEN = 100000
+	};
+	static unsigned char v[VLEN];
+	struct iovec iov = { v, VLEN };
+	struct kvp_ssd_cqe cq[64];
+	int path;
+
+	(void)state;
+	fill(v, VLEN, 7);
+	for (path = 0; path < 2; path++) {
+		struct kvp_ssd_cfg cfg;
+		struct kvp_ssd *s;
+		struct kvp_ssd_seg_info si;
+		struct kvp_ssd_stats st;
+		uint64_t first = 0, one;
+		int efd = eventfd(0, EFD_CLOEXEC), rc = 0, k, n, polled = 0;
+
+		assert_true(efd >= 0);
+		memset(&cfg, 0, sizeof(cfg));
+		cfg.dir = kvpt_ssd_dir;
+		cfg.segment_bytes = 1 << 20;
+		cfg.capacity_bytes = 3 << 20;
+		cfg.wipe = true;
+		if (path)
+			setenv("KVP_SSD_FORCE_PREAD", "1", 1);
+		assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+		unsetenv("KVP_SSD_FORCE_PREAD");
+		kvp_ssd_stats_agent(s, &st);
+		assert_true(path ? !st.uring : true);
+		kvp_ssd_recover_agent(s, NULL, NULL);
+		assert_int_equal(kvp_ssd_set_eventfd_agent(s, efd), 0);
+		/* record 0 in the first segment: written, its completion
+		 * ready (the eventfd says so) and not polled */
+		assert_int_equal(
+			kvp_ssd_write_agent(s, 100, 1, "u0", 2, &iov, 1, 0), 0);
+		assert_int_equal(kvp_ssd_submit_agent(s), 0);
+		assert_int_equal(read(efd, &one, sizeof(one)), sizeof(one));
+		/* then as many records as it takes for the store to want
+		 * the first segment's room (3 x 1 MiB: the fourth), one
+		 * submit each, none polled */
+		for (k = 1; k < 40 && rc == 0; k++) {
+			char key[16];
+
+			snprintf(key, sizeof(key), "u%d", k);
+			rc = kvp_ssd_write_agent(s, 100 + (uint64_t)k, 1, key,
+						 (uint32_t)strlen(key), &iov, 1,
+						 0);
+			if (rc == 0)
+				assert_int_equal(kvp_ssd_submit_agent(s), 0);
+		}
+		/* the store wanted the room before the completion was
+		 * polled: deferred, never given */
+		if (rc != -EAGAIN)
+			fail_msg("%s path: the first segment was given back "
+				 "before its record's completion was polled "
+				 "(%d writes, last: %s)",
+				 path ? "pread" : "io_uring", k, strerror(-rc));
+		/* every completion names a segment that is still there */
+		while (kvp_ssd_outstanding_agent(s)) {
+			n = kvp_ssd_poll_agent(s, cq, 64, -1);
+			assert_true(n >= 0);
+			for (k = 0; k < n; k++, polled++) {
+				assert_int_equal(cq[k].status, 0);
+				assert_int_equal(
+					kvp_ssd_segment_info_agent(
+						s, KVP_SSD_LOC_SEG(cq[k].loc),
+						&si),
+					0);
+				if (cq[k].tag == 100)
+					first = cq[k].loc;
+			}
+		}
+		assert_true(polled > 1);
+		/* polled: now the room is given (the first segment goes) */
+		assert_int_equal(
+			kvp_ssd_write_agent(s, 200, 1, "w", 1, &iov, 1, 0), 0);
+		assert_int_equal(kvp_ssd_submit_agent(s), 0);
+		while (kvp_ssd_outstanding_agent(s))
+			assert_true(kvp_ssd_poll_agent(s, cq, 64, -1) >= 0);
+		assert_int_equal(kvp_ssd_segment_info_agent(
+					 s, KVP_SSD_LOC_SEG(first), &si),
+				 -ENOENT);
+		kvp_ssd_close_agent(s);
+		close(efd);
+	}
+}
+
 /* --durability strict: a write completes only after an fdatasync. */
 static void
 test_strict_durability(void **state)
@@ -1331,6 +1436,7 @@ main(void)
 		cmocka_unit_test(test_reinsert),
 		cmocka_unit_test(test_fs_enospc),
 		cmocka_unit_test(test_pread_path),
+		cmocka_unit_test(test_reclaim_after_poll),
 		cmocka_unit_test(test_strict_durability),
 		cmocka_unit_test(test_segment_names),
 		cmocka_unit_test(test_segment_id_max),
