@@ -228,6 +228,7 @@ struct kvp_peer {
 	ucp_ep_h ep;         /* NULL: none (never made, or failed and closed) */
 	bool failed;         /* its endpoint reported an error */
 	uint64_t seen_ns;    /* last seen live in the directory */
+	uint64_t took_ns;    /* a send of ours to it last completed */
 	bool said_gone;      /* its absence was logged */
 	uint64_t warned_inc; /* a bad entry of this incarnation was logged */
 };
@@ -248,11 +249,15 @@ struct kvp_serve_key {
 	unsigned kind; /* 0: nothing held, 1: a lease, 2: bounce space */
 	struct kvp_lease l;
 	uint64_t boff, blen;
+	uint8_t klen; /* the key (a lease is renewed by key) */
+	unsigned char key[255];
 };
-/* A LEASE being served: its keys' sends, all complete before its
- * deadline (3/4 of --remote-lease-ms from when the leases were taken) or
- * the peer is dropped (its endpoint closed, which ends the sends) before
- * a lease can run out under UCX's reads (I36). */
+/* A LEASE being served: its keys' sends, each holding its lease until UCX
+ * completes it.  At 3/4 of --remote-lease-ms (the deadline) the leases of
+ * sends still in flight are renewed while the peer takes our bytes, and
+ * the peer is dropped (its endpoint closed, which ends the sends) when it
+ * has taken none for --remote-timeout-ms: a lease never runs out under
+ * UCX's reads (I36). */
 struct kvp_serve {
 	struct kvp_serve *next;
 	unsigned peer;
@@ -1123,21 +1128,51 @@ kvp_cl_serve_key_end(struct kvp_cl *cl, struct kvp_serve *sv,
 	sk->kind = 0;
 }
 
+/* Renew the leases of job sv's sends still in flight (a fresh lease on
+ * the same key, taken while the old one holds the value where it is, then
+ * the old one released); false if one could not be renewed. */
+static bool
+kvp_cl_serve_renew(struct kvp_cl *cl, struct kvp_serve *sv)
+{
+	uint32_t ttl = cl->a->cfg.remote_lease_ms, i;
+
+	for (i = 0; i < sv->n; i++) {
+		struct kvp_serve_key *sk = &sv->k[i];
+		struct kvp_lease l;
+
+		if (!sk->rq || sk->kind != 1)
+			continue;
+		if (kvp_lease_acquire(sv->nsh->c, sk->key, sk->klen, ttl, &l))
+			return false;
+		if (l.seg_off != sk->l.seg_off || l.len != sk->l.len) {
+			kvp_lease_release(sv->nsh->c, &l);
+			return false; /* never: a leased value does not move */
+		}
+		kvp_lease_release(sv->nsh->c, &sk->l);
+		sk->l = l;
+	}
+	sv->deadline = kvp_cl_now() + ttl * 750000ull;
+	return true;
+}
+
 /*
  * Sends that completed end their holds; a job whose sends are all done
- * is freed.  A job past its deadline (the peer stopped taking our bytes)
- * drops the peer: its endpoint is closed (forced), which ends the sends
- * before any lease behind them can run out (I36), and the peer is asked
- * again only when the directory names it again.  Never waits.
+ * is freed.  A job at its deadline renews its leases while its peer takes
+ * our bytes; a peer that took none for --remote-timeout-ms (it stopped
+ * reading) is dropped: its endpoint is closed (forced), which ends the
+ * sends before any lease behind them can run out (I36), and the peer is
+ * asked again only when the directory names it again.  Never waits.
  */
 static void
 kvp_cl_serve_poll(struct kvp_cl *cl)
 {
 	struct kvp_serve **pp = &cl->serving;
-	uint64_t now = kvp_cl_now();
+	uint64_t now = kvp_cl_now(),
+		 tmo = cl->a->cfg.remote_timeout_ms * 1000000ull;
 
 	while (*pp) {
 		struct kvp_serve *sv = *pp;
+		struct kvp_peer *p = &cl->peers[sv->peer];
 		uint32_t i;
 
 		for (i = 0; i < sv->n && sv->left; i++) {
@@ -1150,15 +1185,17 @@ kvp_cl_serve_poll(struct kvp_cl *cl)
 			sk->rq = NULL;
 			kvp_cl_serve_key_end(cl, sv, sk);
 			sv->left--;
+			p->took_ns = now;
 		}
-		if (sv->left && now >= sv->deadline) {
-			struct kvp_peer *p = &cl->peers[sv->peer];
-
+		if (sv->left && now >= sv->deadline &&
+		    (now - p->took_ns > tmo || !kvp_cl_serve_renew(cl, sv))) {
 			kvp_log(KVP_LOG_WARN, "cluster",
-				"peer %s took none of %u pages for %u ms: dropped until the "
-				"directory names it again",
-				p->name, sv->left,
-				cl->a->cfg.remote_lease_ms * 3 / 4);
+				"peer %s took none of our pages for %llu ms (%u in flight): "
+				"dropped until the directory names it again",
+				p->name,
+				(unsigned long long)((now - p->took_ns) /
+						     1000000u),
+				sv->left);
 			kvp_cl_ctr(cl, KVP_CLC_STALLED, 1);
 			p->failed = true;
 			/* ends this job (and the peer's others) */
@@ -1207,6 +1244,18 @@ kvp_cl_serve_peer_gone(struct kvp_cl *cl, unsigned peer)
 		kvp_cl_nsh_put(sv->nsh);
 		free(sv);
 	}
+}
+
+/* Does peer 'peer' have a job in flight? */
+static bool
+kvp_cl_serving_peer(const struct kvp_cl *cl, unsigned peer)
+{
+	const struct kvp_serve *sv;
+
+	for (sv = cl->serving; sv; sv = sv->next)
+		if (sv->peer == peer)
+			return true;
+	return false;
 }
 
 /* Send key i's answer (and its bytes when status 0) of job sv. */
@@ -1319,6 +1368,8 @@ kvp_cl_serve_lease(struct kvp_cl *cl, const unsigned char *m, size_t len)
 		int rc;
 
 		d += 1 + klen;
+		sk->klen = (uint8_t)klen;
+		memcpy(sk->key, key, klen);
 		sk->h.magic = KVP_WIRE_MAGIC;
 		sk->h.req = h.req;
 		memcpy(sk->h.secret, p->secret, 16);
@@ -1393,6 +1444,9 @@ kvp_cl_serve_lease(struct kvp_cl *cl, const unsigned char *m, size_t len)
 		kvp_cl_serve_send(cl, sv, k, bytes);
 	}
 	if (sv->left) {
+		/* the peer's clock of progress starts with its first job */
+		if (!p->took_ns || !kvp_cl_serving_peer(cl, sv->peer))
+			p->took_ns = kvp_cl_now();
 		sv->next = cl->serving;
 		cl->serving = sv;
 		sv = NULL;
@@ -1833,6 +1887,10 @@ kvp_cl_wave_abort(struct kvp_cl *cl, struct kvp_cl_key *k, const uint32_t *w,
 {
 	uint32_t i;
 
+	/* no DATA is taken from here on (closing an endpoint progresses
+	 * UCX, which may deliver one) */
+	for (i = 0; i < cl->nlreqs; i++)
+		cl->lreqs[i].done = true;
 	for (i = 0; i < m; i++) {
 		struct kvp_cl_key *x = &k[w[i]];
 

@@ -15,7 +15,8 @@
 #     attacker receives no byte, every one is refused, reads go on
 #  3. a member that LEASEs 1 MiB pages and stops reading: the owner keeps
 #     serving others and answering its clients at once; SIGTERM stops it
-#     within 2 s; left alone it drops the peer before the leases run out
+#     within 2 s; left alone it drops the peer (no bytes taken for the
+#     timeout) before the leases run out
 #  4. the owner restarted mid-batch while the requester's agent is stopped
 #     (SIGSTOP) across the restart: 0 wrong bytes returned or stored
 set -u
