@@ -204,13 +204,12 @@ echo "== 8. garbage node entries in the directory (issue 25, item 4)"
 # fake members whose node entries are garbage of every kind: random
 # bytes, truncated and bit-flipped copies of a real worker address, huge
 # values, wrong types, bad numbers and names.  Each carries node 2's real
-# secret and rkeys, so only the field under test is wrong.  No agent may
+# secret and protocol, so only the field under test is wrong.  No agent may
 # die, the good nodes keep serving each other, and each bad peer is
 # logged once.
 real=$(kc_redis hget kvpool:node:node2 addr)
 sec2=$(kc_redis hget kvpool:node:node2 secret)
-ark=$(kc_redis hget kvpool:node:node2 arena_rkey)
-brk=$(kc_redis hget kvpool:node:node2 bounce_rkey)
+proto2=$(kc_redis hget kvpool:node:node2 proto)
 [ ${#real} -gt 40 ] || fail "node 2's address is not in the directory: '$real'"
 alen=${#real}
 nfake=0
@@ -223,9 +222,8 @@ fake() {
 	fn=$1; shift
 	{
 		echo "del kvpool:node:$fn"
-		echo "hset kvpool:node:$fn addr $real secret $sec2 arena_rkey $ark" \
-			"arena_base 4096 arena_len 4096 bounce_rkey $brk bounce_base 4096" \
-			"bounce_len 4096 pool p capacity 4096 inc $((7000 + nfake))"
+		echo "hset kvpool:node:$fn addr $real secret $sec2 proto $proto2" \
+			"pool p capacity 4096 inc $((7000 + nfake))"
 		[ $# = 0 ] || echo "hset kvpool:node:$fn $*"
 		echo "sadd kvpool:members $fn"
 	} >>"$KC_DIR/fakes"
@@ -268,8 +266,9 @@ fake inczero inc 0
 fake incbig inc 99999999999999999999999
 fake incspace inc '" 12"'
 fake capword capacity lots
-fake basehuge arena_base 184467440737095516160
-fake rkeybad arena_rkey "zz$ark"
+fake caphuge capacity 184467440737095516160
+fake protobin proto '"2\x00"'
+fake protolong proto "$(randhex 40)"
 fake poolbin pool '"a\tb"'
 fake noaddr
 echo "hdel kvpool:node:noaddr addr" >>"$KC_DIR/fakes"
@@ -287,8 +286,8 @@ kc_redis <"$KC_DIR/fakes" >/dev/null
 fakex() {
 	kc_redis del "kvpool:node:$1" >/dev/null
 	kc_redis -x hset "kvpool:node:$1" addr <"$2" >/dev/null
-	kc_redis hset "kvpool:node:$1" secret "$sec2" arena_rkey "$ark" \
-		bounce_rkey "$brk" inc 6999 >/dev/null
+	kc_redis hset "kvpool:node:$1" secret "$sec2" proto "$proto2" \
+		inc 6999 >/dev/null
 	kc_redis sadd kvpool:members "$1" >/dev/null
 	nfake=$((nfake + 1))
 	fakes="$fakes $1"
