@@ -18,9 +18,15 @@
  *                           incarnation; PEXPIRE ttl, refreshed every
  *                           ttl/3 (a dead agent's entry is gone within ttl)
  *   kvpool:dir:N            hash: field = namespace id (8 bytes) + key
- *                           hash (8 bytes), value = the value's length;
+ *                           hash (8 bytes), value = "<len> <slot>:<gen>"
+ *                           (the value's length, the publication);
  *                           the keys N's index holds; PEXPIRE ttl with the
  *                           node entry (a dead node's keys leave with it)
+ *   kvpool:claim:N          the id of the agent that owns the name N
+ *                           (kvp_cl_claim); every write under N checks it
+ * Whatever the directory holds is checked before use (node entries,
+ * names, values: "node entries" below), and a worker address reaches
+ * our ucp_ep_create only after a probe process survived it.
  * A full key directory, not ownership by rendezvous hashing: a page stays
  * on the node that computed it (no transfer at put), and a lookup of a
  * batch is one pipelined HMGET per live peer (one round trip).  Memory:
@@ -32,7 +38,8 @@
  * Publishing: every --cluster-publish-ms the thread walks the index's
  * state words and compares each READY slot's generation with what it
  * published last (a private array, 24 bytes per slot); changes go out as
- * one pipelined HSET + HDEL.  A page put here is in the directory at
+ * scripts that set fields and delete only the fields that still name
+ * what is deleted ("publishing" below).  A page put here is in the directory at
  * most one interval + one pass + one round trip later (cl_pub_lag_ns
  * measures it); a page that left is unpublished as late.  Readers see a
  * stale entry as a MISS (the owner answers -ENOENT), never as bytes.
