@@ -372,6 +372,7 @@ struct kvp_cl {
 	char claim_id[160]; /* who claims our node name: host/pool/segment */
 	bool claimed;       /* the name is ours (the last claim said so) */
 	bool said_clash;    /* the clash was logged */
+	bool said_spawn;    /* a probe that could not start was logged */
 	unsigned pub_fails; /* publish passes failed in a row */
 	unsigned nbad, nbad_now; /* members refused (last membership) */
 	unsigned nprobes;        /* probes running */
@@ -1179,11 +1180,17 @@ kvp_cl_probe_start(struct kvp_cl *cl, struct kvp_peer *p,
 	posix_spawnattr_destroy(&at);
 	free(hex);
 	if (rc) {
-		kvp_log(KVP_LOG_WARN, "cluster",
-			"peer %s: cannot start the probe of its address: %s",
-			p->name, strerror(rc));
+		/* tried again at the next membership; said once */
+		if (!cl->said_spawn)
+			kvp_log(KVP_LOG_ERROR, "cluster",
+				"cannot start a probe of a peer's address "
+				"(/proc/self/exe: %s): peers are not connected "
+				"until one starts",
+				strerror(rc));
+		cl->said_spawn = true;
 		return;
 	}
+	cl->said_spawn = false;
 	p->probe_pid = pid;
 	p->probe_end = kvp_cl_now() + KVP_CL_PROBE_NS;
 	cl->nprobes++;
