@@ -382,12 +382,14 @@ struct kvp_cl {
 		uint64_t name_h, what;
 	} refused[256]; /* refusals logged lately (a ring) */
 	unsigned refused_next;
+	unsigned refuse_logs, refuse_quiet; /* this look: logged, not yet */
 	struct {
 		char kind[16];
 		uint64_t last_ns, since;
 	} errk[8]; /* error replies, per kind: last logged, how many since */
 };
 #define KVP_CL_REFUSED_MEMO 256u
+#define KVP_CL_REFUSE_LOGS 32u /* refusals logged per look, at most */
 #define KVP_CL_ZOMBIES 16u
 
 static uint64_t
@@ -1027,6 +1029,13 @@ kvp_cl_refuse(struct kvp_cl *cl, const char *name, size_t nlen, uint64_t what,
 
 	if (kvp_cl_refused(cl, nh, what))
 		return;
+	if (cl->refuse_logs >= KVP_CL_REFUSE_LOGS) {
+		/* not remembered: logged on a later look (a directory full
+		 * of garbage costs the log a few lines per look) */
+		cl->refuse_quiet++;
+		return;
+	}
+	cl->refuse_logs++;
 	cl->refused[cl->refused_next].name_h = nh;
 	cl->refused[cl->refused_next].what = what;
 	cl->refused_next = (cl->refused_next + 1) % KVP_CL_REFUSED_MEMO;
@@ -1536,6 +1545,7 @@ kvp_cl_membership(struct kvp_cl *cl)
 		cl->peers[k].pending = false;
 	}
 	cl->nbad_now = 0;
+	cl->refuse_logs = cl->refuse_quiet = 0;
 	for (k = 0; k < r[5]->elements; k++) {
 		const redisReply *m = r[5]->element[k];
 
@@ -1591,6 +1601,10 @@ kvp_cl_membership(struct kvp_cl *cl)
 	for (j = 0; j < n; j++)
 		freeReplyObject(rep[j]);
 	cl->nbad = cl->nbad_now;
+	if (cl->refuse_quiet)
+		kvp_log(KVP_LOG_WARN, "cluster",
+			"%u more members refused, logged on later looks",
+			cl->refuse_quiet);
 	/* a peer out of the directory is asked nothing from now on; its
 	 * endpoint is closed only after two TTLs (closing it resets the
 	 * connection its own endpoint to us may share: a peer that was
