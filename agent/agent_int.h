@@ -159,6 +159,9 @@ void kvp_hbm_stop_agent(struct kvp_agent *a);
  * served, stop before the client count at exit) */
 int kvp_cluster_start_agent(struct kvp_agent *a);
 void kvp_cluster_stop_agent(struct kvp_agent *a);
+/* kvpoold --ucx-probe HEX (the agent runs it, never a user): 0 if UCX
+ * takes HEX as a worker address (cluster.c, "node entries") */
+int kvp_cluster_probe(const char *hex);
 
 /* log.c */
 int kvp_parse_size(const char *s, uint64_t *out);

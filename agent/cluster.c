@@ -18,9 +18,15 @@
  *                           incarnation; PEXPIRE ttl, refreshed every
  *                           ttl/3 (a dead agent's entry is gone within ttl)
  *   kvpool:dir:N            hash: field = namespace id (8 bytes) + key
- *                           hash (8 bytes), value = the value's length;
+ *                           hash (8 bytes), value = "<len> <slot>:<gen>"
+ *                           (the value's length, the publication);
  *                           the keys N's index holds; PEXPIRE ttl with the
  *                           node entry (a dead node's keys leave with it)
+ *   kvpool:claim:N          the id of the agent that owns the name N
+ *                           (kvp_cl_claim); every write under N checks it
+ * Whatever the directory holds is checked before use (node entries,
+ * names, values: "node entries" below), and a worker address reaches
+ * our ucp_ep_create only after a probe process survived it.
  * A full key directory, not ownership by rendezvous hashing: a page stays
  * on the node that computed it (no transfer at put), and a lookup of a
  * batch is one pipelined HMGET per live peer (one round trip).  Memory:
@@ -32,7 +38,8 @@
  * Publishing: every --cluster-publish-ms the thread walks the index's
  * state words and compares each READY slot's generation with what it
  * published last (a private array, 24 bytes per slot); changes go out as
- * one pipelined HSET + HDEL.  A page put here is in the directory at
+ * scripts that set fields and delete only the fields that still name
+ * what is deleted ("publishing" below).  A page put here is in the directory at
  * most one interval + one pass + one round trip later (cl_pub_lag_ns
  * measures it); a page that left is unpublished as late.  Readers see a
  * stale entry as a MISS (the owner answers -ENOENT), never as bytes.
@@ -76,8 +83,12 @@
  */
 #include <ctype.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -231,6 +242,14 @@ struct kvp_peer {
 	uint64_t took_ns;    /* a send of ours to it last completed */
 	bool said_gone;      /* its absence was logged */
 	uint64_t warned_inc; /* a bad entry of this incarnation was logged */
+	/* its node entry's checks (kvp_cl_entry_ready) */
+	uint64_t ent_key;     /* digest of (inc, addr) last seen; 0: none */
+	uint64_t ent_ok;      /* the digest a probe passed */
+	pid_t probe_pid;      /* a probe of ent_key runs; 0: none */
+	bool probe_killed;    /* it ran out of time, SIGKILL sent */
+	bool pending;         /* waits for its probe (not a peer that left) */
+	unsigned probe_tries; /* of ent_key that ran out of time */
+	uint64_t probe_end;
 };
 
 struct kvp_nsh { /* a client handle of ours per namespace (recycled) */
@@ -353,7 +372,30 @@ struct kvp_cl {
 	uint64_t wave_moved; /* DATA taken, receives done: the wave moves */
 	struct kvp_cl_key *wk;
 	const uint32_t *ww, *wpos;
+	/* the directory's trust and errors (kvp_cl_claim, kvp_cl_rerr,
+	 * kvp_cl_entry_admit) */
+	char claim_id[160]; /* who claims our node name: host/pool/segment */
+	bool claimed;       /* the name is ours (the last claim said so) */
+	bool said_clash;    /* the clash was logged */
+	bool said_spawn;    /* a probe that could not start was logged */
+	unsigned pub_fails; /* publish passes failed in a row */
+	unsigned nbad, nbad_now; /* members refused (last membership) */
+	unsigned nprobes;        /* probes running */
+	pid_t zombies[16];       /* probes killed, not yet reaped */
+	unsigned nzombies;
+	struct {
+		uint64_t name_h, what;
+	} refused[256]; /* refusals logged lately (a ring) */
+	unsigned refused_next;
+	unsigned refuse_logs, refuse_quiet; /* this look: logged, not yet */
+	struct {
+		char kind[16];
+		uint64_t last_ns, since;
+	} errk[8]; /* error replies, per kind: last logged, how many since */
 };
+#define KVP_CL_REFUSED_MEMO 256u
+#define KVP_CL_REFUSE_LOGS 32u /* refusals logged per look, at most */
+#define KVP_CL_ZOMBIES 16u
 
 static uint64_t
 kvp_cl_now(void)
@@ -492,7 +534,9 @@ kvp_cl_set_state(struct kvp_cl *cl, unsigned st)
 	for (k = 0; k < cl->npeers; k++)
 		live += cl->peers[k].live && !cl->peers[k].failed;
 	/* release: the node name and counters before a client sees UP */
-	kvp_store_release(&cl->shm->cl_state, KVP_CL_WORD(cl->inc, live, st));
+	kvp_store_release(&cl->shm->cl_state,
+			  KVP_CL_WORD(cl->inc, live, st) |
+				  KVP_CL_WORD_BAD(cl->nbad));
 }
 
 static void
@@ -580,6 +624,709 @@ kvp_cl_replies(struct kvp_cl *cl, redisReply **out, unsigned n)
 	return ok;
 }
 
+/*
+ * Error replies.  Every reply is looked at: an error (OOM, WRONGTYPE,
+ * READONLY, ...) is counted in dir_errors and logged, once per kind
+ * (its code: the message's first word) and then at most once a minute
+ * with the number since; whoever asked treats the command as not done
+ * (publishing backs off, kvp_cl_tick, and nothing counts as published
+ * that Redis did not take).
+ */
+#define KVP_CL_ERR_KINDS 8u
+#define KVP_CL_ERR_LOG_NS 60000000000ull
+
+/* true (counted, logged) if r is an error reply or none */
+static bool
+kvp_cl_rerr(struct kvp_cl *cl, const redisReply *r, const char *what)
+{
+	char kind[16];
+	size_t n;
+	unsigned k, old = 0;
+	uint64_t now;
+
+	if (r && r->type != REDIS_REPLY_ERROR)
+		return false;
+	kvp_cl_ctr(cl, KVP_CLC_DIR_ERRORS, 1);
+	if (!r)
+		return true; /* I/O: the connection is down (logged there) */
+	n = strcspn(r->str, " ");
+	if (n >= sizeof(kind))
+		n = sizeof(kind) - 1;
+	memcpy(kind, r->str, n);
+	kind[n] = 0;
+	now = kvp_cl_now();
+	for (k = 0; k < KVP_CL_ERR_KINDS; k++) {
+		if (!strcmp(cl->errk[k].kind, kind))
+			break;
+		if (cl->errk[k].last_ns < cl->errk[old].last_ns)
+			old = k;
+	}
+	if (k == KVP_CL_ERR_KINDS) {
+		k = old;
+		snprintf(cl->errk[k].kind, sizeof(cl->errk[k].kind), "%s",
+			 kind);
+		cl->errk[k].last_ns = 0;
+		cl->errk[k].since = 0;
+	} else if (cl->errk[k].last_ns &&
+		   now - cl->errk[k].last_ns < KVP_CL_ERR_LOG_NS) {
+		cl->errk[k].since++;
+		return true;
+	}
+	kvp_log(KVP_LOG_ERROR, "cluster",
+		"directory %s:%d: %s: error reply: %.200s (%llu more since; "
+		"logged once a minute per kind)",
+		cl->host, cl->port, what, r->str,
+		(unsigned long long)cl->errk[k].since);
+	cl->errk[k].last_ns = now;
+	cl->errk[k].since = 0;
+	return true;
+}
+
+/*
+ * The node name is claimed: kvpool:claim:N holds the id of the agent
+ * that has it (cl->claim_id: host, pool and the segment's creation time,
+ * so an agent restarted on the same segment is the same claimant and
+ * takes its name back at once), with the TTL of the node entry,
+ * refreshed by membership.  Every write of ours to N's keys is a script
+ * that first checks the claim is ours (kvp_lua_*): an agent that finds
+ * the name taken writes nothing, says so (an error in the log, the
+ * name_clash counter, state "clash"), and tries again every ttl/3; it
+ * takes the name when the other's claim ends (a clean stop removes it;
+ * a crash leaves it for one TTL).
+ */
+/* KEYS claim; ARGV id, ttl: 1 ours (refreshed), 2 ours (taken now), or
+ * the id of the agent that holds it */
+static const char kvp_lua_claim[] =
+	"local v = redis.call('GET', KEYS[1]) "
+	"if v == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) "
+	"return 1 end "
+	"if not v then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) "
+	"return 2 end "
+	"return v";
+/* KEYS claim, hash; ARGV id, ttl, then field value pairs: set, the
+ * hash's TTL renewed; -1: the name is not ours */
+static const char kvp_lua_set[] =
+	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end "
+	"for i = 3, #ARGV, 2 do "
+	"redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end "
+	"redis.call('PEXPIRE', KEYS[2], ARGV[2]) "
+	"return (#ARGV - 2) / 2";
+/* KEYS claim, hash; ARGV id, then field tag pairs: a field is deleted
+ * only if its value still names that publication ("<len> <tag>");
+ * returns how many were; -1: the name is not ours */
+static const char kvp_lua_del[] =
+	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end "
+	"local n = 0 "
+	"for i = 2, #ARGV, 2 do "
+	"local v = redis.call('HGET', KEYS[2], ARGV[i]) "
+	"if v then local s = string.find(v, ' ', 1, true) "
+	"if s and string.sub(v, s + 1) == ARGV[i + 1] then "
+	"redis.call('HDEL', KEYS[2], ARGV[i]) n = n + 1 end end end "
+	"return n";
+/* KEYS claim, new hash, live hash; ARGV id, ttl: the new hash replaces
+ * the live one in one step (none: the live one goes); -1: not ours */
+static const char kvp_lua_swap[] =
+	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end "
+	"if redis.call('EXISTS', KEYS[2]) == 1 then "
+	"redis.call('RENAME', KEYS[2], KEYS[3]) "
+	"redis.call('PEXPIRE', KEYS[3], ARGV[2]) "
+	"else redis.call('DEL', KEYS[3]) end "
+	"return 1";
+/* KEYS claim, node entry, directory, members; ARGV id, name: a clean
+ * stop leaves, if the name is ours */
+static const char kvp_lua_leave[] =
+	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end "
+	"redis.call('DEL', KEYS[2], KEYS[3], KEYS[1]) "
+	"redis.call('SREM', KEYS[4], ARGV[2]) "
+	"return 1";
+
+/* The claim refreshed or taken (one round trip): 1 ours, 0 another
+ * agent's (reported), -1 no answer (an error reply, logged; the
+ * connection may be down) */
+static int
+kvp_cl_claim(struct kvp_cl *cl)
+{
+	const char *node = cl->a->cfg.node;
+	char ckey[128], ttl[24];
+	redisReply *r;
+	int rc;
+
+	snprintf(ckey, sizeof(ckey), "kvpool:claim:%s", node);
+	snprintf(ttl, sizeof(ttl), "%u", cl->a->cfg.cluster_ttl_ms);
+	{
+		const char *argv[] = { "EVAL", kvp_lua_claim, "1",
+				       ckey,   cl->claim_id,  ttl };
+
+		r = (redisReply *)redisCommandArgv(cl->rc, 6, argv, NULL);
+	}
+	if (!r) {
+		kvp_cl_dir_down(cl, cl->rc && cl->rc->errstr[0] ?
+					    cl->rc->errstr :
+					    "I/O error");
+		return -1;
+	}
+	if (kvp_cl_rerr(cl, r, "claiming the node name")) {
+		freeReplyObject(r);
+		return -1;
+	}
+	if (r->type == REDIS_REPLY_INTEGER) {
+		if (r->integer == 2 || !cl->claimed) {
+			/* ours now: whatever N's directory holds was not
+			 * written by us (or by us before a gap) */
+			cl->republish = true;
+			if (cl->said_clash)
+				kvp_log(KVP_LOG_INFO, "cluster",
+					"node name '%s' is ours now", node);
+			cl->said_clash = false;
+		}
+		cl->claimed = true;
+		freeReplyObject(r);
+		return 1;
+	}
+	rc = 0;
+	cl->claimed = false;
+	kvp_cl_ctr(cl, KVP_CLC_NAME_CLASH, 1);
+	if (!cl->said_clash) {
+		char other[80];
+		size_t k;
+
+		for (k = 0; r->type == REDIS_REPLY_STRING && k < r->len &&
+			    k < sizeof(other) - 1;
+		     k++)
+			other[k] = isgraph((unsigned char)r->str[k]) ?
+					   r->str[k] :
+					   '?';
+		other[k] = 0;
+		kvp_log(KVP_LOG_ERROR, "cluster",
+			"node name '%s' is taken by another agent (%s; this "
+			"one is %s): this agent publishes nothing and serves "
+			"no one while it is; give one of them another --node "
+			"(tried again every %u ms)",
+			node, other, cl->claim_id,
+			cl->a->cfg.cluster_ttl_ms / 3);
+		cl->said_clash = true;
+	}
+	freeReplyObject(r);
+	return rc;
+}
+
+/* One script (of the above) on N's keys: its integer reply, or
+ * -2 (an error reply, logged and counted; or the connection down).
+ * -1 from the script: the name is not ours (the claim lost). */
+static long long
+kvp_cl_script(struct kvp_cl *cl, const char *script, int nkeys,
+	      const char **argv, size_t *argl, int argc, const char *what)
+{
+	redisReply *r;
+	long long v;
+
+	argv[0] = "EVAL";
+	argl[0] = 4;
+	argv[1] = script;
+	argl[1] = strlen(script);
+	argv[2] = nkeys == 1 ? "1" : nkeys == 2 ? "2" : nkeys == 3 ? "3" : "4";
+	argl[2] = 1;
+	redisAppendCommandArgv(cl->rc, argc, argv, argl);
+	if (!kvp_cl_replies(cl, &r, 1))
+		return -2;
+	if (kvp_cl_rerr(cl, r, what) || r->type != REDIS_REPLY_INTEGER) {
+		freeReplyObject(r);
+		return -2;
+	}
+	v = r->integer;
+	freeReplyObject(r);
+	if (v == -1 && cl->claimed) {
+		cl->claimed = false;
+		cl->next_member_ns = 0; /* see who has it now */
+	}
+	return v;
+}
+
+/* ---- node entries: validation, the endpoint probe ---- */
+
+/*
+ * A node entry is written by whoever can write the directory: every
+ * field is checked before it is used (lengths, hex, numbers parsed whole,
+ * names), and a worker address, which only UCX can read and which UCX
+ * asserts on when it is malformed (an abort, not an error code), reaches
+ * this agent's ucp_ep_create only after a process of its own survived
+ * the same call: "kvpoold --ucx-probe HEX" (kvp_cluster_probe), spawned
+ * per new (incarnation, address) and watched without blocking (waitpid
+ * WNOHANG and a deadline, kvp_cl_probes_reap, every turn of the thread).
+ * An entry refused (by a check or by its probe) disables that one peer
+ * while the entry stays as it is; it is logged once (a memory of the
+ * last KVP_CL_REFUSED_MEMO refusals, by name and content) and counted in
+ * the bad-peers gauge (cl_state).  A probe that runs out of time is tried
+ * again (a loaded machine is not a bad peer) up to KVP_CL_PROBE_TRIES.
+ */
+#define KVP_CL_ADDR_MAX (16u << 10)    /* bytes of a worker address */
+#define KVP_CL_ADDR_SLACK 4096u        /* zeros after it (UCX reads ahead) */
+#define KVP_CL_ENTRY_FIELDS 64u        /* fields of a node entry, at most */
+#define KVP_CL_PROBES 4u               /* probes running at once */
+#define KVP_CL_PROBE_NS 10000000000ull /* a probe's deadline */
+#define KVP_CL_PROBE_TRIES 3u
+/* reply element r is the string s (all of it: a name with a NUL in it is
+ * another name) */
+#define KVP_CL_IS(r, s) \
+	((r)->len == sizeof(s) - 1 && !memcmp((r)->str, s, (r)->len))
+
+/* What the checks keep of a node entry (pointers into the reply). */
+struct kvp_cl_entry {
+	const char *addr; /* hex, checked */
+	size_t addrl;
+	uint64_t inc;
+};
+
+/* s[0..len) is a whole decimal number that fits in 64 bits */
+static bool
+kvp_cl_num(const char *s, size_t len, uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t i;
+
+	if (!len || len > 20)
+		return false;
+	for (i = 0; i < len; i++) {
+		unsigned d = (unsigned char)s[i] - '0';
+
+		if (d > 9 || v > (UINT64_MAX - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return true;
+}
+
+/* s[0..len) is lowercase hex of 1..max bytes (what kvp_unhex reads) */
+static bool
+kvp_cl_hexok(const char *s, size_t len, size_t max)
+{
+	size_t i;
+
+	if (!len || len % 2 || len / 2 > max)
+		return false;
+	for (i = 0; i < len; i++)
+		if (!isdigit((unsigned char)s[i]) && (s[i] < 'a' || s[i] > 'f'))
+			return false;
+	return true;
+}
+
+/* A node name as --node takes it: 1..63 of [A-Za-z0-9_.-] */
+static bool
+kvp_cl_name_ok(const char *s, size_t len)
+{
+	size_t i;
+
+	if (!len || len >= sizeof(((struct kvp_peer *)0)->name))
+		return false;
+	for (i = 0; i < len; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr("_.-", s[i]))
+			return false;
+	return true;
+}
+
+/* The length at the start of a directory value ("<len> <publication>",
+ * kvp_cl_publish): digits up to a space or the end; false if not. */
+static bool
+kvp_cl_dirval_len(const char *s, size_t len, uint64_t *out)
+{
+	const char *sp = (const char *)memchr(s, ' ', len);
+
+	return kvp_cl_num(s, sp ? (size_t)(sp - s) : len, out);
+}
+
+/* NULL if r is a node entry every field of which is well formed (e
+ * filled), else why not. */
+static const char *
+kvp_cl_entry_parse(const redisReply *r, struct kvp_cl_entry *e)
+{
+	bool sec = false;
+	size_t k, j;
+	uint64_t v;
+
+	memset(e, 0, sizeof(*e));
+	if (r->type == REDIS_REPLY_ERROR)
+		return "not a hash";
+	if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 ||
+	    r->elements > 2 * KVP_CL_ENTRY_FIELDS)
+		return "not a node entry";
+	for (k = 0; k < r->elements; k += 2) {
+		const redisReply *f = r->element[k], *x = r->element[k + 1];
+
+		if (f->type != REDIS_REPLY_STRING ||
+		    x->type != REDIS_REPLY_STRING)
+			return "a field that is not a string";
+		if (KVP_CL_IS(f, "addr")) {
+			if (!kvp_cl_hexok(x->str, x->len, KVP_CL_ADDR_MAX))
+				return "addr is not a worker address in hex";
+			e->addr = x->str;
+			e->addrl = x->len;
+		} else if (KVP_CL_IS(f, "secret")) {
+			if (x->len != 32 || !kvp_cl_hexok(x->str, x->len, 16))
+				return "secret is not 16 bytes in hex";
+			sec = true;
+		} else if (KVP_CL_IS(f, "inc")) {
+			if (!kvp_cl_num(x->str, x->len, &v) || !v ||
+			    v > UINT32_MAX)
+				return "inc is not an incarnation";
+			e->inc = v;
+		} else if (KVP_CL_IS(f, "proto")) {
+			if (!x->len || x->len > 32)
+				return "proto is not a protocol name";
+			for (j = 0; j < x->len; j++)
+				if (!isgraph((unsigned char)x->str[j]))
+					return "proto is not a protocol name";
+		} else if (KVP_CL_IS(f, "capacity")) {
+			if (!kvp_cl_num(x->str, x->len, &v))
+				return "capacity is not a number";
+		} else if (KVP_CL_IS(f, "pool")) {
+			if (!x->len || x->len >= KVP_POOL_NAME_MAX)
+				return "pool is not a pool name";
+			for (j = 0; j < x->len; j++)
+				if (!isgraph((unsigned char)x->str[j]))
+					return "pool is not a pool name";
+		}
+		/* another field: a newer agent's, ignored */
+	}
+	if (!e->addr || !sec || !e->inc)
+		return "addr, secret or inc missing";
+	return NULL;
+}
+
+/* A digest of what a reply holds (a refusal is remembered by it) */
+static uint64_t
+kvp_cl_reply_digest(const redisReply *r)
+{
+	uint64_t h = r->type;
+	size_t k;
+
+	if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_ERROR)
+		return kvp_hash(h, r->str, r->len);
+	if (r->type == REDIS_REPLY_ARRAY)
+		for (k = 0; k < r->elements; k++)
+			h = kvp_cl_reply_digest(r->element[k]) ^
+			    kvp_hash(h, &k, sizeof(k));
+	return h | 1;
+}
+
+/* true if (name, what) was refused lately (and so was logged) */
+static bool
+kvp_cl_refused(struct kvp_cl *cl, uint64_t name_h, uint64_t what)
+{
+	unsigned k;
+
+	for (k = 0; k < KVP_CL_REFUSED_MEMO; k++)
+		if (cl->refused[k].name_h == name_h &&
+		    cl->refused[k].what == what)
+			return true;
+	return false;
+}
+
+/* Refuse a member's entry: logged the first time (the name printed
+ * safe: it is anyone's bytes), remembered */
+static void
+kvp_cl_refuse(struct kvp_cl *cl, const char *name, size_t nlen, uint64_t what,
+	      const char *why)
+{
+	uint64_t nh = kvp_hash(0x72656675736564ull, name, nlen);
+	char safe[72];
+	size_t k;
+
+	if (kvp_cl_refused(cl, nh, what))
+		return;
+	if (cl->refuse_logs >= KVP_CL_REFUSE_LOGS) {
+		/* not remembered: logged on a later look (a directory full
+		 * of garbage costs the log a few lines per look) */
+		cl->refuse_quiet++;
+		return;
+	}
+	cl->refuse_logs++;
+	cl->refused[cl->refused_next].name_h = nh;
+	cl->refused[cl->refused_next].what = what;
+	cl->refused_next = (cl->refused_next + 1) % KVP_CL_REFUSED_MEMO;
+	for (k = 0; k < nlen && k < sizeof(safe) - 4; k++)
+		safe[k] = isgraph((unsigned char)name[k]) ? name[k] : '?';
+	if (k < nlen)
+		memcpy(safe + k, "...", 3), k += 3;
+	safe[k] = 0;
+	kvp_log(KVP_LOG_WARN, "cluster",
+		"peer %s: node entry refused (%s); that peer is ignored while "
+		"its entry stays as it is",
+		safe, why);
+}
+
+/* A member's HGETALL reply, before it has a peer: false (refused, logged
+ * once) if its name or any of its fields is malformed, or a probe of the
+ * same address died before. */
+static bool
+kvp_cl_entry_admit(struct kvp_cl *cl, const char *name, size_t nlen,
+		   const redisReply *r)
+{
+	struct kvp_cl_entry e;
+	const char *why;
+
+	if (!kvp_cl_name_ok(name, nlen)) {
+		cl->nbad_now++;
+		kvp_cl_refuse(cl, name, nlen, 1, "not a node name");
+		return false;
+	}
+	why = kvp_cl_entry_parse(r, &e);
+	if (why) {
+		cl->nbad_now++;
+		kvp_cl_refuse(cl, name, nlen, kvp_cl_reply_digest(r), why);
+		return false;
+	}
+	if (kvp_cl_refused(cl, kvp_hash(0x72656675736564ull, name, nlen),
+			   kvp_hash(e.inc, e.addr, e.addrl) | 1)) {
+		cl->nbad_now++;
+		return false;
+	}
+	return true;
+}
+
+/* kvpoold --ucx-probe HEX: create a UCX worker and an endpoint to the
+ * worker address HEX, and exit 0 if UCX took it (1: it refused it; 2:
+ * not an address; 3: no UCX).  Run by the agent in a process of its own
+ * (kvp_cl_probe_start): where UCX aborts on an address, this process
+ * dies, not the agent. */
+int
+kvp_cluster_probe(const char *hex)
+{
+	size_t n = strlen(hex);
+	unsigned char *buf;
+	ucp_config_t *uc = NULL;
+	ucp_params_t up;
+	ucp_worker_params_t wp;
+	ucp_context_h ctx = NULL;
+	ucp_worker_h w = NULL;
+	ucp_ep_params_t ep;
+	ucp_ep_h e = NULL;
+	ucs_status_t st = UCS_ERR_INVALID_PARAM;
+	int k;
+
+	if (!kvp_cl_hexok(hex, n, KVP_CL_ADDR_MAX))
+		return 2;
+	buf = (unsigned char *)calloc(n / 2 + KVP_CL_ADDR_SLACK, 1);
+	if (!buf || kvp_unhex(hex, n, buf, n / 2) < 1)
+		return 2;
+	/* UCX set up as the agent sets it up (kvp_cluster_start_agent):
+	 * the same transports take the address the same way */
+	if (kvp_cl_load_ucx() || U.config_read(NULL, NULL, &uc) != UCS_OK ||
+	    U.config_modify(uc, "TCP_PUT_ENABLE", "n") != UCS_OK)
+		return 3;
+	memset(&up, 0, sizeof(up));
+	up.field_mask = UCP_PARAM_FIELD_FEATURES;
+	up.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+	if (U.init_version(UCP_API_MAJOR, UCP_API_MINOR, &up, uc, &ctx) !=
+	    UCS_OK)
+		return 3;
+	U.config_release(uc);
+	memset(&wp, 0, sizeof(wp));
+	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+	if (U.worker_create(ctx, &wp, &w) != UCS_OK)
+		return 3;
+	memset(&ep, 0, sizeof(ep));
+	ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+			UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+	ep.address = (const ucp_address_t *)buf;
+	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+	st = U.ep_create(w, &ep, &e);
+	if (st == UCS_OK) {
+		ucp_request_param_t prm;
+		void *rq;
+
+		for (k = 0; k < 16; k++)
+			U.worker_progress(w);
+		memset(&prm, 0, sizeof(prm));
+		prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+		prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+		rq = U.ep_close_nbx(e, &prm);
+		for (k = 0; k < 100000 && rq && !UCS_PTR_IS_ERR(rq) &&
+			    U.request_check_status(rq) == UCS_INPROGRESS;
+		     k++)
+			U.worker_progress(w);
+	}
+	/* the process ends here (the caller _exits): no teardown that
+	 * could hang on a half-open endpoint */
+	return st == UCS_OK ? 0 : 1;
+}
+
+/* Start a probe of e's address for peer p (at most KVP_CL_PROBES at
+ * once: the rest wait for a later membership). */
+static void
+kvp_cl_probe_start(struct kvp_cl *cl, struct kvp_peer *p,
+		   const struct kvp_cl_entry *e)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	sigset_t none, dfl;
+	char *hex, *argv[4], a0[] = "kvpoold", a1[] = "--ucx-probe";
+	pid_t pid;
+	int rc;
+
+	if (cl->nprobes >= KVP_CL_PROBES)
+		return;
+	hex = strndup(e->addr, e->addrl);
+	if (!hex)
+		return;
+	argv[0] = a0;
+	argv[1] = a1;
+	argv[2] = hex;
+	argv[3] = NULL;
+	sigemptyset(&none);
+	sigemptyset(&dfl);
+	sigaddset(&dfl, SIGPIPE);
+	posix_spawn_file_actions_init(&fa);
+	posix_spawnattr_init(&at);
+	/* no fd of ours in it (the segment, Redis, UCX); its UCX messages
+	 * are not ours to log: the verdict is */
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	posix_spawnattr_setsigmask(&at, &none);
+	posix_spawnattr_setsigdefault(&at, &dfl);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK |
+					      POSIX_SPAWN_SETSIGDEF);
+	rc = posix_spawn(&pid, "/proc/self/exe", &fa, &at, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	free(hex);
+	if (rc) {
+		/* tried again at the next membership; said once */
+		if (!cl->said_spawn)
+			kvp_log(KVP_LOG_ERROR, "cluster",
+				"cannot start a probe of a peer's address "
+				"(/proc/self/exe: %s): peers are not connected "
+				"until one starts",
+				strerror(rc));
+		cl->said_spawn = true;
+		return;
+	}
+	cl->said_spawn = false;
+	p->probe_pid = pid;
+	p->probe_end = kvp_cl_now() + KVP_CL_PROBE_NS;
+	cl->nprobes++;
+}
+
+/* A probe's end (its wait status; timed_out: killed at its deadline). */
+static void
+kvp_cl_probe_done(struct kvp_cl *cl, struct kvp_peer *p, int st, bool timed_out)
+{
+	char why[96];
+
+	p->probe_pid = 0;
+	cl->nprobes--;
+	/* look again now: the peer connects (or is refused) at once */
+	cl->next_member_ns = 0;
+	if (!timed_out && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+		p->ent_ok = p->ent_key;
+		return;
+	}
+	if (timed_out && ++p->probe_tries < KVP_CL_PROBE_TRIES)
+		return; /* tried again at the next membership */
+	if (timed_out)
+		snprintf(why, sizeof(why),
+			 "UCX hung on its worker address %u times",
+			 KVP_CL_PROBE_TRIES);
+	else if (WIFSIGNALED(st))
+		snprintf(why, sizeof(why),
+			 "UCX died of signal %d on its worker address",
+			 WTERMSIG(st));
+	else
+		snprintf(why, sizeof(why),
+			 "UCX refused its worker address (probe exit %d)",
+			 WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	kvp_cl_refuse(cl, p->name, strlen(p->name), p->ent_key, why);
+	p->ent_key = 0;
+	p->live = false;
+}
+
+/* Every turn of the thread: the probes that ended or ran out of time
+ * (never blocks: WNOHANG; a probe killed is reaped on a later turn). */
+static void
+kvp_cl_probes_reap(struct kvp_cl *cl)
+{
+	unsigned k;
+
+	if (!cl->nprobes && !cl->nzombies)
+		return;
+	for (k = 0; k < cl->nzombies;) {
+		int st;
+
+		if (waitpid(cl->zombies[k], &st, WNOHANG) == 0) {
+			k++;
+			continue;
+		}
+		cl->zombies[k] = cl->zombies[--cl->nzombies];
+	}
+	for (k = 0; k < cl->npeers; k++) {
+		struct kvp_peer *p = &cl->peers[k];
+		int st = 0;
+		pid_t r;
+
+		if (!p->probe_pid)
+			continue;
+		r = waitpid(p->probe_pid, &st, WNOHANG);
+		if (r == p->probe_pid || r < 0) {
+			/* r < 0: not ours to wait for (cannot be): tried again */
+			kvp_cl_probe_done(cl, p, st, p->probe_killed || r < 0);
+			p->probe_killed = false;
+		} else if (!p->probe_killed && kvp_cl_now() > p->probe_end) {
+			kill(p->probe_pid, SIGKILL);
+			p->probe_killed = true;
+		}
+	}
+}
+
+/* A probe of peer p that is no longer wanted (its entry changed, the
+ * peer's slot is reused, the agent stops): killed, reaped later
+ * (kvp_cl_probes_reap) or now (wait: the agent stops, or no room). */
+static void
+kvp_cl_probe_cancel(struct kvp_cl *cl, struct kvp_peer *p, bool wait)
+{
+	int st;
+
+	if (!p->probe_pid)
+		return;
+	kill(p->probe_pid, SIGKILL);
+	if (!wait && cl->nzombies < KVP_CL_ZOMBIES)
+		cl->zombies[cl->nzombies++] = p->probe_pid;
+	else
+		/* killed: it ends at once */
+		waitpid(p->probe_pid, &st, 0);
+	p->probe_pid = 0;
+	p->probe_killed = false;
+	cl->nprobes--;
+}
+
+/* Peer p's node entry r (admitted: kvp_cl_entry_admit): true if this
+ * agent may create an endpoint to its address now (a probe of that
+ * incarnation and address survived), else it starts one (the peer stays
+ * out of service until it ends). */
+static bool
+kvp_cl_entry_ready(struct kvp_cl *cl, struct kvp_peer *p, const redisReply *r)
+{
+	struct kvp_cl_entry e;
+	uint64_t key;
+
+	if (kvp_cl_entry_parse(r, &e))
+		return false; /* admitted: not reached */
+	key = kvp_hash(e.inc, e.addr, e.addrl) | 1;
+	if (p->ent_key != key) {
+		kvp_cl_probe_cancel(cl, p, false);
+		p->ent_key = key;
+		p->probe_tries = 0;
+	}
+	if (p->ent_ok == key)
+		return true;
+	p->pending = true;
+	if (!p->probe_pid)
+		kvp_cl_probe_start(cl, p, &e);
+	return false;
+}
+
 /* ---- UCX ---- */
 
 static void
@@ -645,6 +1392,9 @@ kvp_cl_peer_update(struct kvp_cl *cl, struct kvp_peer *p, redisReply *r)
 	ucp_ep_params_t ep;
 	ucs_status_t st;
 
+	/* every field checked, the address survived a probe of its own */
+	if (!kvp_cl_entry_ready(cl, p, r))
+		return;
 	for (k = 0; k + 1 < r->elements; k += 2) {
 		const redisReply *f = r->element[k], *v = r->element[k + 1];
 
@@ -725,6 +1475,7 @@ kvp_cl_peer(struct kvp_cl *cl, const char *name, bool add)
 		if (k == cl->npeers)
 			return NULL;
 		kvp_cl_peer_close(cl, &cl->peers[k]);
+		kvp_cl_probe_cancel(cl, &cl->peers[k], false);
 	} else {
 		k = cl->npeers++;
 	}
@@ -733,17 +1484,26 @@ kvp_cl_peer(struct kvp_cl *cl, const char *name, bool add)
 	return &cl->peers[k];
 }
 
-/* Membership: our node entry refreshed, the members read (two round
- * trips, every ttl/3). */
+/* Membership: our name claimed (kvp_cl_claim), our node entry refreshed,
+ * the members read and their entries checked (three round trips, every
+ * ttl/3).  While the name is another agent's, nothing else. */
 static void
 kvp_cl_membership(struct kvp_cl *cl)
 {
 	const struct kvp_agent_cfg *cfg = &cl->a->cfg;
 	char key[128], dkey[128], inc[24], cap[24], ttl[24];
-	redisReply *r[6], **rr = NULL;
-	unsigned k, n = 0;
+	redisReply *r[6], **rep = NULL;
+	unsigned k, n = 0, j;
+	int claim;
 
 	cl->last_member_ns = kvp_cl_now();
+	claim = kvp_cl_claim(cl);
+	if (!cl->rc)
+		return;
+	if (claim == 0 || (claim < 0 && !cl->claimed)) {
+		kvp_cl_set_state(cl, claim == 0 ? KVP_CL_CLASH : KVP_CL_DOWN);
+		return;
+	}
 	snprintf(key, sizeof(key), "kvpool:node:%s", cfg->node);
 	snprintf(dkey, sizeof(dkey), "kvpool:dir:%s", cfg->node);
 	snprintf(inc, sizeof(inc), "%u", cl->inc);
@@ -768,9 +1528,13 @@ kvp_cl_membership(struct kvp_cl *cl)
 	redisAppendCommand(cl->rc, "SMEMBERS kvpool:members");
 	if (!kvp_cl_replies(cl, r, 6))
 		return;
+	for (k = 0; k < 4; k++)
+		kvp_cl_rerr(cl, r[k], "registering this node");
 	/* our directory hash expired (a stall longer than the TTL) or Redis
-	 * lost it: publish everything again */
-	if (r[4] && r[4]->type == REDIS_REPLY_INTEGER) {
+	 * lost it, or holds what we did not publish: publish everything
+	 * again */
+	if (!kvp_cl_rerr(cl, r[4], "registering this node") &&
+	    r[4]->type == REDIS_REPLY_INTEGER) {
 		uint64_t mine = 0, i;
 
 		for (i = 0; i < cl->nslots; i++)
@@ -778,63 +1542,74 @@ kvp_cl_membership(struct kvp_cl *cl)
 		if ((uint64_t)r[4]->integer != mine)
 			cl->republish = true;
 	}
-	for (k = 0; k < cl->npeers; k++)
+	if (kvp_cl_rerr(cl, r[5], "reading the members") ||
+	    r[5]->type != REDIS_REPLY_ARRAY)
+		goto out; /* the peers as they were */
+	for (k = 0; k < cl->npeers; k++) {
 		cl->peers[k].live = false;
-	if (r[5] && r[5]->type == REDIS_REPLY_ARRAY && r[5]->elements) {
-		rr = (redisReply **)calloc(r[5]->elements, sizeof(*rr));
-		for (k = 0; rr && k < r[5]->elements; k++) {
-			const redisReply *m = r[5]->element[k];
+		cl->peers[k].pending = false;
+	}
+	cl->nbad_now = 0;
+	cl->refuse_logs = cl->refuse_quiet = 0;
+	for (k = 0; k < r[5]->elements; k++) {
+		const redisReply *m = r[5]->element[k];
 
-			if (m->type != REDIS_REPLY_STRING ||
-			    !strcmp(m->str, cfg->node) || strlen(m->str) >= 64)
-				continue;
-			redisAppendCommand(cl->rc, "HGETALL kvpool:node:%s",
-					   m->str);
-			n++;
+		if (m->type != REDIS_REPLY_STRING ||
+		    (m->len == strlen(cfg->node) &&
+		     !memcmp(m->str, cfg->node, m->len)))
+			continue;
+		if (!kvp_cl_name_ok(m->str, m->len)) {
+			kvp_cl_entry_admit(cl, m->str, m->len, NULL);
+			continue;
+		}
+		redisAppendCommand(cl->rc, "HGETALL kvpool:node:%s", m->str);
+		n++;
+	}
+	if (n) {
+		rep = (redisReply **)calloc(n, sizeof(*rep));
+		if (!rep || !kvp_cl_replies(cl, rep, n)) {
+			/* not read: the connection is down (no reply may be
+			 * left in it) */
+			if (rep == NULL)
+				kvp_cl_dir_down(cl, "out of memory");
+			goto out;
 		}
 	}
-	if (n && rr) {
-		redisReply **rep = (redisReply **)calloc(n, sizeof(*rep));
-		unsigned j = 0;
+	for (k = 0, j = 0; k < r[5]->elements; k++) {
+		const redisReply *m = r[5]->element[k];
+		struct kvp_peer *p;
 
-		if (rep && kvp_cl_replies(cl, rep, n)) {
-			for (k = 0; k < r[5]->elements; k++) {
-				const redisReply *m = r[5]->element[k];
-				struct kvp_peer *p;
+		if (m->type != REDIS_REPLY_STRING ||
+		    (m->len == strlen(cfg->node) &&
+		     !memcmp(m->str, cfg->node, m->len)) ||
+		    !kvp_cl_name_ok(m->str, m->len))
+			continue;
+		if ((rep[j]->type == REDIS_REPLY_ARRAY && !rep[j]->elements) ||
+		    rep[j]->type == REDIS_REPLY_NIL) {
+			/* gone: its entry expired */
+			redisReply *x = (redisReply *)redisCommand(
+				cl->rc, "SREM kvpool:members %s", m->str);
 
-				if (m->type != REDIS_REPLY_STRING ||
-				    !strcmp(m->str, cfg->node) ||
-				    strlen(m->str) >= 64)
-					continue;
-				if (rep[j] &&
-				    rep[j]->type == REDIS_REPLY_ARRAY &&
-				    rep[j]->elements) {
-					p = kvp_cl_peer(cl, m->str, true);
-					if (p)
-						kvp_cl_peer_update(cl, p,
-								   rep[j]);
-				} else if (cl->rc) {
-					/* gone: its entry expired */
-					redisReply *x =
-						(redisReply *)redisCommand(
-							cl->rc,
-							"SREM kvpool:members %s",
-							m->str);
-					if (x)
-						freeReplyObject(x);
-				}
-				freeReplyObject(rep[j]);
-				j++;
+			if (!x) {
+				kvp_cl_dir_down(cl, "I/O error");
+				break;
 			}
-		} else if (rep && cl->rc) {
-			/* kvp_cl_replies freed them */
+			kvp_cl_rerr(cl, x, "removing a member that left");
+			freeReplyObject(x);
+		} else if (kvp_cl_entry_admit(cl, m->str, m->len, rep[j])) {
+			p = kvp_cl_peer(cl, m->str, true);
+			if (p)
+				kvp_cl_peer_update(cl, p, rep[j]);
 		}
-		free(rep);
+		j++;
 	}
-	free(rr);
-	for (k = 0; k < 6; k++)
-		if (r[k])
-			freeReplyObject(r[k]);
+	for (j = 0; j < n; j++)
+		freeReplyObject(rep[j]);
+	cl->nbad = cl->nbad_now;
+	if (cl->refuse_quiet)
+		kvp_log(KVP_LOG_WARN, "cluster",
+			"%u more members refused, logged on later looks",
+			cl->refuse_quiet);
 	/* a peer out of the directory is asked nothing from now on; its
 	 * endpoint is closed only after two TTLs (closing it resets the
 	 * connection its own endpoint to us may share: a peer that was
@@ -847,7 +1622,7 @@ kvp_cl_membership(struct kvp_cl *cl)
 			p->said_gone = false;
 			continue;
 		}
-		if (!p->said_gone) {
+		if (!p->said_gone && !p->pending && p->ent_ok) {
 			kvp_log(KVP_LOG_INFO, "cluster",
 				"peer %s left the directory", p->name);
 			p->said_gone = true;
@@ -856,11 +1631,30 @@ kvp_cl_membership(struct kvp_cl *cl)
 				     2ull * cfg->cluster_ttl_ms * 1000000ull)
 			kvp_cl_peer_close(cl, p);
 	}
+out:
+	free(rep);
+	for (k = 0; k < 6; k++)
+		if (r[k])
+			freeReplyObject(r[k]);
 	if (cl->rc)
 		kvp_cl_set_state(cl, KVP_CL_UP);
 }
 
 /* ---- publishing ---- */
+
+/*
+ * A published value is "<len> <slot>:<gen>": the value's length (all a
+ * reader takes: kvp_cl_lookup parses it whole up to the space), then the
+ * publication (the index slot and generation it came from).  Unpublishing
+ * deletes a field only if it still names that publication (kvp_lua_del):
+ * a key deleted and put again, in the same slot or another, within one
+ * pass or across two, keeps the field its new publication wrote, in
+ * whatever order the two commands reach Redis.  A republish (a new
+ * connection, a claim taken, a hash that does not match what we
+ * published, an error) builds the whole hash under kvpool:dir:N:new and
+ * swaps it in with one RENAME (kvp_lua_swap): readers see the old hash
+ * or the new one, never none.
+ */
 
 static void
 kvp_cl_field(uint64_t ns, uint64_t hash, char *f)
@@ -870,43 +1664,61 @@ kvp_cl_field(uint64_t ns, uint64_t hash, char *f)
 }
 
 /* One pass over the index: what changed since the last pass goes out as
- * pipelined HSET/HDEL commands (at most 1024 fields each). */
-static void
+ * scripts of at most 1024 fields each.  0, or -1 (an error reply or the
+ * connection lost: everything is published again, after a backoff). */
+static int
 kvp_cl_publish(struct kvp_cl *cl)
 {
 	struct kvp_seg *s = &cl->a->seg;
 	enum {
-		CHUNK = 1024
+		CHUNK = 1024,
+		HDR = 6, /* EVAL script nkeys claim hash id (+ ttl: set) */
 	};
-	char dkey[128];
+	const char *node = cl->a->cfg.node;
+	char dkey[128], nkey[128], ckey[128], ttl[24];
 	const char **argv;
 	size_t *argl;
-	char(*fields)[16], (*vals)[24];
-	unsigned nset = 0, ndel = 0, ncmd = 0, k;
-	char(*dfields)[16];
+	char(*fields)[16], (*vals)[48], (*dfields)[16], (*tags)[32];
+	unsigned nset = 0, ndel = 0, k;
 	uint64_t i, t0 = kvp_cl_now(), nset_all = 0, ndel_all = 0;
+	bool full = cl->republish;
+	long long v;
+	int rc = -1;
 
-	if (cl->republish) {
-		redisReply *r;
+	snprintf(dkey, sizeof(dkey), "kvpool:dir:%s", node);
+	snprintf(nkey, sizeof(nkey), "kvpool:dir:%s:new", node);
+	snprintf(ckey, sizeof(ckey), "kvpool:claim:%s", node);
+	snprintf(ttl, sizeof(ttl), "%u", cl->a->cfg.cluster_ttl_ms);
+	argv = (const char **)malloc((HDR + 1 + 2 * CHUNK) * sizeof(*argv));
+	argl = (size_t *)malloc((HDR + 1 + 2 * CHUNK) * sizeof(*argl));
+	fields = (char(*)[16])malloc(CHUNK * 16);
+	dfields = (char(*)[16])malloc(CHUNK * 16);
+	vals = (char(*)[48])malloc(CHUNK * 48);
+	tags = (char(*)[32])malloc(CHUNK * 32);
+	if (!argv || !argl || !fields || !dfields || !vals || !tags)
+		goto out;
+	if (full) {
+		/* a half-built hash of an earlier try */
+		redisReply *r =
+			(redisReply *)redisCommand(cl->rc, "DEL %s", nkey);
 
-		snprintf(dkey, sizeof(dkey), "kvpool:dir:%s", cl->a->cfg.node);
-		r = (redisReply *)redisCommand(cl->rc, "DEL %s", dkey);
 		if (!r) {
 			kvp_cl_dir_down(cl, "I/O error");
-			return;
+			goto out;
+		}
+		if (kvp_cl_rerr(cl, r, "publishing")) {
+			freeReplyObject(r);
+			goto out;
 		}
 		freeReplyObject(r);
 		memset(cl->pub, 0, cl->nslots * sizeof(*cl->pub));
-		cl->republish = false;
 	}
-	snprintf(dkey, sizeof(dkey), "kvpool:dir:%s", cl->a->cfg.node);
-	argv = (const char **)malloc((2 + 2 * CHUNK) * sizeof(*argv));
-	argl = (size_t *)malloc((2 + 2 * CHUNK) * sizeof(*argl));
-	fields = (char(*)[16])malloc(CHUNK * 16);
-	dfields = (char(*)[16])malloc(CHUNK * 16);
-	vals = (char(*)[24])malloc(CHUNK * 24);
-	if (!argv || !argl || !fields || !dfields || !vals)
-		goto out;
+	argv[3] = ckey;
+	argl[3] = strlen(ckey);
+	argv[4] = full ? nkey : dkey;
+	argl[4] = strlen(argv[4]);
+	argv[5] = cl->claim_id;
+	argl[5] = strlen(cl->claim_id);
 	for (i = 0;; i++) {
 		bool flush = i == cl->nslots;
 
@@ -923,7 +1735,10 @@ kvp_cl_publish(struct kvp_cl *cl)
 			if (!ready && !p->gen1)
 				continue;
 			if (p->gen1) {
-				kvp_cl_field(p->ns, p->hash, dfields[ndel++]);
+				kvp_cl_field(p->ns, p->hash, dfields[ndel]);
+				snprintf(tags[ndel], sizeof(tags[0]), "%llu:%u",
+					 (unsigned long long)i, p->gen1);
+				ndel++;
 				p->gen1 = 0;
 			}
 			if (ready) {
@@ -942,72 +1757,65 @@ kvp_cl_publish(struct kvp_cl *cl)
 					p->hash = h;
 					kvp_cl_field(ns, h, fields[nset]);
 					snprintf(vals[nset], sizeof(vals[0]),
-						 "%llu",
-						 (unsigned long long)len);
+						 "%llu %llu:%u",
+						 (unsigned long long)len,
+						 (unsigned long long)i, g1);
 					nset++;
 				}
 			}
 		}
+		/* the fields' memory is reused: each chunk is sent and
+		 * answered before the walk goes on */
 		if (nset && (nset == CHUNK || flush || ndel == CHUNK)) {
-			argv[0] = "HSET";
-			argl[0] = 4;
-			argv[1] = dkey;
-			argl[1] = strlen(dkey);
+			argv[6] = ttl;
+			argl[6] = strlen(ttl);
 			for (k = 0; k < nset; k++) {
-				argv[2 + 2 * k] = fields[k];
-				argl[2 + 2 * k] = 16;
-				argv[3 + 2 * k] = vals[k];
-				argl[3 + 2 * k] = strlen(vals[k]);
+				argv[7 + 2 * k] = fields[k];
+				argl[7 + 2 * k] = 16;
+				argv[8 + 2 * k] = vals[k];
+				argl[8 + 2 * k] = strlen(vals[k]);
 			}
-			redisAppendCommandArgv(cl->rc, (int)(2 + 2 * nset),
-					       argv, argl);
-			ncmd++;
+			v = kvp_cl_script(cl, kvp_lua_set, 2, argv, argl,
+					  (int)(7 + 2 * nset), "publishing");
+			if (v < 0)
+				goto out;
 			nset_all += nset;
 			nset = 0;
-			/* the fields' memory is reused: send now */
-			{
-				redisReply *r;
-				if (!kvp_cl_replies(cl, &r, 1))
-					goto out;
-				freeReplyObject(r);
-				ncmd--;
-			}
 		}
 		if (ndel && (ndel == CHUNK || flush)) {
-			redisReply *r;
-
-			argv[0] = "HDEL";
-			argl[0] = 4;
-			argv[1] = dkey;
-			argl[1] = strlen(dkey);
 			for (k = 0; k < ndel; k++) {
-				argv[2 + k] = dfields[k];
-				argl[2 + k] = 16;
+				argv[6 + 2 * k] = dfields[k];
+				argl[6 + 2 * k] = 16;
+				argv[7 + 2 * k] = tags[k];
+				argl[7 + 2 * k] = strlen(tags[k]);
 			}
-			redisAppendCommandArgv(cl->rc, (int)(2 + ndel), argv,
-					       argl);
-			ndel_all += ndel;
-			ndel = 0;
-			if (!kvp_cl_replies(cl, &r, 1))
+			v = kvp_cl_script(cl, kvp_lua_del, 2, argv, argl,
+					  (int)(6 + 2 * ndel), "unpublishing");
+			if (v < 0)
 				goto out;
-			freeReplyObject(r);
+			ndel_all += (uint64_t)v;
+			ndel = 0;
 		}
 		if (flush)
 			break;
 	}
-	if (nset_all) {
-		/* the hash may have just been created: its TTL now */
-		redisReply *r = (redisReply *)redisCommand(
-			cl->rc, "PEXPIRE %s %u", dkey,
-			cl->a->cfg.cluster_ttl_ms);
-		if (!r) {
-			kvp_cl_dir_down(cl, "I/O error");
+	if (full) {
+		argv[3] = ckey;
+		argl[3] = strlen(ckey);
+		argv[4] = nkey;
+		argl[4] = strlen(nkey);
+		argv[5] = dkey;
+		argl[5] = strlen(dkey);
+		argv[6] = cl->claim_id;
+		argl[6] = strlen(cl->claim_id);
+		argv[7] = ttl;
+		argl[7] = strlen(ttl);
+		if (kvp_cl_script(cl, kvp_lua_swap, 3, argv, argl, 8,
+				  "publishing") < 0)
 			goto out;
-		}
-		freeReplyObject(r);
+		cl->republish = false;
 	}
-	kvp_cl_ctr(cl, KVP_CLC_PUBLISHED, nset_all);
-	kvp_cl_ctr(cl, KVP_CLC_UNPUBLISHED, ndel_all);
+	rc = 0;
 	if ((nset_all || ndel_all) && cl->shm) {
 		/* a change published now happened after the previous pass
 		 * began reading its slot: its age is at most this */
@@ -1021,11 +1829,21 @@ kvp_cl_publish(struct kvp_cl *cl)
 	}
 	cl->prev_pass_ns = t0;
 out:
+	/* what Redis took, and only that (a republish counts once it is
+	 * live) */
+	if (!full || !rc)
+		kvp_cl_ctr(cl, KVP_CLC_PUBLISHED, nset_all);
+	kvp_cl_ctr(cl, KVP_CLC_UNPUBLISHED, ndel_all);
+	if (rc)
+		/* what Redis holds of ours is not known: all of it again */
+		cl->republish = true;
 	free(argv);
 	free(argl);
 	free(fields);
 	free(dfields);
 	free(vals);
+	free(tags);
+	return rc;
 }
 
 /* ---- namespaces: a client handle of ours per namespace ---- */
@@ -1553,14 +2371,17 @@ kvp_cl_drain(struct kvp_cl *cl)
 }
 
 /* What is due on the clock: our membership (every ttl/3) and a publish
- * pass (every --cluster-publish-ms).  Also called while a fetch waits,
- * so a long transfer never lets our node entry expire. */
+ * pass (every --cluster-publish-ms; after a failed one, twice the wait
+ * of the one before, up to KVP_CL_BACKOFF_MAX_MS).  Also called while a
+ * fetch waits, so a long transfer never lets our node entry expire. */
+#define KVP_CL_BACKOFF_MAX_MS 5000u
 static void
 kvp_cl_tick(struct kvp_cl *cl)
 {
 	const struct kvp_agent_cfg *cfg = &cl->a->cfg;
 	uint64_t now = kvp_cl_now();
 
+	kvp_cl_probes_reap(cl);
 	if (!kvp_cl_dir_up(cl)) {
 		kvp_cl_set_state(cl, KVP_CL_DOWN);
 		return;
@@ -1569,9 +2390,23 @@ kvp_cl_tick(struct kvp_cl *cl)
 		kvp_cl_membership(cl);
 		cl->next_member_ns = now + cfg->cluster_ttl_ms * 1000000ull / 3;
 	}
-	if (cl->rc && now >= cl->next_pub_ns) {
-		kvp_cl_publish(cl);
-		cl->next_pub_ns = now + cfg->cluster_publish_ms * 1000000ull;
+	if (cl->rc && cl->claimed && now >= cl->next_pub_ns) {
+		uint64_t wait = cfg->cluster_publish_ms;
+
+		if (kvp_cl_publish(cl)) {
+			unsigned f = cl->pub_fails < 16 ? cl->pub_fails : 16;
+
+			wait <<= f;
+			if (wait > KVP_CL_BACKOFF_MAX_MS)
+				wait = KVP_CL_BACKOFF_MAX_MS >
+						       cfg->cluster_publish_ms ?
+					       KVP_CL_BACKOFF_MAX_MS :
+					       cfg->cluster_publish_ms;
+			cl->pub_fails++;
+		} else {
+			cl->pub_fails = 0;
+		}
+		cl->next_pub_ns = now + wait * 1000000ull;
 	}
 }
 
@@ -1655,8 +2490,11 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, struct kvp_cl_key *key,
 	if (cl->shm)
 		/* relaxed: a gauge */
 		kvp_store_relaxed(&cl->shm->cl_dir_rtt_ns, kvp_cl_now() - t0);
+	for (j = 0; j < np; j++)
+		if (rep[j] && rep[j]->type == REDIS_REPLY_ERROR)
+			kvp_cl_rerr(cl, rep[j], "looking up keys");
 	for (k = 0; k < n; k++) {
-		uint64_t top = 0;
+		uint64_t top = 0, dlen;
 
 		for (j = 0; j < np; j++) {
 			const redisReply *r = rep[j], *e;
@@ -1666,7 +2504,8 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, struct kvp_cl_key *key,
 			    r->elements != n)
 				continue;
 			e = r->element[k];
-			if (e->type != REDIS_REPLY_STRING)
+			if (e->type != REDIS_REPLY_STRING ||
+			    !kvp_cl_dirval_len(e->str, e->len, &dlen))
 				continue;
 			/* rendezvous over the holders, by name: every
 			 * node picks the same holder for a key */
@@ -1676,7 +2515,7 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, struct kvp_cl_key *key,
 			if (score > top) {
 				top = score;
 				key[k].owner = (int)pi[j];
-				key[k].dlen = strtoull(e->str, NULL, 10);
+				key[k].dlen = dlen;
 			}
 		}
 		kvp_cl_ctr(cl, KVP_CLC_FOUND, key[k].owner >= 0);
@@ -2406,6 +3245,17 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 			"fetch; stop the workers and the agent, remove the segment, restart");
 	/* relaxed: this agent wrote it before its threads started */
 	cl->inc = (uint32_t)kvp_load_relaxed(&a->seg.hdr->h_incarnation);
+	{
+		/* who claims the node name: this host, this pool, this
+		 * segment (its creation time: an agent restarted on it is
+		 * the same claimant) */
+		char h[64] = "";
+
+		gethostname(h, sizeof(h) - 1);
+		snprintf(cl->claim_id, sizeof(cl->claim_id), "%s/%s/%llu", h,
+			 cfg->pool,
+			 (unsigned long long)a->seg.hdr->h_create_ns);
+	}
 	if (getrandom(cl->secret, sizeof(cl->secret), 0) !=
 		    sizeof(cl->secret) ||
 	    getrandom(cl->rng, sizeof(cl->rng), 0) != sizeof(cl->rng))
@@ -2535,6 +3385,13 @@ kvp_cl_free(struct kvp_cl *cl)
 {
 	unsigned k;
 
+	for (k = 0; k < cl->npeers; k++)
+		kvp_cl_probe_cancel(cl, &cl->peers[k], true);
+	for (k = 0; k < cl->nzombies; k++) {
+		int st;
+
+		waitpid(cl->zombies[k], &st, 0);
+	}
 	if (cl->worker)
 		for (k = 0; k < cl->npeers; k++)
 			kvp_cl_peer_close(cl, &cl->peers[k]);
@@ -2595,21 +3452,28 @@ kvp_cluster_stop_agent(struct kvp_agent *a)
 		pthread_join(cl->thr, NULL);
 	if (cl->waker_up)
 		pthread_join(cl->waker, NULL);
-	/* a clean stop leaves the directory at once (a crash: within TTL) */
-	if (cl->rc) {
-		redisReply *r[3];
+	/* a clean stop leaves the directory at once (a crash: within
+	 * TTL), if the name is ours */
+	if (cl->rc && cl->claimed) {
+		char ckey[128], key[128], dkey[128];
+		const char *argv[] = { NULL,
+				       NULL,
+				       NULL,
+				       ckey,
+				       key,
+				       dkey,
+				       "kvpool:members",
+				       cl->claim_id,
+				       a->cfg.node };
+		size_t argl[9];
+		unsigned k;
 
-		redisAppendCommand(cl->rc, "DEL kvpool:node:%s", a->cfg.node);
-		redisAppendCommand(cl->rc, "DEL kvpool:dir:%s", a->cfg.node);
-		redisAppendCommand(cl->rc, "SREM kvpool:members %s",
-				   a->cfg.node);
-		if (kvp_cl_replies(cl, r, 3)) {
-			unsigned k;
-
-			for (k = 0; k < 3; k++)
-				if (r[k])
-					freeReplyObject(r[k]);
-		}
+		snprintf(ckey, sizeof(ckey), "kvpool:claim:%s", a->cfg.node);
+		snprintf(key, sizeof(key), "kvpool:node:%s", a->cfg.node);
+		snprintf(dkey, sizeof(dkey), "kvpool:dir:%s", a->cfg.node);
+		for (k = 3; k < 9; k++)
+			argl[k] = strlen(argv[k]);
+		kvp_cl_script(cl, kvp_lua_leave, 4, argv, argl, 9, "leaving");
 	}
 	kvp_cl_free(cl);
 	a->cl = NULL;

@@ -474,6 +474,11 @@ main(int argc, char **argv)
 	unsigned k;
 	uint64_t v;
 
+	/* the agent's own probe of a peer's worker address (cluster.c): a
+	 * process of its own, so a UCX abort on the address ends only it;
+	 * _exit: nothing of it is left to flush or check */
+	if (argc == 3 && !strcmp(argv[1], "--ucx-probe"))
+		_exit(kvp_cluster_probe(argv[2]));
 	snprintf(cfg->pool, sizeof(cfg->pool), "default");
 	cfg->numa = KVP_NUMA_DEFAULT;
 	cfg->dram_unit = 16u << 10;

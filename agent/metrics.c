@@ -28,7 +28,7 @@ static const char *const kvp_cl_ctr_names[KVP_CLC__N] = {
 	"lookups", "lookup_keys",    "found",      "fetched",   "fetched_bytes",
 	"failed",  "dir_roundtrips", "dir_errors", "published", "unpublished",
 	"served",  "served_bytes",   "refused",    "stale",     "bad_mailbox",
-	"corrupt", "stalled_peers",
+	"corrupt", "stalled_peers",  "name_clash",
 };
 
 /* JSON names of enum kvp_ctr and enum kvp_actr (kvpool stat --json). */
@@ -737,13 +737,23 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		kvp_fam(f, "kvpool_remote_peers", "gauge",
 			"Other nodes of the cluster this agent reaches now.");
 		kvp_val(f, "kvpool_remote_peers", KVP_CL_PEERS(m->cl_state));
+		kvp_fam(f, "kvpool_remote_bad_peers", "gauge",
+			"Members of the directory whose node entry this agent refused "
+			"(malformed, or its worker address failed a probe), at its last "
+			"look (at most 255).");
+		kvp_val(f, "kvpool_remote_bad_peers", KVP_CL_BAD(m->cl_state));
+		kvp_fam(f, "kvpool_remote_name_clash", "gauge",
+			"1 while another agent holds this node's name in the directory "
+			"(this one publishes and serves nothing).");
+		kvp_val(f, "kvpool_remote_name_clash",
+			KVP_CL_STATE(m->cl_state) == KVP_CL_CLASH);
 		kvp_fam(f, "kvpool_remote_events_total", "counter",
 			"The remote tier: lookups (mailbox calls) and their keys, keys "
 			"the directory named a node for, keys fetched into this pool and "
 			"their bytes, keys whose fetch failed, directory round trips and "
 			"errors, keys published/unpublished, keys and bytes served to "
 			"peers, peer requests refused, stale directory entries, bad "
-			"mailboxes.");
+			"mailboxes, claims of the node name that found another agent's.");
 		for (k = 0; k < KVP_CLC__N; k++)
 			kvp_val1(f, "kvpool_remote_events_total", "event",
 				 kvp_cl_ctr_names[k], m->cl_ctr[k]);
@@ -1006,14 +1016,16 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 					m->drive_state[k]));
 	fprintf(f, "]");
 	if (m->cl_present) {
-		static const char *const st[] = { "off", "down", "up" };
+		static const char *const st[] = { "off", "down", "up",
+						  "clash" };
 
 		fprintf(f, ",\"remote\":{\"node\":\"%s\",\"state\":\"%s\"",
 			m->cl_node,
-			KVP_CL_STATE(m->cl_state) < 3 ?
+			KVP_CL_STATE(m->cl_state) < 4 ?
 				st[KVP_CL_STATE(m->cl_state)] :
 				"?");
 		kvp_j(f, "peers", KVP_CL_PEERS(m->cl_state));
+		kvp_j(f, "bad_peers", KVP_CL_BAD(m->cl_state));
 		kvp_j(f, "publish_lag_ns", m->cl_pub_lag_ns);
 		kvp_j(f, "publish_lag_max_ns", m->cl_pub_max_ns);
 		kvp_j(f, "dir_rtt_ns", m->cl_dir_rtt_ns);
@@ -1247,15 +1259,17 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 	}
 	if (m->cl_present && KVP_CL_STATE(m->cl_state) != KVP_CL_OFF)
 		fprintf(f,
-			"remote   node %s: %s, %u peers; %llu lookups (%llu keys, "
+			"remote   node %s: %s, %u peers (%u refused); %llu lookups (%llu keys, "
 			"%llu found), %llu fetched (%s), %llu failed; served %llu "
 			"(%s); %llu directory round trips; publish lag %.1f ms "
 			"(max %.1f)\n",
 			m->cl_node,
 			KVP_CL_STATE(m->cl_state) == KVP_CL_UP ?
 				"up" :
+			KVP_CL_STATE(m->cl_state) == KVP_CL_CLASH ?
+				"name taken by another agent" :
 				"directory down",
-			KVP_CL_PEERS(m->cl_state),
+			KVP_CL_PEERS(m->cl_state), KVP_CL_BAD(m->cl_state),
 			(unsigned long long)m->cl_ctr[KVP_CLC_LOOKUPS],
 			(unsigned long long)m->cl_ctr[KVP_CLC_LOOKUP_KEYS],
 			(unsigned long long)m->cl_ctr[KVP_CLC_FOUND],

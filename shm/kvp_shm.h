@@ -587,15 +587,20 @@ enum kvp_cl_state {
 	KVP_CL_OFF = 0,  /* no remote tier (no --cluster, or the agent left) */
 	KVP_CL_DOWN = 1, /* configured; the directory cannot be reached */
 	KVP_CL_UP = 2,
+	KVP_CL_CLASH = 3, /* another agent holds this node's name */
 };
-/* cl_state: [incarnation:32][peers:16][0:8][state:8] */
+/* cl_state: [incarnation:32][peers:16][bad:8][state:8]; bad: members whose
+ * node entry the agent refused (malformed, or its address killed a
+ * probe), at most 255 */
 #define KVP_CL_WORD(inc, peers, st)          \
 	(((uint64_t)(uint32_t)(inc) << 32) | \
 	 ((uint64_t)((peers)&0xffffu) << 16) | (uint64_t)(st))
+#define KVP_CL_WORD_BAD(bad) ((uint64_t)((bad) < 255u ? (bad) : 255u) << 8)
 #define KVP_CL_STATE(w) ((unsigned)((w)&0xff))
 #define KVP_CL_BEAT_MS 200u   /* the thread beats at least this often */
 #define KVP_CL_STALE_MS 1500u /* a beat older than this: stalled */
 #define KVP_CL_PEERS(w) ((unsigned)(((w) >> 16) & 0xffffu))
+#define KVP_CL_BAD(w) ((unsigned)(((w) >> 8) & 0xffu))
 enum kvp_cl_ctr {
 	KVP_CLC_LOOKUPS = 0,  /* mailbox calls answered */
 	KVP_CLC_LOOKUP_KEYS,  /* keys they asked about */
@@ -614,6 +619,7 @@ enum kvp_cl_ctr {
 	KVP_CLC_BAD_MAILBOX,  /* client mailboxes refused (bad input) */
 	KVP_CLC_CORRUPT,      /* pages whose bytes failed their CRC */
 	KVP_CLC_STALLED,      /* peers dropped: they stopped taking our sends */
+	KVP_CLC_NAME_CLASH,   /* claims of the node name found another's */
 	KVP_CLC__N,
 };
 #define KVP_CL_CTRS 32

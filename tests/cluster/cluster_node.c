@@ -22,6 +22,11 @@
  *                                                     the N keys, GB/s)
  *   cluster_node exists POOL NS PREFIX FROM N        (exists_prefix with the
  *                                                     default flags)
+ *   cluster_node reput  POOL NS PREFIX FROM N SIZE [ROUNDS]
+ *                                                    (each key deleted and
+ *                                                     put again at once,
+ *                                                     ROUNDS times: within
+ *                                                     one publish interval)
  *   cluster_node hostile POOL NS X SEED N            (N garbage mailbox
  *                                                     calls: each must be
  *                                                     answered, the agent
@@ -119,6 +124,27 @@ main(int argc, char **argv)
 				other++;
 		}
 		printf("op=put ok=%u busy=%u other=%u\n", ok, busy, other);
+	} else if (!strcmp(op, "reput")) {
+		uint64_t rounds = argc > 8 ? strtoull(argv[8], NULL, 10) : 1, r;
+
+		buf = malloc(size ? size : 1);
+		if (!buf)
+			return 1;
+		for (r = 0; r < rounds; r++) {
+			for (k = 0; k < n; k++) {
+				fill(buf, size, keys[k]);
+				kvp_delete(c, keys[k], ops[k].klen);
+				rc = kvp_put(c, keys[k], ops[k].klen, buf,
+					     size);
+				if (rc == 0)
+					ok++;
+				else if (rc == -EBUSY || rc == -ENOSPC)
+					busy++;
+				else
+					other++;
+			}
+		}
+		printf("op=reput ok=%u busy=%u other=%u\n", ok, busy, other);
 	} else if (!strcmp(op, "get") || !strcmp(op, "bench")) {
 		bool bench = !strcmp(op, "bench");
 		double secs = 0, tg;

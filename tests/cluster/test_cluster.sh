@@ -22,7 +22,16 @@
 #  6. garbage in a client's mailbox: every call answered, the agent lives
 #  7. Redis stopped: node 2's local puts and hits keep working, remote
 #     lookups answer MISS at once; Redis back: remote reads work again
-#  8. a clean stop leaves the directory at once; kvpool check on each pool
+#  8. garbage node entries of every kind (issue 25, 4): no agent dies, the
+#     good nodes keep serving, each bad peer is logged once
+#  9. a key deleted and put again within one publish interval (and across
+#     passes) stays in the directory; a restarted agent takes its own name
+#     back at once; a republish swaps the hash in whole (never empty)
+# 10. Redis error replies (WRONGTYPE, OOM) are counted, logged once, and
+#     nothing counts as published that was not
+# 11. a second agent with the same --node: the clash is reported, the
+#     first's entries are intact
+# 12. a clean stop leaves the directory at once; kvpool check on each pool
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 . tests/cluster/cluster_env.sh
@@ -41,7 +50,7 @@ field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 stat() { "$KC_BIN/kvpool" --pool "$(kc_pool "$1")" stat --json | jq -r ".remote.$2"; }
 
 KC_REDIS_PASS=kvpt-$$-secret
-kc_net 3 || { echo "cannot build the namespaces"; exit 1; }
+kc_net 4 || { echo "cannot build the namespaces"; exit 1; }
 kc_redis_start || { echo "redis did not start"; exit 1; }
 KC_DRAM=48M kc_agent 1 --ssd-dir "$SSD" --ssd-size 512M --cluster-publish-ms 300 || { fail "node 1's agent did not start"; exit 1; }
 kc_agent 2 || { fail "node 2's agent did not start"; exit 1; }
@@ -191,7 +200,242 @@ r=$(kc_node 2 wait m1 nr 0 10 15000); echo "node2 $r"
 r=$(kc_node 2 get m1 nr 0 10 65536); echo "node2 $r"
 [ "$(field ok "$r")" = 10 ] && [ "$(field wrong "$r")" = 0 ] || fail "remote reads after Redis came back: $r"
 
-echo "== 8. clean stop, check"
+echo "== 8. garbage node entries in the directory (issue 25, item 4)"
+# fake members whose node entries are garbage of every kind: random
+# bytes, truncated and bit-flipped copies of a real worker address, huge
+# values, wrong types, bad numbers and names.  Each carries node 2's real
+# secret and protocol, so only the field under test is wrong.  No agent may
+# die, the good nodes keep serving each other, and each bad peer is
+# logged once.
+real=$(kc_redis hget kvpool:node:node2 addr)
+sec2=$(kc_redis hget kvpool:node:node2 secret)
+proto2=$(kc_redis hget kvpool:node:node2 proto)
+[ ${#real} -gt 40 ] || fail "node 2's address is not in the directory: '$real'"
+alen=${#real}
+nfake=0
+fakes=
+: >"$KC_DIR/fakes"
+# fake NAME FIELD VALUE...: a member NAME whose node entry is node 2's
+# with the given fields replaced (commands for one redis-cli, below:
+# values are hex or words; redis-cli reads "\xHH" in double quotes)
+fake() {
+	fn=$1; shift
+	{
+		echo "del kvpool:node:$fn"
+		echo "hset kvpool:node:$fn addr $real secret $sec2 proto $proto2" \
+			"pool p capacity 4096 inc $((7000 + nfake))"
+		[ $# = 0 ] || echo "hset kvpool:node:$fn $*"
+		echo "sadd kvpool:members $fn"
+	} >>"$KC_DIR/fakes"
+	nfake=$((nfake + 1))
+	fakes="$fakes $fn"
+}
+# flip HEX POS TABLE: HEX with the digit at POS (0-based) mapped through
+# TABLE (a permutation of the 16 digits)
+flip() {
+	echo "$1" | awk -v p="$2" -v t="$3" '{ d = "0123456789abcdef";
+		c = substr($0, p + 1, 1); i = index(d, c);
+		print substr($0, 1, p) substr(t, i, 1) substr($0, p + 2) }'
+}
+randhex() { head -c "$1" /dev/urandom | od -An -v -tx1 | tr -d ' \n'; }
+# (fewer than the 64 peers an agent keeps: an address UCX takes is a
+# peer, if one nobody answers at)
+for pos in 0 1 2 3 4 5 6 7 8 12 16 24 32 48 $((alen / 2)) $((alen - 2)) $((alen - 1)); do
+	[ "$pos" -lt "$alen" ] || continue
+	fake "flipa$pos" addr "$(flip "$real" "$pos" 89abcdef01234567)"
+	[ "$pos" -gt 8 ] || fake "flipb$pos" addr "$(flip "$real" "$pos" 1032547698badcfe)"
+done
+for cut in 2 4 8 16 32 $((alen / 2)) $((alen - 8)) $((alen - 2)); do
+	fake "trunc$cut" addr "$(echo "$real" | cut -c1-"$cut")"
+done
+fake rand16 addr "$(randhex 16)"
+fake rand64 addr "$(randhex 64)"
+fake rand512 addr "$(randhex 512)"
+fake longer addr "${real}00ff00ff"
+fake oddlen addr "${real}0"
+fake nonhex addr "zz${real}"
+fake upper addr "$(echo "$real" | tr a-f A-F)"
+fake empty addr '""'
+fake secshort secret abcd
+fake seclong secret "${sec2}00"
+fake secnonhex secret "$(echo "$sec2" | cut -c2-)g"
+fake incword inc twelve
+fake inctail inc 12abc
+fake incneg inc -5
+fake inczero inc 0
+fake incbig inc 99999999999999999999999
+fake incspace inc '" 12"'
+fake capword capacity lots
+fake caphuge capacity 184467440737095516160
+fake protobin proto '"2\x00"'
+fake protolong proto "$(randhex 40)"
+fake poolbin pool '"a\tb"'
+fake noaddr
+echo "hdel kvpool:node:noaddr addr" >>"$KC_DIR/fakes"
+cat >>"$KC_DIR/fakes" <<-'END'
+	del kvpool:node:strtype kvpool:node:listtype
+	set kvpool:node:strtype garbage
+	rpush kvpool:node:listtype a b c
+	sadd kvpool:members strtype listtype "bad name" "x%s%n" "ctl\x01"
+END
+longname=$(head -c 100 /dev/zero | tr '\0' n)
+echo "sadd kvpool:members $longname" >>"$KC_DIR/fakes"
+fakes="$fakes strtype listtype"
+kc_redis <"$KC_DIR/fakes" >/dev/null
+# fakex NAME FILE: an address of any bytes and any size (through -x)
+fakex() {
+	kc_redis del "kvpool:node:$1" >/dev/null
+	kc_redis -x hset "kvpool:node:$1" addr <"$2" >/dev/null
+	kc_redis hset "kvpool:node:$1" secret "$sec2" proto "$proto2" \
+		inc 6999 >/dev/null
+	kc_redis sadd kvpool:members "$1" >/dev/null
+	nfake=$((nfake + 1))
+	fakes="$fakes $1"
+}
+head -c 300 /dev/urandom >"$KC_DIR/bin"
+fakex binary "$KC_DIR/bin"
+randhex 600000 >"$KC_DIR/huge"
+fakex huge "$KC_DIR/huge"
+# every fake judged by every agent: one line per fake in each log
+judged() {
+	kill -0 "$(kc_agent_pid "$1")" 2>/dev/null || return 0
+	for f in $fakes; do
+		grep -q "peer $f[: ]" "$KC_LOGDIR/kvpt.$(kc_pool "$1").log" || return 1
+	done
+}
+for n in 1 2 3; do
+	kc_wait 60 judged "$n" || fail "node $n did not judge every fake entry (or died)"
+done
+# two markers judged later: every member was read again in between
+for m in mark1 mark2; do
+	: >"$KC_DIR/fakes"
+	fake "$m" inc notanumber
+	kc_redis <"$KC_DIR/fakes" >/dev/null
+	for n in 1 2 3; do
+		kc_wait 20 sh -c "grep -q 'peer $m: ' '$KC_LOGDIR/kvpt.$(kc_pool "$n").log'" ||
+			fail "node $n did not judge $m"
+	done
+done
+for n in 1 2 3; do
+	kill -0 "$(kc_agent_pid "$n")" 2>/dev/null || fail "node $n's agent died of a garbage node entry"
+done
+for n in 1 2 3; do
+	for f in $fakes; do
+		c=$(grep -c "peer $f: node entry refused" "$KC_LOGDIR/kvpt.$(kc_pool "$n").log")
+		[ "$c" -le 1 ] || fail "node $n logged the bad entry of $f $c times"
+	done
+done
+echo "refused on node 2: $(grep -c 'node entry refused' "$KC_LOGDIR/kvpt.$(kc_pool 2).log") of $nfake fakes; bad peers now $(stat 2 bad_peers)"
+[ "$(stat 2 bad_peers)" -gt 30 ] 2>/dev/null || fail "bad peers not counted: $(stat 2 bad_peers)"
+r=$(kc_node 1 put m1 gb 0 20 65536); echo "node1 $r"
+r=$(kc_node 2 wait m1 gb 0 20 10000); echo "node2 $r"
+r=$(kc_node 2 get m1 gb 0 20 65536); echo "node2 $r"
+[ "$(field ok "$r")" = 20 ] && [ "$(field wrong "$r")" = 0 ] || fail "node 2 reads node 1 among garbage: $r"
+r=$(kc_node 2 put m1 gc 0 20 65536)
+r=$(kc_node 3 wait m1 gc 0 20 10000); echo "node3 $r"
+r=$(kc_node 3 get m1 gc 0 20 65536); echo "node3 $r"
+[ "$(field ok "$r")" = 20 ] && [ "$(field wrong "$r")" = 0 ] || fail "node 3 reads node 2 among garbage: $r"
+for f in $fakes mark1 mark2; do
+	kc_redis del "kvpool:node:$f" >/dev/null
+	kc_redis srem kvpool:members "$f" >/dev/null
+done
+kc_redis srem kvpool:members "bad name" "x%s%n" "$(printf 'ctl\001')" \
+	"$longname" >/dev/null
+[ "$(kc_redis scard kvpool:members)" -le 3 ] || fail "fakes left: $(kc_redis smembers kvpool:members | tr '\n' ' ')"
+
+echo "== 9. delete and re-put within one publish interval (issue 25, item 5)"
+# node 3 again with a 60 s TTL: it compares its hash's length with what it
+# published only every 20 s, so a key the directory lost stays lost here
+kc_agent_stop 3
+KC_TTL=60000 KC_DRAM=512M kc_agent 3 --cluster-publish-ms 200 || fail "node 3's agent did not restart"
+r=$(kc_node 3 put m1 rp 0 50 65536); echo "node3 $r"
+r=$(kc_node 2 wait m1 rp 0 50 10000); echo "node2 $r"
+[ "$(field remote "$r")" = 50 ] || fail "node 3's pages are not in the directory: $r"
+p0=$(stat 3 published)
+r=$(kc_node 3 reput m1 rp 0 50 65536); echo "node3 $r"
+[ "$(field ok "$r")" = 50 ] || fail "re-put: $r"
+# the passes that saw the re-puts are over once all 50 are published
+pub3() { [ "$(stat 3 published)" -ge $((p0 + 50)) ]; }
+kc_wait 10 pub3 || fail "node 3 did not publish its re-puts"
+r=$(kc_node 2 wait m1 rp 0 50 3000); echo "node2 $r"
+[ "$(field remote "$r")" = 50 ] || fail "a delete and re-put in one interval unpublished a present key: $r"
+# many passes: deletes and re-puts spread over several of them
+r=$(kc_node 3 reput m1 rp 0 50 65536 100); echo "node3 $r"
+r=$(kc_node 2 wait m1 rp 0 50 5000); echo "node2 $r"
+[ "$(field remote "$r")" = 50 ] || fail "re-puts across passes unpublished present keys: $r"
+r=$(kc_node 2 get m1 rp 0 50 65536); echo "node2 $r"
+[ "$(field ok "$r")" = 50 ] && [ "$(field wrong "$r")" = 0 ] || fail "re-put pages read from node 2: $r"
+# killed and restarted at once on its segment: its claim on the name is
+# still in Redis (60 s), and it is its own: it takes it back at once
+kc_agent_stop 3 KILL
+KC_TTL=60000 KC_DRAM=512M kc_agent 3 --cluster-publish-ms 200 || fail "node 3's agent did not restart"
+up3() { [ "$(stat 3 state)" = up ]; }
+kc_wait 10 up3 || fail "node 3 did not take its own name back: $(stat 3 state)"
+[ "$(stat 3 name_clash)" = 0 ] || fail "node 3 saw its own claim as a clash"
+# a republish (node 1's hash has a field it did not publish) replaces the
+# hash in one step: never deleted, never empty
+kc_redis monitor >"$KC_DIR/monitor" 2>&1 &
+mon=$!
+kc_wait 10 sh -c "grep -q OK '$KC_DIR/monitor'" || fail "redis-cli monitor did not start"
+kc_redis hset kvpool:dir:node1 bogus 1 >/dev/null
+nobogus() { [ "$(kc_redis hexists kvpool:dir:node1 bogus)" = 0 ]; }
+kc_wait 10 nobogus || fail "node 1 did not republish"
+kill "$mon"; wait "$mon" 2>/dev/null
+grep -E '"(DEL|UNLINK|HDEL)" "kvpool:dir:node1"' "$KC_DIR/monitor" | head -3 | grep . &&
+	fail "a republish deleted node 1's hash (readers saw it empty)"
+grep -q '"RENAME" "kvpool:dir:node1:new" "kvpool:dir:node1"' "$KC_DIR/monitor" ||
+	fail "node 1's republish did not swap in its new hash"
+r=$(kc_node 2 get m1 gb 0 20 65536); echo "node2 $r"
+[ "$(field ok "$r")" = 20 ] || fail "after node 1's republish: $r"
+
+echo "== 10. Redis error replies (issue 25, item 7)"
+log1=$KC_LOGDIR/kvpt.$(kc_pool 1).log
+# WRONGTYPE: node 1's directory key is a string
+l0=$(grep -c WRONGTYPE "$log1")
+e0=$(stat 1 dir_errors)
+kc_redis set kvpool:dir:node1 notahash >/dev/null
+r=$(kc_node 1 put m1 wt 0 10 65536); echo "node1 $r"
+errs1() { [ "$(stat 1 dir_errors)" -gt "$1" ]; }
+kc_wait 10 errs1 "$e0" || fail "a WRONGTYPE reply was not counted as a directory error"
+[ "$(grep -c WRONGTYPE "$log1")" -gt "$l0" ] || fail "a WRONGTYPE reply was not logged"
+# it repairs its hash (replaces the string) and publishes
+r=$(kc_node 2 wait m1 wt 0 10 20000); echo "node2 $r"
+[ "$(field remote "$r")" = 10 ] || fail "node 1 did not publish after the WRONGTYPE: $r"
+[ "$(grep -c WRONGTYPE "$log1")" -le $((l0 + 1)) ] || fail "WRONGTYPE logged more than once"
+# OOM: Redis refuses every write; nothing counts as published
+l0=$(grep -c OOM "$log1")
+kc_redis config set maxmemory-policy noeviction >/dev/null
+kc_redis config set maxmemory 1 >/dev/null
+e0=$(stat 1 dir_errors)
+p0=$(stat 1 published)
+r=$(kc_node 1 put m1 oom 0 10 65536); echo "node1 $r"
+kc_wait 10 errs1 $((e0 + 1)) || fail "OOM replies were not counted as directory errors"
+p1=$(stat 1 published)
+kc_redis config set maxmemory 0 >/dev/null
+[ "$p1" = "$p0" ] || fail "pages counted as published while Redis refused them ($p0 -> $p1)"
+[ "$(grep -c OOM "$log1")" = $((l0 + 1)) ] || fail "OOM not logged exactly once: $(grep -c OOM "$log1")"
+r=$(kc_node 2 wait m1 oom 0 10 20000); echo "node2 $r"
+[ "$(field remote "$r")" = 10 ] || fail "node 1 did not publish after the OOM: $r"
+
+echo "== 11. two agents with the same --node (issue 25, item 7)"
+addr1=$(kc_redis hget kvpool:node:node1 addr)
+h1=$(kc_redis hlen kvpool:dir:node1)
+kc_agent 4 --node node1 || fail "node 4's agent did not start"
+clash4() { [ "$(stat 4 name_clash)" -ge "$1" ] 2>/dev/null; }
+kc_wait 15 clash4 1 || fail "the second agent named node1 did not report a clash: $(stat 4 name_clash)"
+grep -q "node name 'node1' is taken" "$KC_LOGDIR/kvpt.$(kc_pool 4).log" || fail "no clash in node 4's log"
+[ "$(stat 4 state)" = clash ] || fail "node 4's state: $(stat 4 state)"
+kc_node 4 put m1 imp 0 5 4096 >/dev/null
+c=$(stat 4 name_clash)
+kc_wait 15 clash4 $((c + 1)) || fail "node 4 does not keep retrying its claim"
+[ "$(kc_redis hget kvpool:node:node1 addr)" = "$addr1" ] || fail "the second agent wrote node 1's node entry"
+[ "$(kc_redis hlen kvpool:dir:node1)" = "$h1" ] || fail "node 1's directory changed under the clash: $h1 -> $(kc_redis hlen kvpool:dir:node1)"
+r=$(kc_node 2 get m1 gb 0 20 65536); echo "node2 $r"
+[ "$(field ok "$r")" = 20 ] && [ "$(field wrong "$r")" = 0 ] || fail "node 1's pages during the clash: $r"
+kc_agent_stop 4
+[ "$(kc_redis exists kvpool:node:node1 kvpool:dir:node1)" = 2 ] || fail "the second agent's stop removed node 1's entries"
+
+echo "== 12. clean stop, check"
 for n in 1 2; do
 	kc_in "$n" "$KC_BIN/kvpool" --pool "$(kc_pool "$n")" check >"$KC_DIR/check$n" 2>&1 ||
 		{ fail "kvpool check on node $n"; cat "$KC_DIR/check$n"; }
@@ -200,7 +444,7 @@ kc_agent_stop 1
 [ "$(kc_redis exists kvpool:node:node1 kvpool:dir:node1 2>/dev/null)" = 0 ] ||
 	fail "node 1's entries stayed after its clean stop"
 kc_agent_stop 2
-for n in 1 2 3; do
+for n in 1 2 3 4; do
 	grep -E "AddressSanitizer|runtime error|LeakSanitizer|ThreadSanitizer" "$KC_LOGDIR/kvpt.$(kc_pool "$n").log" &&
 		fail "sanitizer report in node $n's log"
 done
