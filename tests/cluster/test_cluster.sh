@@ -14,8 +14,8 @@
 #     read, right bytes, one directory round trip for the batch
 #  3. a stale directory entry (deleted on the owner, which publishes every
 #     300 ms) reads as a MISS
-#  4. a lease that runs out (node 3 grants 1 ms leases): FAILED, never
-#     wrong bytes
+#  4. leases shorter than a transfer (node 3 grants 1 ms leases): renewed
+#     while the bytes move; right bytes or FAILED, never wrong ones
 #  5. node 3's agent killed mid-batch: node 2's reader gets clean statuses
 #     (no wrong byte, no hang) and node 3 leaves the directory within the
 #     TTL; restarted on its segment, it serves its pages again
@@ -127,12 +127,15 @@ r=$(kc_node 2 get m1 st 0 20 65536); echo "node2 $r"
 [ "$(field miss "$r")" = 20 ] && [ "$(field wrong "$r")" = 0 ] || fail "deleted pages: $r"
 echo "stale entries seen: $(stat 2 stale)"
 
-echo "== 4. leases that run out (node 3: 1 ms)"
+echo "== 4. leases shorter than a transfer (node 3: 1 ms)"
+# the owner renews a send's lease while the peer takes the bytes (a lease
+# that lapsed between two renewals leaves bytes the CRC refuses): right
+# bytes or FAILED, never wrong ones
 kc_node 3 put m1 ls 0 10 4194304 >/dev/null
 kc_node 2 wait m1 ls 0 10 5000 >/dev/null
 r=$(kc_node 2 get m1 ls 0 10 4194304); echo "node2 $r"
-[ "$(field wrong "$r")" = 0 ] && [ "$(field ok "$r")" = 0 ] && [ "$(field failed "$r")" = 10 ] ||
-	fail "expired leases: $r"
+[ "$(field wrong "$r")" = 0 ] && [ $(( $(field ok "$r") + $(field failed "$r") )) = 10 ] ||
+	fail "1 ms leases: $r"
 
 echo "== 5. node 3's agent killed mid-batch"
 # node 3 again, with the default leases (a restart: it re-attaches)
