@@ -62,7 +62,8 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 /* 5.0: the layout signature covers every field's offset; 7.0: SSD drives,
  * the arena populated behind the ready agent; 10.0: the cluster thread's
  * heartbeat, 32 cluster counters; 11.0: the HBM helper's socket name has an
- * unguessable part (gs_nonce), the header two pages */
+ * unguessable part (gs_nonce), the header two pages; each drive id records
+ * its directory (h_drive_dir_*) */
 #define KVP_ABI_MAJOR 11
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
@@ -75,8 +76,13 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 #define KVP_POOL_NAME_MAX 64u
 
 /* SSD drives: one SSD store per --ssd-dir, at most 16 (a location's top 4
- * bits name the drive) */
+ * bits name the drive: its id, stable across restarts; the store's
+ * location in the rest) */
 #define KVP_SSD_DRIVES 16u
+#define KVP_DRV_SHIFT 60
+#define KVP_DRV_OF(loc) ((unsigned)((loc) >> KVP_DRV_SHIFT))
+#define KVP_DRV_RAW(loc) ((loc) & ((1ull << KVP_DRV_SHIFT) - 1))
+#define KVP_DRV_LOC(id, raw) (((uint64_t)(id) << KVP_DRV_SHIFT) | (raw))
 enum kvp_drive_state {
 	KVP_DRIVE_NONE = 0,    /* no such drive */
 	KVP_DRIVE_OK = 1,      /* serving reads and writes */
@@ -440,6 +446,13 @@ struct kvp_shm_header {
 	kvp_aword_t h_drive_state[KVP_SSD_DRIVES];
 	kvp_aword_t h_drive_used[KVP_SSD_DRIVES];  /* on-disk bytes */
 	kvp_aword_t h_drive_total[KVP_SSD_DRIVES]; /* its capacity */
+	/* the directory whose records a drive id's locations name (st_dev,
+	 * st_ino as the agent opened it; 0 = none), written by the agent
+	 * only: an agent that re-attaches compares, and entries naming an id
+	 * whose directory changed (a copied DRIVE file, a replaced
+	 * directory) lose their SSD copy (agent/drives.c, I32) */
+	kvp_aword_t h_drive_dir_dev[KVP_SSD_DRIVES];
+	kvp_aword_t h_drive_dir_ino[KVP_SSD_DRIVES];
 	/* the HBM tier: one slot per GPU the agent serves (--hbm-gpu),
 	 * written by the agent only (design.md, "The HBM tier") */
 	struct kvp_gpu_slot h_gpu[KVP_GPU_MAX];
@@ -856,7 +869,8 @@ struct kvp_dram_hdr {
 	X(kvp_shm_header, h_ssd_used_bytes) X(kvp_shm_header, h_ssd_live_bytes) \
 	X(kvp_shm_header, h_ssd_total_bytes) X(kvp_shm_header, h_metrics_port) \
 	X(kvp_shm_header, h_drive_state) X(kvp_shm_header, h_drive_used)     \
-	X(kvp_shm_header, h_drive_total) X(kvp_shm_header, h_gpu)
+	X(kvp_shm_header, h_drive_total) X(kvp_shm_header, h_drive_dir_dev)  \
+	X(kvp_shm_header, h_drive_dir_ino) X(kvp_shm_header, h_gpu)
 #define KVP_FIELDS_CLIENT_SLOT(X)                                            \
 	X(kvp_client_slot, cs_state) X(kvp_client_slot, cs_pid)              \
 	X(kvp_client_slot, cs_start_time) X(kvp_client_slot, cs_open_ns)     \

@@ -198,9 +198,11 @@ test_docs_table(void **state)
 /*
  * ABI 11: the HBM helper's socket name has an unguessable part, drawn by
  * the helper and published in its GPU slot (gs_nonce); the header's
- * region is two pages (KVP_HEADER_BYTES: the slots outgrew one).
+ * region is two pages (KVP_HEADER_BYTES: the slots outgrew one); each
+ * drive id records the directory its locations name (h_drive_dir_dev,
+ * h_drive_dir_ino).
  */
-#define KVPT_LAYOUT_SIG_ABI11 0xde11f1669e4bdeb4ull
+#define KVPT_LAYOUT_SIG_ABI11 0x3a0527fd7f863c02ull
 
 static void
 test_signature_recorded(void **state)
