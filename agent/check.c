@@ -207,6 +207,25 @@ kvp_chk_same_key(const struct kvp_seg *s, uint64_t a, uint64_t b)
 	return true;
 }
 
+/* I32: slot i's SSD copy (location ssd) names a drive id some directory
+ * serves (the agent records it, h_drive_dir_*, before it recovers; an
+ * agent that finds entries naming an id no directory serves, or another
+ * directory than theirs, drops their SSD copy first).  One that names a
+ * refused or missing drive reads nothing there. */
+static void
+kvp_chk_drive(struct kvp_chk *k, uint64_t i, uint64_t ssd)
+{
+	unsigned d = KVP_DRV_OF(ssd);
+
+	/* relaxed: the agent's record, written before any entry names it */
+	if (!kvp_load_relaxed(&k->s->hdr->h_drive_dir_ino[d]))
+		kvp_chk_repairable(k, 32,
+				   "slot %llu: its SSD copy names drive %u, "
+				   "which no directory serves (refused or "
+				   "missing)",
+				   (unsigned long long)i, d);
+}
+
 static void
 kvp_chk_index(struct kvp_chk *k)
 {
@@ -339,6 +358,8 @@ kvp_chk_index(struct kvp_chk *k)
 				     (unsigned long long)i,
 				     (unsigned long long)loc);
 		}
+		if (ssd)
+			kvp_chk_drive(k, i, ssd);
 		if (st == KVP_IX_READY && keys)
 			keys[nkeys++] = (struct kvp_chk_key){ hash, i };
 	}

@@ -31,8 +31,10 @@
  * agent runs is GONE until restart (no writes; what it still has open
  * reads).  A directory that cannot be opened at start is MISSING: the pool
  * starts with the others, and entries naming it lose their SSD copy
- * (kvp_recover_lost_agent).  Every change is logged and published in the
- * header (h_drive_*: `kvpool stat`, /metrics).
+ * (kvp_recover_lost_agent); so do entries naming an id another directory
+ * serves now than the one the segment recorded (kvp_drv_adopt_dirs: a
+ * copied DRIVE file listed first).  Every change is logged and published
+ * in the header (h_drive_*: `kvpool stat`, /metrics).
  *
  * Recovery runs one thread per drive (the scans read the disks in
  * parallel); their callbacks into the index are serialised by a mutex.
@@ -373,6 +375,60 @@ kvp_drv_assign_ids(struct kvp_drives *dv, int *ids)
 	}
 }
 
+/* Which directory each id names, against what the segment recorded.  On
+ * a re-attach, entries naming an id whose directory is not the one that
+ * served it (another directory claims the id: a DRIVE file copied from
+ * that drive and listed first; the directory was replaced; no directory
+ * serves the id now) lose their SSD copy before recovery: a read would go
+ * to another directory's records (FAILED for ever, and a put of the key
+ * EEXIST), and that directory's own records are recovered under the id
+ * instead.  Then each id records its directory (0: none).  Dropping
+ * first: an agent that dies between the two drops again. */
+static void
+kvp_drv_adopt_dirs(struct kvp_drives *dv)
+{
+	struct kvp_agent *a = dv->a;
+	struct kvp_shm_header *h = a->seg.hdr;
+	unsigned j, stale = 0;
+	uint64_t lost;
+
+	for (j = 0; j < KVP_SSD_DRIVES && !a->seg_created; j++) {
+		const struct kvp_drive *d = dv->by_id[j];
+		/* relaxed: the agent's own words (a predecessor's, ordered
+		 * by the segment lock we took) */
+		uint64_t dev = kvp_load_relaxed(&h->h_drive_dir_dev[j]);
+		uint64_t ino = kvp_load_relaxed(&h->h_drive_dir_ino[j]);
+
+		if (ino && (!d || !d->ssd || (uint64_t)d->dev != dev ||
+			    (uint64_t)d->ino != ino))
+			stale |= 1u << j;
+	}
+	lost = kvp_recover_drop_drives_agent(a, stale);
+	for (j = 0; j < KVP_SSD_DRIVES; j++) {
+		const struct kvp_drive *d = dv->by_id[j];
+		bool served = d && d->ssd;
+
+		if (stale >> j & 1)
+			kvp_log(KVP_LOG_WARN, "ssd",
+				"drive %u: %s is not the directory its entries "
+				"were written in (a copied DRIVE file? a "
+				"replaced directory?): they lose their SSD copy",
+				j, served ? d->dir : "no directory");
+		/* relaxed: read by the next agent (the segment lock orders
+		 * it) and by tools */
+		kvp_store_relaxed(&h->h_drive_dir_dev[j],
+				  served ? (uint64_t)d->dev : 0);
+		kvp_store_relaxed(&h->h_drive_dir_ino[j],
+				  served ? (uint64_t)d->ino : 0);
+	}
+	if (lost)
+		kvp_log(KVP_LOG_WARN, "ssd",
+			"%llu SSD-only entries named a drive that is not "
+			"theirs now: gone (a miss, never another drive's "
+			"record)",
+			(unsigned long long)lost);
+}
+
 int
 kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out)
 {
@@ -453,6 +509,7 @@ kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out)
 		kvp_drv_close_agent(dv);
 		return rc ? rc : -ENOENT;
 	}
+	kvp_drv_adopt_dirs(dv);
 	/* recovery: one thread per drive (one drive: this thread) */
 	for (k = 0; k < dv->n; k++) {
 		struct kvp_drive *d = &dv->d[k];
@@ -484,6 +541,14 @@ kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out)
 			kvp_ssd_close_agent(d->ssd);
 			d->ssd = NULL;
 			kvp_drv_set(dv, d, KVP_DRIVE_MISSING, why);
+			/* what it reported names a drive that serves
+			 * nothing: gone (I32) */
+			kvp_recover_drop_drives_agent(a, 1u << d->id);
+			/* relaxed: as in kvp_drv_adopt_dirs */
+			kvp_store_relaxed(&a->seg.hdr->h_drive_dir_dev[d->id],
+					  0);
+			kvp_store_relaxed(&a->seg.hdr->h_drive_dir_ino[d->id],
+					  0);
 			if (--open == 0)
 				rc = (int)d->recovered;
 			continue;

@@ -12,7 +12,9 @@
  *    socket, fd 3), or why not (hm_status: -ENOTSUP no runtime, -ENODEV no
  *    device or driver, -ENOMEM, -EIO);
  *  - serves the pool to workers on the abstract socket named for the pool,
- *    the GPU slot and its generation (tiers/kvp_hbm.h): one message and
+ *    the GPU slot, its generation and a nonce it draws (getrandom; the
+ *    agent publishes it, so no one can bind the name first,
+ *    tiers/kvp_hbm.h): one message and
  *    the pool's descriptor (SCM_RIGHTS), to peers of the segment owner's
  *    uid, root, or the segment's group when the segment is group-shared;
  *  - copies values into the block when the agent asks (struct
@@ -29,6 +31,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 
 #include "kvpool.h"
@@ -198,8 +201,14 @@ main(int argc, char **argv)
 		fail(&m, -ENOTCONN, "kvp_open", 0);
 	if (fstat(c->seg.fd, &seg) < 0)
 		fail(&m, -EIO, "fstat of the segment", 0);
+	/* the name's unguessable part (never 0: 0 is "none" to workers) */
+	do {
+		if (getrandom(&m.hm_nonce, sizeof(m.hm_nonce), 0) !=
+		    (ssize_t)sizeof(m.hm_nonce))
+			fail(&m, -EIO, "getrandom", 0);
+	} while (!m.hm_nonce);
 	ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	sl = kvp_hbm_addr(&sa, pool, slot, gen);
+	sl = kvp_hbm_addr(&sa, pool, slot, gen, m.hm_nonce);
 	if (ls < 0 || !sl || bind(ls, (struct sockaddr *)&sa, sl) < 0 ||
 	    listen(ls, 64) < 0)
 		fail(&m, -EIO, "the pool's socket", 0);

@@ -65,6 +65,7 @@ struct kvp_hbm_gpu {
 	pid_t pid;
 	int ctl;
 	uint64_t gen;
+	uint64_t nonce; /* its socket name's unguessable part (gs_nonce) */
 	uint64_t restart_ns, backoff_ms;
 	bool off_for_good; /* no runtime or device: said once */
 	uint64_t bytes, unit, nunits, nfree, cursor;
@@ -96,6 +97,7 @@ kvp_hbm_publish_state(struct kvp_agent *a, struct kvp_hbm_gpu *g, int st)
 		kvp_store_relaxed(&gs->gs_unit, g->unit);
 		kvp_store_relaxed(&gs->gs_used, 0);
 		kvp_store_relaxed(&gs->gs_pid, (uint64_t)g->pid);
+		kvp_store_relaxed(&gs->gs_nonce, g->nonce);
 		kvp_store_relaxed(&gs->gs_copies, 0);
 	}
 	/* release: the fields above before UP; readers acquire the word
@@ -178,10 +180,15 @@ kvp_hbm_clear_words(struct kvp_agent *a, unsigned k)
 static void
 kvp_hbm_down(struct kvp_agent *a, struct kvp_hbm_gpu *g, const char *why)
 {
+	bool was_up = g->state == KVP_GPU_UP;
 	int st;
 
 	char buf[48];
 
+	/* DOWN before the reap: while the slot says UP its gs_pid is our
+	 * unreaped child's, never a pid another process got since (workers
+	 * take the pool only from that pid, tiers/kvp_hbm.h) */
+	kvp_hbm_publish_state(a, g, KVP_GPU_DOWN);
 	if (g->ctl >= 0)
 		close(g->ctl);
 	g->ctl = -1;
@@ -197,13 +204,12 @@ kvp_hbm_down(struct kvp_agent *a, struct kvp_hbm_gpu *g, const char *why)
 		}
 	}
 	g->pid = 0;
-	if (g->state == KVP_GPU_UP)
+	if (was_up)
 		kvp_log(KVP_LOG_WARN, "hbm",
 			"GPU %d: helper gone (%s): its %zu HBM copies "
 			"(generation %llu) are dropped; restarting in %llu ms",
 			g->device, why, g->nal, (unsigned long long)g->gen,
 			(unsigned long long)g->backoff_ms);
-	kvp_hbm_publish_state(a, g, KVP_GPU_DOWN);
 	kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_HBM_HELPER_DEATHS], 1);
 	kvp_hbm_clear_words(a, g->k);
 	free(g->used);
@@ -400,6 +406,9 @@ kvp_hbm_ready(struct kvp_agent *a, struct kvp_hbm_gpu *g)
 
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		return;
+	/* ready without a nonce: not a helper of this build */
+	if (n == (ssize_t)sizeof(m) && !m.hm_status && !m.hm_nonce)
+		m.hm_status = -EPROTO;
 	if (n != (ssize_t)sizeof(m) || m.hm_magic != KVP_HBM_MSG_MAGIC ||
 	    m.hm_status) {
 		int st = n == (ssize_t)sizeof(m) ? m.hm_status : -EIO;
@@ -418,6 +427,7 @@ kvp_hbm_ready(struct kvp_agent *a, struct kvp_hbm_gpu *g)
 		return;
 	}
 	g->bytes = m.hm_bytes;
+	g->nonce = m.hm_nonce;
 	g->unit = a->seg.g.g_dram_unit > KVP_HBM_UNIT_MIN ?
 			  a->seg.g.g_dram_unit :
 			  KVP_HBM_UNIT_MIN;
@@ -668,13 +678,16 @@ kvp_hbm_round_agent(struct kvp_agent *a)
 		else if (!g->off_for_good && g->ctl < 0 && now >= g->restart_ns)
 			kvp_hbm_spawn(a, H, g);
 		if (g->state == KVP_GPU_UP) {
-			int st;
+			siginfo_t si;
 
 			/* a helper that died without closing (a stopped
 			 * process keeps its socket open: only its exit
-			 * counts) */
-			if (waitpid(g->pid, &st, WNOHANG) == g->pid) {
-				g->pid = 0;
+			 * counts); WNOWAIT: kvp_hbm_down reaps it after
+			 * DOWN */
+			si.si_pid = 0;
+			if (waitid(P_PID, (id_t)g->pid, &si,
+				   WEXITED | WNOHANG | WNOWAIT) == 0 &&
+			    si.si_pid == g->pid) {
 				kvp_hbm_down(a, g, "exited");
 				continue;
 			}
@@ -697,6 +710,8 @@ kvp_hbm_stop_agent(struct kvp_agent *a)
 		uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC);
 		int st;
 
+		/* OFF before the reap (as kvp_hbm_down's DOWN) */
+		kvp_hbm_publish_state(a, g, KVP_GPU_OFF);
 		if (g->ctl >= 0)
 			close(g->ctl); /* the helper exits on its end */
 		g->ctl = -1;
@@ -711,7 +726,6 @@ kvp_hbm_stop_agent(struct kvp_agent *a)
 			nanosleep(&ts, NULL); /* poll of a bounded wait */
 		}
 		g->pid = 0;
-		kvp_hbm_publish_state(a, g, KVP_GPU_OFF);
 		free(g->used);
 		free(g->al);
 	}

@@ -398,9 +398,28 @@ kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc, uint64_t new_loc)
 		t->nkeep = 0;
 }
 
+/* Entry i (word w, its SSD location read) loses its SSD copy: a
+ * DRAM-resident one keeps its value, an SSD-only one has nothing left to
+ * read and leaves the index.  1 if it left.  At start only (no tier
+ * threads yet). */
+static unsigned
+kvp_recover_lose_ssd(struct kvp_seg *s, uint64_t i, uint64_t w)
+{
+	if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) ==
+	    KVP_TIER_DRAM) {
+		/* relaxed: this thread writes locations (no threads yet) */
+		kvp_store_relaxed(&s->entries[i].e_ssd, 0);
+		return 0;
+	}
+	if (!kvp_ix_remove(s, i, w))
+		return 0;
+	kvp_ix_count_give(s);
+	return 1;
+}
+
 /* After recovery: entries whose SSD copy did not survive (its segment is
- * gone: given back by the store, or lost) lose it; an SSD-only one has
- * nothing left to read and leaves the index.  A re-attaching agent only. */
+ * gone: given back by the store, or lost) lose it.  A re-attaching agent
+ * only. */
 void
 kvp_recover_lost_agent(struct kvp_agent *a)
 {
@@ -417,19 +436,39 @@ kvp_recover_lost_agent(struct kvp_agent *a)
 		     KVP_IX_STATE(w) != KVP_IX_DELETED) ||
 		    !ssd || kvp_drv_has_segment_agent(a->tier->ssd, ssd))
 			continue;
-		if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) ==
-		    KVP_TIER_DRAM) {
-			/* relaxed: as above */
-			kvp_store_relaxed(&s->entries[i].e_ssd, 0);
-		} else if (kvp_ix_remove(s, i, w)) {
-			kvp_ix_count_give(s);
-			lost++;
-		}
+		lost += kvp_recover_lose_ssd(s, i, w);
 	}
 	if (lost)
 		kvp_log(KVP_LOG_WARN, "ssd",
 			"%llu entries lost their SSD segment",
 			(unsigned long long)lost);
+}
+
+/* Before recovery: entries whose SSD location names a drive id in ids (a
+ * bit per id: its directory is not the one the locations were written
+ * in, or none serves it) lose their SSD copy, so that no read goes to
+ * another directory's records under their id (I32) and the directory
+ * that has the id now recovers its own records into the index.  Returns
+ * the entries that left.  A re-attaching agent only. */
+uint64_t
+kvp_recover_drop_drives_agent(struct kvp_agent *a, unsigned ids)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t i, lost = 0;
+
+	for (i = 0; ids && i < s->g.g_index_slots; i++) {
+		/* acquire: the publish */
+		uint64_t w = kvp_load_acquire(&s->meta[i]);
+		/* relaxed: this thread writes locations (no threads yet) */
+		uint64_t ssd = kvp_load_relaxed(&s->entries[i].e_ssd);
+
+		if ((KVP_IX_STATE(w) != KVP_IX_READY &&
+		     KVP_IX_STATE(w) != KVP_IX_DELETED) ||
+		    !ssd || !(ids >> KVP_DRV_OF(ssd) & 1))
+			continue;
+		lost += kvp_recover_lose_ssd(s, i, w);
+	}
+	return lost;
 }
 
 /* What a dead predecessor left in flight: its reads died with it (spans

@@ -69,13 +69,9 @@ _Static_assert(KVP_TIER_MAX_OPS <= UINT16_MAX, "per-slot op count width");
 
 /*
  * The drives (drives.c): one SSD store per --ssd-dir.  A location names its
- * drive in its top 4 bits (the drive's id, stable across restarts), the
- * store's location in the rest.
+ * drive in its top 4 bits (KVP_DRV_OF, shm/kvp_shm.h: the drive's id,
+ * stable across restarts), the store's location in the rest.
  */
-#define KVP_DRV_SHIFT 60
-#define KVP_DRV_OF(loc) ((unsigned)((loc) >> KVP_DRV_SHIFT))
-#define KVP_DRV_RAW(loc) ((loc) & ((1ull << KVP_DRV_SHIFT) - 1))
-#define KVP_DRV_LOC(id, raw) (((uint64_t)(id) << KVP_DRV_SHIFT) | (raw))
 
 struct kvp_drives;
 struct kvp_wait;
@@ -250,6 +246,7 @@ int kvp_evict_segment_cb(void *arg, struct kvp_drive *d, uint32_t seg);
 void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
 		     uint64_t new_loc);
 void kvp_recover_lost_agent(struct kvp_agent *a);
+uint64_t kvp_recover_drop_drives_agent(struct kvp_agent *a, unsigned ids);
 void kvp_recover_in_flight_agent(struct kvp_agent *a);
 
 /* victim.c: the verdict of the CHECK protocol on one candidate */

@@ -702,17 +702,21 @@ kvp__dev_free(struct kvp_dev_copy *x)
 
 /* ---- HBM copies (docs/design.md, "The HBM tier") ---- */
 
-/* Import GPU slot k's pool at generation gen into r (under dr_mu): 0 or
- * a status; a failure is not retried for a second. */
+/* Import GPU slot k's pool at generation gen (UP: the caller acquired the
+ * state word) into r (under dr_mu): 0 or a status; a failure is not
+ * retried for a second.  Only from the helper the segment names: its pid
+ * and socket nonce (written before UP), of the segment owner's uid. */
 KVP_INLINE int
 kvp__hbm_import_locked(struct kvp_client *c, struct kvp__devreg *r, unsigned k,
 		       uint64_t gen)
 {
 	struct kvp__hbmimp *hi = &r->dr_hbm[k];
+	struct kvp_gpu_slot *gs = &c->seg.hdr->h_gpu[k];
 	struct kvp_cuda *cu = kvp_cuda();
 	struct kvp_hbm_msg m;
 	void *pool = NULL, *base = NULL;
-	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), hpid, nonce;
+	struct stat st;
 	unsigned j;
 	int fd = -1, rc;
 
@@ -722,7 +726,16 @@ kvp__hbm_import_locked(struct kvp_client *c, struct kvp__devreg *r, unsigned k,
 		return -ENOTCONN;
 	if (!cu->MemPoolCreate)
 		return -ENOTSUP;
-	rc = kvp_hbm_fetch(c->seg.hdr->h_pool, k, gen, &m, &fd);
+	/* relaxed: written before UP, which the caller acquired; a later
+	 * generation's values (the slot moved on meanwhile) name a helper
+	 * that serves another name or answers another generation: refused */
+	hpid = kvp_load_relaxed(&gs->gs_pid);
+	nonce = kvp_load_relaxed(&gs->gs_nonce);
+	if (fstat(c->seg.fd, &st) < 0 || hpid == 0 || hpid > INT32_MAX)
+		rc = -EPERM;
+	else
+		rc = kvp_hbm_fetch(c->seg.hdr->h_pool, k, gen, nonce,
+				   (pid_t)hpid, st.st_uid, &m, &fd);
 	if (!rc && cu->MemPoolImportFromShareableHandle(
 			   &pool, (void *)(uintptr_t)fd, KVP_CU_HANDLE_POSIX_FD,
 			   0) != KVP_CU_OK)

@@ -61,19 +61,28 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
 #define KVP_SHM_MAGIC 0x4c4f4f5056504b01ull /* "\1KVPPOOL" little endian */
 /* 5.0: the layout signature covers every field's offset; 7.0: SSD drives,
  * the arena populated behind the ready agent; 10.0: the cluster thread's
- * heartbeat, 32 cluster counters */
-#define KVP_ABI_MAJOR 10
+ * heartbeat, 32 cluster counters; 11.0: the HBM helper's socket name has an
+ * unguessable part (gs_nonce), the header two pages; each drive id records
+ * its directory (h_drive_dir_*) */
+#define KVP_ABI_MAJOR 11
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
 #define KVP_PAGE 4096u
+/* the header's region: two pages (ABI 10: the GPU slots outgrew one) */
+#define KVP_HEADER_BYTES (2u * KVP_PAGE)
 #define KVP_CACHELINE 64u
 #define KVP_KEY_MAX 255u
 #define KVP_POOL_NAME_MAX 64u
 
 /* SSD drives: one SSD store per --ssd-dir, at most 16 (a location's top 4
- * bits name the drive) */
+ * bits name the drive: its id, stable across restarts; the store's
+ * location in the rest) */
 #define KVP_SSD_DRIVES 16u
+#define KVP_DRV_SHIFT 60
+#define KVP_DRV_OF(loc) ((unsigned)((loc) >> KVP_DRV_SHIFT))
+#define KVP_DRV_RAW(loc) ((loc) & ((1ull << KVP_DRV_SHIFT) - 1))
+#define KVP_DRV_LOC(id, raw) (((uint64_t)(id) << KVP_DRV_SHIFT) | (raw))
 enum kvp_drive_state {
 	KVP_DRIVE_NONE = 0,    /* no such drive */
 	KVP_DRIVE_OK = 1,      /* serving reads and writes */
@@ -337,10 +346,16 @@ struct kvp_gpu_slot {
 	kvp_aword_t gs_bytes; /* the pool's block */
 	kvp_aword_t gs_unit;  /* allocation unit (bytes, a power of two) */
 	kvp_aword_t gs_used;  /* units allocated to copies (a statistic) */
-	kvp_aword_t gs_pid;   /* the helper's pid (for humans and the socket) */
+	/* the helper's pid: workers import the pool only from a socket
+	 * whose server (SO_PEERCRED) is this process */
+	kvp_aword_t gs_pid;
 	kvp_aword_t gs_copies; /* copies placed since it came up (a statistic) */
+	/* the unguessable part of the helper's socket name, drawn by the
+	 * helper at each start (tiers/kvp_hbm.h): no one can bind the name
+	 * before it */
+	kvp_aword_t gs_nonce;
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_gpu_slot) == 56, "gpu slot size");
+KVP_STATIC_ASSERT(sizeof(struct kvp_gpu_slot) == 64, "gpu slot size");
 
 /*
  * The HBM map (region KVP_R_HBMMAP): one word per index slot naming an
@@ -431,12 +446,19 @@ struct kvp_shm_header {
 	kvp_aword_t h_drive_state[KVP_SSD_DRIVES];
 	kvp_aword_t h_drive_used[KVP_SSD_DRIVES];  /* on-disk bytes */
 	kvp_aword_t h_drive_total[KVP_SSD_DRIVES]; /* its capacity */
+	/* the directory whose records a drive id's locations name (st_dev,
+	 * st_ino as the agent opened it; 0 = none), written by the agent
+	 * only: an agent that re-attaches compares, and entries naming an id
+	 * whose directory changed (a copied DRIVE file, a replaced
+	 * directory) lose their SSD copy (agent/drives.c, I32) */
+	kvp_aword_t h_drive_dir_dev[KVP_SSD_DRIVES];
+	kvp_aword_t h_drive_dir_ino[KVP_SSD_DRIVES];
 	/* the HBM tier: one slot per GPU the agent serves (--hbm-gpu),
 	 * written by the agent only (design.md, "The HBM tier") */
 	struct kvp_gpu_slot h_gpu[KVP_GPU_MAX];
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_shm_header) <= KVP_PAGE,
-		  "header is one page");
+KVP_STATIC_ASSERT(sizeof(struct kvp_shm_header) <= KVP_HEADER_BYTES,
+		  "header fits its region");
 KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_magic) == 0, "magic first");
 KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_abi_major) == 8,
 		  "abi at 8");
@@ -853,7 +875,8 @@ struct kvp_dram_hdr {
 	X(kvp_shm_header, h_ssd_used_bytes) X(kvp_shm_header, h_ssd_live_bytes) \
 	X(kvp_shm_header, h_ssd_total_bytes) X(kvp_shm_header, h_metrics_port) \
 	X(kvp_shm_header, h_drive_state) X(kvp_shm_header, h_drive_used)     \
-	X(kvp_shm_header, h_drive_total) X(kvp_shm_header, h_gpu)
+	X(kvp_shm_header, h_drive_total) X(kvp_shm_header, h_drive_dir_dev)  \
+	X(kvp_shm_header, h_drive_dir_ino) X(kvp_shm_header, h_gpu)
 #define KVP_FIELDS_CLIENT_SLOT(X)                                            \
 	X(kvp_client_slot, cs_state) X(kvp_client_slot, cs_pid)              \
 	X(kvp_client_slot, cs_start_time) X(kvp_client_slot, cs_open_ns)     \
@@ -892,7 +915,7 @@ struct kvp_dram_hdr {
 	X(kvp_gpu_slot, gs_state) X(kvp_gpu_slot, gs_device)                 \
 	X(kvp_gpu_slot, gs_bytes) X(kvp_gpu_slot, gs_unit)                   \
 	X(kvp_gpu_slot, gs_used) X(kvp_gpu_slot, gs_pid)                     \
-	X(kvp_gpu_slot, gs_copies)
+	X(kvp_gpu_slot, gs_copies) X(kvp_gpu_slot, gs_nonce)
 #define KVP_FIELDS_CLUSTER(X)                                                \
 	X(kvp_cluster, cl_state) X(kvp_cluster, cl_wake)                     \
 	X(kvp_cluster, cl_beat) X(kvp_cluster, cl_pub_lag_ns)                 \
@@ -968,7 +991,7 @@ kvp_layout_sig(void)
  * table; nothing else computes an offset.
  */
 enum kvp_region {
-	KVP_R_HEADER = 0, /* struct kvp_shm_header, one page */
+	KVP_R_HEADER = 0, /* struct kvp_shm_header, KVP_HEADER_BYTES */
 	KVP_R_CLIENTS,    /* struct kvp_client_slot[max_clients] */
 	KVP_R_HOLDS,      /* kvp_aword_t[max_clients][holds_per_client] */
 	KVP_R_META,       /* kvp_aword_t[index_slots]: index state words */
@@ -1030,7 +1053,7 @@ kvp__region_len(const struct kvp_geom *g, unsigned r, uint64_t *len)
 
 	switch (r) {
 	case KVP_R_HEADER:
-		a = KVP_PAGE;
+		a = KVP_HEADER_BYTES;
 		break;
 	case KVP_R_CLIENTS:
 		a = g->g_max_clients;

@@ -29,6 +29,7 @@ process.  Open a new Pool in the child.
 
 import array
 import ctypes
+import operator
 import os
 import threading
 import weakref
@@ -206,11 +207,56 @@ def buffer_address(obj, writable=False):
         return b.addr, b.nbytes
 
 
+# ---- arguments: every one checked here, never wrapped or truncated by
+# ctypes (which takes 2**64 as 0, -1 as 2**64-1, and a C string up to its
+# first NUL) ----
+
+
+def _is_int(v):
+    """An integer (int, numpy's): bytes(v) would be v NUL bytes."""
+    return hasattr(type(v), "__index__")
+
+
+def _bytes(v, what):
+    """str (UTF-8) or a bytes-like object as bytes; an integer (bool
+    included) is refused: bytes(5) is five NUL bytes, not a name."""
+    if isinstance(v, str):
+        return v.encode()
+    if isinstance(v, bytes):
+        return v
+    if _is_int(v):
+        raise TypeError(f"kvpool: {what} must be str or bytes, not {type(v).__name__}")
+    try:
+        return bytes(memoryview(v))
+    except TypeError:
+        raise TypeError(f"kvpool: {what} must be str or bytes, not {type(v).__name__}") from None
+
+
+def _cname(v, what):
+    """A name C reads as a string (pool, namespace): no NUL byte, which
+    would end it early (another pool's or namespace's name)."""
+    b = _bytes(v, what)
+    if b"\0" in b:
+        raise InvalidArgument(INVAL, None, f"{what} {v!r} holds a NUL byte")
+    return b
+
+
+def _uint(v, what, limit=1 << 64):
+    """v as an int in [0, limit): an integer, not a bool (True is no count
+    or address) nor a float (never truncated)."""
+    if isinstance(v, bool):
+        raise TypeError(f"kvpool: {what} must be an integer, not bool")
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise TypeError(f"kvpool: {what} must be an integer, not {type(v).__name__}") from None
+    if not 0 <= i < limit:
+        raise InvalidArgument(INVAL, None, f"{what} {i} is out of range (0 .. {limit - 1})")
+    return i
+
+
 def _key(key):
-    if isinstance(key, str):
-        key = key.encode()
-    elif not isinstance(key, bytes):
-        key = bytes(key)
+    key = _bytes(key, "a key")
     if not 1 <= len(key) <= KEY_MAX:
         raise InvalidArgument(INVAL, key, f"a key is 1..{KEY_MAX} bytes")
     return key
@@ -264,7 +310,7 @@ class Keys:
             lens = list(map(len, names))
             ok = lens.count(nl) == n
         if not ok or nl + min(self.slens) < 1 or nl + max(self.slens) > KEY_MAX:
-            enc = [k.encode() if isinstance(k, str) else bytes(k) for k in names]
+            enc = [_bytes(k, "a key name") for k in names]
             self.plain = [k + x for k in enc for x in raw]
             self.blob, self.nl = b"", 0
             return
@@ -297,7 +343,7 @@ _SUFFIXES = {}  # suffixes as given -> (as str, as bytes, their lengths)
 
 
 def _suffixes(suffixes):
-    raw = tuple(x.encode() if isinstance(x, str) else bytes(x) for x in suffixes)
+    raw = tuple(_bytes(x, "a key suffix") for x in suffixes)
     try:
         strs = tuple(x.decode("ascii") for x in raw)
     except UnicodeDecodeError:
@@ -450,8 +496,8 @@ class Pool:
             raise InvalidArgument(INVAL, None, "a namespace is required (model + KV layout)")
         self.pool = pool
         self.namespace = namespace
-        self._pool_b = pool.encode() if isinstance(pool, str) else bytes(pool)
-        self._ns_b = namespace.encode() if isinstance(namespace, str) else bytes(namespace)
+        self._pool_b = _cname(pool, "the pool name")
+        self._ns_b = _cname(namespace, "the namespace")
         self._epoch = _fork_epoch
         self._pid = os.getpid()
         self._local = threading.local()
@@ -569,8 +615,9 @@ class Pool:
             with _Buf(value, False) as b, c.lock:
                 rc = _lib.kvp_put(c.h, k, len(k), b.addr, b.nbytes)
         else:
+            addr, length = _uint(addr, "addr"), _uint(length or 0, "length")
             with c.lock:
-                rc = _lib.kvp_put(c.h, k, len(k), addr, length or 0)
+                rc = _lib.kvp_put(c.h, k, len(k), addr, length)
         if rc:
             self._check(c, rc, key)
 
@@ -581,10 +628,13 @@ class Pool:
         BufferTooSmall (whole-value read into a smaller buffer: nothing
         copied), Busy, Failed, TooLarge, Unavailable, InvalidArgument."""
         k = _key(key)
+        offset = _uint(offset, "offset")
+        if addr is not None:
+            addr, length = _uint(addr, "addr"), _uint(length or 0, "length")
         c = self._client()
         b = _Buf(buf, True) if addr is None else None
         try:
-            a, n = (b.addr, b.nbytes) if b else (addr, length or 0)
+            a, n = (b.addr, b.nbytes) if b else (addr, length)
             with c.lock:
                 if offset:
                     rc = _lib.kvp_get_range(c.h, k, len(k), offset, a, n)
@@ -645,6 +695,8 @@ class Pool:
                     self._bufs(lay.mvq, n, addrs, lens, offsets)
                 return lay.ops, n, lay.mvq, lay.mvi
             keys = keys.plain
+        elif isinstance(keys, (str, bytes, bytearray, memoryview)):
+            raise TypeError("kvpool: keys must be a list of keys (or Keys), not one key")
         n = len(keys)
         if n == 0:
             return c.scratch(1, 1), 0, c.mvq, c.mvi
@@ -706,6 +758,8 @@ class Pool:
         depth0: the keys are consecutive pages of one prefix chain, the
         first at depth depth0 (kvp_batch_put_chain).  Returns a status per
         key (0, EXISTS, BUSY, NOSPC, TOO_LARGE, UNAVAILABLE, INVAL, ...)."""
+        if depth0 is not None:
+            depth0 = _uint(depth0, "depth0", 1 << 32)
         c = self._client()
         with c.lock:
             ops, n, q, ints = self._fill(c, keys, addrs, lens)
@@ -766,10 +820,11 @@ class Pool:
         context manager; release() ends it early).  Raises Miss, Busy,
         InvalidArgument."""
         k = _key(key)
+        ttl_ms = _uint(ttl_ms, "ttl_ms", 1 << 32)
         c = self._client()
         le = _native.Lease()
         with c.lock:
-            rc = _lib.kvp_lease_acquire(c.h, k, len(k), int(ttl_ms), ctypes.byref(le))
+            rc = _lib.kvp_lease_acquire(c.h, k, len(k), ttl_ms, ctypes.byref(le))
         if rc:
             self._check(c, rc, key)
         return Lease(self, c, le)
@@ -796,7 +851,7 @@ class Pool:
         an int, or an object with .cuda_stream (torch.cuda.Stream)."""
         if stream is None:
             return None
-        return int(getattr(stream, "cuda_stream", stream)) or None
+        return _uint(getattr(stream, "cuda_stream", stream), "stream") or None
 
     @staticmethod
     def _dev_fn(name):
@@ -813,11 +868,12 @@ class Pool:
         the bytes copied or a negative status.  Raises NotSupported (no CUDA
         runtime), NoDevice (no device or driver)."""
         get = self._dev_fn("kvp_batch_get_dev")
+        device, stream = _uint(device, "device", 1 << 31), self._stream(stream)
         c = self._client()
         out = ctypes.c_void_p()
         with c.lock:
             ops, n, q, ints = self._fill(c, keys, addrs, lens, offsets)
-            rc = get(c.h, int(device), self._stream(stream), ops, n, ctypes.byref(out))
+            rc = get(c.h, device, stream, ops, n, ctypes.byref(out))
             if rc < 0:
                 self._check(c, rc)
             _lib.kvp_dev_wait(c.h, out)
@@ -830,10 +886,11 @@ class Pool:
         addrs[k] under each key (published once the copy landed, after the
         work already queued on stream).  Returns a status per key."""
         put = self._dev_fn("kvp_batch_put_dev")
+        device, stream = _uint(device, "device", 1 << 31), self._stream(stream)
         c = self._client()
         with c.lock:
             ops, n, q, ints = self._fill(c, keys, addrs, lens)
-            rc = put(c.h, int(device), self._stream(stream), ops, n)
+            rc = put(c.h, device, stream, ops, n)
             if rc < 0:
                 self._check(c, rc)
             return self._statuses(ints, n)
@@ -843,9 +900,10 @@ class Pool:
         up to wait_ms: True once all of it is registered, False while it
         goes on.  Raises NotSupported, NoDevice, Failed (chunks refused)."""
         reg = self._dev_fn("kvp_dev_register")
+        wait_ms = _uint(wait_ms, "wait_ms", 1 << 32)
         c = self._client()
         with c.lock:
-            rc = reg(c.h, int(wait_ms))
+            rc = reg(c.h, wait_ms)
         if rc == _native.INPROGRESS:
             return False
         if rc:
@@ -888,8 +946,16 @@ class Pinset:
             raise Closed(None, None, "the pinset was released")
         return self._h
 
+    def _index(self, k):
+        """k as the index of a pinned key (0 .. count-1)."""
+        k = _uint(k, "a pinned key's index")
+        if k >= self.count:
+            raise InvalidArgument(INVAL, None, f"key {k} is not pinned ({self.count} pinned)")
+        return k
+
     def length(self, k):
         """Value length of pinned key k."""
+        k = self._index(k)
         with self._c.lock:
             return _lib.kvp_pinset_len(self._handle(), k)
 
@@ -900,6 +966,7 @@ class Pinset:
 
     def tier(self, k):
         """TIER_DRAM or TIER_SSD: where pinned key k lives now."""
+        k = self._index(k)
         with self._c.lock:
             rc = _lib.kvp_pinset_tier(self._c.h, self._handle(), k)
         if rc < 0:

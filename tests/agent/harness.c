@@ -284,18 +284,24 @@ kvpt_cleanup_at_exit(void)
 		kvpt_pool_remove(kvpt_pools[k]);
 }
 
+static unsigned kvpt_pool_seq; /* the next pool's number */
+
+int
+kvpt_pool_next(char *out, size_t cap)
+{
+	return kvpt_pool_name(out, cap, "t%d_%u", (int)getpid(), kvpt_pool_seq);
+}
+
 /* A new pool name for a, recorded for removal at exit; 0 or -ENAMETOOLONG. */
 static int
 kvpt_pool_new(struct kvpt_agent *a)
 {
-	static unsigned seq;
-
 	if (kvpt_npools == 0) {
 		kvpt_creator = getpid();
 		atexit(kvpt_cleanup_at_exit);
 	}
 	if (kvpt_pool_name(a->pool, sizeof(a->pool), "t%d_%u", (int)getpid(),
-			   seq++))
+			   kvpt_pool_seq++))
 		return -ENAMETOOLONG;
 	if (kvpt_npools < 64)
 		snprintf(kvpt_pools[kvpt_npools++], 64, "%s", a->pool);

@@ -38,6 +38,9 @@ const char *kvpt_log_dir(void); /* KVPT_LOG_DIR (absolute) or /tmp */
  * does not fit in cap or KVP_POOL_NAME_MAX */
 int kvpt_pool_name(char *out, size_t cap, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* The pool name the next kvpt_agent_start of this process takes (a test
+ * that must act before its agent exists, e.g. squat its names): 0 or -1 */
+int kvpt_pool_next(char *out, size_t cap);
 /* "<log dir>/kvpt.<pool>.log": where the harness's agent on pool logs */
 void kvpt_agent_log(const char *pool, char *out, size_t cap);
 

@@ -203,6 +203,27 @@ test_counters(void **state)
 	expect_clean();
 }
 
+/* An entry whose SSD copy names a drive no directory serves (a refused
+ * or missing one: issue 25, item 11): reads there find nothing, and the
+ * agent drops such copies when it starts, so one left is reported. */
+static void
+test_copy_on_refused_drive(void **state)
+{
+	uint64_t i = some_ready_slot();
+	char out[8192];
+
+	(void)state;
+	/* relaxed: the "bug" (the pool has one drive, id 0; 7 is none's) */
+	assert_int_equal(kvp_load_relaxed(&ws.entries[i].e_ssd), 0);
+	assert_int_equal(kvp_load_relaxed(&ws.hdr->h_drive_dir_ino[7]), 0);
+	kvp_store_relaxed(&ws.entries[i].e_ssd, KVP_DRV_LOC(7, 4096));
+	expect(32);
+	assert_int_not_equal(kvpt_cli_check(ag.pool, 0, out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "names drive 7"));
+	kvp_store_relaxed(&ws.entries[i].e_ssd, 0);
+	expect_clean();
+}
+
 static void
 test_cli_exit_status(void **state)
 {
@@ -228,6 +249,7 @@ main(void)
 		cmocka_unit_test(test_duplicate_key),
 		cmocka_unit_test(test_span_with_holders),
 		cmocka_unit_test(test_counters),
+		cmocka_unit_test(test_copy_on_refused_drive),
 		cmocka_unit_test(test_cli_exit_status),
 	};
 

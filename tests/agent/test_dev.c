@@ -24,11 +24,15 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <dlfcn.h>
+#include <grp.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "tests/agent/harness.h"
 #include "tests/gpu/fakecuda.h"
+#include "tiers/kvp_hbm.h"
 
 /* A failed check in a child: say where, exit 1 (the parent asserts 0). */
 #define CK(cond)                                                               \
@@ -1359,6 +1363,333 @@ test_worker_killed(void **state)
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
+/* ---- who serves a GPU's pool (issue 25, item 9) ---- */
+
+/* A server of abstract names that is not the pool's helper: it answers
+ * every connection with m and fd (a pool's descriptor, as a helper would)
+ * and counts them in *served, until the test closes stop (its EOF).  Its
+ * names are bound before it says ready on the pipe. */
+static void
+rogue_serve(const int *ls, int nls, const struct kvp_hbm_msg *m, int fd,
+	    kvp_aword_t *served, int ready, int stop)
+{
+	struct pollfd pf[40];
+	int i;
+
+	CK(nls < 40);
+	CK(write(ready, "r", 1) == 1);
+	for (i = 0; i < nls; i++) {
+		pf[i].fd = ls[i];
+		pf[i].events = POLLIN;
+	}
+	pf[nls].fd = stop;
+	pf[nls].events = POLLIN;
+	for (;;) {
+		CK(poll(pf, (nfds_t)nls + 1, -1) > 0 || errno == EINTR);
+		if (pf[nls].revents)
+			_exit(0); /* the test is done with us */
+		for (i = 0; i < nls; i++) {
+			char cbuf[CMSG_SPACE(sizeof(int))];
+			struct iovec iov = { (void *)(uintptr_t)m, sizeof(*m) };
+			struct msghdr mh;
+			struct cmsghdr *cm;
+			int s;
+
+			if (!(pf[i].revents & POLLIN))
+				continue;
+			s = accept4(ls[i], NULL, NULL, SOCK_CLOEXEC);
+			if (s < 0)
+				continue;
+			/* full (no ordering needed): the test reads it
+			 * after our exit (waitpid) */
+			kvp_fetch_add(served, 1);
+			memset(&mh, 0, sizeof(mh));
+			memset(cbuf, 0, sizeof(cbuf));
+			mh.msg_iov = &iov;
+			mh.msg_iovlen = 1;
+			mh.msg_control = cbuf;
+			mh.msg_controllen = sizeof(cbuf);
+			cm = CMSG_FIRSTHDR(&mh);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+			(void)sendmsg(s, &mh, MSG_NOSIGNAL);
+			close(s);
+		}
+	}
+}
+
+/* Become another user (nobody) where we can (root); the squatter is a
+ * process of the test otherwise. */
+static void
+become_nobody(void)
+{
+	if (geteuid() != 0)
+		return;
+	CK(setgroups(0, NULL) == 0);
+	CK(setresgid(65534, 65534, 65534) == 0);
+	CK(setresuid(65534, 65534, 65534) == 0);
+}
+
+enum {
+	ROGUE_GENS = 16
+};
+
+/* A squatter started before the agent holds every name a helper of the
+ * next pool would have served under with a guessable name (generations
+ * 1..16: "kvpool.<pool>.gpu0.<gen>"): the HBM tier still comes up, device
+ * gets hit HBM with the right bytes, and no worker ever connects to the
+ * squatter. */
+static void
+case_hbm_squatted(const char *pool)
+{
+	enum {
+		N = 8,
+		SZ = 256 << 10
+	};
+	struct kvp_seg s;
+	struct kvp_client *c;
+
+	fake_setup(NULL);
+	c = child_open(pool, &s);
+	hbm_fill(c, &s, N, SZ, 101, N);
+	CK(hbm_read(c, N, SZ, 101) == N);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+}
+
+static void
+test_hbm_squatter(void **state)
+{
+	kvp_aword_t *served;
+	char pool[64];
+	int ready[2], stop[2], st;
+	pid_t p;
+	char r;
+
+	(void)state;
+	if (!fake_path()) {
+		print_message("  SKIP: no CUDA ($KVPT_FAKECUDA unset)\n");
+		skip();
+	}
+	assert_int_equal(kvpt_pool_next(pool, sizeof(pool)), 0);
+	served = mmap(NULL, sizeof(*served), PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(served != MAP_FAILED);
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(stop), 0);
+	p = fork();
+	if (p == 0) {
+		struct kvp_hbm_msg m;
+		int ls[ROGUE_GENS], i, fd = open("/dev/null", O_RDONLY);
+
+		close(ready[0]);
+		close(stop[1]);
+		become_nobody();
+		CK(fd >= 0);
+		memset(&m, 0, sizeof(m));
+		m.hm_magic = KVP_HBM_MSG_MAGIC;
+		m.hm_bytes = 32 << 20;
+		for (i = 0; i < ROGUE_GENS; i++) {
+			struct sockaddr_un sa;
+			int n;
+
+			memset(&sa, 0, sizeof(sa));
+			sa.sun_family = AF_UNIX;
+			n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1,
+				     "kvpool.%s.gpu0.%d", pool, i + 1);
+			ls[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC,
+				       0);
+			CK(ls[i] >= 0);
+			CK(bind(ls[i], (struct sockaddr *)&sa,
+				(socklen_t)(offsetof(struct sockaddr_un,
+						     sun_path) +
+					    1 + (size_t)n)) == 0);
+			CK(listen(ls[i], 16) == 0);
+		}
+		m.hm_gen = 1; /* the first helper's */
+		rogue_serve(ls, ROGUE_GENS, &m, fd, served, ready[1], stop[0]);
+	}
+	assert_true(p > 0);
+	close(ready[1]);
+	close(stop[0]);
+	assert_int_equal(read(ready[0], &r, 1), 1);
+	close(ready[0]);
+	agent_env = "";
+	run_case(case_hbm_squatted, true, HBM_POOL, "32M", NULL);
+	close(stop[1]);
+	assert_int_equal(waitpid(p, &st, 0), p);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* relaxed: the squatter exited (waitpid orders it) */
+	assert_int_equal(kvp_load_relaxed(served), 0);
+	munmap(served, sizeof(*served));
+}
+
+/* The worker's side of test_hbm_impostor: fill (host gets: no import),
+ * say so, wait for the impostor, then read to the device: no HBM hit
+ * (the pool is refused: its server is not the helper the segment names),
+ * every byte right (from DRAM). */
+static int imp_to_test = -1, imp_from_test = -1;
+
+static void
+case_hbm_impostor(const char *pool)
+{
+	enum {
+		N = 8,
+		SZ = 256 << 10
+	};
+	struct kvp_seg s;
+	struct kvp_client *c;
+	char g;
+
+	fake_setup(NULL);
+	c = child_open(pool, &s);
+	hbm_fill(c, &s, N, SZ, 111, N);
+	CK(write(imp_to_test, "f", 1) == 1);
+	CK(read(imp_from_test, &g, 1) == 1);
+	CK(hbm_read(c, N, SZ, 111) == 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+}
+
+/* The impostor: a pool of its own (zeros, the size of the real one),
+ * served under the helper's exact name once the helper is gone (the name
+ * is free: bind until it is, with a deadline). */
+static void
+impostor_run(const char *pool, uint64_t gen, uint64_t nonce, uint64_t bytes,
+	     kvp_aword_t *served, int ready, int stop)
+{
+	struct kvp_cu_pool_props props;
+	struct kvp_hbm_msg m;
+	struct sockaddr_un sa;
+	struct kvp_cuda *cu;
+	void *mp = NULL, *base = NULL, *stream = NULL;
+	uint64_t t_end = kvp_now_ns(CLOCK_MONOTONIC) + 5000000000ull;
+	socklen_t sl = kvp_hbm_addr(&sa, pool, 0, gen, nonce);
+	int fd = -1, ls;
+
+	fake_setup(NULL);
+	cu = kvp_cuda();
+	CK(!cu->cu_status && cu->MemPoolCreate);
+	CK(cu->StreamCreateWithFlags(&stream, KVP_CU_STREAM_NON_BLOCKING) ==
+	   KVP_CU_OK);
+	memset(&props, 0, sizeof(props));
+	props.pp_alloc_type = KVP_CU_ALLOC_PINNED;
+	props.pp_handle_types = KVP_CU_HANDLE_POSIX_FD;
+	props.pp_location.ml_type = KVP_CU_MEMLOC_DEVICE;
+	CK(cu->MemPoolCreate(&mp, &props) == KVP_CU_OK);
+	CK(cu->MallocFromPoolAsync(&base, bytes, mp, stream) == KVP_CU_OK);
+	CK(cu->StreamSynchronize(stream) == KVP_CU_OK);
+	memset(&m, 0, sizeof(m));
+	m.hm_magic = KVP_HBM_MSG_MAGIC;
+	m.hm_gen = gen;
+	m.hm_bytes = bytes;
+	m.hm_nonce = nonce;
+	CK(cu->MemPoolExportToShareableHandle(&fd, mp, KVP_CU_HANDLE_POSIX_FD,
+					      0) == KVP_CU_OK);
+	CK(cu->MemPoolExportPointer(&m.hm_export, base) == KVP_CU_OK);
+	ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	CK(ls >= 0 && sl);
+	/* the dead helper's socket goes with its exit: a deadline wait */
+	while (bind(ls, (struct sockaddr *)&sa, sl) < 0) {
+		CK(errno == EADDRINUSE && kvp_now_ns(CLOCK_MONOTONIC) < t_end);
+		sched_yield();
+	}
+	CK(listen(ls, 16) == 0);
+	rogue_serve(&ls, 1, &m, fd, served, ready, stop);
+}
+
+/* A process that serves the helper's exact name (the same user: only the
+ * peer check tells it apart) while the segment still says UP: the agent
+ * stopped, its helper killed, the name free.  A worker that has not
+ * imported the pool yet connects, and refuses what it is given: no HBM
+ * hit, right bytes. */
+static void
+test_hbm_impostor(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	kvp_aword_t *served;
+	int to_test[2], from_test[2], ready[2], stop[2], st, ist;
+	uint64_t gw, nonce, bytes;
+	pid_t w, imp, hp;
+	char r;
+
+	(void)state;
+	if (!fake_path()) {
+		print_message("  SKIP: no CUDA ($KVPT_FAKECUDA unset)\n");
+		skip();
+	}
+	served = mmap(NULL, sizeof(*served), PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(served != MAP_FAILED);
+	agent_env = "";
+	agent_env_apply(true);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, HBM_POOL, "32M", NULL), 0);
+	agent_env_apply(false);
+	agent_env = NULL;
+	assert_int_equal(pipe(to_test), 0);
+	assert_int_equal(pipe(from_test), 0);
+	imp_to_test = to_test[1];
+	imp_from_test = from_test[0];
+	w = fork();
+	if (w == 0) {
+		close(to_test[0]);
+		close(from_test[1]);
+		case_hbm_impostor(a.pool);
+		_exit(0);
+	}
+	assert_true(w > 0);
+	close(to_test[1]);
+	close(from_test[0]);
+	assert_int_equal(read(to_test[0], &r, 1), 1); /* filled, copied */
+	/* acquire: the agent's UP release (the fields before it) */
+	gw = kvp_load_acquire(&s.hdr->h_gpu[0].gs_state);
+	assert_int_equal(KVP_GS_STATE(gw), KVP_GPU_UP);
+	/* relaxed: written before UP */
+	nonce = kvp_load_relaxed(&s.hdr->h_gpu[0].gs_nonce);
+	bytes = kvp_load_relaxed(&s.hdr->h_gpu[0].gs_bytes);
+	hp = (pid_t)kvp_load_relaxed(&s.hdr->h_gpu[0].gs_pid);
+	assert_true(hp > 0);
+	/* the agent cannot see its helper go: the segment still says UP
+	 * (and the helper's pid stays a zombie's, not reused) */
+	assert_int_equal(kvpt_agent_pause(&a), 0);
+	assert_int_equal(kill(hp, SIGKILL), 0);
+	assert_int_equal(pipe(ready), 0);
+	assert_int_equal(pipe(stop), 0);
+	imp = fork();
+	if (imp == 0) {
+		close(ready[0]);
+		close(stop[1]);
+		impostor_run(a.pool, KVP_GS_GEN(gw), nonce, bytes, served,
+			     ready[1], stop[0]);
+		_exit(1);
+	}
+	assert_true(imp > 0);
+	close(ready[1]);
+	close(stop[0]);
+	assert_int_equal(read(ready[0], &r, 1), 1);
+	close(ready[0]);
+	assert_int_equal(write(from_test[1], "g", 1), 1);
+	/* the worker's verdict; the impostor and the agent are ended and
+	 * resumed before any assertion (none outlives a failure) */
+	assert_int_equal(waitpid(w, &st, 0), w);
+	close(stop[1]);
+	assert_int_equal(waitpid(imp, &ist, 0), imp);
+	assert_int_equal(kill(a.pid, SIGCONT), 0);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_true(WIFEXITED(ist) && WEXITSTATUS(ist) == 0);
+	/* relaxed: the impostor exited; the worker did connect (the name
+	 * is the helper's) and took nothing */
+	assert_true(kvp_load_relaxed(served) >= 1);
+	close(to_test[0]);
+	close(from_test[1]);
+	munmap(served, sizeof(*served));
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
 int
 main(void)
 {
@@ -1381,6 +1712,8 @@ main(void)
 		cmocka_unit_test(test_hbm_hits),
 		cmocka_unit_test(test_hbm_helper_killed),
 		cmocka_unit_test(test_hbm_pressure),
+		cmocka_unit_test(test_hbm_squatter),
+		cmocka_unit_test(test_hbm_impostor),
 	};
 
 	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,

@@ -410,6 +410,122 @@ test_drives_upgrade(void **state)
 		assert_int_equal(kvpt_tmpdir_empty(dirs[i]), 0);
 }
 
+/* Key i: its value (version) whole, else the status got (a miss:
+ * -ENOENT); 1 if it is neither. */
+static int
+read_key(struct kvp_client *c, unsigned char *v, int i, uint64_t sz,
+	 uint64_t version, ssize_t *got)
+{
+	char k[100];
+	uint32_t kl = key_of(k, i);
+
+	while ((*got = kvp_get(c, k, kl, v, sz)) == -EBUSY)
+		;
+	if (*got == (ssize_t)sz)
+		return !kvpt_check(v, sz, k, kl, version);
+	return *got != -ENOENT;
+}
+
+/* Issue 25, item 11: a DRIVE file copied from another drive into a
+ * directory listed first, at a restart that re-attaches the segment: the
+ * copy takes the id, the original directory is refused.  The entries
+ * whose records are in the refused directory must not read the copy's
+ * records under their id (FAILED for ever, and puts of their keys
+ * EEXIST): they lose their SSD copy, a get is a clean miss and a put of
+ * the key succeeds; `kvpool check` is clean; the other drives' values,
+ * the copy's own included (recovered under the id it took), read back
+ * whole. */
+static void
+test_drive_id_copied(void **state)
+{
+	enum {
+		N = 300,
+		SZ = 32 << 10
+	};
+	unsigned char *v = malloc(SZ);
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	uint8_t drv[N];
+	int i, ids[NDIR], refused = 0, missed = 0, whole = 0, missing = 0;
+
+	(void)state;
+	assert_non_null(v);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c,
+				      DRV_ARGS(dirs[0], dirs[1], dirs[2])),
+			 0);
+	assert_int_equal(kvpt_put_and_demote(c, &s, N, SZ, key_of, 9, 60000),
+			 0);
+	for (i = 0; i < NDIR; i++)
+		ids[i] = dir_id(dirs[i]);
+	for (i = 0; i < N; i++) {
+		drv[i] = (uint8_t)drive_of(ssd_loc_of(c, &s, key_of, i));
+		refused += drv[i] == ids[0];
+	}
+	assert_true(refused > 0);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	/* the agent dies; the segment stays (the next one re-attaches) */
+	kvpt_agent_kill(&a);
+	assert_int_equal(kvpt_run(NULL, 0, "cp '%s/DRIVE' '%s/DRIVE'", dirs[0],
+				  dirs[1]),
+			 0);
+	assert_int_equal(
+		kvpt_agent_restart(&a, DRV_ARGS(dirs[1], dirs[0], dirs[2])), 0);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	assert_int_equal(kvpt_seg_map(a.pool, &s), 0);
+	for (i = 0; i < (int)KVP_SSD_DRIVES; i++)
+		/* relaxed: a statistic the agent publishes */
+		missing += KVP_DRIVE_STATE(kvp_load_relaxed(
+				   &s.hdr->h_drive_state[i])) ==
+			   KVP_DRIVE_MISSING;
+	assert_int_equal(missing, 1); /* dirs[0]: its id is the copy's */
+	for (i = 0; i < N; i++) {
+		ssize_t got;
+
+		if (drv[i] != ids[0]) {
+			/* dirs[2]'s, and dirs[1]'s under its new id */
+			assert_int_equal(read_key(c, v, i, SZ, 9, &got), 0);
+			whole += got == SZ;
+			continue;
+		}
+		/* a record of the refused directory: a clean miss, then a
+		 * put of the key is taken */
+		if (read_key(c, v, i, SZ, 9, &got) || got != -ENOENT)
+			fail_msg("key %d of the refused drive: %zd (want a "
+				 "miss)",
+				 i, got);
+		missed++;
+	}
+	print_message("  %d keys of the refused drive miss, %d others read "
+		      "whole\n",
+		      missed, whole);
+	assert_int_equal(missed, refused);
+	assert_int_equal(whole, N - refused);
+	assert_int_equal(kvpt_cli_check(a.pool, 5000, NULL, 0), 0);
+	for (i = 0; i < N; i++) {
+		char k[100];
+		uint32_t kl = key_of(k, i);
+
+		if (drv[i] != ids[0])
+			continue;
+		kvpt_fill(v, SZ, k, kl, 10);
+		assert_int_equal(kvp_put(c, k, kl, v, SZ), 0);
+	}
+	for (i = 0; i < N; i++) {
+		ssize_t got;
+
+		assert_int_equal(read_key(c, v, i, SZ,
+					  drv[i] == ids[0] ? 10 : 9, &got),
+				 0);
+		assert_int_equal(got, SZ);
+	}
+	free(v);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+	for (i = 0; i < NDIR; i++)
+		assert_int_equal(kvpt_tmpdir_empty(dirs[i]), 0);
+}
+
 int
 main(void)
 {
@@ -419,6 +535,7 @@ main(void)
 		cmocka_unit_test(test_drive_missing_at_start),
 		cmocka_unit_test(test_drives_reclaim),
 		cmocka_unit_test(test_drives_upgrade),
+		cmocka_unit_test(test_drive_id_copied),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

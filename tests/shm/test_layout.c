@@ -21,7 +21,7 @@ test_static_layout(void **state)
 	assert_int_equal(offsetof(struct kvp_shm_header, h_abi_minor), 10);
 	assert_int_equal(offsetof(struct kvp_shm_header, h_features), 12);
 	assert_int_equal(offsetof(struct kvp_shm_header, h_layout_sig), 16);
-	assert_true(sizeof(struct kvp_shm_header) <= KVP_PAGE);
+	assert_true(sizeof(struct kvp_shm_header) <= KVP_HEADER_BYTES);
 	assert_int_equal(sizeof(struct kvp_client_slot) % KVP_CACHELINE, 0);
 	assert_int_equal(
 		offsetof(struct kvp_client_slot, cs_ctr) % KVP_CACHELINE, 0);
@@ -195,20 +195,27 @@ test_docs_table(void **state)
  * ABI 10: the cluster thread's heartbeat (cl_beat, from cl_pad: a client
  * asks nothing of a stalled thread) and 32 cluster counters (from 16).
  */
-#define KVPT_LAYOUT_SIG_ABI10 0xbc1a00ff3eaa4fa4ull
+/*
+ * ABI 11: the HBM helper's socket name has an unguessable part, drawn by
+ * the helper and published in its GPU slot (gs_nonce); the header's
+ * region is two pages (KVP_HEADER_BYTES: the slots outgrew one); each
+ * drive id records the directory its locations name (h_drive_dir_dev,
+ * h_drive_dir_ino).
+ */
+#define KVPT_LAYOUT_SIG_ABI11 0x3a0527fd7f863c02ull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 10);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI10)
+	assert_int_equal(KVP_ABI_MAJOR, 11);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI11)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 10): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 11): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI10);
+			KVPT_LAYOUT_SIG_ABI11);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
@@ -222,7 +229,7 @@ check_layout(const struct kvp_seg *s)
 	unsigned r;
 
 	assert_int_equal(L->off[KVP_R_HEADER], 0);
-	assert_int_equal(L->len[KVP_R_HEADER], KVP_PAGE);
+	assert_int_equal(L->len[KVP_R_HEADER], KVP_HEADER_BYTES);
 	for (r = 0; r < KVP_R__N; r++) {
 		if (!L->len[r]) {
 			assert_int_equal(L->off[r], 0);
