@@ -431,6 +431,7 @@ main(int argc, char **argv)
 		uint8_t mysec[16];
 		unsigned char *m = malloc(1 << 20);
 		size_t len;
+		double t, t2;
 
 		if (!m || ucp_worker_get_address(worker, &mya, &myl) != UCS_OK)
 			return 1;
@@ -452,17 +453,22 @@ main(int argc, char **argv)
 		r = redisCommand(rc, "SADD kvpool:members %s", name);
 		if (r)
 			freeReplyObject(r);
-		/* LEASEs of 128 keys at most, read while the victim connects */
-		for (i = 0; i < cnt; i += 128) {
-			uint32_t c = cnt - i < 128 ? cnt - i : 128;
+		/* LEASEs of 128 keys at most, sent again until the victim
+		 * answers (it checks a new member's address before it
+		 * connects to it); then no reading at all, with the rest of
+		 * its answers in flight */
+		for (t = now_s() + 20; !data_in && now_s() < t;) {
+			for (i = 0; i < cnt; i += 128) {
+				uint32_t c = cnt - i < 128 ? cnt - i : 128;
 
-			len = lease_msg(m, name, vsecret, vinc, ns, prefix,
-					first + i, c);
-			send_am(AM_LEASE, NULL, 0, m, len);
+				len = lease_msg(m, name, vsecret, vinc, ns,
+						prefix, first + i, c);
+				send_am(AM_LEASE, NULL, 0, m, len);
+			}
+			for (t2 = now_s() + 0.5; !data_in && now_s() < t2;)
+				if (!ucp_worker_progress(worker))
+					usleep(100);
 		}
-		/* long enough for the LEASEs to be taken and the first
-		 * answers to start, then no reading at all */
-		progress_for(0.3);
 		printf("stall leased=%u data_in=%u\n", cnt, data_in);
 		fflush(stdout);
 		sleep(secs);
