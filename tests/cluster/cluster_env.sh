@@ -10,7 +10,9 @@
 # shared memory.  kc_cleanup (trap it) removes all of it.
 #
 # Needs root, ip (iproute2), redis-server; kc_can_run says why not.
-KC_TAG=${KVPT_RUN:-t$$}
+# a tag of this run: two runs under one test run (release, then ASan
+# agents) must not share pool names, logs or counts
+KC_TAG=${KVPT_RUN:+$KVPT_RUN.}c$$
 KC_ID=$$
 KC_NS=kvc$(( KC_ID % 100000 ))
 KC_NET=10.$(( 100 + KC_ID % 100 )).$(( KC_ID / 100 % 250 ))
