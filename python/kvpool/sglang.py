@@ -105,6 +105,20 @@ class _StandInHiCacheStorage(ABC):
     def exists(self, key):
         pass
 
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        if not hasattr(self, "registered_pools"):
+            self.registered_pools = {}
+        self.registered_pools[host_pool_name] = host_pool
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        raise NotImplementedError()
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        raise NotImplementedError()
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        raise NotImplementedError()
+
     def batch_exists(self, keys, extra_info=None):
         for i, k in enumerate(keys):
             if not self.exists(k):
@@ -228,6 +242,90 @@ def namespace_for(storage_config, host_pool):
     return ns
 
 
+# ---- the v2 interface's pieces (sglang's types when importable) ----
+
+
+class _StandInPoolTransferResult:
+    """sglang's PoolTransferResult (hicache_storage.py) without sglang."""
+
+    def __init__(self, kv_hit_pages, extra_pool_hit_pages, restorable=None):
+        self.kv_hit_pages = kv_hit_pages
+        self.extra_pool_hit_pages = extra_pool_hit_pages
+        self.restorable = restorable
+
+
+try:
+    from sglang.srt.mem_cache.hicache_storage import PoolTransferResult
+except Exception:
+    PoolTransferResult = _StandInPoolTransferResult
+
+
+def _transfer_result(final, hits, restorable):
+    """A PoolTransferResult; with the stop points when this sglang's has
+    that field (newer sglang intersects them across ranks)."""
+    try:
+        return PoolTransferResult(final, hits, restorable)
+    except TypeError:
+        return PoolTransferResult(final, hits)
+
+
+class _V2Pool:
+    """A registered pool: its object-key suffixes and object sizes per
+    page, whether it is the same on every TP rank, whether it is a logical
+    anchor (no bytes: kv_buffer None)."""
+
+    __slots__ = ("name", "host", "sfx", "sizes", "shared", "logical")
+
+    def __init__(self, name, host, sfx, sizes, shared, logical):
+        self.name = name
+        self.host = host
+        self.sfx = sfx
+        self.sizes = sizes
+        self.shared = shared
+        self.logical = logical
+
+
+def _pool_name(name):
+    """sglang's PoolName (a str enum) or a str, as its value."""
+    return str(getattr(name, "value", name))
+
+
+def _policy(transfer):
+    return str(getattr(getattr(transfer, "hit_policy", None), "value", getattr(transfer, "hit_policy", None)))
+
+
+def _indices_like(idx):
+    return torch.tensor(idx, dtype=torch.int64) if torch is not None else idx
+
+
+def _flat_meta(ptrs, sizes):
+    """(pointers, sizes) with one entry per buffer: a pool may give several
+    buffers per object (a list per entry) or one size for all."""
+    ptrs = list(ptrs)
+    if isinstance(sizes, int):
+        sizes = [sizes] * len(ptrs)
+    sizes = list(sizes)
+    if any(isinstance(p, (list, tuple)) for p in ptrs):
+        fp, fs = [], []
+        for p, s in zip(ptrs, sizes):
+            p = p if isinstance(p, (list, tuple)) else [p]
+            fp.extend(p)
+            fs.extend(s if isinstance(s, (list, tuple)) else [s] * len(p))
+        ptrs, sizes = fp, fs
+    return [int(p) for p in ptrs], [int(s) for s in sizes]
+
+
+def _is_mha_pool(host):
+    """Whether a pool holds per-head (TP-sharded) K/V: sglang's MHA host
+    pools have a v_buffer; MLA-like pools (latent, indexer, compressed) do
+    not.  Unknown pools count as sharded (per-rank keys: never wrong)."""
+    if getattr(host, "mla", None) is not None:
+        return not host.mla
+    if hasattr(host, "v_buffer") or "MHA" in type(host).__name__:
+        return True
+    return not (hasattr(host, "kv_lora_rank") or "MLA" in type(host).__name__ or "DeepSeekV4" in type(host).__name__)
+
+
 # ---- parked pinsets: batch_exists -> batch_get_v1 ----
 
 
@@ -302,6 +400,7 @@ class KVPoolStore(HiCacheStorage):
         self._stat_lock = threading.Lock()
         self._tl = threading.local()
         self._counters = []  # every thread's Counter
+        self._v2 = {}  # pool name -> _V2Pool (register_mem_host_pool_v2)
         self._metrics = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [], "backup_bandwidth": []}
 
     # -- set-up --
@@ -605,6 +704,191 @@ class KVPoolStore(HiCacheStorage):
         except Exception as e:
             self._once("set:" + type(e).__name__, "batch_set_v1 failed: %r", e)
             return [False] * n
+
+    # -- the v2 interface: sidecar pools (HybridCacheController) --
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        """Register one pool of sglang's HostPoolGroup (the KV anchor or a
+        sidecar: SWA, Mamba, DSA indexer, DeepSeek-V4 compressed pools,
+        drafts ...).  A sidecar's objects per page and their sizes are read
+        once from its get_page_buffer_meta; a pool whose pages are not whole
+        objects is refused here (ValueError naming it), at start-up, never
+        later in a storage thread."""
+        name = _pool_name(host_pool_name)
+        registered = getattr(self, "registered_pools", None)
+        if registered is None:
+            registered = self.registered_pools = {}
+        if name == "kv":
+            registered[host_pool_name] = host_pool
+            self._v2[name] = _V2Pool(name, host_pool, (), (), False, getattr(host_pool, "kv_buffer", 1) is None)
+            return
+        try:
+            ps = int(getattr(host_pool, "page_size", 1) or 1)
+            ptrs, sizes = host_pool.get_page_buffer_meta(_indices_like(list(range(ps))))
+            ptrs, sizes = _flat_meta(ptrs, sizes)
+        except Exception as e:
+            raise ValueError(
+                f"kvpool.sglang: cannot serve host pool {name!r} ({type(host_pool).__name__}): its "
+                f"get_page_buffer_meta failed for one page ({e!r}); use --hicache-mem-layout page_first "
+                f"or a storage backend that serves this pool kind"
+            ) from None
+        if not ptrs or len(ptrs) != len(sizes) or any(s < 0 for s in sizes) or not any(sizes):
+            raise ValueError(
+                f"kvpool.sglang: cannot serve host pool {name!r} ({type(host_pool).__name__}): one page "
+                f"is {len(ptrs)} pointer(s) of {list(sizes)[:8]} bytes, not whole objects"
+            )
+        shared = self.is_mla and name != "mamba" and not _is_mha_pool(host_pool)
+        if shared:  # replicated on every TP rank (MLA-like): one copy, rank 0 writes
+            rank = self._rank_sfx
+        else:  # this rank's shard; the TP size in the key: shards of other sizes differ
+            rank = f"_{self.tp_rank}of{self.tp_size}"
+            if self.pp_size > 1:
+                rank += f"_{self.pp_rank}"
+            if self.cp_size > 1:
+                rank += f"_cp{self.cp_rank}"
+        sfx = tuple(f"{rank}_{name}_{j}" for j in range(len(sizes)))
+        registered[host_pool_name] = host_pool
+        self._v2[name] = _V2Pool(name, host_pool, sfx, tuple(sizes), shared, False)
+        logger.info(
+            "kvpool.sglang: sidecar pool %r: %d object(s) per page (%s bytes), %s",
+            name,
+            len(sizes),
+            ",".join(str(s) for s in sizes),
+            "replicated (rank 0 writes)" if shared else "per rank",
+        )
+
+    def _v2_pool(self, transfer):
+        name = _pool_name(getattr(transfer, "name", None))
+        p = self._v2.get(name)
+        if p is None:
+            self._once("v2unreg:" + name, "pool %r was never registered (register_mem_host_pool_v2)", name)
+        return p
+
+    def _v2_present(self, p, keys):
+        """Per page of keys: every object of sidecar p is present."""
+        okeys = kvpool.Keys(keys, p.sfx)
+        try:
+            tiers = self.pool.batch_locate(okeys)
+        except kvpool.NotSupported:
+            tiers = [1 if self.pool.exists(k) else 0 for k in okeys]
+        per = len(p.sfx)
+        live = [j for j, s in enumerate(p.sizes) if s > 0]  # 0-byte objects are never stored
+        return [all(tiers[i * per + j] for j in live) for i in range(len(keys))]
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        """The usable prefix over the KV pages and every sidecar transfer,
+        each with its hit policy (all pages; trailing pages: the last
+        len(transfer.keys) pages before a stop point).  A logical anchor
+        (kv_buffer None) counts as present.  Never raises: 0 on any error."""
+        try:
+            n = len(keys)
+            kv = self._v2.get("kv")
+            logical = (kv is not None and kv.logical) or getattr(self.mem_pool_host, "kv_buffer", 1) is None
+            kv_pages = n if logical else self.batch_exists(keys, extra_info)
+            hits = {"kv": kv_pages} if kv_pages else {}
+            restorable = list(range(1, kv_pages + 1))
+            for t in pool_transfers or []:
+                if not restorable:
+                    break
+                p = self._v2_pool(t)
+                ok = self._v2_present(p, list(keys[:kv_pages])) if p is not None and p.sfx else [False] * kv_pages
+                if _policy(t) == "trailing_pages":
+                    win = max(1, len(t.keys) if getattr(t, "keys", None) else 1)
+                    stops = [e for e in range(kv_pages, 0, -1) if all(ok[max(0, e - win) : e])]
+                else:
+                    b = ok.index(False) if False in ok else kv_pages
+                    stops = list(range(b, 0, -1))
+                if stops:
+                    hits[t.name] = stops[0]
+                keep = set(stops)
+                restorable = [e for e in restorable if e in keep]
+            final = restorable[-1] if restorable else 0
+            self._count("exists_v2_pages", final)
+            return _transfer_result(final, hits, restorable)
+        except Exception as e:
+            self._once("exists_v2:" + type(e).__name__, "batch_exists_v2 failed: %r", e)
+            return _transfer_result(0, {}, [])
+
+    def _v2_io(self, transfers, is_set):
+        out = {}
+        for t in transfers or []:
+            keys = list(getattr(t, "keys", None) or [])
+            try:
+                out[t.name] = self._v2_io_one(t, keys, is_set)
+            except Exception as e:
+                what = "batch_set_v2" if is_set else "batch_get_v2"
+                self._once(what + ":" + type(e).__name__, "%s failed: %r", what, e)
+                out[t.name] = [False] * len(keys)
+        return out
+
+    def _v2_io_one(self, t, keys, is_set):
+        n = len(keys)
+        p = self._v2_pool(t)
+        if p is None or n == 0:
+            return [False] * n
+        if p.name == "kv":  # the anchor: the v1 path (a logical anchor has no bytes)
+            if p.logical:
+                return [True] * n
+            fn = self.batch_set_v1 if is_set else self.batch_get_v1
+            return fn(keys, t.host_indices)
+        if is_set and p.shared and self.tp_rank != 0:
+            return [True] * n
+        if self.pool is None:
+            return [False] * n
+        ps = int(getattr(p.host, "page_size", 1) or 1)
+        hi = t.host_indices
+        if hi is None or len(hi) != n * ps:
+            self._once("v2indices:" + p.name, "pool %r: %s host indices for %d pages of %d", p.name,
+                       None if hi is None else len(hi), n, ps)
+            return [False] * n
+        ptrs, sizes = _flat_meta(*p.host.get_page_buffer_meta(hi))
+        per = len(p.sfx)
+        if len(ptrs) != n * per or list(sizes) != list(p.sizes) * n:
+            self._once("v2meta:" + p.name, "pool %r: the host pool gave %d objects for %d pages of %d",
+                       p.name, len(ptrs), n, per)
+            return [False] * n
+        okeys = kvpool.Keys(keys, p.sfx)
+        live = [i for i, s in enumerate(sizes) if s > 0]
+        if len(live) != len(sizes):
+            okeys = [okeys[i] for i in live]
+            ptrs = [ptrs[i] for i in live]
+            sizes = [sizes[i] for i in live]
+        if is_set:
+            res = self.pool.batch_put(okeys, ptrs, sizes)
+            res = self._retry_busy(self.pool.batch_put, okeys, ptrs, sizes, res)
+            good = [r == 0 or r == kvpool.EXISTS for r in res]
+            if self.clear_track_max > 0 and 0 in res:
+                self._remember([k for k, r in zip(okeys, res) if r == 0])
+        else:
+            res = self.pool.batch_get(okeys, ptrs, sizes)
+            res = self._retry_busy(self.pool.batch_get, okeys, ptrs, sizes, res)
+            good = [r == s for r, s in zip(res, sizes)]
+        ok = [True] * (n * per)
+        for i, g in zip(live, good):
+            ok[i] = g
+        pages = [all(ok[i * per : (i + 1) * per]) for i in range(n)]
+        c = "set_v2_pages" if is_set else "get_v2_pages"
+        self._count(c, sum(pages))
+        self._count(c + "_failed", n - sum(pages))
+        return pages
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        """Load each transfer's pages into its pool.  {name: [bool per
+        page]}; never raises, a failure is False."""
+        try:
+            return self._v2_io(transfers, False)
+        except Exception as e:
+            self._once("get_v2:" + type(e).__name__, "batch_get_v2 failed: %r", e)
+            return {}
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        """Store each transfer's pages from its pool.  {name: [bool per
+        page]}; never raises, a failure is False."""
+        try:
+            return self._v2_io(transfers, True)
+        except Exception as e:
+            self._once("set_v2:" + type(e).__name__, "batch_set_v2 failed: %r", e)
+            return {}
 
     # -- the copy path (interface_v1 off; also usable directly) --
 

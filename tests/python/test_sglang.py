@@ -89,6 +89,138 @@ def _w_pin_and_spin(pool, tag, n, q):
         q.put(("error", repr(e), None))
 
 
+# ---- sglang's hybrid path (sf.HybridController): ranks over gloo ----
+
+HYB_PAGES = 300  # three 128-page load batches
+HYB_WIN = {"swa": 4, "mamba": 1, "indexer": None, "draft": None}
+
+
+def _hyb_group(kind, mla):
+    kv = sf.FakeHostPool(mla=mla, page_size=1, n_pages=HYB_PAGES + 40, layer_num=1, head_num=1, head_dim=8)
+    name, side, policy, src = sf.sidecar(kind, HYB_PAGES + 40)
+    group = sf.HostPoolGroup(
+        [
+            sf.PoolEntry("kv", kv, sf._DevicePool("bfloat16"), is_primary_index_anchor=True),
+            sf.PoolEntry(name, side, sf._DevicePool("bfloat16")),
+        ]
+    )
+    return group, kv, side, name, policy, src
+
+
+def _hyb_transfer(name, policy, src, side, win, slots):
+    if src == "kv":  # indices and keys come from the KV pool's
+        return sf.PoolTransfer(name=name, hit_policy=policy, indices_from_pool="kv")
+    return sf.PoolTransfer(name=name, host_indices=side.indices(slots), keys=["?"] * win, hit_policy=policy)
+
+
+HYB_KINDS = (("swa", False), ("mamba", False), ("indexer", True), ("draft", False))
+
+
+def _w_hybrid_rank(pool, role, rank, init, q):
+    """One TP rank of a HybridCacheController per sidecar kind (role
+    "write" or "read"); one value per kind."""
+    try:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+
+        def amin(x):
+            t = sf.torch.tensor([x], dtype=sf.torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            return int(t.item())
+
+        q.put(("ok", [_hybrid_kind(pool, role, kind, mla, rank, amin) for kind, mla in HYB_KINDS], None))
+    except BaseException as e:
+        q.put(("error", repr(e), None))
+
+
+def _hybrid_kind(pool, role, kind, mla, rank, amin):
+    group, kv, side, name, policy, src = _hyb_group(kind, mla)
+    cfg = sf.StorageConfig(tp_rank=rank, tp_size=2, is_mla_model=mla, extra_config={"pool": pool, "interface_v1": 1})
+    st = ks.KVPoolStore(cfg, {})
+    ctl = sf.HybridController(st, group, amin, backup_skip=mla and rank != 0)
+    keys = sf.page_keys("hyb-" + kind, HYB_PAGES)
+    win = HYB_WIN[kind]
+    shared = mla and kind != "mamba" and side.mla
+    seed = lambda i: 1000 * (0 if (mla and (src == "kv" or shared)) else rank) + i  # noqa: E731
+    if role == "write":
+        for i in range(HYB_PAGES):
+            kv.fill(i, seed(i))
+        if src == "kv":
+            for i in range(HYB_PAGES):
+                side.fill(i, 50000 + seed(i))
+            t = _hyb_transfer(name, policy, src, side, win, None)
+        else:
+            for j in range(win):
+                side.fill(j, 50000 + seed(j))
+            t = _hyb_transfer(name, policy, src, side, win, range(win))
+            t.keys = keys[-win:]
+        ok = ctl.backup(keys, range(HYB_PAGES), [t])
+        ctl.stop()
+        st.close()
+        return ok
+    slots = list(range(40, 40 + HYB_PAGES))
+    t = _hyb_transfer(name, policy, src, side, win, range(20, 20 + (win or 0)))
+    hit, done, got = ctl.prefetch(keys + sf.page_keys("hyb-absent", 7), slots, [t])
+    kv_ok = all(kv.page(slots[i]) == kv.expect(seed(i)) for i in range(HYB_PAGES))
+    if src == "kv":
+        side_ok = all(side.page(slots[i]) == side.expect(50000 + seed(i)) for i in range(HYB_PAGES))
+    else:
+        side_ok = all(side.page(20 + j) == side.expect(50000 + seed(j)) for j in range(win))
+    # 1,000 more operations: misses, a pool never registered, wrong
+    # index counts, then a pool that fails every call
+    bad = sf.PoolTransfer(name="nonesuch", host_indices=side.indices([0]), keys=keys[:1])
+    for i in range(1000):
+        if i == 600:
+            st.pool.close()
+        m = i % 4
+        if m == 0:
+            ctl.prefetch(sf.page_keys("miss%d" % i, 3), range(3), [_hyb_transfer(name, policy, src, side, win, range(win or 0))])
+        elif m == 1:
+            wrong = sf.PoolTransfer(name=name, host_indices=side.indices([0, 1, 2]), keys=keys[:1], hit_policy=policy)
+            ctl.backup(keys[:2], range(2), [bad, wrong])
+        elif m == 2:
+            ctl.prefetch(keys[:8], range(8), [bad])
+        else:
+            ctl.prefetch(keys[:8], range(200, 208), [_hyb_transfer(name, policy, src, side, win, range(win or 0))])
+    alive = ctl.thread.is_alive()
+    ctl.stop()
+    st.close()
+    return hit, done, got, kv_ok, side_ok, alive
+
+
+def run_ranks(fn, *args, timeout=120):
+    """fn(*args, rank, init, q) on two spawned ranks; their values."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="kvpt-gloo-")
+    os.close(fd)
+    os.unlink(path)
+    qs, ps = [], []
+    for r in range(2):
+        q = _spawn.Queue()
+        p = _spawn.Process(target=fn, args=args + (r, "file://" + path, q))
+        p.start()
+        qs.append(q)
+        ps.append(p)
+    try:
+        out = []
+        for q in qs:
+            kind, val, _ = q.get(timeout=timeout)
+            if kind != "ok":
+                raise AssertionError(f"{fn.__name__}: {val}")
+            out.append(val)
+        return out
+    finally:
+        for p in ps:
+            p.join(timeout=timeout)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if os.path.exists(path):
+            os.unlink(path)
+
+
 def run_spawned(fn, *args, timeout=60):
     q = _spawn.Queue()
     p = _spawn.Process(target=fn, args=args + (q,))
@@ -599,6 +731,81 @@ FACTORY = textwrap.dedent(
     """
 )
 
+
+@unittest.skipIf(sf.torch is None, "torch is not importable (gloo ranks)")
+class TestHybrid(unittest.TestCase):
+    """sglang's default controller (HybridCacheController) with sidecar
+    pools, two TP ranks agreeing over gloo, writer and reader in other
+    processes: the v2 calls round-trip every byte and the storage threads
+    outlive misses and pool errors."""
+
+    def test_sidecars_two_ranks(self):
+        """SWA, Mamba, DSA indexer (MLA target) and draft sidecars."""
+        with kvpt.Agent("--dram", "256M") as ag:
+            w = run_ranks(_w_hybrid_rank, ag.pool, "write")
+            self.assertEqual(w, [[True] * len(HYB_KINDS)] * 2)
+            r = run_ranks(_w_hybrid_rank, ag.pool, "read")
+            for rank in range(2):
+                for (kind, _), (hit, done, got, kv_ok, side_ok, alive) in zip(HYB_KINDS, r[rank]):
+                    self.assertEqual((hit, done), (HYB_PAGES, HYB_PAGES), (kind, rank))
+                    if HYB_WIN[kind]:
+                        self.assertEqual(got, {kind: HYB_WIN[kind]}, (kind, rank))
+                    self.assertTrue(kv_ok, (kind, rank, "KV bytes"))
+                    self.assertTrue(side_ok, (kind, rank, "sidecar bytes"))
+                    self.assertTrue(alive, (kind, rank, "storage thread died"))
+
+    def test_refuses_unservable_pool_at_registration(self):
+        """A pool kind whose pages are not whole objects is refused when it
+        is registered, with its name; nothing is refused later."""
+
+        class LayerFirst(sf.SidecarHostPool):
+            def get_page_buffer_meta(self, indices):
+                raise ValueError("layer_first has no page buffers")
+
+        with kvpt.Agent("--dram", "64M") as ag:
+            st = store_for(ag.pool)
+            with self.assertRaisesRegex(ValueError, "'deepseek_v4_c4'.*LayerFirst"):
+                st.register_mem_host_pool_v2(LayerFirst([8]), "deepseek_v4_c4")
+            with self.assertRaisesRegex(ValueError, "'swa'"):
+                st.register_mem_host_pool_v2(sf.SidecarHostPool([0, 0]), "swa")
+            st.close()
+
+    def test_hit_policies_and_logical_anchor(self):
+        """HiCacheFile's policies: all pages stops at the first missing
+        page; trailing pages takes the longest prefix whose last N pages
+        are present (holes before them do not matter); a logical anchor
+        (kv_buffer None) is present; the MIN over pools wins."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            kv = sf.FakeHostPool(page_size=1, n_pages=32)
+            side = sf.SidecarHostPool([40], 32)
+            st = store_for(ag.pool, kv)
+            st.register_mem_host_pool_v2(kv, "kv")
+            st.register_mem_host_pool_v2(side, "swa")
+            keys = sf.page_keys("pol", 10)
+            self.assertEqual(st.batch_set_v1(keys, kv.indices(range(10))), [True] * 10)
+            have = [0, 1, 2, 5, 6]  # sidecar pages present: holes at 3, 4 and 7..9
+            t = sf.PoolTransfer("swa", host_indices=side.indices(have), keys=[keys[i] for i in have])
+            self.assertEqual(st.batch_set_v2([t]), {"swa": [True] * 5})
+            probe = lambda policy, n: sf.PoolTransfer("swa", keys=["?"] * n, hit_policy=policy)  # noqa: E731
+            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.ALL_PAGES, 1)])
+            self.assertEqual((r.kv_hit_pages, r.extra_pool_hit_pages), (3, {"kv": 10, "swa": 3}))
+            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.TRAILING_PAGES, 2)])
+            self.assertEqual((r.kv_hit_pages, r.restorable), (7, [1, 2, 3, 7]))
+            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.TRAILING_PAGES, 3)])
+            self.assertEqual(r.kv_hit_pages, 3)
+            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.ALL_PAGES, 1), sf.PoolTransfer("nonesuch", keys=["?"])])
+            self.assertEqual(r.kv_hit_pages, 0)
+            st.close()
+            # a logical anchor: no KV bytes, the sidecar alone decides
+            kv.kv_buffer = None
+            st = store_for(ag.pool, kv)
+            st.register_mem_host_pool_v2(kv, "kv")
+            st.register_mem_host_pool_v2(side, "swa")
+            r = st.batch_exists_v2(sf.page_keys("pol-other", 3) + keys[:1], [probe(sf.PoolHitPolicy.TRAILING_PAGES, 1)])
+            self.assertEqual(r.kv_hit_pages, 4)
+            t = sf.PoolTransfer("kv", host_indices=kv.indices([0]), keys=keys[:1])
+            self.assertEqual(st.batch_get_v2([t]), {"kv": [True]})
+            st.close()
 
 class TestFactory(unittest.TestCase):
     def test_dynamic_factory_with_sglang_base(self):
