@@ -15,8 +15,13 @@ there, because the namespace is derived from the host pool.
 
 Namespace (what makes two engines' pages interchangeable; sglang's keys are
 token-prefix hashes only):
-    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mla
-    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mha|tp{tp size}
+    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|{geometry}|mla
+    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|{geometry}|mha|tp{tp size}
+where model is the model path, revision, quantization, weights dtype and
+--kv-cache-dtype from sglang's server args, and kv dtype the device pool's
+(the anchor entry's for a HostPoolGroup); when either cannot be
+established and extra_config names no namespace the store stays off
+(fails closed, one error line),
 plus |pp{size} and |cp{size} when those are > 1 and |{namespace} when
 extra_config names one.  Object keys, as sglang's own backends name them:
 MHA K "{hash}_{tp rank}_k" and V "{hash}_{tp rank}_v" (the rank's heads),
@@ -59,6 +64,7 @@ extra_config keys read here (all optional):
 import collections
 import hashlib
 import logging
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -206,16 +212,78 @@ def _object_bytes(host_pool, mla):
     return per * _itemsize(host_pool.dtype) * ps
 
 
+def _server_args():
+    """sglang's ServerArgs of this (scheduler) process, or None: set before
+    the cache is built.  Tests replace this function (no sglang here)."""
+    try:
+        from sglang.srt.server_args import get_global_server_args
+
+        return get_global_server_args()
+    except Exception:
+        return None
+
+
+def _device_pool(host_pool):
+    """The device KV pool behind a host pool: its own, or (HostPoolGroup,
+    sglang's default path) the anchor entry's."""
+    dev = getattr(host_pool, "device_pool", None)
+    if dev is None:
+        anchor = getattr(host_pool, "anchor_entry", None)
+        dev = getattr(anchor, "device_pool", None)
+    return dev
+
+
+def _geometry(host_pool, mla):
+    """The attention geometry of a page (object bytes alone cannot tell 2
+    heads of 16 from 1 of 32), from whichever fields the pool has."""
+    if mla:
+        names = ("layer_num", "kv_lora_rank", "qk_rope_head_dim")
+        tags = ("L", "r", "+")
+    else:
+        names = ("layer_num", "head_num", "head_dim")
+        tags = ("L", "h", "d")
+    out = ""
+    for n, t in zip(names, tags):
+        v = getattr(host_pool, n, None)
+        if isinstance(v, int):
+            out += f"{t}{v}"
+    return out or "g?"
+
+
+class NoIdentity(ValueError):
+    """What makes pages interchangeable cannot be established."""
+
+
 def namespace_for(storage_config, host_pool):
     """The pool namespace of this engine's pages (see the module docstring):
-    what two engines must share to read each other's pages."""
+    what two engines must share to read each other's pages.  Fails closed:
+    NoIdentity when the model or the KV dtype cannot be established (no
+    sglang server args, no device pool) and extra_config names no
+    namespace."""
     extra = getattr(storage_config, "extra_config", None) or {}
     mla = bool(getattr(storage_config, "is_mla_model", False))
-    model = getattr(storage_config, "model_name", None) or "unknown-model"
-    dev = getattr(host_pool, "device_pool", None)
-    # the host pool keeps the store dtype (uint8 for fp8 KV): the device
-    # pool's dtype tells e4m3 from e5m2
-    kv_dtype = _dtype_name(getattr(dev, "dtype", None) or host_pool.dtype)
+    sa = _server_args()
+    dev = _device_pool(host_pool)
+    # the host pool keeps the store dtype (uint8 for every fp8 format): only
+    # the device pool's dtype tells e4m3 from e5m2
+    dev_dtype = getattr(dev, "dtype", None)
+    kv_dtype = _dtype_name(dev_dtype if dev_dtype is not None else host_pool.dtype)
+    unknown = []
+    if dev_dtype is None and _itemsize(host_pool.dtype) == 1:
+        unknown.append("the KV dtype (a 1-byte store dtype and no device pool: which fp8 format?)")
+    if sa is not None and getattr(sa, "model_path", None):
+        model = "|".join(
+            [
+                str(sa.model_path),
+                f"rev={getattr(sa, 'revision', None) or '-'}",
+                f"q={getattr(sa, 'quantization', None) or '-'}",
+                f"w={getattr(sa, 'dtype', None) or '-'}",
+                f"kvd={getattr(sa, 'kv_cache_dtype', None) or '-'}",
+            ]
+        )
+    else:
+        model = getattr(storage_config, "model_name", None) or "unknown-model"
+        unknown.append("the model (no sglang server args: weights, revision, quantization)")
     layout = getattr(host_pool, "layout", "page_first")
     parts = [
         "sglang",
@@ -224,6 +292,7 @@ def namespace_for(storage_config, host_pool):
         layout,
         f"p{int(host_pool.page_size)}",
         f"{_object_bytes(host_pool, mla)}B",
+        _geometry(getattr(getattr(host_pool, "anchor_entry", None), "host_pool", host_pool), mla),
         "mla" if mla else "mha",
     ]
     if not mla:
@@ -236,6 +305,13 @@ def namespace_for(storage_config, host_pool):
         parts.append(f"cp{cp_size}")
     if extra.get("namespace"):
         parts.append(str(extra["namespace"]))
+    elif unknown:
+        raise NoIdentity(
+            "kvpool.sglang: cannot establish "
+            + " and ".join(unknown)
+            + "; not sharing pages with anyone: this store stays off (every probe a miss). Set "
+            'extra_config "namespace" to one name per identical deployment to use the pool'
+        )
     ns = "|".join(parts)
     if len(ns.encode()) > 255:  # KVP_NS_NAME_MAX: keep it readable, make it unique
         ns = ns.encode()[:200].decode(errors="ignore") + "#" + hashlib.sha256(ns.encode()).hexdigest()[:24]
@@ -420,9 +496,15 @@ class KVPoolStore(HiCacheStorage):
         self.mem_pool_host = host
         self.page_size = int(host.page_size)
         self.object_bytes = _object_bytes(host, self.is_mla)
-        self.namespace = namespace_for(self.storage_config, host)
         if self.pool is not None:
             self.pool.close()
+            self.pool = None
+        try:
+            self.namespace = namespace_for(self.storage_config, host)
+        except NoIdentity as e:
+            logger.error("%s", e)
+            self.namespace = None
+            return
         try:
             self.pool = kvpool.Pool(self.pool_name, namespace=self.namespace, remote_probe=self.remote_probe)
         except kvpool.KVPoolError as e:
@@ -782,6 +864,8 @@ class KVPoolStore(HiCacheStorage):
         (kv_buffer None) counts as present.  Never raises: 0 on any error."""
         try:
             n = len(keys)
+            if n == 0 or self.pool is None:
+                return _transfer_result(0, {}, [])
             kv = self._v2.get("kv")
             logical = (kv is not None and kv.logical) or getattr(self.mem_pool_host, "kv_buffer", 1) is None
             kv_pages = n if logical else self.batch_exists(keys, extra_info)

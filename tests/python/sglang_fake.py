@@ -41,6 +41,22 @@ class StorageConfig:
     extra_config: Optional[dict] = None
 
 
+@dataclasses.dataclass
+class ServerArgs:
+    """The fields of sglang's ServerArgs (server_args.py) that name what a
+    page's bytes depend on; sglang sets them in the scheduler process
+    before the cache is built (get_global_server_args())."""
+
+    model_path: str = "test-org/test-model"
+    served_model_name: Optional[str] = None
+    revision: Optional[str] = None
+    quantization: Optional[str] = None
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tp_size: int = 1
+    page_size: int = 4
+
+
 class _DevicePool:
     def __init__(self, dtype):
         self.dtype = dtype

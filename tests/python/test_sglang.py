@@ -26,6 +26,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 _spawn = multiprocessing.get_context("spawn")
 
+# sglang's server args of a scheduler process (no sglang here): every
+# process of these tests, spawned workers too, runs this on import
+SERVER_ARGS = [sf.ServerArgs()]
+ks._server_args = lambda: SERVER_ARGS[0]
+
 
 def store_for(pool, host=None, **cfg):
     """A registered store as sglang's factory builds it; host: a FakeHostPool."""
@@ -703,6 +708,10 @@ FACTORY = textwrap.dedent(
     for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
         sys.modules[name] = types.ModuleType(name)
     sys.modules["sglang.srt.mem_cache.hicache_storage"] = hs
+    sa = types.ModuleType("sglang.srt.server_args")  # set before the cache is built
+    sa.get_global_server_args = lambda: types.SimpleNamespace(
+        model_path="org/model", revision=None, quantization=None, dtype="auto", kv_cache_dtype="auto")
+    sys.modules["sglang.srt.server_args"] = sa
 
     # StorageBackendFactory._create_dynamic_backend, step by step
     extra = {"backend_name": "kvpool", "module_path": "kvpool.sglang", "class_name": "KVPoolStore",
@@ -806,6 +815,96 @@ class TestHybrid(unittest.TestCase):
             t = sf.PoolTransfer("kv", host_indices=kv.indices([0]), keys=keys[:1])
             self.assertEqual(st.batch_get_v2([t]), {"kv": [True]})
             st.close()
+
+def _w_probe_identity(pool, cases, tag, n, q):
+    """Probe and load tag's pages under each (server args, storage config,
+    host pool) of cases, in this other process: plain host pool and
+    HostPoolGroup (sglang's default path) each."""
+    try:
+        out = []
+        for sa, cfg, host_kw in cases:
+            SERVER_ARGS[0] = sa
+            hp = sf.FakeHostPool(**host_kw)
+            keys = sf.page_keys(tag, n)
+            group = sf.HostPoolGroup([sf.PoolEntry("kv", hp, hp.device_pool, is_primary_index_anchor=True)])
+            got = []
+            for host in (hp, group):
+                st = store_for(pool, host, **cfg)
+                got += [st.batch_exists(keys), sum(st.batch_get_v1(keys, hp.indices(range(n))))]
+                st.close()
+            out.append((tuple(got), st.namespace))
+        q.put(("ok", out, None))
+    except BaseException as e:
+        q.put(("error", repr(e), None))
+
+
+class TestIdentity(unittest.TestCase):
+    """Two engines share pages only if every byte would be the same."""
+
+    BASE_SA = dict(model_path="org/m", revision="r1", quantization=None, dtype="bfloat16", kv_cache_dtype="fp8_e4m3")
+    BASE_HOST = dict(kv_dtype="float8_e4m3fn", page_size=4, head_num=2, head_dim=16)
+
+    def test_neighbouring_identities_share_nothing(self):
+        """Written under one identity (through a HostPoolGroup, sglang's
+        default path), probed under every neighbour: 0 pages each time;
+        under the same identity: all of them."""
+        n = 6
+        with kvpt.Agent("--dram", "64M") as ag:
+            SERVER_ARGS[0] = sf.ServerArgs(**self.BASE_SA)
+            hp = sf.FakeHostPool(**self.BASE_HOST)
+            group = sf.HostPoolGroup([sf.PoolEntry("kv", hp, hp.device_pool, is_primary_index_anchor=True)])
+            st = store_for(ag.pool, group, tp_size=2)
+            for i in range(n):
+                hp.fill(i, i)
+            self.assertEqual(st.batch_set_v1(sf.page_keys("id", n), hp.indices(range(n))), [True] * n)
+            st.close()
+            same = (self.BASE_SA, self.BASE_HOST, {"tp_size": 2})
+            neighbours = {
+                "e5m2": (dict(self.BASE_SA, kv_cache_dtype="fp8_e5m2"), dict(self.BASE_HOST, kv_dtype="float8_e5m2"), {"tp_size": 2}),
+                "e5m2 device pool only": (self.BASE_SA, dict(self.BASE_HOST, kv_dtype="float8_e5m2"), {"tp_size": 2}),
+                "e5m2 server args only": (dict(self.BASE_SA, kv_cache_dtype="fp8_e5m2"), self.BASE_HOST, {"tp_size": 2}),
+                "fp8 weights": (dict(self.BASE_SA, quantization="fp8"), self.BASE_HOST, {"tp_size": 2}),
+                "awq weights": (dict(self.BASE_SA, quantization="awq"), self.BASE_HOST, {"tp_size": 2}),
+                "fp16 weights": (dict(self.BASE_SA, dtype="float16"), self.BASE_HOST, {"tp_size": 2}),
+                "revision": (dict(self.BASE_SA, revision="r2"), self.BASE_HOST, {"tp_size": 2}),
+                "model path": (dict(self.BASE_SA, model_path="org/m-finetune"), self.BASE_HOST, {"tp_size": 2}),
+                "tp size": (self.BASE_SA, self.BASE_HOST, {"tp_size": 4}),
+                "page size": (self.BASE_SA, dict(self.BASE_HOST, page_size=8), {"tp_size": 2}),
+                "heads": (self.BASE_SA, dict(self.BASE_HOST, head_num=1, head_dim=32), {"tp_size": 2}),
+                "mla": (self.BASE_SA, dict(self.BASE_HOST, mla=True), {"tp_size": 2, "is_mla_model": True}),
+            }
+            cases = [same] + list(neighbours.values())
+            out, _ = run_spawned(_w_probe_identity, ag.pool, [(sf.ServerArgs(**a), c, h) for a, h, c in cases], "id", n)
+            self.assertEqual(out[0][0], (n, n, n, n), out[0][1])
+            for what, (got, ns) in zip(neighbours, out[1:]):
+                self.assertEqual(got, (0, 0, 0, 0), (what, ns))
+        SERVER_ARGS[0] = sf.ServerArgs()
+
+    def test_unknown_identity_refuses_to_share(self):
+        """No server args, or a 1-byte KV with no device pool: the store
+        stays off with one error line, unless extra_config names a
+        namespace."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            try:
+                SERVER_ARGS[0] = None
+                with self.assertLogs("kvpool.sglang", "ERROR") as logs:
+                    st = store_for(ag.pool)
+                self.assertEqual(len(logs.output), 1)
+                self.assertIn('"namespace"', logs.output[0])
+                self.assertIsNone(st.pool)
+                self.assertEqual(st.batch_exists(sf.page_keys("u", 2)), 0)
+                st = store_for(ag.pool, extra={"namespace": "deploy-a"})
+                self.assertIsNotNone(st.pool)
+                st.close()
+                SERVER_ARGS[0] = sf.ServerArgs()
+                hp = sf.FakeHostPool(kv_dtype="float8_e5m2")
+                hp.device_pool = None
+                with self.assertLogs("kvpool.sglang", "ERROR") as logs:
+                    st = store_for(ag.pool, hp)
+                self.assertIn("fp8", logs.output[0])
+                self.assertIsNone(st.pool)
+            finally:
+                SERVER_ARGS[0] = sf.ServerArgs()
 
 class TestFactory(unittest.TestCase):
     def test_dynamic_factory_with_sglang_base(self):
