@@ -33,11 +33,13 @@ one flat page per key under "{hash}_{tp rank}" (MHA) or "{hash}" (MLA).
 Threads (sglang's HiCacheController): the prefetch thread probes
 (batch_exists, 128 pages a call), the prefetch I/O thread loads
 (batch_get_v1), the backup thread writes (batch_set_v1), each through its
-own client handle of the one Pool.  batch_exists pins what it counts
-(kvp_batch_lookup_pin) and parks the pinset under the probed keys;
-batch_get_v1 of those keys reads through the pinset and releases it, so a
-page counted is still there when it is loaded.  Parked pins are bounded
-(pin_max_pages) and aged out (pin_max_age_s), swept on every call.
+own client handle of the one Pool.  batch_exists counts only what it
+pins (kvp_batch_lookup_pin) and parks the pinset under every probed key;
+each batch_get_v1 (sglang loads 128 pages a call) reads its pages through
+the pinset at their offset, which is released once all its pages were
+loaded, so a page counted is still there when it is loaded.  Parked pins
+are bounded (pin_max_pages) and aged out (pin_max_age_s), swept on every
+call.
 
 Contract of the data path (batch_exists, batch_get_v1, batch_set_v1, get,
 set, batch_get, batch_set, exists): never raises, never returns None where
@@ -51,7 +53,7 @@ extra_config keys read here (all optional):
     namespace       appended to the derived namespace (tenants, versions)
     interface_v1    sglang's switch for the zero-copy path (read by sglang too)
     pin_prefetch    pin in batch_exists for batch_get_v1 (default true)
-    pin_max_pages   pages parked in pinsets at once (default 1024)
+    pin_max_pages   pages parked in pinsets at once (default 16384)
     pin_max_age_s   a parked pinset's age limit in seconds (default 10)
     busy_retry_ms   the retry budget for BUSY per call (default 50)
     clear_track_max object keys remembered for clear() (default 1,000,000)
@@ -406,13 +408,19 @@ def _is_mha_pool(host):
 
 
 class _Parked:
-    __slots__ = ("ps", "keys", "pages", "t0")
+    """A parked pinset: the probed page keys it pins (pages of them), when
+    it was parked, and which of its pages were loaded (it is released when
+    all were, or it ages out, or the store clears)."""
+
+    __slots__ = ("ps", "keys", "pages", "t0", "loaded", "nloaded")
 
     def __init__(self, ps, keys, pages, t0):
         self.ps = ps
         self.keys = keys
         self.pages = pages
         self.t0 = t0
+        self.loaded = bytearray(pages)
+        self.nloaded = 0
 
 
 class KVPoolStore(HiCacheStorage):
@@ -438,7 +446,7 @@ class KVPoolStore(HiCacheStorage):
         self.should_split_heads = bool(getattr(cfg, "should_split_heads", False))
         self.interface_v1 = bool(self.extra.get("interface_v1", 0))
         self.pin_prefetch = bool(self.extra.get("pin_prefetch", True))
-        self.pin_max_pages = int(self.extra.get("pin_max_pages", 1024))
+        self.pin_max_pages = int(self.extra.get("pin_max_pages", 16384))
         self.pin_max_age_s = float(self.extra.get("pin_max_age_s", 10.0))
         self.busy_retry_s = float(self.extra.get("busy_retry_ms", 50)) / 1000.0
         self.clear_track_max = int(self.extra.get("clear_track_max", 1_000_000))
@@ -467,7 +475,7 @@ class KVPoolStore(HiCacheStorage):
         self.page_size = 1
         self.object_bytes = 0
         self._park_lock = threading.Lock()
-        self._parked = {}  # first key -> [_Parked]
+        self._parked = {}  # every pinned page key -> [(_Parked, its page offset)]
         self._park_order = collections.deque()  # _Parked, oldest first
         self._parked_pages = 0
         self._written = {}  # ordered set of object keys this store wrote
@@ -632,11 +640,13 @@ class KVPoolStore(HiCacheStorage):
             self._count("pins_expired", len(old))
 
     def _unpark_locked(self, e):
-        lst = self._parked.get(e.keys[0])
-        if lst is not None:
-            lst.remove(e)
+        for o, k in enumerate(e.keys):
+            lst = self._parked.get(k)
+            if lst is None:
+                continue
+            lst[:] = [x for x in lst if x[0] is not e]
             if not lst:
-                del self._parked[e.keys[0]]
+                del self._parked[k]
         self._park_order.remove(e)
         self._parked_pages -= e.pages
         return e
@@ -648,31 +658,38 @@ class KVPoolStore(HiCacheStorage):
         with self._park_lock:
             while self._park_order and self._parked_pages + pages > self.pin_max_pages:
                 evicted.append(self._unpark_locked(self._park_order[0]))
-            if pages <= self.pin_max_pages:
-                self._parked.setdefault(keys[0], []).append(e)
-                self._park_order.append(e)
-                self._parked_pages += pages
-                e = None
+            for o, k in enumerate(keys):
+                self._parked.setdefault(k, []).append((e, o))
+            self._park_order.append(e)
+            self._parked_pages += pages
         for x in evicted:
             x.ps.release()
         if evicted:
             self._count("pins_evicted", len(evicted))
-        if e is not None:  # larger than the cap alone: not parked
-            ps.release()
 
-    def _take_parked(self, keys):
-        """The parked pinset whose probed keys start with keys, or None."""
+    def _find_parked(self, keys):
+        """(parked pinset, page offset, pages of keys it pins from there),
+        or None: the pinset whose probed keys hold keys[0] and go on as
+        keys do (a 128-page load batch of a whole-prompt probe)."""
         with self._park_lock:
-            lst = self._parked.get(keys[0])
-            if not lst:
-                return None
-            n = len(keys)
-            for e in lst:
-                if len(e.keys) >= n and list(e.keys[:n]) == list(keys):
-                    return self._unpark_locked(e)
-                if len(e.keys) < n and list(keys[: len(e.keys)]) == list(e.keys):
-                    return self._unpark_locked(e)
+            for e, o in self._parked.get(keys[0], ()):
+                m = min(len(keys), e.pages - o)
+                if list(e.keys[o : o + m]) == list(keys[:m]):
+                    return e, o, m
         return None
+
+    def _loaded(self, e, o, m):
+        """Pages [o, o+m) of e were loaded: release e once all were."""
+        with self._park_lock:
+            for i in range(o, o + m):
+                if not e.loaded[i]:
+                    e.loaded[i] = 1
+                    e.nloaded += 1
+            done = e.nloaded == e.pages and e in self._park_order
+            if done:
+                self._unpark_locked(e)
+        if done:
+            e.ps.release()
 
     def _drop_parked(self):
         with self._park_lock:
@@ -706,18 +723,17 @@ class KVPoolStore(HiCacheStorage):
                 pages = have // self._per
                 self._count("exists_pages", pages)
                 return pages
-            ps = self.pool.lookup_pin(self._expand(keys))
+            # count only what is held: pin at most pin_max_pages pages; a
+            # prefix that stops on a limit of the pool (BUSY: hold slots,
+            # the pinned-bytes cap) counts what it pinned, no more
+            ps = self.pool.lookup_pin(self._expand(keys[: max(0, self.pin_max_pages)]))
             pages = ps.count // self._per
-            if ps.count < n * self._per and ps.stop_status not in (kvpool.OK, kvpool.MISS):
-                # pinning stopped on a limit (BUSY: hold slots, the pinned
-                # bytes cap), not on a miss: count the rest without pins
-                have = self.pool.batch_exists_prefix(self._expand(keys))
-                pages = have // self._per
+            if ps.count < min(n, self.pin_max_pages) * self._per and ps.stop_status not in (kvpool.OK, kvpool.MISS):
                 self._count("pins_short")
-            if ps.count // self._per == 0:
+            if pages == 0:
                 ps.release()
             else:
-                self._park(ps, list(keys[: ps.count // self._per]), ps.count // self._per)
+                self._park(ps, list(keys[:pages]), pages)
             self._count("exists_pages", pages)
             return pages
         except Exception as e:
@@ -739,16 +755,22 @@ class KVPoolStore(HiCacheStorage):
                 return out
             ptrs, sizes = meta
             t0 = time.perf_counter()
-            e = self._take_parked(keys) if self.pin_prefetch else None
-            if e is not None:
-                m = min(e.pages, n) * self._per
+            f = self._find_parked(keys) if self.pin_prefetch else None
+            if f is not None:
+                # read this batch's pages through the pinset (its keys
+                # before offset o get no buffer: skipped); the rest of the
+                # pinset stays held for the batches after this one
+                e, o, mp = f
+                skip = o * self._per
+                m = mp * self._per
                 try:
-                    res = e.ps.get(ptrs[:m], sizes[:m])
+                    got = e.ps.get([0] * skip + list(ptrs[:m]), [0] * skip + list(sizes[:m]))[skip:]
                 finally:
-                    e.ps.release()
-                self._count("pinned_pages_read", m // self._per)
+                    self._loaded(e, o, mp)
+                self._count("pinned_pages_read", mp)
+                res = got
                 if m < n * self._per:  # pages past the pinned ones
-                    rest = keys[m // self._per :]
+                    rest = keys[mp:]
                     res += self.pool.batch_get(self._expand(rest), ptrs[m:], sizes[m:])
             else:
                 res = self.pool.batch_get(self._expand(keys), ptrs, sizes)

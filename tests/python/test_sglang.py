@@ -226,6 +226,24 @@ def run_ranks(fn, *args, timeout=120):
             os.unlink(path)
 
 
+def _w_fill(pool, nbytes, q):
+    """Another process writes nbytes of 1 MiB values (evicting)."""
+    try:
+        filler = b"f" * (1 << 20)
+        deadline = time.monotonic() + 120
+        with kvpool.Pool(pool, namespace="filler") as p:
+            i = 0
+            while i < nbytes >> 20 and time.monotonic() < deadline:
+                try:
+                    p.put(f"fill{i}", filler)
+                    i += 1
+                except kvpool.Busy:
+                    pass  # the put waited for room already (KVP_PUT_WAIT_MS): again
+        q.put(("ok", i << 20, None))
+    except BaseException as e:
+        q.put(("error", repr(e), None))
+
+
 def run_spawned(fn, *args, timeout=60):
     q = _spawn.Queue()
     p = _spawn.Process(target=fn, args=args + (q,))
@@ -585,6 +603,48 @@ class TestStore(unittest.TestCase):
             # ... the pinned ones are all there
             self.assertEqual(st.batch_get_v1(pinned, hp.indices(range(32, 48))), [True] * 16)
             self.assertEqual([hp.page(32 + i) for i in range(16)], [hp.expect(300 + i) for i in range(16)])
+            st.close()
+
+    def test_whole_prompt_probe_then_128_page_loads(self):
+        """sglang's default controller probes the whole prompt in one call
+        and loads it in 128-page batches: a 16,384-page prompt probed, the
+        pool then filled to 3x its size by another process, and every
+        counted page loads, byte for byte; the pins go as the loads end."""
+        self._long_prompt(16384, 256, ("--holds-per-client", "40000", "--max-clients", "16"), 16384)
+
+    def test_probe_past_the_hold_slots_counts_what_it_holds(self):
+        """With the agent's default 4,096 hold slots a 4,096-page MHA probe
+        (8,192 objects) stops where pinning stops: it counts the pages it
+        holds (not the rest unpinned), and every one of them loads."""
+        self._long_prompt(4096, 64, (), 2048)
+
+    def _long_prompt(self, n, dram_mb, agent_args, want):
+        dram = dram_mb << 20
+        with kvpt.Agent("--dram", f"{dram_mb}M", "--dram-unit", "4K", *agent_args) as ag:
+            hp = sf.FakeHostPool(page_size=1, n_pages=n, layer_num=1, head_num=2, head_dim=16)
+            st = store_for(ag.pool, hp)
+            keys, control = sf.page_keys("long", n), sf.page_keys("long-control", 64)
+            for i in range(n):
+                hp.fill(i, i)
+            self.assertEqual(st.batch_set_v1(keys, hp.indices(range(n))), [True] * n)
+            self.assertEqual(st.batch_set_v1(control, hp.indices(range(64))), [True] * 64)
+            counted = st.batch_exists(keys + sf.page_keys("long-absent", 3))
+            self.assertEqual(counted, want)  # and each one held:
+            self.assertGreaterEqual(sum(holds_by_pid(ag.pool)[os.getpid()]), 2 * counted)
+            filled, _ = run_spawned(_w_fill, ag.pool, 3 * dram, timeout=150)
+            self.assertEqual(filled, 3 * dram)
+            self.assertLess(st.pool.batch_exists_prefix(st._expand(control)), 128)  # eviction did happen
+            ok = []
+            for b in range(0, counted, 128):  # sglang's STORAGE_BATCH_SIZE
+                slots = range(b, min(counted, b + 128))
+                for s in slots:
+                    hp.clear(s)
+                ok += st.batch_get_v1(keys[b : b + len(slots)], hp.indices(slots))
+            self.assertEqual(ok.count(False), 0)
+            bad = [i for i in range(counted) if hp.page(i) != hp.expect(i)]
+            self.assertEqual(bad, [])
+            self.assertEqual(st.parked_pages(), 0)
+            self.assertEqual(sum(holds_by_pid(ag.pool).get(os.getpid(), [0])), 0)
             st.close()
 
     def test_abandoned_pin_released_after_age(self):
