@@ -180,7 +180,8 @@ def _hybrid_kind(pool, role, kind, mla, rank, amin):
             st.pool.close()
         m = i % 4
         if m == 0:
-            ctl.prefetch(sf.page_keys("miss%d" % i, 3), range(3), [_hyb_transfer(name, policy, src, side, win, range(win or 0))])
+            miss = _hyb_transfer(name, policy, src, side, win, range(win or 0))
+            ctl.prefetch(sf.page_keys("miss%d" % i, 3), range(3), [miss])
         elif m == 1:
             wrong = sf.PoolTransfer(name=name, host_indices=side.indices([0, 1, 2]), keys=keys[:1], hit_policy=policy)
             ctl.backup(keys[:2], range(2), [bad, wrong])
@@ -862,7 +863,8 @@ class TestHybrid(unittest.TestCase):
             self.assertEqual((r.kv_hit_pages, r.restorable), (7, [1, 2, 3, 7]))
             r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.TRAILING_PAGES, 3)])
             self.assertEqual(r.kv_hit_pages, 3)
-            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.ALL_PAGES, 1), sf.PoolTransfer("nonesuch", keys=["?"])])
+            unregistered = sf.PoolTransfer("nonesuch", keys=["?"])
+            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.ALL_PAGES, 1), unregistered])
             self.assertEqual(r.kv_hit_pages, 0)
             st.close()
             # a logical anchor: no KV bytes, the sidecar alone decides
@@ -918,20 +920,21 @@ class TestIdentity(unittest.TestCase):
                 hp.fill(i, i)
             self.assertEqual(st.batch_set_v1(sf.page_keys("id", n), hp.indices(range(n))), [True] * n)
             st.close()
-            same = (self.BASE_SA, self.BASE_HOST, {"tp_size": 2})
+            sa, host, tp2 = self.BASE_SA, self.BASE_HOST, {"tp_size": 2}
+            same = (sa, host, tp2)
             neighbours = {
-                "e5m2": (dict(self.BASE_SA, kv_cache_dtype="fp8_e5m2"), dict(self.BASE_HOST, kv_dtype="float8_e5m2"), {"tp_size": 2}),
-                "e5m2 device pool only": (self.BASE_SA, dict(self.BASE_HOST, kv_dtype="float8_e5m2"), {"tp_size": 2}),
-                "e5m2 server args only": (dict(self.BASE_SA, kv_cache_dtype="fp8_e5m2"), self.BASE_HOST, {"tp_size": 2}),
-                "fp8 weights": (dict(self.BASE_SA, quantization="fp8"), self.BASE_HOST, {"tp_size": 2}),
-                "awq weights": (dict(self.BASE_SA, quantization="awq"), self.BASE_HOST, {"tp_size": 2}),
-                "fp16 weights": (dict(self.BASE_SA, dtype="float16"), self.BASE_HOST, {"tp_size": 2}),
-                "revision": (dict(self.BASE_SA, revision="r2"), self.BASE_HOST, {"tp_size": 2}),
-                "model path": (dict(self.BASE_SA, model_path="org/m-finetune"), self.BASE_HOST, {"tp_size": 2}),
-                "tp size": (self.BASE_SA, self.BASE_HOST, {"tp_size": 4}),
-                "page size": (self.BASE_SA, dict(self.BASE_HOST, page_size=8), {"tp_size": 2}),
-                "heads": (self.BASE_SA, dict(self.BASE_HOST, head_num=1, head_dim=32), {"tp_size": 2}),
-                "mla": (self.BASE_SA, dict(self.BASE_HOST, mla=True), {"tp_size": 2, "is_mla_model": True}),
+                "e5m2": (dict(sa, kv_cache_dtype="fp8_e5m2"), dict(host, kv_dtype="float8_e5m2"), tp2),
+                "e5m2 device pool only": (sa, dict(host, kv_dtype="float8_e5m2"), tp2),
+                "e5m2 server args only": (dict(sa, kv_cache_dtype="fp8_e5m2"), host, tp2),
+                "fp8 weights": (dict(sa, quantization="fp8"), host, tp2),
+                "awq weights": (dict(sa, quantization="awq"), host, tp2),
+                "fp16 weights": (dict(sa, dtype="float16"), host, tp2),
+                "revision": (dict(sa, revision="r2"), host, tp2),
+                "model path": (dict(sa, model_path="org/m-finetune"), host, tp2),
+                "tp size": (sa, host, {"tp_size": 4}),
+                "page size": (sa, dict(host, page_size=8), tp2),
+                "heads": (sa, dict(host, head_num=1, head_dim=32), tp2),
+                "mla": (sa, dict(host, mla=True), {"tp_size": 2, "is_mla_model": True}),
             }
             cases = [same] + list(neighbours.values())
             out, _ = run_spawned(_w_probe_identity, ag.pool, [(sf.ServerArgs(**a), c, h) for a, h, c in cases], "id", n)
