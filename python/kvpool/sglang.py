@@ -412,7 +412,7 @@ class _Parked:
     it was parked, and which of its pages were loaded (it is released when
     all were, or it ages out, or the store clears)."""
 
-    __slots__ = ("ps", "keys", "pages", "t0", "loaded", "nloaded")
+    __slots__ = ("ps", "keys", "pages", "t0", "loaded", "nloaded", "owner")
 
     def __init__(self, ps, keys, pages, t0):
         self.ps = ps
@@ -421,6 +421,10 @@ class _Parked:
         self.t0 = t0
         self.loaded = bytearray(pages)
         self.nloaded = 0
+        # the probing thread: its client handle holds the pins; when sglang
+        # restarts its storage threads (reset()) the old thread's requests
+        # are gone, and its pins (and with them its client slot) go too
+        self.owner = threading.current_thread()
 
 
 class KVPoolStore(HiCacheStorage):
@@ -478,6 +482,7 @@ class KVPoolStore(HiCacheStorage):
         self._parked = {}  # every pinned page key -> [(_Parked, its page offset)]
         self._park_order = collections.deque()  # _Parked, oldest first
         self._parked_pages = 0
+        self._owners = collections.Counter()  # probing thread -> its parked pinsets
         self._written = {}  # ordered set of object keys this store wrote
         self._written_lock = threading.Lock()
         self._logged = set()
@@ -627,13 +632,18 @@ class KVPoolStore(HiCacheStorage):
     # -- parked pins --
 
     def _sweep(self, now):
-        """Release parked pinsets past their age (every call runs this)."""
+        """Release parked pinsets past their age, and those of probing
+        threads that ended (every call runs this)."""
         if not self._park_order:
             return
         old = []
         with self._park_lock:
             while self._park_order and now - self._park_order[0].t0 > self.pin_max_age_s:
                 old.append(self._unpark_locked(self._park_order[0]))
+            dead = [t for t in self._owners if not t.is_alive()]
+            if dead:
+                for e in [e for e in self._park_order if e.owner in dead]:
+                    old.append(self._unpark_locked(e))
         for e in old:
             e.ps.release()
         if old:
@@ -649,6 +659,9 @@ class KVPoolStore(HiCacheStorage):
                 del self._parked[k]
         self._park_order.remove(e)
         self._parked_pages -= e.pages
+        self._owners[e.owner] -= 1
+        if self._owners[e.owner] <= 0:
+            del self._owners[e.owner]
         return e
 
     def _park(self, ps, keys, pages):
@@ -662,6 +675,7 @@ class KVPoolStore(HiCacheStorage):
                 self._parked.setdefault(k, []).append((e, o))
             self._park_order.append(e)
             self._parked_pages += pages
+            self._owners[e.owner] += 1
         for x in evicted:
             x.ps.release()
         if evicted:
@@ -697,6 +711,7 @@ class KVPoolStore(HiCacheStorage):
             self._parked.clear()
             self._park_order.clear()
             self._parked_pages = 0
+            self._owners.clear()
         for e in es:
             e.ps.release()
 

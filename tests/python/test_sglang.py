@@ -648,6 +648,28 @@ class TestStore(unittest.TestCase):
             self.assertEqual(sum(holds_by_pid(ag.pool).get(os.getpid(), [0])), 0)
             st.close()
 
+    def test_thread_restarts_keep_client_slots_flat(self):
+        """sglang's reset() stops the storage threads and starts new ones,
+        whose calls open new client handles; the pins a dead prefetch
+        thread parked are released with it, so 1,000 resets (each probing
+        and parking, none loading) leave the client slots flat."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            hp = sf.FakeHostPool()
+            st = store_for(ag.pool, hp)
+            keys = sf.page_keys("reset", 4)
+            self.assertEqual(st.batch_set_v1(keys, hp.indices(range(4))), [True] * 4)
+            got = []
+            most = 0
+            for i in range(1000):
+                t = threading.Thread(target=lambda: got.append(st.batch_exists(keys)))
+                t.start()
+                t.join()
+                if i % 100 == 99:
+                    most = max(most, len(holds_by_pid(ag.pool)[os.getpid()]))
+            self.assertEqual(got, [4] * 1000)
+            self.assertLessEqual(most, 4)
+            st.close()
+
     def test_abandoned_pin_released_after_age(self):
         with kvpt.Agent("--dram", "64M") as ag:
             hp = sf.FakeHostPool()
