@@ -51,7 +51,8 @@ storage then goes silently dead).
 extra_config keys read here (all optional):
     pool            the kvpoold pool name (default "default")
     namespace       appended to the derived namespace (tenants, versions)
-    interface_v1    sglang's switch for the zero-copy path (read by sglang too)
+    interface_v1    sglang's switch for the zero-copy path (read by sglang too);
+                    default 1: the store sets it in sglang's extra_config
     pin_prefetch    pin in batch_exists for batch_get_v1 (default true)
     pin_max_pages   pages parked in pinsets at once (default 16384)
     pin_max_age_s   a parked pinset's age limit in seconds (default 10)
@@ -448,7 +449,12 @@ class KVPoolStore(HiCacheStorage):
         self.cp_size = int(getattr(cfg, "attn_cp_size", 1) or 1)
         self.is_mla = bool(getattr(cfg, "is_mla_model", False))
         self.should_split_heads = bool(getattr(cfg, "should_split_heads", False))
-        self.interface_v1 = bool(self.extra.get("interface_v1", 0))
+        # sglang picks its zero-copy calls for a dynamic backend when
+        # storage_config.extra_config["interface_v1"] is true, reading it
+        # after it built the backend: on unless the launch says 0
+        if cfg is not None and isinstance(getattr(cfg, "extra_config", None), dict):
+            cfg.extra_config.setdefault("interface_v1", 1)
+        self.interface_v1 = bool(self.extra.get("interface_v1", 1))
         self.pin_prefetch = bool(self.extra.get("pin_prefetch", True))
         self.pin_max_pages = int(self.extra.get("pin_max_pages", 16384))
         self.pin_max_age_s = float(self.extra.get("pin_max_age_s", 10.0))

@@ -336,6 +336,11 @@ class HybridController:
         self.page_size = group.page_size
         self.all_reduce_min = all_reduce_min or (lambda x: x)
         self.backup_skip = backup_skip
+        # sglang picks the zero-copy calls for a dynamic backend from the
+        # storage config's extra_config, after it built the backend
+        extra = getattr(store.storage_config, "extra_config", None) or {}
+        if not extra.get("interface_v1", 0):
+            raise AssertionError("sglang would drive the generic copy path (interface_v1 off)")
         store.register_mem_pool_host(group)
         for e in group.entries:
             store.register_mem_host_pool_v2(e.host_pool, e.name)

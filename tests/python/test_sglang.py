@@ -141,7 +141,8 @@ def _w_hybrid_rank(pool, role, rank, init, q):
 
 def _hybrid_kind(pool, role, kind, mla, rank, amin):
     group, kv, side, name, policy, src = _hyb_group(kind, mla)
-    cfg = sf.StorageConfig(tp_rank=rank, tp_size=2, is_mla_model=mla, extra_config={"pool": pool, "interface_v1": 1})
+    # no interface_v1 in the launch: the zero-copy calls are the default
+    cfg = sf.StorageConfig(tp_rank=rank, tp_size=2, is_mla_model=mla, extra_config={"pool": pool})
     st = ks.KVPoolStore(cfg, {})
     ctl = sf.HybridController(st, group, amin, backup_skip=mla and rank != 0)
     keys = sf.page_keys("hyb-" + kind, HYB_PAGES)
@@ -669,6 +670,19 @@ class TestStore(unittest.TestCase):
             self.assertEqual(got, [4] * 1000)
             self.assertLessEqual(most, 4)
             st.close()
+
+    def test_interface_v1_on_by_default(self):
+        """sglang reads interface_v1 from the storage config it built the
+        store with: left out, it is 1 there after the store is built; an
+        explicit 0 stays 0 (the copy path)."""
+        cfg = sf.StorageConfig(extra_config={"pool": "unused"})
+        st = ks.KVPoolStore(cfg, {})
+        self.assertEqual(cfg.extra_config.get("interface_v1"), 1)
+        self.assertTrue(st.interface_v1)
+        cfg = sf.StorageConfig(extra_config={"pool": "unused", "interface_v1": 0})
+        st = ks.KVPoolStore(cfg, {})
+        self.assertEqual(cfg.extra_config.get("interface_v1"), 0)
+        self.assertFalse(st.interface_v1)
 
     def test_abandoned_pin_released_after_age(self):
         with kvpt.Agent("--dram", "64M") as ag:
