@@ -236,9 +236,10 @@ def _device_pool(host_pool):
     return dev
 
 
-def _geometry(host_pool, mla):
+def _geometry(host_pool, mla, heads_times=1):
     """The attention geometry of a page (object bytes alone cannot tell 2
-    heads of 16 from 1 of 32), from whichever fields the pool has."""
+    heads of 16 from 1 of 32), from whichever fields the pool has;
+    heads_times: the head count of all ranks (split heads)."""
     if mla:
         names = ("layer_num", "kv_lora_rank", "qk_rope_head_dim")
         tags = ("L", "r", "+")
@@ -249,7 +250,7 @@ def _geometry(host_pool, mla):
     for n, t in zip(names, tags):
         v = getattr(host_pool, n, None)
         if isinstance(v, int):
-            out += f"{t}{v}"
+            out += f"{t}{v * heads_times if n == 'head_num' else v}"
     return out or "g?"
 
 
@@ -288,6 +289,7 @@ def namespace_for(storage_config, host_pool):
         model = getattr(storage_config, "model_name", None) or "unknown-model"
         unknown.append("the model (no sglang server args: weights, revision, quantization)")
     layout = getattr(host_pool, "layout", "page_first")
+    anchor = getattr(getattr(host_pool, "anchor_entry", None), "host_pool", host_pool)
     parts = [
         "sglang",
         str(model),
@@ -295,11 +297,18 @@ def namespace_for(storage_config, host_pool):
         layout,
         f"p{int(host_pool.page_size)}",
         f"{_object_bytes(host_pool, mla)}B",
-        _geometry(getattr(getattr(host_pool, "anchor_entry", None), "host_pool", host_pool), mla),
+        _geometry(anchor, mla),
         "mla" if mla else "mha",
     ]
-    if not mla:
-        parts.append(f"tp{int(getattr(storage_config, 'tp_size', 1) or 1)}")
+    tp = int(getattr(storage_config, "tp_size", 1) or 1)
+    lcm = int(getattr(storage_config, "tp_lcm_size", None) or 0)
+    if not mla and getattr(storage_config, "should_split_heads", False) and lcm and lcm % tp == 0:
+        # shards of TP lcm: the same for every TP size that divides it
+        parts[5] = f"{_object_bytes(host_pool, mla) // (lcm // tp)}B"
+        parts[6] = _geometry(anchor, mla, tp)
+        parts.append(f"tpl{lcm}")
+    elif not mla:
+        parts.append(f"tp{tp}")
     pp_size = int(getattr(storage_config, "pp_size", 1) or 1)
     cp_size = int(getattr(storage_config, "attn_cp_size", 1) or 1)
     if pp_size > 1:
@@ -474,6 +483,17 @@ class KVPoolStore(HiCacheStorage):
         # with one join per suffix (the last char, k or v, occurs once in
         # its suffix: the binding proves the hashes' lengths with it)
         self._sfx = (rank + "_k",) if self.is_mla else (rank + "_k", rank + "_v")
+        # heterogeneous TP (tp_lcm_size, as sglang's Mooncake backend): an
+        # MHA rank stores its heads as split shards, each keyed by the rank
+        # of TP tp_lcm_size that holds those heads, so engines whose TP
+        # sizes divide tp_lcm_size read each other's pages
+        self.tp_lcm_size = int(getattr(cfg, "tp_lcm_size", None) or 0)
+        self.split = 1
+        if self.should_split_heads and not self.is_mla and self.tp_lcm_size and self.tp_lcm_size % self.tp_size == 0:
+            self.split = self.tp_lcm_size // self.tp_size
+            pc = rank[len(f"_{self.tp_rank}") :]  # the pp / cp part
+            ranks = [self.tp_rank * self.split + j for j in range(self.split)]
+            self._sfx = tuple(f"_{r}{pc}_{kv}" for r in ranks for kv in ("k", "v"))
         self._per = len(self._sfx)  # objects per page
         # MLA pages are the same on every rank: rank 0 writes (sglang skips
         # the backup on other ranks too; this keeps it so without that)
@@ -510,11 +530,19 @@ class KVPoolStore(HiCacheStorage):
                 f"object per K/V); launch sglang with --hicache-mem-layout page_first "
                 f"(or page_first_direct, page_head)"
             )
-        if self.should_split_heads:
-            raise ValueError("kvpool.sglang: tp_lcm_size (split heads across TP sizes) is not supported")
+        if self.should_split_heads and not self.is_mla:
+            why = None
+            if self.split == 1 and not (self.tp_lcm_size and self.tp_lcm_size % self.tp_size == 0):
+                why = f"tp_lcm_size {self.tp_lcm_size or None} is not a multiple of the TP size {self.tp_size}"
+            elif not self.interface_v1:
+                why = "split heads need the zero-copy calls (interface_v1)"
+            elif layout != "page_head" or not hasattr(host, "get_split_heads_page_buffer_meta"):
+                why = "split heads need the page_head host layout (--hicache-mem-layout page_head)"
+            if why:
+                raise ValueError(f"kvpool.sglang: heterogeneous TP (tp_lcm_size) refused: {why}")
         self.mem_pool_host = host
         self.page_size = int(host.page_size)
-        self.object_bytes = _object_bytes(host, self.is_mla)
+        self.object_bytes = _object_bytes(host, self.is_mla) // self.split
         if self.pool is not None:
             self.pool.close()
             self.pool = None
@@ -580,7 +608,10 @@ class KVPoolStore(HiCacheStorage):
         if ni != n * self.page_size:
             self._once("indices", "%d host indices for %d pages of %d tokens", ni, n, self.page_size)
             return None
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        if self.split > 1:
+            ptrs, sizes = self.mem_pool_host.get_split_heads_page_buffer_meta(host_indices, self.split)
+        else:
+            ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
         m = n * self._per
         if isinstance(sizes, int):
             sizes = [sizes] * len(ptrs)
@@ -609,9 +640,12 @@ class KVPoolStore(HiCacheStorage):
 
     def _pages(self, ok, n):
         """Per page: all its objects ok (ok: a list of bools per object)."""
-        if self._per == 1:
+        per = self._per
+        if per == 1:
             return ok
-        return [a and b for a, b in zip(ok[0::2], ok[1::2])]
+        if per == 2:
+            return [a and b for a, b in zip(ok[0::2], ok[1::2])]
+        return [all(ok[i * per : (i + 1) * per]) for i in range(n)]
 
     def _retry_busy(self, fn, okeys, ptrs, sizes, res):
         """Retry the objects whose answer was BUSY, within busy_retry_ms.

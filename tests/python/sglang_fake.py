@@ -145,6 +145,45 @@ class FakeHostPool:
             sizes.append(self.obj_bytes)
         return ptrs, sizes
 
+    def get_split_heads_page_buffer_meta(self, indices, split_factor):
+        """sglang's MHA host pool in the page_head layout: per page, per
+        group of head_num / split_factor heads (contiguous in page_head),
+        a K pointer and a V pointer, each 1/split_factor of the page's K."""
+        assert self.layout == "page_head" and not self.mla
+        assert self.head_num % split_factor == 0
+        idx = indices.tolist() if hasattr(indices, "tolist") else list(indices)
+        part = self.obj_bytes // split_factor
+        v_off = self.size * self.per_token
+        ptrs = []
+        for i in range(0, len(idx), self.page_size):
+            k = self.base + (idx[i] // self.page_size) * self.obj_bytes
+            for j in range(split_factor):
+                ptrs += [k + j * part, k + j * part + v_off]
+        return ptrs, [part] * len(ptrs)
+
+    def head_bytes(self):
+        return self.obj_bytes // self.head_num
+
+    def fill_heads(self, slot, head0, seed):
+        """page_head: write each local head h of page slot (K and V) with
+        bytes that name seed and the global head head0 + h."""
+        hb = self.head_bytes()
+        k, v = self._objs(slot)
+        for h in range(self.head_num):
+            for base, kv in ((k, 0), (v, 1)):
+                ctypes.memmove(base + h * hb, pattern((seed * 1000 + head0 + h) * 2 + kv, hb), hb)
+
+    def heads(self, slot):
+        """[(K bytes, V bytes)] per local head of page slot (page_head)."""
+        hb = self.head_bytes()
+        k, v = self._objs(slot)
+        return [(ctypes.string_at(k + h * hb, hb), ctypes.string_at(v + h * hb, hb)) for h in range(self.head_num)]
+
+    def expect_heads(self, head0, seed):
+        hb = self.head_bytes()
+        return [(pattern((seed * 1000 + head0 + h) * 2, hb), pattern((seed * 1000 + head0 + h) * 2 + 1, hb))
+                for h in range(self.head_num)]
+
     # test helpers: page slots <-> token indices, content
     def indices(self, slots):
         """host_indices of page slots: page_size token slots per page."""

@@ -684,6 +684,50 @@ class TestStore(unittest.TestCase):
         self.assertEqual(cfg.extra_config.get("interface_v1"), 0)
         self.assertFalse(st.interface_v1)
 
+    def test_heterogeneous_tp_split_heads(self):
+        """tp_lcm_size, as sglang's Mooncake backend serves it: a TP 2
+        engine (tp_lcm_size 4) stores each rank's heads as 2 shards keyed
+        by the TP 4 rank holding them; a TP 4 engine reads them, every head
+        byte in place, and writes shards the TP 2 engine reads back."""
+        H, n = 8, 6
+        with kvpt.Agent("--dram", "64M") as ag:
+            def engine(tp):
+                out = []
+                for r in range(tp):
+                    hp = sf.FakeHostPool(layout="page_head", head_num=H // tp, head_dim=16, n_pages=16)
+                    cfg = dict(tp_rank=r, tp_size=tp, tp_lcm_size=4, should_split_heads=True)
+                    out.append((store_for(ag.pool, hp, **cfg), hp))
+                return out
+
+            tp2, tp4 = engine(2), engine(4)
+            self.assertEqual(tp2[0][0].namespace, tp4[0][0].namespace)
+            keys, back = sf.page_keys("htp", n), sf.page_keys("htp-back", n)
+            for q, (st, hp) in enumerate(tp2):
+                for i in range(n):
+                    hp.fill_heads(i, q * H // 2, i)
+                self.assertEqual(st.batch_set_v1(keys, hp.indices(range(n))), [True] * n)
+            for r, (st, hp) in enumerate(tp4):
+                self.assertEqual(st.batch_exists(keys), n, r)
+                self.assertEqual(st.batch_get_v1(keys, hp.indices(range(8, 8 + n))), [True] * n, r)
+                for i in range(n):
+                    self.assertEqual(hp.heads(8 + i), hp.expect_heads(r * H // 4, i), (r, i))
+                for i in range(n):
+                    hp.fill_heads(i, r * H // 4, 50 + i)
+                self.assertEqual(st.batch_set_v1(back, hp.indices(range(n))), [True] * n)
+            for q, (st, hp) in enumerate(tp2):
+                self.assertEqual(st.batch_get_v1(back, hp.indices(range(8, 8 + n))), [True] * n, q)
+                for i in range(n):
+                    self.assertEqual(hp.heads(8 + i), hp.expect_heads(q * H // 2, 50 + i), (q, i))
+            # refused at registration: a TP size that does not divide
+            # tp_lcm_size, a layout whose head groups are not contiguous
+            bad = sf.StorageConfig(tp_size=3, tp_lcm_size=4, should_split_heads=True, extra_config={"pool": ag.pool})
+            with self.assertRaisesRegex(ValueError, "tp_lcm_size"):
+                ks.KVPoolStore(bad, {}).register_mem_pool_host(sf.FakeHostPool(layout="page_head"))
+            with self.assertRaisesRegex(ValueError, "page_head"):
+                store_for(ag.pool, sf.FakeHostPool(), tp_size=2, tp_lcm_size=4, should_split_heads=True)
+            for st, _ in tp2 + tp4:
+                st.close()
+
     def test_abandoned_pin_released_after_age(self):
         with kvpt.Agent("--dram", "64M") as ag:
             hp = sf.FakeHostPool()
