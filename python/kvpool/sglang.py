@@ -405,13 +405,13 @@ def _flat_meta(ptrs, sizes):
 
 def _is_mha_pool(host):
     """Whether a pool holds per-head (TP-sharded) K/V: sglang's MHA host
-    pools have a v_buffer; MLA-like pools (latent, indexer, compressed) do
-    not.  Unknown pools count as sharded (per-rank keys: never wrong)."""
+    pools have a v_buffer.  Asked only on an MLA target, where sglang backs
+    up sidecars other than Mamba on TP rank 0 alone: a pool of no known
+    kind counts as replicated (as sglang's Mooncake backend keys indexer
+    and compressed pools), or ranks other than 0 would never find it."""
     if getattr(host, "mla", None) is not None:
         return not host.mla
-    if hasattr(host, "v_buffer") or "MHA" in type(host).__name__:
-        return True
-    return not (hasattr(host, "kv_lora_rank") or "MLA" in type(host).__name__ or "DeepSeekV4" in type(host).__name__)
+    return hasattr(host, "v_buffer") or "MHA" in type(host).__name__
 
 
 # ---- parked pinsets: batch_exists -> batch_get_v1 ----

@@ -728,6 +728,30 @@ class TestStore(unittest.TestCase):
             for st, _ in tp2 + tp4:
                 st.close()
 
+    def test_mla_target_sidecar_kinds(self):
+        """On an MLA target sglang backs up sidecars other than Mamba on TP
+        rank 0 only: a pool of no known kind (a DSA indexer or compressed
+        pool class) is replicated, rank free; Mamba and MHA-like pools
+        (a v_buffer) are per rank."""
+
+        class IndexerPoolHost:  # no v_buffer, no mla flag: sglang's own classes
+            page_size = 1
+
+            def get_page_buffer_meta(self, indices):
+                return [4096 * int(i) for i in indices], [64] * len(indices)
+
+        class MHAPool(IndexerPoolHost):
+            v_buffer = None
+
+        with kvpt.Agent("--dram", "64M") as ag:
+            st = store_for(ag.pool, sf.FakeHostPool(mla=True), is_mla_model=True, tp_rank=1, tp_size=2)
+            for name, host in (("indexer", IndexerPoolHost()), ("mamba", IndexerPoolHost()), ("draft", MHAPool())):
+                st.register_mem_host_pool_v2(host, name)
+            self.assertEqual([st._v2[k].shared for k in ("indexer", "mamba", "draft")], [True, False, False])
+            self.assertEqual(st._v2["indexer"].sfx, ("_indexer_0",))
+            self.assertEqual(st._v2["mamba"].sfx, ("_1of2_mamba_0",))
+            st.close()
+
     def test_abandoned_pin_released_after_age(self):
         with kvpt.Agent("--dram", "64M") as ag:
             hp = sf.FakeHostPool()
