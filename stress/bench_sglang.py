@@ -94,7 +94,9 @@ def main():
           f"agent --dram {dram >> 20}M, reps {reps} (exists {ereps}), torch {'yes' if sf.torch else 'no'}")
     t_start = time.monotonic()
     with kvpt.Agent("--dram", f"{dram >> 20}M", "--max-value", f"{max(obj, 1 << 20) >> 10}K") as ag:
-        cfg = sf.StorageConfig(extra_config={"pool": ag.pool, "interface_v1": 1, "pin_max_pages": 4 * pages})
+        # no sglang server args here: name the deployment (the store fails closed without)
+        extra = {"pool": ag.pool, "interface_v1": 1, "pin_max_pages": 4 * pages, "namespace": "bench_sglang"}
+        cfg = sf.StorageConfig(extra_config=extra)
         st = ks.KVPoolStore(cfg, {})
         st.register_mem_pool_host(hp)
         for i in range(pages):

@@ -15,8 +15,13 @@ there, because the namespace is derived from the host pool.
 
 Namespace (what makes two engines' pages interchangeable; sglang's keys are
 token-prefix hashes only):
-    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mla
-    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|mha|tp{tp size}
+    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|{geometry}|mla
+    sglang|{model}|{kv dtype}|{layout}|p{page size}|{object bytes}B|{geometry}|mha|tp{tp size}
+where model is the model path, revision, quantization, weights dtype and
+--kv-cache-dtype from sglang's server args, and kv dtype the device pool's
+(the anchor entry's for a HostPoolGroup); when either cannot be
+established and extra_config names no namespace the store stays off
+(fails closed, one error line),
 plus |pp{size} and |cp{size} when those are > 1 and |{namespace} when
 extra_config names one.  Object keys, as sglang's own backends name them:
 MHA K "{hash}_{tp rank}_k" and V "{hash}_{tp rank}_v" (the rank's heads),
@@ -28,11 +33,13 @@ one flat page per key under "{hash}_{tp rank}" (MHA) or "{hash}" (MLA).
 Threads (sglang's HiCacheController): the prefetch thread probes
 (batch_exists, 128 pages a call), the prefetch I/O thread loads
 (batch_get_v1), the backup thread writes (batch_set_v1), each through its
-own client handle of the one Pool.  batch_exists pins what it counts
-(kvp_batch_lookup_pin) and parks the pinset under the probed keys;
-batch_get_v1 of those keys reads through the pinset and releases it, so a
-page counted is still there when it is loaded.  Parked pins are bounded
-(pin_max_pages) and aged out (pin_max_age_s), swept on every call.
+own client handle of the one Pool.  batch_exists counts only what it
+pins (kvp_batch_lookup_pin) and parks the pinset under every probed key;
+each batch_get_v1 (sglang loads 128 pages a call) reads its pages through
+the pinset at their offset, which is released once all its pages were
+loaded, so a page counted is still there when it is loaded.  Parked pins
+are bounded (pin_max_pages) and aged out (pin_max_age_s), swept on every
+call.
 
 Contract of the data path (batch_exists, batch_get_v1, batch_set_v1, get,
 set, batch_get, batch_set, exists): never raises, never returns None where
@@ -44,9 +51,10 @@ storage then goes silently dead).
 extra_config keys read here (all optional):
     pool            the kvpoold pool name (default "default")
     namespace       appended to the derived namespace (tenants, versions)
-    interface_v1    sglang's switch for the zero-copy path (read by sglang too)
+    interface_v1    sglang's switch for the zero-copy path (read by sglang too);
+                    default 1: the store sets it in sglang's extra_config
     pin_prefetch    pin in batch_exists for batch_get_v1 (default true)
-    pin_max_pages   pages parked in pinsets at once (default 1024)
+    pin_max_pages   pages parked in pinsets at once (default 16384)
     pin_max_age_s   a parked pinset's age limit in seconds (default 10)
     busy_retry_ms   the retry budget for BUSY per call (default 50)
     clear_track_max object keys remembered for clear() (default 1,000,000)
@@ -59,6 +67,7 @@ extra_config keys read here (all optional):
 import collections
 import hashlib
 import logging
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -104,6 +113,20 @@ class _StandInHiCacheStorage(ABC):
     @abstractmethod
     def exists(self, key):
         pass
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        if not hasattr(self, "registered_pools"):
+            self.registered_pools = {}
+        self.registered_pools[host_pool_name] = host_pool
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        raise NotImplementedError()
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        raise NotImplementedError()
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        raise NotImplementedError()
 
     def batch_exists(self, keys, extra_info=None):
         for i, k in enumerate(keys):
@@ -192,17 +215,81 @@ def _object_bytes(host_pool, mla):
     return per * _itemsize(host_pool.dtype) * ps
 
 
+def _server_args():
+    """sglang's ServerArgs of this (scheduler) process, or None: set before
+    the cache is built.  Tests replace this function (no sglang here)."""
+    try:
+        from sglang.srt.server_args import get_global_server_args
+
+        return get_global_server_args()
+    except Exception:
+        return None
+
+
+def _device_pool(host_pool):
+    """The device KV pool behind a host pool: its own, or (HostPoolGroup,
+    sglang's default path) the anchor entry's."""
+    dev = getattr(host_pool, "device_pool", None)
+    if dev is None:
+        anchor = getattr(host_pool, "anchor_entry", None)
+        dev = getattr(anchor, "device_pool", None)
+    return dev
+
+
+def _geometry(host_pool, mla, heads_times=1):
+    """The attention geometry of a page (object bytes alone cannot tell 2
+    heads of 16 from 1 of 32), from whichever fields the pool has;
+    heads_times: the head count of all ranks (split heads)."""
+    if mla:
+        names = ("layer_num", "kv_lora_rank", "qk_rope_head_dim")
+        tags = ("L", "r", "+")
+    else:
+        names = ("layer_num", "head_num", "head_dim")
+        tags = ("L", "h", "d")
+    out = ""
+    for n, t in zip(names, tags):
+        v = getattr(host_pool, n, None)
+        if isinstance(v, int):
+            out += f"{t}{v * heads_times if n == 'head_num' else v}"
+    return out or "g?"
+
+
+class NoIdentity(ValueError):
+    """What makes pages interchangeable cannot be established."""
+
+
 def namespace_for(storage_config, host_pool):
     """The pool namespace of this engine's pages (see the module docstring):
-    what two engines must share to read each other's pages."""
+    what two engines must share to read each other's pages.  Fails closed:
+    NoIdentity when the model or the KV dtype cannot be established (no
+    sglang server args, no device pool) and extra_config names no
+    namespace."""
     extra = getattr(storage_config, "extra_config", None) or {}
     mla = bool(getattr(storage_config, "is_mla_model", False))
-    model = getattr(storage_config, "model_name", None) or "unknown-model"
-    dev = getattr(host_pool, "device_pool", None)
-    # the host pool keeps the store dtype (uint8 for fp8 KV): the device
-    # pool's dtype tells e4m3 from e5m2
-    kv_dtype = _dtype_name(getattr(dev, "dtype", None) or host_pool.dtype)
+    sa = _server_args()
+    dev = _device_pool(host_pool)
+    # the host pool keeps the store dtype (uint8 for every fp8 format): only
+    # the device pool's dtype tells e4m3 from e5m2
+    dev_dtype = getattr(dev, "dtype", None)
+    kv_dtype = _dtype_name(dev_dtype if dev_dtype is not None else host_pool.dtype)
+    unknown = []
+    if dev_dtype is None and _itemsize(host_pool.dtype) == 1:
+        unknown.append("the KV dtype (a 1-byte store dtype and no device pool: which fp8 format?)")
+    if sa is not None and getattr(sa, "model_path", None):
+        model = "|".join(
+            [
+                str(sa.model_path),
+                f"rev={getattr(sa, 'revision', None) or '-'}",
+                f"q={getattr(sa, 'quantization', None) or '-'}",
+                f"w={getattr(sa, 'dtype', None) or '-'}",
+                f"kvd={getattr(sa, 'kv_cache_dtype', None) or '-'}",
+            ]
+        )
+    else:
+        model = getattr(storage_config, "model_name", None) or "unknown-model"
+        unknown.append("the model (no sglang server args: weights, revision, quantization)")
     layout = getattr(host_pool, "layout", "page_first")
+    anchor = getattr(getattr(host_pool, "anchor_entry", None), "host_pool", host_pool)
     parts = [
         "sglang",
         str(model),
@@ -210,10 +297,18 @@ def namespace_for(storage_config, host_pool):
         layout,
         f"p{int(host_pool.page_size)}",
         f"{_object_bytes(host_pool, mla)}B",
+        _geometry(anchor, mla),
         "mla" if mla else "mha",
     ]
-    if not mla:
-        parts.append(f"tp{int(getattr(storage_config, 'tp_size', 1) or 1)}")
+    tp = int(getattr(storage_config, "tp_size", 1) or 1)
+    lcm = int(getattr(storage_config, "tp_lcm_size", None) or 0)
+    if not mla and getattr(storage_config, "should_split_heads", False) and lcm and lcm % tp == 0:
+        # shards of TP lcm: the same for every TP size that divides it
+        parts[5] = f"{_object_bytes(host_pool, mla) // (lcm // tp)}B"
+        parts[6] = _geometry(anchor, mla, tp)
+        parts.append(f"tpl{lcm}")
+    elif not mla:
+        parts.append(f"tp{tp}")
     pp_size = int(getattr(storage_config, "pp_size", 1) or 1)
     cp_size = int(getattr(storage_config, "attn_cp_size", 1) or 1)
     if pp_size > 1:
@@ -222,23 +317,124 @@ def namespace_for(storage_config, host_pool):
         parts.append(f"cp{cp_size}")
     if extra.get("namespace"):
         parts.append(str(extra["namespace"]))
+    elif unknown:
+        raise NoIdentity(
+            "kvpool.sglang: cannot establish "
+            + " and ".join(unknown)
+            + "; not sharing pages with anyone: this store stays off (every probe a miss). Set "
+            'extra_config "namespace" to one name per identical deployment to use the pool'
+        )
     ns = "|".join(parts)
     if len(ns.encode()) > 255:  # KVP_NS_NAME_MAX: keep it readable, make it unique
         ns = ns.encode()[:200].decode(errors="ignore") + "#" + hashlib.sha256(ns.encode()).hexdigest()[:24]
     return ns
 
 
+# ---- the v2 interface's pieces (sglang's types when importable) ----
+
+
+class _StandInPoolTransferResult:
+    """sglang's PoolTransferResult (hicache_storage.py) without sglang."""
+
+    def __init__(self, kv_hit_pages, extra_pool_hit_pages, restorable=None):
+        self.kv_hit_pages = kv_hit_pages
+        self.extra_pool_hit_pages = extra_pool_hit_pages
+        self.restorable = restorable
+
+
+try:
+    from sglang.srt.mem_cache.hicache_storage import PoolTransferResult
+except Exception:
+    PoolTransferResult = _StandInPoolTransferResult
+
+
+def _transfer_result(final, hits, restorable):
+    """A PoolTransferResult; with the stop points when this sglang's has
+    that field (newer sglang intersects them across ranks)."""
+    try:
+        return PoolTransferResult(final, hits, restorable)
+    except TypeError:
+        return PoolTransferResult(final, hits)
+
+
+class _V2Pool:
+    """A registered pool: its object-key suffixes and object sizes per
+    page, whether it is the same on every TP rank, whether it is a logical
+    anchor (no bytes: kv_buffer None)."""
+
+    __slots__ = ("name", "host", "sfx", "sizes", "shared", "logical")
+
+    def __init__(self, name, host, sfx, sizes, shared, logical):
+        self.name = name
+        self.host = host
+        self.sfx = sfx
+        self.sizes = sizes
+        self.shared = shared
+        self.logical = logical
+
+
+def _pool_name(name):
+    """sglang's PoolName (a str enum) or a str, as its value."""
+    return str(getattr(name, "value", name))
+
+
+def _policy(transfer):
+    return str(getattr(getattr(transfer, "hit_policy", None), "value", getattr(transfer, "hit_policy", None)))
+
+
+def _indices_like(idx):
+    return torch.tensor(idx, dtype=torch.int64) if torch is not None else idx
+
+
+def _flat_meta(ptrs, sizes):
+    """(pointers, sizes) with one entry per buffer: a pool may give several
+    buffers per object (a list per entry) or one size for all."""
+    ptrs = list(ptrs)
+    if isinstance(sizes, int):
+        sizes = [sizes] * len(ptrs)
+    sizes = list(sizes)
+    if any(isinstance(p, (list, tuple)) for p in ptrs):
+        fp, fs = [], []
+        for p, s in zip(ptrs, sizes):
+            p = p if isinstance(p, (list, tuple)) else [p]
+            fp.extend(p)
+            fs.extend(s if isinstance(s, (list, tuple)) else [s] * len(p))
+        ptrs, sizes = fp, fs
+    return [int(p) for p in ptrs], [int(s) for s in sizes]
+
+
+def _is_mha_pool(host):
+    """Whether a pool holds per-head (TP-sharded) K/V: sglang's MHA host
+    pools have a v_buffer.  Asked only on an MLA target, where sglang backs
+    up sidecars other than Mamba on TP rank 0 alone: a pool of no known
+    kind counts as replicated (as sglang's Mooncake backend keys indexer
+    and compressed pools), or ranks other than 0 would never find it."""
+    if getattr(host, "mla", None) is not None:
+        return not host.mla
+    return hasattr(host, "v_buffer") or "MHA" in type(host).__name__
+
+
 # ---- parked pinsets: batch_exists -> batch_get_v1 ----
 
 
 class _Parked:
-    __slots__ = ("ps", "keys", "pages", "t0")
+    """A parked pinset: the probed page keys it pins (pages of them), when
+    it was parked, and which of its pages were loaded (it is released when
+    all were, or it ages out, or the store clears)."""
+
+    __slots__ = ("ps", "keys", "pages", "t0", "loaded", "nloaded", "owner")
 
     def __init__(self, ps, keys, pages, t0):
         self.ps = ps
         self.keys = keys
         self.pages = pages
         self.t0 = t0
+        self.loaded = bytearray(pages)
+        self.nloaded = 0
+        # the probing thread: its client handle holds the pins; when sglang
+        # restarts its storage threads (reset()) the old thread's requests
+        # are gone, and its pins (and with them its client slot) go too
+        self.owner = threading.current_thread()
 
 
 class KVPoolStore(HiCacheStorage):
@@ -262,9 +458,14 @@ class KVPoolStore(HiCacheStorage):
         self.cp_size = int(getattr(cfg, "attn_cp_size", 1) or 1)
         self.is_mla = bool(getattr(cfg, "is_mla_model", False))
         self.should_split_heads = bool(getattr(cfg, "should_split_heads", False))
-        self.interface_v1 = bool(self.extra.get("interface_v1", 0))
+        # sglang picks its zero-copy calls for a dynamic backend when
+        # storage_config.extra_config["interface_v1"] is true, reading it
+        # after it built the backend: on unless the launch says 0
+        if cfg is not None and isinstance(getattr(cfg, "extra_config", None), dict):
+            cfg.extra_config.setdefault("interface_v1", 1)
+        self.interface_v1 = bool(self.extra.get("interface_v1", 1))
         self.pin_prefetch = bool(self.extra.get("pin_prefetch", True))
-        self.pin_max_pages = int(self.extra.get("pin_max_pages", 1024))
+        self.pin_max_pages = int(self.extra.get("pin_max_pages", 16384))
         self.pin_max_age_s = float(self.extra.get("pin_max_age_s", 10.0))
         self.busy_retry_s = float(self.extra.get("busy_retry_ms", 50)) / 1000.0
         self.clear_track_max = int(self.extra.get("clear_track_max", 1_000_000))
@@ -282,6 +483,17 @@ class KVPoolStore(HiCacheStorage):
         # with one join per suffix (the last char, k or v, occurs once in
         # its suffix: the binding proves the hashes' lengths with it)
         self._sfx = (rank + "_k",) if self.is_mla else (rank + "_k", rank + "_v")
+        # heterogeneous TP (tp_lcm_size, as sglang's Mooncake backend): an
+        # MHA rank stores its heads as split shards, each keyed by the rank
+        # of TP tp_lcm_size that holds those heads, so engines whose TP
+        # sizes divide tp_lcm_size read each other's pages
+        self.tp_lcm_size = int(getattr(cfg, "tp_lcm_size", None) or 0)
+        self.split = 1
+        if self.should_split_heads and not self.is_mla and self.tp_lcm_size and self.tp_lcm_size % self.tp_size == 0:
+            self.split = self.tp_lcm_size // self.tp_size
+            pc = rank[len(f"_{self.tp_rank}") :]  # the pp / cp part
+            ranks = [self.tp_rank * self.split + j for j in range(self.split)]
+            self._sfx = tuple(f"_{r}{pc}_{kv}" for r in ranks for kv in ("k", "v"))
         self._per = len(self._sfx)  # objects per page
         # MLA pages are the same on every rank: rank 0 writes (sglang skips
         # the backup on other ranks too; this keeps it so without that)
@@ -293,15 +505,17 @@ class KVPoolStore(HiCacheStorage):
         self.page_size = 1
         self.object_bytes = 0
         self._park_lock = threading.Lock()
-        self._parked = {}  # first key -> [_Parked]
+        self._parked = {}  # every pinned page key -> [(_Parked, its page offset)]
         self._park_order = collections.deque()  # _Parked, oldest first
         self._parked_pages = 0
+        self._owners = collections.Counter()  # probing thread -> its parked pinsets
         self._written = {}  # ordered set of object keys this store wrote
         self._written_lock = threading.Lock()
         self._logged = set()
         self._stat_lock = threading.Lock()
         self._tl = threading.local()
         self._counters = []  # every thread's Counter
+        self._v2 = {}  # pool name -> _V2Pool (register_mem_host_pool_v2)
         self._metrics = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bandwidth": [], "backup_bandwidth": []}
 
     # -- set-up --
@@ -316,14 +530,28 @@ class KVPoolStore(HiCacheStorage):
                 f"object per K/V); launch sglang with --hicache-mem-layout page_first "
                 f"(or page_first_direct, page_head)"
             )
-        if self.should_split_heads:
-            raise ValueError("kvpool.sglang: tp_lcm_size (split heads across TP sizes) is not supported")
+        if self.should_split_heads and not self.is_mla:
+            why = None
+            if self.split == 1 and not (self.tp_lcm_size and self.tp_lcm_size % self.tp_size == 0):
+                why = f"tp_lcm_size {self.tp_lcm_size or None} is not a multiple of the TP size {self.tp_size}"
+            elif not self.interface_v1:
+                why = "split heads need the zero-copy calls (interface_v1)"
+            elif layout != "page_head" or not hasattr(host, "get_split_heads_page_buffer_meta"):
+                why = "split heads need the page_head host layout (--hicache-mem-layout page_head)"
+            if why:
+                raise ValueError(f"kvpool.sglang: heterogeneous TP (tp_lcm_size) refused: {why}")
         self.mem_pool_host = host
         self.page_size = int(host.page_size)
-        self.object_bytes = _object_bytes(host, self.is_mla)
-        self.namespace = namespace_for(self.storage_config, host)
+        self.object_bytes = _object_bytes(host, self.is_mla) // self.split
         if self.pool is not None:
             self.pool.close()
+            self.pool = None
+        try:
+            self.namespace = namespace_for(self.storage_config, host)
+        except NoIdentity as e:
+            logger.error("%s", e)
+            self.namespace = None
+            return
         try:
             self.pool = kvpool.Pool(self.pool_name, namespace=self.namespace, remote_probe=self.remote_probe)
         except kvpool.KVPoolError as e:
@@ -380,7 +608,10 @@ class KVPoolStore(HiCacheStorage):
         if ni != n * self.page_size:
             self._once("indices", "%d host indices for %d pages of %d tokens", ni, n, self.page_size)
             return None
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        if self.split > 1:
+            ptrs, sizes = self.mem_pool_host.get_split_heads_page_buffer_meta(host_indices, self.split)
+        else:
+            ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
         m = n * self._per
         if isinstance(sizes, int):
             sizes = [sizes] * len(ptrs)
@@ -409,9 +640,12 @@ class KVPoolStore(HiCacheStorage):
 
     def _pages(self, ok, n):
         """Per page: all its objects ok (ok: a list of bools per object)."""
-        if self._per == 1:
+        per = self._per
+        if per == 1:
             return ok
-        return [a and b for a, b in zip(ok[0::2], ok[1::2])]
+        if per == 2:
+            return [a and b for a, b in zip(ok[0::2], ok[1::2])]
+        return [all(ok[i * per : (i + 1) * per]) for i in range(n)]
 
     def _retry_busy(self, fn, okeys, ptrs, sizes, res):
         """Retry the objects whose answer was BUSY, within busy_retry_ms.
@@ -438,26 +672,36 @@ class KVPoolStore(HiCacheStorage):
     # -- parked pins --
 
     def _sweep(self, now):
-        """Release parked pinsets past their age (every call runs this)."""
+        """Release parked pinsets past their age, and those of probing
+        threads that ended (every call runs this)."""
         if not self._park_order:
             return
         old = []
         with self._park_lock:
             while self._park_order and now - self._park_order[0].t0 > self.pin_max_age_s:
                 old.append(self._unpark_locked(self._park_order[0]))
+            dead = [t for t in self._owners if not t.is_alive()]
+            if dead:
+                for e in [e for e in self._park_order if e.owner in dead]:
+                    old.append(self._unpark_locked(e))
         for e in old:
             e.ps.release()
         if old:
             self._count("pins_expired", len(old))
 
     def _unpark_locked(self, e):
-        lst = self._parked.get(e.keys[0])
-        if lst is not None:
-            lst.remove(e)
+        for o, k in enumerate(e.keys):
+            lst = self._parked.get(k)
+            if lst is None:
+                continue
+            lst[:] = [x for x in lst if x[0] is not e]
             if not lst:
-                del self._parked[e.keys[0]]
+                del self._parked[k]
         self._park_order.remove(e)
         self._parked_pages -= e.pages
+        self._owners[e.owner] -= 1
+        if self._owners[e.owner] <= 0:
+            del self._owners[e.owner]
         return e
 
     def _park(self, ps, keys, pages):
@@ -467,31 +711,39 @@ class KVPoolStore(HiCacheStorage):
         with self._park_lock:
             while self._park_order and self._parked_pages + pages > self.pin_max_pages:
                 evicted.append(self._unpark_locked(self._park_order[0]))
-            if pages <= self.pin_max_pages:
-                self._parked.setdefault(keys[0], []).append(e)
-                self._park_order.append(e)
-                self._parked_pages += pages
-                e = None
+            for o, k in enumerate(keys):
+                self._parked.setdefault(k, []).append((e, o))
+            self._park_order.append(e)
+            self._parked_pages += pages
+            self._owners[e.owner] += 1
         for x in evicted:
             x.ps.release()
         if evicted:
             self._count("pins_evicted", len(evicted))
-        if e is not None:  # larger than the cap alone: not parked
-            ps.release()
 
-    def _take_parked(self, keys):
-        """The parked pinset whose probed keys start with keys, or None."""
+    def _find_parked(self, keys):
+        """(parked pinset, page offset, pages of keys it pins from there),
+        or None: the pinset whose probed keys hold keys[0] and go on as
+        keys do (a 128-page load batch of a whole-prompt probe)."""
         with self._park_lock:
-            lst = self._parked.get(keys[0])
-            if not lst:
-                return None
-            n = len(keys)
-            for e in lst:
-                if len(e.keys) >= n and list(e.keys[:n]) == list(keys):
-                    return self._unpark_locked(e)
-                if len(e.keys) < n and list(keys[: len(e.keys)]) == list(e.keys):
-                    return self._unpark_locked(e)
+            for e, o in self._parked.get(keys[0], ()):
+                m = min(len(keys), e.pages - o)
+                if list(e.keys[o : o + m]) == list(keys[:m]):
+                    return e, o, m
         return None
+
+    def _loaded(self, e, o, m):
+        """Pages [o, o+m) of e were loaded: release e once all were."""
+        with self._park_lock:
+            for i in range(o, o + m):
+                if not e.loaded[i]:
+                    e.loaded[i] = 1
+                    e.nloaded += 1
+            done = e.nloaded == e.pages and e in self._park_order
+            if done:
+                self._unpark_locked(e)
+        if done:
+            e.ps.release()
 
     def _drop_parked(self):
         with self._park_lock:
@@ -499,6 +751,7 @@ class KVPoolStore(HiCacheStorage):
             self._parked.clear()
             self._park_order.clear()
             self._parked_pages = 0
+            self._owners.clear()
         for e in es:
             e.ps.release()
 
@@ -525,18 +778,17 @@ class KVPoolStore(HiCacheStorage):
                 pages = have // self._per
                 self._count("exists_pages", pages)
                 return pages
-            ps = self.pool.lookup_pin(self._expand(keys))
+            # count only what is held: pin at most pin_max_pages pages; a
+            # prefix that stops on a limit of the pool (BUSY: hold slots,
+            # the pinned-bytes cap) counts what it pinned, no more
+            ps = self.pool.lookup_pin(self._expand(keys[: max(0, self.pin_max_pages)]))
             pages = ps.count // self._per
-            if ps.count < n * self._per and ps.stop_status not in (kvpool.OK, kvpool.MISS):
-                # pinning stopped on a limit (BUSY: hold slots, the pinned
-                # bytes cap), not on a miss: count the rest without pins
-                have = self.pool.batch_exists_prefix(self._expand(keys))
-                pages = have // self._per
+            if ps.count < min(n, self.pin_max_pages) * self._per and ps.stop_status not in (kvpool.OK, kvpool.MISS):
                 self._count("pins_short")
-            if ps.count // self._per == 0:
+            if pages == 0:
                 ps.release()
             else:
-                self._park(ps, list(keys[: ps.count // self._per]), ps.count // self._per)
+                self._park(ps, list(keys[:pages]), pages)
             self._count("exists_pages", pages)
             return pages
         except Exception as e:
@@ -558,16 +810,22 @@ class KVPoolStore(HiCacheStorage):
                 return out
             ptrs, sizes = meta
             t0 = time.perf_counter()
-            e = self._take_parked(keys) if self.pin_prefetch else None
-            if e is not None:
-                m = min(e.pages, n) * self._per
+            f = self._find_parked(keys) if self.pin_prefetch else None
+            if f is not None:
+                # read this batch's pages through the pinset (its keys
+                # before offset o get no buffer: skipped); the rest of the
+                # pinset stays held for the batches after this one
+                e, o, mp = f
+                skip = o * self._per
+                m = mp * self._per
                 try:
-                    res = e.ps.get(ptrs[:m], sizes[:m])
+                    got = e.ps.get([0] * skip + list(ptrs[:m]), [0] * skip + list(sizes[:m]))[skip:]
                 finally:
-                    e.ps.release()
-                self._count("pinned_pages_read", m // self._per)
+                    self._loaded(e, o, mp)
+                self._count("pinned_pages_read", mp)
+                res = got
                 if m < n * self._per:  # pages past the pinned ones
-                    rest = keys[m // self._per :]
+                    rest = keys[mp:]
                     res += self.pool.batch_get(self._expand(rest), ptrs[m:], sizes[m:])
             else:
                 res = self.pool.batch_get(self._expand(keys), ptrs, sizes)
@@ -605,6 +863,193 @@ class KVPoolStore(HiCacheStorage):
         except Exception as e:
             self._once("set:" + type(e).__name__, "batch_set_v1 failed: %r", e)
             return [False] * n
+
+    # -- the v2 interface: sidecar pools (HybridCacheController) --
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        """Register one pool of sglang's HostPoolGroup (the KV anchor or a
+        sidecar: SWA, Mamba, DSA indexer, DeepSeek-V4 compressed pools,
+        drafts ...).  A sidecar's objects per page and their sizes are read
+        once from its get_page_buffer_meta; a pool whose pages are not whole
+        objects is refused here (ValueError naming it), at start-up, never
+        later in a storage thread."""
+        name = _pool_name(host_pool_name)
+        registered = getattr(self, "registered_pools", None)
+        if registered is None:
+            registered = self.registered_pools = {}
+        if name == "kv":
+            registered[host_pool_name] = host_pool
+            self._v2[name] = _V2Pool(name, host_pool, (), (), False, getattr(host_pool, "kv_buffer", 1) is None)
+            return
+        try:
+            ps = int(getattr(host_pool, "page_size", 1) or 1)
+            ptrs, sizes = host_pool.get_page_buffer_meta(_indices_like(list(range(ps))))
+            ptrs, sizes = _flat_meta(ptrs, sizes)
+        except Exception as e:
+            raise ValueError(
+                f"kvpool.sglang: cannot serve host pool {name!r} ({type(host_pool).__name__}): its "
+                f"get_page_buffer_meta failed for one page ({e!r}); use --hicache-mem-layout page_first "
+                f"or a storage backend that serves this pool kind"
+            ) from None
+        if not ptrs or len(ptrs) != len(sizes) or any(s < 0 for s in sizes) or not any(sizes):
+            raise ValueError(
+                f"kvpool.sglang: cannot serve host pool {name!r} ({type(host_pool).__name__}): one page "
+                f"is {len(ptrs)} pointer(s) of {list(sizes)[:8]} bytes, not whole objects"
+            )
+        shared = self.is_mla and name != "mamba" and not _is_mha_pool(host_pool)
+        if shared:  # replicated on every TP rank (MLA-like): one copy, rank 0 writes
+            rank = self._rank_sfx
+        else:  # this rank's shard; the TP size in the key: shards of other sizes differ
+            rank = f"_{self.tp_rank}of{self.tp_size}"
+            if self.pp_size > 1:
+                rank += f"_{self.pp_rank}"
+            if self.cp_size > 1:
+                rank += f"_cp{self.cp_rank}"
+        sfx = tuple(f"{rank}_{name}_{j}" for j in range(len(sizes)))
+        registered[host_pool_name] = host_pool
+        self._v2[name] = _V2Pool(name, host_pool, sfx, tuple(sizes), shared, False)
+        logger.info(
+            "kvpool.sglang: sidecar pool %r: %d object(s) per page (%s bytes), %s",
+            name,
+            len(sizes),
+            ",".join(str(s) for s in sizes),
+            "replicated (rank 0 writes)" if shared else "per rank",
+        )
+
+    def _v2_pool(self, transfer):
+        name = _pool_name(getattr(transfer, "name", None))
+        p = self._v2.get(name)
+        if p is None:
+            self._once("v2unreg:" + name, "pool %r was never registered (register_mem_host_pool_v2)", name)
+        return p
+
+    def _v2_present(self, p, keys):
+        """Per page of keys: every object of sidecar p is present."""
+        okeys = kvpool.Keys(keys, p.sfx)
+        try:
+            tiers = self.pool.batch_locate(okeys)
+        except kvpool.NotSupported:
+            tiers = [1 if self.pool.exists(k) else 0 for k in okeys]
+        per = len(p.sfx)
+        live = [j for j, s in enumerate(p.sizes) if s > 0]  # 0-byte objects are never stored
+        return [all(tiers[i * per + j] for j in live) for i in range(len(keys))]
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        """The usable prefix over the KV pages and every sidecar transfer,
+        each with its hit policy (all pages; trailing pages: the last
+        len(transfer.keys) pages before a stop point).  A logical anchor
+        (kv_buffer None) counts as present.  Never raises: 0 on any error."""
+        try:
+            n = len(keys)
+            if n == 0 or self.pool is None:
+                return _transfer_result(0, {}, [])
+            kv = self._v2.get("kv")
+            logical = (kv is not None and kv.logical) or getattr(self.mem_pool_host, "kv_buffer", 1) is None
+            kv_pages = n if logical else self.batch_exists(keys, extra_info)
+            hits = {"kv": kv_pages} if kv_pages else {}
+            restorable = list(range(1, kv_pages + 1))
+            for t in pool_transfers or []:
+                if not restorable:
+                    break
+                p = self._v2_pool(t)
+                ok = self._v2_present(p, list(keys[:kv_pages])) if p is not None and p.sfx else [False] * kv_pages
+                if _policy(t) == "trailing_pages":
+                    win = max(1, len(t.keys) if getattr(t, "keys", None) else 1)
+                    stops = [e for e in range(kv_pages, 0, -1) if all(ok[max(0, e - win) : e])]
+                else:
+                    b = ok.index(False) if False in ok else kv_pages
+                    stops = list(range(b, 0, -1))
+                if stops:
+                    hits[t.name] = stops[0]
+                keep = set(stops)
+                restorable = [e for e in restorable if e in keep]
+            final = restorable[-1] if restorable else 0
+            self._count("exists_v2_pages", final)
+            return _transfer_result(final, hits, restorable)
+        except Exception as e:
+            self._once("exists_v2:" + type(e).__name__, "batch_exists_v2 failed: %r", e)
+            return _transfer_result(0, {}, [])
+
+    def _v2_io(self, transfers, is_set):
+        out = {}
+        for t in transfers or []:
+            keys = list(getattr(t, "keys", None) or [])
+            try:
+                out[t.name] = self._v2_io_one(t, keys, is_set)
+            except Exception as e:
+                what = "batch_set_v2" if is_set else "batch_get_v2"
+                self._once(what + ":" + type(e).__name__, "%s failed: %r", what, e)
+                out[t.name] = [False] * len(keys)
+        return out
+
+    def _v2_io_one(self, t, keys, is_set):
+        n = len(keys)
+        p = self._v2_pool(t)
+        if p is None or n == 0:
+            return [False] * n
+        if p.name == "kv":  # the anchor: the v1 path (a logical anchor has no bytes)
+            if p.logical:
+                return [True] * n
+            fn = self.batch_set_v1 if is_set else self.batch_get_v1
+            return fn(keys, t.host_indices)
+        if is_set and p.shared and self.tp_rank != 0:
+            return [True] * n
+        if self.pool is None:
+            return [False] * n
+        ps = int(getattr(p.host, "page_size", 1) or 1)
+        hi = t.host_indices
+        if hi is None or len(hi) != n * ps:
+            self._once("v2indices:" + p.name, "pool %r: %s host indices for %d pages of %d", p.name,
+                       None if hi is None else len(hi), n, ps)
+            return [False] * n
+        ptrs, sizes = _flat_meta(*p.host.get_page_buffer_meta(hi))
+        per = len(p.sfx)
+        if len(ptrs) != n * per or list(sizes) != list(p.sizes) * n:
+            self._once("v2meta:" + p.name, "pool %r: the host pool gave %d objects for %d pages of %d",
+                       p.name, len(ptrs), n, per)
+            return [False] * n
+        okeys = kvpool.Keys(keys, p.sfx)
+        live = [i for i, s in enumerate(sizes) if s > 0]
+        if len(live) != len(sizes):
+            okeys = [okeys[i] for i in live]
+            ptrs = [ptrs[i] for i in live]
+            sizes = [sizes[i] for i in live]
+        if is_set:
+            res = self.pool.batch_put(okeys, ptrs, sizes)
+            res = self._retry_busy(self.pool.batch_put, okeys, ptrs, sizes, res)
+            good = [r == 0 or r == kvpool.EXISTS for r in res]
+            if self.clear_track_max > 0 and 0 in res:
+                self._remember([k for k, r in zip(okeys, res) if r == 0])
+        else:
+            res = self.pool.batch_get(okeys, ptrs, sizes)
+            res = self._retry_busy(self.pool.batch_get, okeys, ptrs, sizes, res)
+            good = [r == s for r, s in zip(res, sizes)]
+        ok = [True] * (n * per)
+        for i, g in zip(live, good):
+            ok[i] = g
+        pages = [all(ok[i * per : (i + 1) * per]) for i in range(n)]
+        c = "set_v2_pages" if is_set else "get_v2_pages"
+        self._count(c, sum(pages))
+        self._count(c + "_failed", n - sum(pages))
+        return pages
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        """Load each transfer's pages into its pool.  {name: [bool per
+        page]}; never raises, a failure is False."""
+        try:
+            return self._v2_io(transfers, False)
+        except Exception as e:
+            self._once("get_v2:" + type(e).__name__, "batch_get_v2 failed: %r", e)
+            return {}
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        """Store each transfer's pages from its pool.  {name: [bool per
+        page]}; never raises, a failure is False."""
+        try:
+            return self._v2_io(transfers, True)
+        except Exception as e:
+            self._once("set_v2:" + type(e).__name__, "batch_set_v2 failed: %r", e)
+            return {}
 
     # -- the copy path (interface_v1 off; also usable directly) --
 

@@ -26,6 +26,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 _spawn = multiprocessing.get_context("spawn")
 
+# sglang's server args of a scheduler process (no sglang here): every
+# process of these tests, spawned workers too, runs this on import
+SERVER_ARGS = [sf.ServerArgs()]
+ks._server_args = lambda: SERVER_ARGS[0]
+
 
 def store_for(pool, host=None, **cfg):
     """A registered store as sglang's factory builds it; host: a FakeHostPool."""
@@ -85,6 +90,158 @@ def _w_pin_and_spin(pool, tag, n, q):
         while True:
             st.batch_get_v1(keys, hp.indices(range(n)))
             st.batch_exists(keys)
+    except BaseException as e:
+        q.put(("error", repr(e), None))
+
+
+# ---- sglang's hybrid path (sf.HybridController): ranks over gloo ----
+
+HYB_PAGES = 300  # three 128-page load batches
+HYB_WIN = {"swa": 4, "mamba": 1, "indexer": None, "draft": None}
+
+
+def _hyb_group(kind, mla):
+    kv = sf.FakeHostPool(mla=mla, page_size=1, n_pages=HYB_PAGES + 40, layer_num=1, head_num=1, head_dim=8)
+    name, side, policy, src = sf.sidecar(kind, HYB_PAGES + 40)
+    group = sf.HostPoolGroup(
+        [
+            sf.PoolEntry("kv", kv, sf._DevicePool("bfloat16"), is_primary_index_anchor=True),
+            sf.PoolEntry(name, side, sf._DevicePool("bfloat16")),
+        ]
+    )
+    return group, kv, side, name, policy, src
+
+
+def _hyb_transfer(name, policy, src, side, win, slots):
+    if src == "kv":  # indices and keys come from the KV pool's
+        return sf.PoolTransfer(name=name, hit_policy=policy, indices_from_pool="kv")
+    return sf.PoolTransfer(name=name, host_indices=side.indices(slots), keys=["?"] * win, hit_policy=policy)
+
+
+HYB_KINDS = (("swa", False), ("mamba", False), ("indexer", True), ("draft", False))
+
+
+def _w_hybrid_rank(pool, role, rank, init, q):
+    """One TP rank of a HybridCacheController per sidecar kind (role
+    "write" or "read"); one value per kind."""
+    try:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+
+        def amin(x):
+            t = sf.torch.tensor([x], dtype=sf.torch.int64)
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+            return int(t.item())
+
+        q.put(("ok", [_hybrid_kind(pool, role, kind, mla, rank, amin) for kind, mla in HYB_KINDS], None))
+    except BaseException as e:
+        q.put(("error", repr(e), None))
+
+
+def _hybrid_kind(pool, role, kind, mla, rank, amin):
+    group, kv, side, name, policy, src = _hyb_group(kind, mla)
+    # no interface_v1 in the launch: the zero-copy calls are the default
+    cfg = sf.StorageConfig(tp_rank=rank, tp_size=2, is_mla_model=mla, extra_config={"pool": pool})
+    st = ks.KVPoolStore(cfg, {})
+    ctl = sf.HybridController(st, group, amin, backup_skip=mla and rank != 0)
+    keys = sf.page_keys("hyb-" + kind, HYB_PAGES)
+    win = HYB_WIN[kind]
+    shared = mla and kind != "mamba" and side.mla
+    seed = lambda i: 1000 * (0 if (mla and (src == "kv" or shared)) else rank) + i  # noqa: E731
+    if role == "write":
+        for i in range(HYB_PAGES):
+            kv.fill(i, seed(i))
+        if src == "kv":
+            for i in range(HYB_PAGES):
+                side.fill(i, 50000 + seed(i))
+            t = _hyb_transfer(name, policy, src, side, win, None)
+        else:
+            for j in range(win):
+                side.fill(j, 50000 + seed(j))
+            t = _hyb_transfer(name, policy, src, side, win, range(win))
+            t.keys = keys[-win:]
+        ok = ctl.backup(keys, range(HYB_PAGES), [t])
+        ctl.stop()
+        st.close()
+        return ok
+    slots = list(range(40, 40 + HYB_PAGES))
+    t = _hyb_transfer(name, policy, src, side, win, range(20, 20 + (win or 0)))
+    hit, done, got = ctl.prefetch(keys + sf.page_keys("hyb-absent", 7), slots, [t])
+    kv_ok = all(kv.page(slots[i]) == kv.expect(seed(i)) for i in range(HYB_PAGES))
+    if src == "kv":
+        side_ok = all(side.page(slots[i]) == side.expect(50000 + seed(i)) for i in range(HYB_PAGES))
+    else:
+        side_ok = all(side.page(20 + j) == side.expect(50000 + seed(j)) for j in range(win))
+    # 1,000 more operations: misses, a pool never registered, wrong
+    # index counts, then a pool that fails every call
+    bad = sf.PoolTransfer(name="nonesuch", host_indices=side.indices([0]), keys=keys[:1])
+    for i in range(1000):
+        if i == 600:
+            st.pool.close()
+        m = i % 4
+        if m == 0:
+            miss = _hyb_transfer(name, policy, src, side, win, range(win or 0))
+            ctl.prefetch(sf.page_keys("miss%d" % i, 3), range(3), [miss])
+        elif m == 1:
+            wrong = sf.PoolTransfer(name=name, host_indices=side.indices([0, 1, 2]), keys=keys[:1], hit_policy=policy)
+            ctl.backup(keys[:2], range(2), [bad, wrong])
+        elif m == 2:
+            ctl.prefetch(keys[:8], range(8), [bad])
+        else:
+            ctl.prefetch(keys[:8], range(200, 208), [_hyb_transfer(name, policy, src, side, win, range(win or 0))])
+    alive = ctl.thread.is_alive()
+    ctl.stop()
+    st.close()
+    return hit, done, got, kv_ok, side_ok, alive
+
+
+def run_ranks(fn, *args, timeout=120):
+    """fn(*args, rank, init, q) on two spawned ranks; their values."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="kvpt-gloo-")
+    os.close(fd)
+    os.unlink(path)
+    qs, ps = [], []
+    for r in range(2):
+        q = _spawn.Queue()
+        p = _spawn.Process(target=fn, args=args + (r, "file://" + path, q))
+        p.start()
+        qs.append(q)
+        ps.append(p)
+    try:
+        out = []
+        for q in qs:
+            kind, val, _ = q.get(timeout=timeout)
+            if kind != "ok":
+                raise AssertionError(f"{fn.__name__}: {val}")
+            out.append(val)
+        return out
+    finally:
+        for p in ps:
+            p.join(timeout=timeout)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _w_fill(pool, nbytes, q):
+    """Another process writes nbytes of 1 MiB values (evicting)."""
+    try:
+        filler = b"f" * (1 << 20)
+        deadline = time.monotonic() + 120
+        with kvpool.Pool(pool, namespace="filler") as p:
+            i = 0
+            while i < nbytes >> 20 and time.monotonic() < deadline:
+                try:
+                    p.put(f"fill{i}", filler)
+                    i += 1
+                except kvpool.Busy:
+                    pass  # the put waited for room already (KVP_PUT_WAIT_MS): again
+        q.put(("ok", i << 20, None))
     except BaseException as e:
         q.put(("error", repr(e), None))
 
@@ -450,6 +607,151 @@ class TestStore(unittest.TestCase):
             self.assertEqual([hp.page(32 + i) for i in range(16)], [hp.expect(300 + i) for i in range(16)])
             st.close()
 
+    def test_whole_prompt_probe_then_128_page_loads(self):
+        """sglang's default controller probes the whole prompt in one call
+        and loads it in 128-page batches: a 16,384-page prompt probed, the
+        pool then filled to 3x its size by another process, and every
+        counted page loads, byte for byte; the pins go as the loads end."""
+        self._long_prompt(16384, 256, ("--holds-per-client", "40000", "--max-clients", "16"), 16384)
+
+    def test_probe_past_the_hold_slots_counts_what_it_holds(self):
+        """With the agent's default 4,096 hold slots a 4,096-page MHA probe
+        (8,192 objects) stops where pinning stops: it counts the pages it
+        holds (not the rest unpinned), and every one of them loads."""
+        self._long_prompt(4096, 64, (), 2048)
+
+    def _long_prompt(self, n, dram_mb, agent_args, want):
+        dram = dram_mb << 20
+        with kvpt.Agent("--dram", f"{dram_mb}M", "--dram-unit", "4K", *agent_args) as ag:
+            hp = sf.FakeHostPool(page_size=1, n_pages=n, layer_num=1, head_num=2, head_dim=16)
+            st = store_for(ag.pool, hp)
+            keys, control = sf.page_keys("long", n), sf.page_keys("long-control", 64)
+            for i in range(n):
+                hp.fill(i, i)
+            self.assertEqual(st.batch_set_v1(keys, hp.indices(range(n))), [True] * n)
+            self.assertEqual(st.batch_set_v1(control, hp.indices(range(64))), [True] * 64)
+            counted = st.batch_exists(keys + sf.page_keys("long-absent", 3))
+            self.assertEqual(counted, want)  # and each one held:
+            self.assertGreaterEqual(sum(holds_by_pid(ag.pool)[os.getpid()]), 2 * counted)
+            filled, _ = run_spawned(_w_fill, ag.pool, 3 * dram, timeout=150)
+            self.assertEqual(filled, 3 * dram)
+            self.assertLess(st.pool.batch_exists_prefix(st._expand(control)), 128)  # eviction did happen
+            ok = []
+            for b in range(0, counted, 128):  # sglang's STORAGE_BATCH_SIZE
+                slots = range(b, min(counted, b + 128))
+                for s in slots:
+                    hp.clear(s)
+                ok += st.batch_get_v1(keys[b : b + len(slots)], hp.indices(slots))
+            self.assertEqual(ok.count(False), 0)
+            bad = [i for i in range(counted) if hp.page(i) != hp.expect(i)]
+            self.assertEqual(bad, [])
+            self.assertEqual(st.parked_pages(), 0)
+            self.assertEqual(sum(holds_by_pid(ag.pool).get(os.getpid(), [0])), 0)
+            st.close()
+
+    def test_thread_restarts_keep_client_slots_flat(self):
+        """sglang's reset() stops the storage threads and starts new ones,
+        whose calls open new client handles; the pins a dead prefetch
+        thread parked are released with it, so 1,000 resets (each probing
+        and parking, none loading) leave the client slots flat."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            hp = sf.FakeHostPool()
+            st = store_for(ag.pool, hp)
+            keys = sf.page_keys("reset", 4)
+            self.assertEqual(st.batch_set_v1(keys, hp.indices(range(4))), [True] * 4)
+            got = []
+            most = 0
+            for i in range(1000):
+                t = threading.Thread(target=lambda: got.append(st.batch_exists(keys)))
+                t.start()
+                t.join()
+                if i % 100 == 99:
+                    most = max(most, len(holds_by_pid(ag.pool)[os.getpid()]))
+            self.assertEqual(got, [4] * 1000)
+            self.assertLessEqual(most, 4)
+            st.close()
+
+    def test_interface_v1_on_by_default(self):
+        """sglang reads interface_v1 from the storage config it built the
+        store with: left out, it is 1 there after the store is built; an
+        explicit 0 stays 0 (the copy path)."""
+        cfg = sf.StorageConfig(extra_config={"pool": "unused"})
+        st = ks.KVPoolStore(cfg, {})
+        self.assertEqual(cfg.extra_config.get("interface_v1"), 1)
+        self.assertTrue(st.interface_v1)
+        cfg = sf.StorageConfig(extra_config={"pool": "unused", "interface_v1": 0})
+        st = ks.KVPoolStore(cfg, {})
+        self.assertEqual(cfg.extra_config.get("interface_v1"), 0)
+        self.assertFalse(st.interface_v1)
+
+    def test_heterogeneous_tp_split_heads(self):
+        """tp_lcm_size, as sglang's Mooncake backend serves it: a TP 2
+        engine (tp_lcm_size 4) stores each rank's heads as 2 shards keyed
+        by the TP 4 rank holding them; a TP 4 engine reads them, every head
+        byte in place, and writes shards the TP 2 engine reads back."""
+        H, n = 8, 6
+        with kvpt.Agent("--dram", "64M") as ag:
+            def engine(tp):
+                out = []
+                for r in range(tp):
+                    hp = sf.FakeHostPool(layout="page_head", head_num=H // tp, head_dim=16, n_pages=16)
+                    cfg = dict(tp_rank=r, tp_size=tp, tp_lcm_size=4, should_split_heads=True)
+                    out.append((store_for(ag.pool, hp, **cfg), hp))
+                return out
+
+            tp2, tp4 = engine(2), engine(4)
+            self.assertEqual(tp2[0][0].namespace, tp4[0][0].namespace)
+            keys, back = sf.page_keys("htp", n), sf.page_keys("htp-back", n)
+            for q, (st, hp) in enumerate(tp2):
+                for i in range(n):
+                    hp.fill_heads(i, q * H // 2, i)
+                self.assertEqual(st.batch_set_v1(keys, hp.indices(range(n))), [True] * n)
+            for r, (st, hp) in enumerate(tp4):
+                self.assertEqual(st.batch_exists(keys), n, r)
+                self.assertEqual(st.batch_get_v1(keys, hp.indices(range(8, 8 + n))), [True] * n, r)
+                for i in range(n):
+                    self.assertEqual(hp.heads(8 + i), hp.expect_heads(r * H // 4, i), (r, i))
+                for i in range(n):
+                    hp.fill_heads(i, r * H // 4, 50 + i)
+                self.assertEqual(st.batch_set_v1(back, hp.indices(range(n))), [True] * n)
+            for q, (st, hp) in enumerate(tp2):
+                self.assertEqual(st.batch_get_v1(back, hp.indices(range(8, 8 + n))), [True] * n, q)
+                for i in range(n):
+                    self.assertEqual(hp.heads(8 + i), hp.expect_heads(q * H // 2, 50 + i), (q, i))
+            # refused at registration: a TP size that does not divide
+            # tp_lcm_size, a layout whose head groups are not contiguous
+            bad = sf.StorageConfig(tp_size=3, tp_lcm_size=4, should_split_heads=True, extra_config={"pool": ag.pool})
+            with self.assertRaisesRegex(ValueError, "tp_lcm_size"):
+                ks.KVPoolStore(bad, {}).register_mem_pool_host(sf.FakeHostPool(layout="page_head"))
+            with self.assertRaisesRegex(ValueError, "page_head"):
+                store_for(ag.pool, sf.FakeHostPool(), tp_size=2, tp_lcm_size=4, should_split_heads=True)
+            for st, _ in tp2 + tp4:
+                st.close()
+
+    def test_mla_target_sidecar_kinds(self):
+        """On an MLA target sglang backs up sidecars other than Mamba on TP
+        rank 0 only: a pool of no known kind (a DSA indexer or compressed
+        pool class) is replicated, rank free; Mamba and MHA-like pools
+        (a v_buffer) are per rank."""
+
+        class IndexerPoolHost:  # no v_buffer, no mla flag: sglang's own classes
+            page_size = 1
+
+            def get_page_buffer_meta(self, indices):
+                return [4096 * int(i) for i in indices], [64] * len(indices)
+
+        class MHAPool(IndexerPoolHost):
+            v_buffer = None
+
+        with kvpt.Agent("--dram", "64M") as ag:
+            st = store_for(ag.pool, sf.FakeHostPool(mla=True), is_mla_model=True, tp_rank=1, tp_size=2)
+            for name, host in (("indexer", IndexerPoolHost()), ("mamba", IndexerPoolHost()), ("draft", MHAPool())):
+                st.register_mem_host_pool_v2(host, name)
+            self.assertEqual([st._v2[k].shared for k in ("indexer", "mamba", "draft")], [True, False, False])
+            self.assertEqual(st._v2["indexer"].sfx, ("_indexer_0",))
+            self.assertEqual(st._v2["mamba"].sfx, ("_1of2_mamba_0",))
+            st.close()
+
     def test_abandoned_pin_released_after_age(self):
         with kvpt.Agent("--dram", "64M") as ag:
             hp = sf.FakeHostPool()
@@ -571,6 +873,10 @@ FACTORY = textwrap.dedent(
     for name in ("sglang", "sglang.srt", "sglang.srt.mem_cache"):
         sys.modules[name] = types.ModuleType(name)
     sys.modules["sglang.srt.mem_cache.hicache_storage"] = hs
+    sa = types.ModuleType("sglang.srt.server_args")  # set before the cache is built
+    sa.get_global_server_args = lambda: types.SimpleNamespace(
+        model_path="org/model", revision=None, quantization=None, dtype="auto", kv_cache_dtype="auto")
+    sys.modules["sglang.srt.server_args"] = sa
 
     # StorageBackendFactory._create_dynamic_backend, step by step
     extra = {"backend_name": "kvpool", "module_path": "kvpool.sglang", "class_name": "KVPoolStore",
@@ -599,6 +905,173 @@ FACTORY = textwrap.dedent(
     """
 )
 
+
+@unittest.skipIf(sf.torch is None, "torch is not importable (gloo ranks)")
+class TestHybrid(unittest.TestCase):
+    """sglang's default controller (HybridCacheController) with sidecar
+    pools, two TP ranks agreeing over gloo, writer and reader in other
+    processes: the v2 calls round-trip every byte and the storage threads
+    outlive misses and pool errors."""
+
+    def test_sidecars_two_ranks(self):
+        """SWA, Mamba, DSA indexer (MLA target) and draft sidecars."""
+        with kvpt.Agent("--dram", "256M") as ag:
+            w = run_ranks(_w_hybrid_rank, ag.pool, "write")
+            self.assertEqual(w, [[True] * len(HYB_KINDS)] * 2)
+            r = run_ranks(_w_hybrid_rank, ag.pool, "read")
+            for rank in range(2):
+                for (kind, _), (hit, done, got, kv_ok, side_ok, alive) in zip(HYB_KINDS, r[rank]):
+                    self.assertEqual((hit, done), (HYB_PAGES, HYB_PAGES), (kind, rank))
+                    if HYB_WIN[kind]:
+                        self.assertEqual(got, {kind: HYB_WIN[kind]}, (kind, rank))
+                    self.assertTrue(kv_ok, (kind, rank, "KV bytes"))
+                    self.assertTrue(side_ok, (kind, rank, "sidecar bytes"))
+                    self.assertTrue(alive, (kind, rank, "storage thread died"))
+
+    def test_refuses_unservable_pool_at_registration(self):
+        """A pool kind whose pages are not whole objects is refused when it
+        is registered, with its name; nothing is refused later."""
+
+        class LayerFirst(sf.SidecarHostPool):
+            def get_page_buffer_meta(self, indices):
+                raise ValueError("layer_first has no page buffers")
+
+        with kvpt.Agent("--dram", "64M") as ag:
+            st = store_for(ag.pool)
+            with self.assertRaisesRegex(ValueError, "'deepseek_v4_c4'.*LayerFirst"):
+                st.register_mem_host_pool_v2(LayerFirst([8]), "deepseek_v4_c4")
+            with self.assertRaisesRegex(ValueError, "'swa'"):
+                st.register_mem_host_pool_v2(sf.SidecarHostPool([0, 0]), "swa")
+            st.close()
+
+    def test_hit_policies_and_logical_anchor(self):
+        """HiCacheFile's policies: all pages stops at the first missing
+        page; trailing pages takes the longest prefix whose last N pages
+        are present (holes before them do not matter); a logical anchor
+        (kv_buffer None) is present; the MIN over pools wins."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            kv = sf.FakeHostPool(page_size=1, n_pages=32)
+            side = sf.SidecarHostPool([40], 32)
+            st = store_for(ag.pool, kv)
+            st.register_mem_host_pool_v2(kv, "kv")
+            st.register_mem_host_pool_v2(side, "swa")
+            keys = sf.page_keys("pol", 10)
+            self.assertEqual(st.batch_set_v1(keys, kv.indices(range(10))), [True] * 10)
+            have = [0, 1, 2, 5, 6]  # sidecar pages present: holes at 3, 4 and 7..9
+            t = sf.PoolTransfer("swa", host_indices=side.indices(have), keys=[keys[i] for i in have])
+            self.assertEqual(st.batch_set_v2([t]), {"swa": [True] * 5})
+            probe = lambda policy, n: sf.PoolTransfer("swa", keys=["?"] * n, hit_policy=policy)  # noqa: E731
+            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.ALL_PAGES, 1)])
+            self.assertEqual((r.kv_hit_pages, r.extra_pool_hit_pages), (3, {"kv": 10, "swa": 3}))
+            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.TRAILING_PAGES, 2)])
+            self.assertEqual((r.kv_hit_pages, r.restorable), (7, [1, 2, 3, 7]))
+            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.TRAILING_PAGES, 3)])
+            self.assertEqual(r.kv_hit_pages, 3)
+            unregistered = sf.PoolTransfer("nonesuch", keys=["?"])
+            r = st.batch_exists_v2(keys, [probe(sf.PoolHitPolicy.ALL_PAGES, 1), unregistered])
+            self.assertEqual(r.kv_hit_pages, 0)
+            st.close()
+            # a logical anchor: no KV bytes, the sidecar alone decides
+            kv.kv_buffer = None
+            st = store_for(ag.pool, kv)
+            st.register_mem_host_pool_v2(kv, "kv")
+            st.register_mem_host_pool_v2(side, "swa")
+            r = st.batch_exists_v2(sf.page_keys("pol-other", 3) + keys[:1], [probe(sf.PoolHitPolicy.TRAILING_PAGES, 1)])
+            self.assertEqual(r.kv_hit_pages, 4)
+            t = sf.PoolTransfer("kv", host_indices=kv.indices([0]), keys=keys[:1])
+            self.assertEqual(st.batch_get_v2([t]), {"kv": [True]})
+            st.close()
+
+def _w_probe_identity(pool, cases, tag, n, q):
+    """Probe and load tag's pages under each (server args, storage config,
+    host pool) of cases, in this other process: plain host pool and
+    HostPoolGroup (sglang's default path) each."""
+    try:
+        out = []
+        for sa, cfg, host_kw in cases:
+            SERVER_ARGS[0] = sa
+            hp = sf.FakeHostPool(**host_kw)
+            keys = sf.page_keys(tag, n)
+            group = sf.HostPoolGroup([sf.PoolEntry("kv", hp, hp.device_pool, is_primary_index_anchor=True)])
+            got = []
+            for host in (hp, group):
+                st = store_for(pool, host, **cfg)
+                got += [st.batch_exists(keys), sum(st.batch_get_v1(keys, hp.indices(range(n))))]
+                st.close()
+            out.append((tuple(got), st.namespace))
+        q.put(("ok", out, None))
+    except BaseException as e:
+        q.put(("error", repr(e), None))
+
+
+class TestIdentity(unittest.TestCase):
+    """Two engines share pages only if every byte would be the same."""
+
+    BASE_SA = dict(model_path="org/m", revision="r1", quantization=None, dtype="bfloat16", kv_cache_dtype="fp8_e4m3")
+    BASE_HOST = dict(kv_dtype="float8_e4m3fn", page_size=4, head_num=2, head_dim=16)
+
+    def test_neighbouring_identities_share_nothing(self):
+        """Written under one identity (through a HostPoolGroup, sglang's
+        default path), probed under every neighbour: 0 pages each time;
+        under the same identity: all of them."""
+        n = 6
+        with kvpt.Agent("--dram", "64M") as ag:
+            SERVER_ARGS[0] = sf.ServerArgs(**self.BASE_SA)
+            hp = sf.FakeHostPool(**self.BASE_HOST)
+            group = sf.HostPoolGroup([sf.PoolEntry("kv", hp, hp.device_pool, is_primary_index_anchor=True)])
+            st = store_for(ag.pool, group, tp_size=2)
+            for i in range(n):
+                hp.fill(i, i)
+            self.assertEqual(st.batch_set_v1(sf.page_keys("id", n), hp.indices(range(n))), [True] * n)
+            st.close()
+            sa, host, tp2 = self.BASE_SA, self.BASE_HOST, {"tp_size": 2}
+            same = (sa, host, tp2)
+            neighbours = {
+                "e5m2": (dict(sa, kv_cache_dtype="fp8_e5m2"), dict(host, kv_dtype="float8_e5m2"), tp2),
+                "e5m2 device pool only": (sa, dict(host, kv_dtype="float8_e5m2"), tp2),
+                "e5m2 server args only": (dict(sa, kv_cache_dtype="fp8_e5m2"), host, tp2),
+                "fp8 weights": (dict(sa, quantization="fp8"), host, tp2),
+                "awq weights": (dict(sa, quantization="awq"), host, tp2),
+                "fp16 weights": (dict(sa, dtype="float16"), host, tp2),
+                "revision": (dict(sa, revision="r2"), host, tp2),
+                "model path": (dict(sa, model_path="org/m-finetune"), host, tp2),
+                "tp size": (sa, host, {"tp_size": 4}),
+                "page size": (sa, dict(host, page_size=8), tp2),
+                "heads": (sa, dict(host, head_num=1, head_dim=32), tp2),
+                "mla": (sa, dict(host, mla=True), {"tp_size": 2, "is_mla_model": True}),
+            }
+            cases = [same] + list(neighbours.values())
+            out, _ = run_spawned(_w_probe_identity, ag.pool, [(sf.ServerArgs(**a), c, h) for a, h, c in cases], "id", n)
+            self.assertEqual(out[0][0], (n, n, n, n), out[0][1])
+            for what, (got, ns) in zip(neighbours, out[1:]):
+                self.assertEqual(got, (0, 0, 0, 0), (what, ns))
+        SERVER_ARGS[0] = sf.ServerArgs()
+
+    def test_unknown_identity_refuses_to_share(self):
+        """No server args, or a 1-byte KV with no device pool: the store
+        stays off with one error line, unless extra_config names a
+        namespace."""
+        with kvpt.Agent("--dram", "64M") as ag:
+            try:
+                SERVER_ARGS[0] = None
+                with self.assertLogs("kvpool.sglang", "ERROR") as logs:
+                    st = store_for(ag.pool)
+                self.assertEqual(len(logs.output), 1)
+                self.assertIn('"namespace"', logs.output[0])
+                self.assertIsNone(st.pool)
+                self.assertEqual(st.batch_exists(sf.page_keys("u", 2)), 0)
+                st = store_for(ag.pool, extra={"namespace": "deploy-a"})
+                self.assertIsNotNone(st.pool)
+                st.close()
+                SERVER_ARGS[0] = sf.ServerArgs()
+                hp = sf.FakeHostPool(kv_dtype="float8_e5m2")
+                hp.device_pool = None
+                with self.assertLogs("kvpool.sglang", "ERROR") as logs:
+                    st = store_for(ag.pool, hp)
+                self.assertIn("fp8", logs.output[0])
+                self.assertIsNone(st.pool)
+            finally:
+                SERVER_ARGS[0] = sf.ServerArgs()
 
 class TestFactory(unittest.TestCase):
     def test_dynamic_factory_with_sglang_base(self):
