@@ -31,6 +31,8 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
@@ -60,6 +62,7 @@ struct wire_data {
 static ucp_context_h ctx;
 static ucp_worker_h worker;
 static ucp_ep_h ep;
+static int efd; /* the worker's event fd */
 static unsigned data_in;
 
 static ucs_status_t
@@ -107,14 +110,30 @@ wait_req(void *req, double secs)
 	return st;
 }
 
+/* Progress; when nothing moved, sleep on UCX's event fd (a message in
+ * or a send able to go on wakes it) at most until 'end'. */
+static void
+idle_until(double end)
+{
+	struct pollfd pf;
+	double left = end - now_s();
+
+	if (ucp_worker_progress(worker) || left <= 0)
+		return;
+	if (ucp_worker_arm(worker) != UCS_OK)
+		return; /* events pending: progress again */
+	pf.fd = efd;
+	pf.events = POLLIN;
+	poll(&pf, 1, (int)(left * 1000) + 1);
+}
+
 static void
 progress_for(double secs)
 {
 	double end = now_s() + secs;
 
 	while (now_s() < end)
-		if (!ucp_worker_progress(worker))
-			usleep(100);
+		idle_until(end);
 }
 
 static int
@@ -272,13 +291,14 @@ main(int argc, char **argv)
 
 	memset(&up, 0, sizeof(up));
 	up.field_mask = UCP_PARAM_FIELD_FEATURES;
-	up.features = UCP_FEATURE_AM | UCP_FEATURE_RMA;
+	up.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
 	if (ucp_init(&up, NULL, &ctx) != UCS_OK)
 		return 1;
 	memset(&wp, 0, sizeof(wp));
 	wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
 	wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-	if (ucp_worker_create(ctx, &wp, &worker) != UCS_OK)
+	if (ucp_worker_create(ctx, &wp, &worker) != UCS_OK ||
+	    ucp_worker_get_efd(worker, &efd) != UCS_OK)
 		return 1;
 	memset(&hp, 0, sizeof(hp));
 	hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
@@ -466,12 +486,20 @@ main(int argc, char **argv)
 				send_am(AM_LEASE, NULL, 0, m, len);
 			}
 			for (t2 = now_s() + 0.5; !data_in && now_s() < t2;)
-				if (!ucp_worker_progress(worker))
-					usleep(100);
+				idle_until(t2);
 		}
 		printf("stall leased=%u data_in=%u\n", cnt, data_in);
 		fflush(stdout);
-		sleep(secs);
+		/* no reading until the test ends us (SIGTERM), at most secs */
+		{
+			sigset_t term;
+			struct timespec ts = { (time_t)secs, 0 };
+
+			sigemptyset(&term);
+			sigaddset(&term, SIGTERM);
+			sigprocmask(SIG_BLOCK, &term, NULL);
+			sigtimedwait(&term, NULL, &ts);
+		}
 		r = redisCommand(rc, "DEL kvpool:node:%s", name);
 		if (r)
 			freeReplyObject(r);
