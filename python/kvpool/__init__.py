@@ -406,6 +406,7 @@ class _Client:
         "layouts",
         "pinsets",
         "remote",
+        "pid",
         "__weakref__",
     )
 
@@ -417,6 +418,7 @@ class _Client:
         self.h = h.value
         self.lock = threading.Lock()
         self.epoch = _fork_epoch
+        self.pid = os.getpid()
         self.ops = None
         self.opn = 0
         self.kbuf = None
@@ -452,12 +454,19 @@ class _Client:
             self.kbuf = ctypes.create_string_buffer(self.kcap)
         return self.ops
 
+    def ours(self):
+        """Made by this process.  The fork epoch alone is late: in a child
+        forked while other threads held clients, Python drops those threads'
+        states (and so their thread-local clients, whose finalizers run
+        here) before the at-fork hook that bumps it; the pid is never late."""
+        return self.epoch == _fork_epoch and self.pid == os.getpid()
+
     def close(self):
         """Free the live pinsets (kvp_close drops their holds, not their
         memory), then the handle.  Called with the lock held, or when no
         one else can reach the client."""
         h, self.h = self.h, None
-        if h and self.epoch == _fork_epoch:
+        if h and self.ours():
             for ps in list(self.pinsets):
                 ps._free_locked(h)
             _lib.kvp_close(h)
@@ -1001,7 +1010,7 @@ class Pinset:
 
     def release(self):
         """Drop every hold and free the pinset (idempotent)."""
-        if self._h is None or self._epoch != _fork_epoch:
+        if self._h is None or not self._c.ours():
             return
         with self._c.lock:
             if self._c.h is not None:
@@ -1041,11 +1050,11 @@ class Lease:
 
     def release(self):
         """End the lease now (idempotent; harmless after it expired)."""
-        if not self._live:
+        if not self._live or not self._c.ours():
             return
         self._live = False
         with self._c.lock:
-            if self._c.h is not None and self._c.epoch == _fork_epoch:
+            if self._c.h is not None:
                 _lib.kvp_lease_release(self._c.h, ctypes.byref(self._le))
 
     def __enter__(self):

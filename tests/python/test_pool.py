@@ -617,6 +617,39 @@ class Processes(unittest.TestCase):
             self.assertIn(f" {os.getpid()} ", kvpt.clients_of(a.pool))
             p.close()
 
+    def test_fork_while_threads_hold_clients(self):
+        """A child forked while other threads hold clients (subprocess with
+        preexec_fn, os.fork): Python drops those threads' states in the child,
+        and with them their thread-local clients, before the at-fork hook
+        runs; the child must not close them (it freed the parent's slots, and
+        crashed on the second: found by the vLLM tier's io threads)."""
+        with kvpt.Agent("--dram", "16M") as a, kvpool.Pool(a.pool, namespace="fork-threads") as p:
+            p.put("k", b"parent")
+            ready, done = threading.Barrier(4), threading.Event()
+            got = []
+
+            def hold():
+                p.get_bytes("k")  # this thread's client
+                ready.wait(30)
+                done.wait(30)
+                got.append(p.get_bytes("k"))
+
+            ts = [threading.Thread(target=hold) for _ in range(3)]
+            for t in ts:
+                t.start()
+            try:
+                ready.wait(30)
+                before = kvpt.clients_of(a.pool).count(f" {os.getpid()} ")
+                self.assertEqual(before, 4)
+                r = subprocess.run(["true"], preexec_fn=lambda: None)
+                self.assertEqual(r.returncode, 0)  # a child that touched the clients died of it
+                self.assertEqual(kvpt.clients_of(a.pool).count(f" {os.getpid()} "), before)
+            finally:
+                done.set()
+                for t in ts:
+                    t.join()
+            self.assertEqual(got, [b"parent"] * 3)
+
     def test_killed_worker_leaves_nothing_held(self):
         with kvpt.Agent("--dram", "64M") as a, kvpool.Pool(a.pool, namespace="kill") as p:
             keys = [f"k{i}" for i in range(64)]
