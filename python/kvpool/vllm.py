@@ -522,6 +522,7 @@ class KVPoolTier(SecondaryTierManager):
         # scheduler-thread state (only that thread touches it)
         self._verdict = {}  # key -> HIT (pinned) or MISS
         self._queue = []  # (key, req_context) asked this step, not decided
+        self._gone = set()  # requests finished since the last flush: not probed
         self._holders = {}  # decided key -> request ids that asked
         self._req_keys = {}  # request id -> decided keys it asked
         self._pins = {}  # pinned key -> _Pin
@@ -724,8 +725,12 @@ class KVPoolTier(SecondaryTierManager):
 
     def _flush(self):
         now = time.monotonic()
-        if self._pin_order and now - self._pin_order[0].t0 > self.pin_max_age_s:
+        order = self._pin_order
+        while order and order[0].live == 0:  # released already
+            order.popleft()
+        if order and now - order[0].t0 > self.pin_max_age_s:
             self._sweep(now)
+        gone, self._gone = self._gone, set()
         if not self._queue:
             return
         queue, self._queue = self._queue, []
@@ -734,6 +739,8 @@ class KVPoolTier(SecondaryTierManager):
             rid = ctx.req_id
             g = groups.get(rid)
             if g is None:
+                if rid in gone:  # asked, then finished in this step
+                    continue
                 g = groups[rid] = {}
             g[key] = None
         pool = self._pool()
@@ -881,6 +888,8 @@ class KVPoolTier(SecondaryTierManager):
         """Forget what this request asked: MISS verdicts go, and pins that
         no load is reading are released."""
         try:
+            if self._queue:
+                self._gone.add(req_context.req_id)
             for k in self._req_keys.pop(req_context.req_id, ()):
                 hs = self._holders.get(k)
                 if hs is None:
