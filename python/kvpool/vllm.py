@@ -714,14 +714,37 @@ class KVPoolTier(SecondaryTierManager):
                 self._decide(key, _MISS, getattr(ctx, "req_id", None))
             self._queue = []
 
+    def _hold(self, keys, rid):
+        """rid asked keys (decided): they stay decided while a request that
+        asked is alive.  A key's holders are one request id (the usual
+        case, set in bulk) or a set of them."""
+        holders = self._holders
+        rk = self._req_keys.get(rid)
+        if rk is None:
+            rk = self._req_keys[rid] = []
+        fresh = [k for k in keys if k not in holders]
+        if fresh:
+            holders.update(dict.fromkeys(fresh, rid))
+            rk.extend(fresh)
+        if len(fresh) < len(keys):
+            fresh = set(fresh)
+            for k in keys:
+                if k in fresh:
+                    continue
+                h = holders[k]
+                if h is rid or h == rid:
+                    continue
+                if type(h) is set:
+                    if rid in h:
+                        continue
+                    h.add(rid)
+                else:
+                    holders[k] = {h, rid}
+                rk.append(k)
+
     def _decide(self, key, v, req_id):
         self._verdict[key] = v
-        hs = self._holders.get(key)
-        if hs is None:
-            hs = self._holders[key] = set()
-        if req_id not in hs:
-            hs.add(req_id)
-            self._req_keys.setdefault(req_id, []).append(key)
+        self._hold([key], req_id)
 
     def _flush(self):
         now = time.monotonic()
@@ -735,18 +758,24 @@ class KVPoolTier(SecondaryTierManager):
             return
         queue, self._queue = self._queue, []
         groups = {}
-        for key, ctx in queue:
-            rid = ctx.req_id
-            g = groups.get(rid)
-            if g is None:
-                if rid in gone:  # asked, then finished in this step
-                    continue
-                g = groups[rid] = {}
+        cur = g = None
+        for key, ctx in queue:  # a request's keys come one after another
+            if ctx is not cur:
+                cur = ctx
+                rid = ctx.req_id
+                g = groups.get(rid)
+                if g is None:
+                    g = groups[rid] = {}
+                    if rid in gone:  # asked, then finished in this step
+                        g = {}
             g[key] = None
         pool = self._pool()
         asked = hits = refused = 0
+        verdict = self._verdict
         for rid, g in groups.items():
-            keys = [k for k in g if k not in self._verdict]
+            if not g:
+                continue
+            keys = [k for k in g if k not in verdict]
             if keys and pool is not None:
                 if self._quarantine:
                     keys = self._unquarantined(pool, keys, rid, now)
@@ -756,18 +785,12 @@ class KVPoolTier(SecondaryTierManager):
                 refused += r
                 if self._quarantine and h:
                     for k in keys:
-                        if self._verdict.get(k) is _HIT:
+                        if verdict.get(k) is _HIT:
                             self._quarantine.pop(k, None)
-            holders, req_keys = self._holders, self._req_keys.setdefault(rid, [])
-            for k in g:
-                if k not in self._verdict:
-                    self._verdict[k] = _MISS
-                hs = holders.get(k)
-                if hs is None:
-                    hs = holders[k] = set()
-                if rid not in hs:
-                    hs.add(rid)
-                    req_keys.append(k)
+            undecided = [k for k in g if k not in verdict]  # not probed (no pool, BUSY): MISS
+            if undecided:
+                verdict.update(dict.fromkeys(undecided, _MISS))
+            self._hold(list(g), rid)
         if asked:
             self._count("lookup_keys", asked)
             self._count("hit_keys", hits)
@@ -797,10 +820,8 @@ class KVPoolTier(SecondaryTierManager):
                 rows = keys[i : i + r]
                 e = _Pin(ps, rows, now)
                 self._pin_order.append(e)
-                pins, verdict = self._pins, self._verdict
-                for k in rows:
-                    pins[k] = e
-                    verdict[k] = _HIT
+                self._pins.update(dict.fromkeys(rows, e))
+                self._verdict.update(dict.fromkeys(rows, _HIT))
                 hits += r
             else:
                 ps.release()
@@ -888,21 +909,36 @@ class KVPoolTier(SecondaryTierManager):
         """Forget what this request asked: MISS verdicts go, and pins that
         no load is reading are released."""
         try:
+            rid = req_context.req_id
             if self._queue:
-                self._gone.add(req_context.req_id)
-            for k in self._req_keys.pop(req_context.req_id, ()):
-                hs = self._holders.get(k)
-                if hs is None:
+                self._gone.add(rid)
+            keys = self._req_keys.pop(rid, None)
+            if not keys:
+                return
+            holders, verdict, loading = self._holders, self._verdict, self._loading
+            hget, vpop = holders.get, verdict.pop
+            hit = []
+            for k in keys:
+                h = hget(k)
+                if h is not rid and h != rid:
+                    if type(h) is not set:
+                        continue
+                    h.discard(rid)
+                    if h:
+                        continue
+                del holders[k]
+                if vpop(k, None) is _HIT:
+                    hit.append(k)
+            pins = self._pins
+            for k in hit:
+                if loading.get(k):  # its load releases it
+                    verdict[k] = _HIT
                     continue
-                hs.discard(req_context.req_id)
-                if hs:
-                    continue
-                del self._holders[k]
-                v = self._verdict.get(k)
-                if v is _MISS:
-                    del self._verdict[k]
-                elif v is _HIT and not self._loading.get(k):
-                    self._release_row(k)
+                e = pins.pop(k, None)  # _release_row, inline: this runs per key
+                if e is not None:
+                    e.live -= 1
+                    if e.live == 0:
+                        e.ps.release()
         except Exception as e:
             self._once("finished:" + type(e).__name__, "on_request_finished failed: %r", e)
 
