@@ -204,9 +204,11 @@ done
 run "release/client/test_cxx_shared (-lkvpool)" build/release/test_cxx_shared
 run "client: libkvpool.so exports kvpool.h only" tests/client/test_exports.sh
 run "release/client/test_dlopen (dlopen)" build/release/test_dlopen
-# the Python binding (python/kvpool, ctypes) and the sglang backend against
-# real agents, from the source tree (tests/install runs them again from an
-# installed package); PYTHONDONTWRITEBYTECODE: the run leaves the tree clean
+# the Python binding (python/kvpool, ctypes), the sglang backend and the
+# vLLM tier (tests/python/test_vllm.py, against tests/python/vllm_fake.py: a
+# model of vLLM's tiering manager) against real agents, from the source tree
+# (tests/install runs them again from an installed package);
+# PYTHONDONTWRITEBYTECODE: the run leaves the tree clean
 if command -v "$PYTHON" >/dev/null 2>&1; then
 	run "python: unittest (python/kvpool from the tree)" env PYTHONDONTWRITEBYTECODE=1 \
 		PYTHONPATH="$PWD/python" "$PYTHON" -m unittest discover -s tests/python -t tests/python -v
@@ -260,6 +262,10 @@ if [ $quick = 0 ]; then
 	# the sglang adapter against the C calls it wraps (~15 s; wrong bytes fail it)
 	bench "stress/bench_sglang.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
 		"$PYTHON" stress/bench_sglang.py --quick
+	# the vLLM tier's row copies against memcpy, and its lookups (~30 s;
+	# wrong bytes or a failed job fail it)
+	bench "stress/bench_vllm.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
+		"$PYTHON" stress/bench_vllm.py --quick
 	bench "stress/bench_python.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
 		"$PYTHON" stress/bench_python.py --quick
 	# the remote tier against ucx_perftest on the same veth link (~30 s)
