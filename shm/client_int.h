@@ -48,8 +48,11 @@ struct kvp_client {
 	uint32_t slot;      /* client slot index */
 	uint64_t slot_word; /* our cs_state value while LIVE */
 	uint64_t ns_id;
-	kvp_aword_t *holds;  /* our hold slots in the segment */
-	uint32_t *hold_free; /* private stack of free hold slots */
+	kvp_aword_t *holds; /* our hold slots in the segment */
+	/* free hold slots, lowest first (bit k of word k/64: slot k free), so
+	 * the high-water mark the agent scans to falls back when pins go */
+	uint64_t *hold_map;
+	uint32_t hold_low; /* no free slot in the words below this one */
 	uint32_t hold_nfree;
 	uint32_t hold_hwm;
 	uint64_t put_wait_ns;  /* how long a put waits for the evictor */
@@ -539,14 +542,16 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		kvp_istore_release(&cs->cs_alloc_claim, 0);
 		c->holds = &c->seg.holds[(uint64_t)c->slot *
 					 c->seg.g.g_holds_per_client];
-		c->hold_free = (uint32_t *)malloc(sizeof(uint32_t) *
-						  c->seg.g.g_holds_per_client);
-		if (!c->hold_free) {
+		c->hold_map = (uint64_t *)calloc(
+			(c->seg.g.g_holds_per_client + 63u) / 64u,
+			sizeof(uint64_t));
+		if (!c->hold_map) {
 			rc = -ENOMEM;
 			goto err_slot;
 		}
 		for (k = 0; k < c->seg.g.g_holds_per_client; k++)
-			c->hold_free[k] = c->seg.g.g_holds_per_client - 1 - k;
+			c->hold_map[k / 64u] |= 1ull << (k % 64u);
+		c->hold_low = 0;
 		c->hold_nfree = c->seg.g.g_holds_per_client;
 		/* relaxed: for humans and the reaper's fork check; the lock
 		 * is the authority while these are still zero */
@@ -666,7 +671,7 @@ kvp_close(struct kvp_client *c)
 		kvp_cas(&cs->cs_state, c->slot_word, c->slot_word & ~0xffull);
 	}
 	kvp__map_release(&c->seg);
-	free(c->hold_free);
+	free(c->hold_map);
 	free(c->leases);
 	free(c);
 }
@@ -692,6 +697,35 @@ kvp__touch(struct kvp_client *c, uint64_t i)
 }
 
 /*
+ * Give hold slot h (cleared, or never stored) back to the free map.  When
+ * it was the highest in use, the high-water mark falls to the highest
+ * slot still in use, so the agent's hold scans (evictor, reaper) stop
+ * scanning the slots a large pinset used once.  Lowering the mark is safe:
+ * every slot at or above it is clear (a hold taken later raises the mark
+ * again before its fence, kvp__hold).
+ */
+KVP_INLINE void
+kvp__hold_free(struct kvp_client *c, uint32_t h)
+{
+	uint32_t hwm = c->hold_hwm;
+
+	c->hold_map[h / 64u] |= 1ull << (h % 64u);
+	if (h / 64u < c->hold_low)
+		c->hold_low = h / 64u;
+	c->hold_nfree++;
+	if (h + 1 != hwm)
+		return;
+	while (hwm && (c->hold_map[(hwm - 1) / 64u] >> ((hwm - 1) % 64u) & 1))
+		hwm--;
+	c->hold_hwm = hwm;
+	/* release: our reads under the holds above hwm, and their clearing,
+	 * come first; pairs with the agent's acquire of the mark before its
+	 * hold scan (index/index_agent.c).  A raise is ordered by kvp_ix_hold's
+	 * fence instead. */
+	kvp_store_release(&c->seg.clients[c->slot].cs_hold_hwm, hwm);
+}
+
+/*
  * Take a hold on slot i whose state word was w (READY).  Returns the hold
  * slot (>= 0), -ENOENT if the value went away (the caller may look again),
  * -EBUSY if the agent kept it under CHECK for too long, -ENOBUFS if this
@@ -708,7 +742,12 @@ kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 
 	if (!c->hold_nfree)
 		return -ENOBUFS;
-	h = c->hold_free[--c->hold_nfree];
+	while (!c->hold_map[c->hold_low])
+		c->hold_low++;
+	h = c->hold_low * 64u +
+	    (uint32_t)__builtin_ctzll(c->hold_map[c->hold_low]);
+	c->hold_map[c->hold_low] &= c->hold_map[c->hold_low] - 1;
+	c->hold_nfree--;
 	if (h >= c->hold_hwm) {
 		c->hold_hwm = h + 1;
 		/* relaxed: ordered before the agent's scan by the fence in
@@ -722,7 +761,7 @@ kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 	if (waits)
 		kvp__ctr(c, KVP_CTR_HOLD_RETRY, waits);
 	if (rc) {
-		c->hold_free[c->hold_nfree++] = h;
+		kvp__hold_free(c, h);
 		return rc;
 	}
 	return (int)h;
@@ -732,7 +771,7 @@ KVP_INLINE void
 kvp__drop(struct kvp_client *c, int h)
 {
 	kvp_ix_unhold(&c->holds[h]);
-	c->hold_free[c->hold_nfree++] = (uint32_t)h;
+	kvp__hold_free(c, (uint32_t)h);
 }
 
 /*

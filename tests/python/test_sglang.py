@@ -611,14 +611,15 @@ class TestStore(unittest.TestCase):
         """sglang's default controller probes the whole prompt in one call
         and loads it in 128-page batches: a 16,384-page prompt probed, the
         pool then filled to 3x its size by another process, and every
-        counted page loads, byte for byte; the pins go as the loads end."""
-        self._long_prompt(16384, 256, ("--holds-per-client", "40000", "--max-clients", "16"), 16384)
+        counted page loads, byte for byte; the pins go as the loads end.
+        The agent runs on its defaults: they hold such a prompt."""
+        self._long_prompt(16384, 256, (), 16384)
 
     def test_probe_past_the_hold_slots_counts_what_it_holds(self):
-        """With the agent's default 4,096 hold slots a 4,096-page MHA probe
-        (8,192 objects) stops where pinning stops: it counts the pages it
-        holds (not the rest unpinned), and every one of them loads."""
-        self._long_prompt(4096, 64, (), 2048)
+        """With 4,096 hold slots a 4,096-page MHA probe (8,192 objects)
+        stops where pinning stops: it counts the pages it holds (not the
+        rest unpinned), and every one of them loads."""
+        self._long_prompt(4096, 64, ("--holds-per-client", "4096"), 2048)
 
     def _long_prompt(self, n, dram_mb, agent_args, want):
         dram = dram_mb << 20
