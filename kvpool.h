@@ -423,6 +423,46 @@ struct kvp_stat {
  */
 KVP_API int kvp_stat(struct kvp_client *c, struct kvp_stat *out, size_t size);
 
+/* ---- an engine adapter's counters, per namespace ---- */
+
+/*
+ * What an engine adapter (kvpool.sglang, kvpool.vllm, or yours) counts for
+ * its namespace, beside the pool's own per-call counters: the agent exports
+ * each as kvpool_namespace_events_total{namespace="...",event="NAME"}
+ * (kvpool stat --json: "namespaces").  The list is declared here once:
+ * X(ENUM, "name").
+ */
+#define KVP_NS_EVENTS(X)                                                      \
+	X(LOOKUP_KEYS, "lookup_keys")   /* keys (pages) asked about */        \
+	X(HIT_KEYS, "hit_keys")         /* ... answered present */            \
+	X(LOAD_PAGES, "load_pages")     /* pages loaded into the engine */    \
+	X(LOAD_BYTES, "load_bytes")     /* ... their bytes */                 \
+	X(LOAD_FAILED, "load_failed")   /* pages a load could not deliver */  \
+	X(STORE_PAGES, "store_pages")   /* pages stored (or already there) */ \
+	X(STORE_BYTES, "store_bytes")   /* ... their bytes */                 \
+	X(STORE_FAILED, "store_failed") /* pages a store could not keep */    \
+	X(REFUSED, "refused")           /* pool kinds or requests refused */  \
+	X(ERRORS, "errors")             /* calls that failed on an error */
+enum kvp_ns_event {
+#define KVP__NSE_ENUM(e, name) KVP_NSE_##e,
+	KVP_NS_EVENTS(KVP__NSE_ENUM)
+#undef KVP__NSE_ENUM
+	KVP_NSE__N
+};
+
+/*
+ * kvp_ns_count - add n to event's counter of this client's namespace.  The
+ * counters live in the segment (a row per namespace, KVP_NS_STAT_ROWS
+ * rows; taken by the first count and kept while the segment lives), so
+ * they outlive the process and never go down.  Returns 0, -EINVAL (c NULL,
+ * event >= KVP_NSE__N), -ENOSPC (every row is taken by other namespaces:
+ * nothing counted), -ESTALE (this client was reaped).  Context: the
+ * client's thread; an atomic add (the first call looks its row up).
+ */
+KVP_API int kvp_ns_count(struct kvp_client *c, unsigned event, uint64_t n);
+/* kvp_ns_event_name - event's name ("lookup_keys" ...), NULL past the end */
+KVP_API const char *kvp_ns_event_name(unsigned event);
+
 /* ---- GPU endpoints: values to and from device memory (CUDA) ---- */
 
 /*

@@ -66,6 +66,7 @@ struct kvp_client {
 	struct kvp__dev *dev;    /* device calls' state (client_dev_int.h) */
 	unsigned remote_flags;   /* kvp_remote: KVP_REMOTE_* */
 	uint64_t remote_wait_ns; /* a remote call's bound (KVP_REMOTE_WAIT_MS) */
+	uint32_t ns_row1; /* its namespace's counter row + 1 (0: not yet) */
 	char ns[KVP_NS_NAME_MAX + 1];
 };
 

@@ -183,7 +183,8 @@ def _load():
         "kvp_stat": (c_int, [vp, ctypes.POINTER(Stat), sz]),
         "kvp_strerror": (ctypes.c_char_p, [c_int]),
     }
-    # the GPU endpoints (KVPOOL_1.3) and the remote tier (KVPOOL_1.4):
+    # the GPU endpoints (KVPOOL_1.3), the remote tier (KVPOOL_1.4) and the
+    # namespace counters (KVPOOL_1.5):
     # optional, so an older library still serves everything else (those
     # calls then raise NotSupported)
     dev_protos = {
@@ -198,6 +199,9 @@ def _load():
         # the remote tier (KVPOOL_1.4)
         "kvp_remote": (c_int, [vp, ctypes.c_uint]),
         "kvp_batch_locate": (ssz, [vp, vp, sz, ctypes.POINTER(c_int)]),
+        # an engine adapter's counters, per namespace (KVPOOL_1.5)
+        "kvp_ns_count": (c_int, [vp, ctypes.c_uint, u64]),
+        "kvp_ns_event_name": (ctypes.c_char_p, [ctypes.c_uint]),
     }
     for name, (res, args) in dev_protos.items():
         fn = getattr(so, name, None)

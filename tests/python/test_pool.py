@@ -462,6 +462,44 @@ class Namespaces(unittest.TestCase):
                 f8.delete("page")
                 self.assertTrue(bf.exists("page"))
 
+    def test_counters_per_namespace(self):
+        """Pool.count adds to its namespace's row in the segment, summed over
+        processes and kept after they exit; another namespace has its own
+        row; what its live clients pin is counted by the agent; the
+        Python list of events is C's (kvp_ns_event_name)."""
+        lib = kvpool._native.lib
+        self.assertEqual(tuple(lib.kvp_ns_event_name(i).decode() for i in range(len(kvpool.NS_EVENTS))), kvpool.NS_EVENTS)
+        self.assertIsNone(lib.kvp_ns_event_name(len(kvpool.NS_EVENTS)))
+        with kvpt.Agent("--dram", "16M") as a:
+            with kvpool.Pool(a.pool, namespace="model-a|bf16") as pa, kvpool.Pool(a.pool, namespace="model-b") as pb:
+                self.assertTrue(pa.count("hit_keys", 5))
+                self.assertTrue(pa.count("lookup_keys"))
+                self.assertTrue(pb.count("store_bytes", 1 << 40))
+                with self.assertRaises(kvpool.InvalidArgument):
+                    pa.count("hits")
+                with self.assertRaises((kvpool.InvalidArgument, TypeError)):
+                    pa.count("hit_keys", -1)
+                # another process of namespace a adds to the same row, and exits
+                code = (
+                    "import kvpool, sys\n"
+                    "with kvpool.Pool(sys.argv[1], namespace='model-a|bf16') as p:\n"
+                    "    assert p.count('hit_keys', 7)\n"
+                )
+                subprocess.run([sys.executable, "-c", code, a.pool], check=True, timeout=60)
+                for i in range(3):
+                    pa.put(f"k{i}", b"x" * 4096)
+                ps = pa.lookup_pin([f"k{i}" for i in range(3)])
+                rows = {r["ns"]: r for r in kvpt.stat_json(a.pool)["namespaces"]}
+                self.assertEqual(set(rows), {"model-a|bf16", "model-b"})
+                self.assertEqual(rows["model-a|bf16"]["hit_keys"], 12)
+                self.assertEqual(rows["model-a|bf16"]["lookup_keys"], 1)
+                self.assertEqual(rows["model-a|bf16"]["store_bytes"], 0)
+                self.assertEqual(rows["model-a|bf16"]["pinned"], 3)
+                self.assertEqual(rows["model-b"]["store_bytes"], 1 << 40)
+                self.assertEqual(rows["model-b"]["pinned"], 0)
+                ps.release()
+                self.assertEqual({r["ns"]: r["pinned"] for r in kvpt.stat_json(a.pool)["namespaces"]}["model-a|bf16"], 0)
+
 
 class Remote(unittest.TestCase):
     """The remote tier's calls on one node (tests/cluster/test_cluster.sh
