@@ -512,6 +512,8 @@ class KVPoolStore(HiCacheStorage):
         self._written = {}  # ordered set of object keys this store wrote
         self._written_lock = threading.Lock()
         self._logged = set()
+        self._ns_pool = True  # the library counts per namespace (kvp_ns_count)
+        self.refused_pools = []  # pool kinds refused at registration
         self._stat_lock = threading.Lock()
         self._tl = threading.local()
         self._counters = []  # every thread's Counter
@@ -580,11 +582,29 @@ class KVPoolStore(HiCacheStorage):
 
     def _once(self, kind, msg, *args):
         """Log an error once per kind (a broken store must not flood the log)."""
-        self._count("errors")
+        self._ns("errors")
         if kind in self._logged:
             return
         self._logged.add(kind)
         logger.error("kvpool.sglang: " + msg + " (logged once)", *args)
+
+    def _ns(self, event, n=1):
+        """Count event (kvpool.NS_EVENTS) n times: in this store's stats()
+        and in the pool's counters of its namespace, which the agent
+        exports as kvpool_namespace_events_total{namespace=...,event=...}.
+        Never raises (a library without kvp_ns_count counts locally)."""
+        if n <= 0:
+            return
+        self._count(event, n)
+        p = self.pool
+        if p is None or not self._ns_pool:
+            return
+        try:
+            p.count(event, n)
+        except kvpool.NotSupported:
+            self._ns_pool = False
+        except Exception:
+            pass  # a reaped or closing client: the local count stands
 
     def _count(self, name, n=1):
         """Add to a counter of this thread's (no lock; stats() sums them)."""
@@ -635,6 +655,10 @@ class KVPoolStore(HiCacheStorage):
         good = sum(out)
         self._count(counter, good)
         self._count(counter + "_failed", n - good)
+        ev = "store" if metric == "backup" else "load"
+        self._ns(ev + "_pages", good)
+        self._ns(ev + "_bytes", good * self._per * self.object_bytes)
+        self._ns(ev + "_failed", n - good)
         self._record(metric, good, time.perf_counter() - t0)
         return out
 
@@ -771,12 +795,16 @@ class KVPoolStore(HiCacheStorage):
             self._sweep(time.monotonic())
             if n == 0 or self.pool is None:
                 return 0
+            self._ns("lookup_keys", n)
             if not self.interface_v1:
-                return self.pool.batch_exists_prefix([k + self._rank_sfx if self._rank_sfx else k for k in keys])
+                pages = self.pool.batch_exists_prefix([k + self._rank_sfx if self._rank_sfx else k for k in keys])
+                self._ns("hit_keys", pages)
+                return pages
             if not self.pin_prefetch:
                 have = self.pool.batch_exists_prefix(self._expand(keys))
                 pages = have // self._per
                 self._count("exists_pages", pages)
+                self._ns("hit_keys", pages)
                 return pages
             # count only what is held: pin at most pin_max_pages pages; a
             # prefix that stops on a limit of the pool (BUSY: hold slots,
@@ -790,6 +818,7 @@ class KVPoolStore(HiCacheStorage):
             else:
                 self._park(ps, list(keys[:pages]), pages)
             self._count("exists_pages", pages)
+            self._ns("hit_keys", pages)
             return pages
         except Exception as e:
             self._once("exists:" + type(e).__name__, "batch_exists failed: %r", e)
@@ -872,7 +901,16 @@ class KVPoolStore(HiCacheStorage):
         drafts ...).  A sidecar's objects per page and their sizes are read
         once from its get_page_buffer_meta; a pool whose pages are not whole
         objects is refused here (ValueError naming it), at start-up, never
-        later in a storage thread."""
+        later in a storage thread; refusals are counted (stats()
+        "refused_pools", the namespace's "refused" event)."""
+        try:
+            return self._register_v2(host_pool, host_pool_name)
+        except ValueError:
+            self.refused_pools.append(_pool_name(host_pool_name))
+            self._ns("refused")
+            raise
+
+    def _register_v2(self, host_pool, host_pool_name):
         name = _pool_name(host_pool_name)
         registered = getattr(self, "registered_pools", None)
         if registered is None:
@@ -1031,6 +1069,10 @@ class KVPoolStore(HiCacheStorage):
         c = "set_v2_pages" if is_set else "get_v2_pages"
         self._count(c, sum(pages))
         self._count(c + "_failed", n - sum(pages))
+        ev = "store" if is_set else "load"
+        self._ns(ev + "_pages", sum(pages))
+        self._ns(ev + "_bytes", sum(s for i, s in zip(live, sizes) if ok[i]))
+        self._ns(ev + "_failed", n - sum(pages))
         return pages
 
     def batch_get_v2(self, transfers, extra_info=None):
@@ -1084,7 +1126,10 @@ class KVPoolStore(HiCacheStorage):
             res = self._retry_busy(self.pool.batch_put, [k], [addr], [ln], res)
             if res[0] == 0:
                 self._remember([k])
-            return res[0] == 0 or res[0] == kvpool.EXISTS
+            good = res[0] == 0 or res[0] == kvpool.EXISTS
+            self._ns("store_pages" if good else "store_failed")
+            self._ns("store_bytes", ln if good else 0)
+            return good
         except Exception as e:
             self._once("cset:" + type(e).__name__, "set failed: %r", e)
             return False
@@ -1123,7 +1168,10 @@ class KVPoolStore(HiCacheStorage):
             res = self.pool.batch_get([k], [addr], [ln])
             res = self._retry_busy(self.pool.batch_get, [k], [addr], [ln], res)
             if res[0] != ln:
+                self._ns("load_failed")
                 return None
+            self._ns("load_pages")
+            self._ns("load_bytes", ln)
             return True if is_addr else target_location
         except kvpool.Miss:
             return None
@@ -1219,14 +1267,18 @@ class KVPoolStore(HiCacheStorage):
         for c in counters:
             d.update(c.copy())
         d = dict(d)
+        for e in kvpool.NS_EVENTS:
+            d.setdefault(e, 0)
         d["parked_pages"] = self._parked_pages
+        d["refused_pools"] = list(self.refused_pools)
         d["namespace"] = self.namespace
         d["pool"] = self.pool_name
         return d
 
     def get_stats(self):
         """sglang's StorageMetrics (per call pages and GB/s of prefetch and
-        backup since the last call) when sglang is importable, else a dict:
+        backup since the last call) when sglang is importable, with this
+        store's counters (stats()) as its attribute "kvpool"; else a dict:
         the same lists plus stats()."""
         try:
             with self._stat_lock:
@@ -1238,6 +1290,10 @@ class KVPoolStore(HiCacheStorage):
                 sm = cls()
                 for k, v in m.items():
                     getattr(sm, k).extend(v)
+                try:
+                    sm.kvpool = self.stats()
+                except Exception:
+                    pass  # a StorageMetrics with __slots__: the lists stand
                 return sm
             m.update(self.stats())
             return m
