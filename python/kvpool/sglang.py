@@ -183,6 +183,7 @@ _ITEMSIZE = {
 }
 
 SUPPORTED_LAYOUTS = ("page_first", "page_first_direct", "page_head")
+NS_FLUSH_S = 1.0  # the store's events reach the pool's counters this often (and on get_stats, close)
 
 
 def _dtype_name(d):
@@ -513,6 +514,9 @@ class KVPoolStore(HiCacheStorage):
         self._written_lock = threading.Lock()
         self._logged = set()
         self._ns_pool = True  # the library counts per namespace (kvp_ns_count)
+        self._ns_lock = threading.Lock()
+        self._ns_pend = collections.Counter()  # events not yet in the pool's counters
+        self._ns_t = 0.0
         self.refused_pools = []  # pool kinds refused at registration
         self._stat_lock = threading.Lock()
         self._tl = threading.local()
@@ -574,6 +578,7 @@ class KVPoolStore(HiCacheStorage):
     def close(self):
         """Release every parked pin and close the pool (idempotent)."""
         self._drop_parked()
+        self._ns_flush()
         p, self.pool = self.pool, None
         if p is not None:
             p.close()
@@ -592,19 +597,36 @@ class KVPoolStore(HiCacheStorage):
         """Count event (kvpool.NS_EVENTS) n times: in this store's stats()
         and in the pool's counters of its namespace, which the agent
         exports as kvpool_namespace_events_total{namespace=...,event=...}.
-        Never raises (a library without kvp_ns_count counts locally)."""
+        The pool's are added every NS_FLUSH_S (a call into the pool costs
+        microseconds; a probe takes ten), by get_stats() (sglang calls it
+        every scheduler step) and by close().  Never raises."""
         if n <= 0:
             return
         self._count(event, n)
+        if not self._ns_pool:
+            return
+        with self._ns_lock:
+            self._ns_pend[event] += n
+            now = time.monotonic()
+            if now - self._ns_t < NS_FLUSH_S:
+                return
+            self._ns_t = now
+        self._ns_flush()
+
+    def _ns_flush(self):
+        """Add the pending namespace events to the pool's counters."""
+        with self._ns_lock:
+            pend, self._ns_pend = self._ns_pend, collections.Counter()
         p = self.pool
-        if p is None or not self._ns_pool:
+        if p is None or not pend:
             return
         try:
-            p.count(event, n)
+            for e, v in pend.items():
+                p.count(e, v)
         except kvpool.NotSupported:
-            self._ns_pool = False
+            self._ns_pool = False  # a library without kvp_ns_count: stats() only
         except Exception:
-            pass  # a reaped or closing client: the local count stands
+            pass  # a reaped or closing client: the local counts stand
 
     def _count(self, name, n=1):
         """Add to a counter of this thread's (no lock; stats() sums them)."""
@@ -1281,6 +1303,7 @@ class KVPoolStore(HiCacheStorage):
         store's counters (stats()) as its attribute "kvpool"; else a dict:
         the same lists plus stats()."""
         try:
+            self._ns_flush()
             with self._stat_lock:
                 m = {k: list(v) for k, v in self._metrics.items()}
                 for v in self._metrics.values():

@@ -976,7 +976,7 @@ class TestHybrid(unittest.TestCase):
             page = st._per * st.object_bytes
             want = {"lookup_keys": 6, "hit_keys": 4, "store_pages": 4, "store_bytes": 4 * page, "load_pages": 4,
                     "load_bytes": 4 * page, "load_failed": 1, "refused": 1, "errors": 1}
-            stats = st.get_stats()  # sglang is not importable here: a dict with stats()
+            stats = st.get_stats()  # sglang is not importable here: a dict with stats(); and a flush
             self.assertEqual({k: stats[k] for k in want}, want)
             self.assertEqual(stats["refused_pools"], ["deepseek_v4_c4"])
             row = {r["ns"]: r for r in kvpt.stat_json(ag.pool)["namespaces"]}[st.namespace[:47]]
