@@ -66,6 +66,7 @@ extra_config keys read here (all optional):
 
 import collections
 import hashlib
+import itertools
 import logging
 import os
 import threading
@@ -423,11 +424,12 @@ class _Parked:
     it was parked, and which of its pages were loaded (it is released when
     all were, or it ages out, or the store clears)."""
 
-    __slots__ = ("ps", "keys", "pages", "t0", "loaded", "nloaded", "owner")
+    __slots__ = ("ps", "keys", "at", "pages", "t0", "loaded", "nloaded", "owner")
 
     def __init__(self, ps, keys, pages, t0):
         self.ps = ps
         self.keys = keys
+        self.at = dict(zip(keys, range(pages)))  # page key -> its offset
         self.pages = pages
         self.t0 = t0
         self.loaded = bytearray(pages)
@@ -506,7 +508,7 @@ class KVPoolStore(HiCacheStorage):
         self.page_size = 1
         self.object_bytes = 0
         self._park_lock = threading.Lock()
-        self._parked = {}  # every pinned page key -> [(_Parked, its page offset)]
+        self._parked = {}  # every pinned page key -> the newest _Parked that pins it
         self._park_order = collections.deque()  # _Parked, oldest first
         self._parked_pages = 0
         self._owners = collections.Counter()  # probing thread -> its parked pinsets
@@ -736,13 +738,10 @@ class KVPoolStore(HiCacheStorage):
             self._count("pins_expired", len(old))
 
     def _unpark_locked(self, e):
-        for o, k in enumerate(e.keys):
-            lst = self._parked.get(k)
-            if lst is None:
-                continue
-            lst[:] = [x for x in lst if x[0] is not e]
-            if not lst:
-                del self._parked[k]
+        d = self._parked
+        for k in e.keys:
+            if d.get(k) is e:
+                del d[k]
         self._park_order.remove(e)
         self._parked_pages -= e.pages
         self._owners[e.owner] -= 1
@@ -757,8 +756,10 @@ class KVPoolStore(HiCacheStorage):
         with self._park_lock:
             while self._park_order and self._parked_pages + pages > self.pin_max_pages:
                 evicted.append(self._unpark_locked(self._park_order[0]))
-            for o, k in enumerate(keys):
-                self._parked.setdefault(k, []).append((e, o))
+            # C-speed: a probe parks in a few microseconds (a key parked by
+            # an older pinset too now names this one; _find_parked falls
+            # back to the older ones)
+            self._parked.update(zip(keys, itertools.repeat(e, pages)))
             self._park_order.append(e)
             self._parked_pages += pages
             self._owners[e.owner] += 1
@@ -771,10 +772,15 @@ class KVPoolStore(HiCacheStorage):
         """(parked pinset, page offset, pages of keys it pins from there),
         or None: the pinset whose probed keys hold keys[0] and go on as
         keys do (a 128-page load batch of a whole-prompt probe)."""
+        k0 = keys[0]
         with self._park_lock:
-            for e, o in self._parked.get(keys[0], ()):
+            first = self._parked.get(k0)
+            if first is None:
+                return None
+            for e in [first] + [x for x in reversed(self._park_order) if x is not first and k0 in x.at]:
+                o = e.at[k0]
                 m = min(len(keys), e.pages - o)
-                if list(e.keys[o : o + m]) == list(keys[:m]):
+                if e.keys[o : o + m] == list(keys[:m]):
                     return e, o, m
         return None
 
