@@ -82,49 +82,58 @@ KVP_API const char *
 kvp_strerror(int status)
 {
 	switch (status) {
-	case 0:
-		return "OK";
-	case -ENOENT:
-		return "MISS: no such key";
-	case -EEXIST:
-		return "key exists (or is being put)";
-	case -EBUSY:
-		return "BUSY: retry later";
-	case -E2BIG:
-		return "TOO_LARGE: value exceeds the pool's limit";
-	case -ENOSPC:
-		return "NOSPC: pool full";
-	case -EMSGSIZE:
-		return "buffer smaller than the value";
-	case -EIO:
-		return "FAILED: I/O error";
-	case -EBADMSG:
-		return "FAILED: bad checksum";
-	case -ENOTCONN:
-		return "UNAVAILABLE: agent not running";
-	case -ESTALE:
-		return "STALE: client was reaped or agent restarted";
-	case -EPROTO:
-		return "segment ABI mismatch";
-	case -EUSERS:
-		return "all client slots taken (--max-clients)";
-	case -EACCES:
-		return "permission denied (the pool's segment)";
-	case -EINVAL:
-		return "invalid argument";
-	case -ENOTSUP:
-		return "no CUDA runtime (device calls)";
-	case -ENODEV:
-		return "no CUDA device or driver";
-	case -EINPROGRESS:
-		return "in progress";
-	case -ENOMEM:
-		return "out of memory";
-	case -EUCLEAN:
-		return "pool structure damaged";
+#define KVP__STATUS_TEXT(name, value, text) \
+	case (value):                       \
+		return text;
+		KVP_STATUSES(KVP__STATUS_TEXT)
+#undef KVP__STATUS_TEXT
 	default:
 		return "unknown status";
 	}
+}
+
+/* kvp_status_name (kvpool.h) */
+KVP_API const char *
+kvp_status_name(int status)
+{
+	switch (status) {
+#define KVP__STATUS_NAME(name, value, text) \
+	case (value):                       \
+		return #name;
+		KVP_STATUSES(KVP__STATUS_NAME)
+#undef KVP__STATUS_NAME
+	default:
+		return NULL;
+	}
+}
+
+/* kvp_statuses (kvpool.h) */
+KVP_API unsigned
+kvp_statuses(int *out, unsigned cap)
+{
+	static const int all[] = {
+#define KVP__STATUS_VALUE(name, value, text) (value),
+		KVP_STATUSES(KVP__STATUS_VALUE)
+#undef KVP__STATUS_VALUE
+	};
+	unsigned k, n = (unsigned)(sizeof(all) / sizeof(all[0]));
+
+	for (k = 0; k < n && k < cap && out; k++)
+		out[k] = all[k];
+	return n;
+}
+
+/* kvp_version (kvpool.h) */
+KVP_API const char *
+kvp_version(int *major, int *minor, int *patch)
+{
+	if (major)
+		*major = KVPOOL_VERSION_MAJOR;
+	if (minor)
+		*minor = KVPOOL_VERSION_MINOR;
+	if (patch)
+		*patch = KVPOOL_VERSION_PATCH;
+	return KVPOOL_VERSION_STRING;
 }
 
 /* Private counter shard: single writer (this client), so no RMW. */

@@ -41,10 +41,13 @@ from ._native import (  # noqa: F401  (the public names)
     BUSY,
     EXISTS,
     FAILED,
+    INPROGRESS,
     INVAL,
     MISS,
     MSGSIZE,
     NODEV,
+    UCLEAN,
+    STATUSES,
     NOMEM,
     NOTSUP,
     NOSPC,
@@ -66,6 +69,7 @@ from ._native import (  # noqa: F401  (the public names)
     KVPoolError,
     Miss,
     NoDevice,
+    Damaged,
     NoSpace,
     NotSupported,
     OutOfMemory,
@@ -105,6 +109,9 @@ __all__ = [
     "Closed",
     "NotSupported",
     "NoDevice",
+    "Damaged",
+    "STATUSES",
+    "version",
     "status_name",
     "describe",
     "error",
@@ -140,6 +147,17 @@ NS_EVENTS = (
 KEY_MAX = 255
 _OPW = _native.OP_WORDS
 _OPS = _native.OP_STATUS_INT
+
+
+
+def version():
+    """The library's version (kvp_version), as a string ("1.5.0"); an
+    older library without kvp_version answers "<1.5"."""
+    fn = getattr(_lib, "kvp_version", None)
+    if fn is None or fn.argtypes is None:
+        return "<1.5"
+    return fn(None, None, None).decode()
+
 
 # fork: pools record the epoch they were opened in; the child bumps it
 _fork_epoch = 0
