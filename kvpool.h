@@ -18,7 +18,8 @@
  *                kvp_client and struct kvp_pinset stay opaque).
  *   FFI          dlopen("libkvpool.so.1"): Python ctypes and the like.
  * libkvpool.so.1 exports exactly the calls below, nothing else
- * (libkvpool.map, version nodes KVPOOL_1.0 .. 1.2).  The library's major version
+ * (libkvpool.map, version nodes KVPOOL_1.0 .. 1.5; KVPOOL_VERSION_*, below,
+ * and kvp_version()).  The library's major version
  * changes when a call's signature, struct kvp_op, struct kvp_lease or a
  * status's meaning does; a new call comes in a new version node.  The
  * segment's ABI is another matter: a client and an agent built from
@@ -31,6 +32,32 @@
  * one file that includes this header): a thread's new client takes no
  * page fault and no page tables for pages another already mapped.  A pinset belongs to the
  * client that made it.  No call aborts, exits, or reports through errno.
+ *
+ * Caveats (what the pool assumes of the processes that use it):
+ *   fork()     A client handle belongs to the process that opened it.  A
+ *              forked child must neither use nor close a handle it
+ *              inherited (its slot, holds and liveness lock are the
+ *              parent's; closing it would drop the parent's holds): open
+ *              its own.  The Python binding refuses (kvpool.Forked).
+ *   PID namespaces  Every process of a pool (agent and clients) must see
+ *              one PID namespace and one /dev/shm (or hugetlbfs mount):
+ *              the reaper checks a client's pid and start time in /proc.
+ *              Containers of one node share the host's (--pid=host,
+ *              -v /dev/shm:/dev/shm), or the pool is theirs alone.
+ *   /dev/shm size  The segment is a file in /dev/shm (tmpfs), sized at
+ *              creation and filled as it is used: the agent refuses to
+ *              create it where /dev/shm has no room for all of it, but
+ *              other files filling /dev/shm later leave its pages without
+ *              memory (a SIGBUS for whoever touches them): keep the room.
+ *              A container's default 64 MiB /dev/shm is too small for any
+ *              real pool.
+ *   Huge pages  With a hugetlbfs mount whose pool has room for the whole
+ *              segment the agent puts it there (--hugepages auto): each
+ *              process then maps it with 2 MiB pages (no faults per 4 KiB,
+ *              page tables 1/512).  Huge pages are reserved at creation;
+ *              without room the agent falls back to /dev/shm (auto) or
+ *              refuses (on).  Transparent huge pages for tmpfs are not
+ *              relied on.
  *
  * Status codes (0 or negative errno, one meaning everywhere).  Every call
  * below lists the ones it can return; these are all of them, and
@@ -423,6 +450,46 @@ struct kvp_stat {
  */
 KVP_API int kvp_stat(struct kvp_client *c, struct kvp_stat *out, size_t size);
 
+/* ---- an engine adapter's counters, per namespace ---- */
+
+/*
+ * What an engine adapter (kvpool.sglang, kvpool.vllm, or yours) counts for
+ * its namespace, beside the pool's own per-call counters: the agent exports
+ * each as kvpool_namespace_events_total{namespace="...",event="NAME"}
+ * (kvpool stat --json: "namespaces").  The list is declared here once:
+ * X(ENUM, "name").
+ */
+#define KVP_NS_EVENTS(X)                                                      \
+	X(LOOKUP_KEYS, "lookup_keys")   /* keys (pages) asked about */        \
+	X(HIT_KEYS, "hit_keys")         /* ... answered present */            \
+	X(LOAD_PAGES, "load_pages")     /* pages loaded into the engine */    \
+	X(LOAD_BYTES, "load_bytes")     /* ... their bytes */                 \
+	X(LOAD_FAILED, "load_failed")   /* pages a load could not deliver */  \
+	X(STORE_PAGES, "store_pages")   /* pages stored (or already there) */ \
+	X(STORE_BYTES, "store_bytes")   /* ... their bytes */                 \
+	X(STORE_FAILED, "store_failed") /* pages a store could not keep */    \
+	X(REFUSED, "refused")           /* pool kinds or requests refused */  \
+	X(ERRORS, "errors")             /* calls that failed on an error */
+enum kvp_ns_event {
+#define KVP__NSE_ENUM(e, name) KVP_NSE_##e,
+	KVP_NS_EVENTS(KVP__NSE_ENUM)
+#undef KVP__NSE_ENUM
+	KVP_NSE__N
+};
+
+/*
+ * kvp_ns_count - add n to event's counter of this client's namespace.  The
+ * counters live in the segment (a row per namespace, KVP_NS_STAT_ROWS
+ * rows; taken by the first count and kept while the segment lives), so
+ * they outlive the process and never go down.  Returns 0, -EINVAL (c NULL,
+ * event >= KVP_NSE__N), -ENOSPC (every row is taken by other namespaces:
+ * nothing counted), -ESTALE (this client was reaped).  Context: the
+ * client's thread; an atomic add (the first call looks its row up).
+ */
+KVP_API int kvp_ns_count(struct kvp_client *c, unsigned event, uint64_t n);
+/* kvp_ns_event_name - event's name ("lookup_keys" ...), NULL past the end */
+KVP_API const char *kvp_ns_event_name(unsigned event);
+
 /* ---- GPU endpoints: values to and from device memory (CUDA) ---- */
 
 /*
@@ -536,9 +603,62 @@ KVP_API int kvp_dev_info(struct kvp_client *c, struct kvp_dev_info *out,
 
 /* ---- statuses ---- */
 
+/*
+ * Every status of this API, declared once (the comment at the top says
+ * which call answers which): X(NAME, value, "text"), the value 0 or a
+ * negative errno.  kvp_strerror, kvp_status_name, enum kvp_status and the
+ * Python binding's constants (kvpool.MISS ...) come from this list.
+ */
+#define KVP_STATUSES(X)                                                   \
+	X(OK, 0, "OK")                                                    \
+	X(MISS, -ENOENT, "MISS: no such key")                             \
+	X(EXISTS, -EEXIST, "key exists (or is being put)")                \
+	X(BUSY, -EBUSY, "BUSY: retry later")                              \
+	X(TOO_LARGE, -E2BIG, "TOO_LARGE: value exceeds the pool's limit") \
+	X(NOSPC, -ENOSPC, "NOSPC: pool full")                             \
+	X(MSGSIZE, -EMSGSIZE, "buffer smaller than the value")            \
+	X(FAILED, -EIO, "FAILED: I/O error")                              \
+	X(BADMSG, -EBADMSG, "FAILED: bad checksum")                       \
+	X(UNAVAILABLE, -ENOTCONN, "UNAVAILABLE: agent not running")       \
+	X(STALE, -ESTALE, "STALE: client was reaped or agent restarted")  \
+	X(PROTO, -EPROTO, "segment ABI mismatch")                         \
+	X(USERS, -EUSERS, "all client slots taken (--max-clients)")       \
+	X(ACCES, -EACCES, "permission denied (the pool's segment)")       \
+	X(NOMEM, -ENOMEM, "out of memory")                                \
+	X(INVAL, -EINVAL, "invalid argument")                             \
+	X(NOTSUP, -ENOTSUP, "no CUDA runtime (device calls)")             \
+	X(NODEV, -ENODEV, "no CUDA device or driver")                     \
+	X(INPROGRESS, -EINPROGRESS, "in progress")                        \
+	X(UCLEAN, -EUCLEAN, "pool structure damaged")
+enum kvp_status {
+#define KVP__STATUS_ENUM(name, value, text) KVP_S_##name = (value),
+	KVP_STATUSES(KVP__STATUS_ENUM)
+#undef KVP__STATUS_ENUM
+};
+
 /* kvp_strerror - a static, human name for a status of this API (the
- * table at the top; "unknown status" for anything else).  Any thread. */
+ * table above; "unknown status" for anything else).  Any thread. */
 KVP_API const char *kvp_strerror(int status);
+/* kvp_status_name - "MISS", "BUSY" ... for a status of the table above;
+ * NULL for anything else.  Any thread. */
+KVP_API const char *kvp_status_name(int status);
+/* kvp_statuses - the statuses of the table, in its order, into out[0 ..
+ * cap) (out may be NULL when cap is 0); returns how many there are. */
+KVP_API unsigned kvp_statuses(int *out, unsigned cap);
+
+/* ---- version ---- */
+
+/* This header's version: the library's (libkvpool.so.MAJOR.MINOR.PATCH).
+ * MINOR grows with each set of new calls (the KVPOOL_1.MINOR symbol
+ * version); MAJOR only if a call changes (never so far). */
+#define KVPOOL_VERSION_MAJOR 1
+#define KVPOOL_VERSION_MINOR 5
+#define KVPOOL_VERSION_PATCH 0
+#define KVPOOL_VERSION_STRING "1.5.0"
+/* kvp_version - the version of the library in use (for libkvpool.so, the
+ * one loaded, which may be newer than the header a program was built
+ * with): the string, and each part where the pointers are not NULL. */
+KVP_API const char *kvp_version(int *major, int *minor, int *patch);
 
 #ifdef __cplusplus
 }

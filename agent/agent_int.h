@@ -212,6 +212,16 @@ struct kvp_metrics {
 	uint64_t ctr[KVP_CTR_SLOTS]; /* every shard + retired */
 	uint64_t actr[KVP_ACTR_RETIRED0];
 	uint64_t hist[KVP_HIST_SLOTS][KVP_HIST_WORDS];
+	/* namespaces with a counter row (kvp_ns_count): the name as written
+	 * (NUL-terminated here), the id, the events, and what their live
+	 * clients hold now (pins: holds tagged KVP_HOLD_PIN) */
+	uint32_t nns;
+	struct kvp_metrics_ns {
+		char name[48];
+		uint64_t id;
+		uint64_t ctr[KVP_NSE__N];
+		uint64_t clients, pinned;
+	} ns[KVP_NS_STAT_ROWS];
 	uint64_t collect_ns; /* how long the snapshot took */
 };
 extern const char *const kvp_tier_names[KVP_MTIERS];

@@ -36,7 +36,8 @@ kvp_usage(FILE *f)
 		"                          0 with --dram-low 0: demote every value at once)\n"
 		"  --dram-low PCT          ... down to this (default 96)\n"
 		"  --max-clients N         client slots (default 128)\n"
-		"  --holds-per-client N    concurrent holds per client (default 4096)\n"
+		"  --holds-per-client N    concurrent holds per client (default 65536:\n"
+		"                          16,384 pages of 4 objects pinned; 8 B each)\n"
 		"  --group G               share the segment with group G (mode 0660; default 0600)\n"
 		"  --reap-ms MS            reaper period (default 100)\n"
 		"  --ssd-dir DIR           SSD tier in DIR (default: none, DRAM only); repeat it,\n"
@@ -484,7 +485,7 @@ main(int argc, char **argv)
 	cfg->dram_unit = 16u << 10;
 	cfg->max_value = 64ull << 20;
 	cfg->max_clients = 128;
-	cfg->holds_per_client = 4096;
+	cfg->holds_per_client = 65536;
 	cfg->dram_high_pct = 98;
 	cfg->dram_low_pct = 96;
 	cfg->reap_ms = 100;

@@ -114,19 +114,78 @@ static const struct {
 	[KVP_HIST_EXISTS_SSD] = { "exists", KVP_MTIER_SSD },
 };
 
+/* enum kvp_ns_event's names (kvpool.h declares the list) */
+static const char *const kvp_nse_names[KVP_NSE__N] = {
+#define KVP__NSE_NAME(e, name) name,
+	KVP_NS_EVENTS(KVP__NSE_NAME)
+#undef KVP__NSE_NAME
+};
+
+/* Client i's holds now, and (pins != NULL) how many are pins. */
 static uint32_t
-kvp_count_holds(const struct kvp_seg *s, uint32_t i)
+kvp_count_holds_pins(const struct kvp_seg *s, uint32_t i, uint32_t *pins)
 {
-	uint32_t hpc = s->g.g_holds_per_client, k, n = 0;
+	uint32_t hpc = s->g.g_holds_per_client, k, n = 0, p = 0;
 	/* relaxed: a snapshot for humans */
 	uint64_t hwm = kvp_load_relaxed(&s->clients[i].cs_hold_hwm);
 
 	if (hwm > hpc)
 		hwm = hpc;
-	for (k = 0; k < hwm; k++)
+	for (k = 0; k < hwm; k++) {
 		/* relaxed: a snapshot */
-		n += kvp_load_relaxed(&s->holds[(uint64_t)i * hpc + k]) != 0;
+		uint64_t h = kvp_load_relaxed(&s->holds[(uint64_t)i * hpc + k]);
+
+		n += h != 0;
+		p += h != 0 && (h & KVP_HOLD_PIN);
+	}
+	if (pins)
+		*pins = p;
 	return n;
+}
+
+static uint32_t
+kvp_count_holds(const struct kvp_seg *s, uint32_t i)
+{
+	return kvp_count_holds_pins(s, i, NULL);
+}
+
+/* The namespaces' counter rows (kvp_ns_count): every row with an id, in
+ * row order.  Rows are written by clients: the name is cut at its array. */
+static void
+kvp_collect_ns(const struct kvp_seg *s, struct kvp_metrics *m)
+{
+	uint32_t r, k;
+
+	for (r = 0; r < KVP_NS_STAT_ROWS; r++) {
+		const struct kvp_ns_stat *row = &s->ns_stats[r];
+		struct kvp_metrics_ns *x = &m->ns[m->nns];
+		/* relaxed: a statistic; the name is read under ns_named */
+		uint64_t id = kvp_load_relaxed(&row->ns_id);
+
+		if (!id)
+			continue;
+		x->id = id;
+		/* acquire: pairs with the namer's release (name first) */
+		if (kvp_load_acquire(&row->ns_named))
+			memcpy(x->name, row->ns_name, sizeof(x->name) - 1);
+		x->name[sizeof(x->name) - 1] = '\0';
+		for (k = 0; k < KVP_NSE__N; k++)
+			/* relaxed: statistics (atomic adds) */
+			x->ctr[k] = kvp_load_relaxed(&row->ns_ctr[k]);
+		m->nns++;
+	}
+}
+
+/* Row of namespace id in m (NULL: none). */
+static struct kvp_metrics_ns *
+kvp_metrics_ns_of(struct kvp_metrics *m, uint64_t id)
+{
+	uint32_t k;
+
+	for (k = 0; k < m->nns; k++)
+		if (m->ns[k].id == id)
+			return &m->ns[k];
+	return NULL;
 }
 
 /* Live leases taken by client slot 'owner' (UINT32_MAX: every lease). */
@@ -316,6 +375,7 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 	m->staging_peak = kvp_load_relaxed(&h->h_staging_peak);
 
 	/* clients: liveness, holds, and every shard summed */
+	kvp_collect_ns(s, m);
 	m->max_clients = s->g.g_max_clients;
 	for (c = 0; c < s->g.g_max_clients; c++) {
 		const struct kvp_client_slot *cs = &s->clients[c];
@@ -323,12 +383,22 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 		uint64_t w = kvp_load_acquire(&cs->cs_state);
 
 		if (KVP_CS_STATE(w) != KVP_CS_FREE) {
-			if (KVP_CS_STATE(w) == KVP_CS_LIVE &&
-			    kvp_shm_client_alive(s, c))
+			/* relaxed: written at open, for humans */
+			struct kvp_metrics_ns *x = kvp_metrics_ns_of(
+				m, kvp_load_relaxed(&cs->cs_ns_id));
+			uint32_t pins;
+			bool live = KVP_CS_STATE(w) == KVP_CS_LIVE &&
+				    kvp_shm_client_alive(s, c);
+
+			if (live)
 				m->clients_live++;
 			else
 				m->clients_dead++;
-			m->holds += kvp_count_holds(s, c);
+			m->holds += kvp_count_holds_pins(s, c, &pins);
+			if (x && live) {
+				x->clients++;
+				x->pinned += pins;
+			}
 		}
 		for (k = 0; k < KVP_CTR_SLOTS; k++)
 			/* relaxed: statistics (single writer per shard) */
@@ -949,6 +1019,46 @@ kvp_metrics_prom(const struct kvp_metrics *m, FILE *f)
 		"DRAM allocator rebuilds after a process died holding its lock.");
 	kvp_val(f, "kvpool_allocator_recoveries_total",
 		a[KVP_ACTR_ALLOC_RECOVER]);
+	if (m->nns) {
+		kvp_fam(f, "kvpool_namespace_events_total", "counter",
+			"What an engine adapter (kvpool.sglang, kvpool.vllm) counted for its "
+			"namespace (kvp_ns_count).");
+		for (k = 0; k < m->nns; k++) {
+			char ns[8 * sizeof(m->ns[k].name)];
+			unsigned e;
+
+			kvp_prom_label(m->ns[k].name, ns, sizeof(ns));
+			for (e = 0; e < KVP_NSE__N; e++)
+				fprintf(f,
+					"kvpool_namespace_events_total{namespace=\"%s\",ns_id=\"%016llx\","
+					"event=\"%s\"} %llu\n",
+					ns, (unsigned long long)m->ns[k].id,
+					kvp_nse_names[e],
+					(unsigned long long)m->ns[k].ctr[e]);
+		}
+		kvp_fam(f, "kvpool_namespace_pinned", "gauge",
+			"Values the namespace's live clients hold pinned now (lookup-and-pin).");
+		for (k = 0; k < m->nns; k++) {
+			char ns[8 * sizeof(m->ns[k].name)];
+
+			fprintf(f,
+				"kvpool_namespace_pinned{namespace=\"%s\",ns_id=\"%016llx\"} %llu\n",
+				kvp_prom_label(m->ns[k].name, ns, sizeof(ns)),
+				(unsigned long long)m->ns[k].id,
+				(unsigned long long)m->ns[k].pinned);
+		}
+		kvp_fam(f, "kvpool_namespace_clients", "gauge",
+			"The namespace's live client handles.");
+		for (k = 0; k < m->nns; k++) {
+			char ns[8 * sizeof(m->ns[k].name)];
+
+			fprintf(f,
+				"kvpool_namespace_clients{namespace=\"%s\",ns_id=\"%016llx\"} %llu\n",
+				kvp_prom_label(m->ns[k].name, ns, sizeof(ns)),
+				(unsigned long long)m->ns[k].id,
+				(unsigned long long)m->ns[k].clients);
+		}
+	}
 	kvp_fam(f, "kvpool_scrape_collect_seconds", "gauge",
 		"Time this snapshot took to read.");
 	fprintf(f, "kvpool_scrape_collect_seconds %.6f\n",
@@ -1041,6 +1151,21 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 	kvp_j(f, "client_slots", m->max_clients);
 	kvp_j(f, "holds", m->holds);
 	kvp_j(f, "leases", m->leases);
+	fprintf(f, ",\"namespaces\":[");
+	for (k = 0; k < m->nns; k++) {
+		char ns[8 * sizeof(m->ns[k].name)];
+
+		fprintf(f, "%s{\"ns\":\"%s\",\"ns_id\":\"%016llx\"",
+			k ? "," : "",
+			kvp_json_str(m->ns[k].name, ns, sizeof(ns)),
+			(unsigned long long)m->ns[k].id);
+		kvp_j(f, "clients", m->ns[k].clients);
+		kvp_j(f, "pinned", m->ns[k].pinned);
+		for (n = 0; n < KVP_NSE__N; n++)
+			kvp_j(f, kvp_nse_names[n], m->ns[k].ctr[n]);
+		fprintf(f, "}");
+	}
+	fprintf(f, "]");
 	for (k = 0; k < KVP_CTR__N; k++)
 		kvp_j(f, kvp_ctr_names[k], m->ctr[k]);
 	for (k = 0; k < KVP_ACTR_RETIRED0; k++)
@@ -1313,6 +1438,22 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 		fprintf(f, "  %-26s %llu%s", kvp_ctr_names[k],
 			(unsigned long long)c[k],
 			k % 3 == 2 || k + 1 == KVP_CTR__N ? "\n" : "");
+	for (k = 0; k < m->nns; k++) {
+		char ns[5 * sizeof(m->ns[k].name) + 1];
+		unsigned e;
+
+		fprintf(f,
+			"namespace %s (%016llx): %llu clients, %llu pinned\n",
+			kvp_tty_str(m->ns[k].name, sizeof(m->ns[k].name), ns,
+				    sizeof(ns)),
+			(unsigned long long)m->ns[k].id,
+			(unsigned long long)m->ns[k].clients,
+			(unsigned long long)m->ns[k].pinned);
+		for (e = 0; e < KVP_NSE__N; e++)
+			fprintf(f, "  %-26s %llu%s", kvp_nse_names[e],
+				(unsigned long long)m->ns[k].ctr[e],
+				e % 3 == 2 || e + 1 == KVP_NSE__N ? "\n" : "");
+	}
 }
 
 /* ---- the client table (kvpool clients), like mdb_stat -r ---- */

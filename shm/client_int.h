@@ -48,8 +48,11 @@ struct kvp_client {
 	uint32_t slot;      /* client slot index */
 	uint64_t slot_word; /* our cs_state value while LIVE */
 	uint64_t ns_id;
-	kvp_aword_t *holds;  /* our hold slots in the segment */
-	uint32_t *hold_free; /* private stack of free hold slots */
+	kvp_aword_t *holds; /* our hold slots in the segment */
+	/* free hold slots, lowest first (bit k of word k/64: slot k free), so
+	 * the high-water mark the agent scans to falls back when pins go */
+	uint64_t *hold_map;
+	uint32_t hold_low; /* no free slot in the words below this one */
 	uint32_t hold_nfree;
 	uint32_t hold_hwm;
 	uint64_t put_wait_ns;  /* how long a put waits for the evictor */
@@ -63,6 +66,7 @@ struct kvp_client {
 	struct kvp__dev *dev;    /* device calls' state (client_dev_int.h) */
 	unsigned remote_flags;   /* kvp_remote: KVP_REMOTE_* */
 	uint64_t remote_wait_ns; /* a remote call's bound (KVP_REMOTE_WAIT_MS) */
+	uint32_t ns_row1; /* its namespace's counter row + 1 (0: not yet) */
 	char ns[KVP_NS_NAME_MAX + 1];
 };
 
@@ -78,49 +82,58 @@ KVP_API const char *
 kvp_strerror(int status)
 {
 	switch (status) {
-	case 0:
-		return "OK";
-	case -ENOENT:
-		return "MISS: no such key";
-	case -EEXIST:
-		return "key exists (or is being put)";
-	case -EBUSY:
-		return "BUSY: retry later";
-	case -E2BIG:
-		return "TOO_LARGE: value exceeds the pool's limit";
-	case -ENOSPC:
-		return "NOSPC: pool full";
-	case -EMSGSIZE:
-		return "buffer smaller than the value";
-	case -EIO:
-		return "FAILED: I/O error";
-	case -EBADMSG:
-		return "FAILED: bad checksum";
-	case -ENOTCONN:
-		return "UNAVAILABLE: agent not running";
-	case -ESTALE:
-		return "STALE: client was reaped or agent restarted";
-	case -EPROTO:
-		return "segment ABI mismatch";
-	case -EUSERS:
-		return "all client slots taken (--max-clients)";
-	case -EACCES:
-		return "permission denied (the pool's segment)";
-	case -EINVAL:
-		return "invalid argument";
-	case -ENOTSUP:
-		return "no CUDA runtime (device calls)";
-	case -ENODEV:
-		return "no CUDA device or driver";
-	case -EINPROGRESS:
-		return "in progress";
-	case -ENOMEM:
-		return "out of memory";
-	case -EUCLEAN:
-		return "pool structure damaged";
+#define KVP__STATUS_TEXT(name, value, text) \
+	case (value):                       \
+		return text;
+		KVP_STATUSES(KVP__STATUS_TEXT)
+#undef KVP__STATUS_TEXT
 	default:
 		return "unknown status";
 	}
+}
+
+/* kvp_status_name (kvpool.h) */
+KVP_API const char *
+kvp_status_name(int status)
+{
+	switch (status) {
+#define KVP__STATUS_NAME(name, value, text) \
+	case (value):                       \
+		return #name;
+		KVP_STATUSES(KVP__STATUS_NAME)
+#undef KVP__STATUS_NAME
+	default:
+		return NULL;
+	}
+}
+
+/* kvp_statuses (kvpool.h) */
+KVP_API unsigned
+kvp_statuses(int *out, unsigned cap)
+{
+	static const int all[] = {
+#define KVP__STATUS_VALUE(name, value, text) (value),
+		KVP_STATUSES(KVP__STATUS_VALUE)
+#undef KVP__STATUS_VALUE
+	};
+	unsigned k, n = (unsigned)(sizeof(all) / sizeof(all[0]));
+
+	for (k = 0; k < n && k < cap && out; k++)
+		out[k] = all[k];
+	return n;
+}
+
+/* kvp_version (kvpool.h) */
+KVP_API const char *
+kvp_version(int *major, int *minor, int *patch)
+{
+	if (major)
+		*major = KVPOOL_VERSION_MAJOR;
+	if (minor)
+		*minor = KVPOOL_VERSION_MINOR;
+	if (patch)
+		*patch = KVPOOL_VERSION_PATCH;
+	return KVPOOL_VERSION_STRING;
 }
 
 /* Private counter shard: single writer (this client), so no RMW. */
@@ -539,14 +552,16 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		kvp_istore_release(&cs->cs_alloc_claim, 0);
 		c->holds = &c->seg.holds[(uint64_t)c->slot *
 					 c->seg.g.g_holds_per_client];
-		c->hold_free = (uint32_t *)malloc(sizeof(uint32_t) *
-						  c->seg.g.g_holds_per_client);
-		if (!c->hold_free) {
+		c->hold_map = (uint64_t *)calloc(
+			(c->seg.g.g_holds_per_client + 63u) / 64u,
+			sizeof(uint64_t));
+		if (!c->hold_map) {
 			rc = -ENOMEM;
 			goto err_slot;
 		}
 		for (k = 0; k < c->seg.g.g_holds_per_client; k++)
-			c->hold_free[k] = c->seg.g.g_holds_per_client - 1 - k;
+			c->hold_map[k / 64u] |= 1ull << (k % 64u);
+		c->hold_low = 0;
 		c->hold_nfree = c->seg.g.g_holds_per_client;
 		/* relaxed: for humans and the reaper's fork check; the lock
 		 * is the authority while these are still zero */
@@ -666,7 +681,7 @@ kvp_close(struct kvp_client *c)
 		kvp_cas(&cs->cs_state, c->slot_word, c->slot_word & ~0xffull);
 	}
 	kvp__map_release(&c->seg);
-	free(c->hold_free);
+	free(c->hold_map);
 	free(c->leases);
 	free(c);
 }
@@ -692,6 +707,35 @@ kvp__touch(struct kvp_client *c, uint64_t i)
 }
 
 /*
+ * Give hold slot h (cleared, or never stored) back to the free map.  When
+ * it was the highest in use, the high-water mark falls to the highest
+ * slot still in use, so the agent's hold scans (evictor, reaper) stop
+ * scanning the slots a large pinset used once.  Lowering the mark is safe:
+ * every slot at or above it is clear (a hold taken later raises the mark
+ * again before its fence, kvp__hold).
+ */
+KVP_INLINE void
+kvp__hold_free(struct kvp_client *c, uint32_t h)
+{
+	uint32_t hwm = c->hold_hwm;
+
+	c->hold_map[h / 64u] |= 1ull << (h % 64u);
+	if (h / 64u < c->hold_low)
+		c->hold_low = h / 64u;
+	c->hold_nfree++;
+	if (h + 1 != hwm)
+		return;
+	while (hwm && (c->hold_map[(hwm - 1) / 64u] >> ((hwm - 1) % 64u) & 1))
+		hwm--;
+	c->hold_hwm = hwm;
+	/* release: our reads under the holds above hwm, and their clearing,
+	 * come first; pairs with the agent's acquire of the mark before its
+	 * hold scan (index/index_agent.c).  A raise is ordered by kvp_ix_hold's
+	 * fence instead. */
+	kvp_store_release(&c->seg.clients[c->slot].cs_hold_hwm, hwm);
+}
+
+/*
  * Take a hold on slot i whose state word was w (READY).  Returns the hold
  * slot (>= 0), -ENOENT if the value went away (the caller may look again),
  * -EBUSY if the agent kept it under CHECK for too long, -ENOBUFS if this
@@ -708,7 +752,12 @@ kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 
 	if (!c->hold_nfree)
 		return -ENOBUFS;
-	h = c->hold_free[--c->hold_nfree];
+	while (!c->hold_map[c->hold_low])
+		c->hold_low++;
+	h = c->hold_low * 64u +
+	    (uint32_t)__builtin_ctzll(c->hold_map[c->hold_low]);
+	c->hold_map[c->hold_low] &= c->hold_map[c->hold_low] - 1;
+	c->hold_nfree--;
 	if (h >= c->hold_hwm) {
 		c->hold_hwm = h + 1;
 		/* relaxed: ordered before the agent's scan by the fence in
@@ -722,7 +771,7 @@ kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 	if (waits)
 		kvp__ctr(c, KVP_CTR_HOLD_RETRY, waits);
 	if (rc) {
-		c->hold_free[c->hold_nfree++] = h;
+		kvp__hold_free(c, h);
 		return rc;
 	}
 	return (int)h;
@@ -732,7 +781,7 @@ KVP_INLINE void
 kvp__drop(struct kvp_client *c, int h)
 {
 	kvp_ix_unhold(&c->holds[h]);
-	c->hold_free[c->hold_nfree++] = (uint32_t)h;
+	kvp__hold_free(c, (uint32_t)h);
 }
 
 /*

@@ -80,4 +80,86 @@ kvp_stat(struct kvp_client *c, struct kvp_stat *out, size_t size)
 	return 0;
 }
 
+/* ---- an engine adapter's counters, per namespace (kvpool.h) ---- */
+
+/* kvp_ns_event_name (kvpool.h) */
+KVP_API const char *
+kvp_ns_event_name(unsigned event)
+{
+	static const char *const names[] = {
+#define KVP__NSE_NAME(e, name) name,
+		KVP_NS_EVENTS(KVP__NSE_NAME)
+#undef KVP__NSE_NAME
+	};
+
+	return event < KVP_NSE__N ? names[event] : NULL;
+}
+KVP_STATIC_ASSERT(KVP_NSE__N <= KVP_NS_STAT_CTRS, "namespace counter row");
+
+/*
+ * This client's namespace row: found, or taken with a CAS of a free row's
+ * id (open addressing from id % rows).  A row another client is still
+ * naming is ours already (the id is what counts).  -ENOSPC when every row
+ * belongs to another namespace.
+ */
+KVP_INLINE int
+kvp__ns_row(struct kvp_client *c)
+{
+	struct kvp_ns_stat *rows = c->seg.ns_stats;
+	uint32_t k, r;
+
+	for (k = 0; k < KVP_NS_STAT_ROWS; k++) {
+		struct kvp_ns_stat *row;
+		uint64_t id;
+
+		r = (uint32_t)((c->ns_id + k) % KVP_NS_STAT_ROWS);
+		row = &rows[r];
+		/* acquire: pairs with the claiming CAS (the row is a
+		 * statistic; the name follows under ns_named) */
+		id = kvp_load_acquire(&row->ns_id);
+		if (id == 0 &&
+		    /* full CAS: one namespace takes a free row */
+		    kvp_cas(&row->ns_id, 0, c->ns_id)) {
+			size_t len = strlen(c->ns);
+
+			if (len > sizeof(row->ns_name) - 1)
+				len = sizeof(row->ns_name) - 1; /* truncated */
+			memcpy(row->ns_name, c->ns, len);
+			row->ns_name[len] = '\0';
+			/* release: the name before the flag; pairs with the
+			 * metrics' acquire of ns_named */
+			kvp_store_release(&row->ns_named, 1);
+			id = c->ns_id;
+		} else if (id == 0) {
+			/* acquire: the CAS lost: whose is it now */
+			id = kvp_load_acquire(&row->ns_id);
+		}
+		if (id == c->ns_id) {
+			c->ns_row1 = r + 1;
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+/* kvp_ns_count (kvpool.h) */
+KVP_API int
+kvp_ns_count(struct kvp_client *c, unsigned event, uint64_t n)
+{
+	int rc;
+
+	if (!c || event >= KVP_NSE__N)
+		return -EINVAL;
+	if (kvp__live(c))
+		return -ESTALE;
+	if (!c->ns_row1 && (rc = kvp__ns_row(c)) != 0)
+		return rc;
+	if (n)
+		/* atomic add: counters of every client of the namespace;
+		 * read relaxed by the metrics (statistics) */
+		kvp_fetch_add(&c->seg.ns_stats[c->ns_row1 - 1].ns_ctr[event],
+			      n);
+	return 0;
+}
+
 #endif /* KVP_CLIENT_STAT_INT_H */

@@ -64,7 +64,7 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
  * heartbeat, 32 cluster counters; 11.0: the HBM helper's socket name has an
  * unguessable part (gs_nonce), the header two pages; each drive id records
  * its directory (h_drive_dir_*) */
-#define KVP_ABI_MAJOR 11
+#define KVP_ABI_MAJOR 12
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -570,6 +570,25 @@ struct kvp_lease_slot {
 	kvp_aword_t ls_owner;  /* client slot + 1 that took it (for humans) */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_lease_slot) == 32, "lease size");
+/*
+ * One namespace's row of engine-adapter counters (kvp_ns_count, enum
+ * kvp_ns_event in kvpool.h).  A client takes a free row with a CAS of
+ * ns_id 0 -> its namespace id (open addressing from id % rows), writes the
+ * name and sets ns_named (release); rows are never given back while the
+ * segment lives (KVP_NS_STAT_ROWS namespaces; later ones count nothing).
+ * Counters are atomic adds.  Everything here is written by clients: the
+ * agent reads it for metrics only, escapes the name and trusts no index.
+ */
+#define KVP_NS_STAT_ROWS 256u
+#define KVP_NS_STAT_CTRS 16u
+struct kvp_ns_stat {
+	kvp_aword_t ns_id;    /* 0: free; the namespace id (kvp_ns_id) */
+	kvp_aword_t ns_named; /* 1: ns_name is written */
+	char ns_name[48];     /* the name, truncated, for humans */
+	kvp_aword_t ns_ctr[KVP_NS_STAT_CTRS]; /* enum kvp_ns_event */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_ns_stat) == 192, "ns stat row size");
+
 /* A RESERVED word names its taker (client slot + 1) in the word itself,
  * so a taker that dies before writing anything else is still known. */
 #define KVP_LS_WORD(gen, owner, st)          \
@@ -895,6 +914,9 @@ struct kvp_dram_hdr {
 #define KVP_FIELDS_LEASE(X)                                                  \
 	X(kvp_lease_slot, ls_state) X(kvp_lease_slot, ls_slot)               \
 	X(kvp_lease_slot, ls_expiry) X(kvp_lease_slot, ls_owner)
+#define KVP_FIELDS_NS_STAT(X)                                                \
+	X(kvp_ns_stat, ns_id) X(kvp_ns_stat, ns_named)                       \
+	X(kvp_ns_stat, ns_name) X(kvp_ns_stat, ns_ctr)
 #define KVP_FIELDS_ENTRY(X)                                                  \
 	X(kvp_entry, e_loc) X(kvp_entry, e_len) X(kvp_entry, e_ns)           \
 	X(kvp_entry, e_hash) X(kvp_entry, e_klen) X(kvp_entry, e_use)        \
@@ -936,7 +958,8 @@ struct kvp_dram_hdr {
 	T(kvp_dram_hdr, KVP_FIELDS_DRAM_HDR)                                 \
 	T(kvp_gpu_slot, KVP_FIELDS_GPU_SLOT)                                 \
 	T(kvp_cluster, KVP_FIELDS_CLUSTER) T(kvp_rbox, KVP_FIELDS_RBOX)      \
-	T(kvp_rbox_ans, KVP_FIELDS_RBOX_ANS)
+	T(kvp_rbox_ans, KVP_FIELDS_RBOX_ANS)                                 \
+	T(kvp_ns_stat, KVP_FIELDS_NS_STAT)
 /* clang-format on */
 
 /* One row of the field table: a field, or (field == NULL) the end of a
@@ -1000,6 +1023,7 @@ enum kvp_region {
 	KVP_R_DRAM,       /* struct kvp_dram_hdr */
 	KVP_R_PAGEMAP,    /* struct kvp_page[dram_pages] */
 	KVP_R_LEASES,     /* struct kvp_lease_slot[max_leases] */
+	KVP_R_NS_STATS,   /* struct kvp_ns_stat[KVP_NS_STAT_ROWS] */
 	KVP_R_ARENA,      /* dram_pages * dram_unit bytes, 2 MiB aligned */
 	KVP_R_RINGS,      /* struct kvp_req[max_clients][ring_entries] (SSD) */
 	KVP_R_SPANS,      /* struct kvp_span[staging_slots] (SSD) */
@@ -1029,10 +1053,14 @@ KVP_INLINE const char *
 kvp_region_name(unsigned r)
 {
 	static const char *const names[KVP_R__N] = {
-		"header",        "clients", "holds",         "index meta",
-		"index entries", "hbm map", "dram header",   "page map",
-		"leases",        "arena",   "request rings", "spans",
-		"staging",       "cluster",
+		"header",        "clients",
+		"holds",         "index meta",
+		"index entries", "hbm map",
+		"dram header",   "page map",
+		"leases",        "namespace counters",
+		"arena",         "request rings",
+		"spans",         "staging",
+		"cluster",
 	};
 
 	return r < KVP_R__N ? names[r] : "?";
@@ -1085,6 +1113,10 @@ kvp__region_len(const struct kvp_geom *g, unsigned r, uint64_t *len)
 	case KVP_R_LEASES:
 		a = g->g_max_leases;
 		b = sizeof(struct kvp_lease_slot);
+		break;
+	case KVP_R_NS_STATS:
+		a = KVP_NS_STAT_ROWS;
+		b = sizeof(struct kvp_ns_stat);
 		break;
 	case KVP_R_ARENA:
 		a = g->g_dram_pages;
@@ -1243,7 +1275,8 @@ struct kvp_seg {
 	struct kvp_page *pages;
 	unsigned char *arena;
 	struct kvp_lease_slot *leases;
-	struct kvp_req *rings; /* NULL without an SSD tier */
+	struct kvp_ns_stat *ns_stats; /* KVP_NS_STAT_ROWS rows */
+	struct kvp_req *rings;        /* NULL without an SSD tier */
 	struct kvp_span *spans;
 	unsigned char *staging;
 	struct kvp_cluster *cluster; /* NULL without a remote tier */
@@ -1444,6 +1477,8 @@ kvp_shm_bind(struct kvp_seg *s, char *msg, size_t cap)
 	s->dram = (struct kvp_dram_hdr *)(s->base + s->L.off[KVP_R_DRAM]);
 	s->pages = (struct kvp_page *)(s->base + s->L.off[KVP_R_PAGEMAP]);
 	s->leases = (struct kvp_lease_slot *)(s->base + s->L.off[KVP_R_LEASES]);
+	s->ns_stats =
+		(struct kvp_ns_stat *)(s->base + s->L.off[KVP_R_NS_STATS]);
 	s->arena = s->base + s->L.off[KVP_R_ARENA];
 	s->rings = NULL;
 	s->spans = NULL;

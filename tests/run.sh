@@ -105,14 +105,22 @@ ninja $targets || { failed=1; summary; exit 1; }
 # step KIND NAME COMMAND...: run COMMAND, print its line and count it.
 # KIND is "check" (exit 0: PASS) or "bench" (exit 0: RAN, not an
 # assertion); exit 77 is SKIP, anything else FAIL.  Returns 0 for PASS or
-# RAN, 1 otherwise (also when --only filters it out).
+# RAN, 1 otherwise (also when --only filters it out).  Every run has a
+# time limit ($KVP_TEST_TIMEOUT seconds, default 1200: the longest run
+# takes ~5 minutes on 2 cores): a hung one is stopped (SIGTERM, then
+# SIGKILL 30 s later) and fails with its name, and the run goes on.
+test_timeout=${KVP_TEST_TIMEOUT:-1200}
 step() {
 	kind=$1 name=$2; shift 2
 	case $name in *"$only"*) ;; *) return 1 ;; esac
 	start=$(date +%s.%N)
 	log=$(mktemp /tmp/kvpool-test.XXXXXX)
-	"$@" >"$log" 2>&1
+	timeout -k 30 "$test_timeout" "$@" </dev/null >"$log" 2>&1
 	rc=$?
+	if [ $rc = 124 ] || [ $rc = 137 ]; then
+		echo "TIMEOUT: stopped after ${test_timeout}s (KVP_TEST_TIMEOUT): it hung" >>"$log"
+		rc=1
+	fi
 	if [ $rc = 0 ] && [ "$kind" = check ]; then passed=$((passed + 1)); status=PASS
 	elif [ $rc = 0 ]; then ran=$((ran + 1)); status=RAN
 	elif [ $rc = 77 ]; then skipped=$((skipped + 1)); status=SKIP
@@ -223,6 +231,10 @@ run "install: DESTDIR install, pkg-config, notify" tests/install/test_install.sh
 run "runner: judges only its own segments and logs" tests/runner/test_own_files.sh
 # and counts a skip as a skip, never as a pass
 run "runner: counts skips apart from passes" tests/runner/test_summary.sh
+# and stops a hung run, failing it by name (test_timeout.sh asks for this
+# one: it never ends)
+[ -n "${KVPT_RUNNER_HANG:-}" ] && run "runner: a run that hangs (self-test)" tail -f /dev/null
+run "runner: a hung run fails by name" tests/runner/test_timeout.sh
 # and fails when the run writes into the git working tree
 run "runner: fails a run that dirties the tree" tests/runner/test_clean_tree.sh
 # the README's first command: plain ninja needs only what demo.sh installs

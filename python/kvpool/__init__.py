@@ -41,10 +41,13 @@ from ._native import (  # noqa: F401  (the public names)
     BUSY,
     EXISTS,
     FAILED,
+    INPROGRESS,
     INVAL,
     MISS,
     MSGSIZE,
     NODEV,
+    UCLEAN,
+    STATUSES,
     NOMEM,
     NOTSUP,
     NOSPC,
@@ -66,6 +69,7 @@ from ._native import (  # noqa: F401  (the public names)
     KVPoolError,
     Miss,
     NoDevice,
+    Damaged,
     NoSpace,
     NotSupported,
     OutOfMemory,
@@ -105,6 +109,9 @@ __all__ = [
     "Closed",
     "NotSupported",
     "NoDevice",
+    "Damaged",
+    "STATUSES",
+    "version",
     "status_name",
     "describe",
     "error",
@@ -114,6 +121,7 @@ __all__ = [
     "TIER_DRAM",
     "TIER_SSD",
     "TIER_REMOTE",
+    "NS_EVENTS",
 ]
 
 _lib = _native.lib
@@ -121,9 +129,35 @@ _memmove = ctypes.memmove
 TIER_DRAM = _native.TIER_DRAM
 TIER_SSD = _native.TIER_SSD
 TIER_REMOTE = _native.TIER_REMOTE
+# what an engine adapter counts for its namespace (Pool.count; kvpool.h
+# KVP_NS_EVENTS, in its order): the agent exports each as
+# kvpool_namespace_events_total{namespace="...",event="..."}
+NS_EVENTS = (
+    "lookup_keys",
+    "hit_keys",
+    "load_pages",
+    "load_bytes",
+    "load_failed",
+    "store_pages",
+    "store_bytes",
+    "store_failed",
+    "refused",
+    "errors",
+)
 KEY_MAX = 255
 _OPW = _native.OP_WORDS
 _OPS = _native.OP_STATUS_INT
+
+
+
+def version():
+    """The library's version (kvp_version), as a string ("1.5.0"); an
+    older library without kvp_version answers "<1.5"."""
+    fn = getattr(_lib, "kvp_version", None)
+    if fn is None or fn.argtypes is None:
+        return "<1.5"
+    return fn(None, None, None).decode()
+
 
 # fork: pools record the epoch they were opened in; the child bumps it
 _fork_epoch = 0
@@ -851,6 +885,30 @@ class Pool:
         out["agent_up"] = bool(out["agent_up"])
         return out
 
+    def count(self, event, n=1):
+        """Add n to this namespace's counter of event (one of NS_EVENTS) in
+        the pool (kvp_ns_count): the agent's /metrics and kvpool stat show
+        it as kvpool_namespace_events_total{namespace=...,event=...}, summed over every
+        process of the namespace, kept while the pool lives.  Returns True,
+        or False when the pool has no row left for this namespace (256
+        namespaces counted already).  Raises InvalidArgument for an
+        unknown event or a bad n, NotSupported with an older library."""
+        try:
+            e = NS_EVENTS.index(event)
+        except ValueError:
+            raise InvalidArgument(INVAL, None, f"unknown namespace event {event!r} (one of {NS_EVENTS})") from None
+        n = _uint(n, "n")
+        fn = getattr(_lib, "kvp_ns_count", None)
+        if fn is None or fn.argtypes is None:
+            raise NotSupported(NOTSUP, None, f"{_native.loaded_from} has no kvp_ns_count (libkvpool.so.1.5 or later)")
+        c = self._client()
+        with c.lock:
+            rc = fn(c.h, e, n)
+        if rc == NOSPC:
+            return False
+        if rc:
+            self._check(c, rc)
+        return True
 
     # -- GPU memory (kvpool.h, "GPU endpoints") --
 

@@ -183,7 +183,8 @@ def _load():
         "kvp_stat": (c_int, [vp, ctypes.POINTER(Stat), sz]),
         "kvp_strerror": (ctypes.c_char_p, [c_int]),
     }
-    # the GPU endpoints (KVPOOL_1.3) and the remote tier (KVPOOL_1.4):
+    # the GPU endpoints (KVPOOL_1.3), the remote tier (KVPOOL_1.4) and the
+    # namespace counters (KVPOOL_1.5):
     # optional, so an older library still serves everything else (those
     # calls then raise NotSupported)
     dev_protos = {
@@ -198,6 +199,13 @@ def _load():
         # the remote tier (KVPOOL_1.4)
         "kvp_remote": (c_int, [vp, ctypes.c_uint]),
         "kvp_batch_locate": (ssz, [vp, vp, sz, ctypes.POINTER(c_int)]),
+        # an engine adapter's counters, per namespace (KVPOOL_1.5)
+        "kvp_ns_count": (c_int, [vp, ctypes.c_uint, u64]),
+        "kvp_ns_event_name": (ctypes.c_char_p, [ctypes.c_uint]),
+        # statuses declared once (kvpool.h KVP_STATUSES) and the version
+        "kvp_status_name": (ctypes.c_char_p, [c_int]),
+        "kvp_statuses": (ctypes.c_uint, [ctypes.POINTER(c_int), ctypes.c_uint]),
+        "kvp_version": (ctypes.c_char_p, [ctypes.POINTER(c_int)] * 3),
     }
     for name, (res, args) in dev_protos.items():
         fn = getattr(so, name, None)
@@ -221,25 +229,64 @@ lib, loaded_from = _load()
 
 # ---- statuses: 0 or a negative errno, one meaning everywhere (kvpool.h) ----
 
-OK = 0
-MISS = -errno.ENOENT
-EXISTS = -errno.EEXIST
-BUSY = -errno.EBUSY
-TOO_LARGE = -errno.E2BIG
-NOSPC = -errno.ENOSPC
-MSGSIZE = -errno.EMSGSIZE
-FAILED = -errno.EIO
-BADMSG = -errno.EBADMSG
-UNAVAILABLE = -errno.ENOTCONN
-STALE = -errno.ESTALE
-PROTO = -errno.EPROTO
-USERS = -errno.EUSERS
-ACCES = -errno.EACCES
-NOMEM = -errno.ENOMEM
-INVAL = -errno.EINVAL
-NOTSUP = -errno.EOPNOTSUPP  # ENOTSUP: no CUDA runtime
-NODEV = -errno.ENODEV  # no CUDA device or driver
-INPROGRESS = -errno.EINPROGRESS
+# A library older than 1.5 has no table to read: the statuses it knew.
+_STATUSES_1_4 = {
+    "OK": 0,
+    "MISS": -errno.ENOENT,
+    "EXISTS": -errno.EEXIST,
+    "BUSY": -errno.EBUSY,
+    "TOO_LARGE": -errno.E2BIG,
+    "NOSPC": -errno.ENOSPC,
+    "MSGSIZE": -errno.EMSGSIZE,
+    "FAILED": -errno.EIO,
+    "BADMSG": -errno.EBADMSG,
+    "UNAVAILABLE": -errno.ENOTCONN,
+    "STALE": -errno.ESTALE,
+    "PROTO": -errno.EPROTO,
+    "USERS": -errno.EUSERS,
+    "ACCES": -errno.EACCES,
+    "NOMEM": -errno.ENOMEM,
+    "INVAL": -errno.EINVAL,
+    "NOTSUP": -errno.EOPNOTSUPP,
+    "NODEV": -errno.ENODEV,
+    "INPROGRESS": -errno.EINPROGRESS,
+    "UCLEAN": -errno.EUCLEAN,
+}
+
+
+def _read_statuses():
+    """{NAME: status} of kvpool.h's KVP_STATUSES, read from the library
+    (declared there once), and where they came from."""
+    fn = getattr(lib, "kvp_statuses", None)
+    if fn is None or fn.argtypes is None:
+        return dict(_STATUSES_1_4), "built in (libkvpool.so older than 1.5)"
+    n = fn(None, 0)
+    vals = (ctypes.c_int * n)()
+    fn(vals, n)
+    return {lib.kvp_status_name(v).decode(): v for v in vals}, "libkvpool.so (KVP_STATUSES)"
+
+
+STATUSES, STATUSES_FROM = _read_statuses()
+OK = STATUSES["OK"]
+MISS = STATUSES["MISS"]
+EXISTS = STATUSES["EXISTS"]
+BUSY = STATUSES["BUSY"]
+TOO_LARGE = STATUSES["TOO_LARGE"]
+NOSPC = STATUSES["NOSPC"]
+MSGSIZE = STATUSES["MSGSIZE"]
+FAILED = STATUSES["FAILED"]
+BADMSG = STATUSES["BADMSG"]
+UNAVAILABLE = STATUSES["UNAVAILABLE"]
+STALE = STATUSES["STALE"]
+PROTO = STATUSES["PROTO"]
+USERS = STATUSES["USERS"]
+ACCES = STATUSES["ACCES"]
+NOMEM = STATUSES["NOMEM"]
+INVAL = STATUSES["INVAL"]
+NOTSUP = STATUSES["NOTSUP"]  # no CUDA runtime
+NODEV = STATUSES["NODEV"]  # no CUDA device or driver
+INPROGRESS = STATUSES["INPROGRESS"]
+UCLEAN = STATUSES["UCLEAN"]  # the pool's structure is damaged
 
 TIER_DRAM = 1
 TIER_SSD = 2
@@ -298,6 +345,7 @@ NotSupported = _exc(
     "NotSupported", NOTSUP, "NOTSUP", doc="A device call: no CUDA runtime (or a library without the GPU endpoints)."
 )
 NoDevice = _exc("NoDevice", NODEV, "NODEV", doc="A device call: no CUDA device or driver.")
+Damaged = _exc("Damaged", UCLEAN, "UCLEAN", doc="The pool's structure is damaged (kvpool check says where).")
 Forked = _exc(
     "Forked",
     None,
@@ -324,10 +372,12 @@ _BY_STATUS = {
     INVAL: InvalidArgument,
     NOTSUP: NotSupported,
     NODEV: NoDevice,
+    UCLEAN: Damaged,
 }
 
 _NAMES = {OK: "OK", BADMSG: "FAILED"}
 _NAMES.update({s: c.name for s, c in _BY_STATUS.items() if s not in _NAMES})
+_NAMES.update({s: n for n, s in STATUSES.items() if s not in _NAMES})
 
 
 def status_name(status):

@@ -66,6 +66,7 @@ extra_config keys read here (all optional):
 
 import collections
 import hashlib
+import itertools
 import logging
 import os
 import threading
@@ -183,6 +184,7 @@ _ITEMSIZE = {
 }
 
 SUPPORTED_LAYOUTS = ("page_first", "page_first_direct", "page_head")
+NS_FLUSH_S = 1.0  # the store's events reach the pool's counters this often (and on get_stats, close)
 
 
 def _dtype_name(d):
@@ -422,11 +424,12 @@ class _Parked:
     it was parked, and which of its pages were loaded (it is released when
     all were, or it ages out, or the store clears)."""
 
-    __slots__ = ("ps", "keys", "pages", "t0", "loaded", "nloaded", "owner")
+    __slots__ = ("ps", "keys", "at", "pages", "t0", "loaded", "nloaded", "owner")
 
     def __init__(self, ps, keys, pages, t0):
         self.ps = ps
         self.keys = keys
+        self.at = dict(zip(keys, range(pages)))  # page key -> its offset
         self.pages = pages
         self.t0 = t0
         self.loaded = bytearray(pages)
@@ -505,13 +508,18 @@ class KVPoolStore(HiCacheStorage):
         self.page_size = 1
         self.object_bytes = 0
         self._park_lock = threading.Lock()
-        self._parked = {}  # every pinned page key -> [(_Parked, its page offset)]
+        self._parked = {}  # every pinned page key -> the newest _Parked that pins it
         self._park_order = collections.deque()  # _Parked, oldest first
         self._parked_pages = 0
         self._owners = collections.Counter()  # probing thread -> its parked pinsets
         self._written = {}  # ordered set of object keys this store wrote
         self._written_lock = threading.Lock()
         self._logged = set()
+        self._ns_pool = True  # the library counts per namespace (kvp_ns_count)
+        self._ns_lock = threading.Lock()
+        self._ns_pend = collections.Counter()  # events not yet in the pool's counters
+        self._ns_t = 0.0
+        self.refused_pools = []  # pool kinds refused at registration
         self._stat_lock = threading.Lock()
         self._tl = threading.local()
         self._counters = []  # every thread's Counter
@@ -572,6 +580,7 @@ class KVPoolStore(HiCacheStorage):
     def close(self):
         """Release every parked pin and close the pool (idempotent)."""
         self._drop_parked()
+        self._ns_flush()
         p, self.pool = self.pool, None
         if p is not None:
             p.close()
@@ -580,11 +589,46 @@ class KVPoolStore(HiCacheStorage):
 
     def _once(self, kind, msg, *args):
         """Log an error once per kind (a broken store must not flood the log)."""
-        self._count("errors")
+        self._ns("errors")
         if kind in self._logged:
             return
         self._logged.add(kind)
         logger.error("kvpool.sglang: " + msg + " (logged once)", *args)
+
+    def _ns(self, event, n=1):
+        """Count event (kvpool.NS_EVENTS) n times: in this store's stats()
+        and in the pool's counters of its namespace, which the agent
+        exports as kvpool_namespace_events_total{namespace=...,event=...}.
+        The pool's are added every NS_FLUSH_S (a call into the pool costs
+        microseconds; a probe takes ten), by get_stats() (sglang calls it
+        every scheduler step) and by close().  Never raises."""
+        if n <= 0:
+            return
+        self._count(event, n)
+        if not self._ns_pool:
+            return
+        with self._ns_lock:
+            self._ns_pend[event] += n
+            now = time.monotonic()
+            if now - self._ns_t < NS_FLUSH_S:
+                return
+            self._ns_t = now
+        self._ns_flush()
+
+    def _ns_flush(self):
+        """Add the pending namespace events to the pool's counters."""
+        with self._ns_lock:
+            pend, self._ns_pend = self._ns_pend, collections.Counter()
+        p = self.pool
+        if p is None or not pend:
+            return
+        try:
+            for e, v in pend.items():
+                p.count(e, v)
+        except kvpool.NotSupported:
+            self._ns_pool = False  # a library without kvp_ns_count: stats() only
+        except Exception:
+            pass  # a reaped or closing client: the local counts stand
 
     def _count(self, name, n=1):
         """Add to a counter of this thread's (no lock; stats() sums them)."""
@@ -635,6 +679,10 @@ class KVPoolStore(HiCacheStorage):
         good = sum(out)
         self._count(counter, good)
         self._count(counter + "_failed", n - good)
+        ev = "store" if metric == "backup" else "load"
+        self._ns(ev + "_pages", good)
+        self._ns(ev + "_bytes", good * self._per * self.object_bytes)
+        self._ns(ev + "_failed", n - good)
         self._record(metric, good, time.perf_counter() - t0)
         return out
 
@@ -690,13 +738,10 @@ class KVPoolStore(HiCacheStorage):
             self._count("pins_expired", len(old))
 
     def _unpark_locked(self, e):
-        for o, k in enumerate(e.keys):
-            lst = self._parked.get(k)
-            if lst is None:
-                continue
-            lst[:] = [x for x in lst if x[0] is not e]
-            if not lst:
-                del self._parked[k]
+        d = self._parked
+        for k in e.keys:
+            if d.get(k) is e:
+                del d[k]
         self._park_order.remove(e)
         self._parked_pages -= e.pages
         self._owners[e.owner] -= 1
@@ -711,8 +756,10 @@ class KVPoolStore(HiCacheStorage):
         with self._park_lock:
             while self._park_order and self._parked_pages + pages > self.pin_max_pages:
                 evicted.append(self._unpark_locked(self._park_order[0]))
-            for o, k in enumerate(keys):
-                self._parked.setdefault(k, []).append((e, o))
+            # C-speed: a probe parks in a few microseconds (a key parked by
+            # an older pinset too now names this one; _find_parked falls
+            # back to the older ones)
+            self._parked.update(zip(keys, itertools.repeat(e, pages)))
             self._park_order.append(e)
             self._parked_pages += pages
             self._owners[e.owner] += 1
@@ -725,10 +772,15 @@ class KVPoolStore(HiCacheStorage):
         """(parked pinset, page offset, pages of keys it pins from there),
         or None: the pinset whose probed keys hold keys[0] and go on as
         keys do (a 128-page load batch of a whole-prompt probe)."""
+        k0 = keys[0]
         with self._park_lock:
-            for e, o in self._parked.get(keys[0], ()):
+            first = self._parked.get(k0)
+            if first is None:
+                return None
+            for e in [first] + [x for x in reversed(self._park_order) if x is not first and k0 in x.at]:
+                o = e.at[k0]
                 m = min(len(keys), e.pages - o)
-                if list(e.keys[o : o + m]) == list(keys[:m]):
+                if e.keys[o : o + m] == list(keys[:m]):
                     return e, o, m
         return None
 
@@ -771,12 +823,16 @@ class KVPoolStore(HiCacheStorage):
             self._sweep(time.monotonic())
             if n == 0 or self.pool is None:
                 return 0
+            self._ns("lookup_keys", n)
             if not self.interface_v1:
-                return self.pool.batch_exists_prefix([k + self._rank_sfx if self._rank_sfx else k for k in keys])
+                pages = self.pool.batch_exists_prefix([k + self._rank_sfx if self._rank_sfx else k for k in keys])
+                self._ns("hit_keys", pages)
+                return pages
             if not self.pin_prefetch:
                 have = self.pool.batch_exists_prefix(self._expand(keys))
                 pages = have // self._per
                 self._count("exists_pages", pages)
+                self._ns("hit_keys", pages)
                 return pages
             # count only what is held: pin at most pin_max_pages pages; a
             # prefix that stops on a limit of the pool (BUSY: hold slots,
@@ -790,6 +846,7 @@ class KVPoolStore(HiCacheStorage):
             else:
                 self._park(ps, list(keys[:pages]), pages)
             self._count("exists_pages", pages)
+            self._ns("hit_keys", pages)
             return pages
         except Exception as e:
             self._once("exists:" + type(e).__name__, "batch_exists failed: %r", e)
@@ -872,7 +929,16 @@ class KVPoolStore(HiCacheStorage):
         drafts ...).  A sidecar's objects per page and their sizes are read
         once from its get_page_buffer_meta; a pool whose pages are not whole
         objects is refused here (ValueError naming it), at start-up, never
-        later in a storage thread."""
+        later in a storage thread; refusals are counted (stats()
+        "refused_pools", the namespace's "refused" event)."""
+        try:
+            return self._register_v2(host_pool, host_pool_name)
+        except ValueError:
+            self.refused_pools.append(_pool_name(host_pool_name))
+            self._ns("refused")
+            raise
+
+    def _register_v2(self, host_pool, host_pool_name):
         name = _pool_name(host_pool_name)
         registered = getattr(self, "registered_pools", None)
         if registered is None:
@@ -1031,6 +1097,10 @@ class KVPoolStore(HiCacheStorage):
         c = "set_v2_pages" if is_set else "get_v2_pages"
         self._count(c, sum(pages))
         self._count(c + "_failed", n - sum(pages))
+        ev = "store" if is_set else "load"
+        self._ns(ev + "_pages", sum(pages))
+        self._ns(ev + "_bytes", sum(s for i, s in zip(live, sizes) if ok[i]))
+        self._ns(ev + "_failed", n - sum(pages))
         return pages
 
     def batch_get_v2(self, transfers, extra_info=None):
@@ -1084,7 +1154,10 @@ class KVPoolStore(HiCacheStorage):
             res = self._retry_busy(self.pool.batch_put, [k], [addr], [ln], res)
             if res[0] == 0:
                 self._remember([k])
-            return res[0] == 0 or res[0] == kvpool.EXISTS
+            good = res[0] == 0 or res[0] == kvpool.EXISTS
+            self._ns("store_pages" if good else "store_failed")
+            self._ns("store_bytes", ln if good else 0)
+            return good
         except Exception as e:
             self._once("cset:" + type(e).__name__, "set failed: %r", e)
             return False
@@ -1123,7 +1196,10 @@ class KVPoolStore(HiCacheStorage):
             res = self.pool.batch_get([k], [addr], [ln])
             res = self._retry_busy(self.pool.batch_get, [k], [addr], [ln], res)
             if res[0] != ln:
+                self._ns("load_failed")
                 return None
+            self._ns("load_pages")
+            self._ns("load_bytes", ln)
             return True if is_addr else target_location
         except kvpool.Miss:
             return None
@@ -1219,16 +1295,21 @@ class KVPoolStore(HiCacheStorage):
         for c in counters:
             d.update(c.copy())
         d = dict(d)
+        for e in kvpool.NS_EVENTS:
+            d.setdefault(e, 0)
         d["parked_pages"] = self._parked_pages
+        d["refused_pools"] = list(self.refused_pools)
         d["namespace"] = self.namespace
         d["pool"] = self.pool_name
         return d
 
     def get_stats(self):
         """sglang's StorageMetrics (per call pages and GB/s of prefetch and
-        backup since the last call) when sglang is importable, else a dict:
+        backup since the last call) when sglang is importable, with this
+        store's counters (stats()) as its attribute "kvpool"; else a dict:
         the same lists plus stats()."""
         try:
+            self._ns_flush()
             with self._stat_lock:
                 m = {k: list(v) for k, v in self._metrics.items()}
                 for v in self._metrics.values():
@@ -1238,6 +1319,10 @@ class KVPoolStore(HiCacheStorage):
                 sm = cls()
                 for k, v in m.items():
                     getattr(sm, k).extend(v)
+                try:
+                    sm.kvpool = self.stats()
+                except Exception:
+                    pass  # a StorageMetrics with __slots__: the lists stand
                 return sm
             m.update(self.stats())
             return m

@@ -433,6 +433,66 @@ test_leases_count_against_cap(void **state)
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
+/* The agent scans each client's holds up to its high-water mark: a large
+ * pinset raises it, and when the pinset goes the mark falls back (a client
+ * takes its lowest free hold slot), so one long prompt does not make every
+ * later eviction scan its slots.  Two pinsets: releasing the lower one
+ * keeps the mark (the upper still holds), a new small pinset reuses the
+ * lowest slots, releasing the upper one brings the mark down to it. */
+static uint64_t
+hwm_of(struct kvp_seg *s, struct kvp_client *c)
+{
+	return kvp_load_relaxed(&s->clients[c->slot].cs_hold_hwm);
+}
+
+static void
+test_hold_mark_falls_back(void **state)
+{
+	enum {
+		N = 3000,
+		SZ = 4096
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	struct kvp_op *ops = calloc(N, sizeof(*ops));
+	char(*keys)[100] = calloc(N, 100);
+	struct kvp_pinset *lo, *hi, *small;
+	int i;
+
+	(void)state;
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M", NULL), 0);
+	put_all(c, 0, 0, N, SZ);
+	for (i = 0; i < N; i++) {
+		ops[i].klen = key_of(keys[i], 0, i);
+		ops[i].key = keys[i];
+	}
+	assert_int_equal(hwm_of(&s, c), 0);
+	assert_int_equal(kvp_batch_lookup_pin(c, ops, 1000, &lo), 1000);
+	assert_int_equal(hwm_of(&s, c), 1000);
+	assert_int_equal(kvp_batch_lookup_pin(c, ops + 1000, 2000, &hi), 2000);
+	assert_int_equal(hwm_of(&s, c), 3000);
+	kvp_pinset_free(c, lo);
+	assert_int_equal(hwm_of(&s, c), 3000); /* hi still holds 1000..2999 */
+	assert_int_equal(kvp_batch_lookup_pin(c, ops, 50, &small), 50);
+	assert_int_equal(hwm_of(&s, c), 3000);
+	kvp_pinset_free(c, hi);
+	assert_int_equal(hwm_of(&s, c), 50); /* small took slots 0..49 */
+	kvp_pinset_free(c, small);
+	assert_int_equal(hwm_of(&s, c), 0);
+	/* and reads hold below the mark as before */
+	{
+		unsigned char *v = malloc(SZ);
+		assert_int_equal(kvp_get(c, keys[7], ops[7].klen, v, SZ),
+				 (int)SZ);
+		free(v);
+	}
+	assert_int_equal(hwm_of(&s, c), 0);
+	free(ops);
+	free(keys);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
 int
 main(void)
 {
@@ -441,6 +501,7 @@ main(void)
 		cmocka_unit_test(test_leases_count_against_cap),
 		cmocka_unit_test(test_killed_with_pinset),
 		cmocka_unit_test(test_probe_then_evict),
+		cmocka_unit_test(test_hold_mark_falls_back),
 	};
 
 	return cmocka_run_group_tests(tests, kvpt_ssd_dir_setup,

@@ -49,6 +49,11 @@ static const struct {
 	{ "kvp_dev_info", "KVPOOL_1.3" },
 	{ "kvp_remote", "KVPOOL_1.4" },
 	{ "kvp_batch_locate", "KVPOOL_1.4" },
+	{ "kvp_ns_count", "KVPOOL_1.5" },
+	{ "kvp_ns_event_name", "KVPOOL_1.5" },
+	{ "kvp_status_name", "KVPOOL_1.5" },
+	{ "kvp_statuses", "KVPOOL_1.5" },
+	{ "kvp_version", "KVPOOL_1.5" },
 };
 
 /* names of the implementation a loader must not find (a sample of each

@@ -31,6 +31,19 @@ done
 "$B/kvpool" --pool "$POOL" get nope "$T/out" 2>/dev/null && fail "a miss succeeded"
 "$B/kvpool" --pool "$POOL" exists k1 k2 k9 >/dev/null
 
+# an engine adapter's counters (kvp_ns_count) in two namespaces, one
+# named with what a label must escape: one series per namespace and event
+ns_rows=0
+if command -v python3 >/dev/null 2>&1; then
+	KVPOOL_LIBRARY=$B/libkvpool.so.1 PYTHONPATH=python PYTHONDONTWRITEBYTECODE=1 python3 -c '
+import sys, kvpool
+with kvpool.Pool(sys.argv[1], namespace="m\\x \"q\"\nz") as a, kvpool.Pool(sys.argv[1], namespace="plain") as b:
+    assert a.count("hit_keys", 3) and a.count("load_bytes", 1 << 33) and b.count("refused")
+' "$POOL" || fail "Pool.count"
+	ns_rows=2
+else
+	echo "SKIP namespace counters: python3 not installed"
+fi
 "$B/kvpool" --pool "$POOL" stat --json >"$T/stat.json" || fail "stat --json"
 jq -e . "$T/stat.json" >/dev/null || fail "stat --json does not parse"
 curl -sf "http://127.0.0.1:$MPORT/metrics" >"$T/scrape" || fail "scrape"
@@ -73,6 +86,14 @@ check busy_rejects 'kvpool_medium_events_total{tier="SSD",event="busy_reject"}'
 check ssd_write_bytes 'kvpool_ssd_bytes_total{direction="write"}'
 check latency.get_SSD.count 'kvpool_op_duration_seconds_count{op="get",tier="SSD"}'
 check latency.put_DRAM.count 'kvpool_op_duration_seconds_count{op="put",tier="DRAM"}'
+if [ $ns_rows = 2 ]; then
+	[ "$(jq '.namespaces | length' "$T/stat.json")" = 2 ] || fail "namespace rows"
+	check 'namespaces[] | select(.ns == "plain") | .refused' "kvpool_namespace_events_total{namespace=\"plain\",ns_id=\"$(jq -r '.namespaces[] | select(.ns == "plain") | .ns_id' "$T/stat.json")\",event=\"refused\"}"
+	[ "$(jq '.namespaces[] | select(.ns != "plain") | .load_bytes' "$T/stat.json")" = 8589934592 ] || fail "load_bytes"
+	# the escaped label: backslash, quote and newline as the format says
+	grep -q '^kvpool_namespace_events_total{namespace="m\\\\x \\"q\\"\\nz",ns_id="[0-9a-f]*",event="hit_keys"} 3$' "$T/scrape" ||
+		{ grep kvpool_namespace_ "$T/scrape"; fail "the escaped namespace label"; }
+fi
 [ $bad = 0 ] || fail "kvpool stat --json and /metrics disagree"
 # the workload itself: 6 puts, 4 gets (3 off SSD, 1 miss), 3 SSD-resident
 [ "$(jq .put "$T/stat.json")" = 6 ] || fail "put count"

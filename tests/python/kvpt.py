@@ -158,5 +158,18 @@ def clients_of(pool):
     return out.stdout
 
 
+def stat_json(pool):
+    """`kvpool stat --json` of pool, parsed."""
+    import json
+
+    cli = os.path.join(os.path.dirname(kvpool.agent_path()), "kvpool")
+    if not os.path.exists(cli):
+        cli = "kvpool"
+    out = subprocess.run([cli, "--pool", pool, "stat", "--json"], capture_output=True, text=True, timeout=30)
+    if out.returncode:
+        raise RuntimeError(f"kvpool stat --json: {out.stderr.strip()}")
+    return json.loads(out.stdout)
+
+
 def leftover_segments():
     return glob.glob("/dev/shm/kvpool.*")

@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -294,6 +295,58 @@ class Statuses(unittest.TestCase):
         self.assertTrue(issubclass(kvpool.OutOfMemory, MemoryError))
         self.assertEqual(kvpool.MISS, -errno.ENOENT)
 
+    def test_ctypes_structs_match_c(self):
+        """Each ctypes struct of the binding has C's field offsets and sizes
+        and the struct's size (offsetof, compiled from kvpool.h now)."""
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            self.skipTest("no C compiler")
+        structs = {"kvp_op": kvpool._native.Op, "kvp_lease": kvpool._native.Lease, "kvp_stat": kvpool._native.Stat,
+                   "kvp_dev_info": kvpool._native.DevInfo}
+        lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "kvpool.h"', "int main(void) {"]
+        for cname, py in structs.items():
+            lines.append(f'printf("{cname} . %zu %zu\\n", sizeof(struct {cname}), sizeof(struct {cname}));')
+            for f, _ in py._fields_:
+                lines.append(f'printf("{cname} {f} %zu %zu\\n", offsetof(struct {cname}, {f}), '
+                             f'sizeof(((struct {cname} *)0)->{f}));')
+        lines.append("return 0; }")
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        with tempfile.TemporaryDirectory() as d:
+            src, exe = os.path.join(d, "off.c"), os.path.join(d, "off")
+            with open(src, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            subprocess.run([cc, "-std=c11", "-D_GNU_SOURCE", "-I", root, src, "-o", exe], check=True, timeout=120)
+            out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
+        for ln in out.splitlines():
+            cname, field, off, size = ln.split()
+            py = structs[cname]
+            if field == ".":
+                self.assertEqual(ctypes.sizeof(py), int(off), cname)
+            else:
+                d = getattr(py, field)
+                self.assertEqual((d.offset, d.size), (int(off), int(size)), f"{cname}.{field}")
+
+    def test_declared_once_in_c(self):
+        """The statuses come from kvpool.h's KVP_STATUSES through the
+        library (kvp_statuses, kvp_status_name): every one has a name here,
+        its exception (but OK and INPROGRESS, never raised), kvp_strerror's
+        text; the table a pre-1.5 library falls back to says the same."""
+        self.assertEqual(kvpool._native.STATUSES_FROM, "libkvpool.so (KVP_STATUSES)")
+        self.assertEqual(kvpool.STATUSES, kvpool._native._STATUSES_1_4)
+        self.assertEqual(len(set(kvpool.STATUSES.values())), len(kvpool.STATUSES))
+        for name, status in kvpool.STATUSES.items():
+            self.assertEqual(getattr(kvpool, name), status)
+            self.assertEqual(kvpool._native.lib.kvp_status_name(status).decode(), name)
+            self.assertNotEqual(kvpool.describe(status), "unknown status")
+            if name in ("OK", "INPROGRESS"):
+                continue
+            e = kvpool.error(status)
+            self.assertNotEqual(e.name, "UNKNOWN", name)
+            self.assertEqual(kvpool.status_name(status), "FAILED" if name == "BADMSG" else name)
+        self.assertIsNone(kvpool._native.lib.kvp_status_name(-9999))
+        self.assertEqual(kvpool.version().split(".")[0], "1")
+        self.assertGreaterEqual(tuple(int(x) for x in kvpool.version().split(".")), (1, 5, 0))
+
     def test_raised_by_a_pool(self):
         with kvpt.Agent(
             "--dram", "4M", "--max-value", "1M", "--holds-per-client", "16", "--max-clients", "3"
@@ -461,6 +514,44 @@ class Namespaces(unittest.TestCase):
                 self.assertEqual(f8.batch_exists_prefix(["page", "page"]), 2)
                 f8.delete("page")
                 self.assertTrue(bf.exists("page"))
+
+    def test_counters_per_namespace(self):
+        """Pool.count adds to its namespace's row in the segment, summed over
+        processes and kept after they exit; another namespace has its own
+        row; what its live clients pin is counted by the agent; the
+        Python list of events is C's (kvp_ns_event_name)."""
+        lib = kvpool._native.lib
+        self.assertEqual(tuple(lib.kvp_ns_event_name(i).decode() for i in range(len(kvpool.NS_EVENTS))), kvpool.NS_EVENTS)
+        self.assertIsNone(lib.kvp_ns_event_name(len(kvpool.NS_EVENTS)))
+        with kvpt.Agent("--dram", "16M") as a:
+            with kvpool.Pool(a.pool, namespace="model-a|bf16") as pa, kvpool.Pool(a.pool, namespace="model-b") as pb:
+                self.assertTrue(pa.count("hit_keys", 5))
+                self.assertTrue(pa.count("lookup_keys"))
+                self.assertTrue(pb.count("store_bytes", 1 << 40))
+                with self.assertRaises(kvpool.InvalidArgument):
+                    pa.count("hits")
+                with self.assertRaises((kvpool.InvalidArgument, TypeError)):
+                    pa.count("hit_keys", -1)
+                # another process of namespace a adds to the same row, and exits
+                code = (
+                    "import kvpool, sys\n"
+                    "with kvpool.Pool(sys.argv[1], namespace='model-a|bf16') as p:\n"
+                    "    assert p.count('hit_keys', 7)\n"
+                )
+                subprocess.run([sys.executable, "-c", code, a.pool], check=True, timeout=60)
+                for i in range(3):
+                    pa.put(f"k{i}", b"x" * 4096)
+                ps = pa.lookup_pin([f"k{i}" for i in range(3)])
+                rows = {r["ns"]: r for r in kvpt.stat_json(a.pool)["namespaces"]}
+                self.assertEqual(set(rows), {"model-a|bf16", "model-b"})
+                self.assertEqual(rows["model-a|bf16"]["hit_keys"], 12)
+                self.assertEqual(rows["model-a|bf16"]["lookup_keys"], 1)
+                self.assertEqual(rows["model-a|bf16"]["store_bytes"], 0)
+                self.assertEqual(rows["model-a|bf16"]["pinned"], 3)
+                self.assertEqual(rows["model-b"]["store_bytes"], 1 << 40)
+                self.assertEqual(rows["model-b"]["pinned"], 0)
+                ps.release()
+                self.assertEqual({r["ns"]: r["pinned"] for r in kvpt.stat_json(a.pool)["namespaces"]}["model-a|bf16"], 0)
 
 
 class Remote(unittest.TestCase):
