@@ -202,6 +202,7 @@ _Medium = _vllm("vllm.v1.kv_offload.base", "Medium", None)
 _Locality = _vllm("vllm.v1.kv_offload.base", "Locality", None)
 _OffloadingEvent = _vllm("vllm.v1.kv_offload.base", "OffloadingEvent", None)
 _STATS_CLASS = []
+NS_FLUSH_S = 1.0  # the tier's events reach the pool's per-namespace counters this often (and at shutdown)
 
 _HIT = LookupResult.HIT
 _MISS = LookupResult.MISS
@@ -249,7 +250,8 @@ METRICS = {
     "vllm:kv_offload_kvpool_pinned_rows": ("pinned_rows", "gauge", "Rows the kvpool tier holds pinned for loads."),
 }
 
-# the pool's per-namespace counters (Pool.count, where the binding has it)
+# the pool's per-namespace counters it adds to (Pool.count, where the
+# binding has it: kvpool.NS_EVENTS)
 NS_EVENTS_USED = (
     "lookup_keys",
     "hit_keys",
@@ -518,6 +520,10 @@ class KVPoolTier(SecondaryTierManager):
         self._counters = []
         self._stat_lock = threading.Lock()
         self._reported = {}
+        self._ns_ok = True  # the pool counts per namespace (Pool.count)
+        self._ns_lock = threading.Lock()
+        self._ns_pend = collections.Counter()  # events not yet in the pool's counters
+        self._ns_t = 0.0
 
         # scheduler-thread state (only that thread touches it)
         self._verdict = {}  # key -> HIT (pinned) or MISS
@@ -576,6 +582,7 @@ class KVPoolTier(SecondaryTierManager):
         """Log once per kind (a broken pool must not flood the log)."""
         if level >= logging.ERROR:
             self._count("errors")
+            self._ns_count("errors", 1)
         if kind in self._logged:
             return
         self._logged.add(kind)
@@ -590,18 +597,37 @@ class KVPoolTier(SecondaryTierManager):
                 self._counters.append(c)
         c[name] += n
 
-    def _ns_count(self, pool, event, n):
-        """The pool's per-namespace counter (Pool.count, where the binding
-        has it: kvpool_ns_events_total{ns, event} in the agent's metrics)."""
-        if n <= 0 or pool is None:
+    def _ns_count(self, event, n):
+        """Count event (kvpool.NS_EVENTS) n times in the pool's counters of
+        this namespace (Pool.count, where the binding has it): the agent
+        exports them as kvpool_namespace_events_total{namespace, event}.
+        Kept here and added every NS_FLUSH_S from the scheduler thread (a
+        call into the pool costs microseconds), and at shutdown."""
+        if n > 0 and self._ns_ok:
+            with self._ns_lock:
+                self._ns_pend[event] += n
+
+    def _ns_flush(self, force=False):
+        now = time.monotonic()
+        if not force and now - self._ns_t < NS_FLUSH_S:
             return
-        fn = getattr(pool, "count", None)
-        if fn is None:
+        self._ns_t = now
+        p = self.pool
+        if p is None or not self._ns_pend:
+            return
+        with self._ns_lock:
+            pend, self._ns_pend = self._ns_pend, collections.Counter()
+        fn = getattr(p, "count", None)
+        if fn is None:  # a binding without Pool.count: stats() only
+            self._ns_ok = False
             return
         try:
-            fn(event, n)
+            for e, v in pend.items():
+                fn(e, v)
+        except kvpool.NotSupported:
+            self._ns_ok = False  # a library without kvp_ns_count
         except Exception as e:
-            self._once("count:" + type(e).__name__, "Pool.count(%r) failed: %r", event, e, level=logging.WARNING)
+            self._once("count:" + type(e).__name__, "Pool.count failed: %r", e, level=logging.WARNING)
 
     def _geometry(self, pool):
         """Parts per row: a row larger than the pool's --max-value (or
@@ -708,6 +734,8 @@ class KVPoolTier(SecondaryTierManager):
         kvp_batch_lookup_pin per request; age out pins nobody loaded."""
         try:
             self._flush()
+            if self._ns_pend:
+                self._ns_flush()
         except Exception as e:
             self._once("flush:" + type(e).__name__, "probing this step's keys failed: %r", e)
             for key, ctx in self._queue:
@@ -795,9 +823,9 @@ class KVPoolTier(SecondaryTierManager):
             self._count("lookup_keys", asked)
             self._count("hit_keys", hits)
             self._count("refused", refused)
-            self._ns_count(pool, "lookup_keys", asked)
-            self._ns_count(pool, "hit_keys", hits)
-            self._ns_count(pool, "refused", refused)
+            self._ns_count("lookup_keys", asked)
+            self._ns_count("hit_keys", hits)
+            self._ns_count("refused", refused)
 
     def _probe(self, pool, keys, rid, now):
         """Pin the present rows of keys (per key, in order): HIT for each
@@ -1085,9 +1113,9 @@ class KVPoolTier(SecondaryTierManager):
             self._count("load_rows", b - a - nbad)
             self._count("load_bytes", got)
             self._count("load_failed", nbad)
-            self._ns_count(pool, "load_pages", b - a - nbad)
-            self._ns_count(pool, "load_bytes", got)
-            self._ns_count(pool, "load_failed", nbad)
+            self._ns_count("load_pages", b - a - nbad)
+            self._ns_count("load_bytes", got)
+            self._ns_count("load_failed", nbad)
             # a row that exists but cannot be read (a bad byte, an I/O
             # error) is deleted: it is back once someone stores it again
             for i, st in list(j.failed_status.items()):
@@ -1121,9 +1149,10 @@ class KVPoolTier(SecondaryTierManager):
             self._count("store_exists", b - a - stored - nbad)
             self._count("store_bytes", nb)
             self._count("store_failed", nbad)
-            self._ns_count(pool, "store_pages", stored)
-            self._ns_count(pool, "store_bytes", nb)
-            self._ns_count(pool, "store_failed", nbad)
+            # the pool's counters: rows stored or already there (docs/observability.md)
+            self._ns_count("store_pages", b - a - nbad)
+            self._ns_count("store_bytes", (b - a - nbad) * self.row_bytes)
+            self._ns_count("store_failed", nbad)
 
     def get_finished_jobs(self):
         """Every job done since the last call, each exactly once: a load
@@ -1231,6 +1260,7 @@ class KVPoolTier(SecondaryTierManager):
         (the metrics build_metric_definitions declares), or a dict when vLLM
         is not importable; None when nothing did."""
         try:
+            self._ns_flush()
             s = self.stats()
             delta = {}
             for name, (key, kind, _) in METRICS.items():
@@ -1278,6 +1308,7 @@ class KVPoolTier(SecondaryTierManager):
             self._pins.clear()
             self._pin_order.clear()
             self._verdict.clear()
+            self._ns_flush(force=True)
             p, self.pool = self.pool, None
             if p is not None:
                 p.close()

@@ -501,6 +501,56 @@ class TestPins(unittest.TestCase):
             e.shutdown()
 
 
+class TestMetrics(unittest.TestCase):
+    def test_namespace_counters_in_prometheus(self):
+        """The tier's lookups, hits, rows and bytes loaded and stored, and
+        failed loads reach the agent's /metrics as
+        kvpool_namespace_events_total with the tier's namespace as a label,
+        and equal the tier's own counters; two instances of one deployment
+        add to one series."""
+        if not hasattr(kvpool.Pool, "count"):
+            self.skipTest("this binding has no Pool.count")
+        import re
+        import urllib.request
+
+        with kvpt.Agent("--dram", "64M", "--metrics-addr", "127.0.0.1:0") as ag:
+            a, b = engine(ag.pool), engine(ag.pool)
+            keys = vf.request_keys("prom", 6)
+            ra = a.request(keys)
+            a.store(ra, rows_for("prom", 6))
+            a.finish(ra)
+            rb = b.request(keys + vf.request_keys("prom-absent", 2))
+            self.assertEqual(len(b.fetch(rb)), 6)
+            b.finish(rb)
+            rb = b.request(keys[:2])  # already in b's CPU tier: b's tier is not asked
+            b.fetch(rb)
+            b.finish(rb)
+            ns = a.tier.namespace
+            self.assertEqual(ns, b.tier.namespace)
+            sa, sb = a.tier.stats(), b.tier.stats()
+            a.shutdown()  # adds what is pending to the pool's counters
+            b.shutdown()
+            port = kvpt.stat_json(ag.pool)["metrics_port"]
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+            label = ns.encode()[:47].decode(errors="ignore").replace("\\", "\\\\").replace('"', '\\"')
+            got = {}
+            for m in re.finditer(r'^kvpool_namespace_events_total\{([^}]*)\} (\d+)$', text, re.M):
+                lab = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(1)))
+                if lab.get("namespace") == label:
+                    got[lab["event"]] = int(m.group(2))
+            want = {
+                "lookup_keys": sb["lookup_keys"],
+                "hit_keys": sb["hit_keys"],
+                "load_pages": sb["load_rows"],
+                "load_bytes": sb["load_bytes"],
+                "store_pages": sa["store_rows"],
+                "store_bytes": sa["store_bytes"],
+            }
+            self.assertEqual(want, {"lookup_keys": 8, "hit_keys": 6, "load_pages": 6, "load_bytes": 6 * ROW,
+                                    "store_pages": 6, "store_bytes": 6 * ROW})
+            self.assertEqual({k: got.get(k) for k in want}, want, text[-2000:])
+
+
 class TestIdentity(unittest.TestCase):
     NEIGHBOURS = {
         "model": dict(model="org/model-ft"),
