@@ -229,8 +229,9 @@ def main():
     print(f"bench_vllm: {rows} rows of 1 MiB and of 4 MiB, agent --dram {dram >> 20}M, reps {reps}")
     t_start = time.monotonic()
     out = {}
-    # pins: the lookups hold 16,000 rows at once (one hold slot each)
-    with kvpt.Agent("--dram", f"{dram >> 20}M", "--holds-per-client", "20000") as ag:
+    # the lookups pin 16,000 rows at once: the default --holds-per-client
+    # (65,536) holds them
+    with kvpt.Agent("--dram", f"{dram >> 20}M") as ag:
         for size in sizes:
             bench_rows(ag.pool, rows, size, reps, out)
         bench_lookups(ag.pool, 8, 2000, reps * 4, out)

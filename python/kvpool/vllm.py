@@ -202,6 +202,7 @@ _Medium = _vllm("vllm.v1.kv_offload.base", "Medium", None)
 _Locality = _vllm("vllm.v1.kv_offload.base", "Locality", None)
 _OffloadingEvent = _vllm("vllm.v1.kv_offload.base", "OffloadingEvent", None)
 _STATS_CLASS = []
+QUARANTINE_MAX = 1 << 16  # failed rows remembered at once (a row forgotten may fail one more load)
 NS_FLUSH_S = 1.0  # the tier's events reach the pool's per-namespace counters this often (and at shutdown)
 
 _HIT = LookupResult.HIT
@@ -303,7 +304,10 @@ def _identity_fields(offloading_spec, row_bytes, parallel_agnostic=False):
     if agnostic:
         sizes = dict.fromkeys(sizes, 1)
     groups = [
-        {"tokens_per_block": int(getattr(g, "tokens_per_block", 0) or 0), "layer_names": list(getattr(g, "layer_names", ()))}
+        {
+            "tokens_per_block": int(getattr(g, "tokens_per_block", 0) or 0),
+            "layer_names": list(getattr(g, "layer_names", ())),
+        }
         for g in (getattr(cfg, "groups", None) or ())
     ]
     fields = {
@@ -320,7 +324,8 @@ def _identity_fields(offloading_spec, row_bytes, parallel_agnostic=False):
         "row_bytes": int(row_bytes),
     }
     if canonical:
-        fid = _vllm("vllm.distributed.kv_transfer.kv_connector.v1.offloading.canonical_mapping", "canonical_format_id", None)
+        mod = "vllm.distributed.kv_transfer.kv_connector.v1.offloading.canonical_mapping"
+        fid = _vllm(mod, "canonical_format_id", None)
         try:
             fields["canonical_format"] = str(fid()) if fid is not None else None
         except Exception:
@@ -1201,8 +1206,13 @@ class KVPoolTier(SecondaryTierManager):
                 # gone (absent, or deleted as unreadable): back once present
                 # again; otherwise (the agent away, BUSY) after a while
                 gone = j.failed_status.get(i) == kvpool.MISS or i in j.deleted
-                self._quarantine[k] = (now + self.retry_failed_s, gone)
+                q = self._quarantine
+                q.pop(k, None)
+                q[k] = (now + self.retry_failed_s, gone)
                 self._count("quarantined")
+                if len(q) > QUARANTINE_MAX:  # keys never asked again: the oldest go
+                    for old in list(q)[: len(q) // 2]:
+                        del q[old]
             return
         stored = [k for k, new in zip(j.keys, j.new) if new]
         if self._quarantine:

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import unittest
 
@@ -268,7 +267,7 @@ class TestFailures(unittest.TestCase):
         try:
             n, size = 48, 1 << 20
             tier = {"retry_failed_s": 0, "task_bytes": size, "busy_retry_ms": 5000}
-            a, b = engine(ag.pool, tier, row_bytes=size, num_blocks=64), engine(ag.pool, tier, row_bytes=size, num_blocks=64)
+            a, b = (engine(ag.pool, tier, row_bytes=size, num_blocks=64) for _ in range(2))
             keys = vf.request_keys("kill", n)
             want = rows_for("kill", n, size)
             ra = a.request(keys)
