@@ -68,8 +68,10 @@ io_threads (2), pin_max_age_s (30), busy_retry_ms (200), retry_failed_s
 import collections
 import enum
 import hashlib
+import itertools
 import json
 import logging
+import operator
 import os
 import sys
 import threading
@@ -206,6 +208,8 @@ QUARANTINE_MAX = 1 << 16  # failed rows remembered at once (a row forgotten may 
 NS_FLUSH_S = 1.0  # the tier's events reach the pool's per-namespace counters this often (and at shutdown)
 
 _HIT = LookupResult.HIT
+_first = operator.itemgetter(0)
+_second = operator.itemgetter(1)
 _MISS = LookupResult.MISS
 _RETRY = LookupResult.RETRY
 _JR_FIELDS = frozenset(getattr(JobResult, "__dataclass_fields__", None) or ())
@@ -755,7 +759,7 @@ class KVPoolTier(SecondaryTierManager):
         rk = self._req_keys.get(rid)
         if rk is None:
             rk = self._req_keys[rid] = []
-        fresh = [k for k in keys if k not in holders]
+        fresh = keys if holders.keys().isdisjoint(keys) else [k for k in keys if k not in holders]
         if fresh:
             holders.update(dict.fromkeys(fresh, rid))
             rk.extend(fresh)
@@ -790,25 +794,24 @@ class KVPoolTier(SecondaryTierManager):
         if not self._queue:
             return
         queue, self._queue = self._queue, []
+        # a request's keys come one after another: grouped by its context
+        # object, deduplicated, in C (groupby, dict.fromkeys)
         groups = {}
-        cur = g = None
-        for key, ctx in queue:  # a request's keys come one after another
-            if ctx is not cur:
-                cur = ctx
-                rid = ctx.req_id
-                g = groups.get(rid)
-                if g is None:
-                    g = groups[rid] = {}
-                    if rid in gone:  # asked, then finished in this step
-                        g = {}
-            g[key] = None
+        for ctx, run in itertools.groupby(queue, _second):
+            rid = ctx.req_id
+            if rid in gone:  # asked, then finished in this step
+                continue
+            g = groups.get(rid)
+            if g is None:
+                groups[rid] = dict.fromkeys(map(_first, run))
+            else:
+                g.update(dict.fromkeys(map(_first, run)))
         pool = self._pool()
         asked = hits = refused = 0
         verdict = self._verdict
+        vkeys = verdict.keys()
         for rid, g in groups.items():
-            if not g:
-                continue
-            keys = [k for k in g if k not in verdict]
+            keys = list(g) if vkeys.isdisjoint(g) else [k for k in g if k not in verdict]
             if keys and pool is not None:
                 if self._quarantine:
                     keys = self._unquarantined(pool, keys, rid, now)
@@ -820,9 +823,8 @@ class KVPoolTier(SecondaryTierManager):
                     for k in keys:
                         if verdict.get(k) is _HIT:
                             self._quarantine.pop(k, None)
-            undecided = [k for k in g if k not in verdict]  # not probed (no pool, BUSY): MISS
-            if undecided:
-                verdict.update(dict.fromkeys(undecided, _MISS))
+            if not g.keys() <= vkeys:  # not probed (no pool, BUSY): MISS
+                verdict.update(dict.fromkeys([k for k in g if k not in verdict], _MISS))
             self._hold(list(g), rid)
         if asked:
             self._count("lookup_keys", asked)
