@@ -208,6 +208,7 @@ QUARANTINE_MAX = 1 << 16  # failed rows remembered at once (a row forgotten may 
 NS_FLUSH_S = 1.0  # the tier's events reach the pool's per-namespace counters this often (and at shutdown)
 
 _HIT = LookupResult.HIT
+_ORPHAN = object()  # an extra-holder set's mark: the key's owner finished
 _first = operator.itemgetter(0)
 _second = operator.itemgetter(1)
 _MISS = LookupResult.MISS
@@ -426,13 +427,14 @@ class _Pin:
     """A pinset of one request's probe: the rows it pins (released as
     their loads end, their requests finish, or they age out)."""
 
-    __slots__ = ("ps", "rows", "live", "t0")
+    __slots__ = ("ps", "rows", "live", "t0", "rid")
 
-    def __init__(self, ps, rows, t0):
+    def __init__(self, ps, rows, t0, rid):
         self.ps = ps
         self.rows = rows
         self.live = len(rows)
         self.t0 = t0
+        self.rid = rid  # the request that decided these rows (their owner)
 
 
 class _Job:
@@ -538,7 +540,7 @@ class KVPoolTier(SecondaryTierManager):
         self._verdict = {}  # key -> HIT (pinned) or MISS
         self._queue = []  # (key, req_context) asked this step, not decided
         self._gone = set()  # requests finished since the last flush: not probed
-        self._holders = {}  # decided key -> request ids that asked
+        self._extra = {}  # decided key -> the other requests that asked it in the same step (rare)
         self._req_keys = {}  # request id -> decided keys it asked
         self._pins = {}  # pinned key -> _Pin
         self._pin_order = collections.deque()  # _Pin, oldest first
@@ -751,37 +753,33 @@ class KVPoolTier(SecondaryTierManager):
                 self._decide(key, _MISS, getattr(ctx, "req_id", None))
             self._queue = []
 
-    def _hold(self, keys, rid):
-        """rid asked keys (decided): they stay decided while a request that
-        asked is alive.  A key's holders are one request id (the usual
-        case, set in bulk) or a set of them."""
-        holders = self._holders
+    def _hold(self, g, decided, rid):
+        """rid asked the keys of g; it decided those in decided (their
+        owner: it is the request whose probe made their verdict).  A key
+        stays decided while a request that asked is alive: the owner, and
+        the requests that asked it while it was decided already (extra
+        holders; rare: two requests queueing one key in one step)."""
         rk = self._req_keys.get(rid)
         if rk is None:
             rk = self._req_keys[rid] = []
-        fresh = keys if holders.keys().isdisjoint(keys) else [k for k in keys if k not in holders]
-        if fresh:
-            holders.update(dict.fromkeys(fresh, rid))
-            rk.extend(fresh)
-        if len(fresh) < len(keys):
-            fresh = set(fresh)
-            for k in keys:
-                if k in fresh:
-                    continue
-                h = holders[k]
-                if h is rid or h == rid:
-                    continue
-                if type(h) is set:
-                    if rid in h:
-                        continue
-                    h.add(rid)
-                else:
-                    holders[k] = {h, rid}
-                rk.append(k)
+        rk.extend(decided)
+        if len(decided) < len(g):
+            extra, mine = self._extra, set(decided)
+            for k in g:
+                if k not in mine:
+                    ex = extra.get(k)
+                    if ex is None:
+                        ex = extra[k] = set()
+                    if rid not in ex:
+                        ex.add(rid)
+                        rk.append(k)
 
     def _decide(self, key, v, req_id):
-        self._verdict[key] = v
-        self._hold([key], req_id)
+        if key in self._verdict:
+            self._hold((key,), (), req_id)
+        else:
+            self._verdict[key] = v
+            self._hold((key,), (key,), req_id)
 
     def _flush(self):
         now = time.monotonic()
@@ -812,6 +810,7 @@ class KVPoolTier(SecondaryTierManager):
         vkeys = verdict.keys()
         for rid, g in groups.items():
             keys = list(g) if vkeys.isdisjoint(g) else [k for k in g if k not in verdict]
+            decided = keys  # this request decides them: it owns them
             if keys and pool is not None:
                 if self._quarantine:
                     keys = self._unquarantined(pool, keys, rid, now)
@@ -825,7 +824,7 @@ class KVPoolTier(SecondaryTierManager):
                             self._quarantine.pop(k, None)
             if not g.keys() <= vkeys:  # not probed (no pool, BUSY): MISS
                 verdict.update(dict.fromkeys([k for k in g if k not in verdict], _MISS))
-            self._hold(list(g), rid)
+            self._hold(g, decided, rid)
         if asked:
             self._count("lookup_keys", asked)
             self._count("hit_keys", hits)
@@ -853,7 +852,7 @@ class KVPoolTier(SecondaryTierManager):
             r = ps.count // per
             if r:
                 rows = keys[i : i + r]
-                e = _Pin(ps, rows, now)
+                e = _Pin(ps, rows, now, rid)
                 self._pin_order.append(e)
                 self._pins.update(dict.fromkeys(rows, e))
                 self._verdict.update(dict.fromkeys(rows, _HIT))
@@ -906,7 +905,7 @@ class KVPoolTier(SecondaryTierManager):
                     del q[k]
                     out.append(k)
                     continue
-            self._decide(k, _MISS, rid)
+            self._verdict[k] = _MISS  # the caller records rid as its owner
         return out
 
     def _sweep(self, now):
@@ -924,10 +923,13 @@ class KVPoolTier(SecondaryTierManager):
             self._count("pins_expired", old)
 
     def _release_row(self, key):
-        """Drop key's pin (its pinset goes with its last row) and its HIT."""
+        """Drop key's pin (its pinset goes with its last row), its HIT and
+        its extra holders (a later verdict for it is someone else's)."""
         e = self._pins.pop(key, None)
         if self._verdict.get(key) is _HIT:
             del self._verdict[key]
+            if self._extra:
+                self._extra.pop(key, None)
         if e is None:
             return
         e.live -= 1
@@ -950,30 +952,40 @@ class KVPoolTier(SecondaryTierManager):
             keys = self._req_keys.pop(rid, None)
             if not keys:
                 return
-            holders, verdict, loading = self._holders, self._verdict, self._loading
-            hget, vpop = holders.get, verdict.pop
+            verdict, loading, pins, extra = self._verdict, self._loading, self._pins, self._extra
+            vget = verdict.get
             hit = []
             for k in keys:
-                h = hget(k)
-                if h is not rid and h != rid:
-                    if type(h) is not set:
-                        continue
-                    h.discard(rid)
-                    if h:
-                        continue
-                del holders[k]
-                if vpop(k, None) is _HIT:
+                owner = True
+                if extra:
+                    ex = extra.get(k)
+                    if ex is not None:
+                        if rid not in ex:  # the owner leaves; the others hold it
+                            ex.add(_ORPHAN)
+                            continue
+                        ex.discard(rid)
+                        if ex and not (len(ex) == 1 and _ORPHAN in ex):
+                            continue  # others hold it
+                        del extra[k]
+                        if not ex:
+                            continue  # its owner holds it
+                        owner = False  # the last holder, the owner gone before it
+                v = vget(k)
+                if v is _HIT:
+                    if owner and pins[k].rid != rid:
+                        continue  # decided again, by another request, since
+                    del verdict[k]
                     hit.append(k)
-            pins = self._pins
+                elif v is not None:
+                    del verdict[k]
             for k in hit:
                 if loading.get(k):  # its load releases it
                     verdict[k] = _HIT
                     continue
-                e = pins.pop(k, None)  # _release_row, inline: this runs per key
-                if e is not None:
-                    e.live -= 1
-                    if e.live == 0:
-                        e.ps.release()
+                e = pins.pop(k)  # _release_row, inline: this runs per key
+                e.live -= 1
+                if e.live == 0:
+                    e.ps.release()
         except Exception as e:
             self._once("finished:" + type(e).__name__, "on_request_finished failed: %r", e)
 
