@@ -68,10 +68,8 @@ io_threads (2), pin_max_age_s (30), busy_retry_ms (200), retry_failed_s
 import collections
 import enum
 import hashlib
-import itertools
 import json
 import logging
-import operator
 import os
 import sys
 import threading
@@ -208,9 +206,6 @@ QUARANTINE_MAX = 1 << 16  # failed rows remembered at once (a row forgotten may 
 NS_FLUSH_S = 1.0  # the tier's events reach the pool's per-namespace counters this often (and at shutdown)
 
 _HIT = LookupResult.HIT
-_ORPHAN = object()  # an extra-holder set's mark: the key's owner finished
-_first = operator.itemgetter(0)
-_second = operator.itemgetter(1)
 _MISS = LookupResult.MISS
 _RETRY = LookupResult.RETRY
 _JR_FIELDS = frozenset(getattr(JobResult, "__dataclass_fields__", None) or ())
@@ -427,23 +422,43 @@ class _Pin:
     """A pinset of one request's probe: the rows it pins (released as
     their loads end, their requests finish, or they age out)."""
 
-    __slots__ = ("ps", "rows", "live", "t0", "rid")
+    __slots__ = ("ps", "rows", "live", "t0", "req")
 
-    def __init__(self, ps, rows, t0, rid):
+    def __init__(self, ps, rows, t0, req):
         self.ps = ps
         self.rows = rows
-        self.live = len(rows)
+        self.live = len(rows)  # rows still pinned (the pinset goes with the last)
         self.t0 = t0
-        self.rid = rid  # the request that decided these rows (their owner)
+        self.req = req  # the _Req whose probe made it
+
+
+class _Req:
+    """What the tier keeps of one request (scheduler thread): its keys'
+    verdicts, the keys it asked this step, its pins.  Per request: a
+    request's verdicts live and die with it, and its tables stay small
+    (one table for every request, filled and emptied each step, cost
+    twice as much a key)."""
+
+    __slots__ = ("rid", "verdict", "queue", "pinmap", "pins")
+
+    def __init__(self, rid):
+        self.rid = rid
+        self.verdict = {}  # key -> HIT (pinned) or MISS
+        self.queue = []  # keys asked this step, not decided
+        self.pinmap = {}  # pinned key -> its _Pin
+        self.pins = []  # its _Pins
 
 
 class _Job:
     """A store or load job in the workers' hands."""
 
-    __slots__ = ("job_id", "load", "keys", "bids", "ok", "new", "failed_status", "deleted", "tasks", "t0", "nbytes")
+    __slots__ = (
+        "job_id", "load", "keys", "bids", "ok", "new", "failed_status", "deleted", "tasks", "t0", "nbytes", "rid",
+    )
 
-    def __init__(self, job_id, load, keys, bids, t0):
+    def __init__(self, job_id, load, keys, bids, t0, rid=None):
         self.job_id = job_id
+        self.rid = rid  # the request whose job it is (loads: its pins)
         self.load = load
         self.keys = keys
         self.bids = bids
@@ -537,12 +552,9 @@ class KVPoolTier(SecondaryTierManager):
         self._ns_t = 0.0
 
         # scheduler-thread state (only that thread touches it)
-        self._verdict = {}  # key -> HIT (pinned) or MISS
-        self._queue = []  # (key, req_context) asked this step, not decided
-        self._gone = set()  # requests finished since the last flush: not probed
-        self._extra = {}  # decided key -> the other requests that asked it in the same step (rare)
-        self._req_keys = {}  # request id -> decided keys it asked
-        self._pins = {}  # pinned key -> _Pin
+        self._reqs = {}  # request id -> _Req
+        self._queued = []  # _Reqs with keys to probe at the step's end
+        self._held = {}  # key -> _Pin: pinned for a load in flight, its request finished
         self._pin_order = collections.deque()  # _Pin, oldest first
         self._loading = collections.Counter()  # key -> load jobs in flight
         self._quarantine = {}  # key -> (retry after, gone: back once present)
@@ -712,13 +724,16 @@ class KVPoolTier(SecondaryTierManager):
 
     def _pool_broken(self, e):
         """A call failed in a way the pool object does not recover from
-        (closed, another ABI): drop it, reopen later."""
+        (closed, another ABI): drop it (its pins go with it), reopen later."""
         if isinstance(e, (kvpool.Closed, kvpool.ProtocolMismatch, kvpool.Forked)):
             p, self.pool = self.pool, None
-            self._pins.clear()
+            for st in self._reqs.values():
+                for k in st.pinmap:
+                    st.verdict.pop(k, None)
+                st.pinmap.clear()
+                st.pins.clear()
             self._pin_order.clear()
-            for k in [k for k, v in self._verdict.items() if v is _HIT]:
-                del self._verdict[k]
+            self._held.clear()
             if p is not None:
                 try:
                     p.close()
@@ -729,12 +744,19 @@ class KVPoolTier(SecondaryTierManager):
 
     def lookup(self, key, req_context):
         """HIT (pinned until loaded), MISS, or RETRY (decided at the end of
-        this step).  A dict lookup; never raises."""
+        this step).  Dict lookups; never raises."""
         try:
-            v = self._verdict.get(key)
-            if v is not None:
-                return v
-            self._queue.append((key, req_context))
+            st = self._reqs.get(req_context.req_id)
+            if st is None:
+                st = self._reqs[req_context.req_id] = _Req(req_context.req_id)
+            else:
+                v = st.verdict.get(key)
+                if v is not None:
+                    return v
+            q = st.queue
+            if not q:
+                self._queued.append(st)
+            q.append(key)
             return _RETRY
         except Exception as e:
             self._once("lookup:" + type(e).__name__, "lookup failed: %r", e)
@@ -749,37 +771,10 @@ class KVPoolTier(SecondaryTierManager):
                 self._ns_flush()
         except Exception as e:
             self._once("flush:" + type(e).__name__, "probing this step's keys failed: %r", e)
-            for key, ctx in self._queue:
-                self._decide(key, _MISS, getattr(ctx, "req_id", None))
-            self._queue = []
-
-    def _hold(self, g, decided, rid):
-        """rid asked the keys of g; it decided those in decided (their
-        owner: it is the request whose probe made their verdict).  A key
-        stays decided while a request that asked is alive: the owner, and
-        the requests that asked it while it was decided already (extra
-        holders; rare: two requests queueing one key in one step)."""
-        rk = self._req_keys.get(rid)
-        if rk is None:
-            rk = self._req_keys[rid] = []
-        rk.extend(decided)
-        if len(decided) < len(g):
-            extra, mine = self._extra, set(decided)
-            for k in g:
-                if k not in mine:
-                    ex = extra.get(k)
-                    if ex is None:
-                        ex = extra[k] = set()
-                    if rid not in ex:
-                        ex.add(rid)
-                        rk.append(k)
-
-    def _decide(self, key, v, req_id):
-        if key in self._verdict:
-            self._hold((key,), (), req_id)
-        else:
-            self._verdict[key] = v
-            self._hold((key,), (key,), req_id)
+            queued, self._queued = self._queued, []
+            for st in queued:
+                st.verdict.update(dict.fromkeys([k for k in st.queue if k not in st.verdict], _MISS))
+                st.queue = []
 
     def _flush(self):
         now = time.monotonic()
@@ -788,43 +783,32 @@ class KVPoolTier(SecondaryTierManager):
             order.popleft()
         if order and now - order[0].t0 > self.pin_max_age_s:
             self._sweep(now)
-        gone, self._gone = self._gone, set()
-        if not self._queue:
+        if not self._queued:
             return
-        queue, self._queue = self._queue, []
-        # a request's keys come one after another: grouped by its context
-        # object, deduplicated, in C (groupby, dict.fromkeys)
-        groups = {}
-        for ctx, run in itertools.groupby(queue, _second):
-            rid = ctx.req_id
-            if rid in gone:  # asked, then finished in this step
-                continue
-            g = groups.get(rid)
-            if g is None:
-                groups[rid] = dict.fromkeys(map(_first, run))
-            else:
-                g.update(dict.fromkeys(map(_first, run)))
+        queued, self._queued = self._queued, []
         pool = self._pool()
         asked = hits = refused = 0
-        verdict = self._verdict
-        vkeys = verdict.keys()
-        for rid, g in groups.items():
-            keys = list(g) if vkeys.isdisjoint(g) else [k for k in g if k not in verdict]
-            decided = keys  # this request decides them: it owns them
+        reqs = self._reqs
+        for st in queued:
+            keys, st.queue = st.queue, []
+            if reqs.get(st.rid) is not st:  # asked, then finished in this step
+                continue
+            keys = list(dict.fromkeys(keys))
+            verdict = st.verdict
+            if not verdict.keys().isdisjoint(keys):
+                keys = [k for k in keys if k not in verdict]
             if keys and pool is not None:
-                if self._quarantine:
-                    keys = self._unquarantined(pool, keys, rid, now)
-                asked += len(keys)
-                h, r = self._probe(pool, keys, rid, now)
+                probe = self._unquarantined(pool, keys, st, now) if self._quarantine else keys
+                asked += len(probe)
+                h, r = self._probe(pool, probe, st, now)
                 hits += h
                 refused += r
                 if self._quarantine and h:
-                    for k in keys:
+                    for k in probe:
                         if verdict.get(k) is _HIT:
                             self._quarantine.pop(k, None)
-            if not g.keys() <= vkeys:  # not probed (no pool, BUSY): MISS
-                verdict.update(dict.fromkeys([k for k in g if k not in verdict], _MISS))
-            self._hold(g, decided, rid)
+            elif keys:  # no pool: MISS
+                verdict.update(dict.fromkeys(keys, _MISS))
         if asked:
             self._count("lookup_keys", asked)
             self._count("hit_keys", hits)
@@ -833,14 +817,16 @@ class KVPoolTier(SecondaryTierManager):
             self._ns_count("hit_keys", hits)
             self._ns_count("refused", refused)
 
-    def _probe(self, pool, keys, rid, now):
-        """Pin the present rows of keys (per key, in order): HIT for each
-        row pinned whole.  Returns (hits, refused)."""
+    def _probe(self, pool, keys, st, now):
+        """Decide keys for st: HIT for each row pinned whole (in order, per
+        key: past an absent row the next present one is found), MISS for
+        the others.  Returns (hits, refused)."""
         per = self._parts
         sfx = self._sfx
         names = list(map(bytes.hex, keys))
         n = len(keys)
-        hits = 0
+        hits = refused = 0
+        miss = []
         i = 0
         while i < n:
             try:
@@ -848,14 +834,16 @@ class KVPoolTier(SecondaryTierManager):
             except Exception as e:
                 self._once("pin:" + type(e).__name__, "kvp_batch_lookup_pin failed: %r", e)
                 self._pool_broken(e)
-                return hits, 0
+                miss += keys[i:]
+                break
             r = ps.count // per
             if r:
                 rows = keys[i : i + r]
-                e = _Pin(ps, rows, now, rid)
+                e = _Pin(ps, rows, now, st)
                 self._pin_order.append(e)
-                self._pins.update(dict.fromkeys(rows, e))
-                self._verdict.update(dict.fromkeys(rows, _HIT))
+                st.pins.append(e)
+                st.pinmap.update(dict.fromkeys(rows, e))
+                st.verdict.update(dict.fromkeys(rows, _HIT))
                 hits += r
             else:
                 ps.release()
@@ -865,21 +853,26 @@ class KVPoolTier(SecondaryTierManager):
             if ps.stop_status != kvpool.MISS:
                 # BUSY (hold slots, pinned bytes): the rest answer MISS
                 # now; they are probed again when asked again
-                return hits, n - i
+                refused = n - i
+                miss += keys[i:]
+                break
             # key i is absent: find the next present row, if any
             try:
                 tiers = pool.batch_locate(kvpool.Keys(names[i + 1 :], sfx)) if i + 1 < n else []
             except Exception:
-                return hits, 0
+                tiers = []
             nxt = n
             for j in range(0, len(tiers), per):
                 if all(tiers[j : j + per]):
                     nxt = i + 1 + j // per
                     break
+            miss += keys[i:nxt]
             i = nxt
-        return hits, 0
+        if miss:
+            st.verdict.update(dict.fromkeys(miss, _MISS))
+        return hits, refused
 
-    def _unquarantined(self, pool, keys, rid, now):
+    def _unquarantined(self, pool, keys, st, now):
         """keys less those still quarantined after a failed load (answered
         MISS); a quarantine ends when the row is back: present again after
         it was gone (re-stored), or retry_failed_s later with the agent up."""
@@ -905,33 +898,30 @@ class KVPoolTier(SecondaryTierManager):
                     del q[k]
                     out.append(k)
                     continue
-            self._verdict[k] = _MISS  # the caller records rid as its owner
+            st.verdict[k] = _MISS
         return out
 
     def _sweep(self, now):
         """Release rows pinned longer than pin_max_age_s that no load is
         reading: hits vLLM never promoted (its primary tier was full, the
-        request was preempted)."""
+        request was preempted).  Their verdicts go: asked again, they are
+        probed again."""
         old = 0
+        loading = self._loading
         while self._pin_order and now - self._pin_order[0].t0 > self.pin_max_age_s:
             e = self._pin_order.popleft()
+            st = e.req
             for k in e.rows:
-                if self._pins.get(k) is e and not self._loading.get(k):
-                    self._release_row(k)
+                if st.pinmap.get(k) is e and not loading.get(k):
+                    del st.pinmap[k]
+                    st.verdict.pop(k, None)
+                    self._unpin(e)
                     old += 1
         if old:
             self._count("pins_expired", old)
 
-    def _release_row(self, key):
-        """Drop key's pin (its pinset goes with its last row), its HIT and
-        its extra holders (a later verdict for it is someone else's)."""
-        e = self._pins.pop(key, None)
-        if self._verdict.get(key) is _HIT:
-            del self._verdict[key]
-            if self._extra:
-                self._extra.pop(key, None)
-        if e is None:
-            return
+    def _unpin(self, e):
+        """One row of e released: the pinset goes with its last."""
         e.live -= 1
         if e.live == 0:
             try:
@@ -939,52 +929,36 @@ class KVPoolTier(SecondaryTierManager):
             except Exception as ex:
                 self._once("release:" + type(ex).__name__, "releasing a pinset failed: %r", ex)
 
+    def pinned_rows(self):
+        """Rows pinned now (each held until its load ends, its request
+        finishes or pin_max_age_s passes)."""
+        return sum(len(st.pinmap) for st in self._reqs.values()) + len(self._held)
+
     def on_new_request(self, req_context):
         return RequestOffloadingContext()
 
     def on_request_finished(self, req_context):
-        """Forget what this request asked: MISS verdicts go, and pins that
-        no load is reading are released."""
+        """Forget what this request asked: its verdicts go, and its pins
+        that no load is reading are released (pinset by pinset; rows being
+        loaded keep theirs until their load ends)."""
         try:
-            rid = req_context.req_id
-            if self._queue:
-                self._gone.add(rid)
-            keys = self._req_keys.pop(rid, None)
-            if not keys:
+            st = self._reqs.pop(req_context.req_id, None)
+            if st is None:
                 return
-            verdict, loading, pins, extra = self._verdict, self._loading, self._pins, self._extra
-            vget = verdict.get
-            hit = []
-            for k in keys:
-                owner = True
-                if extra:
-                    ex = extra.get(k)
-                    if ex is not None:
-                        if rid not in ex:  # the owner leaves; the others hold it
-                            ex.add(_ORPHAN)
-                            continue
-                        ex.discard(rid)
-                        if ex and not (len(ex) == 1 and _ORPHAN in ex):
-                            continue  # others hold it
-                        del extra[k]
-                        if not ex:
-                            continue  # its owner holds it
-                        owner = False  # the last holder, the owner gone before it
-                v = vget(k)
-                if v is _HIT:
-                    if owner and pins[k].rid != rid:
-                        continue  # decided again, by another request, since
-                    del verdict[k]
-                    hit.append(k)
-                elif v is not None:
-                    del verdict[k]
-            for k in hit:
-                if loading.get(k):  # its load releases it
-                    verdict[k] = _HIT
-                    continue
-                e = pins.pop(k)  # _release_row, inline: this runs per key
-                e.live -= 1
+            loading, held = self._loading, self._held
+            for e in st.pins:
                 if e.live == 0:
+                    continue
+                keep = 0
+                if loading:
+                    for k in e.rows:
+                        if loading.get(k) and st.pinmap.get(k) is e:
+                            held[k] = e
+                            keep += 1
+                if keep:
+                    e.live = keep
+                else:
+                    e.live = 0
                     e.ps.release()
         except Exception as e:
             self._once("finished:" + type(e).__name__, "on_request_finished failed: %r", e)
@@ -1001,7 +975,8 @@ class KVPoolTier(SecondaryTierManager):
             keys = list(job.keys)  # one pass: a set pairs with block_ids by iteration order
             bids = job.block_ids
             bids = bids.tolist() if hasattr(bids, "tolist") else [int(b) for b in bids]
-            j = _Job(job.job_id, load, keys, bids, time.perf_counter())
+            rid = getattr(getattr(job, "req_context", None), "req_id", None)
+            j = _Job(job.job_id, load, keys, bids, time.perf_counter(), rid)
             with self._cv:
                 self._outstanding += 1
             self._inflight[j.job_id] = j
@@ -1207,14 +1182,23 @@ class KVPoolTier(SecondaryTierManager):
 
     def _settle(self, j, now):
         if j.load:
-            loading = self._loading
+            loading, held = self._loading, self._held
+            st = self._reqs.get(j.rid)
             for i, (k, ok) in enumerate(zip(j.keys, j.ok)):
                 c = loading[k] - 1
                 if c > 0:
                     loading[k] = c
                 else:
                     loading.pop(k, None)
-                    self._release_row(k)
+                    e = st.pinmap.pop(k, None) if st is not None else None
+                    if e is not None:  # loaded (or not): its pin and its HIT go
+                        if st.verdict.get(k) is _HIT:
+                            del st.verdict[k]
+                        self._unpin(e)
+                    else:
+                        e = held.pop(k, None)
+                        if e is not None:
+                            self._unpin(e)
                 if ok:
                     continue
                 # gone (absent, or deleted as unreadable): back once present
@@ -1244,7 +1228,7 @@ class KVPoolTier(SecondaryTierManager):
     def has_pending_work(self):
         """Jobs in flight or not yet reported, or keys to probe: vLLM keeps
         stepping (and polling get_finished_jobs) while True."""
-        return bool(self._inflight or self._done or self._queue)
+        return bool(self._inflight or self._done or self._queued)
 
     def drain_jobs(self):
         """Block until every submitted job has completed or failed (vLLM's
@@ -1271,7 +1255,7 @@ class KVPoolTier(SecondaryTierManager):
         for c in counters:
             d.update(c.copy())
         d = dict(d)
-        d["pinned_rows"] = len(self._pins)
+        d["pinned_rows"] = self.pinned_rows()
         d["quarantined_now"] = len(self._quarantine)
         d["namespace"] = self.namespace
         d["pool"] = self.pool_name
@@ -1324,14 +1308,9 @@ class KVPoolTier(SecondaryTierManager):
             for t in self._threads:
                 t.join()
             self._threads = []
-            for e in list(self._pin_order):
-                try:
-                    e.ps.release()
-                except Exception:
-                    pass
-            self._pins.clear()
+            self._reqs.clear()  # the pool's close drops every pin
+            self._held.clear()
             self._pin_order.clear()
-            self._verdict.clear()
             self._ns_flush(force=True)
             p, self.pool = self.pool, None
             if p is not None:

@@ -187,7 +187,7 @@ class TestShare(unittest.TestCase):
             e.step()
             st = e.tier.stats()
             self.assertEqual((st["lookup_keys"], st.get("hit_keys", 0), st.get("load_jobs", 0)), (5, 0, 0))
-            self.assertEqual(e.tier._verdict, {})  # forgotten with the request
+            self.assertEqual(e.tier._reqs, {})  # forgotten with the request
             e.shutdown()
 
     def test_first_writer_wins(self):
@@ -432,35 +432,76 @@ class TestPins(unittest.TestCase):
             for k in keys:
                 b.tier.lookup(k, rb.ctx)
             b.tier.on_schedule_end()
-            self.assertEqual(len(b.tier._pins), 16)
+            self.assertEqual(b.tier.pinned_rows(), 16)
             self.assertGreaterEqual(sum(holds_by_pid(ag.pool)[os.getpid()]), 16)
             filled = run_spawned(_w_fill, ag.pool, 3 * (64 << 20), timeout=150)
             self.assertEqual(filled, 3 * (64 << 20))
             with kvpool.Pool(ag.pool, namespace=a.tier.namespace) as p:
                 self.assertLess(p.batch_exists_prefix([k.hex() for k in other]), 16)  # eviction happened
             check_rows(self, b.fetch(rb), rows_for("pin", 16))
-            self.assertEqual(len(b.tier._pins), 0)
+            self.assertEqual(b.tier.pinned_rows(), 0)
             b.finish(rb)
             # pinned, never promoted: released when the request finishes ...
             rb2 = b.request(keys)
             for k in keys:
                 b.tier.lookup(k, rb2.ctx)
             b.tier.on_schedule_end()
-            self.assertEqual(len(b.tier._pins), 16)
+            self.assertEqual(b.tier.pinned_rows(), 16)
             b.finish(rb2)
-            self.assertEqual(len(b.tier._pins), 0)
+            self.assertEqual(b.tier.pinned_rows(), 0)
             # ... or, the request still alive, after pin_max_age_s
             b.tier.pin_max_age_s = 0.2
             rb3 = b.request(keys)
             for k in keys:
                 b.tier.lookup(k, rb3.ctx)
             b.tier.on_schedule_end()
-            self.assertEqual(len(b.tier._pins), 16)
-            kvpt.wait_until(lambda: b.tier.on_schedule_end() or not b.tier._pins, 10, "the pins to age out")
+            self.assertEqual(b.tier.pinned_rows(), 16)
+            kvpt.wait_until(lambda: b.tier.on_schedule_end() or not b.tier.pinned_rows(), 10, "the pins to age out")
             self.assertEqual(b.tier.lookup(keys[0], rb3.ctx), vf.LookupResult.RETRY)  # probed again
             b.finish(rb3)
             b.step()
             self.assertEqual(sum(holds_by_pid(ag.pool).get(os.getpid(), [0])), 0)
+            a.shutdown()
+            b.shutdown()
+
+    def test_pins_outlive_their_request_while_loading(self):
+        """A request that finishes (aborted) while its load is in flight:
+        the rows being loaded stay pinned until the load ends, then go."""
+        import threading
+
+        with kvpt.Agent("--dram", "64M") as ag:
+            a, b = engine(ag.pool), engine(ag.pool)
+            keys = vf.request_keys("abort", 8)
+            ra = a.request(keys)
+            a.store(ra, rows_for("abort", 8))
+            a.finish(ra)
+            pool = b.tier._pool()
+            real, entered, gate = pool.batch_get, threading.Event(), threading.Event()
+
+            def gated(*args, **kw):  # the load waits here, in its io thread
+                entered.set()
+                gate.wait(30)
+                return real(*args, **kw)
+
+            pool.batch_get = gated
+            try:
+                rb = b.request(keys)
+                for k in keys:
+                    b.manager.lookup(k, rb.ctx)
+                b.step()  # probed and pinned
+                self.assertEqual([b.manager.lookup(k, rb.ctx) for k in keys], [vf.LookupResult.HIT_PENDING] * 8)
+                b.step()  # the promotion's load is submitted
+                kvpt.wait_until(entered.is_set, 10, "the load in its io thread")
+                b.tier.on_request_finished(rb.ctx)
+                self.assertEqual(b.tier.pinned_rows(), 8)
+                self.assertGreaterEqual(sum(holds_by_pid(ag.pool)[os.getpid()]), 8)
+            finally:
+                gate.set()
+            b.run(lambda: not b.manager.jobs, 10, "the load to end")
+            self.assertEqual(b.tier.pinned_rows(), 0)
+            self.assertEqual(sum(holds_by_pid(ag.pool).get(os.getpid(), [0])), 0)
+            del pool.batch_get
+            b.finish(rb)
             a.shutdown()
             b.shutdown()
 
