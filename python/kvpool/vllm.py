@@ -26,13 +26,14 @@ cascade of every stored block) and load jobs (tier -> primary, the
 promotion of a hit); get_finished_jobs() polled every step.  Every call
 runs on the scheduler thread and must not block it:
 
-- lookup() answers from a verdict table, a dict lookup.  A key not decided
-  yet is queued and answered RETRY (vLLM then defers the request a step and
-  keeps scanning its keys); at the end of the step (on_schedule_end) the
+- lookup() answers from the request's verdicts, dict lookups.  A key not
+  decided yet is queued and answered RETRY (vLLM then defers the request a
+  step and keeps scanning its keys); at the end of the step (on_schedule_end) the
   step's keys are probed in one kvp_batch_lookup_pin per request, so the
   next step answers HIT or MISS.  A HIT is pinned: it is neither evicted
-  nor freed until its load completes, or the requests that asked are
-  finished, or pin_max_age_s passes (a hit vLLM never promoted).
+  nor freed until its load completes, or its request finishes (with no
+  load of it in flight), or pin_max_age_s passes (a hit vLLM never
+  promoted).
 - submit_store()/submit_load() queue the job for io_threads worker threads
   (loads first), which copy whole rows between the primary rows and the
   pool with kvp_batch_put / kvp_batch_get on client handles of their own.
