@@ -614,9 +614,9 @@ trace_gen_events(struct trace *t, const struct trace_gen_cfg *g)
 	uint32_t i, c, p;
 	int rc = -ENOMEM;
 
-	if (!g->prompts || g->rate <= 0 || g->turns == 0 ||
-	    g->think_ms < 0 || g->tool_ms < 0 || g->sub_share < 0 ||
-	    g->sub_share > 1 || g->system_blocks > UINT32_MAX / 2 / g->prompts)
+	if (!g->prompts || g->rate <= 0 || g->turns == 0 || g->think_ms < 0 ||
+	    g->tool_ms < 0 || g->sub_share < 0 || g->sub_share > 1 ||
+	    g->system_blocks > UINT32_MAX / 2 / g->prompts)
 		return -EINVAL;
 	memset(&s, 0, sizeof(s));
 	s.g = g;
@@ -677,7 +677,6 @@ out:
 	free(sys);
 	return rc;
 }
-
 
 /*
  * RAG: [system][per-request prefix][doc][doc]...: a document's blocks
@@ -745,13 +744,11 @@ trace_gen_rag(struct trace *t, const struct trace_gen_cfg *g)
 		}
 		{
 			size_t cap = v->cap, need = g->system_blocks +
-						    (size_t)g->first_blocks +
-						    1;
+						    (size_t)g->first_blocks + 1;
 
 			for (k = 0; k < g->doc_k; k++)
 				need += doclen[pick[k]];
-			if (grow((void **)&v->ids, &cap, need,
-				 sizeof(*v->ids)))
+			if (grow((void **)&v->ids, &cap, need, sizeof(*v->ids)))
 				goto out;
 			v->cap = (uint32_t)cap;
 		}
@@ -1445,6 +1442,17 @@ const struct sim_policy sim_policies[] = {
 	  .fmax = 3 },
 	/* an oracle: orphans (parent not cached) first */
 	{ .name = "orphan", .band = 0.02, .probation = 2, .dead_first = true },
+	/* "cur" and a ghost set of 2 * cap evicted keys: a key put again
+	 * while in it is exempt from probation */
+	{ .name = "ghost", .band = 0.02, .probation = 2, .ghost = 2 },
+	/* and a stiffer probation (x8) for puts that are not a
+	 * continuation (the put's CONT bit: its hit prefix is >= half its
+	 * request) */
+	{ .name = "ghost-cont",
+	  .band = 0.02,
+	  .probation = 8,
+	  .ghost = 2,
+	  .cont = 0.5 },
 	{ .name = NULL },
 };
 
@@ -1462,10 +1470,10 @@ sim_policy_find(const char *name)
 int
 sim_policy_set(struct sim_policy *p, const char *kv)
 {
-	static const char *const keys[] = { "band",  "probation", "depth_w",
-					    "protect", "ghost", "admit",
-					    "small", "fmax", "dead_first",
-					    "freq_w", "cont" };
+	static const char *const keys[] = {
+		"band",  "probation", "depth_w",    "protect", "ghost", "admit",
+		"small", "fmax",      "dead_first", "freq_w",  "cont"
+	};
 	const char *eq = strchr(kv, '=');
 	char *e;
 	double v;
@@ -1946,8 +1954,8 @@ sim_s3fifo(struct trace *t, uint64_t cap, const struct sim_policy *p,
 			if (!cap)
 				continue;
 			/* a pass: band evictions, the S3-FIFO way */
-			for (e = 0; used + e == cap && e < band &&
-				    small.n + main.n;
+			for (e = 0;
+			     used + e == cap && e < band && small.n + main.n;
 			     e++) {
 				for (;;) {
 					uint32_t y;

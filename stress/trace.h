@@ -116,14 +116,14 @@ struct trace_gen_cfg {
 	double rate;            /* arrivals per second (Poisson) */
 	/* the other kinds (trace_gen_preset sets them; SESSIONS ignores
 	 * them but the scan) */
-	uint32_t prompts;   /* CHAT, AGENT: distinct shared prefixes */
-	double think_ms;    /* CHAT, AGENT: median think time, ms */
-	double tool_ms;     /* AGENT: mean tool call, ms */
-	double sub_share;   /* AGENT: steps that spawn sub-agents */
-	uint32_t docs;      /* RAG: documents */
-	uint32_t doc_k;     /* RAG: documents a request */
-	double follow_share; /* RAG: follow-ups of a recent request */
-	double scan_share;   /* any: one-pass scan requests */
+	uint32_t prompts;     /* CHAT, AGENT: distinct shared prefixes */
+	double think_ms;      /* CHAT, AGENT: median think time, ms */
+	double tool_ms;       /* AGENT: mean tool call, ms */
+	double sub_share;     /* AGENT: steps that spawn sub-agents */
+	uint32_t docs;        /* RAG: documents */
+	uint32_t doc_k;       /* RAG: documents a request */
+	double follow_share;  /* RAG: follow-ups of a recent request */
+	double scan_share;    /* any: one-pass scan requests */
 	uint32_t scan_blocks; /* their blocks after the system prompt */
 };
 
@@ -223,7 +223,10 @@ int sim_infinite(struct trace *t, struct sim_result *r);
  *               main.  FIFO order is the agent's (a sequence number at
  *               first sight, the deepest page of a request first).
  */
-enum sim_kind { SIM_RECENCY = 0, SIM_S3FIFO };
+enum sim_kind {
+	SIM_RECENCY = 0,
+	SIM_S3FIFO
+};
 
 struct sim_policy {
 	const char *name;
@@ -251,11 +254,12 @@ struct sim_policy {
 
 /* The candidates of the study (stress/trace_matrix), by name: "cur"
  * (agent/evict.c today), "lru-pass", "depth", "slru", "slru-ghost",
- * "tinylfu", "s3fifo", "orphan" ...; NULL-named at the end. */
+ * "tinylfu", "s3fifo", "orphan", "ghost", "ghost-cont"; NULL-named at the
+ * end (docs/performance.md, "Beyond LRU: the policy study"). */
 extern const struct sim_policy sim_policies[];
 const struct sim_policy *sim_policy_find(const char *name);
 /* Set one parameter from "key=value" (band, probation, depth_w, protect,
- * ghost, admit, small, fmax, dead_first): 0 or -EINVAL. */
+ * ghost, admit, small, fmax, dead_first, freq_w, cont): 0 or -EINVAL. */
 int sim_policy_set(struct sim_policy *p, const char *kv);
 
 int sim_policy(struct trace *t, uint64_t cap, const struct sim_policy *p,

@@ -146,9 +146,9 @@ run_trace(struct trace *t, const char *name, bool tune, struct summary *sm,
 		printf(" | %-14.14s", pols[k].name);
 	printf("\n");
 	for (si = 0; si < nsizes; si++) {
-		uint64_t cap = (uint64_t)((double)t->t_distinct * sizes[si] /
-						  100 +
-					  0.5);
+		uint64_t cap =
+			(uint64_t)((double)t->t_distinct * sizes[si] / 100 +
+				   0.5);
 		double l, b;
 
 		if ((rc = sim_lru(t, cap, &lru)) ||
@@ -166,13 +166,13 @@ run_trace(struct trace *t, const char *name, bool tune, struct summary *sm,
 
 			if ((rc = sim_policy(t, cap, &pols[k], &r)))
 				return rc;
-			v = chained ? sim_prefix_ratio(&r) : sim_block_ratio(&r);
+			v = chained ? sim_prefix_ratio(&r) :
+				      sim_block_ratio(&r);
 			ratio = l > 0 ? v / l : 1;
 			g = gap(v, l, b);
 			printf(" | %5.3fx %5.0f%% ", ratio, 100 * g);
 			if (md)
-				fprintf(md, " %.3fx, %.0f%% |", ratio,
-					100 * g);
+				fprintf(md, " %.3fx, %.0f%% |", ratio, 100 * g);
 			if (!sm->cells || ratio < sm->min_ratio[k])
 				sm->min_ratio[k] = ratio;
 			sm->sum_ratio[k] += ratio;
@@ -228,8 +228,16 @@ selected(const char *list, const char *name)
 int
 main(int argc, char **argv)
 {
-	enum { O_QUICK = 256, O_REQS, O_TRACE, O_LIMIT, O_TRACES, O_POLICY,
-	       O_SIZES, O_MD };
+	enum {
+		O_QUICK = 256,
+		O_REQS,
+		O_TRACE,
+		O_LIMIT,
+		O_TRACES,
+		O_POLICY,
+		O_SIZES,
+		O_MD
+	};
 	static const struct option lo[] = {
 		{ "quick", no_argument, NULL, O_QUICK },
 		{ "requests", required_argument, NULL, O_REQS },
@@ -277,7 +285,8 @@ main(int argc, char **argv)
 			break;
 		case O_POLICY:
 			if (add_policy(optarg)) {
-				fprintf(stderr, "trace_matrix: bad --policy %s\n",
+				fprintf(stderr,
+					"trace_matrix: bad --policy %s\n",
 					optarg);
 				goto bad;
 			}
@@ -393,7 +402,8 @@ main(int argc, char **argv)
 		printf("%-28s %8.3fx %8.3fx %8.0f%% %8.0f%%\n", pols[k].name,
 		       sm.min_ratio[k], mr, 100 * sm.min_gap[k], 100 * mg);
 		if (md)
-			fprintf(md, "| %s | %.3fx | %.3fx | %.0f%% | %.0f%% |\n",
+			fprintf(md,
+				"| %s | %.3fx | %.3fx | %.0f%% | %.0f%% |\n",
 				pols[k].name, sm.min_ratio[k], mr,
 				100 * sm.min_gap[k], 100 * mg);
 	}
