@@ -269,6 +269,9 @@ if [ $quick = 0 ]; then
 	bench "release/bench_start --quick" build/release/bench_start --quick
 	# the cache-quality replay (~30 s): RAN; wrong bytes read back fail it
 	bench "stress/trace_bench --quick (cache quality)" stress/trace_bench --quick
+	# the eviction policy study (~10 s): every generator at 5/10/25% through
+	# LRU, Belady and each candidate the pool can carry out
+	bench "release/trace_matrix --quick (policy study)" build/release/trace_matrix --quick
 	# the sglang adapter against the C calls it wraps (~15 s; wrong bytes fail it)
 	bench "stress/bench_sglang.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
 		"$PYTHON" stress/bench_sglang.py --quick
