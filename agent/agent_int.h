@@ -160,7 +160,7 @@ void kvp_hbm_stop_agent(struct kvp_agent *a);
 int kvp_cluster_start_agent(struct kvp_agent *a);
 void kvp_cluster_stop_agent(struct kvp_agent *a);
 /* kvpoold --ucx-probe HEX (the agent runs it, never a user): 0 if UCX
- * takes HEX as a worker address (cluster.c, "node entries") */
+ * takes HEX as a worker address (cluster_dir.c, "node entries") */
 int kvp_cluster_probe(const char *hex);
 
 /* log.c */
