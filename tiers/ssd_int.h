@@ -50,7 +50,7 @@
  *     latest record per key is probed a few records ahead (prefetch), and
  *     the owner is told the hashes ahead too (cfg.recover_prefetch).
  *  4. Space comes back one whole segment at a time, oldest first, after
- *     the owner's say (evict_cb), and never while records written to it
+ *     the owner's say (giveback_cb), and never while records written to it
  *     are queued, in flight or complete but not yet polled (a round can
  *     fill several segments: their records would be reported in a
  *     segment that is gone, after the owner's say was asked without
@@ -179,7 +179,7 @@ struct kvp_ssd {
 	struct kvp_sreq *done_head, *done_tail;
 	unsigned outstanding, queued;
 	struct kvp_ssd_stats st;
-	bool in_evict;
+	bool in_giveback;
 	/* records the reclaims of this write keep, written into the segment
 	 * it starts (kvp_seg_new) */
 	struct kvp_reins *reins;

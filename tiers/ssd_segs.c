@@ -298,7 +298,7 @@ kvp_reins_in_place(struct kvp_ssd *s, unsigned from)
 
 	for (k = from; k < s->nreins; k++)
 		if (s->cfg.reinsert_cb)
-			s->cfg.reinsert_cb(s->cfg.evict_arg, s->reins[k].tag,
+			s->cfg.reinsert_cb(s->cfg.giveback_arg, s->reins[k].tag,
 					   s->reins[k].old_loc,
 					   s->reins[k].old_loc);
 	kvp_reins_discard(s, from);
@@ -388,7 +388,7 @@ kvp_reins_flush(struct kvp_ssd *s, struct kvp_sseg *g, uint64_t need,
 			s->active->id, strerror(errno));
 	}
 	for (k = 0; k < s->nreins && s->cfg.reinsert_cb; k++)
-		s->cfg.reinsert_cb(s->cfg.evict_arg, s->reins[k].tag,
+		s->cfg.reinsert_cb(s->cfg.giveback_arg, s->reins[k].tag,
 				   s->reins[k].old_loc, s->reins[k].new_loc);
 	kvp_reins_discard(s, 0);
 }
@@ -446,11 +446,12 @@ kvp_make_room(struct kvp_ssd *s)
 			kvp_ssd_submit_agent(s);
 			return -EAGAIN;
 		}
-		s->in_evict = true;
-		veto = s->cfg.evict_cb ?
-			       s->cfg.evict_cb(s->cfg.evict_arg, s, g->id) :
+		s->in_giveback = true;
+		veto = s->cfg.giveback_cb ?
+			       s->cfg.giveback_cb(s->cfg.giveback_arg, s,
+						  g->id) :
 			       0;
-		s->in_evict = false;
+		s->in_giveback = false;
 		if (veto) {
 			/* the owner undid what it kept of this one */
 			kvp_reins_discard(s, mark);
@@ -531,7 +532,7 @@ kvp_ssd_reinsert_agent(struct kvp_ssd *s, const struct kvp_ssd_rec *r,
 	uint64_t len, vbytes, hblk, vblk;
 	bool ok;
 
-	if (!s->in_evict || !r || r->type != KVP_SSD_REC_VALUE || !r->vlen ||
+	if (!s->in_giveback || !r || r->type != KVP_SSD_REC_VALUE || !r->vlen ||
 	    !r->key || !r->klen || r->klen > KVP_SSD_KEY_MAX)
 		return -EINVAL;
 	g = kvp_seg_find(s, KVP_SSD_LOC_SEG(r->loc));
