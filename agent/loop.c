@@ -5,8 +5,9 @@
  * asked for, retries frees that waited for the allocator lock, repairs a
  * damaged page map, runs the eviction policy (evict.c), submits I/O and
  * wakes the clients it answered.  The thread loops on rounds, sleeping on
- * the h_evict_wake futex when idle; at stop it runs the flush (move.c).
- * The fuzz harness drives rounds directly.
+ * the h_evict_wake futex when idle; at stop it runs the flush (below:
+ * demotions and tombstones, move.c, between rounds).  The fuzz harness
+ * drives rounds directly.
  */
 #include "agent/tier_int.h"
 

@@ -2,11 +2,11 @@
 /*
  * move.c - moving values between tiers, and what keeps the disk honest:
  * demotion (a cold DRAM value written to SSD, copy first: its DRAM is
- * freed later by a relocation under CHECK, victim.c), tombstones (a value
- * with an SSD copy that leaves the index: the tombstone names the record
- * it deletes, I20), and the stop flush (every value only in DRAM written,
- * every pending tombstone written, at SIGTERM).  Promotions start in
- * rings.c (a whole read with room in DRAM) and complete in tier.c.
+ * freed later by a relocation under CHECK, victim.c), promotion (asked by
+ * rings.c: a whole read with room in DRAM), and tombstones (a value with
+ * an SSD copy that leaves the index: the tombstone names the record it
+ * deletes, I20).  Each op started here carries its completion, below
+ * (ops.c calls it); the stop flush that drives these is loop.c's.
  */
 #include "agent/tier_int.h"
 
