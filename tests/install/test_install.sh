@@ -85,7 +85,8 @@ var() { sed -n "s/^$1 = //p; s/^  $1 = //p" build.ninja | head -n1; }
 bindir=$(var bindir) libdir=$(var libdir) includedir=$(var includedir)
 pkgconfigdir=$(var pkgconfigdir) unitdir=$(var unitdir) sysconfdir=$(var sysconfdir)
 headers=$(var headers) python=$(var python)
-so_version=$(sed -n 's/^SO_VERSION=//p' configure)
+# configure computes it from kvpool.h's KVPOOL_VERSION_*: read what it wrote
+so_version=$(sed -n 's/.* --so-version=\([0-9.]*\) .*/\1/p' build.ninja | head -n1)
 [ -n "$bindir" ] && [ -n "$headers" ] && [ -n "$so_version" ] ||
 	die "build.ninja names no install directories (run ./configure)"
 
