@@ -24,6 +24,8 @@ struct kvp_agent_cfg {
 	uint32_t dram_low_pct;
 	char group[64]; /* "" = mode 0600 */
 	bool foreground;
+	bool verbose;           /* --verbose: debug log lines */
+	char log_file[4096];    /* --log FILE ("": the default place) */
 	bool keep_on_exit;      /* never unlink the segment on SIGTERM */
 	uint32_t reap_ms;       /* reaper period */
 	uint64_t stop_flush_ms; /* SIGTERM: write DRAM-only values to SSD for at

@@ -174,6 +174,9 @@ done
 # and mounts a hugetlbfs of its own; SKIP otherwise)
 run "release/hugepages: pool tests on 2 MiB pages" tests/agent/test_hugepages.sh
 run "structure: owners, includes, no cycles" tests/structure/test_structure.sh
+# kvpoold's flags are one table (agent/options.c): README's synopsis is
+# its output, and no doc gives kvpoold a flag the table lacks
+run "agent: README's kvpoold flags = agent/options.c" tests/agent/test_options_doc.sh
 # tiers/kvp_cuda.h (the runtime's ABI, written out) against the toolkit's
 # headers, and the emulated runtime's own checks (SKIP: no CUDA headers)
 run "gpu: tiers/kvp_cuda.h matches cuda_runtime_api.h" tests/gpu/test_cuda_abi.sh
