@@ -233,6 +233,8 @@ run "release/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 build/
 # observability: stat --json = /metrics (jq, promtool); a real Prometheus scrapes the agent
 run "release/obs stat --json matches /metrics" tests/obs/test_scrape_json.sh
 run "release/obs prometheus server scrapes kvpoold" tests/obs/test_prometheus.sh
+# the metrics are one table (agent/metrics_table.c): the doc's tables are its output
+run "release/obs docs/observability.md = the table of metrics" tests/obs/test_metrics_doc.sh
 # the remote tier: three nodes (network namespaces, a veth each), Redis
 # in one, UCX over TCP; the ASan+UBSan agents in the default run
 run "release/cluster: three nodes over UCX + Redis" tests/cluster/test_cluster.sh
