@@ -28,7 +28,6 @@ struct kvp_agent_cfg {
 	char log_file[4096];    /* --log FILE ("": the default place) */
 	bool keep_on_exit;      /* never unlink the segment on SIGTERM */
 	uint32_t reap_ms;       /* reaper period */
-	uint32_t evict_batch;   /* --evict-batch */
 	uint64_t stop_flush_ms; /* SIGTERM: write DRAM-only values to SSD for at
 				 * most this long (--stop-flush-secs; 0: no) */
 	/* SSD tier: ssd_dir[0] == 0 means DRAM only; ssd_dirs: every
