@@ -24,6 +24,8 @@ struct kvp_agent_cfg {
 	uint32_t dram_low_pct;
 	char group[64]; /* "" = mode 0600 */
 	bool foreground;
+	bool verbose;           /* --verbose: debug log lines */
+	char log_file[4096];    /* --log FILE ("": the default place) */
 	bool keep_on_exit;      /* never unlink the segment on SIGTERM */
 	uint32_t reap_ms;       /* reaper period */
 	uint64_t stop_flush_ms; /* SIGTERM: write DRAM-only values to SSD for at
@@ -225,8 +227,6 @@ struct kvp_metrics {
 	uint64_t collect_ns; /* how long the snapshot took */
 };
 extern const char *const kvp_tier_names[KVP_MTIERS];
-extern const char *const kvp_ctr_names[KVP_CTR__N];
-extern const char *const kvp_actr_names[KVP_ACTR_RETIRED0];
 /* pool: the caller's validated name (NULL: the header's copy, escaped
  * by every rendering anyway) */
 void kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
@@ -237,8 +237,16 @@ const char *kvp_metrics_pool_tty(const struct kvp_metrics *m, char *out,
 uint64_t kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h);
 uint64_t kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h,
 				   double q);
+/* agent/metrics_table.c: the table of metrics and what it makes */
 int kvp_metrics_prom(const struct kvp_metrics *m, FILE *f);
 void kvp_metrics_json(const struct kvp_metrics *m, FILE *f);
+/* the JSON name of client counter k (enum kvp_ctr), or of agent counter
+ * k (agent: enum kvp_actr) */
+const char *kvp_metrics_ctr_name(bool agent, unsigned k);
+/* docs/observability.md's tables of metrics and JSON names (kvpool stat
+ * --metrics-markdown); -EINVAL after saying on stderr what is wrong with
+ * the table */
+int kvp_metrics_markdown(FILE *f);
 /* enum kvp_drive_state as text (metrics.c) */
 const char *kvp_drive_state_name(unsigned st);
 void kvp_metrics_table(const struct kvp_metrics *m, FILE *f);
