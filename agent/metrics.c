@@ -23,8 +23,6 @@
 
 #include "agent/agent_int.h"
 
-const char *const kvp_tier_names[KVP_MTIERS] = { "DRAM", "SSD", "HBM" };
-
 /* enum kvp_ns_event's names (kvpool.h declares the list) */
 static const char *const kvp_nse_names[KVP_NSE__N] = {
 #define KVP__NSE_NAME(e, name) name,
@@ -334,40 +332,6 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 	m->collect_ns = kvp_now_ns(CLOCK_MONOTONIC) - t0;
 }
 
-uint64_t
-kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h)
-{
-	uint64_t n = 0;
-	unsigned b;
-
-	for (b = 0; b < KVP_HIST_BUCKETS; b++)
-		n += m->hist[h][b];
-	return n;
-}
-
-/* Latency at quantile q (0..1) of histogram h, in ns: the upper bound of
- * the bucket it falls in (0 when empty; the last bound for +Inf). */
-uint64_t
-kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q)
-{
-	uint64_t n = kvp_metrics_hist_count(m, h), seen = 0, want;
-	unsigned b;
-
-	if (!n)
-		return 0;
-	want = (uint64_t)ceil(q * (double)n);
-	if (want == 0)
-		want = 1;
-	for (b = 0; b < KVP_HIST_BUCKETS - 1; b++) {
-		seen += m->hist[h][b];
-		if (seen >= want)
-			break;
-	}
-	if (b == KVP_HIST_BUCKETS - 1)
-		b--;
-	return 1ull << (b + KVP_HIST_SHIFT);
-}
-
 /* ---- escaping what came from the segment ---- */
 
 /* For a terminal (kvpool stat, top, clients): control bytes and bytes
@@ -394,19 +358,6 @@ const char *
 kvp_metrics_pool_tty(const struct kvp_metrics *m, char *out, size_t cap)
 {
 	return kvp_tty_str(m->pool, sizeof(m->pool), out, cap);
-}
-
-static const char *const kvp_drive_state_names[] = {
-	"none", "ok", "full", "failed", "missing", "gone",
-};
-
-const char *
-kvp_drive_state_name(unsigned st)
-{
-	return st < sizeof(kvp_drive_state_names) /
-				       sizeof(kvp_drive_state_names[0]) ?
-		       kvp_drive_state_names[st] :
-		       "unknown";
 }
 
 /* ---- the human table (kvpool stat) ---- */

@@ -24,9 +24,62 @@
  * unique, a family's rows repeat over one thing.  A new metric is one row
  * here (and, for a new counter, its enum entry in shm/kvp_shm.h).
  */
+#include <math.h>
 #include <stddef.h>
 
 #include "agent/agent_int.h"
+
+const char *const kvp_tier_names[KVP_MTIERS] = { "DRAM", "SSD", "HBM" };
+
+/* The snapshot's histograms (the renderers here and metrics.c's table). */
+uint64_t
+kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h)
+{
+	uint64_t n = 0;
+	unsigned b;
+
+	for (b = 0; b < KVP_HIST_BUCKETS; b++)
+		n += m->hist[h][b];
+	return n;
+}
+
+/* Latency at quantile q (0..1) of histogram h, in ns: the upper bound of
+ * the bucket it falls in (0 when empty; the last bound for +Inf). */
+uint64_t
+kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q)
+{
+	uint64_t n = kvp_metrics_hist_count(m, h), seen = 0, want;
+	unsigned b;
+
+	if (!n)
+		return 0;
+	want = (uint64_t)ceil(q * (double)n);
+	if (want == 0)
+		want = 1;
+	for (b = 0; b < KVP_HIST_BUCKETS - 1; b++) {
+		seen += m->hist[h][b];
+		if (seen >= want)
+			break;
+	}
+	if (b == KVP_HIST_BUCKETS - 1)
+		b--;
+	return 1ull << (b + KVP_HIST_SHIFT);
+}
+
+/* enum kvp_drive_state as text (drives.c's log lines, the metrics): here,
+ * below metrics.c, which the CLI links too */
+static const char *const kvp_drive_state_names[] = {
+	"none", "ok", "full", "failed", "missing", "gone",
+};
+
+const char *
+kvp_drive_state_name(unsigned st)
+{
+	return st < sizeof(kvp_drive_state_names) /
+				       sizeof(kvp_drive_state_names[0]) ?
+		       kvp_drive_state_names[st] :
+		       "unknown";
+}
 
 /* enum kvp_cl_ctr: the remote tier's events (JSON keys, metric labels) */
 static const char *const kvp_cl_ctr_names[KVP_CLC__N] = {
