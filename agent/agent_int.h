@@ -24,6 +24,8 @@ struct kvp_agent_cfg {
 	uint32_t dram_low_pct;
 	char group[64]; /* "" = mode 0600 */
 	bool foreground;
+	bool verbose;           /* --verbose: debug log lines */
+	char log_file[4096];    /* --log FILE ("": the default place) */
 	bool keep_on_exit;      /* never unlink the segment on SIGTERM */
 	uint32_t reap_ms;       /* reaper period */
 	uint64_t stop_flush_ms; /* SIGTERM: write DRAM-only values to SSD for at
@@ -160,7 +162,7 @@ void kvp_hbm_stop_agent(struct kvp_agent *a);
 int kvp_cluster_start_agent(struct kvp_agent *a);
 void kvp_cluster_stop_agent(struct kvp_agent *a);
 /* kvpoold --ucx-probe HEX (the agent runs it, never a user): 0 if UCX
- * takes HEX as a worker address (cluster.c, "node entries") */
+ * takes HEX as a worker address (cluster_dir.c, "node entries") */
 int kvp_cluster_probe(const char *hex);
 
 /* log.c */
@@ -225,8 +227,6 @@ struct kvp_metrics {
 	uint64_t collect_ns; /* how long the snapshot took */
 };
 extern const char *const kvp_tier_names[KVP_MTIERS];
-extern const char *const kvp_ctr_names[KVP_CTR__N];
-extern const char *const kvp_actr_names[KVP_ACTR_RETIRED0];
 /* pool: the caller's validated name (NULL: the header's copy, escaped
  * by every rendering anyway) */
 void kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
@@ -237,8 +237,16 @@ const char *kvp_metrics_pool_tty(const struct kvp_metrics *m, char *out,
 uint64_t kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h);
 uint64_t kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h,
 				   double q);
+/* agent/metrics_table.c: the table of metrics and what it makes */
 int kvp_metrics_prom(const struct kvp_metrics *m, FILE *f);
 void kvp_metrics_json(const struct kvp_metrics *m, FILE *f);
+/* the JSON name of client counter k (enum kvp_ctr), or of agent counter
+ * k (agent: enum kvp_actr) */
+const char *kvp_metrics_ctr_name(bool agent, unsigned k);
+/* docs/observability.md's tables of metrics and JSON names (kvpool stat
+ * --metrics-markdown); -EINVAL after saying on stderr what is wrong with
+ * the table */
+int kvp_metrics_markdown(FILE *f);
 /* enum kvp_drive_state as text (metrics.c) */
 const char *kvp_drive_state_name(unsigned st);
 void kvp_metrics_table(const struct kvp_metrics *m, FILE *f);
@@ -264,6 +272,10 @@ void kvp_populate_meta_agent(struct kvp_agent *a);
 void kvp_populate_hold_agent(struct kvp_agent *a, bool hold);
 bool kvp_populate_pending_agent(const struct kvp_agent *a);
 void kvp_populate_stop_agent(struct kvp_agent *a);
+/* the units the DRAM watermarks are percentages of (the populated
+ * capacity), and whether use is above --dram-high */
+uint64_t kvp_dram_capacity_agent(const struct kvp_agent *a);
+bool kvp_dram_above_high_agent(const struct kvp_agent *a);
 
 /* agent/notify.c: sd_notify(3) messages ("READY=1", "STATUS=...",
  * "STOPPING=1") to NOTIFY_SOCKET when a service manager set it; a failure
@@ -271,9 +283,10 @@ void kvp_populate_stop_agent(struct kvp_agent *a);
 void kvp_notify_agent(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 
-/* agent/loop.c: the tier thread's round and its thread */
+/* agent/loop.c: the tier thread's round, its thread, the stop flush */
 bool kvp_tier_step_agent(struct kvp_agent *a, int wait_ms);
 void *kvp_tier_main_agent(void *arg);
+uint64_t kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns);
 
 /* agent/evict.c: eviction policy (oldest use first, deepest first within
  * a tick; DRAM watermarks, index-pressure hints, the index limit);
@@ -283,7 +296,6 @@ bool kvp_evict_cut_agent(struct kvp_agent *a, uint64_t cut);
 uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a,
 				   uint64_t want_free_pages, bool *stuck);
 bool kvp_ix_recount_agent(struct kvp_agent *a);
-bool kvp_dram_above_high_agent(const struct kvp_agent *a);
 void kvp_evict_free_agent(struct kvp_agent *a); /* the pass's scratch */
 
 /* agent/dram.c: the DRAM allocator from the agent's side */
@@ -294,22 +306,23 @@ uint64_t kvp_dram_free_agent(struct kvp_agent *a, uint32_t first, uint64_t slot,
 uint64_t kvp_dram_deferred_agent(struct kvp_agent *a);
 int kvp_dram_repair_agent(struct kvp_agent *a);
 
-/* agent/tier.c: the SSD tier's lifecycle and operations in flight */
+/* agent/tier.c: the SSD tier's lifecycle */
 int kvp_tier_open_agent(struct kvp_agent *a);
 void kvp_tier_close_agent(struct kvp_agent *a);
+
+/* agent/ops.c: operations in flight (busy slots) and the tier's state */
 bool kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot);
 bool kvp_tier_demoting_agent(struct kvp_agent *a);
 bool kvp_tier_demote_full_agent(struct kvp_agent *a);
 bool kvp_tier_write_failing_agent(struct kvp_agent *a);
 bool kvp_tier_write_deferred_agent(struct kvp_agent *a);
 
-/* agent/move.c: demotion, tombstones, the stop flush */
+/* agent/move.c: demotion, tombstones */
 unsigned kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot,
 			       uint64_t word);
 void kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 			   uint64_t vlen);
 bool kvp_tier_may_forget_agent(struct kvp_agent *a, uint64_t slot);
-uint64_t kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns);
 
 /* agent/staging.c: spans from the reaper's and the sweep's side */
 void kvp_span_release_client_agent(struct kvp_seg *s, uint32_t client);

@@ -177,7 +177,8 @@ kvp_drv_write_id(const char *dir, unsigned id)
 	return rc;
 }
 
-/* ---- callbacks from the stores: locations gain their drive's id ---- */
+/* ---- callbacks from the stores: locations gain their drive's id, then
+ * the owner's callback (struct kvp_drv_owner, handed over at open) ---- */
 
 static int
 kvp_drv_recover_cb(void *arg, const struct kvp_ssd_rec *r)
@@ -191,7 +192,7 @@ kvp_drv_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 	if (x.type == KVP_SSD_REC_TOMBSTONE && x.target)
 		x.target = KVP_DRV_LOC(d->id, r->target);
 	pthread_mutex_lock(&d->all->mu);
-	rc = kvp_recover_cb(d->all->a, &x);
+	rc = d->all->own->recover(d->all->a, &x);
 	pthread_mutex_unlock(&d->all->mu);
 	return rc;
 }
@@ -202,16 +203,16 @@ kvp_drv_recover_prefetch(void *arg, uint64_t hash)
 {
 	struct kvp_drive *d = arg;
 
-	kvp_recover_prefetch(d->all->a, hash);
+	d->all->own->prefetch(d->all->a, hash);
 }
 
 static int
-kvp_drv_evict_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
+kvp_drv_giveback_cb(void *arg, struct kvp_ssd *ssd, uint32_t seg)
 {
 	struct kvp_drive *d = arg;
 
 	(void)ssd;
-	return kvp_evict_segment_cb(d->all->a, d, seg);
+	return d->all->own->giveback(d->all->a, d, seg);
 }
 
 static void
@@ -219,9 +220,9 @@ kvp_drv_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc, uint64_t new_loc)
 {
 	struct kvp_drive *d = arg;
 
-	kvp_reinsert_cb(d->all->a, tag,
-			old_loc ? KVP_DRV_LOC(d->id, old_loc) : 0,
-			new_loc ? KVP_DRV_LOC(d->id, new_loc) : 0);
+	d->all->own->reinserted(d->all->a, tag,
+				old_loc ? KVP_DRV_LOC(d->id, old_loc) : 0,
+				new_loc ? KVP_DRV_LOC(d->id, new_loc) : 0);
 }
 
 struct kvp_drv_each {
@@ -403,7 +404,7 @@ kvp_drv_adopt_dirs(struct kvp_drives *dv)
 			    (uint64_t)d->ino != ino))
 			stale |= 1u << j;
 	}
-	lost = kvp_recover_drop_drives_agent(a, stale);
+	lost = dv->own->drop_drives(a, stale);
 	for (j = 0; j < KVP_SSD_DRIVES; j++) {
 		const struct kvp_drive *d = dv->by_id[j];
 		bool served = d && d->ssd;
@@ -430,7 +431,8 @@ kvp_drv_adopt_dirs(struct kvp_drives *dv)
 }
 
 int
-kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out)
+kvp_drv_open_agent(struct kvp_agent *a, const struct kvp_drv_owner *own,
+		   struct kvp_drives **out)
 {
 	struct kvp_drives *dv;
 	int ids[KVP_SSD_DRIVES];
@@ -443,6 +445,7 @@ kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out)
 	if (!dv)
 		return -ENOMEM;
 	dv->a = a;
+	dv->own = own;
 	dv->efd = -1;
 	pthread_mutex_init(&dv->mu, NULL);
 	dv->n = a->cfg.nssd_dirs ? a->cfg.nssd_dirs : 1;
@@ -476,8 +479,8 @@ kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out)
 		cfg.capacity_bytes = a->cfg.ssd_size;
 		cfg.durability = a->cfg.durability_strict ? KVP_SSD_STRICT :
 							    KVP_SSD_RELAXED;
-		cfg.evict_cb = kvp_drv_evict_cb;
-		cfg.evict_arg = d;
+		cfg.giveback_cb = kvp_drv_giveback_cb;
+		cfg.giveback_arg = d;
 		cfg.reinsert_pct = a->cfg.ssd_reinsert_pct;
 		cfg.reinsert_cb = kvp_drv_reinsert_cb;
 		cfg.recover_prefetch = kvp_drv_recover_prefetch;
@@ -543,7 +546,7 @@ kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out)
 			kvp_drv_set(dv, d, KVP_DRIVE_MISSING, why);
 			/* what it reported names a drive that serves
 			 * nothing: gone (I32) */
-			kvp_recover_drop_drives_agent(a, 1u << d->id);
+			dv->own->drop_drives(a, 1u << d->id);
 			/* relaxed: as in kvp_drv_adopt_dirs */
 			kvp_store_relaxed(&a->seg.hdr->h_drive_dir_dev[d->id],
 					  0);

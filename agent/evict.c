@@ -477,33 +477,6 @@ kvp_evict_plan_live(const struct kvp_evict *ev)
 }
 
 /*
- * The units the watermarks are percentages of (never read from the
- * segment): the whole arena while it is being populated (room is
- * coming: a put waits for it, nothing is evicted early because the pool
- * is young), what is populated once the populate stopped short
- * (populate.c: /dev/shm filled up).
- */
-static uint64_t
-kvp_evict_capacity(const struct kvp_agent *a)
-{
-	/* the agent's own frontier, never the segment's count (a client
-	 * can write dh_unpop_pages: it would make the agent evict early) */
-	if (!a->pop || kvp_populate_pending_agent(a))
-		return a->seg.g.g_dram_pages;
-	return a->pop_frontier;
-}
-
-/* Is DRAM use above the agent's own high watermark (--dram-high)? */
-bool
-kvp_dram_above_high_agent(const struct kvp_agent *a)
-{
-	/* relaxed: a heuristic; the allocator's counts decide */
-	uint64_t used = kvp_load_relaxed(&a->seg.dram->dh_used_mirror);
-
-	return used * 100 > kvp_evict_capacity(a) * a->cfg.dram_high_pct;
-}
-
-/*
  * Make room in the two full buckets of 'hash' (a putter's hint): CHECK
  * every removable slot there, one hold scan, remove one victim (a deleted
  * value first, then the oldest use, the deepest within a tick).
@@ -889,7 +862,7 @@ void
 kvp_dram_round_agent(struct kvp_agent *a)
 {
 	struct kvp_shm_header *h = a->seg.hdr;
-	uint64_t npages = kvp_evict_capacity(a);
+	uint64_t npages = kvp_dram_capacity_agent(a);
 	uint64_t want = npages - npages * a->cfg.dram_low_pct / 100, freed = 0,
 		 need;
 	bool stuck = false, kicked, ix_wake, ix_stuck;

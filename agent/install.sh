@@ -19,7 +19,10 @@
 # includes under INCLUDEDIR/kvpool, at their paths in the tree; kvpool.pc;
 # kvpoold, kvpool and kvpool-gpud (the HBM helper kvpoold starts from
 # its own directory); the systemd unit kvpoold@.service
-# (agent/kvpoold@.service.in with the directories filled in); the Python
+# (agent/kvpoold@.service.in with the directories filled in) and the
+# commented defaults of kvpoold's flags a pool's SYSCONFDIR/kvpool/POOL.conf
+# starts from (PREFIX/share/doc/kvpool/kvpoold.conf.example, written by
+# kvpoold --print-config from its table of flags); the Python
 # package (python/kvpool/*.py, when the tree has any) under
 # PYTHONDIR/kvpool, with _installed.py naming LIBDIR and BINDIR.  Files are
 # copied under a temporary name and renamed into place, so a running
@@ -193,6 +196,10 @@ EOF
 	sed -e "s|@bindir@|$bindir|g" -e "s|@sysconfdir@|$sysconfdir|g" \
 		agent/kvpoold@.service.in >"$tmp/kvpoold@.service"
 	inst 0644 "$tmp/kvpoold@.service" "$unitdir/kvpoold@.service"
+	# every flag with its default, commented (agent/options.c's table)
+	"$rel/kvpoold" --print-config >"$tmp/kvpoold.conf.example" ||
+		die "$rel/kvpoold --print-config failed"
+	inst 0644 "$tmp/kvpoold.conf.example" "$prefix/share/doc/kvpool/kvpoold.conf.example"
 	# the Python package, and where it finds the library and the agent
 	if [ -n "$python" ]; then
 		for f in $python; do

@@ -233,6 +233,7 @@ kvp_cli_usage(void)
 		"  exists KEY...      print 1/0 per key; exit 0 if all present\n"
 		"  del KEY            delete KEY\n"
 		"  stat [--json]      tiers, index, clients, operations, latency, counters\n"
+		"  stat --metrics-markdown  every metric and JSON key (docs/observability.md)\n"
 		"  clients            client slots: pid, start time, alive, holds, leases\n"
 		"  top [--count N] [--interval S]  rates, occupancy, hit ratio every S (1) s\n"
 		"  check [--wait MS]  verify the pool's invariants (read-only; agent up\n"
@@ -304,6 +305,11 @@ main(int argc, char **argv)
 		kvp__seg_unmap(&s);
 		return r.violations ? 1 : 0;
 	}
+	/* docs/observability.md's tables, from the table of metrics (no
+	 * pool needed) */
+	if (!strcmp(cmd, "stat") && optind + 1 == argc &&
+	    !strcmp(argv[optind], "--metrics-markdown"))
+		return kvp_metrics_markdown(stdout) ? 1 : 0;
 	if (!strcmp(cmd, "stat") || !strcmp(cmd, "clients") ||
 	    !strcmp(cmd, "top")) {
 		struct kvp_seg s;

@@ -6,92 +6,14 @@
  * restart), runs the evictor and the reaper.  Workers never talk to it on
  * the hot path: they share the segment.
  */
-#include <ctype.h>
-#include <getopt.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/sysinfo.h>
 
 #include "agent/agent_int.h"
+#include "agent/options.h"
 #include "tiers/kvp_ssd.h"
-
-static void
-kvp_usage(FILE *f)
-{
-	fprintf(f,
-		"usage: kvpoold [options]\n"
-		"  --pool NAME             pool name, 1-63 of [A-Za-z0-9_.-] (default: default);\n"
-		"                          segment /dev/shm/kvpool.NAME (or kvpool.NAME on\n"
-		"                          the hugetlbfs mount, --hugepages)\n"
-		"  --dram SIZE             DRAM tier size (default: 1/8 of RAM, at most half of\n"
-		"                          /dev/shm's free space, at least 64M)\n"
-		"  --index-entries N       most keys the index holds; cold ones leave it to make\n"
-		"                          room (default: one per --dram-unit of DRAM,\n"
-		"                          >= 65536, plus what --ssd-size (per drive) holds\n"
-		"                          of one-unit values; the index within 1/8 of RAM)\n"
-		"  --max-value SIZE        largest value (default 64M, at most the DRAM tier)\n"
-		"  --dram-unit SIZE        allocation unit, power of two 4K..4M (default 16K)\n"
-		"  --dram-high PCT         evict (demote) above this DRAM use (default 98;\n"
-		"                          0 with --dram-low 0: demote every value at once)\n"
-		"  --dram-low PCT          ... down to this (default 96)\n"
-		"  --max-clients N         client slots (default 128)\n"
-		"  --holds-per-client N    concurrent holds per client (default 65536:\n"
-		"                          16,384 pages of 4 objects pinned; 8 B each)\n"
-		"  --group G               share the segment with group G (mode 0660; default 0600)\n"
-		"  --reap-ms MS            reaper period (default 100)\n"
-		"  --ssd-dir DIR           SSD tier in DIR (default: none, DRAM only); repeat it,\n"
-		"                          one per drive (up to 16): values are spread over\n"
-		"                          them by key; with several, each DIR must exist (a\n"
-		"                          missing or failing one is reported, the others serve)\n"
-		"  --ssd-size SIZE         SSD capacity in on-disk bytes, per --ssd-dir\n"
-		"                          (default: no limit)\n"
-		"  --ssd-segment SIZE      SSD segment file size (default 256M)\n"
-		"  --ssd-reinsert PCT      when a segment is given back, rewrite the values read\n"
-		"                          since they were written at the head of the log, up\n"
-		"                          to PCT%% of a segment (default 25, 0..90; 0: drop)\n"
-		"  --staging SIZE          staging arena for SSD reads (default 64M)\n"
-		"  --staging-slot SIZE     staging slot (default 1M, at most staging/8)\n"
-		"  --durability MODE       relaxed (default) or strict (batch fdatasync; a\n"
-		"                          delete returns once its tombstone is durable)\n"
-		"  --stop-flush-secs N     on SIGTERM, write values only in DRAM to SSD for\n"
-		"                          at most N seconds (default 600; 0: drop them)\n"
-		"  --no-promote            SSD reads go through staging only, never into DRAM\n"
-		"  --max-pinned-per-client SIZE  cap on the bytes one client pins, in pinsets\n"
-		"                          and live leases together (default: none)\n"
-		"  --metrics-addr HOST:PORT  Prometheus /metrics endpoint (default 127.0.0.1:9464;\n"
-		"                          [::1]:PORT for IPv6, port 0 picks one, off disables)\n"
-		"  --hugepages MODE        auto (default): 2 MiB pages from a hugetlbfs mount\n"
-		"                          when its pool has room, else 4 KiB with a log line\n"
-		"                          saying how to enable them; on: 2 MiB or fail; off\n"
-		"  --hugetlbfs DIR         the hugetlbfs mount to use (default: the first\n"
-		"                          2 MiB one in /proc/self/mountinfo)\n"
-		"  --numa MODE             interleave (the default on a multi-node host), a\n"
-		"                          node number (bind the segment there), or off\n"
-		"  --populate-threads N    threads populating the segment behind the ready\n"
-		"                          agent (default: online CPUs, at most 8)\n"
-		"  --populate-rate SIZE    populate at most SIZE bytes/s (default: no limit)\n");
-	fprintf(f,
-		"  --hbm-gpu N             an HBM tier on CUDA device N (repeat: up to 8 GPUs;\n"
-		"                          a helper per GPU, kvpool-gpud, owns its pool)\n"
-		"  --hbm-size SIZE         the HBM pool of each GPU (default 1G)\n"
-		"  --cluster URL           share pages with other nodes: the directory,\n"
-		"                          redis://[:PASSWORD@]HOST:PORT (transfers: UCX)\n"
-		"  --cluster-password-file FILE  the directory's password (first line)\n"
-		"  --node NAME             this node in the cluster (default: the hostname)\n"
-		"  --cluster-ttl-ms N      membership and directory TTL (default 3000)\n"
-		"  --cluster-publish-ms N  publish changes of the index every N ms (default 20)\n"
-		"  --remote-lease-ms N     a peer's lease on a page it fetches (default 5000)\n"
-		"  --remote-timeout-ms N   a fetch gives up after N ms without progress (2000)\n"
-		"  --remote-buffer SIZE    receive buffer of remote fetches (default 64M)\n"
-		"  --keep                  never remove the segment on SIGTERM\n"
-		"  --foreground            do not daemonize; log to stderr\n"
-		"  --log FILE              log file when daemonized (default\n"
-		"                          /run/kvpool/kvpoold.NAME.log for root,\n"
-		"                          $XDG_RUNTIME_DIR/kvpool/kvpoold.NAME.log otherwise)\n"
-		"  --verbose               debug log lines\n"
-		"sizes take K, M, G, T suffixes (binary).\n");
-}
 
 /* The node's RAM (1 GiB if unknown). */
 static uint64_t
@@ -418,309 +340,25 @@ kvp_start_failed(struct kvp_agent *a)
 int
 main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "pool", required_argument, NULL, 'p' },
-		{ "dram", required_argument, NULL, 'd' },
-		{ "index-entries", required_argument, NULL, 'i' },
-		{ "max-value", required_argument, NULL, 'm' },
-		{ "dram-unit", required_argument, NULL, 'u' },
-		{ "dram-high", required_argument, NULL, 'H' },
-		{ "dram-low", required_argument, NULL, 'L' },
-		{ "max-clients", required_argument, NULL, 'c' },
-		{ "holds-per-client", required_argument, NULL, 'o' },
-		{ "group", required_argument, NULL, 'g' },
-		{ "reap-ms", required_argument, NULL, 'r' },
-		{ "keep", no_argument, NULL, 'k' },
-		{ "foreground", no_argument, NULL, 'f' },
-		{ "log", required_argument, NULL, 'l' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "ssd-dir", required_argument, NULL, 'S' },
-		{ "ssd-size", required_argument, NULL, 'Z' },
-		{ "ssd-segment", required_argument, NULL, 'G' },
-		{ "ssd-reinsert", required_argument, NULL, 'R' },
-		{ "staging", required_argument, NULL, 'T' },
-		{ "staging-slot", required_argument, NULL, 'U' },
-		{ "durability", required_argument, NULL, 'D' },
-		{ "no-promote", no_argument, NULL, 'P' },
-		{ "max-pinned-per-client", required_argument, NULL, 'X' },
-		{ "metrics-addr", required_argument, NULL, 'A' },
-		{ "stop-flush-secs", required_argument, NULL, 'F' },
-		{ "hugepages", required_argument, NULL, 1001 },
-		{ "hugetlbfs", required_argument, NULL, 1002 },
-		{ "numa", required_argument, NULL, 1003 },
-		{ "populate-threads", required_argument, NULL, 1004 },
-		{ "populate-rate", required_argument, NULL, 1005 },
-		{ "hbm-gpu", required_argument, NULL, 1006 },
-		{ "hbm-size", required_argument, NULL, 1007 },
-		{ "cluster", required_argument, NULL, 1010 },
-		{ "cluster-password-file", required_argument, NULL, 1011 },
-		{ "node", required_argument, NULL, 1012 },
-		{ "cluster-ttl-ms", required_argument, NULL, 1013 },
-		{ "cluster-publish-ms", required_argument, NULL, 1014 },
-		{ "remote-lease-ms", required_argument, NULL, 1015 },
-		{ "remote-timeout-ms", required_argument, NULL, 1016 },
-		{ "remote-buffer", required_argument, NULL, 1017 },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
 	static struct kvp_agent agent;
 	struct kvp_agent *a = &agent;
 	struct kvp_agent_cfg *cfg = &a->cfg;
-	const char *logfile = NULL;
-	char logpath[1024], shmname[KVP_POOL_NAME_MAX + 16];
+	char logpath[sizeof(cfg->log_file) + 64];
 	pthread_t evictor, reaper;
 	struct sigaction sa;
 	sigset_t stopset, waitset;
-	int opt, optidx = 0, rc, logfd = -1, ready[2] = { -1, -1 };
-	unsigned k;
-	uint64_t v;
+	int rc, logfd = -1, ready[2] = { -1, -1 };
 
 	/* the agent's own probe of a peer's worker address (cluster.c): a
 	 * process of its own, so a UCX abort on the address ends only it;
 	 * _exit: nothing of it is left to flush or check */
 	if (argc == 3 && !strcmp(argv[1], "--ucx-probe"))
 		_exit(kvp_cluster_probe(argv[2]));
-	snprintf(cfg->pool, sizeof(cfg->pool), "default");
-	cfg->numa = KVP_NUMA_DEFAULT;
-	cfg->dram_unit = 16u << 10;
-	cfg->max_value = 64ull << 20;
-	cfg->max_clients = 128;
-	cfg->holds_per_client = 65536;
-	cfg->dram_high_pct = 98;
-	cfg->dram_low_pct = 96;
-	cfg->reap_ms = 100;
-	cfg->stop_flush_ms = 600 * 1000;
-	cfg->hbm_bytes = 1ull << 30;
-	cfg->ssd_reinsert_pct = 25;
-	cfg->cluster_ttl_ms = 3000;
-	cfg->cluster_publish_ms = 20;
-	cfg->remote_lease_ms = 5000;
-	cfg->remote_timeout_ms = 2000;
-	cfg->remote_buffer = 64ull << 20;
-	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr),
-		 "127.0.0.1:9464");
-	while ((opt = getopt_long(argc, argv, "h", opts, &optidx)) != -1) {
-		bool bad = false;
-
-		switch (opt) {
-		case 'p':
-			/* validated before any path is built from it (the
-			 * segment's, the log's) */
-			bad = kvp_shm_name(optarg, shmname, sizeof(shmname)) !=
-			      0;
-			snprintf(cfg->pool, sizeof(cfg->pool), "%s", optarg);
-			break;
-		case 'd':
-			bad = kvp_parse_size(optarg, &cfg->dram_bytes) != 0;
-			break;
-		case 'i':
-			bad = kvp_parse_size(optarg, &cfg->index_entries) != 0;
-			break;
-		case 'm':
-			bad = kvp_parse_size(optarg, &cfg->max_value) != 0;
-			break;
-		case 'u':
-			bad = kvp_parse_size(optarg, &cfg->dram_unit) != 0 ||
-			      cfg->dram_unit < 4096 ||
-			      cfg->dram_unit > (4u << 20) ||
-			      (cfg->dram_unit & (cfg->dram_unit - 1));
-			break;
-		case 'H':
-			bad = kvp_parse_size(optarg, &v) || v > 100;
-			cfg->dram_high_pct = (uint32_t)v;
-			break;
-		case 'L':
-			bad = kvp_parse_size(optarg, &v) || v > 99;
-			cfg->dram_low_pct = (uint32_t)v;
-			break;
-		case 'c':
-			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 65534;
-			cfg->max_clients = (uint32_t)v;
-			break;
-		case 'o':
-			bad = kvp_parse_size(optarg, &v) || v < 16 ||
-			      v > (1u << 20);
-			cfg->holds_per_client = (uint32_t)v;
-			break;
-		case 'g':
-			snprintf(cfg->group, sizeof(cfg->group), "%s", optarg);
-			break;
-		case 'r':
-			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 1000;
-			cfg->reap_ms = (uint32_t)v;
-			break;
-		case 'S':
-			bad = strlen(optarg) >= sizeof(cfg->ssd_dir) ||
-			      !*optarg || cfg->nssd_dirs >= 16;
-			for (k = 0; !bad && k < cfg->nssd_dirs; k++)
-				bad = strcmp(cfg->ssd_dirs[k], optarg) == 0;
-			if (bad)
-				break;
-			snprintf(cfg->ssd_dirs[cfg->nssd_dirs++],
-				 sizeof(cfg->ssd_dirs[0]), "%s", optarg);
-			if (!cfg->ssd_dir[0])
-				snprintf(cfg->ssd_dir, sizeof(cfg->ssd_dir),
-					 "%s", optarg);
-			break;
-		case 'Z':
-			bad = kvp_parse_size(optarg, &cfg->ssd_size) != 0;
-			break;
-		case 'G':
-			bad = kvp_parse_size(optarg, &cfg->ssd_segment) != 0;
-			break;
-		case 'R':
-			bad = kvp_parse_size(optarg, &v) || v > 90;
-			cfg->ssd_reinsert_pct = (uint32_t)v;
-			break;
-		case 'T':
-			bad = kvp_parse_size(optarg, &cfg->staging_bytes) != 0;
-			break;
-		case 'U':
-			bad = kvp_parse_size(optarg, &cfg->staging_slot) != 0 ||
-			      cfg->staging_slot < 4096 ||
-			      cfg->staging_slot % 4096;
-			break;
-		case 'D':
-			bad = strcmp(optarg, "relaxed") &&
-			      strcmp(optarg, "strict");
-			cfg->durability_strict = !strcmp(optarg, "strict");
-			break;
-		case 'P':
-			cfg->no_promote = true;
-			break;
-		case 'X':
-			bad = kvp_parse_size(optarg, &cfg->max_pinned) != 0;
-			break;
-		case 'A':
-			bad = strlen(optarg) >= sizeof(cfg->metrics_addr) ||
-			      !*optarg;
-			snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr),
-				 "%s", optarg);
-			cfg->metrics_addr_given = true;
-			break;
-		case 'F':
-			bad = kvp_parse_size(optarg, &v) || v > 86400;
-			cfg->stop_flush_ms = v * 1000;
-			break;
-		case 1001:
-			cfg->hugepages = !strcmp(optarg, "on")  ? KVP_HUGE_ON :
-					 !strcmp(optarg, "off") ? KVP_HUGE_OFF :
-								  KVP_HUGE_AUTO;
-			bad = strcmp(optarg, "on") && strcmp(optarg, "off") &&
-			      strcmp(optarg, "auto");
-			break;
-		case 1002:
-			bad = strlen(optarg) >= sizeof(cfg->hugetlbfs) ||
-			      optarg[0] != '/';
-			snprintf(cfg->hugetlbfs, sizeof(cfg->hugetlbfs), "%s",
-				 optarg);
-			break;
-		case 1003:
-			if (!strcmp(optarg, "interleave"))
-				cfg->numa = KVP_NUMA_INTERLEAVE;
-			else if (!strcmp(optarg, "off"))
-				cfg->numa = KVP_NUMA_OFF;
-			else {
-				bad = kvp_parse_size(optarg, &v) || v > 1023;
-				cfg->numa = (int)v;
-			}
-			break;
-		case 1004:
-			bad = kvp_parse_size(optarg, &v) || v < 1 || v > 16;
-			cfg->populate_threads = (uint32_t)v;
-			break;
-		case 1005:
-			bad = kvp_parse_size(optarg, &cfg->populate_rate) != 0;
-			break;
-		case 1006: {
-			char *end = NULL;
-			long d = strtol(optarg, &end, 10);
-
-			bad = !end || *end || d < 0 || d > 1023 ||
-			      cfg->nhbm >= KVP_GPU_MAX;
-			if (!bad)
-				cfg->hbm_gpu[cfg->nhbm++] = (int)d;
-			break;
-		}
-		case 1007:
-			bad = kvp_parse_size(optarg, &cfg->hbm_bytes) != 0 ||
-			      cfg->hbm_bytes < (1u << 20);
-			break;
-		case 1010:
-			bad = strlen(optarg) >= sizeof(cfg->cluster_url) ||
-			      strncmp(optarg, "redis://", 8) != 0;
-			if (!bad)
-				snprintf(cfg->cluster_url,
-					 sizeof(cfg->cluster_url), "%s",
-					 optarg);
-			break;
-		case 1011:
-			bad = strlen(optarg) >= sizeof(cfg->cluster_pwfile);
-			if (!bad)
-				snprintf(cfg->cluster_pwfile,
-					 sizeof(cfg->cluster_pwfile), "%s",
-					 optarg);
-			break;
-		case 1012: {
-			size_t i, n = strlen(optarg);
-
-			bad = n == 0 || n >= sizeof(cfg->node);
-			for (i = 0; i < n && !bad; i++)
-				bad = !(isalnum((unsigned char)optarg[i]) ||
-					strchr("_.-", optarg[i]));
-			if (!bad)
-				snprintf(cfg->node, sizeof(cfg->node), "%s",
-					 optarg);
-			break;
-		}
-		case 1013:
-		case 1014:
-		case 1015:
-		case 1016: {
-			uint32_t *f = opt == 1013 ? &cfg->cluster_ttl_ms :
-				      opt == 1014 ? &cfg->cluster_publish_ms :
-				      opt == 1015 ? &cfg->remote_lease_ms :
-						    &cfg->remote_timeout_ms;
-
-			bad = kvp_parse_size(optarg, &v) || v < 1 ||
-			      v > 3600 * 1000;
-			*f = (uint32_t)v;
-			break;
-		}
-		case 1017:
-			bad = kvp_parse_size(optarg, &cfg->remote_buffer) ||
-			      cfg->remote_buffer < (1u << 20) ||
-			      cfg->remote_buffer > (64ull << 30);
-			break;
-		case 'k':
-			cfg->keep_on_exit = true;
-			break;
-		case 'f':
-			cfg->foreground = true;
-			break;
-		case 'l':
-			logfile = optarg;
-			break;
-		case 'v':
-			kvp_log_set_level(KVP_LOG_DEBUG);
-			break;
-		case 'h':
-			kvp_usage(stdout);
-			return 0;
-		default:
-			kvp_usage(stderr);
-			return 2;
-		}
-		if (bad) {
-			fprintf(stderr, "kvpoold: bad value '%s' for --%s\n",
-				optarg, opts[optidx].name);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		kvp_usage(stderr);
-		return 2;
-	}
+	rc = kvp_opts_parse(argc, argv, cfg);
+	if (rc >= 0)
+		return rc;
+	if (cfg->verbose)
+		kvp_log_set_level(KVP_LOG_DEBUG);
 	if (!cfg->dram_bytes)
 		cfg->dram_bytes = kvp_default_dram();
 	cfg->dram_bytes -= cfg->dram_bytes % cfg->dram_unit;
@@ -735,7 +373,7 @@ main(int argc, char **argv)
 		cfg->max_value = cfg->dram_bytes;
 	if (cfg->ssd_dir[0]) {
 		if (!cfg->staging_bytes)
-			cfg->staging_bytes = 64ull << 20;
+			cfg->staging_bytes = kvp_opts_default("staging");
 		if (!cfg->staging_slot)
 			cfg->staging_slot =
 				cfg->staging_bytes / 8 < (1u << 20) ?
@@ -766,8 +404,9 @@ main(int argc, char **argv)
 		pid_t pid;
 		char byte;
 
-		logfd = kvp_log_open(cfg->pool, logfile, logpath,
-				     sizeof(logpath));
+		logfd = kvp_log_open(cfg->pool,
+				     cfg->log_file[0] ? cfg->log_file : NULL,
+				     logpath, sizeof(logpath));
 		if (logfd < 0)
 			return 1;
 		if (pipe(ready) < 0)

@@ -5,8 +5,9 @@
  * asked for, retries frees that waited for the allocator lock, repairs a
  * damaged page map, runs the eviction policy (evict.c), submits I/O and
  * wakes the clients it answered.  The thread loops on rounds, sleeping on
- * the h_evict_wake futex when idle; at stop it runs the flush (move.c).
- * The fuzz harness drives rounds directly.
+ * the h_evict_wake futex when idle; at stop it runs the flush (below:
+ * demotions and tombstones, move.c, between rounds).  The fuzz harness
+ * drives rounds directly.
  */
 #include "agent/tier_int.h"
 
@@ -90,6 +91,122 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 		kvp_complete(a, &cq[k]);
 	kvp_wake_clients(a);
 	return true;
+}
+
+/* What a stop flush still has to do: READY values only in DRAM, and
+ * deleted values with an SSD copy but no tombstone. */
+static uint64_t
+kvp_flush_left(struct kvp_agent *a, uint64_t *tombs)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t i, n = 0;
+
+	*tombs = 0;
+	for (i = 0; i < s->g.g_index_slots; i++) {
+		/* acquire: pairs with the publish CAS */
+		uint64_t w = kvp_load_acquire(&s->meta[i]);
+		const struct kvp_entry *e = &s->entries[i];
+
+		/* relaxed: this thread writes locations */
+		if (KVP_IX_STATE(w) == KVP_IX_READY &&
+		    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) ==
+			    KVP_TIER_DRAM &&
+		    !kvp_load_relaxed(&e->e_ssd))
+			n++;
+		else if (KVP_IX_STATE(w) == KVP_IX_DELETED &&
+			 kvp_load_relaxed(&e->e_ssd) && !a->tier->tombed[i])
+			(*tombs)++;
+	}
+	*tombs += a->tier->nlater; /* queued but not yet taken by the store */
+	return n;
+}
+
+/*
+ * A clean stop with an SSD tier (SIGTERM, --stop-flush-secs): every READY
+ * value that lives only in DRAM is written to SSD and every deleted value
+ * with an SSD copy gets its tombstone, so that a restart, with or without
+ * the segment, finds exactly the keys and latest values the pool had.
+ * Held values are written too (a hold keeps bytes from being freed, not
+ * from being read); requests keep being served meanwhile (each wait is a
+ * round of the tier thread).  Bounded by deadline_ns (CLOCK_MONOTONIC).
+ * Returns the number of values and tombstones left unwritten.
+ */
+uint64_t
+kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	uint64_t i, written = 0, tombs = 0, left = 0, ltombs = 0,
+		    t0 = kvp_now_ns(CLOCK_MONOTONIC);
+	unsigned pass;
+
+	if (!t)
+		return 0;
+	for (pass = 0; pass < 4; pass++) {
+		for (i = 0; i < s->g.g_index_slots; i++) {
+			/* acquire: pairs with the publish CAS */
+			uint64_t w = kvp_load_acquire(&s->meta[i]);
+			struct kvp_entry *e = &s->entries[i];
+			unsigned st = KVP_IX_STATE(w);
+
+			if (kvp_now_ns(CLOCK_MONOTONIC) >= deadline_ns)
+				goto out;
+			if (st == KVP_IX_DELETED) {
+				/* relaxed: this thread writes SSD locations */
+				uint64_t ssd = kvp_load_relaxed(&e->e_ssd);
+
+				if (!ssd || t->tombed[i] || t->busy[i])
+					/* busy: a demotion; next pass */
+					continue;
+				while (t->nfree < 2 &&
+				       kvp_now_ns(CLOCK_MONOTONIC) <
+					       deadline_ns)
+					kvp_tier_step_agent(a, 1);
+				tombs += kvp_tomb_queue(a, i, ssd, NULL, 0) ==
+					 0;
+				continue;
+			}
+			/* relaxed: stable while READY; this thread moves it */
+			if (st != KVP_IX_READY ||
+			    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) !=
+				    KVP_TIER_DRAM ||
+			    kvp_load_relaxed(&e->e_ssd) || t->busy[i])
+				continue;
+			while ((kvp_tier_demote_full_agent(a) ||
+				t->nfree < 2) &&
+			       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
+				kvp_tier_step_agent(a, 1);
+			if (kvp_tier_write_failing_agent(a)) {
+				kvp_log(KVP_LOG_ERROR, "ssd",
+					"stop: SSD writes fail: values only "
+					"in DRAM are lost");
+				goto out;
+			}
+			written += kvp_tier_demote_agent(a, i, w);
+		}
+		/* let every write land (and the evictor relocate) */
+		while (kvp_drv_outstanding_agent(t->ssd) &&
+		       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
+			kvp_tier_step_agent(a, 5);
+		if (!kvp_flush_left(a, &ltombs) && !ltombs)
+			break;
+	}
+out:
+	while ((kvp_drv_outstanding_agent(t->ssd) || t->nlater) &&
+	       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
+		kvp_tier_step_agent(a, 5);
+	left = kvp_flush_left(a, &ltombs);
+	kvp_log(left || ltombs ? KVP_LOG_WARN : KVP_LOG_INFO, "ssd",
+		"stop: %llu values written "
+		"to SSD and %llu tombstones in %.2f s; %llu values and %llu tombstones left "
+		"unwritten%s",
+		(unsigned long long)written, (unsigned long long)tombs,
+		(double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9,
+		(unsigned long long)left, (unsigned long long)ltombs,
+		left || ltombs ?
+			" (deadline, SSD full or failing, or values still being put)" :
+			"");
+	return left + ltombs;
 }
 
 /* The tier thread.  On stop, with an SSD tier, it flushes (above). */

@@ -2,13 +2,21 @@
 /*
  * move.c - moving values between tiers, and what keeps the disk honest:
  * demotion (a cold DRAM value written to SSD, copy first: its DRAM is
- * freed later by a relocation under CHECK, victim.c), tombstones (a value
- * with an SSD copy that leaves the index: the tombstone names the record
- * it deletes, I20), and the stop flush (every value only in DRAM written,
- * every pending tombstone written, at SIGTERM).  Promotions start in
- * rings.c (a whole read with room in DRAM) and complete in tier.c.
+ * freed later by a relocation under CHECK, victim.c), promotion (asked by
+ * rings.c: a whole read with room in DRAM), and tombstones (a value with
+ * an SSD copy that leaves the index: the tombstone names the record it
+ * deletes, I20).  Each op started here carries its completion, below
+ * (ops.c calls it); the stop flush that drives these is loop.c's.
  */
 #include "agent/tier_int.h"
+
+/* completions of the ops started here (ops.c calls them) */
+static void kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op,
+				 const struct kvp_ssd_cqe *cq);
+static void kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
+				const struct kvp_ssd_cqe *cq);
+static void kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op,
+			      const struct kvp_ssd_cqe *cq);
 
 /* The key of an entry this thread owns (READY or under CHECK). */
 uint64_t
@@ -113,7 +121,7 @@ kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
 	if (klen == 0 || klen > KVP_KEY_MAX)
 		goto fail;
 	rc = -EBUSY;
-	op = kvp_top_get(t, TOP_TOMB, &tag);
+	op = kvp_top_get(t, TOP_TOMB, kvp_complete_tomb, &tag);
 	if (!op)
 		goto fail;
 	op->slot = slot;
@@ -253,7 +261,7 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM || klen == 0 ||
 	    klen > KVP_KEY_MAX || vlen > kvp_drv_max_value_agent(t->ssd))
 		return 0;
-	op = kvp_top_get(t, TOP_DEMOTE, &tag);
+	op = kvp_top_get(t, TOP_DEMOTE, kvp_complete_demote, &tag);
 	if (!op)
 		return 0;
 	op->slot = slot;
@@ -343,120 +351,19 @@ kvp_tier_forget_agent(struct kvp_agent *a, uint64_t slot, uint64_t ssd_loc,
 	a->tier->tombed[slot] = KVP_TOMB_NONE; /* the slot is emptied next */
 }
 
-/* What a stop flush still has to do: READY values only in DRAM, and
- * deleted values with an SSD copy but no tombstone. */
-static uint64_t
-kvp_flush_left(struct kvp_agent *a, uint64_t *tombs)
+/* The key a read must find in the record's header: a location that names
+ * another key's record (or an older value of this key's slot) is then
+ * -EBADMSG, never someone else's bytes.  The entry's key is stable while
+ * the read is in flight (the slot is busy: not removable). */
+void
+kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd)
 {
-	struct kvp_seg *s = &a->seg;
-	uint64_t i, n = 0;
+	/* relaxed: written before the READY publish, stable while READY */
+	uint64_t klen = kvp_load_relaxed(&e->e_klen);
 
-	*tombs = 0;
-	for (i = 0; i < s->g.g_index_slots; i++) {
-		/* acquire: pairs with the publish CAS */
-		uint64_t w = kvp_load_acquire(&s->meta[i]);
-		const struct kvp_entry *e = &s->entries[i];
-
-		/* relaxed: this thread writes locations */
-		if (KVP_IX_STATE(w) == KVP_IX_READY &&
-		    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) ==
-			    KVP_TIER_DRAM &&
-		    !kvp_load_relaxed(&e->e_ssd))
-			n++;
-		else if (KVP_IX_STATE(w) == KVP_IX_DELETED &&
-			 kvp_load_relaxed(&e->e_ssd) && !a->tier->tombed[i])
-			(*tombs)++;
-	}
-	*tombs += a->tier->nlater; /* queued but not yet taken by the store */
-	return n;
-}
-
-/*
- * A clean stop with an SSD tier (SIGTERM, --stop-flush-secs): every READY
- * value that lives only in DRAM is written to SSD and every deleted value
- * with an SSD copy gets its tombstone, so that a restart, with or without
- * the segment, finds exactly the keys and latest values the pool had.
- * Held values are written too (a hold keeps bytes from being freed, not
- * from being read); requests keep being served meanwhile (each wait is a
- * round of the tier thread).  Bounded by deadline_ns (CLOCK_MONOTONIC).
- * Returns the number of values and tombstones left unwritten.
- */
-uint64_t
-kvp_tier_flush_agent(struct kvp_agent *a, uint64_t deadline_ns)
-{
-	struct kvp_seg *s = &a->seg;
-	struct kvp_tier *t = a->tier;
-	uint64_t i, written = 0, tombs = 0, left = 0, ltombs = 0,
-		    t0 = kvp_now_ns(CLOCK_MONOTONIC);
-	unsigned pass;
-
-	if (!t)
-		return 0;
-	for (pass = 0; pass < 4; pass++) {
-		for (i = 0; i < s->g.g_index_slots; i++) {
-			/* acquire: pairs with the publish CAS */
-			uint64_t w = kvp_load_acquire(&s->meta[i]);
-			struct kvp_entry *e = &s->entries[i];
-			unsigned st = KVP_IX_STATE(w);
-
-			if (kvp_now_ns(CLOCK_MONOTONIC) >= deadline_ns)
-				goto out;
-			if (st == KVP_IX_DELETED) {
-				/* relaxed: this thread writes SSD locations */
-				uint64_t ssd = kvp_load_relaxed(&e->e_ssd);
-
-				if (!ssd || t->tombed[i] || t->busy[i])
-					/* busy: a demotion; next pass */
-					continue;
-				while (t->nfree < 2 &&
-				       kvp_now_ns(CLOCK_MONOTONIC) <
-					       deadline_ns)
-					kvp_tier_step_agent(a, 1);
-				tombs += kvp_tomb_queue(a, i, ssd, NULL, 0) ==
-					 0;
-				continue;
-			}
-			/* relaxed: stable while READY; this thread moves it */
-			if (st != KVP_IX_READY ||
-			    KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) !=
-				    KVP_TIER_DRAM ||
-			    kvp_load_relaxed(&e->e_ssd) || t->busy[i])
-				continue;
-			while ((kvp_tier_demote_full_agent(a) ||
-				t->nfree < 2) &&
-			       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
-				kvp_tier_step_agent(a, 1);
-			if (kvp_tier_write_failing_agent(a)) {
-				kvp_log(KVP_LOG_ERROR, "ssd",
-					"stop: SSD writes fail: values only "
-					"in DRAM are lost");
-				goto out;
-			}
-			written += kvp_tier_demote_agent(a, i, w);
-		}
-		/* let every write land (and the evictor relocate) */
-		while (kvp_drv_outstanding_agent(t->ssd) &&
-		       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
-			kvp_tier_step_agent(a, 5);
-		if (!kvp_flush_left(a, &ltombs) && !ltombs)
-			break;
-	}
-out:
-	while ((kvp_drv_outstanding_agent(t->ssd) || t->nlater) &&
-	       kvp_now_ns(CLOCK_MONOTONIC) < deadline_ns)
-		kvp_tier_step_agent(a, 5);
-	left = kvp_flush_left(a, &ltombs);
-	kvp_log(left || ltombs ? KVP_LOG_WARN : KVP_LOG_INFO, "ssd",
-		"stop: %llu values written "
-		"to SSD and %llu tombstones in %.2f s; %llu values and %llu tombstones left "
-		"unwritten%s",
-		(unsigned long long)written, (unsigned long long)tombs,
-		(double)(kvp_now_ns(CLOCK_MONOTONIC) - t0) / 1e9,
-		(unsigned long long)left, (unsigned long long)ltombs,
-		left || ltombs ?
-			" (deadline, SSD full or failing, or values still being put)" :
-			"");
-	return left + ltombs;
+	rd->ns = kvp_load_relaxed(&e->e_ns);
+	rd->klen = klen <= KVP_KEY_MAX ? (uint32_t)klen : 0;
+	rd->key = rd->klen ? (const void *)e->e_key : NULL;
 }
 
 /*
@@ -482,7 +389,7 @@ kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w,
 
 	if (a->cfg.no_promote || kvp_dram_above_high_agent(a))
 		return false;
-	op = kvp_top_get(t, TOP_PROMOTE, &tag);
+	op = kvp_top_get(t, TOP_PROMOTE, kvp_complete_promote, &tag);
 	if (!op)
 		return false;
 	if (kvp_dram_alloc_until(s, vlen, slot, (uint32_t)gen, &first, 0)) {
@@ -517,9 +424,11 @@ kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w,
 /* A promotion completed: the DRAM copy is whole, so the location
  * switches to it (release: the bytes before the location; same
  * generation, the slot busy until now); on an error its runs go. */
-void
-kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op, int status)
+static void
+kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op,
+		     const struct kvp_ssd_cqe *cq)
 {
+	int status = cq->status;
 	struct kvp_seg *s = &a->seg;
 	unsigned k;
 
@@ -548,7 +457,7 @@ kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op, int status)
  * freed by a later relocation under CHECK, victim.c); strict deletes that
  * waited for it get their tombstone now.  A failed write makes eviction
  * drop instead of demote for a second. */
-void
+static void
 kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
 		    const struct kvp_ssd_cqe *cq)
 {
@@ -598,9 +507,11 @@ kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
  * takes it.  A failed write is not tried again (its drive is failing, as
  * before this op: the value may come back, the strict delete was told
  * -EIO). */
-void
-kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op, int status)
+static void
+kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op,
+		  const struct kvp_ssd_cqe *cq)
 {
+	int status = cq->status;
 	struct kvp_tier *t = a->tier;
 	/* acquire: pairs with the delete CAS */
 	uint64_t w = kvp_load_acquire(&a->seg.meta[op->slot]);

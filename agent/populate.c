@@ -518,3 +518,30 @@ kvp_populate_stop_agent(struct kvp_agent *a)
 	free(P);
 	a->pop = NULL;
 }
+
+/*
+ * The units the watermarks are percentages of (never read from the
+ * segment): the whole arena while it is being populated (room is
+ * coming: a put waits for it, nothing is evicted early because the pool
+ * is young), what is populated once the populate stopped short
+ * (populate.c: /dev/shm filled up).
+ */
+uint64_t
+kvp_dram_capacity_agent(const struct kvp_agent *a)
+{
+	/* the agent's own frontier, never the segment's count (a client
+	 * can write dh_unpop_pages: it would make the agent evict early) */
+	if (!a->pop || kvp_populate_pending_agent(a))
+		return a->seg.g.g_dram_pages;
+	return a->pop_frontier;
+}
+
+/* Is DRAM use above the agent's own high watermark (--dram-high)? */
+bool
+kvp_dram_above_high_agent(const struct kvp_agent *a)
+{
+	/* relaxed: a heuristic; the allocator's counts decide */
+	uint64_t used = kvp_load_relaxed(&a->seg.dram->dh_used_mirror);
+
+	return used * 100 > kvp_dram_capacity_agent(a) * a->cfg.dram_high_pct;
+}

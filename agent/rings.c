@@ -17,61 +17,15 @@
  */
 #include "agent/tier_int.h"
 
+/* completions of the ops started here (ops.c calls them) */
+static void kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op,
+			       const struct kvp_ssd_cqe *cq);
+
 struct kvp_callstate {
 	uint32_t client;
 	uint64_t call;
 	uint64_t used; /* staging slots given to this call */
 };
-
-/* Answer one waiter (I19).  The entry is claimed first, with a CAS from
- * the exact TAKEN word to ANSWERING: if the client withdrew the request,
- * or its slot was reaped and the entry reused, that CAS fails and nothing
- * at all is written into it (a span bit given to it is taken back).  Only
- * then the answer's fields, and DONE with a release. */
-void
-kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res,
-	   uint64_t where, int span_head)
-{
-	struct kvp_seg *s = &a->seg;
-	struct kvp_req *q =
-		&s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
-	/* acquire: the slot must still be the client that asked */
-	bool same = kvp_load_acquire(&s->clients[w->client].cs_state) ==
-		    w->cgen;
-
-	/* full CAS: TAKEN(seq) -> ANSWERING(seq); the entry is ours to write */
-	if (!same || !kvp_cas(&q->rq_state, w->word,
-			      (w->word & ~0xffull) | KVP_RQ_ANSWERING)) {
-		if (span_head >= 0) {
-			kvp_span_clear_holder(&s->spans[span_head], w->client);
-			kvp_span_free_if_unheld(s, (uint32_t)span_head, true);
-		}
-		return;
-	}
-	/* relaxed: published by the DONE release below */
-	kvp_store_relaxed(&q->rq_result, (uint64_t)res);
-	kvp_store_relaxed(&q->rq_where, where);
-	kvp_crashpoint(A_REQ_ANSWERING);
-	/* release: the answer before DONE; pairs with the client's acquire */
-	kvp_store_release(&q->rq_state, (w->word & ~0xffull) | KVP_RQ_DONE);
-	a->tier->wake[w->client] = true;
-}
-
-void
-kvp_wake_clients(struct kvp_agent *a)
-{
-	struct kvp_seg *s = &a->seg;
-	uint32_t c;
-
-	for (c = 0; c < s->g.g_max_clients; c++) {
-		if (!a->tier->wake[c])
-			continue;
-		a->tier->wake[c] = false;
-		/* full: then wake */
-		kvp_ifetch_add(&s->clients[c].cs_io_futex, 1);
-		kvp_futex_wake(&s->clients[c].cs_io_futex);
-	}
-}
 
 /* Join a read already in flight for these bytes (single flight). */
 static bool
@@ -105,21 +59,6 @@ kvp_try_join(struct kvp_agent *a, uint64_t slot, uint64_t off, uint64_t len,
 		}
 	}
 	return false;
-}
-
-/* The key a read must find in the record's header: a location that names
- * another key's record (or an older value of this key's slot) is then
- * -EBADMSG, never someone else's bytes.  The entry's key is stable while
- * the read is in flight (the slot is busy: not removable). */
-void
-kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd)
-{
-	/* relaxed: written before the READY publish, stable while READY */
-	uint64_t klen = kvp_load_relaxed(&e->e_klen);
-
-	rd->ns = kvp_load_relaxed(&e->e_ns);
-	rd->klen = klen <= KVP_KEY_MAX ? (uint32_t)klen : 0;
-	rd->key = rd->klen ? (const void *)e->e_key : NULL;
 }
 
 /*
@@ -219,7 +158,7 @@ kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w,
 	}
 	if (cs->used && cs->used + need > S / 2)
 		goto busy;
-	op = kvp_top_get(t, TOP_STAGE, &tag);
+	op = kvp_top_get(t, TOP_STAGE, kvp_complete_stage, &tag);
 	if (!op)
 		goto busy;
 	head = kvp_staging_alloc_agent(s, need, slot, off - dst_off, extent,
@@ -358,9 +297,11 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w,
 /* A staged read completed: the span is READY (release: its bytes first),
  * each waiter is answered with where its bytes start, and the span goes
  * as soon as no waiter holds it.  On an error nobody keeps a bit. */
-void
-kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op, int status)
+static void
+kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op,
+		   const struct kvp_ssd_cqe *cq)
 {
+	int status = cq->status;
 	struct kvp_seg *s = &a->seg;
 	struct kvp_span *sp = &s->spans[op->head];
 	/* acquire: our own READING word */

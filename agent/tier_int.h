@@ -1,13 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tier_int.h - internals of the agent's tier thread, shared by the files
- * cut by role (docs/design.md has the map): loop.c (the round), evict.c
- * (eviction policy), victim.c (the CHECK verdict: relocate or remove a
- * victim), dram.c (the allocator from the agent's side: deferred frees,
- * orphan sweep, repair), staging.c (the staging arena and its spans),
- * rings.c (the request-ring server), move.c (demotion, promotion,
- * tombstones, the stop flush), recover.c (recovery and segment reclaim
- * callbacks), tier.c (operations in flight, the SSD store's lifecycle).
+ * cut by role, in layers that call only downward (docs/design.md, "Who
+ * owns what"; tests/structure/test_structure.sh checks the calls):
+ *  1. operations in flight and the mechanisms under them: ops.c (ops,
+ *     their completion callbacks, answers to their waiters), drives.c
+ *     (the SSD stores; their owner's callbacks come in a table),
+ *     staging.c (the staging arena and its spans), dram.c (the allocator
+ *     from the agent's side: deferred frees, orphan sweep, repair),
+ *     populate.c (the populated capacity the watermarks aim at)
+ *  2. moving data: move.c (demotion, promotion, tombstones), victim.c
+ *     (the CHECK verdict: relocate or remove a victim), rings.c (the
+ *     request-ring server)
+ *  3. policy: evict.c (DRAM eviction), recover.c (recovery), giveback.c
+ *     (SSD segment give-back and reinsertion)
+ *  4. tier.c (the SSD tier's lifecycle), loop.c (the round, the thread,
+ *     the stop flush), and the agent's other roles above them.
  * Tier thread only, except where a function says otherwise.
  */
 #ifndef KVP_TIER_INT_H
@@ -49,8 +57,15 @@ struct kvp_waiter {
  * tombstone follows once the value's location is known; TOMB: answered
  * when the tombstone is durable).
  */
+struct kvp_top;
+/* An op's completion (the layer that started it: move.c, rings.c): called
+ * by kvp_complete, which then frees the op and unbusies its slot. */
+typedef void (*kvp_top_done_fn)(struct kvp_agent *a, struct kvp_top *op,
+				const struct kvp_ssd_cqe *cq);
+
 struct kvp_top {
 	int kind;
+	kvp_top_done_fn done; /* set by kvp_top_get; NULL: free */
 	uint64_t slot, gen, vlen;
 	uint64_t astart, alen; /* STAGE: value extent read (4 KiB aligned) */
 	uint32_t head, nslots; /* STAGE: span */
@@ -92,6 +107,22 @@ struct kvp_drive {
 	uint64_t recover_ns;
 };
 
+/* The drives' owner (tier.c hands it to kvp_drv_open_agent): what the
+ * stores' callbacks reach, with the drive's id added to locations, so the
+ * drives never call up the layers.  recover: a record found at start;
+ * prefetch: a hint of the next; giveback: a segment the store wants back
+ * (0: give it, or a veto); reinserted: where a kept record went;
+ * drop_drives: entries naming these drives (a bit per id) lose their SSD
+ * copy, returns how many left the index. */
+struct kvp_drv_owner {
+	int (*recover)(void *arg, const struct kvp_ssd_rec *r);
+	void (*prefetch)(void *arg, uint64_t hash);
+	int (*giveback)(void *arg, struct kvp_drive *d, uint32_t seg);
+	void (*reinserted)(void *arg, uint64_t tag, uint64_t old_loc,
+			   uint64_t new_loc);
+	uint64_t (*drop_drives)(struct kvp_agent *a, unsigned ids);
+};
+
 struct kvp_drives {
 	struct kvp_drive d[KVP_SSD_DRIVES]; /* in --ssd-dir order */
 	struct kvp_drive *by_id[KVP_SSD_DRIVES];
@@ -102,6 +133,7 @@ struct kvp_drives {
 	bool wait_failed;   /* none: the sleep is in slices */
 	uint64_t checked_ns;
 	struct kvp_agent *a;
+	const struct kvp_drv_owner *own;
 	pthread_mutex_t mu; /* recovery callbacks (drives recover in parallel) */
 };
 
@@ -133,19 +165,20 @@ struct kvp_tier {
 	 * that is a read since it was written (reclaim keeps the record) */
 	uint32_t *wtick;
 	/* entries whose records a reclaim keeps, under CHECK until the store
-	 * says where they went (recover.c); reset when none is pending */
+	 * says where they went (giveback.c); reset when none is pending */
 	struct kvp_keep *keep;
 	unsigned nkeep, capkeep, keep_pending;
 };
 
-/* An entry a reclaim keeps (recover.c): its slot, its state word under
+/* An entry a reclaim keeps (giveback.c): its slot, its state word under
  * CHECK, its value's length. */
 struct kvp_keep {
 	uint64_t slot, word, vlen;
 };
 
 /* drives.c */
-int kvp_drv_open_agent(struct kvp_agent *a, struct kvp_drives **out);
+int kvp_drv_open_agent(struct kvp_agent *a, const struct kvp_drv_owner *own,
+		       struct kvp_drives **out);
 void kvp_drv_close_agent(struct kvp_drives *dv);
 int64_t kvp_drv_recovered_agent(const struct kvp_drives *dv);
 bool kvp_drv_writable_agent(const struct kvp_drives *dv);
@@ -179,13 +212,19 @@ int kvp_drv_reinsert_agent(struct kvp_drive *d, const struct kvp_ssd_rec *r,
 /* A request being answered, and the call it belongs to (rings.c). */
 struct kvp_callstate;
 
-/* tier.c: operations in flight */
-struct kvp_top *kvp_top_get(struct kvp_tier *t, int kind, uint64_t *tag);
+/* ops.c: operations in flight, completions, answers */
+struct kvp_top *kvp_top_get(struct kvp_tier *t, int kind, kvp_top_done_fn done,
+			    uint64_t *tag);
 void kvp_top_put(struct kvp_tier *t, struct kvp_top *op);
 int kvp_top_add_waiter(struct kvp_top *op, const struct kvp_waiter *w);
 unsigned kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes,
 		      struct iovec *iov, unsigned max);
 void kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq);
+void kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res,
+		uint64_t where, int span_head);
+void kvp_wake_clients(struct kvp_agent *a);
+
+/* tier.c: the SSD tier's lifecycle */
 void kvp_tier_publish(struct kvp_agent *a);
 
 /* staging.c */
@@ -204,12 +243,7 @@ void kvp_staging_account(struct kvp_seg *s, unsigned need);
 uint64_t kvp_staging_reconcile(struct kvp_seg *s);
 
 /* rings.c */
-void kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res,
-		uint64_t where, int span_head);
-void kvp_wake_clients(struct kvp_agent *a);
 unsigned kvp_serve_rings(struct kvp_agent *a);
-void kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd);
-void kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op, int status);
 
 /* move.c */
 /* t->tombed[slot]: the tombstone of a DELETED slot's SSD copy */
@@ -222,6 +256,7 @@ enum kvp_tomb {
  * more than this many are free (a mass delete must not starve gets). */
 #define KVP_TOMB_OPS_RESERVE 64u
 uint64_t kvp_entry_key(const struct kvp_entry *e, unsigned char key[256]);
+void kvp_read_identity(const struct kvp_entry *e, struct kvp_ssd_read *rd);
 int kvp_tomb_queue(struct kvp_agent *a, uint64_t slot, uint64_t target,
 		   const struct kvp_waiter *w, unsigned nw);
 struct kvp_top *kvp_demote_in_flight(struct kvp_tier *t, uint64_t slot);
@@ -234,20 +269,20 @@ void kvp_tomb_later(struct kvp_tier *t, uint64_t ns, const unsigned char *key,
 bool kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w,
 			     uint64_t slot, uint64_t gen, uint64_t vlen,
 			     uint64_t ssd);
-void kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op, int status);
-void kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
-			 const struct kvp_ssd_cqe *cq);
-void kvp_complete_tomb(struct kvp_agent *a, struct kvp_top *op, int status);
 
 /* recover.c */
 int kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r);
 void kvp_recover_prefetch(void *arg, uint64_t hash);
-int kvp_evict_segment_cb(void *arg, struct kvp_drive *d, uint32_t seg);
-void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
-		     uint64_t new_loc);
+int64_t kvp_recover_find(struct kvp_seg *s, const struct kvp_ssd_rec *r,
+			 uint64_t hash, uint64_t *w);
 void kvp_recover_lost_agent(struct kvp_agent *a);
 uint64_t kvp_recover_drop_drives_agent(struct kvp_agent *a, unsigned ids);
 void kvp_recover_in_flight_agent(struct kvp_agent *a);
+
+/* giveback.c: a segment the store gives back, records it keeps */
+int kvp_giveback_segment_cb(void *arg, struct kvp_drive *d, uint32_t seg);
+void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
+		     uint64_t new_loc);
 
 /* victim.c: the verdict of the CHECK protocol on one candidate */
 void kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c);

@@ -126,6 +126,144 @@ trace_gen_defaults(struct trace_gen_cfg *g)
 	g->doc_share = 0.2;
 	g->doc_blocks = 32;
 	g->rate = 20;
+	g->scan_blocks = 64;
+}
+
+void
+trace_gen_preset(struct trace_gen_cfg *g, enum trace_gen_kind kind)
+{
+	trace_gen_defaults(g);
+	g->kind = kind;
+	switch (kind) {
+	case TRACE_GEN_CHAT:
+		g->prompts = 4;
+		g->turns = 6;
+		g->first_blocks = 6;
+		g->growth = 3;
+		g->think_ms = 20000;
+		g->doc_share = 0;
+		break;
+	case TRACE_GEN_AGENT:
+		g->prompts = 4;
+		g->system_blocks = 24;
+		g->turns = 12;
+		g->first_blocks = 4;
+		g->growth = 2;
+		g->think_ms = 60000;
+		g->tool_ms = 3000;
+		g->sub_share = 0.1;
+		g->doc_share = 0;
+		break;
+	case TRACE_GEN_RAG:
+		g->system_blocks = 4;
+		g->first_blocks = 2;
+		g->growth = 2;
+		g->zipf = 1.0;
+		g->docs = 3000;
+		g->doc_k = 4;
+		g->doc_blocks = 8;
+		g->follow_share = 0.3;
+		g->doc_share = 0;
+		break;
+	default:
+		break;
+	}
+}
+
+static const char *const kind_names[TRACE_GEN_KINDS] = {
+	"sessions",
+	"chat",
+	"agent",
+	"rag",
+};
+
+const char *
+trace_gen_kind_name(enum trace_gen_kind kind)
+{
+	return (unsigned)kind < TRACE_GEN_KINDS ? kind_names[kind] : NULL;
+}
+
+int
+trace_gen_kind_parse(const char *name, enum trace_gen_kind *kind)
+{
+	unsigned k;
+
+	for (k = 0; k < TRACE_GEN_KINDS; k++)
+		if (!strcmp(name, kind_names[k])) {
+			*kind = (enum trace_gen_kind)k;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+/* exponential of mean m */
+static double
+rng_exp(uint64_t *s, double m)
+{
+	return -log(1 - rng_unit(s)) * m;
+}
+
+/* log-normal of median m, sigma 1 */
+static double
+rng_lognormal(uint64_t *s, double m)
+{
+	double u1 = 1 - rng_unit(s), u2 = rng_unit(s);
+
+	return m * exp(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* geometric on 1, 2, ... of mean m (>= 1) */
+static uint32_t
+rng_geom(uint64_t *s, double m)
+{
+	double k;
+
+	if (m <= 1)
+		return 1;
+	k = 1 + floor(log(1 - rng_unit(s)) / log(1 - 1 / m));
+	return k > 1e6 ? 1000000u : (uint32_t)k;
+}
+
+/* 1 .. 2m-1, mean m (m >= 1), else 0 */
+static uint32_t
+rng_around(uint64_t *s, uint32_t m)
+{
+	return m ? 1 + (uint32_t)(rng_next(s) % (2 * (uint64_t)m - 1)) : 0;
+}
+
+/* The cumulative Zipf(z) weights of n items, normalised (NULL: ENOMEM). */
+static double *
+zipf_cdf(uint32_t n, double z)
+{
+	double *cdf = malloc((n ? n : 1) * sizeof(*cdf)), w = 0;
+	uint32_t i;
+
+	if (!cdf)
+		return NULL;
+	for (i = 0; i < n; i++) {
+		w += pow((double)i + 1, -z);
+		cdf[i] = w;
+	}
+	for (i = 0; i < n; i++)
+		cdf[i] /= w;
+	return cdf;
+}
+
+/* The first i with cdf[i] > u. */
+static uint32_t
+zipf_draw(const double *cdf, uint32_t n, double u)
+{
+	uint32_t lo = 0, hi = n - 1;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (cdf[mid] > u)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
 }
 
 struct gen_session {
@@ -145,8 +283,54 @@ sess_reserve(struct gen_session *s, uint32_t n)
 	return rc;
 }
 
+/* A one-pass scan request: the first system prompt, then scan_blocks
+ * blocks never seen again. */
+static int
+gen_scan(struct trace *t, const struct trace_gen_cfg *g, uint64_t ts,
+	 uint64_t *next_id)
+{
+	uint32_t n = g->system_blocks + g->scan_blocks, k;
+	uint64_t *ids;
+	int rc;
+
+	if (!n)
+		return 0;
+	ids = malloc(n * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	for (k = 0; k < g->system_blocks; k++)
+		ids[k] = k;
+	for (; k < n; k++)
+		ids[k] = (*next_id)++;
+	rc = trace_add(t, ts, ids, n);
+	free(ids);
+	return rc;
+}
+
+static int trace_gen_sessions(struct trace *t, const struct trace_gen_cfg *g);
+static int trace_gen_events(struct trace *t, const struct trace_gen_cfg *g);
+static int trace_gen_rag(struct trace *t, const struct trace_gen_cfg *g);
+
 int
 trace_gen(struct trace *t, const struct trace_gen_cfg *g)
+{
+	if (g->scan_share < 0 || g->scan_share > 1)
+		return -EINVAL;
+	switch (g->kind) {
+	case TRACE_GEN_SESSIONS:
+		return trace_gen_sessions(t, g);
+	case TRACE_GEN_CHAT:
+	case TRACE_GEN_AGENT:
+		return trace_gen_events(t, g);
+	case TRACE_GEN_RAG:
+		return trace_gen_rag(t, g);
+	default:
+		return -EINVAL;
+	}
+}
+
+static int
+trace_gen_sessions(struct trace *t, const struct trace_gen_cfg *g)
 {
 	struct gen_session *ss = NULL;
 	uint64_t *doc = NULL, rng = g->seed, next_id;
@@ -187,6 +371,11 @@ trace_gen(struct trace *t, const struct trace_gen_cfg *g)
 		if (g->rate > 0)
 			clock_ms += -log(1 - rng_unit(&rng)) / g->rate * 1e3;
 		ts = (uint64_t)clock_ms;
+		if (g->scan_share > 0 && rng_unit(&rng) < g->scan_share) {
+			if ((rc = gen_scan(t, g, ts, &next_id)))
+				goto out;
+			continue;
+		}
 		if (rng_unit(&rng) < g->doc_share) {
 			/* a single-use document: its blocks are never
 			 * seen again */
@@ -241,6 +430,352 @@ out:
 	free(ss);
 	free(cdf);
 	free(doc);
+	return rc;
+}
+
+/*
+ * CHAT and AGENT: conversations (sessions, sub-agents) as events in time
+ * order, a binary heap of their next request times.
+ */
+struct gen_conv {
+	uint64_t *ids;
+	uint32_t n, cap;
+	uint32_t left; /* requests to go */
+	bool sub;      /* a sub-agent */
+};
+
+struct gen_ev {
+	double t;
+	uint32_t c;
+};
+
+struct gen_state {
+	const struct trace_gen_cfg *g;
+	struct trace *t;
+	uint64_t rng, next_id;
+	struct gen_conv *cv;
+	uint32_t ncv, capcv, *free_cv, nfree;
+	size_t capfree;
+	struct gen_ev *ev;
+	size_t nev, capev;
+	double *cdf;
+};
+
+static int
+ev_push(struct gen_state *s, double t, uint32_t c)
+{
+	size_t i;
+
+	if (grow((void **)&s->ev, &s->capev, s->nev + 1, sizeof(*s->ev)))
+		return -ENOMEM;
+	i = s->nev++;
+	while (i && s->ev[(i - 1) / 2].t > t) {
+		s->ev[i] = s->ev[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	s->ev[i].t = t;
+	s->ev[i].c = c;
+	return 0;
+}
+
+static struct gen_ev
+ev_pop(struct gen_state *s)
+{
+	struct gen_ev top = s->ev[0], last = s->ev[--s->nev];
+	size_t i = 0, c;
+
+	while ((c = 2 * i + 1) < s->nev) {
+		if (c + 1 < s->nev && s->ev[c + 1].t < s->ev[c].t)
+			c++;
+		if (s->ev[c].t >= last.t)
+			break;
+		s->ev[i] = s->ev[c];
+		i = c;
+	}
+	if (s->nev)
+		s->ev[i] = last;
+	return top;
+}
+
+/* A new conversation: its prefix copied from from[0..n), then add new
+ * blocks; its index in *c. */
+static int
+conv_new(struct gen_state *s, const uint64_t *from, uint32_t n, uint32_t add,
+	 uint32_t *c)
+{
+	struct gen_conv *v;
+	size_t cap;
+	uint32_t k;
+
+	if (s->nfree) {
+		*c = s->free_cv[--s->nfree];
+	} else {
+		cap = s->capcv;
+		if (grow((void **)&s->cv, &cap, s->ncv + 1, sizeof(*s->cv)))
+			return -ENOMEM;
+		s->capcv = (uint32_t)cap;
+		*c = s->ncv++;
+		memset(&s->cv[*c], 0, sizeof(s->cv[*c]));
+	}
+	v = &s->cv[*c];
+	v->n = 0;
+	cap = v->cap;
+	if (grow((void **)&v->ids, &cap, (size_t)n + add + 1, sizeof(*v->ids)))
+		return -ENOMEM;
+	v->cap = (uint32_t)cap;
+	memcpy(v->ids, from, n * sizeof(*from));
+	v->n = n;
+	for (k = 0; k < add; k++)
+		v->ids[v->n++] = s->next_id++;
+	return 0;
+}
+
+static int
+conv_extend(struct gen_conv *v, uint32_t add, uint64_t *next_id)
+{
+	size_t cap = v->cap;
+	uint32_t k;
+
+	if (grow((void **)&v->ids, &cap, (size_t)v->n + add, sizeof(*v->ids)))
+		return -ENOMEM;
+	v->cap = (uint32_t)cap;
+	for (k = 0; k < add; k++)
+		v->ids[v->n++] = (*next_id)++;
+	return 0;
+}
+
+/* The time from one request of conversation c to its next. */
+static double
+conv_delay(struct gen_state *s, const struct gen_conv *v)
+{
+	const struct trace_gen_cfg *g = s->g;
+
+	if (g->kind == TRACE_GEN_CHAT)
+		return rng_lognormal(&s->rng, g->think_ms);
+	/* an agent: a tool call, or (one step in ten, not a sub-agent) the
+	 * human it works for */
+	if (!v->sub && rng_unit(&s->rng) < 0.1)
+		return rng_lognormal(&s->rng, g->think_ms);
+	return rng_exp(&s->rng, g->tool_ms);
+}
+
+/* Request of conversation c at now, then its next event (or its end). */
+static int
+conv_request(struct gen_state *s, double now, uint32_t c)
+{
+	const struct trace_gen_cfg *g = s->g;
+	struct gen_conv *v = &s->cv[c];
+	double wait = 0;
+	uint32_t k, nsub, sc;
+	int rc;
+
+	if ((rc = trace_add(s->t, (uint64_t)now, v->ids, v->n)))
+		return rc;
+	if (--v->left == 0) {
+		if (grow((void **)&s->free_cv, &s->capfree, s->nfree + 1,
+			 sizeof(*s->free_cv)))
+			return -ENOMEM;
+		s->free_cv[s->nfree++] = c;
+		return 0;
+	}
+	if (g->kind == TRACE_GEN_AGENT && !v->sub && g->sub_share > 0 &&
+	    rng_unit(&s->rng) < g->sub_share) {
+		/* sub-agents branch off this context; the parent waits */
+		nsub = 1 + (uint32_t)(rng_next(&s->rng) % 3);
+		for (k = 0; k < nsub; k++) {
+			double d = rng_exp(&s->rng, g->tool_ms / 4);
+			uint32_t steps = rng_geom(&s->rng, 4);
+
+			if ((rc = conv_new(s, s->cv[c].ids, s->cv[c].n,
+					   rng_around(&s->rng, g->first_blocks),
+					   &sc)))
+				return rc;
+			s->cv[sc].left = steps;
+			s->cv[sc].sub = true;
+			if ((rc = ev_push(s, now + d, sc)))
+				return rc;
+			d += steps * g->tool_ms;
+			if (d > wait)
+				wait = d;
+		}
+	}
+	v = &s->cv[c]; /* conv_new may move the array */
+	if ((rc = conv_extend(v, rng_around(&s->rng, g->growth), &s->next_id)))
+		return rc;
+	return ev_push(s, now + wait + conv_delay(s, v), c);
+}
+
+static int
+trace_gen_events(struct trace *t, const struct trace_gen_cfg *g)
+{
+	struct gen_state s;
+	double next_new = 0, per, lambda;
+	uint64_t *sys = NULL;
+	uint32_t i, c, p;
+	int rc = -ENOMEM;
+
+	if (!g->prompts || g->rate <= 0 || g->turns == 0 || g->think_ms < 0 ||
+	    g->tool_ms < 0 || g->sub_share < 0 || g->sub_share > 1 ||
+	    g->system_blocks > UINT32_MAX / 2 / g->prompts)
+		return -EINVAL;
+	memset(&s, 0, sizeof(s));
+	s.g = g;
+	s.t = t;
+	s.rng = g->seed;
+	s.next_id = (uint64_t)g->prompts * g->system_blocks;
+	s.cdf = zipf_cdf(g->prompts, g->zipf);
+	sys = malloc(((size_t)g->system_blocks + 1) * sizeof(*sys));
+	if (!s.cdf || !sys)
+		goto out;
+	/* requests a conversation makes: its turns, and for an agent its
+	 * sub-agents' steps (2 of ~4 steps a spawn) */
+	per = g->turns;
+	if (g->kind == TRACE_GEN_AGENT)
+		per *= 1 + g->sub_share * 8;
+	lambda = g->rate / per;
+	next_new = rng_exp(&s.rng, 1e3 / lambda);
+	for (i = 0; i < g->requests; i++) {
+		double now;
+
+		if (!s.nev || next_new <= s.ev[0].t) {
+			now = next_new;
+			next_new += rng_exp(&s.rng, 1e3 / lambda);
+			if (g->scan_share > 0 &&
+			    rng_unit(&s.rng) < g->scan_share) {
+				if ((rc = gen_scan(t, g, (uint64_t)now,
+						   &s.next_id)))
+					goto out;
+				continue;
+			}
+			/* a new conversation on a Zipf-popular prompt */
+			p = zipf_draw(s.cdf, g->prompts, rng_unit(&s.rng));
+			for (c = 0; c < g->system_blocks; c++)
+				sys[c] = (uint64_t)p * g->system_blocks + c;
+			if ((rc = conv_new(&s, sys, g->system_blocks,
+					   rng_around(&s.rng, g->first_blocks),
+					   &c)))
+				goto out;
+			s.cv[c].left = rng_geom(&s.rng, g->turns);
+			s.cv[c].sub = false;
+		} else {
+			struct gen_ev e = ev_pop(&s);
+
+			now = e.t;
+			c = e.c;
+		}
+		if ((rc = conv_request(&s, now, c)))
+			goto out;
+	}
+	rc = 0;
+out:
+	for (i = 0; i < s.ncv; i++)
+		free(s.cv[i].ids);
+	free(s.cv);
+	free(s.free_cv);
+	free(s.ev);
+	free(s.cdf);
+	free(sys);
+	return rc;
+}
+
+/*
+ * RAG: [system][per-request prefix][doc][doc]...: a document's blocks
+ * have the document's own ids (assigned at its first use), whatever
+ * precedes them; follow-ups extend one of the last RAG_RECENT requests.
+ */
+#define RAG_RECENT 64u
+
+static int
+trace_gen_rag(struct trace *t, const struct trace_gen_cfg *g)
+{
+	uint64_t rng = g->seed, next_id = g->system_blocks, *docbase = NULL;
+	uint32_t *doclen = NULL, *pick = NULL, nrecent = 0, i, k, d, j;
+	struct gen_conv recent[RAG_RECENT];
+	double *cdf = NULL, clock_ms = 0;
+	int rc = -ENOMEM;
+
+	if (!g->docs || !g->doc_k || g->doc_k > g->docs || g->rate < 0 ||
+	    g->follow_share < 0 || g->follow_share > 1 ||
+	    g->doc_blocks > UINT32_MAX / 4 / g->doc_k)
+		return -EINVAL;
+	memset(recent, 0, sizeof(recent));
+	cdf = zipf_cdf(g->docs, g->zipf);
+	docbase = calloc(g->docs, sizeof(*docbase));
+	doclen = calloc(g->docs, sizeof(*doclen));
+	pick = calloc(g->doc_k, sizeof(*pick));
+	if (!cdf || !docbase || !doclen || !pick)
+		goto out;
+	for (d = 0; d < g->docs; d++)
+		doclen[d] = g->doc_blocks / 2 +
+			    (uint32_t)(rng_next(&rng) % (g->doc_blocks + 1));
+	for (i = 0; i < g->requests; i++) {
+		struct gen_conv *v;
+		uint64_t ts;
+
+		if (g->rate > 0)
+			clock_ms += rng_exp(&rng, 1e3 / g->rate);
+		ts = (uint64_t)clock_ms;
+		if (g->scan_share > 0 && rng_unit(&rng) < g->scan_share) {
+			if ((rc = gen_scan(t, g, ts, &next_id)))
+				goto out;
+			continue;
+		}
+		if (nrecent && rng_unit(&rng) < g->follow_share) {
+			/* a follow-up: the earlier prompt and more */
+			v = &recent[rng_next(&rng) % nrecent];
+			if ((rc = conv_extend(v, g->growth, &next_id)))
+				goto out;
+			if ((rc = trace_add(t, ts, v->ids, v->n)))
+				goto out;
+			continue;
+		}
+		/* the slot of the oldest recent request */
+		v = &recent[i % RAG_RECENT];
+		if (nrecent < RAG_RECENT)
+			v = &recent[nrecent++];
+		v->n = 0;
+		for (k = 0; k < g->doc_k; k++) { /* distinct documents */
+			do {
+				d = zipf_draw(cdf, g->docs, rng_unit(&rng));
+				for (j = 0; j < k && pick[j] != d; j++)
+					;
+			} while (j < k);
+			pick[k] = d;
+		}
+		{
+			size_t cap = v->cap, need = g->system_blocks +
+						    (size_t)g->first_blocks + 1;
+
+			for (k = 0; k < g->doc_k; k++)
+				need += doclen[pick[k]];
+			if (grow((void **)&v->ids, &cap, need, sizeof(*v->ids)))
+				goto out;
+			v->cap = (uint32_t)cap;
+		}
+		for (k = 0; k < g->system_blocks; k++)
+			v->ids[v->n++] = k;
+		for (k = 0; k < (g->first_blocks ? g->first_blocks : 1); k++)
+			v->ids[v->n++] = next_id++;
+		for (k = 0; k < g->doc_k; k++) {
+			d = pick[k];
+			if (!docbase[d]) {
+				docbase[d] = next_id;
+				next_id += doclen[d];
+			}
+			for (j = 0; j < doclen[d]; j++)
+				v->ids[v->n++] = docbase[d] + j;
+		}
+		if ((rc = trace_add(t, ts, v->ids, v->n)))
+			goto out;
+	}
+	rc = 0;
+out:
+	for (k = 0; k < RAG_RECENT; k++)
+		free(recent[k].ids);
+	free(cdf);
+	free(docbase);
+	free(doclen);
+	free(pick);
 	return rc;
 }
 
@@ -868,4 +1403,634 @@ out:
 	free(in);
 	free(h);
 	return rc;
+}
+
+/* ---- policies the pool can carry out (trace.h: sim_policy) ---- */
+
+/*
+ * The candidates of the study.  Sources: agent/evict.c ("cur"); SLRU
+ * (Karedla, Love, Wherry, IEEE Computer 1994); ARC's ghost lists
+ * (Megiddo, Modha, FAST'03); TinyLFU (Einziger, Friedman, Manes, ACM ToS
+ * 2017); S3-FIFO (Yang, Zhang, Qiu, Yue, Rashmi, SOSP'23).
+ */
+const struct sim_policy sim_policies[] = {
+	/* agent/evict.c: oldest first, a never-hit block's age twice */
+	{ .name = "cur", .band = 0.02, .probation = 2 },
+	/* the same passes in plain recency order */
+	{ .name = "lru-pass", .band = 0.02, .probation = 1 },
+	/* deep pages age faster */
+	{ .name = "depth", .band = 0.02, .probation = 2, .depth_w = 0.5 },
+	/* probation / protected, promotion on a hit */
+	{ .name = "slru", .band = 0.02, .probation = 1, .protect = 0.8 },
+	/* and a key evicted lately is admitted to protected */
+	{ .name = "slru-ghost",
+	  .band = 0.02,
+	  .probation = 1,
+	  .protect = 0.8,
+	  .ghost = 1 },
+	/* and a key seen twice lately (the sketch) too */
+	{ .name = "tinylfu",
+	  .band = 0.02,
+	  .probation = 1,
+	  .protect = 0.8,
+	  .admit = 2 },
+	{ .name = "s3fifo",
+	  .kind = SIM_S3FIFO,
+	  .band = 0.02,
+	  .small = 0.1,
+	  .ghost = 0.9,
+	  .fmax = 3 },
+	/* an oracle: orphans (parent not cached) first */
+	{ .name = "orphan", .band = 0.02, .probation = 2, .dead_first = true },
+	/* "cur" and a ghost set of 2 * cap evicted keys: a key put again
+	 * while in it is exempt from probation */
+	{ .name = "ghost", .band = 0.02, .probation = 2, .ghost = 2 },
+	/* and a stiffer probation (x8) for puts that are not a
+	 * continuation (the put's CONT bit: its hit prefix is >= half its
+	 * request) */
+	{ .name = "ghost-cont",
+	  .band = 0.02,
+	  .probation = 8,
+	  .ghost = 2,
+	  .cont = 0.5 },
+	{ .name = NULL },
+};
+
+const struct sim_policy *
+sim_policy_find(const char *name)
+{
+	const struct sim_policy *p;
+
+	for (p = sim_policies; p->name; p++)
+		if (!strcmp(p->name, name))
+			return p;
+	return NULL;
+}
+
+int
+sim_policy_set(struct sim_policy *p, const char *kv)
+{
+	static const char *const keys[] = {
+		"band",  "probation", "depth_w",    "protect", "ghost", "admit",
+		"small", "fmax",      "dead_first", "freq_w",  "cont"
+	};
+	const char *eq = strchr(kv, '=');
+	char *e;
+	double v;
+	size_t k, len;
+
+	if (!eq)
+		return -EINVAL;
+	len = (size_t)(eq - kv);
+	v = strtod(eq + 1, &e);
+	if (e == eq + 1 || *e || !(v >= 0) || v > 1e6)
+		return -EINVAL;
+	for (k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+		if (strlen(keys[k]) == len && !memcmp(kv, keys[k], len))
+			break;
+	switch (k) {
+	case 0:
+		p->band = v;
+		break;
+	case 1:
+		p->probation = v;
+		break;
+	case 2:
+		p->depth_w = v;
+		break;
+	case 3:
+		p->protect = v;
+		break;
+	case 4:
+		p->ghost = v;
+		break;
+	case 5:
+		p->admit = (unsigned)v;
+		break;
+	case 6:
+		p->small = v;
+		break;
+	case 7:
+		p->fmax = (unsigned)v;
+		break;
+	case 8:
+		p->dead_first = v != 0;
+		break;
+	case 9:
+		p->freq_w = v;
+		break;
+	case 10:
+		p->cont = v;
+		break;
+	default:
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The agent's count-min sketch: 4 rows of 8-bit counters (at most 15,
+ * as 4-bit ones would), halved every 10 * cap additions. */
+struct sketch {
+	uint8_t *c;
+	uint64_t mask, adds, period;
+};
+
+static uint64_t
+sketch_at(const struct sketch *k, uint32_t x, unsigned row)
+{
+	return ((uint64_t)row << 62 | hash64((uint64_t)x * 4 + row)) & k->mask;
+}
+
+static unsigned
+sketch_est(const struct sketch *k, uint32_t x)
+{
+	unsigned row, m = 255;
+
+	for (row = 0; row < 4; row++) {
+		unsigned v = k->c[row * (k->mask + 1) + sketch_at(k, x, row)];
+
+		m = v < m ? v : m;
+	}
+	return m;
+}
+
+static void
+sketch_add(struct sketch *k, uint32_t x, unsigned n)
+{
+	unsigned row;
+	uint64_t i;
+
+	if (!n)
+		return;
+	for (row = 0; row < 4; row++) {
+		uint8_t *c = &k->c[row * (k->mask + 1) + sketch_at(k, x, row)];
+
+		*c = (uint8_t)(*c + n > 15 ? 15 : *c + n);
+	}
+	k->adds += n;
+	if (k->adds >= k->period) {
+		for (i = 0; i < 4 * (k->mask + 1); i++)
+			k->c[i] /= 2;
+		k->adds = 0;
+	}
+}
+
+/* One candidate of a pass: evicted before another if its class is
+ * higher, then its score, then its depth; then the lower id. */
+struct pcand {
+	double score;
+	uint32_t depth, x;
+	unsigned cls;
+};
+
+static bool
+pcand_before(const struct pcand *a, const struct pcand *b)
+{
+	if (a->cls != b->cls)
+		return a->cls > b->cls;
+	if (a->score != b->score)
+		return a->score > b->score;
+	if (a->depth != b->depth)
+		return a->depth > b->depth;
+	return a->x < b->x;
+}
+
+/* Put the k first (pcand_before) of c[0..n) in c[0..k), any order. */
+static void
+pcand_select(struct pcand *c, size_t n, size_t k, uint64_t *rng)
+{
+	size_t lo = 0, hi = n;
+
+	while (hi - lo > 1 && k > lo && k < hi) {
+		struct pcand pv = c[lo + rng_next(rng) % (hi - lo)], tmp;
+		size_t i = lo, j = lo, m = hi;
+
+		/* three-way: [lo,i) before pv, [i,j) equal, [m,hi) after */
+		while (j < m) {
+			if (pcand_before(&c[j], &pv)) {
+				tmp = c[i];
+				c[i++] = c[j];
+				c[j++] = tmp;
+			} else if (pcand_before(&pv, &c[j])) {
+				tmp = c[--m];
+				c[m] = c[j];
+				c[j] = tmp;
+			} else {
+				j++;
+			}
+		}
+		if (k <= i)
+			hi = i;
+		else if (k >= m)
+			lo = m;
+		else
+			return;
+	}
+}
+
+struct psim {
+	const struct sim_policy *p;
+	struct sim_result *r;
+	uint64_t cap, used, now, band, rng;
+	uint64_t gcount, gsize, *gseq; /* ghost: x evicted as the gseq-th */
+	uint32_t *set, *pos;           /* the cached blocks */
+	uint32_t *tick, *depth, *parent;
+	uint8_t *hit, *prot, *freq, *pend;
+	bool *in;
+	struct sketch sk;
+	struct pcand *cand;
+};
+
+static double
+psim_score(const struct psim *s, uint32_t x)
+{
+	double a = (double)(s->now - s->tick[x]);
+
+	if (!s->hit[x] && !s->prot[x])
+		a *= s->p->probation;
+	if (s->p->depth_w > 0)
+		a *= 1 + s->p->depth_w * log2(1.0 + s->depth[x]);
+	if (s->p->freq_w > 0) {
+		unsigned f = s->sk.c ? sketch_est(&s->sk, x) : s->freq[x];
+
+		a /= 1 + s->p->freq_w * f;
+	}
+	return a;
+}
+
+static void
+psim_evict(struct psim *s, uint32_t x)
+{
+	uint32_t last = s->set[--s->used];
+
+	s->set[s->pos[x]] = last;
+	s->pos[last] = s->pos[x];
+	s->in[x] = false;
+	s->r->evictions++;
+	if (s->sk.c && s->pend[x]) /* the agent reads what it evicts */
+		sketch_add(&s->sk, x, s->pend[x]);
+	s->pend[x] = 0;
+	if (s->gsize)
+		s->gseq[x] = ++s->gcount;
+}
+
+/* A pass: demote protected's oldest past its share, then evict the band
+ * judged worst. */
+static void
+psim_pass(struct psim *s)
+{
+	const struct sim_policy *p = s->p;
+	size_t n = 0, i, nprot = 0, want;
+	uint64_t limit = (uint64_t)(p->protect * (double)s->cap);
+
+	s->r->passes++;
+	for (i = 0; i < s->used; i++) {
+		uint32_t x = s->set[i], up = s->parent[x];
+
+		if (s->sk.c && s->pend[x]) { /* what the scan sees */
+			sketch_add(&s->sk, x, s->pend[x]);
+			s->pend[x] = 0;
+		}
+		nprot += s->prot[x];
+		if (up != NO_PARENT && !s->in[up])
+			s->r->dead_blocks++;
+	}
+	s->r->dead_seen += s->used;
+	if (p->protect > 0 && nprot > limit) {
+		for (i = 0; i < s->used; i++) {
+			uint32_t x = s->set[i];
+
+			if (!s->prot[x])
+				continue;
+			s->cand[n].score = psim_score(s, x);
+			s->cand[n].depth = s->depth[x];
+			s->cand[n].x = x;
+			s->cand[n++].cls = 0;
+		}
+		want = nprot - limit;
+		pcand_select(s->cand, n, want, &s->rng);
+		for (i = 0; i < want; i++)
+			s->prot[s->cand[i].x] = 0;
+	}
+	n = 0;
+	for (i = 0; i < s->used; i++) {
+		uint32_t x = s->set[i], up = s->parent[x];
+
+		s->cand[n].score = psim_score(s, x);
+		s->cand[n].depth = s->depth[x];
+		s->cand[n].x = x;
+		s->cand[n].cls = p->protect > 0 && !s->prot[x];
+		if (p->dead_first && up != NO_PARENT && !s->in[up])
+			s->cand[n].cls = 2;
+		n++;
+	}
+	want = s->band < n ? s->band : n;
+	pcand_select(s->cand, n, want, &s->rng);
+	for (i = 0; i < want; i++)
+		psim_evict(s, s->cand[i].x);
+}
+
+static void
+psim_free(struct psim *s)
+{
+	free(s->gseq);
+	free(s->set);
+	free(s->pos);
+	free(s->tick);
+	free(s->depth);
+	free(s->parent);
+	free(s->hit);
+	free(s->prot);
+	free(s->freq);
+	free(s->pend);
+	free(s->in);
+	free(s->sk.c);
+	free(s->cand);
+}
+
+/* The state of every block, and each one's first-seen parent. */
+static int
+psim_init(struct psim *s, struct trace *t, uint64_t cap,
+	  const struct sim_policy *p, struct sim_result *r)
+{
+	size_t d = t->t_distinct + 1, i;
+
+	memset(s, 0, sizeof(*s));
+	s->p = p;
+	s->r = r;
+	s->cap = cap;
+	s->rng = 1;
+	s->band = (uint64_t)(p->band * (double)cap + 0.5);
+	if (!s->band)
+		s->band = 1;
+	s->gsize = (uint64_t)(p->ghost * (double)cap + 0.5);
+	s->gseq = calloc(d, sizeof(*s->gseq));
+	s->set = malloc(d * sizeof(*s->set));
+	s->pos = malloc(d * sizeof(*s->pos));
+	s->tick = calloc(d, sizeof(*s->tick));
+	s->depth = calloc(d, sizeof(*s->depth));
+	s->parent = malloc(d * sizeof(*s->parent));
+	s->hit = calloc(d, 1);
+	s->prot = calloc(d, 1);
+	s->freq = calloc(d, 1);
+	s->pend = calloc(d, 1);
+	s->in = calloc(d, sizeof(*s->in));
+	s->cand = malloc(d * sizeof(*s->cand));
+	if (!s->gseq || !s->set || !s->pos || !s->tick || !s->depth ||
+	    !s->parent || !s->hit || !s->prot || !s->freq || !s->pend ||
+	    !s->in || !s->cand)
+		return -ENOMEM;
+	if (p->admit) {
+		uint64_t w = 64;
+
+		while (w < cap)
+			w *= 2;
+		s->sk.mask = w - 1;
+		s->sk.period = 10 * (cap ? cap : 1);
+		s->sk.c = calloc(4 * w, 1);
+		if (!s->sk.c)
+			return -ENOMEM;
+	}
+	memset(s->parent, 0xff, d * sizeof(*s->parent));
+	/* orphans only on a chained trace (else a first-seen parent says
+	 * nothing) */
+	for (i = 0; !t->t_chain_breaks && i < t->t_nreqs; i++) {
+		const struct trace_req *q = &t->t_reqs[i];
+		uint32_t k, up = NO_PARENT;
+
+		for (k = 0; k < q->tr_n; k++) {
+			uint32_t x = t->t_dense[q->tr_off + k];
+
+			if (s->parent[x] == NO_PARENT && x != up && k)
+				s->parent[x] = up;
+			up = x;
+		}
+	}
+	return 0;
+}
+
+static int
+sim_recency(struct trace *t, uint64_t cap, const struct sim_policy *p,
+	    struct sim_result *r)
+{
+	struct psim s;
+	size_t i;
+	int rc;
+
+	if ((rc = psim_init(&s, t, cap, p, r)))
+		goto out;
+	for (i = 0; i < t->t_nreqs; i++) {
+		const struct trace_req *q = &t->t_reqs[i];
+		bool lead = true, cont = false;
+		uint32_t k;
+
+		s.now = i;
+		for (k = 0; k < q->tr_n; k++) {
+			uint32_t x = t->t_dense[q->tr_off + k];
+
+			if (s.in[x]) {
+				r->block_hits++;
+				r->prefix_hits += lead;
+				if (s.tick[x] != s.now) { /* one store a tick */
+					s.hit[x] = 1;
+					if (p->protect > 0)
+						s.prot[x] = 1;
+					if (s.pend[x] < 3)
+						s.pend[x]++;
+					if (s.freq[x] < p->fmax)
+						s.freq[x]++;
+				}
+				s.tick[x] = (uint32_t)s.now;
+				continue;
+			}
+			if (lead && p->cont > 0)
+				cont = k && (double)k >= p->cont * q->tr_n;
+			lead = false;
+			if (!cap)
+				continue;
+			if (s.used == cap)
+				psim_pass(&s);
+			s.in[x] = true;
+			s.tick[x] = (uint32_t)s.now;
+			s.depth[x] = k;
+			s.hit[x] = cont; /* the put's CONT bit */
+			s.prot[x] = 0;
+			s.freq[x] = 0;
+			s.pend[x] = 1; /* the put, seen by the next scan */
+			if (s.gsize && s.gseq[x] &&
+			    s.gcount - s.gseq[x] < s.gsize) {
+				r->ghost_hits++;
+				s.gseq[x] = 0;
+				s.prot[x] = 1; /* one segment: no probation */
+				r->admitted++;
+			}
+			if (s.sk.c && p->admit && !s.prot[x] &&
+			    sketch_est(&s.sk, x) >= p->admit) {
+				s.prot[x] = 1;
+				r->admitted++;
+			}
+			s.pos[x] = (uint32_t)s.used;
+			s.set[s.used++] = x;
+		}
+	}
+	rc = 0;
+out:
+	psim_free(&s);
+	return rc;
+}
+
+/* A FIFO of block ids (a ring of cap + 1). */
+struct fifo {
+	uint32_t *q;
+	uint64_t head, n, size;
+};
+
+static void
+fifo_push(struct fifo *f, uint32_t x)
+{
+	f->q[(f->head + f->n++) % f->size] = x;
+}
+
+static uint32_t
+fifo_pop(struct fifo *f)
+{
+	uint32_t x = f->q[f->head];
+
+	f->head = (f->head + 1) % f->size;
+	f->n--;
+	return x;
+}
+
+/*
+ * S3-FIFO.  The blocks a request puts join their FIFO at the request's
+ * end, deepest first (the agent numbers what it first sees in a scan by
+ * tick, then depth, deepest first); until then they are not candidates.
+ */
+static int
+sim_s3fifo(struct trace *t, uint64_t cap, const struct sim_policy *p,
+	   struct sim_result *r)
+{
+	struct fifo small = { 0 }, main = { 0 };
+	uint64_t cap_small, gsize, gcount = 0, *gseq = NULL, used = 0, band;
+	uint32_t *newb = NULL, nnew;
+	uint8_t *freq = NULL, *inmain = NULL;
+	bool *in = NULL;
+	size_t i, d = t->t_distinct + 1;
+	int rc = -ENOMEM;
+
+	cap_small = (uint64_t)(p->small * (double)cap + 0.5);
+	gsize = (uint64_t)(p->ghost * (double)cap + 0.5);
+	band = (uint64_t)(p->band * (double)cap + 0.5);
+	if (!band)
+		band = 1;
+	small.size = main.size = cap + 1;
+	small.q = malloc(small.size * sizeof(*small.q));
+	main.q = malloc(main.size * sizeof(*main.q));
+	gseq = calloc(d, sizeof(*gseq));
+	freq = calloc(d, 1);
+	inmain = calloc(d, 1);
+	in = calloc(d, sizeof(*in));
+	newb = malloc((t->t_nids + 1) * sizeof(*newb));
+	if (!small.q || !main.q || !gseq || !freq || !inmain || !in || !newb)
+		goto out;
+	for (i = 0; i < t->t_nreqs; i++) {
+		const struct trace_req *q = &t->t_reqs[i];
+		bool lead = true;
+		uint32_t k;
+
+		nnew = 0;
+		for (k = 0; k < q->tr_n; k++) {
+			uint32_t x = t->t_dense[q->tr_off + k];
+			uint64_t e;
+
+			if (in[x]) {
+				r->block_hits++;
+				r->prefix_hits += lead;
+				if (freq[x] < p->fmax)
+					freq[x]++;
+				continue;
+			}
+			lead = false;
+			if (!cap)
+				continue;
+			/* a pass: band evictions, the S3-FIFO way */
+			for (e = 0;
+			     used + e == cap && e < band && small.n + main.n;
+			     e++) {
+				for (;;) {
+					uint32_t y;
+
+					if (small.n &&
+					    (small.n >= cap_small || !main.n)) {
+						y = fifo_pop(&small);
+						if (freq[y]) {
+							freq[y] = 0;
+							inmain[y] = 1;
+							fifo_push(&main, y);
+							continue;
+						}
+						if (gsize)
+							gseq[y] = ++gcount;
+					} else {
+						y = fifo_pop(&main);
+						if (freq[y]) {
+							freq[y]--;
+							fifo_push(&main, y);
+							continue;
+						}
+					}
+					in[y] = false;
+					used--;
+					r->evictions++;
+					break;
+				}
+			}
+			if (used == cap) { /* only this request's blocks */
+				r->evictions++;
+				continue;
+			}
+			in[x] = true;
+			freq[x] = 0;
+			inmain[x] = 0;
+			if (gsize && gseq[x] && gcount - gseq[x] < gsize) {
+				r->ghost_hits++;
+				r->admitted++;
+				gseq[x] = 0;
+				inmain[x] = 1;
+			}
+			used++;
+			newb[nnew++] = x;
+		}
+		while (nnew--) {
+			uint32_t x = newb[nnew];
+
+			fifo_push(inmain[x] ? &main : &small, x);
+		}
+	}
+	rc = 0;
+out:
+	free(small.q);
+	free(main.q);
+	free(gseq);
+	free(freq);
+	free(inmain);
+	free(in);
+	free(newb);
+	return rc;
+}
+
+int
+sim_policy(struct trace *t, uint64_t cap, const struct sim_policy *p,
+	   struct sim_result *r)
+{
+	int rc;
+
+	if (p->band < 0 || p->band > 1 || p->protect < 0 || p->protect > 1 ||
+	    p->probation < 0 || p->small < 0 || p->small > 1)
+		return -EINVAL;
+	if ((rc = sim_start(t, r)))
+		return rc;
+	if (p->kind == SIM_S3FIFO)
+		return sim_s3fifo(t, cap, p, r);
+	return sim_recency(t, cap, p, r);
 }

@@ -182,6 +182,9 @@ done
 # and mounts a hugetlbfs of its own; SKIP otherwise)
 run "release/hugepages: pool tests on 2 MiB pages" tests/agent/test_hugepages.sh
 run "structure: owners, includes, no cycles" tests/structure/test_structure.sh
+# kvpoold's flags are one table (agent/options.c): README's synopsis is
+# its output, and no doc gives kvpoold a flag the table lacks
+run "agent: README's kvpoold flags = agent/options.c" tests/agent/test_options_doc.sh
 # tiers/kvp_cuda.h (the runtime's ABI, written out) against the toolkit's
 # headers, and the emulated runtime's own checks (SKIP: no CUDA headers)
 run "gpu: tiers/kvp_cuda.h matches cuda_runtime_api.h" tests/gpu/test_cuda_abi.sh
@@ -244,6 +247,8 @@ run "release/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 build/
 # observability: stat --json = /metrics (jq, promtool); a real Prometheus scrapes the agent
 run "release/obs stat --json matches /metrics" tests/obs/test_scrape_json.sh
 run "release/obs prometheus server scrapes kvpoold" tests/obs/test_prometheus.sh
+# the metrics are one table (agent/metrics_table.c): the doc's tables are its output
+run "release/obs docs/observability.md = the table of metrics" tests/obs/test_metrics_doc.sh
 # the remote tier: three nodes (network namespaces, a veth each), Redis
 # in one, UCX over TCP; the ASan+UBSan agents in the default run
 run "release/cluster: three nodes over UCX + Redis" tests/cluster/test_cluster.sh
@@ -271,6 +276,9 @@ if [ $quick = 0 ]; then
 	bench "release/bench_start --quick" build/release/bench_start --quick
 	# the cache-quality replay (~30 s): RAN; wrong bytes read back fail it
 	bench "stress/trace_bench --quick (cache quality)" stress/trace_bench --quick
+	# the eviction policy study (~10 s): every generator at 5/10/25% through
+	# LRU, Belady and each candidate the pool can carry out
+	bench "release/trace_matrix --quick (policy study)" build/release/trace_matrix --quick
 	# the sglang adapter against the C calls it wraps (~15 s; wrong bytes fail it)
 	bench "stress/bench_sglang.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
 		"$PYTHON" stress/bench_sglang.py --quick

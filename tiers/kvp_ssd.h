@@ -121,7 +121,8 @@ struct kvp_ssd;
  * forget them; it must not submit I/O.  Return 0 to let the segment go,
  * anything else to veto it (it is kept; the next oldest is asked).
  */
-typedef int (*kvp_ssd_evict_fn)(void *arg, struct kvp_ssd *s, uint32_t seg_id);
+typedef int (*kvp_ssd_giveback_fn)(void *arg, struct kvp_ssd *s,
+				   uint32_t seg_id);
 
 /*
  * Where a record the owner kept (kvp_ssd_reinsert_agent, tag its own)
@@ -129,8 +130,8 @@ typedef int (*kvp_ssd_evict_fn)(void *arg, struct kvp_ssd *s, uint32_t seg_id);
  * segment stayed after all (the give-back failed); or 0, it could not be
  * written (no room beside the write that asked for the segment, an I/O
  * error): it went with its segment.  Called once per kept record, on the
- * I/O thread, inside the same write call as evict_cb, before that write
- * returns; it must not call the store.  evict_arg is its arg.
+ * I/O thread, inside the same write call as giveback_cb, before that write
+ * returns; it must not call the store.  giveback_arg is its arg.
  */
 typedef void (*kvp_ssd_reinsert_fn)(void *arg, uint64_t tag, uint64_t old_loc,
 				    uint64_t new_loc);
@@ -143,12 +144,12 @@ struct kvp_ssd_cfg {
 	uint64_t segment_bytes;
 	uint64_t capacity_bytes; /* --ssd-size; 0 = no limit but the disk's */
 	enum kvp_ssd_durability durability;
-	uint32_t queue_depth;      /* device ops in flight; 0 = 128 */
-	uint32_t max_requests;     /* outstanding requests; 0 = 4096 */
-	uint32_t threads;          /* pread fallback workers; 0 = 4 */
-	bool wipe;                 /* delete every segment at open */
-	kvp_ssd_evict_fn evict_cb; /* NULL: give back the oldest, no veto */
-	void *evict_arg;
+	uint32_t queue_depth;            /* device ops in flight; 0 = 128 */
+	uint32_t max_requests;           /* outstanding requests; 0 = 4096 */
+	uint32_t threads;                /* pread fallback workers; 0 = 4 */
+	bool wipe;                       /* delete every segment at open */
+	kvp_ssd_giveback_fn giveback_cb; /* NULL: give back the oldest, no veto */
+	void *giveback_arg;
 	/* --ssd-reinsert: percent of a segment a reclaim may keep (0: none) */
 	uint32_t reinsert_pct;
 	kvp_ssd_reinsert_fn reinsert_cb; /* where kept records went */
@@ -397,14 +398,14 @@ int kvp_ssd_segment_foreach_agent(struct kvp_ssd *s, uint32_t id,
 int kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id);
 
 /*
- * Inside evict_cb only: keep record r (a value of the segment being given
+ * Inside giveback_cb only: keep record r (a value of the segment being given
  * back, as segment_foreach reported it) instead of losing it with its
  * segment.  Its header and value are read now (blocking) and checked
  * (header CRC, identity, every chunk CRC); once the segment is gone they
  * are written first into the next segment, with a new sequence number,
  * and reinsert_cb says where (with tag).  At most cfg.reinsert_pct
  * percent of a segment's bytes is kept per write that makes room.
- * 0 (kept: reinsert_cb will be called, unless evict_cb vetoes the
+ * 0 (kept: reinsert_cb will be called, unless giveback_cb vetoes the
  * segment), -ENOSPC (the share is used up), -EBADMSG (it does not read
  * back whole), -EIO, -ENOENT (no such sealed segment), -EINVAL, -ENOMEM.
  */

@@ -38,7 +38,7 @@
 #include <hiredis/hiredis.h>
 #include <ucp/api/ucp.h>
 
-/* the wire format of agent/cluster.c (protocol 2), written down again
+/* the wire format of agent/cluster_int.h (protocol 2), written down again
  * here on purpose: the test is a peer, not a caller of the agent's code */
 #define WIRE_MAGIC 0x32306c63706b766bull
 #define AM_LEASE 21u

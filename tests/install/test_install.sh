@@ -3,9 +3,10 @@
 # root (DESTDIR) gives an engine all it needs, from the installed tree
 # alone; 'ninja uninstall' takes all of it away again.
 #  1. every file expected is there (the library, its links, the headers
-#     kvpool.h includes, kvpool.pc, kvpoold, kvpool, the unit, the Python
-#     package when the tree has one), identical to the build's, and the
-#     manifest lists exactly what the root holds;
+#     kvpool.h includes, kvpool.pc, kvpoold, kvpool, the unit, the config
+#     example (kvpoold --print-config), the Python package when the tree
+#     has one), identical to the build's, and the manifest lists exactly
+#     what the root holds;
 #  2. the library: SONAME libkvpool.so.1, exports exactly kvpool.h's calls
 #     (tests/client/test_exports.sh on the staged directory);
 #  3. pkg-config (pointed at the root): a client compiled header only
@@ -82,10 +83,11 @@ wait_for() {
 
 # the configured directories, as build.ninja hands them to the install
 var() { sed -n "s/^$1 = //p; s/^  $1 = //p" build.ninja | head -n1; }
-bindir=$(var bindir) libdir=$(var libdir) includedir=$(var includedir)
+prefix=$(var prefix) bindir=$(var bindir) libdir=$(var libdir) includedir=$(var includedir)
 pkgconfigdir=$(var pkgconfigdir) unitdir=$(var unitdir) sysconfdir=$(var sysconfdir)
 headers=$(var headers) python=$(var python)
-so_version=$(sed -n 's/^SO_VERSION=//p' configure)
+# configure computes it from kvpool.h's KVPOOL_VERSION_*: read what it wrote
+so_version=$(sed -n 's/.* --so-version=\([0-9.]*\) .*/\1/p' build.ninja | head -n1)
 [ -n "$bindir" ] && [ -n "$headers" ] && [ -n "$so_version" ] ||
 	die "build.ninja names no install directories (run ./configure)"
 
@@ -126,6 +128,9 @@ else
 	fail "$unitdir/kvpoold@.service is not installed"
 fi
 [ -f "$ROOT$pkgconfigdir/kvpool.pc" ] || fail "$pkgconfigdir/kvpool.pc is not installed"
+# the commented defaults of every flag, as the staged agent prints them
+build/release/kvpoold --print-config >"$T/conf.example" || fail "kvpoold --print-config"
+same "$ROOT$prefix/share/doc/kvpool/kvpoold.conf.example" "$T/conf.example"
 pydir=
 if [ -n "$python" ]; then
 	pydir=$(find "$ROOT" -path '*/kvpool/_installed.py' | head -n1)
@@ -468,6 +473,7 @@ mkdir "$T/root2"
 if env DESTDIR="$T/root2" sh -c "$cmd" >"$T/install2.log" 2>&1; then
 	for f in /usr/bin/kvpoold /usr/bin/kvpool /usr/lib/libkvpool.so.1 /usr/include/kvpool/kvpool.h \
 		/usr/lib/pkgconfig/kvpool.pc /usr/lib/systemd/system/kvpoold@.service \
+		/usr/share/doc/kvpool/kvpoold.conf.example \
 		${python:+/usr/lib/python3/dist-packages/kvpool/_installed.py}; do
 		[ -e "$T/root2$f" ] || fail "--prefix=/usr: $f not installed"
 	done

@@ -527,6 +527,285 @@ test_jsonl_file(void **state)
 	trace_free(&u);
 }
 
+/* A policy of the study by name, with its band made one block (each
+ * miss with the cache full evicts exactly one: hand-checkable). */
+static struct sim_policy
+policy1(const char *name)
+{
+	const struct sim_policy *p = sim_policy_find(name);
+	struct sim_policy q;
+
+	assert_non_null(p);
+	q = *p;
+	q.band = 0;
+	return q;
+}
+
+/* The pass engine in plain recency order, one block a pass, on traces of
+ * one-block requests (a tick each) is exact LRU. */
+static void
+test_policy_engine_is_lru(void **state)
+{
+	struct sim_policy q = policy1("lru-pass");
+	struct sim_result a, b;
+	struct trace t;
+	uint64_t seed, ids[400];
+	unsigned cap, i;
+
+	(void)state;
+	for (seed = 1; seed <= 10; seed++) {
+		uint64_t s = seed * 6007;
+
+		for (i = 0; i < 400; i++)
+			ids[i] = rnd(&s) % 60;
+		singles(&t, ids, 400);
+		for (cap = 0; cap <= 64; cap += 4) {
+			assert_int_equal(sim_lru(&t, cap, &a), 0);
+			assert_int_equal(sim_policy(&t, cap, &q, &b), 0);
+			assert_result(&b, a.prefix_hits, a.block_hits);
+		}
+		trace_free(&t);
+	}
+}
+
+/* Append a request of ids lo..lo+n-1. */
+static void
+add_run(struct trace *t, uint64_t lo, uint32_t n)
+{
+	uint64_t ids[64];
+	uint32_t k;
+
+	assert_true(n <= 64);
+	for (k = 0; k < n; k++)
+		ids[k] = lo + k;
+	assert_int_equal(trace_add(t, t->t_nreqs, ids, n), 0);
+}
+
+/*
+ * A one-pass scan twice the cache's size between two uses of a working
+ * set that fits (2 chains of 8 blocks, used twice: hit; cache 24), in
+ * requests of 8 (a request's own pages are the youngest): LRU
+ * and today's probation (x2) lose it, the recommended policy keeps all
+ * of it (x8: a scan request sees a working set up to 8 requests old as
+ * younger than its own pages of the request before).  Returns the prefix
+ * hits of the last pass over the set.
+ */
+static uint64_t
+scan_case(const struct sim_policy *p)
+{
+	struct sim_result before, after;
+	struct trace t;
+	unsigned c, k;
+
+	trace_init(&t);
+	for (k = 0; k < 2; k++)
+		for (c = 0; c < 2; c++)
+			add_run(&t, 100 * (c + 1), 8);
+	for (k = 0; k < 6; k++) /* the scan: 48 blocks, never again */
+		add_run(&t, 1000 + 8 * k, 8);
+	if (p)
+		assert_int_equal(sim_policy(&t, 24, p, &before), 0);
+	else
+		assert_int_equal(sim_lru(&t, 24, &before), 0);
+	for (c = 0; c < 2; c++)
+		add_run(&t, 100 * (c + 1), 8);
+	if (p)
+		assert_int_equal(sim_policy(&t, 24, p, &after), 0);
+	else
+		assert_int_equal(sim_lru(&t, 24, &after), 0);
+	trace_free(&t);
+	return after.prefix_hits - before.prefix_hits;
+}
+
+static void
+test_scan_keeps_working_set(void **state)
+{
+	struct sim_policy rec = policy1("ghost-cont"), cur = policy1("cur");
+
+	(void)state;
+	assert_int_equal(scan_case(NULL), 0);  /* LRU: all gone */
+	assert_true(scan_case(&cur) < 16);     /* x2: not enough */
+	assert_int_equal(scan_case(&rec), 16); /* all kept */
+}
+
+/*
+ * A key evicted and soon put again is kept the next time: A, then four
+ * other keys (cache 4: A goes), A again (in the ghost set: exempt from
+ * probation), four more, A: a hit with the ghost set, a miss without it
+ * and under LRU.
+ */
+static uint64_t
+ghost_case(const struct sim_policy *p)
+{
+	static const uint64_t seq[] = { 'A', 1, 2, 3, 4, 'A', 5, 6, 7, 8, 'A' };
+	struct sim_result r;
+	struct trace t;
+
+	singles(&t, seq, sizeof(seq) / sizeof(seq[0]));
+	if (p)
+		assert_int_equal(sim_policy(&t, 4, p, &r), 0);
+	else
+		assert_int_equal(sim_lru(&t, 4, &r), 0);
+	trace_free(&t);
+	return r.block_hits;
+}
+
+static void
+test_ghost_readmits(void **state)
+{
+	struct sim_policy rec = policy1("ghost-cont"), noghost = rec;
+
+	(void)state;
+	noghost.ghost = 0;
+	assert_int_equal(ghost_case(NULL), 0);
+	assert_int_equal(ghost_case(&noghost), 0);
+	assert_int_equal(ghost_case(&rec), 1);
+	rec = policy1("ghost");
+	assert_int_equal(ghost_case(&rec), 1);
+}
+
+/*
+ * A deep tail goes before its head: a chain of 8 blocks put in one
+ * request (one tick), then a request of 4 other blocks in a cache of 10:
+ * two blocks must go, and the chain's re-use then finds its first 6
+ * (LRU, which drops the chain's oldest-accessed head, finds none).
+ */
+static uint64_t
+depth_case(const struct sim_policy *p)
+{
+	struct sim_result r;
+	struct trace t;
+
+	trace_init(&t);
+	add_run(&t, 1, 8);
+	add_run(&t, 100, 4);
+	add_run(&t, 1, 8);
+	if (p)
+		assert_int_equal(sim_policy(&t, 10, p, &r), 0);
+	else
+		assert_int_equal(sim_lru(&t, 10, &r), 0);
+	trace_free(&t);
+	return r.prefix_hits;
+}
+
+static void
+test_deep_tail_first(void **state)
+{
+	struct sim_policy rec = policy1("ghost-cont"), cur = policy1("cur");
+
+	(void)state;
+	assert_int_equal(depth_case(NULL), 0);
+	assert_int_equal(depth_case(&cur), 6);
+	assert_int_equal(depth_case(&rec), 6);
+}
+
+/* Every candidate of the study runs, never beats MIN's block hits, and
+ * equals the infinite cache when it holds every block. */
+static void
+test_policies_bounded(void **state)
+{
+	struct sim_result r, bel, inf;
+	const struct sim_policy *p;
+	struct trace_gen_cfg g;
+	struct trace t;
+	unsigned kind;
+
+	(void)state;
+	for (kind = 0; kind < TRACE_GEN_KINDS; kind++) {
+		trace_gen_preset(&g, (enum trace_gen_kind)kind);
+		g.requests = 600;
+		g.scan_share = 0.1;
+		trace_init(&t);
+		assert_int_equal(trace_gen(&t, &g), 0);
+		assert_int_equal(sim_infinite(&t, &inf), 0);
+		for (p = sim_policies; p->name; p++) {
+			uint64_t cap = t.t_distinct / 10;
+
+			assert_int_equal(sim_belady(&t, cap, &bel), 0);
+			assert_int_equal(sim_policy(&t, cap, p, &r), 0);
+			assert_true(r.block_hits <= bel.block_hits);
+			assert_true(r.prefix_hits <= r.block_hits);
+			assert_true(r.evictions > 0);
+			assert_int_equal(sim_policy(&t, t.t_distinct, p, &r),
+					 0);
+			assert_result(&r, inf.prefix_hits, inf.block_hits);
+		}
+		trace_free(&t);
+	}
+}
+
+/* The new generators: chat and agent traces are chained and extend their
+ * conversations; an agent's sub-agents branch off a session (a request
+ * is a prefix of another that is not its conversation's next); RAG
+ * reuses a document's blocks after other prefixes (not chained); a scan
+ * share of 1 is nothing but single-use blocks; the same seed, the same
+ * trace. */
+static void
+test_generator_kinds(void **state)
+{
+	struct trace_gen_cfg g;
+	struct trace t, u;
+	size_t i, reuse;
+
+	(void)state;
+	trace_gen_preset(&g, TRACE_GEN_CHAT);
+	g.requests = 2000;
+	trace_init(&t);
+	assert_int_equal(trace_gen(&t, &g), 0);
+	assert_int_equal(trace_densify(&t), 0);
+	assert_int_equal(t.t_chain_breaks, 0);
+	assert_int_equal(t.t_nreqs, 2000);
+	for (i = 1; i < t.t_nreqs; i++)
+		assert_true(t.t_reqs[i].tr_ts_ms >= t.t_reqs[i - 1].tr_ts_ms);
+	/* think times: the trace spans minutes at 20 requests a second */
+	assert_true(t.t_reqs[t.t_nreqs - 1].tr_ts_ms > 60000);
+	trace_free(&t);
+
+	trace_gen_preset(&g, TRACE_GEN_AGENT);
+	g.requests = 2000;
+	trace_init(&t);
+	trace_init(&u);
+	assert_int_equal(trace_gen(&t, &g), 0);
+	assert_int_equal(trace_gen(&u, &g), 0);
+	assert_int_equal(t.t_nids, u.t_nids);
+	assert_memory_equal(t.t_ids, u.t_ids, t.t_nids * sizeof(*t.t_ids));
+	assert_int_equal(trace_densify(&t), 0);
+	assert_int_equal(t.t_chain_breaks, 0);
+	/* the agent types' long prefix: most references hit in an
+	 * infinite cache */
+	{
+		struct sim_result inf;
+
+		assert_int_equal(sim_infinite(&t, &inf), 0);
+		assert_true(sim_prefix_ratio(&inf) > 0.8);
+	}
+	trace_free(&t);
+	trace_free(&u);
+
+	trace_gen_preset(&g, TRACE_GEN_RAG);
+	g.requests = 1000;
+	g.follow_share = 0;
+	trace_init(&t);
+	assert_int_equal(trace_gen(&t, &g), 0);
+	assert_int_equal(trace_densify(&t), 0);
+	assert_true(t.t_chain_breaks > 0);
+	/* documents are reused: far fewer distinct blocks than references
+	 * beyond the unique prefixes */
+	reuse = t.t_nids - t.t_distinct;
+	assert_true(reuse > t.t_nids / 4);
+	trace_free(&t);
+
+	trace_gen_preset(&g, TRACE_GEN_CHAT);
+	g.requests = 300;
+	g.scan_share = 1;
+	trace_init(&t);
+	assert_int_equal(trace_gen(&t, &g), 0);
+	assert_int_equal(trace_densify(&t), 0);
+	assert_int_equal(t.t_distinct,
+			 g.system_blocks + (size_t)g.requests * g.scan_blocks);
+	trace_free(&t);
+}
+
 static double
 now_s(void)
 {
@@ -582,6 +861,12 @@ main(void)
 		cmocka_unit_test(test_generator_shape),
 		cmocka_unit_test(test_jsonl_lines),
 		cmocka_unit_test(test_jsonl_file),
+		cmocka_unit_test(test_policy_engine_is_lru),
+		cmocka_unit_test(test_scan_keeps_working_set),
+		cmocka_unit_test(test_ghost_readmits),
+		cmocka_unit_test(test_deep_tail_first),
+		cmocka_unit_test(test_policies_bounded),
+		cmocka_unit_test(test_generator_kinds),
 		cmocka_unit_test(test_speed),
 	};
 

@@ -8,6 +8,14 @@
 #  2. the mechanisms do not reach into the agent: no file under shm/,
 #     index/ or tiers/ (nor kvpool.h) includes anything from agent/.
 #  3. no include cycle among the tree's files (tsort finds loops).
+#  4. no call cycle between agent files: the link graph of agent/*.c's
+#     objects (nm: a file that needs a symbol another defines calls it;
+#     a function's address taken counts too) has no loop, so the agent's
+#     files form layers that call only downward (docs/design.md, "Who owns
+#     what").  A callback handed down at run time (an op's completion, the
+#     drives' owner table) is not a link edge: that is the point.  Reads
+#     the release build's objects (tests/run.sh builds them first;
+#     KVPT_OBJ_DIR names another build's); SKIP without them.
 # Prints each violation with file and line; exit 0 when there is none.
 set -u
 cd "$(dirname "$0")/../.."
@@ -81,5 +89,57 @@ if ! tsort "$tmp/edges" >/dev/null 2>"$tmp/loop"; then
 	bad=1
 else
 	echo "ok: no include cycle ($(wc -l <"$tmp/edges") includes among $(echo "$srcs" | wc -w) files)"
+fi
+
+# 4. call cycles between agent files: "file symbol" for every global
+# function or datum an agent object defines (weak ones, the inline
+# crash-point words every object has, are no one's), then for every
+# symbol an object needs that another defines the edge "caller callee
+# symbol"; tsort finds a loop in "caller callee"
+objdir=${KVPT_OBJ_DIR:-build/release/obj}
+agent_srcs=$(echo "$srcs" | tr ' ' '\n' | grep '^agent/.*\.c$')
+: >"$tmp/defs"
+: >"$tmp/calls"
+nobj=0 stale=
+for f in $agent_srcs; do
+	o=$objdir/${f%.c}.o
+	if [ ! -f "$o" ] || [ "$o" -ot "$f" ]; then stale="$stale $f"; continue; fi
+	nobj=$((nobj + 1))
+	nm -g --defined-only "$o" | awk -v F="$f" '$2 ~ /^[TDBR]$/ && $3 != "main" { print $3, F }' >>"$tmp/defs"
+done
+if ! command -v nm >/dev/null 2>&1; then
+	echo "SKIP: no call-cycle check between agent files (nm not installed: binutils)"
+elif [ -n "$stale" ]; then
+	echo "SKIP: no call-cycle check between agent files (no object, or an older one, in $objdir for:$stale; run ninja)"
+else
+	sort -k1,1 "$tmp/defs" >"$tmp/defs.s"
+	for f in $agent_srcs; do
+		nm -u "$objdir/${f%.c}.o" | awk '{ print $NF }' | sort -u |
+			join - "$tmp/defs.s" | awk -v F="$f" '$2 != F { print F, $2, $1 }'
+	done >"$tmp/calls"
+	cut -d' ' -f1,2 "$tmp/calls" | sort -u >"$tmp/cedges"
+	if ! tsort "$tmp/cedges" >/dev/null 2>"$tmp/cloop"; then
+		echo "FAIL: a call cycle between agent files (move the callee down a layer, or hand the caller's function down as a callback):"
+		# tsort names each loop it breaks, its files in call order;
+		# the shortest, each step with a symbol that makes it
+		awk '/input contains a loop/ { n++; next }
+			{ sub(/^tsort: /, ""); f[n] = f[n] " " $0; c[n]++ }
+			END { b = 1; for (i = 2; i <= n; i++) if (c[i] < c[b]) b = i
+				print n, f[b] }' "$tmp/cloop" >"$tmp/cshort"
+		read -r nloops loop <"$tmp/cshort"
+		set -- $loop
+		first=$1 step=
+		while [ $# -gt 0 ]; do
+			a=$1 b=${2:-$first}
+			sym=$(awk -v A="$a" -v B="$b" '$1 == A && $2 == B { print $3; exit }' "$tmp/calls")
+			step="$step$a -[$sym]-> "
+			shift
+		done
+		echo "    $step$first"
+		echo "    ($nloops loops found by tsort; the shortest shown)"
+		bad=1
+	else
+		echo "ok: no call cycle between agent files ($(wc -l <"$tmp/cedges") caller-callee pairs among $nobj objects)"
+	fi
 fi
 exit $bad

@@ -775,7 +775,7 @@ test_capacity(void **state)
 	cfg.segment_bytes = 1 << 20;
 	cfg.capacity_bytes = 3 << 20;
 	cfg.wipe = true;
-	cfg.evict_cb = veto_cb;
+	cfg.giveback_cb = veto_cb;
 	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
 	kvp_ssd_recover_agent(s, NULL, NULL);
 	fill(v, sizeof(v), 1);
@@ -846,7 +846,7 @@ reins_keep_one(void *arg, const struct kvp_ssd_rec *r)
 }
 
 static int
-reins_evict_cb(void *arg, struct kvp_ssd *s, uint32_t seg)
+reins_giveback_cb(void *arg, struct kvp_ssd *s, uint32_t seg)
 {
 	(void)arg;
 	assert_int_equal(
@@ -889,7 +889,7 @@ test_reinsert(void **state)
 	cfg.segment_bytes = 1 << 20; /* 22 records of 44 KiB a segment */
 	cfg.capacity_bytes = 3 << 20;
 	cfg.wipe = true;
-	cfg.evict_cb = reins_evict_cb;
+	cfg.giveback_cb = reins_giveback_cb;
 	cfg.reinsert_cb = reins_cb;
 	cfg.reinsert_pct = 22; /* 5 records of 40 KiB and an entry */
 	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops.c - operations in flight on the SSD tier and their completions:
+ * the bottom of the tier thread's layers (docs/design.md, "Who owns
+ * what").  An operation (struct kvp_top) carries the callback that
+ * completes it (kvp_top_get's done: set by whoever starts it, in move.c or
+ * rings.c), so a completion is never dispatched back up the layers by
+ * kind; its waiters are requests of the rings, answered here (I19).  An
+ * operation in flight on an index slot makes it busy (t->busy, 16 bits:
+ * I30): the orphan sweep keeps its DRAM and the evictor leaves it alone.
+ * Also the tier's state the policy reads (write failing, deferred,
+ * demotions at their limit).  Tier thread only.
+ */
+#include "agent/tier_int.h"
+
+bool
+kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot)
+{
+	return a->tier && a->tier->busy[slot];
+}
+
+/* SSD writes failed a moment ago (full, vetoed, I/O error): eviction
+ * drops cold values instead of demoting them, for a second. */
+bool
+kvp_tier_write_failing_agent(struct kvp_agent *a)
+{
+	return a->tier &&
+	       kvp_now_ns(CLOCK_MONOTONIC) < a->tier->write_fail_until;
+}
+
+/* The store has no room for a moment (its oldest segment is in use):
+ * demotion waits, nothing is dropped. */
+bool
+kvp_tier_write_deferred_agent(struct kvp_agent *a)
+{
+	return a->tier &&
+	       kvp_now_ns(CLOCK_MONOTONIC) < a->tier->write_defer_until;
+}
+
+/* Demotion writes in flight are at their limit. */
+bool
+kvp_tier_demote_full_agent(struct kvp_agent *a)
+{
+	return a->tier && (a->tier->demoting >= KVP_TIER_MAX_DEMOTING ||
+			   a->tier->demoting_bytes >= KVP_TIER_DEMOTE_BYTES);
+}
+
+bool
+kvp_tier_demoting_agent(struct kvp_agent *a)
+{
+	return a->tier && a->tier->demoting;
+}
+
+/* A free operation of this kind, completed by done (never NULL for an op
+ * that is submitted), its tag in *tag; NULL when all are in flight. */
+struct kvp_top *
+kvp_top_get(struct kvp_tier *t, int kind, kvp_top_done_fn done, uint64_t *tag)
+{
+	struct kvp_top *op;
+	uint32_t k;
+
+	if (!t->nfree)
+		return NULL;
+	k = t->freeops[--t->nfree];
+	KVP_ASSERT(k < KVP_TIER_MAX_OPS && t->ops[k].kind == TOP_FREE, "I30");
+	op = &t->ops[k];
+	memset(op, 0, offsetof(struct kvp_top, iov));
+	op->kind = kind;
+	op->done = done;
+	*tag = k + 1;
+	return op;
+}
+
+void
+kvp_top_put(struct kvp_tier *t, struct kvp_top *op)
+{
+	/* each op goes back once (a second put would hand it out twice) */
+	KVP_ASSERT(op->kind != TOP_FREE && t->nfree < KVP_TIER_MAX_OPS, "I30");
+	free(op->w);
+	op->w = NULL;
+	op->kind = TOP_FREE;
+	op->done = NULL;
+	t->freeops[t->nfree++] = (uint32_t)(op - t->ops);
+}
+
+int
+kvp_top_add_waiter(struct kvp_top *op, const struct kvp_waiter *w)
+{
+	if (op->nw == op->capw) {
+		unsigned cap = op->capw ? op->capw * 2 : 4;
+		struct kvp_waiter *n = realloc(op->w, cap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		op->w = n;
+		op->capw = cap;
+	}
+	op->w[op->nw++] = *w;
+	return 0;
+}
+
+/* Fill iovecs with the DRAM run chain of [first..) covering bytes. */
+unsigned
+kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes,
+	     struct iovec *iov, unsigned max)
+{
+	uint32_t p = first, next;
+	unsigned n = 0;
+
+	while (bytes && n < max && p < s->g.g_dram_pages) {
+		uint64_t rb = 0;
+		unsigned char *a = kvp_dram_run(s, p, &rb, &next);
+
+		if (!a) /* a damaged chain: no I/O (the caller gives up) */
+			return 0;
+		iov[n].iov_base = a;
+		iov[n].iov_len = rb < bytes ? rb : ((bytes + 4095) & ~4095ull);
+		if (iov[n].iov_len > rb)
+			iov[n].iov_len = rb;
+		bytes -= rb < bytes ? rb : bytes;
+		n++;
+		if (!next)
+			break;
+		p = next - 1;
+	}
+	return bytes ? 0 : n;
+}
+
+/* A completion from the drives: the op its tag names completes (its
+ * callback), then its slot is no longer busy and the op is free. */
+void
+kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
+	struct kvp_top *op;
+
+	if (cq->tag == 0 || cq->tag > KVP_TIER_MAX_OPS)
+		return;
+	op = &t->ops[cq->tag - 1];
+	if (cq->status && cq->status != -ENOSPC)
+		/* stat */
+		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_ERRORS], 1);
+	/* a free op has no callback: a stale tag completes nothing */
+	if (!op->done)
+		return;
+	/* the op's own completion: the layer that started it */
+	op->done(a, op, cq);
+	/* the op's slot is free of it (each op counted once: I30) */
+	if (op->kind != TOP_TOMB) {
+		KVP_ASSERT(t->busy[op->slot] > 0, "I30");
+		t->busy[op->slot]--;
+	}
+	kvp_top_put(t, op);
+}
+
+/* Answer one waiter (I19).  The entry is claimed first, with a CAS from
+ * the exact TAKEN word to ANSWERING: if the client withdrew the request,
+ * or its slot was reaped and the entry reused, that CAS fails and nothing
+ * at all is written into it (a span bit given to it is taken back).  Only
+ * then the answer's fields, and DONE with a release. */
+void
+kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res,
+	   uint64_t where, int span_head)
+{
+	struct kvp_seg *s = &a->seg;
+	struct kvp_req *q =
+		&s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
+	/* acquire: the slot must still be the client that asked */
+	bool same = kvp_load_acquire(&s->clients[w->client].cs_state) ==
+		    w->cgen;
+
+	/* full CAS: TAKEN(seq) -> ANSWERING(seq); the entry is ours to write */
+	if (!same || !kvp_cas(&q->rq_state, w->word,
+			      (w->word & ~0xffull) | KVP_RQ_ANSWERING)) {
+		if (span_head >= 0) {
+			kvp_span_clear_holder(&s->spans[span_head], w->client);
+			kvp_span_free_if_unheld(s, (uint32_t)span_head, true);
+		}
+		return;
+	}
+	/* relaxed: published by the DONE release below */
+	kvp_store_relaxed(&q->rq_result, (uint64_t)res);
+	kvp_store_relaxed(&q->rq_where, where);
+	kvp_crashpoint(A_REQ_ANSWERING);
+	/* release: the answer before DONE; pairs with the client's acquire */
+	kvp_store_release(&q->rq_state, (w->word & ~0xffull) | KVP_RQ_DONE);
+	a->tier->wake[w->client] = true;
+}
+
+void
+kvp_wake_clients(struct kvp_agent *a)
+{
+	struct kvp_seg *s = &a->seg;
+	uint32_t c;
+
+	for (c = 0; c < s->g.g_max_clients; c++) {
+		if (!a->tier->wake[c])
+			continue;
+		a->tier->wake[c] = false;
+		/* full: then wake */
+		kvp_ifetch_add(&s->clients[c].cs_io_futex, 1);
+		kvp_futex_wake(&s->clients[c].cs_io_futex);
+	}
+}

@@ -1,0 +1,599 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ssd_io.c - the SSD store's requests and I/O (design 5): io_uring, or
+ * the pread/pwrite worker pair where it is refused; reads and their
+ * verification (design 6), submit and poll, the completion eventfd,
+ * registered buffers.  Design in tiers/ssd_int.h.
+ */
+#include "tiers/ssd_int.h"
+
+/* ---- requests ---- */
+
+struct kvp_sreq *
+kvp_req_new(struct kvp_ssd *s, uint64_t tag, uint32_t op, bool need_hdr)
+{
+	struct kvp_sreq *r;
+
+	if (s->cfg.max_requests && s->outstanding >= s->cfg.max_requests)
+		return NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->tag = tag;
+	r->op = op;
+	r->hdr = need_hdr ? kvp_aligned(B) : NULL;
+	if (need_hdr && !r->hdr) {
+		free(r);
+		return NULL;
+	}
+	s->outstanding++;
+	return r;
+}
+
+void
+kvp_req_free(struct kvp_sreq *r)
+{
+	free(r->hdr);
+	free(r->bounce);
+	free(r->biov);
+	free(r);
+}
+
+void
+kvp_req_done(struct kvp_ssd *s, struct kvp_sreq *r)
+{
+	r->next = NULL;
+	if (s->done_tail)
+		s->done_tail->next = r;
+	else
+		s->done_head = r;
+	s->done_tail = r;
+}
+
+/* A completion is ready without the ring's own signal (the pread path,
+ * an error before any I/O): tell kvp_ssd_set_eventfd_agent's eventfd. */
+static void
+kvp_efd_signal(struct kvp_ssd *s)
+{
+	uint64_t one = 1;
+
+	if (s->efd1 && write(s->efd1 - 1, &one, sizeof(one)) < 0)
+		(void)0; /* a full counter is signalled anyway */
+}
+
+/* Run one transfer now (the pread/pwrite path). */
+static ssize_t
+kvp_sync_rw(int fd, bool wr, const struct iovec *iov, unsigned n, uint64_t off)
+{
+	ssize_t got = wr ? pwritev(fd, iov, (int)n, (off_t)off) :
+			   preadv(fd, iov, (int)n, (off_t)off);
+
+	return got < 0 ? -errno : got;
+}
+
+static int kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r);
+
+/* Thread path (mu held): one sub-operation of r is over. */
+static void
+kvp_sub_done_locked(struct kvp_ssd *s, struct kvp_sreq *r)
+{
+	if (--r->nsub)
+		return;
+	if (r->op == KVP_SSD_OP_BATCH) {
+		kvp_batch_finish(s, r); /* frees r */
+	} else {
+		if (r->op == KVP_SSD_OP_READ && !r->status)
+			r->status = kvp_finish_read(s, r);
+		kvp_req_done(s, r);
+	}
+	pthread_cond_broadcast(&s->cv_done);
+	kvp_efd_signal(s);
+}
+
+void *
+kvp_worker(void *arg)
+{
+	struct kvp_ssd *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		struct kvp_job *j;
+		ssize_t got;
+
+		while (!s->jobs_head && !s->stopping)
+			pthread_cond_wait(&s->cv_work, &s->mu);
+		if (!s->jobs_head)
+			break;
+		j = s->jobs_head;
+		s->jobs_head = j->next;
+		if (!s->jobs_head)
+			s->jobs_tail = NULL;
+		pthread_mutex_unlock(&s->mu);
+		got = kvp_sync_rw(j->r->seg->fd, j->wr, j->iov, j->n, j->off);
+		pthread_mutex_lock(&s->mu);
+		if (got != (ssize_t)j->total && !j->r->status) {
+			j->r->status = got == -ENOSPC ? -ENOSPC : -EIO;
+			s->st.io_errors++;
+		}
+		kvp_sub_done_locked(s, j->r);
+		free(j);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+/* Thread path: hold a request open while its sub-operations are queued
+ * (a guard count), then let go. */
+void
+kvp_guard(struct kvp_ssd *s, struct kvp_sreq *r, bool take)
+{
+	if (s->uring)
+		return;
+	pthread_mutex_lock(&s->mu);
+	if (take)
+		r->nsub++;
+	else
+		kvp_sub_done_locked(s, r);
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Queue (or, without io_uring, perform) sub-operation idx of r. */
+int
+kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
+	     const struct iovec *iov, unsigned n, uint64_t off)
+{
+	uint64_t total = 0;
+	unsigned k;
+
+	for (k = 0; k < n; k++)
+		total += iov[k].iov_len;
+	r->want[idx] = total;
+	if (!s->uring) {
+		struct kvp_job *j = calloc(1, sizeof(*j));
+
+		if (!j)
+			return -ENOMEM;
+		j->r = r;
+		j->idx = idx;
+		j->wr = wr;
+		j->iov = iov;
+		j->n = n;
+		j->off = off;
+		j->total = total;
+		pthread_mutex_lock(&s->mu);
+		r->nsub++;
+		if (s->jobs_tail)
+			s->jobs_tail->next = j;
+		else
+			s->jobs_head = j;
+		s->jobs_tail = j;
+		pthread_cond_signal(&s->cv_work);
+		pthread_mutex_unlock(&s->mu);
+		return 0;
+	}
+	r->nsub++;
+	{
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+		int bi = -1;
+
+		if (!sqe) {
+			io_uring_submit(&s->ring);
+			sqe = io_uring_get_sqe(&s->ring);
+			if (!sqe) {
+				r->nsub--;
+				return -EBUSY;
+			}
+		}
+		if (s->registered && n == 1)
+			for (k = 0; k < s->nreg; k++)
+				if ((char *)iov[0].iov_base >=
+					    (char *)s->reg[k].iov_base &&
+				    (char *)iov[0].iov_base + iov[0].iov_len <=
+					    (char *)s->reg[k].iov_base +
+						    s->reg[k].iov_len)
+					bi = (int)k;
+		if (bi >= 0 && wr)
+			io_uring_prep_write_fixed(sqe, r->seg->fd,
+						  iov[0].iov_base,
+						  (unsigned)iov[0].iov_len, off,
+						  bi);
+		else if (bi >= 0)
+			io_uring_prep_read_fixed(sqe, r->seg->fd,
+						 iov[0].iov_base,
+						 (unsigned)iov[0].iov_len, off,
+						 bi);
+		else if (wr)
+			io_uring_prep_writev(sqe, r->seg->fd, iov, n, off);
+		else
+			io_uring_prep_readv(sqe, r->seg->fd, iov, n, off);
+		if (bi >= 0)
+			s->st.fixed_ops++;
+		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)r | idx);
+		s->queued++;
+	}
+	return 0;
+}
+
+int
+kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
+		   const struct kvp_ssd_read *rd)
+{
+	struct kvp_sseg *g;
+	struct kvp_sreq *r;
+	uint64_t len, extent, astart, have = 0, hblk, vblk;
+	uint32_t dst_off;
+	unsigned k;
+	int rc;
+
+	if (!rd || !rd->vlen || rd->off > rd->vlen || rd->ndst == 0 ||
+	    rd->ndst > KVP_SSD_MAX_IOV || !rd->dst)
+		return -EINVAL;
+	g = kvp_seg_find(s, KVP_SSD_LOC_SEG(rd->loc));
+	if (!g)
+		return -ENOENT;
+	len = rd->len ? rd->len : rd->vlen - rd->off;
+	if (len > rd->vlen - rd->off)
+		return -EINVAL;
+	extent = kvp_ssd_extent(rd->off, len, &dst_off);
+	astart = rd->off - dst_off;
+	if (g->version >= 3) {
+		/* the batch header, and the value delta blocks after it */
+		hblk = KVP_SSD_LOC_HDR(rd->loc);
+		vblk = KVP_SSD_LOC_VALUE(rd->loc);
+		if (KVP_SSD_LOC_DELTA(rd->loc) == 0)
+			return -EINVAL;
+	} else {
+		/* the record's own header block, the value after it */
+		hblk = KVP_SSD_LOC_BLOCK(rd->loc);
+		vblk = hblk + 1;
+	}
+	if (hblk == 0 || vblk + (astart + extent) / B > g->size / B)
+		return -EINVAL;
+	r = kvp_req_new(s, tag, KVP_SSD_OP_READ, true);
+	if (!r)
+		return -EBUSY;
+	r->seg = g;
+	r->fmt = g->version;
+	r->rd = *rd;
+	r->rd.len = len;
+	r->dst_off = dst_off;
+	if (rd->key && rd->klen <= KVP_SSD_KEY_MAX) {
+		memcpy(r->key, rd->key, rd->klen);
+		r->rd.key = r->key;
+	}
+	/* the destination, trimmed to the extent */
+	for (k = 0; k < rd->ndst && have < extent; k++) {
+		if ((uintptr_t)rd->dst[k].iov_base % B) {
+			kvp_req_free(r);
+			s->outstanding--;
+			return -EINVAL;
+		}
+		r->dst[k] = rd->dst[k];
+		if (r->dst[k].iov_len > extent - have)
+			r->dst[k].iov_len = (size_t)(extent - have);
+		have += r->dst[k].iov_len;
+	}
+	r->ndst = k;
+	if (have < extent) {
+		kvp_req_free(r);
+		s->outstanding--;
+		return -EINVAL;
+	}
+	r->rd.dst = r->dst;
+	r->rd.ndst = r->ndst;
+	r->wiov[0].iov_base = r->hdr;
+	r->wiov[0].iov_len = B;
+	kvp_guard(s, r, true);
+	if (astart == 0 && vblk == hblk + 1 && r->ndst + 1 < KVP_SSD_MAX_IOV) {
+		/* the extent starts at the value, which follows the header:
+		 * header and bytes are one contiguous transfer, one device
+		 * operation */
+		memcpy(&r->wiov[1], r->dst, r->ndst * sizeof(r->dst[0]));
+		rc = kvp_queue_rw(s, r, 0, false, r->wiov, r->ndst + 1,
+				  hblk * B);
+	} else {
+		rc = kvp_queue_rw(s, r, 0, false, r->wiov, 1, hblk * B);
+		if (!rc && extent)
+			rc = kvp_queue_rw(s, r, 1, false, r->dst, r->ndst,
+					  vblk * B + astart);
+	}
+	if (rc) {
+		/* what was queued completes and reports the error */
+		r->status = -EIO;
+		if (s->uring && r->nsub == 0) {
+			kvp_req_done(s, r); /* nothing was queued */
+			kvp_efd_signal(s);
+		}
+	}
+	s->st.dev_read_bytes += B + extent;
+	kvp_guard(s, r, false);
+	return 0;
+}
+
+/* Verify the chunks of a read's extent that it fully covers against
+ * crc[] (the value is vlen bytes in chunks of 1 << sh). */
+static bool
+kvp_read_chunks_ok(struct kvp_ssd *s, struct kvp_sreq *r, const uint32_t *crc,
+		   unsigned sh, uint64_t vlen)
+{
+	uint64_t off = r->rd.off, len = r->rd.len, cs = 1ull << sh, c;
+	uint64_t nch = (vlen + cs - 1) / cs;
+
+	for (c = off / cs; c < nch && c * cs < off + len; c++) {
+		uint64_t a = c * cs, e = a + cs < vlen ? a + cs : vlen;
+		uint64_t pos = r->dst_off + (a - off), left = e - a;
+		uint32_t v = 0;
+		unsigned k = 0;
+
+		if (a < off || e > off + len)
+			continue; /* partly covered: not verifiable */
+		/* walk the destination iovecs from byte pos */
+		while (k < r->ndst && pos >= r->dst[k].iov_len)
+			pos -= r->dst[k++].iov_len;
+		while (left && k < r->ndst) {
+			size_t take = r->dst[k].iov_len - pos;
+			if (take > left)
+				take = (size_t)left;
+			v = kvp_crc32c(v, (char *)r->dst[k].iov_base + pos,
+				       take);
+			left -= take;
+			pos = 0;
+			k++;
+		}
+		if (left || v != crc[c])
+			return false;
+		s->st.chunks_verified++;
+	}
+	return true;
+}
+
+/* Verify a read: its header (the batch's, format 3: CRC, where it was
+ * written, the entry at the value's distance), the record's identity and
+ * the chunks its extent fully covers. */
+static int
+kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
+{
+	const struct kvp_ssd_rec_hdr *h = r->hdr;
+	uint64_t cs, nch;
+	uint32_t saved;
+	size_t koff;
+
+	if (r->fmt >= 3) {
+		const unsigned char *key;
+		const uint32_t *crc;
+		struct kvp_ssd_bent e;
+
+		if (!kvp_bhdr_valid(r->hdr, KVP_SSD_LOC_SEG(r->rd.loc),
+				    KVP_SSD_LOC_HDR(r->rd.loc), UINT32_MAX) ||
+		    !kvp_bent_find(r->hdr, KVP_SSD_LOC_DELTA(r->rd.loc), &e,
+				   &key, &crc) ||
+		    e.be_vlen != r->rd.vlen)
+			goto bad;
+		if (r->rd.key &&
+		    (e.be_ns != r->rd.ns || e.be_klen != r->rd.klen ||
+		     memcmp(key, r->rd.key, r->rd.klen)))
+			goto bad;
+		if (!kvp_read_chunks_ok(s, r, crc, e.be_chunk_shift, e.be_vlen))
+			goto bad;
+		return 0;
+	}
+	if (h->rh_magic != KVP_SSD_MAGIC_REC ||
+	    h->rh_version < KVP_SSD_FORMAT_MIN || h->rh_version > 2 ||
+	    h->rh_len < sizeof(*h) || h->rh_len > B ||
+	    h->rh_type != KVP_SSD_REC_VALUE ||
+	    h->rh_seg_id != KVP_SSD_LOC_SEG(r->rd.loc) ||
+	    h->rh_block != KVP_SSD_LOC_BLOCK(r->rd.loc) ||
+	    h->rh_vlen != r->rd.vlen ||
+	    h->rh_chunk_shift < KVP_SSD_CHUNK_SHIFT_MIN ||
+	    h->rh_chunk_shift > 40)
+		goto bad;
+	saved = h->rh_crc;
+	((struct kvp_ssd_rec_hdr *)r->hdr)->rh_crc = 0;
+	if (kvp_crc32c(0, h, h->rh_len) != saved)
+		goto bad;
+	if (r->rd.key && (h->rh_ns != r->rd.ns || h->rh_klen != r->rd.klen ||
+			  memcmp(h + 1, r->rd.key, r->rd.klen)))
+		goto bad;
+	cs = 1ull << h->rh_chunk_shift;
+	nch = (h->rh_vlen + cs - 1) / cs;
+	koff = (sizeof(*h) + h->rh_klen + 3) & ~(size_t)3;
+	if (nch != h->rh_nchunks || koff + 4 * nch > h->rh_len)
+		goto bad;
+	if (!kvp_read_chunks_ok(s, r, (const uint32_t *)((char *)r->hdr + koff),
+				h->rh_chunk_shift, h->rh_vlen))
+		goto bad;
+	return 0;
+bad:
+	s->st.crc_errors++;
+	return -EBADMSG;
+}
+
+int
+kvp_ssd_submit_agent(struct kvp_ssd *s)
+{
+	int rc;
+
+	kvp_batch_close(s);
+	if (!s->uring || !s->queued)
+		return 0;
+	rc = io_uring_submit(&s->ring);
+	if (rc < 0)
+		return rc;
+	s->queued = 0;
+	return 0;
+}
+
+static void
+kvp_reap_cqe(struct kvp_ssd *s, struct io_uring_cqe *cqe)
+{
+	uint64_t ud = io_uring_cqe_get_data64(cqe);
+	struct kvp_sreq *r = (struct kvp_sreq *)(uintptr_t)(ud & ~1ull);
+	unsigned idx = (unsigned)(ud & 1);
+
+	if (!r)
+		return;
+	if (cqe->res < 0) {
+		if (!r->status)
+			r->status = cqe->res == -ENOSPC ? -ENOSPC : -EIO;
+		s->st.io_errors++;
+	} else if ((uint64_t)cqe->res != r->want[idx] && !r->status) {
+		r->status = -EIO; /* short transfer */
+		s->st.io_errors++;
+	}
+	if (--r->nsub)
+		return;
+	if (r->op == KVP_SSD_OP_BATCH) {
+		kvp_batch_finish(s, r);
+		return;
+	}
+	if (r->op == KVP_SSD_OP_READ && !r->status)
+		r->status = kvp_finish_read(s, r);
+	kvp_req_done(s, r);
+}
+
+int
+kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max,
+		   int timeout_ms)
+{
+	unsigned n = 0;
+	bool synced = false;
+
+	kvp_ssd_submit_agent(s);
+	if (s->uring) {
+		struct io_uring_cqe *cqe;
+
+		if (!s->done_head && timeout_ms != 0 && s->outstanding) {
+			struct __kernel_timespec ts = {
+				timeout_ms / 1000,
+				(long long)(timeout_ms % 1000) * 1000000
+			};
+			if (io_uring_wait_cqe_timeout(
+				    &s->ring, &cqe,
+				    timeout_ms > 0 ? &ts : NULL) == 0) {
+				kvp_reap_cqe(s, cqe);
+				io_uring_cqe_seen(&s->ring, cqe);
+			}
+		}
+		while (io_uring_peek_cqe(&s->ring, &cqe) == 0) {
+			kvp_reap_cqe(s, cqe);
+			io_uring_cqe_seen(&s->ring, cqe);
+		}
+	}
+	if (!s->uring) {
+		pthread_mutex_lock(&s->mu);
+		if (!s->done_head && timeout_ms != 0 && s->outstanding) {
+			if (timeout_ms < 0) {
+				pthread_cond_wait(&s->cv_done, &s->mu);
+			} else {
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_nsec +=
+					(long)(timeout_ms % 1000) * 1000000L;
+				ts.tv_sec += timeout_ms / 1000 +
+					     ts.tv_nsec / 1000000000L;
+				ts.tv_nsec %= 1000000000L;
+				pthread_cond_timedwait(&s->cv_done, &s->mu,
+						       &ts);
+			}
+		}
+	}
+	while (s->done_head && n < max) {
+		struct kvp_sreq *r = s->done_head;
+
+		if (r->op != KVP_SSD_OP_READ && !r->status &&
+		    s->cfg.durability == KVP_SSD_STRICT && !synced) {
+			/* batch-level durability: one fdatasync per poll
+			 * for every segment written in the batch */
+			unsigned k;
+			for (k = 0; k < s->nsegs; k++)
+				if (!s->segs[k]->sealed &&
+				    fdatasync(s->segs[k]->fd))
+					r->status = -EIO;
+			s->st.fsyncs++;
+			synced = true;
+		}
+		s->done_head = r->next;
+		if (!s->done_head)
+			s->done_tail = NULL;
+		out[n].tag = r->tag;
+		out[n].loc = r->op == KVP_SSD_OP_READ ? r->rd.loc : r->loc;
+		out[n].seq = r->seq;
+		out[n].status = r->status;
+		out[n].dst_off = r->dst_off;
+		out[n].op = r->op;
+		out[n].pad = 0;
+		if (r->op != KVP_SSD_OP_READ)
+			/* handed back: its segment may go now */
+			r->seg->wr_inflight--;
+		if (!r->status) {
+			if (r->op == KVP_SSD_OP_READ) {
+				s->st.reads++;
+				s->st.read_bytes += r->rd.len;
+			} else if (r->op == KVP_SSD_OP_WRITE) {
+				s->st.writes++;
+				s->st.write_bytes += r->vlen;
+			} else {
+				s->st.tombstones++;
+			}
+		} else if (r->status == -ENOSPC) {
+			s->st.enospc++;
+		}
+		s->outstanding--;
+		kvp_req_free(r);
+		n++;
+	}
+	if (!s->uring)
+		pthread_mutex_unlock(&s->mu);
+	return (int)n;
+}
+
+unsigned
+kvp_ssd_outstanding_agent(const struct kvp_ssd *s)
+{
+	return s->outstanding;
+}
+
+int
+kvp_ssd_set_eventfd_agent(struct kvp_ssd *s, int efd)
+{
+	int rc = 0;
+
+	if (s->uring)
+		rc = io_uring_register_eventfd(&s->ring, efd);
+	if (!rc) {
+		pthread_mutex_lock(&s->mu);
+		s->efd1 = efd + 1;
+		pthread_mutex_unlock(&s->mu);
+	}
+	return rc;
+}
+
+int
+kvp_ssd_register_buffers_agent(struct kvp_ssd *s, const struct iovec *regions,
+			       unsigned n)
+{
+	int rc;
+
+	if (!s->uring)
+		return -EOPNOTSUPP;
+	if (s->outstanding)
+		return -EBUSY;
+	if (n > 2)
+		n = 2;
+	if (s->registered) {
+		io_uring_unregister_buffers(&s->ring);
+		s->registered = false;
+	}
+	rc = io_uring_register_buffers(&s->ring, regions, n);
+	if (rc) {
+		kvp_log(KVP_LOG_INFO, "ssd",
+			"buffer registration refused (%s): plain "
+			"reads and writes",
+			strerror(-rc));
+		return rc;
+	}
+	memcpy(s->reg, regions, n * sizeof(*regions));
+	s->nreg = n;
+	s->registered = true;
+	return 0;
+}
