@@ -961,6 +961,7 @@ class KVPoolTier(SecondaryTierManager):
                 else:
                     e.live = 0
                     e.ps.release()
+            st.pinmap.clear()  # what is left is in _held: an age sweep must not count it twice
         except Exception as e:
             self._once("finished:" + type(e).__name__, "on_request_finished failed: %r", e)
 

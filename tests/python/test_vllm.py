@@ -505,6 +505,57 @@ class TestPins(unittest.TestCase):
             a.shutdown()
             b.shutdown()
 
+    def test_finished_mid_load_then_aged(self):
+        """Driven as vLLM's manager would, without it: a request pins 8
+        rows, 4 of them are being loaded when it finishes; the other 4 are
+        released but the pinset stays (it holds the 4 in flight) through an
+        age sweep, and goes when the load ends, the rows read back."""
+        import threading
+
+        with kvpt.Agent("--dram", "64M") as ag:
+            a = engine(ag.pool)
+            keys, want = vf.request_keys("aged", 8), rows_for("aged", 8)
+            ra = a.request(keys)
+            a.store(ra, want)
+            a.finish(ra)
+            cfg = tier_cfg(ag.pool)
+            spec = vf.TieringOffloadingSpec(vf.make_config([cfg]))
+            primary = vf.PrimaryTier(16, ROW)
+            tier = vf.SecondaryTierFactory.create_secondary_tier(cfg, primary.view, spec)
+            ctx = vf.ReqContext("aged")
+            self.assertEqual({tier.lookup(k, ctx) for k in keys}, {vf.LookupResult.RETRY})
+            tier.on_schedule_end()
+            self.assertEqual({tier.lookup(k, ctx) for k in keys}, {vf.LookupResult.HIT})
+            pool = tier.pool
+            real, entered, gate = pool.batch_get, threading.Event(), threading.Event()
+
+            def gated(*args, **kw):
+                entered.set()
+                gate.wait(30)
+                return real(*args, **kw)
+
+            pool.batch_get = gated
+            try:
+                tier.submit_load(vf.TransferJob(7, keys[:4], vf._ids([3, 2, 1, 0]), True, ctx))
+                kvpt.wait_until(entered.is_set, 10, "the load in its io thread")
+                tier.on_request_finished(ctx)
+                self.assertEqual(tier.pinned_rows(), 4)
+                tier.pin_max_age_s = 0.0
+                tier.on_schedule_end()  # an age sweep
+                self.assertEqual(tier.pinned_rows(), 4)
+                self.assertGreaterEqual(sum(holds_by_pid(ag.pool)[os.getpid()]), 4)
+            finally:
+                gate.set()
+            tier.drain_jobs()
+            res = list(tier.get_finished_jobs())
+            self.assertEqual([(r.job_id, r.success) for r in res], [(7, True)])
+            self.assertEqual([primary.row(3 - i) == want[i] for i in range(4)], [True] * 4)
+            self.assertEqual(tier.pinned_rows(), 0)
+            self.assertEqual(sum(holds_by_pid(ag.pool).get(os.getpid(), [0])), 0)
+            del pool.batch_get
+            tier.shutdown()
+            a.shutdown()
+
     def test_rows_larger_than_max_value_in_parts(self):
         """Rows of 1 MiB with --max-value 256K: four parts each, read back
         whole; a row missing one part is a miss."""
