@@ -454,7 +454,7 @@ class _Job:
     """A store or load job in the workers' hands."""
 
     __slots__ = (
-        "job_id", "load", "keys", "bids", "ok", "new", "failed_status", "deleted", "tasks", "t0", "nbytes", "rid",
+        "job_id", "load", "keys", "bids", "ok", "new", "failed_status", "deleted", "tasks", "t0", "t1", "nbytes", "rid",
     )
 
     def __init__(self, job_id, load, keys, bids, t0, rid=None):
@@ -469,6 +469,7 @@ class _Job:
         self.deleted = set()  # loads: rows deleted as unreadable
         self.tasks = 0
         self.t0 = t0
+        self.t1 = t0  # when its last task ended
         self.nbytes = 0
 
 
@@ -1006,7 +1007,7 @@ class KVPoolTier(SecondaryTierManager):
         except Exception as e:
             self._once("submit:" + type(e).__name__, "submitting a job failed: %r", e)
             if j is None:
-                j = _Job(job.job_id, load, [], [], time.perf_counter())
+                j = _Job(getattr(job, "job_id", None), load, [], [], time.perf_counter())
                 with self._cv:
                     self._outstanding += 1
                 self._inflight[j.job_id] = j
@@ -1026,6 +1027,7 @@ class KVPoolTier(SecondaryTierManager):
         """j is done (every task ran, or it never reached a worker)."""
         if ok:
             j.ok = [True] * len(j.keys)
+        j.t1 = time.perf_counter()
         self._done.append(j)
         with self._cv:
             self._outstanding -= 1
@@ -1162,7 +1164,7 @@ class KVPoolTier(SecondaryTierManager):
             j = done.popleft()
             self._inflight.pop(j.job_id, None)
             success = all(j.ok)
-            secs = time.perf_counter() - j.t0
+            secs = j.t1 - j.t0
             try:
                 self._settle(j, now)
             except Exception as e:
