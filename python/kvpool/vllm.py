@@ -82,7 +82,7 @@ import kvpool
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KVPoolTier", "namespace_for", "NoIdentity", "METRICS", "NS_EVENTS_USED"]
+__all__ = ["KVPoolTier", "namespace_for", "NoIdentity", "METRICS"]
 
 
 # ---- vLLM's types when vLLM is importable, stand-ins otherwise ----
@@ -252,20 +252,6 @@ METRICS = {
     "vllm:kv_offload_kvpool_pinned_rows": ("pinned_rows", "gauge", "Rows the kvpool tier holds pinned for loads."),
 }
 
-# the pool's per-namespace counters it adds to (Pool.count, where the
-# binding has it: kvpool.NS_EVENTS)
-NS_EVENTS_USED = (
-    "lookup_keys",
-    "hit_keys",
-    "load_pages",
-    "load_bytes",
-    "load_failed",
-    "store_pages",
-    "store_bytes",
-    "store_failed",
-    "refused",
-    "errors",
-)
 
 
 # ---- identity ----
