@@ -59,6 +59,25 @@ count_in_dram(struct kvp_client *c, struct kvp_seg *s, int who, int n)
 	return p;
 }
 
+/* The agent has brought DRAM down to its high mark (--dram-high 50: at
+ * most half of the 16 MiB pool's 1,024 values of 16 KiB): pinning then
+ * leaves the writers room.  Without the wait a loaded machine can pin a
+ * DRAM the agent had not yet drained, wholly, and every later put is an
+ * honest NOSPC (nothing is evictable), which is not what this test is
+ * about. */
+struct drained_arg {
+	struct kvp_client *c;
+	struct kvp_seg *s;
+	int n;
+};
+
+static bool
+drained(void *p)
+{
+	struct drained_arg *d = p;
+	return count_in_dram(d->c, d->s, 0, d->n) <= 512;
+}
+
 /* Pin 2,000 keys; other processes then write enough to force eviction,
  * demotion and SSD segment reclaim; every pinned key still loads with
  * its bytes; after release the pool evicts them like any other. */
@@ -76,6 +95,7 @@ test_probe_then_evict(void **state)
 	char(*keys)[100] = calloc(N, 100);
 	unsigned char *out = malloc((size_t)N * SZ);
 	struct kvp_pinset *ps;
+	struct drained_arg dr;
 	pid_t w[2];
 	int i, k, ssd_pinned = 0, dram_pinned;
 
@@ -88,6 +108,10 @@ test_probe_then_evict(void **state)
 				      "--staging-slot", "256K", NULL),
 			 0);
 	put_all(c, 0, 0, N, SZ);
+	dr.c = c;
+	dr.s = &s;
+	dr.n = N;
+	assert_true(kvpt_wait_until(drained, &dr, 30000) >= 0);
 	for (i = 0; i < N; i++) {
 		ops[i].klen = key_of(keys[i], 0, i);
 		ops[i].key = keys[i];
