@@ -214,6 +214,10 @@ struct kvp_metrics {
 	uint64_t ctr[KVP_CTR_SLOTS]; /* every shard + retired */
 	uint64_t actr[KVP_ACTR_RETIRED0];
 	uint64_t hist[KVP_HIST_SLOTS][KVP_HIST_WORDS];
+	/* the SSD read stages: the agent's (enum kvp_io_stage), then the
+	 * clients' copy-out (KVP_HIST_SSD_COPY); the devices' queues */
+	uint64_t io_hist[KVP_IOS__N + 1][KVP_HIST_WORDS];
+	uint64_t io_reads, io_writes, io_write_bytes;
 	/* namespaces with a counter row (kvp_ns_count): the name as written
 	 * (NUL-terminated here), the id, the events, and what their live
 	 * clients hold now (pins: holds tagged KVP_HOLD_PIN) */
@@ -237,6 +241,11 @@ const char *kvp_metrics_pool_tty(const struct kvp_metrics *m, char *out,
 uint64_t kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h);
 uint64_t kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h,
 				   double q);
+/* the same of one histogram's words (buckets, then KVP_HIST_SUM) */
+uint64_t kvp_hist_words_count(const uint64_t *w);
+uint64_t kvp_hist_words_quantile(const uint64_t *w, double q);
+/* the SSD read stages' names: queue, submit, device, answer, copy */
+extern const char *const kvp_io_stage_names[KVP_IOS__N + 1];
 /* agent/metrics_table.c: the table of metrics and what it makes */
 int kvp_metrics_prom(const struct kvp_metrics *m, FILE *f);
 void kvp_metrics_json(const struct kvp_metrics *m, FILE *f);

@@ -75,7 +75,7 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 	kvp_hbm_round_agent(a);
 	if (!t)
 		return false;
-	kvp_drv_submit_agent(t->ssd);
+	kvp_tier_submit(a);
 	kvp_wake_clients(a);
 	if (!kvp_drv_outstanding_agent(t->ssd))
 		return false;

@@ -312,7 +312,7 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 		for (k = 0; k < KVP_CTR_SLOTS; k++)
 			/* relaxed: statistics (single writer per shard) */
 			m->ctr[k] += kvp_load_relaxed(&cs->cs_ctr[k]);
-		for (k = 0; k < KVP_HIST__N; k++)
+		for (k = 0; k < KVP_HIST__ALL; k++)
 			for (j = 0; j < KVP_HIST_WORDS; j++)
 				m->hist[k][j] +=
 					kvp_load_relaxed(&cs->cs_hist[k][j]);
@@ -321,10 +321,21 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 		/* relaxed: statistics (atomic adds) */
 		m->ctr[k] +=
 			kvp_load_relaxed(&h->h_actr[KVP_ACTR_RETIRED0 + k]);
-	for (k = 0; k < KVP_HIST__N; k++)
+	for (k = 0; k < KVP_HIST__ALL; k++)
 		for (j = 0; j < KVP_HIST_WORDS; j++)
 			m->hist[k][j] +=
 				kvp_load_relaxed(&h->h_hist_retired[k][j]);
+	for (k = 0; k < KVP_IOS__N; k++)
+		for (j = 0; j < KVP_HIST_WORDS; j++)
+			/* relaxed: statistics (the tier thread's) */
+			m->io_hist[k][j] =
+				kvp_load_relaxed(&h->h_io_hist[k][j]);
+	memcpy(m->io_hist[KVP_IOS__N], m->hist[KVP_HIST_SSD_COPY],
+	       sizeof(m->io_hist[KVP_IOS__N]));
+	/* relaxed: gauges the tier thread stores each round */
+	m->io_reads = kvp_load_relaxed(&h->h_io_reads);
+	m->io_writes = kvp_load_relaxed(&h->h_io_writes);
+	m->io_write_bytes = kvp_load_relaxed(&h->h_io_write_bytes);
 	for (k = 0; k < KVP_ACTR_RETIRED0; k++)
 		/* relaxed: statistics */
 		m->actr[k] = kvp_load_relaxed(&h->h_actr[k]);

@@ -31,24 +31,30 @@
 
 const char *const kvp_tier_names[KVP_MTIERS] = { "DRAM", "SSD", "HBM" };
 
+const char *const kvp_io_stage_names[KVP_IOS__N + 1] = {
+	[KVP_IOS_QUEUE] = "queue",   [KVP_IOS_SUBMIT] = "submit",
+	[KVP_IOS_DEVICE] = "device", [KVP_IOS_ANSWER] = "answer",
+	[KVP_IOS__N] = "copy",
+};
+
 /* The snapshot's histograms (the renderers here and metrics.c's table). */
 uint64_t
-kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h)
+kvp_hist_words_count(const uint64_t *w)
 {
 	uint64_t n = 0;
 	unsigned b;
 
 	for (b = 0; b < KVP_HIST_BUCKETS; b++)
-		n += m->hist[h][b];
+		n += w[b];
 	return n;
 }
 
-/* Latency at quantile q (0..1) of histogram h, in ns: the upper bound of
+/* Latency at quantile q (0..1) of a histogram, in ns: the upper bound of
  * the bucket it falls in (0 when empty; the last bound for +Inf). */
 uint64_t
-kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q)
+kvp_hist_words_quantile(const uint64_t *w, double q)
 {
-	uint64_t n = kvp_metrics_hist_count(m, h), seen = 0, want;
+	uint64_t n = kvp_hist_words_count(w), seen = 0, want;
 	unsigned b;
 
 	if (!n)
@@ -57,13 +63,25 @@ kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q)
 	if (want == 0)
 		want = 1;
 	for (b = 0; b < KVP_HIST_BUCKETS - 1; b++) {
-		seen += m->hist[h][b];
+		seen += w[b];
 		if (seen >= want)
 			break;
 	}
 	if (b == KVP_HIST_BUCKETS - 1)
 		b--;
 	return 1ull << (b + KVP_HIST_SHIFT);
+}
+
+uint64_t
+kvp_metrics_hist_count(const struct kvp_metrics *m, unsigned h)
+{
+	return kvp_hist_words_count(m->hist[h]);
+}
+
+uint64_t
+kvp_metrics_hist_quantile(const struct kvp_metrics *m, unsigned h, double q)
+{
+	return kvp_hist_words_quantile(m->hist[h], q);
 }
 
 /* enum kvp_drive_state as text (drives.c's log lines, the metrics): here,
@@ -132,6 +150,7 @@ enum kvp_mover {
 	KVP_MO_NS,    /* namespace rows: namespace, ns_id; JSON: "namespaces" */
 	KVP_MO_NSE,   /* namespace rows x their events: ..., event="NAME" */
 	KVP_MO_HIST,  /* op histograms: op, tier; JSON: "latency" */
+	KVP_MO_STAGE, /* SSD read stages: stage; JSON: "read_stages" */
 };
 
 /* When a family is in the exposition. */
@@ -734,6 +753,34 @@ static const struct kvp_mrow kvp_mtab[] = {
 	{ KVP_FAM("kvpool_staged_reads_total", "counter", KVP_SEC_RW),
 	  .help = "SSD reads served through the staging arena." },
 	{ KVP_VAL(NULL, "staged_reads"), KVP_A(STAGED) },
+	{ KVP_FAM("kvpool_ssd_read_stage_seconds", "histogram", KVP_SEC_RW),
+	  .over = KVP_MO_STAGE,
+	  .help = "Stages of SSD reads: queue (posted to taken by the agent), "
+		  "submit (taken to sent to the device), device (sent to "
+		  "completed), answer (completed to the client woken), copy "
+		  "(the client's copy-out of one value).",
+	  .doc = "the stages of an SSD read: `queue` (the client posted it, "
+		 "the agent took it), `submit` (taken, sent to the device), "
+		 "`device` (sent, completion reaped), `answer` (reaped, the "
+		 "client woken), one observation per device read; `copy` (the "
+		 "client's copy-out), one per value" },
+	{ KVP_VAL(NULL, NULL), KVP_M(io_hist), .hist = true },
+	{ KVP_FAM("kvpool_ssd_queue_depth", "gauge", KVP_SEC_RW),
+	  .help = "I/O on the SSD devices now: reads, demotion writes." },
+	{ KVP_VAL("op=\"read\"", "ssd_reads_in_flight"), KVP_M(io_reads) },
+	{ KVP_VAL("op=\"write\"", "ssd_writes_in_flight"), KVP_M(io_writes) },
+	{ KVP_FAM("kvpool_ssd_write_queue_bytes", "gauge", KVP_SEC_RW),
+	  .help = "Value bytes of demotion writes on the SSD devices now." },
+	{ KVP_VAL(NULL, "ssd_write_bytes_in_flight"), KVP_M(io_write_bytes) },
+	{ KVP_FAM("kvpool_ssd_reads_behind_writes_total", "counter",
+		  KVP_SEC_RW),
+	  .help = "SSD reads sent to a device while demotion writes were in "
+		  "flight on it (each waits behind them)." },
+	{ KVP_VAL(NULL, "ssd_reads_behind_writes"), KVP_A(READ_BEHIND_WRITES) },
+	{ KVP_FAM("kvpool_demotion_yields_total", "counter", KVP_SEC_TIERS),
+	  .help = "Rounds in which demotion held back because SSD reads were "
+		  "waiting (reads first)." },
+	{ KVP_VAL(NULL, "demotion_yields"), KVP_A(DEMOTE_YIELDS) },
 	{ KVP_FAM("kvpool_demoted_bytes_total", "counter", KVP_SEC_TIERS),
 	  .help = "Value bytes demoted from DRAM to SSD." },
 	{ KVP_VAL(NULL, "demoted_bytes"), KVP_A(DEMOTE_BYTES) },
@@ -863,6 +910,8 @@ kvp_mover_count(const struct kvp_metrics *m, unsigned over)
 		return m->nns * KVP_NSE__N;
 	case KVP_MO_HIST:
 		return KVP_HIST__N;
+	case KVP_MO_STAGE:
+		return KVP_IOS__N + 1;
 	default:
 		return 1;
 	}
@@ -897,6 +946,7 @@ kvp_mover_off(unsigned over, unsigned i)
 		return i / KVP_NSE__N * sizeof(struct kvp_metrics_ns) +
 		       i % KVP_NSE__N * sizeof(uint64_t);
 	case KVP_MO_HIST:
+	case KVP_MO_STAGE:
 		return i * KVP_HIST_WORDS * sizeof(uint64_t);
 	default:
 		return 0;
@@ -938,6 +988,9 @@ kvp_mover_labels(const struct kvp_metrics *m, unsigned over, unsigned i,
 	case KVP_MO_HIST:
 		snprintf(out, cap, "op=\"%s\",tier=\"%s\"", kvp_hist_id[i].op,
 			 kvp_tier_names[kvp_hist_id[i].tier]);
+		break;
+	case KVP_MO_STAGE:
+		snprintf(out, cap, "stage=\"%s\"", kvp_io_stage_names[i]);
 		break;
 	}
 	return NULL;
@@ -1185,6 +1238,18 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 								      0.5),
 			(unsigned long long)kvp_metrics_hist_quantile(m, k,
 								      0.99));
+	fprintf(f, "},\"read_stages\":{");
+	for (k = 0; k <= KVP_IOS__N; k++)
+		fprintf(f,
+			"%s\"%s\":{\"count\":%llu,\"sum_ns\":%llu,\"p50_ns\":%llu,"
+			"\"p99_ns\":%llu}",
+			k ? "," : "", kvp_io_stage_names[k],
+			(unsigned long long)kvp_hist_words_count(m->io_hist[k]),
+			(unsigned long long)m->io_hist[k][KVP_HIST_SUM],
+			(unsigned long long)kvp_hist_words_quantile(
+				m->io_hist[k], 0.5),
+			(unsigned long long)kvp_hist_words_quantile(
+				m->io_hist[k], 0.99));
 	fprintf(f, "}}\n");
 }
 
@@ -1323,6 +1388,12 @@ kvp_md_labels(size_t fr, FILE *f)
 					kvp_hist_id[k].op);
 		fprintf(f, "; `tier` = `DRAM`, `SSD`");
 		break;
+	case KVP_MO_STAGE:
+		fprintf(f, "%s`stage` =", n++ ? "; " : "");
+		for (k = 0; k <= KVP_IOS__N; k++)
+			fprintf(f, "%s `%s`", k ? "," : "",
+				kvp_io_stage_names[k]);
+		break;
 	}
 	/* the fixed labels: each key with its values, in order */
 	for (r = fr + 1; r < KVP_MROWS && kvp_mtab[r].kind != KVP_MK_FAMILY;
@@ -1449,8 +1520,11 @@ kvp_metrics_markdown(FILE *f)
 	for (k = 0; k < KVP_HIST__N; k++)
 		fprintf(f, "%s`%s_%s`", k ? ", " : "", kvp_hist_id[k].op,
 			kvp_tier_names[kvp_hist_id[k].tier]);
-	fprintf(f,
-		"): `count`, `sum_ns`, `p50_ns`, `p99_ns` (bucket upper "
-		"bounds).\n<!-- end of kvpool stat --metrics-markdown -->\n");
+	fprintf(f, "): `count`, `sum_ns`, `p50_ns`, `p99_ns` (bucket upper "
+		   "bounds).\n\n`read_stages`: the same per stage of an SSD "
+		   "read (");
+	for (k = 0; k <= KVP_IOS__N; k++)
+		fprintf(f, "%s`%s`", k ? ", " : "", kvp_io_stage_names[k]);
+	fprintf(f, ").\n<!-- end of kvpool stat --metrics-markdown -->\n");
 	return ferror(f) ? -EIO : 0;
 }

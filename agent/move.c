@@ -249,8 +249,7 @@ kvp_tier_demote_agent(struct kvp_agent *a, uint64_t slot, uint64_t word)
 	struct kvp_top *op;
 	uint64_t tag, loc, vlen, klen, k;
 
-	if (t->busy[slot] || t->demoting >= KVP_TIER_MAX_DEMOTING ||
-	    t->demoting_bytes >= KVP_TIER_DEMOTE_BYTES ||
+	if (t->busy[slot] || kvp_tier_demote_full_agent(a) ||
 	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_fail_until ||
 	    kvp_now_ns(CLOCK_MONOTONIC) < t->write_defer_until)
 		return 0;
@@ -413,6 +412,7 @@ kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w,
 	    kvp_drv_read_agent(t->ssd, tag, &rd) == 0) {
 		KVP_ASSERT(t->busy[slot] < KVP_TIER_MAX_OPS, "I30");
 		t->busy[slot]++;
+		kvp_io_read_queued(t, op);
 		kvp_crashpoint(A_PROMOTE_SUBMITTED);
 		return true;
 	}

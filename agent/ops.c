@@ -37,12 +37,34 @@ kvp_tier_write_deferred_agent(struct kvp_agent *a)
 	       kvp_now_ns(CLOCK_MONOTONIC) < a->tier->write_defer_until;
 }
 
-/* Demotion writes in flight are at their limit. */
+/* The demotion bytes that may be in flight now: KVP_TIER_DEMOTE_BYTES,
+ * or one batch's worth while reads are active (tier_int.h). */
+uint64_t
+kvp_tier_demote_budget(struct kvp_tier *t)
+{
+	if (t->reading || t->nunsub ||
+	    kvp_now_ns(CLOCK_MONOTONIC) - t->read_seen_ns <
+		    KVP_TIER_READ_ACTIVE_NS)
+		return KVP_TIER_DEMOTE_YIELD_BYTES;
+	return KVP_TIER_DEMOTE_BYTES;
+}
+
+/* Demotion writes in flight are at their limit (for reads, or at all). */
 bool
 kvp_tier_demote_full_agent(struct kvp_agent *a)
 {
-	return a->tier && (a->tier->demoting >= KVP_TIER_MAX_DEMOTING ||
-			   a->tier->demoting_bytes >= KVP_TIER_DEMOTE_BYTES);
+	struct kvp_tier *t = a->tier;
+
+	if (!t)
+		return false;
+	if (t->demoting >= KVP_TIER_MAX_DEMOTING ||
+	    t->demoting_bytes >= KVP_TIER_DEMOTE_BYTES)
+		return true;
+	if (t->demoting_bytes >= kvp_tier_demote_budget(t)) {
+		t->yielded = true;
+		return true;
+	}
+	return false;
 }
 
 bool
@@ -125,6 +147,89 @@ kvp_runs_iov(struct kvp_seg *s, uint32_t first, uint64_t bytes,
 	return bytes ? 0 : n;
 }
 
+/* One observation of d ns in the read stage st (single writer: the tier
+ * thread; relaxed load + store, as the clients' shards). */
+static void
+kvp_io_observe(struct kvp_agent *a, unsigned st, uint64_t d, uint64_t n)
+{
+	kvp_aword_t *hw = a->seg.hdr->h_io_hist[st];
+	unsigned b = kvp_hist_bucket(d);
+
+	/* relaxed: statistics; this thread is the only writer */
+	kvp_store_relaxed(&hw[b], kvp_load_relaxed(&hw[b]) + n);
+	kvp_store_relaxed(&hw[KVP_HIST_SUM],
+			  kvp_load_relaxed(&hw[KVP_HIST_SUM]) + d * n);
+}
+
+/* A read request taken this round: its wait in the queue, from the post
+ * time the client wrote (untrusted: a time in the future, none, or one
+ * more than a minute old is not counted). */
+void
+kvp_io_taken(struct kvp_agent *a, uint64_t posted)
+{
+	struct kvp_tier *t = a->tier;
+
+	if (!t->t_take)
+		t->t_take = kvp_now_ns(CLOCK_MONOTONIC);
+	if (posted && posted <= t->t_take &&
+	    t->t_take - posted < 60000000000ull)
+		kvp_io_observe(a, KVP_IOS_QUEUE, t->t_take - posted, 1);
+}
+
+/* A read (STAGE, PROMOTE) queued on the drives: stamped when submitted. */
+void
+kvp_io_read_queued(struct kvp_tier *t, struct kvp_top *op)
+{
+	op->t_take = t->t_take ? t->t_take : kvp_now_ns(CLOCK_MONOTONIC);
+	op->t_sub = 0;
+	t->read_seen_ns = op->t_take;
+	if (t->nunsub < KVP_TIER_MAX_OPS)
+		t->unsub[t->nunsub++] = (uint32_t)(op - t->ops);
+}
+
+/* Send every queued I/O to the devices; the reads among them leave the
+ * SUBMIT stage (and wait behind any demotion write in flight). */
+void
+kvp_tier_submit(struct kvp_agent *a)
+{
+	struct kvp_tier *t = a->tier;
+	struct kvp_shm_header *h = a->seg.hdr;
+	uint64_t now;
+	unsigned k;
+
+	kvp_drv_submit_agent(t->ssd);
+	t->t_take = 0; /* the next round's requests stamp their own */
+	if (!t->nunsub)
+		return;
+	now = kvp_now_ns(CLOCK_MONOTONIC);
+	for (k = 0; k < t->nunsub; k++) {
+		struct kvp_top *op = &t->ops[t->unsub[k]];
+
+		if ((op->kind != TOP_STAGE && op->kind != TOP_PROMOTE) ||
+		    op->t_sub)
+			continue; /* completed already (an error), reused */
+		op->t_sub = now;
+		t->reading++;
+		kvp_io_observe(a, KVP_IOS_SUBMIT, now - op->t_take, 1);
+	}
+	if (t->demoting)
+		/* stat */
+		kvp_fetch_add(&h->h_actr[KVP_ACTR_READ_BEHIND_WRITES],
+			      t->nunsub);
+	t->nunsub = 0;
+}
+
+/* Once a round: demotion held back for reads is counted. */
+static void
+kvp_tier_count_yield(struct kvp_agent *a)
+{
+	if (!a->tier->yielded)
+		return;
+	a->tier->yielded = false;
+	/* stat */
+	kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_DEMOTE_YIELDS], 1);
+}
+
 /* A completion from the drives: the op its tag names completes (its
  * callback), then its slot is no longer busy and the op is free. */
 void
@@ -143,6 +248,15 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 	/* a free op has no callback: a stale tag completes nothing */
 	if (!op->done)
 		return;
+	if ((op->kind == TOP_STAGE || op->kind == TOP_PROMOTE) && op->t_sub) {
+		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
+
+		kvp_io_observe(a, KVP_IOS_DEVICE, now - op->t_sub, 1);
+		t->reading--;
+		t->read_seen_ns = now;
+		if (t->nunwoken < KVP_TIER_MAX_OPS)
+			t->unwoken[t->nunwoken++] = now;
+	}
 	/* the op's own completion: the layer that started it */
 	op->done(a, op, cq);
 	/* the op's slot is free of it (each op counted once: I30) */
@@ -191,6 +305,7 @@ void
 kvp_wake_clients(struct kvp_agent *a)
 {
 	struct kvp_seg *s = &a->seg;
+	struct kvp_tier *t = a->tier;
 	uint32_t c;
 
 	for (c = 0; c < s->g.g_max_clients; c++) {
@@ -201,4 +316,18 @@ kvp_wake_clients(struct kvp_agent *a)
 		kvp_ifetch_add(&s->clients[c].cs_io_futex, 1);
 		kvp_futex_wake(&s->clients[c].cs_io_futex);
 	}
+	if (t->nunwoken) {
+		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
+		unsigned k;
+
+		for (k = 0; k < t->nunwoken; k++)
+			kvp_io_observe(a, KVP_IOS_ANSWER, now - t->unwoken[k],
+				       1);
+		t->nunwoken = 0;
+	}
+	kvp_tier_count_yield(a);
+	/* relaxed: gauges for tools (this thread's counts) */
+	kvp_store_relaxed(&s->hdr->h_io_reads, t->reading);
+	kvp_store_relaxed(&s->hdr->h_io_writes, t->demoting);
+	kvp_store_relaxed(&s->hdr->h_io_write_bytes, t->demoting_bytes);
 }

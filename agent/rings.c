@@ -198,6 +198,7 @@ kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w,
 	}
 	KVP_ASSERT(t->busy[slot] < KVP_TIER_MAX_OPS, "I30");
 	t->busy[slot]++;
+	kvp_io_read_queued(t, op);
 	kvp_crashpoint(A_STAGE_SUBMITTED);
 	return;
 busy:
@@ -290,6 +291,8 @@ kvp_serve_one(struct kvp_agent *a, struct kvp_waiter *w,
 		cs->call = call & 0xffffffffull;
 		cs->used = 0;
 	}
+	/* relaxed: the client's post time, a hint (ops.c clamps it) */
+	kvp_io_taken(a, kvp_load_relaxed(&q->rq_result));
 	kvp_serve_read(a, w, cs, slot, gen, off, len,
 		       (call & KVP_RQ_WHOLE) != 0);
 }

@@ -33,7 +33,16 @@
 /* demotion writes in flight: as many values, and as many bytes, as keep
  * the device busy (the store batches them: one write per batch) */
 #define KVP_TIER_MAX_DEMOTING 256u
+/* Demotion bytes in flight (ops.c, kvp_tier_demote_full_agent): enough
+ * to keep a device's writes at full speed (fio on the dev VM: 1 MiB
+ * writes reach their bandwidth at queue depth 1-4), and no more, because
+ * a read sent to the device waits behind every byte queued there before
+ * it (rule 9).  While reads are active (one queued, on the device, or
+ * answered less than KVP_TIER_READ_ACTIVE_NS ago) demotion keeps to one
+ * batch's worth: reads first, demotion gets what is left. */
 #define KVP_TIER_DEMOTE_BYTES (64ull << 20)
+#define KVP_TIER_DEMOTE_YIELD_BYTES (64ull << 20)
+#define KVP_TIER_READ_ACTIVE_NS 5000000ull
 #define KVP_AGENT_OWNER 0xfffeu /* claims made by the agent (recovery) */
 
 enum {
@@ -72,6 +81,9 @@ struct kvp_top {
 	uint32_t first;        /* PROMOTE, DEMOTE: DRAM first unit */
 	struct kvp_waiter *w;
 	unsigned nw, capw;
+	/* a read's stages (STAGE, PROMOTE; enum kvp_io_stage): taken,
+	 * submitted, completion reaped (CLOCK_MONOTONIC ns) */
+	uint64_t t_take, t_sub, t_cqe;
 	struct iovec iov[64];
 	unsigned niov;
 };
@@ -168,6 +180,18 @@ struct kvp_tier {
 	 * says where they went (giveback.c); reset when none is pending */
 	struct kvp_keep *keep;
 	unsigned nkeep, capkeep, keep_pending;
+	/* the read stages (ops.c): when this round took its requests; reads
+	 * queued but not yet submitted (op indexes); completion times of
+	 * reads answered but whose clients are not yet woken; reads on the
+	 * devices now */
+	uint64_t t_take;
+	uint32_t unsub[KVP_TIER_MAX_OPS];
+	unsigned nunsub;
+	uint64_t unwoken[KVP_TIER_MAX_OPS];
+	unsigned nunwoken;
+	unsigned reading;
+	uint64_t read_seen_ns; /* a read last queued or completed */
+	bool yielded;          /* demotion held back for reads this round */
 };
 
 /* An entry a reclaim keeps (giveback.c): its slot, its state word under
@@ -223,6 +247,14 @@ void kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq);
 void kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res,
 		uint64_t where, int span_head);
 void kvp_wake_clients(struct kvp_agent *a);
+/* the read stages: a request taken (its post time, the client's), a
+ * read queued (after kvp_drv_read_agent succeeded), the submit that
+ * sends every queued I/O to the devices */
+void kvp_io_taken(struct kvp_agent *a, uint64_t posted);
+void kvp_io_read_queued(struct kvp_tier *t, struct kvp_top *op);
+void kvp_tier_submit(struct kvp_agent *a);
+/* the demotion bytes that may be in flight now (reads first) */
+uint64_t kvp_tier_demote_budget(struct kvp_tier *t);
 
 /* tier.c: the SSD tier's lifecycle */
 void kvp_tier_publish(struct kvp_agent *a);

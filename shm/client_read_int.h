@@ -86,6 +86,8 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 	struct kvp_req *ring =
 		&c->seg.rings[(uint64_t)c->slot * c->seg.g.g_ring_entries];
 	unsigned r = 0, k, posted = 0;
+	/* the post time: the agent's queue stage (a statistic) */
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
 
 	for (k = 0; k < m && r < c->seg.g.g_ring_entries; k++) {
 		struct kvp_req *q;
@@ -119,7 +121,7 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 										  .e_len) ?
 					 KVP_RQ_WHOLE :
 					 0));
-		kvp_store_relaxed(&q->rq_result, 0);
+		kvp_store_relaxed(&q->rq_result, now);
 		kvp_store_relaxed(&q->rq_where, 0);
 		p[k].rqword = (seq << 8) | KVP_RQ_POSTED;
 		/* release: the request's fields before its POSTED state */
@@ -144,15 +146,18 @@ kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res,
 	if (where & KVP_WHERE_DRAM) {
 		/* promoted: the entry is DRAM-resident now, still held */
 		/* acquire: pairs with the agent's release of e_loc */
-		uint64_t loc = kvp_load_acquire(&s->entries[p->slot].e_loc);
+		uint64_t loc = kvp_load_acquire(&s->entries[p->slot].e_loc),
+			 t0 = kvp_now_ns(CLOCK_MONOTONIC);
 		if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM ||
 		    !kvp__copy_out(c, p->slot, p->off, p->op->buf, p->len))
 			return -EIO;
+		kvp__hist(c, KVP_HIST_SSD_COPY, t0);
 		return 0;
 	} else {
 		uint64_t head = (where & 0xffffffffull) - 1,
 			 skip = (where >> 32) & 0x7fffffff;
-		uint64_t sb = s->g.g_staging_slot_bytes;
+		uint64_t sb = s->g.g_staging_slot_bytes,
+			 t0 = kvp_now_ns(CLOCK_MONOTONIC);
 
 		if (head >= s->g.g_staging_slots ||
 		    (head * sb + skip + p->len) > s->g.g_staging_slots * sb)
@@ -161,6 +166,7 @@ kvp__finish(struct kvp_client *c, struct kvp__pend *p, int64_t res,
 		kvp_crashpoint(C_RESOLVE_ANSWERED);
 		memcpy(p->op->buf, s->staging + head * sb + skip, p->len);
 		kvp__span_release(c, (uint32_t)head);
+		kvp__hist(c, KVP_HIST_SSD_COPY, t0);
 		return 0;
 	}
 }

@@ -64,7 +64,7 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
  * heartbeat, 32 cluster counters; 11.0: the HBM helper's socket name has an
  * unguessable part (gs_nonce), the header two pages; each drive id records
  * its directory (h_drive_dir_*) */
-#define KVP_ABI_MAJOR 12
+#define KVP_ABI_MAJOR 13
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -168,17 +168,38 @@ enum kvp_hist {
 	KVP_HIST_GET_SSD,
 	KVP_HIST_EXISTS_DRAM,
 	KVP_HIST_EXISTS_SSD,
-	KVP_HIST__N,
+	KVP_HIST__N, /* the op histograms (one observation per call) */
+	/* the client's stage of an SSD read: copying one value out of its
+	 * staging span (one observation per value); with the agent's
+	 * stages (h_io_hist) the breakdown of a cold read */
+	KVP_HIST_SSD_COPY = KVP_HIST__N,
+	KVP_HIST__ALL,
 };
 #define KVP_HIST_SLOTS 8 /* room for the HBM tier */
 #define KVP_HIST_WORDS 32
 #define KVP_HIST_BUCKETS 30 /* 29 bounded + Inf */
 #define KVP_HIST_SUM 30     /* word: sum of durations (ns) */
 #define KVP_HIST_SHIFT 8    /* bucket 0: <= 256 ns */
-KVP_STATIC_ASSERT(KVP_HIST__N <= KVP_HIST_SLOTS, "histogram shard too small");
+KVP_STATIC_ASSERT(KVP_HIST__ALL <= KVP_HIST_SLOTS, "histogram shard too small");
 KVP_STATIC_ASSERT(KVP_HIST_SUM >= KVP_HIST_BUCKETS &&
 			  KVP_HIST_SUM < KVP_HIST_WORDS,
 		  "hist");
+
+/*
+ * The stages of an SSD read the agent serves (a request of a client's
+ * ring: staged or promoted), timed by the tier thread, one observation
+ * per request, in h_io_hist (kvp_hist_bucket buckets, KVP_HIST_SUM the
+ * sum).  The client's own stage (copy-out) is KVP_HIST_SSD_COPY.
+ */
+enum kvp_io_stage {
+	/* posted by the client -> taken by the agent (the post time is the
+	 * client's, in rq_result while POSTED: a hint, clamped) */
+	KVP_IOS_QUEUE = 0,
+	KVP_IOS_SUBMIT, /* taken -> its read submitted to the device */
+	KVP_IOS_DEVICE, /* submitted -> its completion reaped */
+	KVP_IOS_ANSWER, /* completion reaped -> its client woken */
+	KVP_IOS__N,
+};
 
 /* The bucket of a duration of ns nanoseconds. */
 KVP_INLINE unsigned
@@ -284,6 +305,12 @@ enum kvp_actr {
 	KVP_ACTR_HBM_COPIES,        /* values copied into HBM pools */
 	KVP_ACTR_HBM_EVICTIONS,     /* HBM copies dropped for room */
 	KVP_ACTR_HBM_HELPER_DEATHS, /* GPU helpers that died or failed */
+	/* SSD reads submitted while demotion writes were in flight on the
+	 * devices (each waits behind what is queued there before it) */
+	KVP_ACTR_READ_BEHIND_WRITES,
+	/* demotions the tier thread held back because reads were waiting
+	 * (rule 9: reads first), one per round that held any back */
+	KVP_ACTR_DEMOTE_YIELDS,
 	KVP_ACTR_RETIRED0, /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
@@ -430,6 +457,13 @@ struct kvp_shm_header {
 	/* observability: written by the agent, read by tools */
 	/* gone clients */
 	kvp_aword_t h_hist_retired[KVP_HIST_SLOTS][KVP_HIST_WORDS];
+	/* the SSD read stages (enum kvp_io_stage), the tier thread's */
+	kvp_aword_t h_io_hist[KVP_IOS__N][KVP_HIST_WORDS];
+	/* the devices' queues now (gauges, the tier thread's): reads in
+	 * flight, demotion writes in flight and their bytes */
+	kvp_aword_t h_io_reads;
+	kvp_aword_t h_io_writes;
+	kvp_aword_t h_io_write_bytes;
 #ifndef KVP_TEST_SWAP_HEADER
 	kvp_aword_t h_ssd_used_bytes; /* SSD on-disk bytes (segments) */
 	kvp_aword_t h_ssd_live_bytes; /* SSD bytes of live records */
@@ -500,8 +534,11 @@ struct kvp_req {
 	kvp_aword_t rq_gen;   /* its generation */
 	kvp_aword_t rq_off;   /* byte range of the value */
 	kvp_aword_t rq_len;
-	kvp_aword_t rq_call;   /* call number | KVP_RQ_FIRST | KVP_RQ_WHOLE */
-	kvp_aword_t rq_result; /* status as (uint64_t)(int64_t) */
+	kvp_aword_t rq_call; /* call number | KVP_RQ_FIRST | KVP_RQ_WHOLE */
+	/* the answer: a status as (uint64_t)(int64_t); while POSTED, the
+	 * client's post time (CLOCK_MONOTONIC ns) for the agent's queue
+	 * stage (KVP_IOS_QUEUE: a hint, never trusted beyond a statistic) */
+	kvp_aword_t rq_result;
 	/* span head + 1 | skip << 32, or KVP_WHERE_DRAM */
 	kvp_aword_t rq_where;
 };
@@ -890,7 +927,7 @@ struct kvp_dram_hdr {
 	X(kvp_shm_header, h_agent_alloc_claim) X(kvp_shm_header, h_pad3)     \
 	X(kvp_shm_header, h_io_wake) X(kvp_shm_header, h_staging_seq)        \
 	X(kvp_shm_header, h_staging_used) X(kvp_shm_header, h_staging_peak)  \
-	X(kvp_shm_header, h_actr) X(kvp_shm_header, h_hist_retired)          \
+	X(kvp_shm_header, h_actr) X(kvp_shm_header, h_hist_retired) X(kvp_shm_header, h_io_hist) X(kvp_shm_header, h_io_reads) X(kvp_shm_header, h_io_writes) X(kvp_shm_header, h_io_write_bytes)          \
 	X(kvp_shm_header, h_ssd_used_bytes) X(kvp_shm_header, h_ssd_live_bytes) \
 	X(kvp_shm_header, h_ssd_total_bytes) X(kvp_shm_header, h_metrics_port) \
 	X(kvp_shm_header, h_drive_state) X(kvp_shm_header, h_drive_used)     \

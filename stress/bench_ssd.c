@@ -72,6 +72,82 @@ report(const char *name, double v, const char *unit, double ref,
 			ref > 0 ? v / ref : 0);
 }
 
+/*
+ * Where a cold read's time goes (issue 29): the agent's stages of every
+ * device read (enum kvp_io_stage, h_io_hist) and the clients' copy-outs
+ * (KVP_HIST_SSD_COPY), summed between two snapshots, against the
+ * client's own wall time for the calls (ncalls of them, total_ns).
+ * "wake + rest" is what no stage covers: the client's post and its
+ * futex wake-up after the answer, the holds, the call's own work.
+ */
+struct stage_snap {
+	uint64_t sum[KVP_IOS__N + 1], cnt[KVP_IOS__N + 1];
+};
+
+static void
+stage_snap(const struct kvp_seg *s, struct stage_snap *x)
+{
+	unsigned k, b, c;
+
+	memset(x, 0, sizeof(*x));
+	for (k = 0; k <= KVP_IOS__N; k++) {
+		for (b = 0; b <= KVP_HIST_SUM; b++) {
+			uint64_t v = 0;
+
+			if (k < KVP_IOS__N)
+				v = kvp_load_relaxed(&s->hdr->h_io_hist[k][b]);
+			else
+				for (c = 0; c < s->g.g_max_clients; c++)
+					v += kvp_load_relaxed(
+						&s->clients[c].cs_hist
+							 [KVP_HIST_SSD_COPY][b]);
+			if (b == KVP_HIST_SUM)
+				x->sum[k] = v;
+			else if (b < KVP_HIST_BUCKETS)
+				x->cnt[k] += v;
+		}
+	}
+}
+
+static void
+stage_report(const char *name, const struct kvp_seg *s,
+	     const struct stage_snap *before, double ncalls, double total_ns)
+{
+	static const char *const names[KVP_IOS__N + 1] = {
+		"queue (posted -> taken)", "submit (taken -> sent)",
+		"device (sent -> reaped)", "answer (reaped -> woken)",
+		"copy-out (client)"
+	};
+	struct stage_snap now;
+	double covered = 0;
+	char row[160];
+	unsigned k;
+
+	stage_snap(s, &now);
+	printf("  %s: %.0f calls, %.1f us a call (client wall time)\n", name,
+	       ncalls, total_ns / ncalls / 1e3);
+	for (k = 0; k <= KVP_IOS__N; k++) {
+		double n = (double)(now.cnt[k] - before->cnt[k]),
+		       sum = (double)(now.sum[k] - before->sum[k]);
+
+		covered += sum;
+		snprintf(row, sizeof(row), "%s: %s, mean per read", name,
+			 names[k]);
+		printf("    %-30s %8.0f reads %10.1f us mean %10.1f us a call  %5.1f%%\n",
+		       names[k], n, n ? sum / n / 1e3 : 0, sum / ncalls / 1e3,
+		       100 * sum / total_ns);
+		if (json)
+			fprintf(json,
+				"%s\"%s\":{\"value\":%.4f,\"unit\":\"us\",\"ratio\":%.4f}",
+				ftell(json) > 1 ? "," : "", row,
+				n ? sum / n / 1e3 : 0, sum / total_ns);
+	}
+	printf("    %-30s %8s       %10s    %10.1f us a call  %5.1f%%\n",
+	       "wake + rest (client)", "", "",
+	       (total_ns - covered) / ncalls / 1e3,
+	       100 * (total_ns - covered) / total_ns);
+}
+
 /* Is row name to be run (--only)? */
 static bool
 want(const char *name)
@@ -138,7 +214,9 @@ cold_get_latency(void)
 	struct kvp_client *c;
 	struct kvp_seg s;
 	unsigned char *out = malloc(SZ);
-	uint64_t lat[N], lbusy[N];
+	uint64_t lat[N], lbusy[N], tot = 0;
+	struct stage_snap snap;
+	ssize_t rc;
 	double fio50;
 	char ssd[700];
 	int i, n = quick ? 500 : N;
@@ -154,6 +232,7 @@ cold_get_latency(void)
 		return;
 	}
 	kvpb_ssd_fill_and_demote(c, &s, n, SZ);
+	stage_snap(&s, &snap);
 	for (i = 0; i < n; i++) {
 		/* a stride through the keys: no two neighbours in a row */
 		int k = (int)(((unsigned)i * 7919u) % (unsigned)n);
@@ -161,10 +240,13 @@ cold_get_latency(void)
 		uint32_t kl = kvpb_ssd_key(key, k);
 		double t0 = now_s();
 
-		if (kvp_get(c, key, kl, out, SZ) != SZ)
-			fprintf(stderr, "bench: cold get %d failed\n", k);
+		if ((rc = kvp_get(c, key, kl, out, SZ)) != SZ)
+			fprintf(stderr, "bench: cold get %d: %s\n", k,
+				rc < 0 ? kvp_strerror((int)rc) : "short");
 		lat[i] = (uint64_t)((now_s() - t0) * 1e9);
+		tot += lat[i];
 	}
+	stage_report("cold 64KiB get, quiet", &s, &snap, n, (double)tot);
 	qsort(lat, (size_t)n, sizeof(lat[0]), cmp_u64);
 	{
 		/* the same gets while another process puts 256 KiB values
@@ -191,17 +273,23 @@ cold_get_latency(void)
 			}
 			_exit(0);
 		}
+		stage_snap(&s, &snap);
+		tot = 0;
 		for (i = 0; i < n; i++) {
 			int k = (int)(((unsigned)i * 7919u) % (unsigned)n);
 			char key[100];
 			uint32_t kl = kvpb_ssd_key(key, k);
 			double t0 = now_s();
 
-			if (kvp_get(c, key, kl, out, SZ) != SZ)
-				fprintf(stderr, "bench: cold get %d failed\n",
-					k);
+			if ((rc = kvp_get(c, key, kl, out, SZ)) != SZ)
+				fprintf(stderr, "bench: cold get %d: %s\n", k,
+					rc < 0 ? kvp_strerror((int)rc) :
+						 "short");
 			lbusy[i] = (uint64_t)((now_s() - t0) * 1e9);
+			tot += lbusy[i];
 		}
+		stage_report("cold 64KiB get, demotion running", &s, &snap, n,
+			     (double)tot);
 		if (pid > 0) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
@@ -524,7 +612,9 @@ main(int argc, char **argv)
 		struct kvpt_agent a;
 		struct kvp_client *c;
 		struct kvp_seg s;
+		struct stage_snap snap;
 		char ssd[700];
+		double t0;
 
 		snprintf(ssd, sizeof(ssd), "%s/store", sdir);
 		if (kvpt_pool_up(&a, &s, &c, "--dram", "2G", "--dram-high", "0",
@@ -537,7 +627,11 @@ main(int argc, char **argv)
 		bw = kvpb_ssd_fill_and_demote(c, &s, n1m, 1 << 20);
 		report("demotion 1MiB (put + write to SSD)", bw / 1e9, "GB/s",
 		       fio_w / 1e9, "fio write");
+		stage_snap(&s, &snap);
+		t0 = now_s();
 		bw = kvpb_ssd_cold_gets(c, n1m, 1 << 20, 16, NULL);
+		stage_report("cold batch_get 1MiB x 16", &s, &snap,
+			     (n1m + 15) / 16, (now_s() - t0) * 1e9);
 		report("cold SSD batch_get 1MiB via staging", bw / 1e9, "GB/s",
 		       fio_r / 1e9, "fio read");
 		kvpt_pool_down(&a, &s, c);
@@ -567,6 +661,7 @@ main(int argc, char **argv)
 		struct kvpt_agent a;
 		struct kvp_client *c;
 		struct kvp_seg s;
+		struct stage_snap snap;
 		char ssd[700];
 		double t0, secs, bound;
 
@@ -580,9 +675,12 @@ main(int argc, char **argv)
 			return 1;
 		}
 		kvpb_ssd_fill_and_demote(c, &s, 2000, 64 << 10);
+		stage_snap(&s, &snap);
 		t0 = now_s();
 		bw = kvpb_ssd_cold_gets(c, 2000, 64 << 10, 2000, NULL);
 		secs = now_s() - t0;
+		stage_report("2000 x 64KiB, one batch", &s, &snap, 1,
+			     secs * 1e9);
 		bound = 2000.0 * 65536 / fio_r64;
 		printf("  2000 x 64KiB through an 8-slot arena: %.3f s (bandwidth bound %.3f s)\n",
 		       secs, bound);

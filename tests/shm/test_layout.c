@@ -206,20 +206,27 @@ test_docs_table(void **state)
  * ABI 12: a region of per-namespace counters that engine adapters add to
  * (struct kvp_ns_stat, kvp_ns_count), between the leases and the arena.
  */
-#define KVPT_LAYOUT_SIG_ABI12 0xfbb374846013899full
+/*
+ * ABI 13: the SSD read stages the tier thread times (h_io_hist, enum
+ * kvp_io_stage) and the devices' queues (h_io_reads, h_io_writes,
+ * h_io_write_bytes) in the header; two agent counters (reads behind
+ * writes, demotion yields); a client histogram of SSD copy-outs
+ * (KVP_HIST_SSD_COPY, a spare row of the shard).
+ */
+#define KVPT_LAYOUT_SIG_ABI13 0xd7365f27e683c41cull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 12);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI12)
+	assert_int_equal(KVP_ABI_MAJOR, 13);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI13)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 12): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 13): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI12);
+			KVPT_LAYOUT_SIG_ABI13);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
