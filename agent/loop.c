@@ -32,9 +32,15 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 		while ((n = kvp_drv_poll_agent(t->ssd, cq, 64, 0)) > 0)
 			for (k = 0; k < n; k++)
 				kvp_complete(a, &cq[k]);
+		/* reads first (rule 9): what the rings ask is sent to the
+		 * devices, and the clients answered by the completions above
+		 * are woken, before this round's background work (eviction,
+		 * demotion, reclaim) */
+		kvp_serve_rings(a);
+		kvp_tier_submit(a);
+		kvp_wake_clients(a);
 		/* tombstones the store could not take */
 		kvp_tomb_retry_agent(a);
-		kvp_serve_rings(a);
 		kvp_tier_publish(a);
 	}
 	/* full CAS: a sweep the reaper asked for */

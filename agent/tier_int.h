@@ -40,8 +40,8 @@
  * it (rule 9).  While reads are active (one queued, on the device, or
  * answered less than KVP_TIER_READ_ACTIVE_NS ago) demotion keeps to one
  * batch's worth: reads first, demotion gets what is left. */
-#define KVP_TIER_DEMOTE_BYTES (64ull << 20)
-#define KVP_TIER_DEMOTE_YIELD_BYTES (64ull << 20)
+#define KVP_TIER_DEMOTE_BYTES (8ull << 20)
+#define KVP_TIER_DEMOTE_YIELD_BYTES (2ull << 20)
 #define KVP_TIER_READ_ACTIVE_NS 5000000ull
 #define KVP_AGENT_OWNER 0xfffeu /* claims made by the agent (recovery) */
 
