@@ -79,22 +79,46 @@ kvp__settle(struct kvp_client *c, struct kvp__pend *p, int status)
 	p->hold = -1;
 }
 
-/* Post up to m pending keys as one resolve call; returns how many. */
+/*
+ * Post up to m pending keys as one resolve call; returns how many.  No
+ * more than the staging arena can take now: keys whose extents fit in
+ * its free slots (and in the half of it one call may have, I18), at
+ * least one.  Posting every waiting key each time one part completes
+ * made the agent answer most of them BUSY, round after round (8 readers
+ * of 2,664 keys through 8 slots: ~8 answers per value read, issue 29).
+ */
 KVP_INLINE unsigned
 kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 {
+	struct kvp_seg *s = &c->seg;
 	struct kvp_req *ring =
-		&c->seg.rings[(uint64_t)c->slot * c->seg.g.g_ring_entries];
+		&s->rings[(uint64_t)c->slot * s->g.g_ring_entries];
 	unsigned r = 0, k, posted = 0;
 	/* the post time: the agent's queue stage (a statistic) */
 	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
+	uint64_t S = s->g.g_staging_slots, sb = s->g.g_staging_slot_bytes,
+		 /* relaxed: a hint (the agent decides) */
+		used = kvp_load_relaxed(&s->hdr->h_staging_used),
+		 room = used < S ? S - used : 0, want = 0;
 
-	for (k = 0; k < m && r < c->seg.g.g_ring_entries; k++) {
+	if (room > S / 2)
+		room = S / 2 ? S / 2 : 1;
+	for (k = 0; k < m && r < s->g.g_ring_entries; k++) {
 		struct kvp_req *q;
 		uint64_t w, seq;
 
 		if (p[k].ring >= 0 || p[k].hold < 0)
 			continue; /* posted already, or answered */
+		/* its extent in slots (4 KiB aligned, as the agent reads) */
+		if (sb)
+			want += ((((p[k].off + p[k].len + 4095) & ~4095ull) -
+				  (p[k].off & ~4095ull)) +
+				 sb - 1) /
+				sb;
+		else
+			want++;
+		if (posted && want > room)
+			break;
 		for (; r < c->seg.g.g_ring_entries; r++) {
 			/* acquire: the agent's last word on this entry */
 			w = kvp_load_acquire(&ring[r].rq_state);

@@ -22,8 +22,9 @@
  *   bench_ssd [--dir DIR] [--quick] [--json FILE] [--only ROWS]
  *             [--drives DIR1,DIR2,...]
  * ROWS: a comma list of pin, seq, sizes (or one size: size4, size16,
- * size64, size1024, in KiB), batch, rebuild, latency, drives (default:
- * all but drives, which needs --drives).
+ * size64, size1024, in KiB), batch, rebuild, latency, seed (8 readers
+ * through an 8-slot arena, demotion busy), drives (default: all but
+ * drives, which needs --drives).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -314,6 +315,139 @@ cold_get_latency(void)
 	free(out);
 }
 
+static uint64_t demoted_want;
+static bool demoted_enough(void *p);
+
+/*
+ * The seed's production scenario: 8 readers, each loading its own 2,664
+ * SSD-resident 64 KiB values in one kvp_batch_get through an 8-slot
+ * staging arena (served in parts: rule 5), while a ninth process keeps
+ * demotion busy (put, delete, put of 256 KiB values).  Every value is
+ * checked byte for byte.  Reports the wall time until the last reader is
+ * done (--quick: 333 keys each).
+ */
+static void
+seed_scenario(void)
+{
+	enum {
+		R = 8,
+		SZ = 64 << 10
+	};
+	int per = quick ? 333 : 2664, n = R * per, r, st, bad = 0;
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char *v = malloc(SZ);
+	pid_t rd[R], w;
+	char ssd[700], idx[32];
+	double t0, secs;
+
+	snprintf(ssd, sizeof(ssd), "%s/seed", sdir);
+	snprintf(idx, sizeof(idx), "%d", 4 * n + 65536);
+	if (!v || kvpt_pool_up(&a, &s, &c, "--dram", "1G", "--dram-unit", "4K",
+			       "--dram-high", "0", "--dram-low", "0",
+			       "--index-entries", idx, "--ssd-dir", ssd,
+			       "--staging", "512K", "--staging-slot", "64K",
+			       "--no-promote", NULL)) {
+		printf("cannot start the agent\n");
+		free(v);
+		return;
+	}
+	for (r = 0; r < n; r++) {
+		char k[100];
+		uint32_t kl = kvpb_ssd_key(k, r);
+		int rc;
+
+		kvpt_fill(v, SZ, k, kl, 7);
+		while ((rc = kvp_put(c, k, kl, v, SZ)) == -EBUSY)
+			;
+		if (rc)
+			fprintf(stderr, "bench: put: %s\n", kvp_strerror(rc));
+	}
+	kvpt_wait_until(kvpb_ssd_demoted, &s, 600000);
+	w = fork();
+	if (w == 0) {
+		struct kvp_client *wc;
+		unsigned char *b = calloc(1, 256 << 10);
+		int j;
+
+		if (!b || kvp_open(a.pool, "busy", &wc))
+			_exit(1);
+		for (j = 0;; j++) {
+			char key[100];
+			uint32_t kl = (uint32_t)snprintf(key, sizeof(key),
+							 "busy-%d", j % 512);
+
+			kvp_put(wc, key, kl, b, 256 << 10);
+			kvp_delete(wc, key, kl);
+			kvp_put(wc, key, kl, b, 256 << 10);
+		}
+	}
+	/* demotion running before the readers start */
+	{
+		uint64_t d0 = kvpt_actr(&s, KVP_ACTR_DEMOTE);
+
+		demoted_want = d0 + 200;
+		kvpt_wait_until(demoted_enough, &s, 30000);
+	}
+	t0 = now_s();
+	for (r = 0; r < R; r++) {
+		rd[r] = fork();
+		if (rd[r] == 0) {
+			struct kvp_client *rc;
+			struct kvp_op *ops = calloc((size_t)per, sizeof(*ops));
+			char(*keys)[100] = calloc((size_t)per, 100);
+			unsigned char *out = malloc((size_t)per * SZ);
+			int k, wrong = 0;
+
+			if (!ops || !keys || !out ||
+			    kvp_open(a.pool, "ns", &rc))
+				_exit(100);
+			for (k = 0; k < per; k++) {
+				ops[k].klen =
+					kvpb_ssd_key(keys[k], r * per + k);
+				ops[k].key = keys[k];
+				ops[k].buf = out + (size_t)k * SZ;
+				ops[k].len = SZ;
+			}
+			kvp_batch_get(rc, ops, (size_t)per);
+			for (k = 0; k < per; k++) {
+				bool ok = ops[k].status == 0 &&
+					  kvpt_check(ops[k].buf, SZ, keys[k],
+						     ops[k].klen, 7);
+
+				if (!ok && wrong < 3)
+					fprintf(stderr,
+						"bench: reader %d key %d: %s\n",
+						r, r * per + k,
+						ops[k].status ?
+							kvp_strerror(
+								ops[k].status) :
+							"wrong bytes");
+				wrong += !ok;
+			}
+			kvp_close(rc);
+			_exit(wrong > 99 ? 99 : wrong);
+		}
+	}
+	for (r = 0; r < R; r++) {
+		waitpid(rd[r], &st, 0);
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			bad += WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+	}
+	secs = now_s() - t0;
+	kill(w, SIGKILL);
+	waitpid(w, &st, 0);
+	printf("  seed scenario: %d readers x %d x 64KiB through 8 staging "
+	       "slots, demotion busy: %.3f s, %d values wrong or failed\n",
+	       R, per, secs, bad);
+	report("seed scenario: 8 readers, demotion busy", secs, "s", 0, "");
+	report("seed scenario: values wrong or failed", bad, "", 0, "");
+	kvpt_pool_down(&a, &s, c);
+	kvpb_rm_rf(ssd);
+	free(v);
+}
+
 /* Demotion and cold batch_get of 1 MiB values with the first of the
  * --drives directories alone, then with all of them. */
 static void
@@ -426,7 +560,6 @@ ssd_record_bytes(const char *ssd)
 
 /* Have 'demoted_want' demotions completed?  (the agent's counter: a
  * scan of the index every millisecond would take a core from the agent) */
-static uint64_t demoted_want;
 static bool
 demoted_enough(void *p)
 {
@@ -691,6 +824,8 @@ main(int argc, char **argv)
 	}
 	if (want("latency"))
 		cold_get_latency();
+	if (want("seed"))
+		seed_scenario();
 	if (want("drives"))
 		drives_scaling();
 	if (want("rebuild")) {

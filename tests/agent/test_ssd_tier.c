@@ -77,13 +77,18 @@ test_batch_through_small_arena(void **state)
 	/* staging lives exactly as long as its holds */
 	assert_int_equal(kvpt_spans_in_use(&s), 0);
 	assert_int_equal(kvpt_holds_total(&s), 0);
-	/* final answers only: N ok, BUSY parts counted apart */
+	/* final answers only: N ok (BUSY parts, where there were any, are
+	 * counted apart); served in parts: 2,000 values of a slot each
+	 * through 8 slots take 250 resolve calls at least (the client posts
+	 * what the arena has room for, issue 29, so BUSY answers are rare) */
 	assert_int_equal(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_OK), N);
-	assert_true(kvpt_ctr_total(&s, KVP_CTR_RESOLVE_BUSY) > 0);
-	assert_true(kvpt_actr(&s, KVP_ACTR_BUSY_REJECT) > 0);
+	assert_true(kvp_load_relaxed(&s.clients[c->slot].cs_call_seq) >= N / 8);
 	assert_true(kvp_load_relaxed(&s.hdr->h_staging_peak) <= 8);
 	print_message(
-		"  2000 keys: %llu busy answers, staging peak %llu of 8 slots\n",
+		"  2000 keys: %llu resolve calls, %llu busy answers, staging "
+		"peak %llu of 8 slots\n",
+		(unsigned long long)kvp_load_relaxed(
+			&s.clients[c->slot].cs_call_seq),
 		(unsigned long long)kvpt_actr(&s, KVP_ACTR_BUSY_REJECT),
 		(unsigned long long)kvp_load_relaxed(&s.hdr->h_staging_peak));
 	free(ops);
