@@ -544,6 +544,36 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 		(unsigned long long)c[KVP_CTR_EXISTS_HIT_SSD], "-", l1, l2);
 	fprintf(f, "%-8s %12llu\n", "delete",
 		(unsigned long long)c[KVP_CTR_DELETE]);
+	if (m->ssd_enabled) {
+		/* where an SSD read's time goes, p50/p99 per stage */
+		fprintf(f, "ssd read");
+		for (k = 0; k <= KVP_IOS__N; k++) {
+			const uint64_t *w = m->io_hist[k];
+
+			if (kvp_hist_words_count(w))
+				fprintf(f, " %s %.0f/%.0f us%s",
+					kvp_io_stage_names[k],
+					(double)kvp_hist_words_quantile(w,
+									0.5) /
+						1e3,
+					(double)kvp_hist_words_quantile(w,
+									0.99) /
+						1e3,
+					k < KVP_IOS__N ? ";" : "");
+			else
+				fprintf(f, " %s -%s", kvp_io_stage_names[k],
+					k < KVP_IOS__N ? ";" : "");
+		}
+		fprintf(f,
+			"\n         on the devices: %llu reads, %llu demotion "
+			"writes (%s); %llu reads met writes, demotion yielded "
+			"%llu rounds\n",
+			(unsigned long long)m->io_reads,
+			(unsigned long long)m->io_writes,
+			kvp_human(m->io_write_bytes, b1, 32),
+			(unsigned long long)a[KVP_ACTR_READ_BEHIND_WRITES],
+			(unsigned long long)a[KVP_ACTR_DEMOTE_YIELDS]);
+	}
 	{
 		static const char *const gst[] = { "off", "starting", "up",
 						   "down" };
