@@ -374,9 +374,12 @@ series_reaches(void *p)
 	assert_int_equal(              \
 		kvpt_put_and_demote(c, s, n, vsize, key_of, 9, 30000), 0)
 
-/* An SSD batch larger than half the staging arena: BUSY rejects, every
- * key ok (BUSY is not an outcome), one get call in the SSD histogram,
- * nothing staged left; a SSD tier gauges and events. */
+/* An SSD batch larger than half the staging arena: served in parts, every
+ * key ok, one get call in the SSD histogram, nothing staged left; the SSD
+ * tier's gauges and events.  A lone client posts only what the arena has
+ * room for (issue 29), so the agent answers it no BUSY: the BUSY series
+ * are there and read 0 (requests that over-ask still get BUSY parts:
+ * fuzz_ring, several clients in stress_pool). */
 static void
 test_scrape_ssd_busy(void **state)
 {
@@ -418,9 +421,9 @@ test_scrape_ssd_busy(void **state)
 
 	body = scrape(port);
 	check_exposition(body);
-	assert_true(
+	assert_int_equal(
 		prom_u(body,
-		       "kvpool_medium_events_total{tier=\"SSD\",event=\"busy_reject\"}") >
+		       "kvpool_medium_events_total{tier=\"SSD\",event=\"busy_reject\"}"),
 		0);
 	assert_int_equal(
 		prom_u(body,
@@ -434,7 +437,12 @@ test_scrape_ssd_busy(void **state)
 		prom_u(body,
 		       "kvpool_resolve_total{tier=\"SSD\",status=\"failed\"}"),
 		0);
-	assert_true(prom_u(body, "kvpool_resolve_busy_total") > 0);
+	assert_int_equal(prom_u(body, "kvpool_resolve_busy_total"), 0);
+	/* in parts: the half of the arena one call may have, at most */
+	assert_true(
+		prom_u(body,
+		       "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_peak\"}") <=
+		8);
 	assert_int_equal(
 		prom_u(body, "kvpool_op_hits_total{op=\"get\",tier=\"SSD\"}"),
 		N);
@@ -502,8 +510,9 @@ test_scrape_ssd_busy(void **state)
 
 /* The staging peak is exact: two 3-slot values in one call through an
  * 8-slot arena (half = 4): the first is staged (3 slots), the second is
- * BUSY until the first is copied and freed, then staged: peak 3, never
- * more and never less, whatever the timing. */
+ * posted only once the first is copied and freed (it would not fit the
+ * half: the client posts what fits, so no BUSY answer), then staged: peak
+ * 3, never more and never less, whatever the timing. */
 static void
 test_staging_peak_exact(void **state)
 {
@@ -541,10 +550,10 @@ test_staging_peak_exact(void **state)
 		prom_u(body,
 		       "kvpool_medium_state{tier=\"SSD\",state=\"staging_pages_in_use\"}"),
 		0);
-	assert_true(
+	assert_int_equal(
 		prom_u(body,
-		       "kvpool_medium_events_total{tier=\"SSD\",event=\"busy_reject\"}") >=
-		1);
+		       "kvpool_medium_events_total{tier=\"SSD\",event=\"busy_reject\"}"),
+		0);
 	assert_int_equal(
 		prom_u(body,
 		       "kvpool_resolve_total{tier=\"SSD\",status=\"ok\"}"),
