@@ -84,6 +84,13 @@
  *     can from now on (2): it may change the value's location or free it.
  *  4. The drop's release pairs with the scan's acquire: a scan that sees
  *     the slot empty sees every read of the held bytes done.
+ *  5. The scan reads a client's hold slots below its high-water mark
+ *     (cs_hold_hwm) only; step 1 holds for those too: the reader raises
+ *     the mark before its hold store and fence, the agent loads it
+ *     (acquire) after its fence, and the mark is lowered (release) only
+ *     over clear slots.  The mark's protocol and proof (S3) are in
+ *     shm/kvp_slot.h, which owns the hold slots and the mark (this file
+ *     owns the hold word's format and its take and drop).
  *  Holds belong to client slots, so the reaper clears a dead client's
  *  holds idempotently; CHECK is only ever set by the agent's tier thread
  *  and never outlives one of its passes, so an attaching agent clears

@@ -98,13 +98,8 @@ enum kvp_drive_state {
 #define KVP_LOCK_AGENT 0
 #define KVP_LOCK_CLIENT0 1
 
-/* Client slot states (low 8 bits of cs_state; generation above). */
-enum kvp_cs_state {
-	KVP_CS_FREE = 0,
-	KVP_CS_LIVE = 1,
-	KVP_CS_REAPING = 2,
-};
-#define KVP_CS_STATE(w) ((unsigned)((w)&0xff))
+/* Client slot states: the format of cs_state and its protocol are in
+ * shm/kvp_slot.h. */
 
 /*
  * Per-client counters: one shard per client slot, written only by that
@@ -215,7 +210,7 @@ enum kvp_ixr_kind {
 /* One client slot: 38 cache lines (6 of state and counters, 32 of
  * histograms), never shared hot with another client. */
 struct kvp_client_slot {
-	kvp_aword_t cs_state;      /* [gen:56][state:8]                   */
+	kvp_aword_t cs_state;      /* [gen:56][state:8] shm/kvp_slot.h     */
 	kvp_aword_t cs_pid;        /* for humans and the fork check        */
 	kvp_aword_t cs_start_time; /* /proc/pid/stat starttime (ticks)      */
 	kvp_aword_t cs_open_ns;    /* CLOCK_REALTIME at kvp_open            */
