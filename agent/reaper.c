@@ -104,10 +104,8 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 
 		if (KVP_LS_STATE(lw) == KVP_LS_RESERVED &&
 		    KVP_LS_OWNER(lw) == i + 1)
-			/* full CAS: the taker is dead; a sweep may race */
-			kvp_cas(&s->leases[k].ls_state, lw,
-				KVP_LS_WORD(KVP_LS_GEN(lw) + 1, 0,
-					    KVP_LS_FREE));
+			/* the taker is dead; a sweep may race */
+			kvp_ls_free_agent(&s->leases[k], lw);
 	}
 	/* step 4 runs on the tier thread, which owns every DRAM free */
 	pages = 0;
@@ -157,12 +155,10 @@ kvp_lease_sweep_agent(struct kvp_seg *s)
 			       !kvp_shm_client_alive(s, (uint32_t)(owner - 1));
 		else
 			continue;
-		/* full CAS: the taker may release it at the same moment */
+		/* the taker may release it at the same moment (a CAS) */
 		if (dead)
 			kvp_crashpoint(A_LEASE_SWEEP);
-		if (dead &&
-		    kvp_cas(&ls->ls_state, w,
-			    KVP_LS_WORD(KVP_LS_GEN(w) + 1, 0, KVP_LS_FREE))) {
+		if (dead && kvp_ls_free_agent(ls, w)) {
 			/* stat */
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_LEASE_EXPIRED],
 				      1);

@@ -7,6 +7,7 @@
  * predecessor's state words.  Tier thread only.
  */
 #include "index/index_int.h"
+#include "shm/kvp_lease.h"
 #include "shm/kvp_slot.h"
 #include "shm/kvp_assert.h"
 

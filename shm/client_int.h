@@ -30,6 +30,10 @@
 
 #include "tiers/kvp_dram.h"
 #include "shm/kvp_slot.h"
+#include "shm/kvp_ring.h"
+#include "shm/kvp_span.h"
+#include "shm/kvp_lease.h"
+#include "shm/kvp_rbox.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
@@ -589,17 +593,11 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		/* our request ring: whatever a previous owner left is void
 		 * (the agent answers with a CAS on the exact word, so a late
 		 * answer to it cannot land) */
-		struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot *
-						     c->seg.g.g_ring_entries];
+		struct kvp_req *ring = kvp_ring_of(&c->seg, c->slot);
 		uint32_t k;
 
-		for (k = 0; k < c->seg.g.g_ring_entries; k++) {
-			/* acquire: the last word the agent or owner wrote */
-			uint64_t w = kvp_load_acquire(&ring[k].rq_state);
-			/* release: a fresh sequence, FREE */
-			kvp_store_release(&ring[k].rq_state,
-					  (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
-		}
+		for (k = 0; k < c->seg.g.g_ring_entries; k++)
+			kvp_ring_reset(&ring[k]);
 	}
 	c->remote_flags = KVP_REMOTE_GET;
 	{

@@ -32,34 +32,20 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_span *sp = &s->spans[head];
-	uint64_t bit = 1ull << (c->slot % 64), w, k;
-	unsigned word = c->slot / 64;
+	uint64_t w;
 
-	for (;;) {
-		/* relaxed: the CAS below decides */
-		uint64_t old = kvp_load_relaxed(&sp->sp_holders[word]);
-		/* full CAS: clear our bit; pairs with the other holders' CAS
-		 * and the reaper's (a CAS loop: AND is not in every AO) */
-		if (kvp_cas(&sp->sp_holders[word], old, old & ~bit))
-			break;
-	}
+	kvp_span_holder_done(sp, c->slot);
 	kvp_crashpoint(C_SPAN_BIT_CLEARED);
-	for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
-		/* acquire: pairs with the other holders' CAS */
-		if (kvp_load_acquire(&sp->sp_holders[k]))
-			return;
+	if (!kvp_span_unheld(sp))
+		return;
 	/* acquire: the span's state while we still own a share of it */
 	w = kvp_load_acquire(&sp->sp_state);
 	if (KVP_SP_STATE(w) != KVP_SP_READY)
 		return;
-	/* full CAS: exactly one freer, named in the word (if we die now
-	 * the reaper finishes the free for us) */
-	if (!kvp_cas(&sp->sp_state, w,
-		     KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING,
-				  c->slot + 1)))
+	/* one freer, named in the word (if we die now the reaper finishes
+	 * the free for us) */
+	if (!kvp_span_free_begin(sp, w, c->slot + 1, &w))
 		return;
-	w = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING,
-			 c->slot + 1);
 	/* full: occupancy goes down by the span's slots (the winner of the
 	 * FREEING CAS only, so once; an adopter does not subtract again);
 	 * before the FREE stores, so an agent that sees the span FREE
@@ -83,13 +69,12 @@ kvp__settle(struct kvp_client *c, struct kvp__pend *p, int status)
 KVP_INLINE unsigned
 kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 {
-	struct kvp_req *ring =
-		&c->seg.rings[(uint64_t)c->slot * c->seg.g.g_ring_entries];
+	struct kvp_req *ring = kvp_ring_of(&c->seg, c->slot);
 	unsigned r = 0, k, posted = 0;
 
 	for (k = 0; k < m && r < c->seg.g.g_ring_entries; k++) {
-		struct kvp_req *q;
-		uint64_t w, seq;
+		uint64_t w;
+		bool whole;
 
 		if (p[k].ring >= 0 || p[k].hold < 0)
 			continue; /* posted already, or answered */
@@ -101,29 +86,14 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 		}
 		if (r == c->seg.g.g_ring_entries)
 			break;
-		q = &ring[r];
-		seq = (w >> 8) + 1;
-		/* relaxed: published by the POSTED store-release below */
-		kvp_store_relaxed(&q->rq_slot, p[k].slot);
-		kvp_store_relaxed(&q->rq_gen, p[k].gen);
-		kvp_store_relaxed(&q->rq_off, p[k].off);
-		kvp_store_relaxed(&q->rq_len, p[k].len);
-		kvp_store_relaxed(
-			&q->rq_call,
+		/* relaxed: stable while held */
+		whole = p[k].off == 0 && p[k].op->off == 0 &&
+			p[k].len == kvp_load_relaxed(
+					    &c->seg.entries[p[k].slot].e_len);
+		p[k].rqword = kvp_ring_post(
+			&ring[r], w, p[k].slot, p[k].gen, p[k].off, p[k].len,
 			call | (posted == 0 ? KVP_RQ_FIRST : 0) |
-				(p[k].off == 0 && p[k].op->off == 0 &&
-						 p[k].len ==
-							 kvp_load_relaxed(
-								 &c->seg.entries
-									  [p[k].slot]
-										  .e_len) ?
-					 KVP_RQ_WHOLE :
-					 0));
-		kvp_store_relaxed(&q->rq_result, 0);
-		kvp_store_relaxed(&q->rq_where, 0);
-		p[k].rqword = (seq << 8) | KVP_RQ_POSTED;
-		/* release: the request's fields before its POSTED state */
-		kvp_store_release(&q->rq_state, p[k].rqword);
+				(whole ? KVP_RQ_WHOLE : 0));
 		p[k].ring = (int)r++;
 		posted++;
 	}
@@ -177,8 +147,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_client_slot *cs = &s->clients[c->slot];
-	struct kvp_req *ring =
-		&s->rings[(uint64_t)c->slot * s->g.g_ring_entries];
+	struct kvp_req *ring = kvp_ring_of(s, c->slot);
 	uint64_t t_busy = kvp_now_ns(CLOCK_MONOTONIC), dead_since = 0;
 	unsigned left = m, k;
 
@@ -216,8 +185,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				/* acquire: pairs with the agent's DONE
 				 * release */
 				w = kvp_load_acquire(&q->rq_state);
-				if (w !=
-				    ((p[k].rqword & ~0xffull) | KVP_RQ_DONE)) {
+				if (!kvp_ring_is_done(w, p[k].rqword)) {
 					pending++;
 					continue;
 				}
@@ -245,9 +213,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 					left--;
 					progress++;
 				}
-				/* release: the entry is ours to post again */
-				kvp_store_release(&q->rq_state,
-						  (w & ~0xffull) | KVP_RQ_FREE);
+				kvp_ring_free(q, w);
 				p[k].ring = -1;
 			}
 			/* keys came back done, so their spans are free again:
@@ -299,8 +265,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 					/* acquire */
 					uint64_t w =
 						kvp_load_acquire(&q->rq_state);
-					kvp_cas(&q->rq_state, w,
-						(w & ~0xffull) | KVP_RQ_FREE);
+					kvp_ring_withdraw(q, w);
 					p[k].ring = -1;
 				}
 				if (p[k].hold >= 0)

@@ -5,8 +5,8 @@
  * --cluster).  A client never talks to the network: it writes the keys
  * into its mailbox in the segment and sleeps on its futex; the agent asks
  * the directory (one round trip per call), fetches what other nodes hold
- * into this pool (FETCH) and answers (the protocol: struct kvp_rbox in
- * shm/kvp_shm.h, agent/cluster.c).  A FETCHed key is an ordinary entry of
+ * into this pool (FETCH) and answers (the protocol: shm/kvp_rbox.h;
+ * the agent's side: agent/cluster_mailbox.c).  A FETCHed key is an ordinary entry of
  * this pool afterwards, read by the local path.
  *
  * The remote step is best effort: when the agent has no cluster, the
@@ -17,14 +17,6 @@
  */
 #ifndef KVP_CLIENT_REMOTE_INT_H
 #define KVP_CLIENT_REMOTE_INT_H
-
-KVP_INLINE struct kvp_rbox *
-kvp__rbox(const struct kvp_seg *s, uint32_t slot)
-{
-	return (struct kvp_rbox *)(s->base + s->L.off[KVP_R_CLUSTER] +
-				   ((uint64_t)slot + 1) *
-					   ((uint64_t)s->g.g_rbox_kib << 10));
-}
 
 /* Is there a remote tier to ask now?  The state word, and the cluster
  * thread's heartbeat: a thread that has not beaten for KVP_CL_STALE_MS
@@ -57,24 +49,7 @@ kvp__remote_up(const struct kvp_client *c, unsigned flag)
 KVP_INLINE uint64_t
 kvp__rbox_reset(struct kvp_client *c)
 {
-	struct kvp_rbox *rb = kvp__rbox(&c->seg, c->slot);
-	unsigned spins = 0;
-
-	for (;;) {
-		/* acquire: the last word the agent or the owner wrote */
-		uint64_t w = kvp_load_acquire(&rb->rb_state);
-		uint64_t fresh = (((w >> 8) + 1) << 8) | KVP_RB_FREE;
-
-		if (KVP_RB_STATE(w) == KVP_RB_FREE)
-			return w;
-		if (KVP_RB_STATE(w) == KVP_RB_ANSWERING && spins++ < 100000) {
-			sched_yield();
-			continue;
-		}
-		/* full CAS from the exact word: a late answer cannot land */
-		if (kvp_cas(&rb->rb_state, w, fresh))
-			return fresh;
-	}
+	return kvp_rbox_reset(kvp__rbox(&c->seg, c->slot));
 }
 
 /* Called for each answer of a call as it becomes final (a FETCH's keys
@@ -128,7 +103,7 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 	size_t p = m * sizeof(struct kvp_rbox_ans), nsl = strlen(c->ns), k;
 	uint64_t w = kvp__rbox_reset(c), posted, t0, dead_since = 0;
 
-	memset(data, 0, p); /* no ready word of an earlier request */
+	kvp_rbox_answers_clear(rb, m); /* no ready word of an earlier one */
 	data[p++] = (unsigned char)nsl;
 	memcpy(data + p, c->ns, nsl);
 	p += nsl;
@@ -137,11 +112,8 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 		memcpy(data + p, ops[idx[k]].key, ops[idx[k]].klen);
 		p += ops[idx[k]].klen;
 	}
-	/* relaxed: published by the POSTED release below */
-	kvp_store_relaxed(&rb->rb_kind, kind);
-	kvp_store_relaxed(&rb->rb_n, m);
-	kvp_store_relaxed(&rb->rb_bytes, p - m * sizeof(struct kvp_rbox_ans));
-	posted = (w & ~0xffull) | KVP_RB_POSTED;
+	kvp_rbox_request(rb, kind, m, p - m * sizeof(struct kvp_rbox_ans));
+	posted = 1; /* posted at the loop's first turn */
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	for (;;) {
 		/* acquire: pairs with the agent's bump after DONE */
@@ -149,27 +121,22 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 		uint64_t now;
 
 		if (posted) {
-			/* release: the request before POSTED; pairs with the
-			 * agent's acquire when it takes the mailbox */
-			kvp_store_release(&rb->rb_state, posted);
+			w = kvp_rbox_post(rb, w);
 			/* full: then wake the agent's cluster thread */
 			kvp_ifetch_add(&s->cluster->cl_wake, 1);
 			kvp_futex_wake(&s->cluster->cl_wake);
-			w = posted;
 			posted = 0;
 		}
 		/* acquire: pairs with the agent's DONE release */
 		if (kvp_load_acquire(&rb->rb_state) ==
-		    ((w & ~0xffull) | KVP_RB_DONE)) {
-			kvp__rbox_take(ans, m, w >> 8, seen, fn, ctx);
-			/* release: the mailbox is ours again */
-			kvp_store_release(&rb->rb_state,
-					  (((w >> 8) + 1) << 8) | KVP_RB_FREE);
+		    KVP_RB_WITH(w, KVP_RB_DONE)) {
+			kvp__rbox_take(ans, m, KVP_RB_SEQ(w), seen, fn, ctx);
+			kvp_rbox_free(rb, w); /* the mailbox is ours again */
 			return 0;
 		}
 		/* the keys that landed so far, while the rest are in flight
 		 * (answers moving: the backstop counts from the last) */
-		if (kvp__rbox_take(ans, m, w >> 8, seen, fn, ctx))
+		if (kvp__rbox_take(ans, m, KVP_RB_SEQ(w), seen, fn, ctx))
 			t0 = kvp_now_ns(CLOCK_MONOTONIC);
 		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
 		now = kvp_now_ns(CLOCK_MONOTONIC);
@@ -179,17 +146,15 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 			dead_since = now;
 		if ((dead_since && now - dead_since >= c->agent_grace_ns) ||
 		    now - t0 >= c->remote_wait_ns) {
-			/* withdraw (full CAS from our exact word; the agent
-			 * answers with a CAS from TAKEN, so it writes nothing
-			 * into a withdrawn mailbox) */
+			/* withdraw (a CAS from our exact word: the agent
+			 * writes nothing into a withdrawn mailbox) */
 			/* acquire: the agent's last word (ANSWERING, DONE) */
 			uint64_t cur = kvp_load_acquire(&rb->rb_state);
 
 			if (KVP_RB_STATE(cur) == KVP_RB_ANSWERING ||
 			    KVP_RB_STATE(cur) == KVP_RB_DONE)
 				continue; /* the answer is landing: take it */
-			if (!kvp_cas(&rb->rb_state, cur,
-				     (((cur >> 8) + 1) << 8) | KVP_RB_FREE))
+			if (!kvp_rbox_withdraw(rb, cur))
 				continue;
 			return dead_since ? -ENOTCONN : -ETIMEDOUT;
 		}

@@ -377,9 +377,7 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_client_slot *cs = &s->clients[c->slot];
-	struct kvp_req
-		*ring = &s->rings[(uint64_t)c->slot * s->g.g_ring_entries],
-		*q = NULL;
+	struct kvp_req *ring = kvp_ring_of(s, c->slot), *q = NULL;
 	uint64_t rw = 0, word, dead_since = 0, call;
 	unsigned r;
 
@@ -397,17 +395,8 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 		return -ENOTCONN;
 	call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
 	kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
-	/* relaxed: published by the POSTED store-release below */
-	kvp_store_relaxed(&q->rq_slot, i);
-	kvp_store_relaxed(&q->rq_gen, KVP_IX_GEN(w));
-	kvp_store_relaxed(&q->rq_off, 0);
-	kvp_store_relaxed(&q->rq_len, 0);
-	kvp_store_relaxed(&q->rq_call, (call & 0xffffffffull) | KVP_RQ_DELETE);
-	kvp_store_relaxed(&q->rq_result, 0);
-	kvp_store_relaxed(&q->rq_where, 0);
-	word = (((rw >> 8) + 1) << 8) | KVP_RQ_POSTED;
-	/* release: the request's fields before its POSTED state */
-	kvp_store_release(&q->rq_state, word);
+	word = kvp_ring_post(q, rw, i, KVP_IX_GEN(w), 0, 0,
+			     (call & 0xffffffffull) | KVP_RQ_DELETE);
 	kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake the agent */
 	kvp_futex_wake(&s->hdr->h_evict_wake);
 	for (;;) {
@@ -415,11 +404,10 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 		/* acquire: pairs with the agent's DONE release */
 		uint64_t st = kvp_load_acquire(&q->rq_state);
 
-		if (st == ((word & ~0xffull) | KVP_RQ_DONE)) {
+		if (kvp_ring_is_done(st, word)) {
 			int res = (int)(int64_t)kvp_load_relaxed(&q->rq_result);
-			/* release: the entry is ours to post again */
-			kvp_store_release(&q->rq_state,
-					  (st & ~0xffull) | KVP_RQ_FREE);
+
+			kvp_ring_free(q, st);
 			return res;
 		}
 		if (kvp_shm_agent_alive(s)) {
@@ -428,9 +416,8 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 			dead_since = kvp_now_ns(CLOCK_MONOTONIC);
 		} else if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since >=
 				   c->agent_grace_ns &&
-			   /* full CAS: withdraw it unless answered meanwhile */
-			   kvp_cas(&q->rq_state, st,
-				   (st & ~0xffull) | KVP_RQ_FREE)) {
+			   /* withdraw it unless answered meanwhile */
+			   kvp_ring_withdraw(q, st)) {
 			return -ENOTCONN;
 		}
 		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
