@@ -102,8 +102,7 @@ kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg,
 static void
 kvp_shm_agent_token(struct kvp_seg *s)
 {
-	kvp_dram_claim_bind(s, KVP_LOCK_TOKEN_AGENT,
-			    &s->hdr->h_agent_alloc_claim);
+	kvp_dram_claim_bind(s, KVP_LOCK_TOKEN_AGENT);
 }
 
 static int

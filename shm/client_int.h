@@ -548,7 +548,7 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		snprintf(c->ns, sizeof(c->ns), "%s", ns);
 		c->ns_id = kvp_ns_id(ns);
 		/* our name to the allocator lock (shm/kvp_shm.h) */
-		kvp_dram_claim_bind(&c->seg, c->slot + 1, &cs->cs_alloc_claim);
+		kvp_dram_claim_bind(&c->seg, c->slot + 1);
 		c->hold_map = (uint64_t *)calloc(
 			(c->seg.g.g_holds_per_client + 63u) / 64u,
 			sizeof(uint64_t));

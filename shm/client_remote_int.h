@@ -72,9 +72,8 @@ kvp__rbox_take(const struct kvp_rbox_ans *ans, size_t m, uint64_t seq,
 		    /* acquire: pairs with the agent's release of the word */
 		    kvp_iload_acquire(&ans[k].ra_ready) != KVP_RA_READY(seq))
 			continue;
-		a.ra_status = ans[k].ra_status;
-		a.ra_len = ans[k].ra_len;
-		a.ra_ready = 0;
+		/* a private copy; its ready word is none */
+		kvp_rbox_ans_copy(&a, &ans[k]);
 		seen[k] = true;
 		fn(ctx, k, &a);
 		got++;

@@ -171,6 +171,16 @@ kvp_rbox_withdraw(struct kvp_rbox *rb, uint64_t cur)
 		       KVP_RB_WORD(KVP_RB_SEQ(cur) + 1, KVP_RB_FREE));
 }
 
+/* A private copy of answer *src (read after its ready word's acquire):
+ * status and length, no ready word. */
+KVP_INLINE void
+kvp_rbox_ans_copy(struct kvp_rbox_ans *dst, const struct kvp_rbox_ans *src)
+{
+	dst->ra_status = src->ra_status;
+	dst->ra_len = src->ra_len;
+	dst->ra_ready = 0;
+}
+
 /* ---- the agent's half ---- */
 
 /* POSTED(w) -> TAKEN: the request is ours.  True with *taken its word. */

@@ -226,8 +226,12 @@ kvp_dram_capacity(const struct kvp_seg *s)
  * kvp_open (a fresh client slot) and at the agent's attach.
  */
 KVP_INLINE void
-kvp_dram_claim_bind(struct kvp_seg *s, unsigned int token, kvp_aint_t *claim)
+kvp_dram_claim_bind(struct kvp_seg *s, unsigned int token)
 {
+	kvp_aint_t *claim = token == KVP_LOCK_TOKEN_AGENT ?
+				    &s->hdr->h_agent_alloc_claim :
+				    &s->clients[token - 1].cs_alloc_claim;
+
 	s->lock_token = token;
 	s->lock_claim = claim;
 	/* release: nothing held yet; pairs with the acquire of a taker that
