@@ -10,10 +10,25 @@
  * arena, answers, and wakes us (docs/design.md, "SSD tier").  Probes
  * (exists, exists_prefix) only look.
  *
+ * The calls (kvp_get, kvp_get_range, kvp_batch_get, at the end) are a
+ * local pass, then, only for keys it missed, the remote step: a layer
+ * below (shm/client_remote_int.h) that fetches them from other nodes and
+ * hands each back here as it lands.
+ *
  * Included by shm/client_int.h.
  */
 #ifndef KVP_CLIENT_READ_INT_H
 #define KVP_CLIENT_READ_INT_H
+
+/* The remote step (shm/client_remote_int.h; a layer the read path calls,
+ * which calls nothing of it): is there a remote tier to ask, and fetch
+ * the keys a local pass missed, fn(ctx, op, status) for each as it
+ * lands (status 0: it is in this pool now). */
+typedef void (*kvp__remote_landed_fn)(void *ctx, struct kvp_op *o, int status);
+KVP_INLINE bool kvp__remote_up(const struct kvp_client *c, unsigned flag);
+KVP_INLINE bool kvp__remote_fetch(struct kvp_client *c, struct kvp_op *ops,
+				  size_t n, kvp__remote_landed_fn fn,
+				  void *ctx);
 
 /* One SSD-resident key of a read call, held while it is resolved. */
 struct kvp__pend {
@@ -552,6 +567,90 @@ kvp__exists_prefix_local(struct kvp_client *c, struct kvp_op *ops, size_t n)
 		kvp__hist(c, nssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM,
 			  t0);
 	return (ssize_t)k;
+}
+
+/* A key fetched from another node, read here as soon as it lands (while
+ * the rest are still in flight), into the caller's buffer. */
+struct kvp__rread_ctx {
+	struct kvp_client *c;
+	bool exact;
+	size_t hits;
+};
+
+KVP_INLINE void
+kvp__rread_one(void *ctx, struct kvp_op *o, int status)
+{
+	struct kvp__rread_ctx *r = (struct kvp__rread_ctx *)ctx;
+	struct kvp_op sub;
+
+	if (status != 0) {
+		o->status = status;
+		return;
+	}
+	sub = *o; /* the caller's buffer and length (a miss left them) */
+	sub.status = 0;
+	kvp__read(r->c, &sub, 1, r->exact);
+	o->status = sub.status;
+	o->len = sub.len;
+	r->hits += sub.status == 0;
+}
+
+/* The read engine with the remote step: a local pass, then, only if it
+ * missed keys, those keys from other nodes (KVP_REMOTE_GET).  A batch
+ * that hits here pays nothing for the cluster.  Returns the keys read. */
+KVP_INLINE size_t
+kvp__read_remote(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
+{
+	size_t r = kvp__read(c, ops, n, exact);
+
+	if (r < n && kvp__remote_up(c, KVP_REMOTE_GET)) {
+		struct kvp__rread_ctx x;
+
+		x.c = c;
+		x.exact = exact;
+		x.hits = 0;
+		if (kvp__remote_fetch(c, ops, n, kvp__rread_one, &x))
+			kvp__ctr(c, KVP_CTR_REMOTE_HIT, x.hits);
+		r += x.hits;
+	}
+	return r;
+}
+
+/* kvp_get (kvpool.h): the read engine, exact size. */
+KVP_API ssize_t
+kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf,
+	uint64_t cap)
+{
+	struct kvp_op op;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && cap))
+		return -EINVAL;
+	kvp__op_init(&op, key, klen, buf, 0, cap);
+	kvp__read_remote(c, &op, 1, true);
+	return op.status ? op.status : (ssize_t)op.len;
+}
+
+/* kvp_get_range (kvpool.h): the read engine, clipped. */
+KVP_API ssize_t
+kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen,
+	      uint64_t off, void *buf, uint64_t len)
+{
+	struct kvp_op op;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && len))
+		return -EINVAL;
+	kvp__op_init(&op, key, klen, buf, off, len);
+	kvp__read_remote(c, &op, 1, false);
+	return op.status ? op.status : (ssize_t)op.len;
+}
+
+/* kvp_batch_get (kvpool.h): the read engine, clipped, over n keys. */
+KVP_API ssize_t
+kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	if (!c || (!ops && n))
+		return -EINVAL;
+	return (ssize_t)kvp__read_remote(c, ops, n, false);
 }
 
 #endif /* KVP_CLIENT_READ_INT_H */

@@ -6,14 +6,21 @@
  * into its mailbox in the segment and sleeps on its futex; the agent asks
  * the directory (one round trip per call), fetches what other nodes hold
  * into this pool (FETCH) and answers (the protocol: shm/kvp_rbox.h;
- * the agent's side: agent/cluster_mailbox.c).  A FETCHed key is an ordinary entry of
- * this pool afterwards, read by the local path.
+ * the agent's side: agent/cluster_mailbox.c).  A FETCHed key is an
+ * ordinary entry of this pool afterwards, read by the local path.
  *
  * The remote step is best effort: when the agent has no cluster, the
  * directory is down, no peer is up, or the agent is gone, a key absent
  * here stays a MISS (the local answer) and nothing waits.
  *
- * Included by shm/client_int.h (last: it wraps the read engine).
+ * A layer below the read path: kvp_get and its kind (shm/client_read_int.h)
+ * call kvp__remote_up and kvp__remote_fetch when their local pass missed
+ * keys, and read each fetched key themselves as it lands; nothing here
+ * calls the read path.  The remote halves of the probes and the pin
+ * (kvp_batch_exists_prefix, kvp_batch_lookup_pin, kvp_batch_locate) are
+ * still here, around their local walks.
+ *
+ * Included by shm/client_int.h (last).
  */
 #ifndef KVP_CLIENT_REMOTE_INT_H
 #define KVP_CLIENT_REMOTE_INT_H
@@ -257,64 +264,55 @@ kvp__remote_get_status(int st)
 	}
 }
 
-/* A FETCH's answers as they land: each key fetched is read here at once
- * (while the rest are still in flight), into the caller's buffer. */
-struct kvp__rread_ctx {
-	struct kvp_client *c;
+/* A FETCH's answers as they land, handed to the read path's fn with the
+ * op they answer and the op's status (0: the key is in this pool now). */
+struct kvp__rfetch_ctx {
 	struct kvp_op *ops;
 	const size_t *idx;
-	bool exact;
-	size_t hits;
+	kvp__remote_landed_fn fn;
+	void *ctx;
 };
 
 KVP_INLINE void
-kvp__rread_one(void *ctx, size_t k, const struct kvp_rbox_ans *a)
+kvp__rfetch_one(void *ctx, size_t k, const struct kvp_rbox_ans *a)
 {
-	struct kvp__rread_ctx *r = (struct kvp__rread_ctx *)ctx;
-	struct kvp_op *o = &r->ops[r->idx[k]], sub;
+	struct kvp__rfetch_ctx *r = (struct kvp__rfetch_ctx *)ctx;
 
-	if (a->ra_status != 0) {
-		o->status = kvp__remote_get_status(a->ra_status);
-		return;
-	}
-	sub = *o; /* the caller's buffer and length (a miss left them) */
-	sub.status = 0;
-	kvp__read(r->c, &sub, 1, r->exact);
-	o->status = sub.status;
-	o->len = sub.len;
-	r->hits += sub.status == 0;
+	r->fn(r->ctx, &r->ops[r->idx[k]],
+	      a->ra_status ? kvp__remote_get_status(a->ra_status) : 0);
 }
 
-/* The keys of ops[0..n) the local read missed, fetched from other nodes
- * and read here (a miss leaves its op's buffer and length as the caller
- * gave them).  Returns the number of keys that became hits. */
-KVP_INLINE size_t
-kvp__remote_read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
+/* The keys of ops[0..n) the local read missed (-ENOENT), fetched from
+ * other nodes into this pool: fn(ctx, op, status) for each key as its
+ * answer lands, while the rest are in flight (the read path reads it
+ * there; an op whose key is not answered is left as it was).  False when
+ * nothing was asked (no key missed, or no memory). */
+KVP_INLINE bool
+kvp__remote_fetch(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		  kvp__remote_landed_fn fn, void *ctx)
 {
-	struct kvp__rread_ctx r;
+	struct kvp__rfetch_ctx r;
 	size_t *idx, m = 0, k;
 
 	for (k = 0; k < n; k++)
 		m += ops[k].status == -ENOENT;
 	if (!m)
-		return 0;
+		return false;
 	idx = (size_t *)malloc(m * sizeof(size_t));
 	if (!idx)
-		return 0;
+		return false;
 	m = 0;
 	for (k = 0; k < n; k++)
 		if (ops[k].status == -ENOENT)
 			idx[m++] = k;
-	r.c = c;
 	r.ops = ops;
 	r.idx = idx;
-	r.exact = exact;
-	r.hits = 0;
-	kvp__remote_ask(c, KVP_RB_FETCH, ops, idx, m, kvp__rread_one, &r,
+	r.fn = fn;
+	r.ctx = ctx;
+	kvp__remote_ask(c, KVP_RB_FETCH, ops, idx, m, kvp__rfetch_one, &r,
 			false);
-	kvp__ctr(c, KVP_CTR_REMOTE_HIT, r.hits);
 	free(idx);
-	return r.hits;
+	return true;
 }
 
 /* Answers kept as they come: st[k], len[k] (st preset to -ENOENT). */
@@ -349,56 +347,6 @@ kvp__remote_ask_keep(struct kvp_client *c, unsigned kind,
 	r.st = st;
 	r.len = len;
 	kvp__remote_ask(c, kind, ops, idx, m, kvp__rkeep_one, &r, stop_absent);
-}
-
-/* The read engine with the remote step: a local pass, then, only if it
- * missed keys, those keys from other nodes (KVP_REMOTE_GET).  A batch
- * that hits here pays nothing for the cluster.  Returns the keys read. */
-KVP_INLINE size_t
-kvp__read_remote(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
-{
-	size_t r = kvp__read(c, ops, n, exact);
-
-	if (r < n && kvp__remote_up(c, KVP_REMOTE_GET))
-		r += kvp__remote_read(c, ops, n, exact);
-	return r;
-}
-
-/* kvp_get (kvpool.h): the read engine, exact size. */
-KVP_API ssize_t
-kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf,
-	uint64_t cap)
-{
-	struct kvp_op op;
-
-	if (!c || !kvp__key_ok(key, klen) || (!buf && cap))
-		return -EINVAL;
-	kvp__op_init(&op, key, klen, buf, 0, cap);
-	kvp__read_remote(c, &op, 1, true);
-	return op.status ? op.status : (ssize_t)op.len;
-}
-
-/* kvp_get_range (kvpool.h): the read engine, clipped. */
-KVP_API ssize_t
-kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen,
-	      uint64_t off, void *buf, uint64_t len)
-{
-	struct kvp_op op;
-
-	if (!c || !kvp__key_ok(key, klen) || (!buf && len))
-		return -EINVAL;
-	kvp__op_init(&op, key, klen, buf, off, len);
-	kvp__read_remote(c, &op, 1, false);
-	return op.status ? op.status : (ssize_t)op.len;
-}
-
-/* kvp_batch_get (kvpool.h): the read engine, clipped, over n keys. */
-KVP_API ssize_t
-kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
-{
-	if (!c || (!ops && n))
-		return -EINVAL;
-	return (ssize_t)kvp__read_remote(c, ops, n, false);
 }
 
 /* The keys ops[from..n) another node holds, as a prefix: statuses 0 up
