@@ -692,8 +692,7 @@ kvp_ix_recount_agent(struct kvp_agent *a)
 		return false;
 	if (count == u1)
 		return true;
-	/* full CAS: only from the count the scan agreed with */
-	if (!kvp_cas(&s->hdr->h_ix_used, u1, count))
+	if (!kvp_ix_count_correct_agent(s, u1, count))
 		return false;
 	kvp_log(KVP_LOG_INFO, "index",
 		"entry count corrected from %llu to %llu (a process "

@@ -79,8 +79,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 		if (kind != KVP_IXR_IDLE) {
 			/* release: IDLE before the count changes (a recount
 			 * that sees the change sees this) */
-			kvp_store_release(&cs->cs_ix_resv,
-					  KVP_IXR_NEXT(f, KVP_IXR_IDLE));
+			kvp_ix_count_say(cs, f, KVP_IXR_IDLE);
 			if (give)
 				kvp_ix_count_give(s);
 			else /* release: pairs with the tier thread's acquire */

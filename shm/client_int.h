@@ -564,12 +564,9 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 				      kvp_proc_start_time((long)getpid()));
 		kvp_store_relaxed(&cs->cs_open_ns, kvp_now_ns(CLOCK_REALTIME));
 		kvp_store_relaxed(&cs->cs_ns_id, c->ns_id);
-		/* release: no unit of the index count in hand (a FREE slot's
-		 * word is IDLE already, unless someone wrote garbage there) */
-		kvp_store_release(
-			&cs->cs_ix_resv,
-			KVP_IXR_NEXT(kvp_load_relaxed(&cs->cs_ix_resv),
-				     KVP_IXR_IDLE));
+		/* no unit of the index count in hand (a FREE slot's word
+		 * is IDLE already, unless someone wrote garbage there) */
+		kvp_ix_count_say_own(cs, KVP_IXR_IDLE);
 		memset(cs->cs_ns, 0, sizeof(cs->cs_ns));
 		memcpy(cs->cs_ns, ns,
 		       strlen(ns) < sizeof(cs->cs_ns) - 1 ?

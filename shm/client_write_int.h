@@ -56,12 +56,7 @@ kvp__hint_full_buckets(struct kvp_client *c, uint64_t hash)
 KVP_INLINE void
 kvp__ixr_set(struct kvp_client *c, unsigned kind)
 {
-	kvp_aword_t *w = &c->seg.clients[c->slot].cs_ix_resv;
-
-	/* release: cs_ix_slot, and a publish or an abort, before the new
-	 * kind; pairs with the agent's acquire in its recount and the
-	 * reaper's (relaxed load: only we write it while we live) */
-	kvp_store_release(w, KVP_IXR_NEXT(kvp_load_relaxed(w), kind));
+	kvp_ix_count_say_own(&c->seg.clients[c->slot], kind);
 }
 
 /* The index is at its limit: wake the evictor (at most one wake in
@@ -92,11 +87,8 @@ kvp__ix_reserve(struct kvp_client *c, uint64_t i, uint64_t w)
 	struct kvp_seg *s = &c->seg;
 	uint64_t deadline = 0;
 
-	/* release: after our last cs_ix_resv store (IDLE), so an agent that
-	 * sees this slot sees that store too (its recount reads the slot,
-	 * then the kind again, with acquire loads) */
-	kvp_store_release(&s->clients[c->slot].cs_ix_slot,
-			  KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
+	/* after our last cs_ix_resv store (IDLE) */
+	kvp_ix_count_name_slot(&s->clients[c->slot], i, KVP_IX_GEN(w));
 	for (;;) {
 		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
 		uint64_t now;

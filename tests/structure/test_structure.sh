@@ -74,6 +74,7 @@ sp_[a-z]+\b	shm/kvp_span.h
 ls_[a-z]+\b	shm/kvp_lease.h
 (rb_[a-z]+|ra_ready)\b	shm/kvp_rbox.h
 (dh_[a-z_0-9]+|pg_[a-z_]+|cs_alloc_claim|h_agent_alloc_claim|lock_claim)\b	tiers/kvp_dram.h
+(cs_ix_resv|cs_ix_slot|h_ix_used)\b	index/kvp_index.h
 EOT
 : >"$tmp/owrites"
 # every file's statements once (as in 1), comments and reads (a load,

@@ -84,6 +84,8 @@ inject agent/loop.c "mailbox answer ready word, store" 'kvp_istore_release(&((st
 inject agent/loop.c "DRAM page map, plain assignment" 's->pages[0].pg_state = 0;'
 inject agent/loop.c "DRAM header, store" 'kvp_store_relaxed(&s->dram->dh_damaged, 0);'
 inject agent/loop.c "allocator claim, store" 'kvp_istore_release(&s->clients[0].cs_alloc_claim, 0);'
+inject shm/client_write_int.h "index count share, store" 'kvp_store_release(&s->clients[0].cs_ix_resv, 0);'
+inject agent/loop.c "index count, CAS" 'kvp_cas(&s->hdr->h_ix_used, 1, 0);'
 inject agent/loop.c "client slot word, pointer kept" 'kvp_aword_t *p = &s->clients[0].cs_state; (void)p;'
 inject agent/loop.c "lease word, pointer kept" 'kvp_aword_t *p = &s->leases[0].ls_state; (void)p;'
 
