@@ -549,9 +549,9 @@ kvp_chk_holds(struct kvp_chk *k)
 	uint32_t hpc = s->g.g_holds_per_client, c, j;
 
 	for (c = 0; c < s->g.g_max_clients; c++) {
-		const kvp_aword_t *hs = &s->holds[(uint64_t)c * hpc];
-		/* relaxed: read together with the holds below */
-		uint64_t hwm = kvp_load_relaxed(&s->clients[c].cs_hold_hwm);
+		/* every slot, not only those under the mark: I12 */
+		const kvp_aword_t *hs = kvp_slot_holds(s, c);
+		uint64_t hwm = kvp_slot_hold_hwm_raw(s, c);
 
 		if (hwm > hpc)
 			kvp_chk_viol(

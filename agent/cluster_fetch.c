@@ -140,11 +140,7 @@ kvp_cl_answer_one(struct kvp_cl *cl, const struct kvp_cl_key *x)
 		    cl->cur_cw)
 		return;
 	a = (struct kvp_rbox_ans *)(cl->cur_rb + 1) + (x - cl->cur_keys);
-	a->ra_status = x->st;
-	a->ra_len = x->st ? 0 : x->glen;
-	/* release: the answer before its ready word; pairs with the
-	 * client's acquire */
-	kvp_istore_release(&a->ra_ready, KVP_RA_READY(cl->cur_taken >> 8));
+	kvp_rbox_answer_one(a, x->st, x->st ? 0 : x->glen, cl->cur_taken);
 	if (++cl->cur_unwoken >= 8 || x->glen >= (256u << 10)) {
 		cl->cur_unwoken = 0;
 		/* full: then wake */

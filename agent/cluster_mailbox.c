@@ -101,15 +101,9 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 	if (ans &&
 	    /* acquire: the slot is still that client */
 	    kvp_load_acquire(&s->clients[client].cs_state) == cw &&
-	    kvp_cas(&rb->rb_state, taken,
-		    (taken & ~0xffull) | KVP_RB_ANSWERING)) {
-		for (i = 0; i < n; i++)
-			ans[i].ra_ready = KVP_RA_READY(taken >> 8);
-		memcpy(data, ans, n * sizeof(*ans));
-		/* release: the answers before DONE; pairs with the client's
-		 * acquire */
-		kvp_store_release(&rb->rb_state,
-				  (taken & ~0xffull) | KVP_RB_DONE);
+	    kvp_rbox_answer_claim(rb, taken)) {
+		kvp_rbox_answers_put(rb, ans, n, taken);
+		kvp_rbox_answer_done(rb, taken);
 		/* full: then wake */
 		kvp_ifetch_add(&s->clients[client].cs_io_futex, 1);
 		kvp_futex_wake(&s->clients[client].cs_io_futex);
@@ -146,33 +140,22 @@ kvp_cl_mailboxes(struct kvp_cl *cl, bool stopping)
 		cw = kvp_load_acquire(&s->clients[i].cs_state);
 		if (KVP_CS_STATE(cw) != KVP_CS_LIVE)
 			continue;
-		taken = (w & ~0xffull) | KVP_RB_TAKEN;
-		/* full CAS: the request is ours */
-		if (!kvp_cas(&rb->rb_state, w, taken))
+		if (!kvp_rbox_take(rb, w, &taken))
 			continue;
 		if (!stopping) {
 			kvp_cl_call(cl, i, cw, rb, taken);
 			continue;
 		}
-		/* full CAS: claim to answer; every key a MISS */
-		if (kvp_cas(&rb->rb_state, taken,
-			    (taken & ~0xffull) | KVP_RB_ANSWERING)) {
+		/* claim to answer; every key a MISS */
+		if (kvp_rbox_answer_claim(rb, taken)) {
 			/* relaxed: published by DONE */
-			uint64_t n = kvp_load_relaxed(&rb->rb_n), j;
+			uint64_t n = kvp_load_relaxed(&rb->rb_n);
 			uint64_t cap = (((uint64_t)s->g.g_rbox_kib << 10) -
 					sizeof(*rb)) /
 				       sizeof(struct kvp_rbox_ans);
-			struct kvp_rbox_ans *a =
-				(struct kvp_rbox_ans *)(rb + 1);
 
-			for (j = 0; j < n && j < cap; j++) {
-				a[j].ra_status = -ENOENT;
-				a[j].ra_len = 0;
-				a[j].ra_ready = KVP_RA_READY(taken >> 8);
-			}
-			/* release: the answers before DONE */
-			kvp_store_release(&rb->rb_state,
-					  (taken & ~0xffull) | KVP_RB_DONE);
+			kvp_rbox_answers_miss(rb, n, cap, taken);
+			kvp_rbox_answer_done(rb, taken);
 			/* full: then wake */
 			kvp_ifetch_add(&s->clients[i].cs_io_futex, 1);
 			kvp_futex_wake(&s->clients[i].cs_io_futex);

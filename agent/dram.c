@@ -307,10 +307,9 @@ static uint64_t
 kvp_dram_repair_locked(struct kvp_agent *a, uint64_t *kept_runs)
 {
 	struct kvp_seg *s = &a->seg;
-	uint64_t n = s->g.g_dram_pages, i, p, used_units = 0, lost = 0;
+	uint64_t n = s->g.g_dram_pages, i, p, lost = 0;
 	uint64_t *used = calloc((n + 63) / 64, 8),
 		 *start = calloc((n + 63) / 64, 8);
-	unsigned b;
 
 	*kept_runs = 0;
 	if (!used || !start) {
@@ -388,43 +387,7 @@ kvp_dram_repair_locked(struct kvp_agent *a, uint64_t *kept_runs)
 		p += len;
 	}
 	/* rewrite the map: kept runs as they are, the gaps as free runs */
-	for (b = 0; b < KVP_DRAM_BINS; b++)
-		s->dram->dh_bin[b] = 0;
-	for (p = 0; p < n;) {
-		uint64_t q = p + 1, k;
-
-		if (kvp_bit(used, p)) {
-			while (q < n && kvp_bit(used, q) && !kvp_bit(start, q))
-				q++;
-			s->pages[p].pg_state = KVP_PG_USED;
-			used_units += q - p;
-			(*kept_runs)++;
-		} else {
-			while (q < n && !kvp_bit(used, q))
-				q++;
-			s->pages[p].pg_state = KVP_PG_FREE;
-			s->pages[p].pg_owner = s->pages[p].pg_owner_gen = 0;
-		}
-		s->pages[p].pg_npages = (uint32_t)(q - p);
-		s->pages[p].pg_head = 0;
-		for (k = p + 1; k < q; k++) /* interior units carry no header */
-			kvp__dram_interior(s, k);
-		s->pages[q - 1].pg_head = (uint32_t)p + 1;
-		if (s->pages[p].pg_state == KVP_PG_FREE)
-			/* bins were just cleared */
-			kvp__dram_bin_link(s, (uint32_t)p);
-		p = q;
-	}
-	if (a->pop_frontier < n) {
-		struct kvp_page *pg = &s->pages[a->pop_frontier];
-
-		pg->pg_owner = KVP_DRAM_OWNER_UNPOP;
-		pg->pg_owner_gen = 0;
-		pg->pg_next = 0;
-		used_units -= n - a->pop_frontier;
-	}
-	s->dram->dh_used_pages = used_units;
-	s->dram->dh_free_pages = n - used_units - (n - a->pop_frontier);
+	kvp_dram_map_rewrite_locked(s, used, start, a->pop_frontier, kept_runs);
 	free(used);
 	free(start);
 	return lost;
@@ -455,8 +418,7 @@ kvp_dram_repair_agent(struct kvp_agent *a)
 	if (rc)
 		return -EBUSY;
 	a->last_repair_ns = now;
-	/* relaxed: under the lock */
-	kvp_store_relaxed(&s->dram->dh_damaged, 0);
+	kvp_dram_damage_clear_locked(s);
 	a->dram_damaged = false;
 	lost = kvp_dram_repair_locked(a, &kept);
 	kvp_dram_unlock(s);

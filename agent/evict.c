@@ -139,8 +139,8 @@ static void
 kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
 {
 	struct kvp_seg *s = &a->seg;
-	uint64_t nslots = s->g.g_index_slots, c, k;
-	uint32_t hpc = s->g.g_holds_per_client;
+	uint64_t nslots = s->g.g_index_slots, k;
+	uint32_t c;
 
 	ev->now = kvp_tick_now();
 	memset(ev->units, 0, sizeof(ev->units));
@@ -149,12 +149,10 @@ kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
 	ev->ncand = 0;
 	memset(ev->held, 0, (nslots + 63) / 64 * sizeof(uint64_t));
 	for (c = 0; c < s->g.g_max_clients; c++) {
-		/* relaxed: a hint (above) */
-		uint64_t hwm = kvp_load_relaxed(&s->clients[c].cs_hold_hwm);
-		const kvp_aword_t *hs = &s->holds[c * hpc];
+		/* a hint (above) */
+		uint32_t hwm = kvp_slot_hold_hwm_hint(s, c);
+		const kvp_aword_t *hs = kvp_slot_holds(s, c);
 
-		if (hwm > hpc)
-			hwm = hpc; /* written by a client: never trusted */
 		for (k = 0; k < hwm; k++) {
 			/* relaxed: a hint (above) */
 			uint64_t h = kvp_load_relaxed(&hs[k]), slot;
@@ -694,8 +692,7 @@ kvp_ix_recount_agent(struct kvp_agent *a)
 		return false;
 	if (count == u1)
 		return true;
-	/* full CAS: only from the count the scan agreed with */
-	if (!kvp_cas(&s->hdr->h_ix_used, u1, count))
+	if (!kvp_ix_count_correct_agent(s, u1, count))
 		return false;
 	kvp_log(KVP_LOG_INFO, "index",
 		"entry count corrected from %llu to %llu (a process "

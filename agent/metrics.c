@@ -34,15 +34,13 @@ static const char *const kvp_nse_names[KVP_NSE__N] = {
 static uint32_t
 kvp_count_holds_pins(const struct kvp_seg *s, uint32_t i, uint32_t *pins)
 {
-	uint32_t hpc = s->g.g_holds_per_client, k, n = 0, p = 0;
-	/* relaxed: a snapshot for humans */
-	uint64_t hwm = kvp_load_relaxed(&s->clients[i].cs_hold_hwm);
+	/* a snapshot for humans */
+	uint32_t hwm = kvp_slot_hold_hwm_hint(s, i), k, n = 0, p = 0;
+	const kvp_aword_t *hs = kvp_slot_holds(s, i);
 
-	if (hwm > hpc)
-		hwm = hpc;
 	for (k = 0; k < hwm; k++) {
 		/* relaxed: a snapshot */
-		uint64_t h = kvp_load_relaxed(&s->holds[(uint64_t)i * hpc + k]);
+		uint64_t h = kvp_load_relaxed(&hs[k]);
 
 		n += h != 0;
 		p += h != 0 && (h & KVP_HOLD_PIN);

@@ -277,27 +277,22 @@ kvp_answer(struct kvp_agent *a, const struct kvp_waiter *w, int64_t res,
 	   uint64_t where, int span_head)
 {
 	struct kvp_seg *s = &a->seg;
-	struct kvp_req *q =
-		&s->rings[(uint64_t)w->client * s->g.g_ring_entries + w->ring];
+	struct kvp_req *q = &kvp_ring_of(s, w->client)[w->ring];
 	/* acquire: the slot must still be the client that asked */
 	bool same = kvp_load_acquire(&s->clients[w->client].cs_state) ==
 		    w->cgen;
 
-	/* full CAS: TAKEN(seq) -> ANSWERING(seq); the entry is ours to write */
-	if (!same || !kvp_cas(&q->rq_state, w->word,
-			      (w->word & ~0xffull) | KVP_RQ_ANSWERING)) {
+	/* TAKEN(seq) -> ANSWERING(seq); the entry is ours to write */
+	if (!same || !kvp_ring_answer_claim(q, w->word)) {
 		if (span_head >= 0) {
 			kvp_span_clear_holder(&s->spans[span_head], w->client);
 			kvp_span_free_if_unheld(s, (uint32_t)span_head, true);
 		}
 		return;
 	}
-	/* relaxed: published by the DONE release below */
-	kvp_store_relaxed(&q->rq_result, (uint64_t)res);
-	kvp_store_relaxed(&q->rq_where, where);
+	kvp_ring_answer_write(q, res, where);
 	kvp_crashpoint(A_REQ_ANSWERING);
-	/* release: the answer before DONE; pairs with the client's acquire */
-	kvp_store_release(&q->rq_state, (w->word & ~0xffull) | KVP_RQ_DONE);
+	kvp_ring_answer_done(q, w->word);
 	a->tier->wake[w->client] = true;
 }
 

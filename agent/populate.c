@@ -239,12 +239,10 @@ kvp_populate_start_agent(struct kvp_agent *a)
 	a->pop_frontier = a->seg_created ? 0 : kvp_pop_find_tail(a);
 	if (!a->seg_created && a->pop_frontier == n &&
 	    kvp_load_relaxed(&s->dram->dh_unpop_pages)) {
-		/* relaxed: the count of a tail the map does not have */
-		kvp_store_relaxed(&s->dram->dh_unpop_pages, 0);
+		kvp_dram_unpop_forget_agent(s);
 	}
 	page = a->seg_page_bytes ? a->seg_page_bytes : 4096;
-	/* relaxed: for tools (kvpool stat) */
-	kvp_store_relaxed(&s->dram->dh_page_bytes, page);
+	kvp_dram_page_bytes_set_agent(s, page);
 	P = calloc(1, sizeof(*P));
 	if (!P)
 		return -ENOMEM;

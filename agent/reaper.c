@@ -44,30 +44,13 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	struct kvp_shm_header *h = s->hdr;
 	/* acquire: pairs with claim CAS */
 	uint64_t w = kvp_load_acquire(&cs->cs_state);
-	uint64_t holds = 0, pins = 0, pending = 0, pages, k, pid;
-	uint32_t hpc = s->g.g_holds_per_client;
-	kvp_aword_t *hs = &s->holds[(uint64_t)i * hpc];
+	uint64_t holds, pins = 0, pending = 0, pages, k, pid;
 
-	if (KVP_CS_STATE(w) == KVP_CS_LIVE) {
-		/* full CAS: step 1 */
-		if (!kvp_cas(&cs->cs_state, w, (w & ~0xffull) | KVP_CS_REAPING))
-			return 0;
-		w = (w & ~0xffull) | KVP_CS_REAPING;
-	} else if (KVP_CS_STATE(w) != KVP_CS_REAPING) {
+	/* step 1 (shm/kvp_slot.h) */
+	if (!kvp_slot_reap_begin(cs, &w))
 		return 0;
-	}
 	pid = kvp_load_relaxed(&cs->cs_pid); /* relaxed: for the log line */
-	for (k = 0; k < hpc; k++) {
-		/* relaxed: the owner is dead; nobody else writes these */
-		uint64_t hv = kvp_load_relaxed(&hs[k]);
-
-		if (hv) {
-			kvp_store_release(&hs[k], 0); /* release: step 2 */
-			holds++;
-			pins += (hv & KVP_HOLD_PIN) != 0;
-		}
-	}
-	kvp_store_relaxed(&cs->cs_hold_hwm, 0); /* relaxed: no holds remain */
+	holds = kvp_slot_reap_holds(s, i, &pins); /* step 2 */
 	kvp_crashpoint(A_REAP_HOLDS);
 	{
 		/* step 2b, before step 3 empties the slot it may name;
@@ -96,8 +79,7 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 		if (kind != KVP_IXR_IDLE) {
 			/* release: IDLE before the count changes (a recount
 			 * that sees the change sees this) */
-			kvp_store_release(&cs->cs_ix_resv,
-					  KVP_IXR_NEXT(f, KVP_IXR_IDLE));
+			kvp_ix_count_say(cs, f, KVP_IXR_IDLE);
 			if (give)
 				kvp_ix_count_give(s);
 			else /* release: pairs with the tier thread's acquire */
@@ -121,10 +103,8 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 
 		if (KVP_LS_STATE(lw) == KVP_LS_RESERVED &&
 		    KVP_LS_OWNER(lw) == i + 1)
-			/* full CAS: the taker is dead; a sweep may race */
-			kvp_cas(&s->leases[k].ls_state, lw,
-				KVP_LS_WORD(KVP_LS_GEN(lw) + 1, 0,
-					    KVP_LS_FREE));
+			/* the taker is dead; a sweep may race */
+			kvp_ls_free_agent(&s->leases[k], lw);
 	}
 	/* step 4 runs on the tier thread, which owns every DRAM free */
 	pages = 0;
@@ -140,11 +120,9 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_HOLDS], holds);
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PINS], pins);
 	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PENDING], pending);
-	kvp_store_relaxed(&cs->cs_pid, 0);
-	kvp_store_relaxed(&cs->cs_start_time, 0);
+	kvp_slot_identity_clear(cs);
 	kvp_crashpoint(A_REAP_FREEING);
-	/* release: step 6, after every step above */
-	kvp_store_release(&cs->cs_state, (w & ~0xffull) | KVP_CS_FREE);
+	kvp_slot_reap_end(cs, w); /* step 6, after every step above */
 	kvp_log(KVP_LOG_INFO, "reaper",
 		"reaped client %u (pid %llu): %llu holds, "
 		"%llu unfinished puts",
@@ -176,12 +154,10 @@ kvp_lease_sweep_agent(struct kvp_seg *s)
 			       !kvp_shm_client_alive(s, (uint32_t)(owner - 1));
 		else
 			continue;
-		/* full CAS: the taker may release it at the same moment */
+		/* the taker may release it at the same moment (a CAS) */
 		if (dead)
 			kvp_crashpoint(A_LEASE_SWEEP);
-		if (dead &&
-		    kvp_cas(&ls->ls_state, w,
-			    KVP_LS_WORD(KVP_LS_GEN(w) + 1, 0, KVP_LS_FREE))) {
+		if (dead && kvp_ls_free_agent(ls, w)) {
 			/* stat */
 			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_LEASE_EXPIRED],
 				      1);

@@ -204,7 +204,7 @@ kvp_recover_in_flight_agent(struct kvp_agent *a)
 		struct kvp_span *sp = &s->spans[j];
 		/* acquire: its last word */
 		uint64_t w = kvp_load_acquire(&sp->sp_state);
-		unsigned b, ns = KVP_SP_N(w);
+		unsigned ns = KVP_SP_N(w);
 
 		if (KVP_SP_STATE(w) == KVP_SP_FREEING) {
 			/* a free our predecessor was doing */
@@ -215,25 +215,14 @@ kvp_recover_in_flight_agent(struct kvp_agent *a)
 			continue;
 		/* full: its slots were counted when it was allocated */
 		kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - ns);
-		for (b = 0; b < KVP_SPAN_HOLDER_WORDS; b++)
-			/* relaxed: ours */
-			kvp_store_relaxed(&sp->sp_holders[b], 0);
-		for (b = 1; b < ns && j + b < s->g.g_staging_slots; b++)
-			/* release */
-			kvp_store_release(&s->spans[j + b].sp_state, 0);
-		/* release: free again */
-		kvp_store_release(&sp->sp_state, KVP_SP_WORD(KVP_SP_GEN(w) + 1,
-							     0, KVP_SP_FREE));
+		kvp_span_drop_reading_agent(s, j, w);
 	}
 	for (j = 0; j < total; j++) {
 		/* acquire: the last word written on the entry */
 		uint64_t w = kvp_load_acquire(&s->rings[j].rq_state);
-		/* full CAS: the client may withdraw it at the same time; one
-		 * our predecessor died answering is served again */
-		if ((KVP_RQ_STATE(w) == KVP_RQ_TAKEN ||
-		     KVP_RQ_STATE(w) == KVP_RQ_ANSWERING) &&
-		    kvp_cas(&s->rings[j].rq_state, w,
-			    (w & ~0xffull) | KVP_RQ_POSTED))
+		/* one our predecessor took, or died answering, is served
+		 * again */
+		if (kvp_ring_requeue_agent(&s->rings[j], w))
 			handed++;
 	}
 	if (handed)

@@ -311,9 +311,8 @@ kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op,
 	uint64_t w = kvp_load_acquire(&sp->sp_state);
 	unsigned k;
 
-	/* release: the bytes before READY; pairs with the holders */
-	kvp_store_release(&sp->sp_state,
-			  KVP_SP_WORD(KVP_SP_GEN(w), op->nslots, KVP_SP_READY));
+	/* the bytes before READY (shm/kvp_span.h) */
+	kvp_span_ready_agent(sp, w, op->nslots);
 	kvp_crashpoint(A_STAGE_READY);
 	for (k = 0; k < op->nw; k++) {
 		if (status) {
@@ -346,8 +345,7 @@ kvp_serve_rings(struct kvp_agent *a)
 	for (c = 0; c < s->g.g_max_clients; c++) {
 		/* acquire: pairs with the claim CAS */
 		uint64_t cw = kvp_load_acquire(&s->clients[c].cs_state);
-		struct kvp_req *ring =
-			&s->rings[(uint64_t)c * s->g.g_ring_entries];
+		struct kvp_req *ring = kvp_ring_of(s, c);
 
 		if (KVP_CS_STATE(cw) != KVP_CS_LIVE)
 			continue;
@@ -362,9 +360,8 @@ kvp_serve_rings(struct kvp_agent *a)
 			wt.ring = r;
 			wt.cgen = cw;
 			wt.skip = 0;
-			wt.word = (w & ~0xffull) | KVP_RQ_TAKEN;
-			/* full CAS: the request is ours */
-			if (!kvp_cas(&ring[r].rq_state, w, wt.word))
+			wt.word = KVP_RQ_WITH(w, KVP_RQ_TAKEN);
+			if (!kvp_ring_take(&ring[r], w))
 				continue;
 			kvp_crashpoint(A_REQ_TAKEN);
 			kvp_serve_one(a, &wt, &cs);

@@ -102,9 +102,7 @@ kvp_shm_init(struct kvp_seg *s, const struct kvp_agent_cfg *cfg,
 static void
 kvp_shm_agent_token(struct kvp_seg *s)
 {
-	s->lock_token = KVP_LOCK_TOKEN_AGENT;
-	s->lock_claim = &s->hdr->h_agent_alloc_claim;
-	kvp_istore_release(s->lock_claim, 0); /* release: nothing held yet */
+	kvp_dram_claim_bind(s, KVP_LOCK_TOKEN_AGENT);
 }
 
 static int

@@ -260,9 +260,6 @@ uint64_t kvp_tier_demote_budget(struct kvp_tier *t);
 void kvp_tier_publish(struct kvp_agent *a);
 
 /* staging.c */
-void kvp_span_set_holder(struct kvp_span *sp, uint32_t client);
-void kvp_span_clear_holder(struct kvp_span *sp, uint32_t client);
-bool kvp_span_unheld(const struct kvp_span *sp);
 bool kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head,
 			     bool count_expired);
 uint32_t kvp_staging_find(struct kvp_seg *s, unsigned need);

@@ -7,6 +7,8 @@
  * predecessor's state words.  Tier thread only.
  */
 #include "index/index_int.h"
+#include "shm/kvp_lease.h"
+#include "shm/kvp_slot.h"
 #include "shm/kvp_assert.h"
 
 static void
@@ -17,7 +19,7 @@ kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 		HSIZE = 1u << HBITS
 	};
 	int16_t table[HSIZE];
-	uint32_t i, k, hpc = s->g.g_holds_per_client;
+	uint32_t i, k;
 
 	memset(table, 0xff, sizeof(table));
 	for (k = 0; k < n; k++) {
@@ -53,13 +55,11 @@ kvp__holds_scan_chunk(struct kvp_seg *s, struct kvp_cand *c, unsigned n)
 		}
 	}
 	for (i = 0; i < s->g.g_max_clients; i++) {
-		/* acquire: pairs with the reader's hwm store, ordered before
-		 * its fence; our fence (step 2) precedes this load */
-		uint64_t hwm = kvp_load_acquire(&s->clients[i].cs_hold_hwm);
-		const kvp_aword_t *hs = &s->holds[(uint64_t)i * hpc];
+		/* the reader's mark, raised before its fence; our fence
+		 * (step 2) precedes this load (shm/kvp_slot.h, S3) */
+		uint32_t hwm = kvp_slot_hold_hwm_acquire(s, i);
+		const kvp_aword_t *hs = kvp_slot_holds(s, i);
 
-		if (hwm > hpc)
-			hwm = hpc; /* written by a client: never trusted */
 		for (k = 0; k < hwm; k++) {
 			/* acquire: pairs with the reader's release on drop */
 			uint64_t h = kvp_load_acquire(&hs[k]), slot;

@@ -41,6 +41,11 @@
  *   kvp_ix_reap_owner   RESERVED/CLAIM/PENDING(g) of a dead owner ->
  *                       EMPTY(g+1)                      (reaper, attach)
  *
+ * It also owns the index entry count (h_ix_used) and each client's word
+ * about its share of it (cs_ix_resv, cs_ix_slot): kvp_ix_count_take and
+ * _give, kvp_ix_count_say (a new kind), kvp_ix_count_name_slot, and the
+ * agent's kvp_ix_count_correct_agent (docs/design.md, "The index limit").
+ *
  * Correctness sketch (insert-if-absent, "exactly one copies"):
  *  1. A claimant stores CLAIM (all key fields written before, in RESERVED)
  *     and issues a full fence before it scans the 16 candidate slots.
@@ -84,6 +89,13 @@
  *     can from now on (2): it may change the value's location or free it.
  *  4. The drop's release pairs with the scan's acquire: a scan that sees
  *     the slot empty sees every read of the held bytes done.
+ *  5. The scan reads a client's hold slots below its high-water mark
+ *     (cs_hold_hwm) only; step 1 holds for those too: the reader raises
+ *     the mark before its hold store and fence, the agent loads it
+ *     (acquire) after its fence, and the mark is lowered (release) only
+ *     over clear slots.  The mark's protocol and proof (S3) are in
+ *     shm/kvp_slot.h, which owns the hold slots and the mark (this file
+ *     owns the hold word's format and its take and drop).
  *  Holds belong to client slots, so the reaper clears a dead client's
  *  holds idempotently; CHECK is only ever set by the agent's tier thread
  *  and never outlives one of its passes, so an attaching agent clears
@@ -413,6 +425,46 @@ kvp_ix_count_give(struct kvp_seg *s)
 		cur = kvp_load_relaxed(&s->hdr->h_ix_used);
 	/* full CAS: as in kvp_ix_count_take; never below 0 */
 	while (cur && !kvp_cas(&s->hdr->h_ix_used, cur, cur - 1));
+}
+
+/* The agent's recount (agent/evict.c) agreed with the index on 'count'
+ * while the count was u: correct it, only from that value. */
+KVP_INLINE bool
+kvp_ix_count_correct_agent(struct kvp_seg *s, uint64_t u, uint64_t count)
+{
+	/* full CAS: only from the count the scan agreed with */
+	return kvp_cas(&s->hdr->h_ix_used, u, count);
+}
+
+/* A client says what it is doing with the count (a new kind in its
+ * cs_ix_resv, a new sequence every time); its own slot only, or, for the
+ * reaper, a dead client's (after: the word it read, acquire). */
+KVP_INLINE void
+kvp_ix_count_say(struct kvp_client_slot *cs, uint64_t after, unsigned kind)
+{
+	/* release: cs_ix_slot, and a publish or an abort, before the new
+	 * kind; pairs with the agent's acquire in its recount and the
+	 * reaper's */
+	kvp_store_release(&cs->cs_ix_resv, KVP_IXR_NEXT(after, kind));
+}
+
+/* The same, from the word as it is now (its only writer while it lives). */
+KVP_INLINE void
+kvp_ix_count_say_own(struct kvp_client_slot *cs, unsigned kind)
+{
+	/* relaxed: only we write it while we live */
+	kvp_ix_count_say(cs, kvp_load_relaxed(&cs->cs_ix_resv), kind);
+}
+
+/* Name PENDING slot i at generation gen as the one a unit of the count
+ * will be taken for (cs_ix_slot), before the kind says RESERVING. */
+KVP_INLINE void
+kvp_ix_count_name_slot(struct kvp_client_slot *cs, uint64_t i, uint32_t gen)
+{
+	/* release: after our last cs_ix_resv store (IDLE), so an agent that
+	 * sees this slot sees that store too (its recount reads the slot,
+	 * then the kind again, with acquire loads) */
+	kvp_store_release(&cs->cs_ix_slot, KVP_HOLD_MAKE(i, gen));
 }
 
 /* Give back a PENDING slot that was never published (its owner only). */

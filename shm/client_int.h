@@ -29,6 +29,11 @@
 #include <sys/types.h>
 
 #include "tiers/kvp_dram.h"
+#include "shm/kvp_slot.h"
+#include "shm/kvp_ring.h"
+#include "shm/kvp_span.h"
+#include "shm/kvp_lease.h"
+#include "shm/kvp_rbox.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
@@ -48,7 +53,6 @@ struct kvp_client {
 	uint32_t slot;      /* client slot index */
 	uint64_t slot_word; /* our cs_state value while LIVE */
 	uint64_t ns_id;
-	kvp_aword_t *holds; /* our hold slots in the segment */
 	/* free hold slots, lowest first (bit k of word k/64: slot k free), so
 	 * the high-water mark the agent scans to falls back when pins go */
 	uint64_t *hold_map;
@@ -515,11 +519,9 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 			continue;
 		if (kvp_shm_lock_take(c->seg.fd, KVP_LOCK_CLIENT0 + (off_t)i))
 			continue; /* a live process still has this slot */
-		/* full CAS: the slot is ours; its fields are written below */
-		if (kvp_cas(&cs->cs_state, w,
-			    ((w >> 8) + 1) << 8 | KVP_CS_LIVE)) {
+		/* the slot is ours; its fields are written below */
+		if (kvp_slot_claim(cs, w, &c->slot_word)) {
 			c->slot = i;
-			c->slot_word = ((w >> 8) + 1) << 8 | KVP_CS_LIVE;
 			kvp_crashpoint(C_OPEN_CLAIMED);
 			break;
 		}
@@ -546,12 +548,7 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		snprintf(c->ns, sizeof(c->ns), "%s", ns);
 		c->ns_id = kvp_ns_id(ns);
 		/* our name to the allocator lock (shm/kvp_shm.h) */
-		c->seg.lock_token = c->slot + 1;
-		c->seg.lock_claim = &cs->cs_alloc_claim;
-		/* release: a fresh slot */
-		kvp_istore_release(&cs->cs_alloc_claim, 0);
-		c->holds = &c->seg.holds[(uint64_t)c->slot *
-					 c->seg.g.g_holds_per_client];
+		kvp_dram_claim_bind(&c->seg, c->slot + 1);
 		c->hold_map = (uint64_t *)calloc(
 			(c->seg.g.g_holds_per_client + 63u) / 64u,
 			sizeof(uint64_t));
@@ -563,19 +560,13 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 			c->hold_map[k / 64u] |= 1ull << (k % 64u);
 		c->hold_low = 0;
 		c->hold_nfree = c->seg.g.g_holds_per_client;
-		/* relaxed: for humans and the reaper's fork check; the lock
-		 * is the authority while these are still zero */
-		kvp_store_relaxed(&cs->cs_start_time,
-				  kvp_proc_start_time((long)getpid()));
-		kvp_store_relaxed(&cs->cs_pid, (uint64_t)getpid());
+		kvp_slot_identity_set(cs, (uint64_t)getpid(),
+				      kvp_proc_start_time((long)getpid()));
 		kvp_store_relaxed(&cs->cs_open_ns, kvp_now_ns(CLOCK_REALTIME));
 		kvp_store_relaxed(&cs->cs_ns_id, c->ns_id);
-		/* release: no unit of the index count in hand (a FREE slot's
-		 * word is IDLE already, unless someone wrote garbage there) */
-		kvp_store_release(
-			&cs->cs_ix_resv,
-			KVP_IXR_NEXT(kvp_load_relaxed(&cs->cs_ix_resv),
-				     KVP_IXR_IDLE));
+		/* no unit of the index count in hand (a FREE slot's word
+		 * is IDLE already, unless someone wrote garbage there) */
+		kvp_ix_count_say_own(cs, KVP_IXR_IDLE);
 		memset(cs->cs_ns, 0, sizeof(cs->cs_ns));
 		memcpy(cs->cs_ns, ns,
 		       strlen(ns) < sizeof(cs->cs_ns) - 1 ?
@@ -599,17 +590,11 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		/* our request ring: whatever a previous owner left is void
 		 * (the agent answers with a CAS on the exact word, so a late
 		 * answer to it cannot land) */
-		struct kvp_req *ring = &c->seg.rings[(uint64_t)c->slot *
-						     c->seg.g.g_ring_entries];
+		struct kvp_req *ring = kvp_ring_of(&c->seg, c->slot);
 		uint32_t k;
 
-		for (k = 0; k < c->seg.g.g_ring_entries; k++) {
-			/* acquire: the last word the agent or owner wrote */
-			uint64_t w = kvp_load_acquire(&ring[k].rq_state);
-			/* release: a fresh sequence, FREE */
-			kvp_store_release(&ring[k].rq_state,
-					  (((w >> 8) + 1) << 8) | KVP_RQ_FREE);
-		}
+		for (k = 0; k < c->seg.g.g_ring_entries; k++)
+			kvp_ring_reset(&ring[k]);
 	}
 	c->remote_flags = KVP_REMOTE_GET;
 	{
@@ -640,9 +625,8 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 	return 0;
 
 err_slot:
-	/* full CAS: give the slot back before dropping its lock */
-	kvp_cas(&c->seg.clients[c->slot].cs_state, c->slot_word,
-		c->slot_word & ~0xffull);
+	/* give the slot back before dropping its lock */
+	kvp_slot_giveback(&c->seg.clients[c->slot], c->slot_word);
 err_unmap:
 	kvp__map_release(&c->seg);
 err_free:
@@ -658,7 +642,6 @@ KVP_API void
 kvp_close(struct kvp_client *c)
 {
 	struct kvp_client_slot *cs;
-	uint32_t k;
 
 	if (!c)
 		return;
@@ -666,19 +649,12 @@ kvp_close(struct kvp_client *c)
 	/* device copies done before holds drop */
 	kvp__dev_close(c, kvp__live(c) == 0);
 	if (kvp__live(c) == 0) {
-		for (k = 0; k < c->hold_hwm; k++)
-			/* release: our copies are done before the slot
-			 * clears */
-			kvp_store_release(&c->holds[k], 0);
-		/* relaxed: no holds left */
-		kvp_store_relaxed(&cs->cs_hold_hwm, 0);
+		kvp_slot_close_holds(&c->seg, c->slot, c->hold_hwm);
 		kvp_crashpoint(C_CLOSE_HALF);
 		kvp__shard_retire(c->seg.hdr, cs);
-		kvp_store_relaxed(&cs->cs_pid, 0);
-		kvp_store_relaxed(&cs->cs_start_time, 0);
-		/* full CAS: FREE before our lock drops (fd close), so the
-		 * reaper never sees a LIVE slot without its lock */
-		kvp_cas(&cs->cs_state, c->slot_word, c->slot_word & ~0xffull);
+		kvp_slot_identity_clear(cs);
+		/* FREE before our lock drops (fd close) */
+		kvp_slot_giveback(cs, c->slot_word);
 	}
 	kvp__map_release(&c->seg);
 	free(c->hold_map);
@@ -728,11 +704,8 @@ kvp__hold_free(struct kvp_client *c, uint32_t h)
 	while (hwm && (c->hold_map[(hwm - 1) / 64u] >> ((hwm - 1) % 64u) & 1))
 		hwm--;
 	c->hold_hwm = hwm;
-	/* release: our reads under the holds above hwm, and their clearing,
-	 * come first; pairs with the agent's acquire of the mark before its
-	 * hold scan (index/index_agent.c).  A raise is ordered by kvp_ix_hold's
-	 * fence instead. */
-	kvp_store_release(&c->seg.clients[c->slot].cs_hold_hwm, hwm);
+	/* every slot at or above hwm is clear (shm/kvp_slot.h, S3) */
+	kvp_slot_hwm_lower(&c->seg, c->slot, hwm);
 }
 
 /*
@@ -760,14 +733,12 @@ kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 	c->hold_nfree--;
 	if (h >= c->hold_hwm) {
 		c->hold_hwm = h + 1;
-		/* relaxed: ordered before the agent's scan by the fence in
-		 * kvp_ix_hold */
-		kvp_store_relaxed(&c->seg.clients[c->slot].cs_hold_hwm,
-				  c->hold_hwm);
+		/* before the hold's fence (shm/kvp_slot.h, S3) */
+		kvp_slot_hwm_raise(&c->seg, c->slot, c->hold_hwm);
 	}
 	/* the reader half of the hold protocol (index/kvp_index.h) */
-	rc = kvp_ix_hold(&c->seg, &c->holds[h], i, w, flags, KVP_CHECK_WAIT_NS,
-			 &waits);
+	rc = kvp_slot_hold(&c->seg, c->slot, h, i, w, flags, KVP_CHECK_WAIT_NS,
+			   &waits);
 	if (waits)
 		kvp__ctr(c, KVP_CTR_HOLD_RETRY, waits);
 	if (rc) {
@@ -780,7 +751,7 @@ kvp__hold(struct kvp_client *c, uint64_t i, uint64_t w, uint64_t flags)
 KVP_INLINE void
 kvp__drop(struct kvp_client *c, int h)
 {
-	kvp_ix_unhold(&c->holds[h]);
+	kvp_slot_unhold(&c->seg, c->slot, (uint32_t)h);
 	kvp__hold_free(c, (uint32_t)h);
 }
 

@@ -273,26 +273,16 @@ kvp_lease_acquire(struct kvp_client *c, const void *key, uint32_t klen,
 		struct kvp_lease_slot *ls = &s->leases[j];
 		/* relaxed: a hint; the CAS decides */
 		uint64_t w = kvp_load_relaxed(&ls->ls_state);
-		uint32_t gen = KVP_LS_GEN(w) + 1;
+		uint32_t gen;
 
-		if (KVP_LS_STATE(w) != KVP_LS_FREE ||
-		    /* full CAS: the lease slot is ours to fill in; the word
-		     * names us, so the reaper can free it if we die now */
-		    !kvp_cas(&ls->ls_state, w,
-			     KVP_LS_WORD(gen, c->slot + 1, KVP_LS_RESERVED)))
+		/* the lease slot is ours to fill in (shm/kvp_lease.h) */
+		if (!kvp_ls_reserve(ls, w, c->slot + 1, &gen))
 			continue;
 		kvp_crashpoint(C_LEASE_RESERVED);
-		/* relaxed: published below */
-		kvp_store_relaxed(&ls->ls_slot, i);
-		kvp_store_relaxed(&ls->ls_owner, c->slot + 1);
 		expiry = kvp_now_ns(CLOCK_MONOTONIC) +
 			 (uint64_t)ttl_ms * 1000000ull;
-		kvp_store_relaxed(&ls->ls_expiry, expiry);
-		/* release: the fields before LIVE; the agent's hold scan
-		 * acquires it; our hold is still up, so the value is safe
-		 * until the lease is visible */
-		kvp_store_release(&ls->ls_state,
-				  KVP_LS_WORD(gen, 0, KVP_LS_LIVE));
+		/* LIVE while our hold is still up */
+		kvp_ls_publish(ls, gen, i, c->slot + 1, expiry);
 		kvp_crashpoint(C_LEASE_LIVE);
 		/* acquire: the location under our hold */
 		loc = kvp_load_acquire(&s->entries[i].e_loc);
@@ -334,10 +324,8 @@ kvp_lease_release(struct kvp_client *c, const struct kvp_lease *l)
 	if (!c || !l || l->idx >= c->seg.g.g_max_leases)
 		return -EINVAL;
 	ls = &c->seg.leases[l->idx];
-	/* full CAS: only the lease of this generation; pairs with the
-	 * agent's acquire in its hold scan */
-	kvp_cas(&ls->ls_state, KVP_LS_WORD(l->gen, 0, KVP_LS_LIVE),
-		KVP_LS_WORD(l->gen + 1, 0, KVP_LS_FREE));
+	/* of this generation only */
+	kvp_ls_release(ls, l->gen);
 	kvp__pinned_total(c); /* it no longer counts against the cap */
 	return 0;
 }

@@ -10,10 +10,25 @@
  * arena, answers, and wakes us (docs/design.md, "SSD tier").  Probes
  * (exists, exists_prefix) only look.
  *
+ * The calls (kvp_get, kvp_get_range, kvp_batch_get, at the end) are a
+ * local pass, then, only for keys it missed, the remote step: a layer
+ * below (shm/client_remote_int.h) that fetches them from other nodes and
+ * hands each back here as it lands.
+ *
  * Included by shm/client_int.h.
  */
 #ifndef KVP_CLIENT_READ_INT_H
 #define KVP_CLIENT_READ_INT_H
+
+/* The remote step (shm/client_remote_int.h; a layer the read path calls,
+ * which calls nothing of it): is there a remote tier to ask, and fetch
+ * the keys a local pass missed, fn(ctx, op, status) for each as it
+ * lands (status 0: it is in this pool now). */
+typedef void (*kvp__remote_landed_fn)(void *ctx, struct kvp_op *o, int status);
+KVP_INLINE bool kvp__remote_up(const struct kvp_client *c, unsigned flag);
+KVP_INLINE bool kvp__remote_fetch(struct kvp_client *c, struct kvp_op *ops,
+				  size_t n, kvp__remote_landed_fn fn,
+				  void *ctx);
 
 /* One SSD-resident key of a read call, held while it is resolved. */
 struct kvp__pend {
@@ -32,34 +47,20 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_span *sp = &s->spans[head];
-	uint64_t bit = 1ull << (c->slot % 64), w, k;
-	unsigned word = c->slot / 64;
+	uint64_t w;
 
-	for (;;) {
-		/* relaxed: the CAS below decides */
-		uint64_t old = kvp_load_relaxed(&sp->sp_holders[word]);
-		/* full CAS: clear our bit; pairs with the other holders' CAS
-		 * and the reaper's (a CAS loop: AND is not in every AO) */
-		if (kvp_cas(&sp->sp_holders[word], old, old & ~bit))
-			break;
-	}
+	kvp_span_holder_done(sp, c->slot);
 	kvp_crashpoint(C_SPAN_BIT_CLEARED);
-	for (k = 0; k < KVP_SPAN_HOLDER_WORDS; k++)
-		/* acquire: pairs with the other holders' CAS */
-		if (kvp_load_acquire(&sp->sp_holders[k]))
-			return;
+	if (!kvp_span_unheld(sp))
+		return;
 	/* acquire: the span's state while we still own a share of it */
 	w = kvp_load_acquire(&sp->sp_state);
 	if (KVP_SP_STATE(w) != KVP_SP_READY)
 		return;
-	/* full CAS: exactly one freer, named in the word (if we die now
-	 * the reaper finishes the free for us) */
-	if (!kvp_cas(&sp->sp_state, w,
-		     KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING,
-				  c->slot + 1)))
+	/* one freer, named in the word (if we die now the reaper finishes
+	 * the free for us) */
+	if (!kvp_span_free_begin(sp, w, c->slot + 1, &w))
 		return;
-	w = KVP_SP_WORDF(KVP_SP_GEN(w), KVP_SP_N(w), KVP_SP_FREEING,
-			 c->slot + 1);
 	/* full: occupancy goes down by the span's slots (the winner of the
 	 * FREEING CAS only, so once; an adopter does not subtract again);
 	 * before the FREE stores, so an agent that sees the span FREE
@@ -91,8 +92,7 @@ KVP_INLINE unsigned
 kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 {
 	struct kvp_seg *s = &c->seg;
-	struct kvp_req *ring =
-		&s->rings[(uint64_t)c->slot * s->g.g_ring_entries];
+	struct kvp_req *ring = kvp_ring_of(s, c->slot);
 	unsigned r = 0, k, posted = 0;
 	/* the post time: the agent's queue stage (a statistic) */
 	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);
@@ -104,8 +104,8 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 	if (room > S / 2)
 		room = S / 2 ? S / 2 : 1;
 	for (k = 0; k < m && r < s->g.g_ring_entries; k++) {
-		struct kvp_req *q;
-		uint64_t w, seq;
+		uint64_t w;
+		bool whole;
 
 		if (p[k].ring >= 0 || p[k].hold < 0)
 			continue; /* posted already, or answered */
@@ -127,29 +127,15 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 		}
 		if (r == c->seg.g.g_ring_entries)
 			break;
-		q = &ring[r];
-		seq = (w >> 8) + 1;
-		/* relaxed: published by the POSTED store-release below */
-		kvp_store_relaxed(&q->rq_slot, p[k].slot);
-		kvp_store_relaxed(&q->rq_gen, p[k].gen);
-		kvp_store_relaxed(&q->rq_off, p[k].off);
-		kvp_store_relaxed(&q->rq_len, p[k].len);
-		kvp_store_relaxed(
-			&q->rq_call,
+		/* relaxed: stable while held */
+		whole = p[k].off == 0 && p[k].op->off == 0 &&
+			p[k].len == kvp_load_relaxed(
+					    &c->seg.entries[p[k].slot].e_len);
+		p[k].rqword = kvp_ring_post(
+			&ring[r], w, p[k].slot, p[k].gen, p[k].off, p[k].len,
 			call | (posted == 0 ? KVP_RQ_FIRST : 0) |
-				(p[k].off == 0 && p[k].op->off == 0 &&
-						 p[k].len ==
-							 kvp_load_relaxed(
-								 &c->seg.entries
-									  [p[k].slot]
-										  .e_len) ?
-					 KVP_RQ_WHOLE :
-					 0));
-		kvp_store_relaxed(&q->rq_result, now);
-		kvp_store_relaxed(&q->rq_where, 0);
-		p[k].rqword = (seq << 8) | KVP_RQ_POSTED;
-		/* release: the request's fields before its POSTED state */
-		kvp_store_release(&q->rq_state, p[k].rqword);
+				(whole ? KVP_RQ_WHOLE : 0),
+			now);
 		p[k].ring = (int)r++;
 		posted++;
 	}
@@ -207,8 +193,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_client_slot *cs = &s->clients[c->slot];
-	struct kvp_req *ring =
-		&s->rings[(uint64_t)c->slot * s->g.g_ring_entries];
+	struct kvp_req *ring = kvp_ring_of(s, c->slot);
 	uint64_t t_busy = kvp_now_ns(CLOCK_MONOTONIC), dead_since = 0;
 	unsigned left = m, k;
 
@@ -246,8 +231,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				/* acquire: pairs with the agent's DONE
 				 * release */
 				w = kvp_load_acquire(&q->rq_state);
-				if (w !=
-				    ((p[k].rqword & ~0xffull) | KVP_RQ_DONE)) {
+				if (!kvp_ring_is_done(w, p[k].rqword)) {
 					pending++;
 					continue;
 				}
@@ -275,9 +259,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 					left--;
 					progress++;
 				}
-				/* release: the entry is ours to post again */
-				kvp_store_release(&q->rq_state,
-						  (w & ~0xffull) | KVP_RQ_FREE);
+				kvp_ring_free(q, w);
 				p[k].ring = -1;
 			}
 			/* keys came back done, so their spans are free again:
@@ -329,8 +311,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 					/* acquire */
 					uint64_t w =
 						kvp_load_acquire(&q->rq_state);
-					kvp_cas(&q->rq_state, w,
-						(w & ~0xffull) | KVP_RQ_FREE);
+					kvp_ring_withdraw(q, w);
 					p[k].ring = -1;
 				}
 				if (p[k].hold >= 0)
@@ -617,6 +598,90 @@ kvp__exists_prefix_local(struct kvp_client *c, struct kvp_op *ops, size_t n)
 		kvp__hist(c, nssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM,
 			  t0);
 	return (ssize_t)k;
+}
+
+/* A key fetched from another node, read here as soon as it lands (while
+ * the rest are still in flight), into the caller's buffer. */
+struct kvp__rread_ctx {
+	struct kvp_client *c;
+	bool exact;
+	size_t hits;
+};
+
+KVP_INLINE void
+kvp__rread_one(void *ctx, struct kvp_op *o, int status)
+{
+	struct kvp__rread_ctx *r = (struct kvp__rread_ctx *)ctx;
+	struct kvp_op sub;
+
+	if (status != 0) {
+		o->status = status;
+		return;
+	}
+	sub = *o; /* the caller's buffer and length (a miss left them) */
+	sub.status = 0;
+	kvp__read(r->c, &sub, 1, r->exact);
+	o->status = sub.status;
+	o->len = sub.len;
+	r->hits += sub.status == 0;
+}
+
+/* The read engine with the remote step: a local pass, then, only if it
+ * missed keys, those keys from other nodes (KVP_REMOTE_GET).  A batch
+ * that hits here pays nothing for the cluster.  Returns the keys read. */
+KVP_INLINE size_t
+kvp__read_remote(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
+{
+	size_t r = kvp__read(c, ops, n, exact);
+
+	if (r < n && kvp__remote_up(c, KVP_REMOTE_GET)) {
+		struct kvp__rread_ctx x;
+
+		x.c = c;
+		x.exact = exact;
+		x.hits = 0;
+		if (kvp__remote_fetch(c, ops, n, kvp__rread_one, &x))
+			kvp__ctr(c, KVP_CTR_REMOTE_HIT, x.hits);
+		r += x.hits;
+	}
+	return r;
+}
+
+/* kvp_get (kvpool.h): the read engine, exact size. */
+KVP_API ssize_t
+kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf,
+	uint64_t cap)
+{
+	struct kvp_op op;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && cap))
+		return -EINVAL;
+	kvp__op_init(&op, key, klen, buf, 0, cap);
+	kvp__read_remote(c, &op, 1, true);
+	return op.status ? op.status : (ssize_t)op.len;
+}
+
+/* kvp_get_range (kvpool.h): the read engine, clipped. */
+KVP_API ssize_t
+kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen,
+	      uint64_t off, void *buf, uint64_t len)
+{
+	struct kvp_op op;
+
+	if (!c || !kvp__key_ok(key, klen) || (!buf && len))
+		return -EINVAL;
+	kvp__op_init(&op, key, klen, buf, off, len);
+	kvp__read_remote(c, &op, 1, false);
+	return op.status ? op.status : (ssize_t)op.len;
+}
+
+/* kvp_batch_get (kvpool.h): the read engine, clipped, over n keys. */
+KVP_API ssize_t
+kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	if (!c || (!ops && n))
+		return -EINVAL;
+	return (ssize_t)kvp__read_remote(c, ops, n, false);
 }
 
 #endif /* KVP_CLIENT_READ_INT_H */

@@ -5,26 +5,25 @@
  * --cluster).  A client never talks to the network: it writes the keys
  * into its mailbox in the segment and sleeps on its futex; the agent asks
  * the directory (one round trip per call), fetches what other nodes hold
- * into this pool (FETCH) and answers (the protocol: struct kvp_rbox in
- * shm/kvp_shm.h, agent/cluster.c).  A FETCHed key is an ordinary entry of
- * this pool afterwards, read by the local path.
+ * into this pool (FETCH) and answers (the protocol: shm/kvp_rbox.h;
+ * the agent's side: agent/cluster_mailbox.c).  A FETCHed key is an
+ * ordinary entry of this pool afterwards, read by the local path.
  *
  * The remote step is best effort: when the agent has no cluster, the
  * directory is down, no peer is up, or the agent is gone, a key absent
  * here stays a MISS (the local answer) and nothing waits.
  *
- * Included by shm/client_int.h (last: it wraps the read engine).
+ * A layer below the read path: kvp_get and its kind (shm/client_read_int.h)
+ * call kvp__remote_up and kvp__remote_fetch when their local pass missed
+ * keys, and read each fetched key themselves as it lands; nothing here
+ * calls the read path.  The remote halves of the probes and the pin
+ * (kvp_batch_exists_prefix, kvp_batch_lookup_pin, kvp_batch_locate) are
+ * still here, around their local walks.
+ *
+ * Included by shm/client_int.h (last).
  */
 #ifndef KVP_CLIENT_REMOTE_INT_H
 #define KVP_CLIENT_REMOTE_INT_H
-
-KVP_INLINE struct kvp_rbox *
-kvp__rbox(const struct kvp_seg *s, uint32_t slot)
-{
-	return (struct kvp_rbox *)(s->base + s->L.off[KVP_R_CLUSTER] +
-				   ((uint64_t)slot + 1) *
-					   ((uint64_t)s->g.g_rbox_kib << 10));
-}
 
 /* Is there a remote tier to ask now?  The state word, and the cluster
  * thread's heartbeat: a thread that has not beaten for KVP_CL_STALE_MS
@@ -57,24 +56,7 @@ kvp__remote_up(const struct kvp_client *c, unsigned flag)
 KVP_INLINE uint64_t
 kvp__rbox_reset(struct kvp_client *c)
 {
-	struct kvp_rbox *rb = kvp__rbox(&c->seg, c->slot);
-	unsigned spins = 0;
-
-	for (;;) {
-		/* acquire: the last word the agent or the owner wrote */
-		uint64_t w = kvp_load_acquire(&rb->rb_state);
-		uint64_t fresh = (((w >> 8) + 1) << 8) | KVP_RB_FREE;
-
-		if (KVP_RB_STATE(w) == KVP_RB_FREE)
-			return w;
-		if (KVP_RB_STATE(w) == KVP_RB_ANSWERING && spins++ < 100000) {
-			sched_yield();
-			continue;
-		}
-		/* full CAS from the exact word: a late answer cannot land */
-		if (kvp_cas(&rb->rb_state, w, fresh))
-			return fresh;
-	}
+	return kvp_rbox_reset(kvp__rbox(&c->seg, c->slot));
 }
 
 /* Called for each answer of a call as it becomes final (a FETCH's keys
@@ -97,9 +79,8 @@ kvp__rbox_take(const struct kvp_rbox_ans *ans, size_t m, uint64_t seq,
 		    /* acquire: pairs with the agent's release of the word */
 		    kvp_iload_acquire(&ans[k].ra_ready) != KVP_RA_READY(seq))
 			continue;
-		a.ra_status = ans[k].ra_status;
-		a.ra_len = ans[k].ra_len;
-		a.ra_ready = 0;
+		/* a private copy; its ready word is none */
+		kvp_rbox_ans_copy(&a, &ans[k]);
 		seen[k] = true;
 		fn(ctx, k, &a);
 		got++;
@@ -128,7 +109,7 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 	size_t p = m * sizeof(struct kvp_rbox_ans), nsl = strlen(c->ns), k;
 	uint64_t w = kvp__rbox_reset(c), posted, t0, dead_since = 0;
 
-	memset(data, 0, p); /* no ready word of an earlier request */
+	kvp_rbox_answers_clear(rb, m); /* no ready word of an earlier one */
 	data[p++] = (unsigned char)nsl;
 	memcpy(data + p, c->ns, nsl);
 	p += nsl;
@@ -137,11 +118,8 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 		memcpy(data + p, ops[idx[k]].key, ops[idx[k]].klen);
 		p += ops[idx[k]].klen;
 	}
-	/* relaxed: published by the POSTED release below */
-	kvp_store_relaxed(&rb->rb_kind, kind);
-	kvp_store_relaxed(&rb->rb_n, m);
-	kvp_store_relaxed(&rb->rb_bytes, p - m * sizeof(struct kvp_rbox_ans));
-	posted = (w & ~0xffull) | KVP_RB_POSTED;
+	kvp_rbox_request(rb, kind, m, p - m * sizeof(struct kvp_rbox_ans));
+	posted = 1; /* posted at the loop's first turn */
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	for (;;) {
 		/* acquire: pairs with the agent's bump after DONE */
@@ -149,27 +127,22 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 		uint64_t now;
 
 		if (posted) {
-			/* release: the request before POSTED; pairs with the
-			 * agent's acquire when it takes the mailbox */
-			kvp_store_release(&rb->rb_state, posted);
+			w = kvp_rbox_post(rb, w);
 			/* full: then wake the agent's cluster thread */
 			kvp_ifetch_add(&s->cluster->cl_wake, 1);
 			kvp_futex_wake(&s->cluster->cl_wake);
-			w = posted;
 			posted = 0;
 		}
 		/* acquire: pairs with the agent's DONE release */
 		if (kvp_load_acquire(&rb->rb_state) ==
-		    ((w & ~0xffull) | KVP_RB_DONE)) {
-			kvp__rbox_take(ans, m, w >> 8, seen, fn, ctx);
-			/* release: the mailbox is ours again */
-			kvp_store_release(&rb->rb_state,
-					  (((w >> 8) + 1) << 8) | KVP_RB_FREE);
+		    KVP_RB_WITH(w, KVP_RB_DONE)) {
+			kvp__rbox_take(ans, m, KVP_RB_SEQ(w), seen, fn, ctx);
+			kvp_rbox_free(rb, w); /* the mailbox is ours again */
 			return 0;
 		}
 		/* the keys that landed so far, while the rest are in flight
 		 * (answers moving: the backstop counts from the last) */
-		if (kvp__rbox_take(ans, m, w >> 8, seen, fn, ctx))
+		if (kvp__rbox_take(ans, m, KVP_RB_SEQ(w), seen, fn, ctx))
 			t0 = kvp_now_ns(CLOCK_MONOTONIC);
 		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);
 		now = kvp_now_ns(CLOCK_MONOTONIC);
@@ -179,17 +152,15 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 			dead_since = now;
 		if ((dead_since && now - dead_since >= c->agent_grace_ns) ||
 		    now - t0 >= c->remote_wait_ns) {
-			/* withdraw (full CAS from our exact word; the agent
-			 * answers with a CAS from TAKEN, so it writes nothing
-			 * into a withdrawn mailbox) */
+			/* withdraw (a CAS from our exact word: the agent
+			 * writes nothing into a withdrawn mailbox) */
 			/* acquire: the agent's last word (ANSWERING, DONE) */
 			uint64_t cur = kvp_load_acquire(&rb->rb_state);
 
 			if (KVP_RB_STATE(cur) == KVP_RB_ANSWERING ||
 			    KVP_RB_STATE(cur) == KVP_RB_DONE)
 				continue; /* the answer is landing: take it */
-			if (!kvp_cas(&rb->rb_state, cur,
-				     (((cur >> 8) + 1) << 8) | KVP_RB_FREE))
+			if (!kvp_rbox_withdraw(rb, cur))
 				continue;
 			return dead_since ? -ENOTCONN : -ETIMEDOUT;
 		}
@@ -293,64 +264,55 @@ kvp__remote_get_status(int st)
 	}
 }
 
-/* A FETCH's answers as they land: each key fetched is read here at once
- * (while the rest are still in flight), into the caller's buffer. */
-struct kvp__rread_ctx {
-	struct kvp_client *c;
+/* A FETCH's answers as they land, handed to the read path's fn with the
+ * op they answer and the op's status (0: the key is in this pool now). */
+struct kvp__rfetch_ctx {
 	struct kvp_op *ops;
 	const size_t *idx;
-	bool exact;
-	size_t hits;
+	kvp__remote_landed_fn fn;
+	void *ctx;
 };
 
 KVP_INLINE void
-kvp__rread_one(void *ctx, size_t k, const struct kvp_rbox_ans *a)
+kvp__rfetch_one(void *ctx, size_t k, const struct kvp_rbox_ans *a)
 {
-	struct kvp__rread_ctx *r = (struct kvp__rread_ctx *)ctx;
-	struct kvp_op *o = &r->ops[r->idx[k]], sub;
+	struct kvp__rfetch_ctx *r = (struct kvp__rfetch_ctx *)ctx;
 
-	if (a->ra_status != 0) {
-		o->status = kvp__remote_get_status(a->ra_status);
-		return;
-	}
-	sub = *o; /* the caller's buffer and length (a miss left them) */
-	sub.status = 0;
-	kvp__read(r->c, &sub, 1, r->exact);
-	o->status = sub.status;
-	o->len = sub.len;
-	r->hits += sub.status == 0;
+	r->fn(r->ctx, &r->ops[r->idx[k]],
+	      a->ra_status ? kvp__remote_get_status(a->ra_status) : 0);
 }
 
-/* The keys of ops[0..n) the local read missed, fetched from other nodes
- * and read here (a miss leaves its op's buffer and length as the caller
- * gave them).  Returns the number of keys that became hits. */
-KVP_INLINE size_t
-kvp__remote_read(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
+/* The keys of ops[0..n) the local read missed (-ENOENT), fetched from
+ * other nodes into this pool: fn(ctx, op, status) for each key as its
+ * answer lands, while the rest are in flight (the read path reads it
+ * there; an op whose key is not answered is left as it was).  False when
+ * nothing was asked (no key missed, or no memory). */
+KVP_INLINE bool
+kvp__remote_fetch(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		  kvp__remote_landed_fn fn, void *ctx)
 {
-	struct kvp__rread_ctx r;
+	struct kvp__rfetch_ctx r;
 	size_t *idx, m = 0, k;
 
 	for (k = 0; k < n; k++)
 		m += ops[k].status == -ENOENT;
 	if (!m)
-		return 0;
+		return false;
 	idx = (size_t *)malloc(m * sizeof(size_t));
 	if (!idx)
-		return 0;
+		return false;
 	m = 0;
 	for (k = 0; k < n; k++)
 		if (ops[k].status == -ENOENT)
 			idx[m++] = k;
-	r.c = c;
 	r.ops = ops;
 	r.idx = idx;
-	r.exact = exact;
-	r.hits = 0;
-	kvp__remote_ask(c, KVP_RB_FETCH, ops, idx, m, kvp__rread_one, &r,
+	r.fn = fn;
+	r.ctx = ctx;
+	kvp__remote_ask(c, KVP_RB_FETCH, ops, idx, m, kvp__rfetch_one, &r,
 			false);
-	kvp__ctr(c, KVP_CTR_REMOTE_HIT, r.hits);
 	free(idx);
-	return r.hits;
+	return true;
 }
 
 /* Answers kept as they come: st[k], len[k] (st preset to -ENOENT). */
@@ -385,56 +347,6 @@ kvp__remote_ask_keep(struct kvp_client *c, unsigned kind,
 	r.st = st;
 	r.len = len;
 	kvp__remote_ask(c, kind, ops, idx, m, kvp__rkeep_one, &r, stop_absent);
-}
-
-/* The read engine with the remote step: a local pass, then, only if it
- * missed keys, those keys from other nodes (KVP_REMOTE_GET).  A batch
- * that hits here pays nothing for the cluster.  Returns the keys read. */
-KVP_INLINE size_t
-kvp__read_remote(struct kvp_client *c, struct kvp_op *ops, size_t n, bool exact)
-{
-	size_t r = kvp__read(c, ops, n, exact);
-
-	if (r < n && kvp__remote_up(c, KVP_REMOTE_GET))
-		r += kvp__remote_read(c, ops, n, exact);
-	return r;
-}
-
-/* kvp_get (kvpool.h): the read engine, exact size. */
-KVP_API ssize_t
-kvp_get(struct kvp_client *c, const void *key, uint32_t klen, void *buf,
-	uint64_t cap)
-{
-	struct kvp_op op;
-
-	if (!c || !kvp__key_ok(key, klen) || (!buf && cap))
-		return -EINVAL;
-	kvp__op_init(&op, key, klen, buf, 0, cap);
-	kvp__read_remote(c, &op, 1, true);
-	return op.status ? op.status : (ssize_t)op.len;
-}
-
-/* kvp_get_range (kvpool.h): the read engine, clipped. */
-KVP_API ssize_t
-kvp_get_range(struct kvp_client *c, const void *key, uint32_t klen,
-	      uint64_t off, void *buf, uint64_t len)
-{
-	struct kvp_op op;
-
-	if (!c || !kvp__key_ok(key, klen) || (!buf && len))
-		return -EINVAL;
-	kvp__op_init(&op, key, klen, buf, off, len);
-	kvp__read_remote(c, &op, 1, false);
-	return op.status ? op.status : (ssize_t)op.len;
-}
-
-/* kvp_batch_get (kvpool.h): the read engine, clipped, over n keys. */
-KVP_API ssize_t
-kvp_batch_get(struct kvp_client *c, struct kvp_op *ops, size_t n)
-{
-	if (!c || (!ops && n))
-		return -EINVAL;
-	return (ssize_t)kvp__read_remote(c, ops, n, false);
 }
 
 /* The keys ops[from..n) another node holds, as a prefix: statuses 0 up

@@ -24,7 +24,7 @@ kvp__stat_pool_ctr(const struct kvp_seg *s, enum kvp_ctr k)
 		/* relaxed: a statistic; the slot's state is not acted on */
 		uint64_t st = kvp_load_relaxed(&cs->cs_state);
 
-		if ((st & 0xff) == KVP_CS_LIVE)
+		if (KVP_CS_STATE(st) == KVP_CS_LIVE)
 			v += kvp_load_relaxed(
 				&cs->cs_ctr[k]); /* relaxed: stat */
 	}
@@ -60,8 +60,8 @@ kvp_stat(struct kvp_client *c, struct kvp_stat *out, size_t size)
 	st.max_clients = s->g.g_max_clients;
 	for (i = 0; i < s->g.g_max_clients; i++)
 		/* relaxed: a count for humans */
-		st.clients += (kvp_load_relaxed(&s->clients[i].cs_state) &
-			       0xff) == KVP_CS_LIVE;
+		st.clients += KVP_CS_STATE(kvp_load_relaxed(
+				      &s->clients[i].cs_state)) == KVP_CS_LIVE;
 	st.agent_up = kvp_shm_agent_alive(s);
 	mine = s->clients[c->slot].cs_ctr;
 	/* relaxed: our own shard (we are its only writer) */

@@ -56,12 +56,7 @@ kvp__hint_full_buckets(struct kvp_client *c, uint64_t hash)
 KVP_INLINE void
 kvp__ixr_set(struct kvp_client *c, unsigned kind)
 {
-	kvp_aword_t *w = &c->seg.clients[c->slot].cs_ix_resv;
-
-	/* release: cs_ix_slot, and a publish or an abort, before the new
-	 * kind; pairs with the agent's acquire in its recount and the
-	 * reaper's (relaxed load: only we write it while we live) */
-	kvp_store_release(w, KVP_IXR_NEXT(kvp_load_relaxed(w), kind));
+	kvp_ix_count_say_own(&c->seg.clients[c->slot], kind);
 }
 
 /* The index is at its limit: wake the evictor (at most one wake in
@@ -92,11 +87,8 @@ kvp__ix_reserve(struct kvp_client *c, uint64_t i, uint64_t w)
 	struct kvp_seg *s = &c->seg;
 	uint64_t deadline = 0;
 
-	/* release: after our last cs_ix_resv store (IDLE), so an agent that
-	 * sees this slot sees that store too (its recount reads the slot,
-	 * then the kind again, with acquire loads) */
-	kvp_store_release(&s->clients[c->slot].cs_ix_slot,
-			  KVP_HOLD_MAKE(i, KVP_IX_GEN(w)));
+	/* after our last cs_ix_resv store (IDLE) */
+	kvp_ix_count_name_slot(&s->clients[c->slot], i, KVP_IX_GEN(w));
 	for (;;) {
 		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
 		uint64_t now;
@@ -377,9 +369,7 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_client_slot *cs = &s->clients[c->slot];
-	struct kvp_req
-		*ring = &s->rings[(uint64_t)c->slot * s->g.g_ring_entries],
-		*q = NULL;
+	struct kvp_req *ring = kvp_ring_of(s, c->slot), *q = NULL;
 	uint64_t rw = 0, word, dead_since = 0, call;
 	unsigned r;
 
@@ -397,17 +387,8 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 		return -ENOTCONN;
 	call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
 	kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
-	/* relaxed: published by the POSTED store-release below */
-	kvp_store_relaxed(&q->rq_slot, i);
-	kvp_store_relaxed(&q->rq_gen, KVP_IX_GEN(w));
-	kvp_store_relaxed(&q->rq_off, 0);
-	kvp_store_relaxed(&q->rq_len, 0);
-	kvp_store_relaxed(&q->rq_call, (call & 0xffffffffull) | KVP_RQ_DELETE);
-	kvp_store_relaxed(&q->rq_result, 0);
-	kvp_store_relaxed(&q->rq_where, 0);
-	word = (((rw >> 8) + 1) << 8) | KVP_RQ_POSTED;
-	/* release: the request's fields before its POSTED state */
-	kvp_store_release(&q->rq_state, word);
+	word = kvp_ring_post(q, rw, i, KVP_IX_GEN(w), 0, 0,
+			     (call & 0xffffffffull) | KVP_RQ_DELETE, 0);
 	kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake the agent */
 	kvp_futex_wake(&s->hdr->h_evict_wake);
 	for (;;) {
@@ -415,11 +396,10 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 		/* acquire: pairs with the agent's DONE release */
 		uint64_t st = kvp_load_acquire(&q->rq_state);
 
-		if (st == ((word & ~0xffull) | KVP_RQ_DONE)) {
+		if (kvp_ring_is_done(st, word)) {
 			int res = (int)(int64_t)kvp_load_relaxed(&q->rq_result);
-			/* release: the entry is ours to post again */
-			kvp_store_release(&q->rq_state,
-					  (st & ~0xffull) | KVP_RQ_FREE);
+
+			kvp_ring_free(q, st);
 			return res;
 		}
 		if (kvp_shm_agent_alive(s)) {
@@ -428,9 +408,8 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 			dead_since = kvp_now_ns(CLOCK_MONOTONIC);
 		} else if (kvp_now_ns(CLOCK_MONOTONIC) - dead_since >=
 				   c->agent_grace_ns &&
-			   /* full CAS: withdraw it unless answered meanwhile */
-			   kvp_cas(&q->rq_state, st,
-				   (st & ~0xffull) | KVP_RQ_FREE)) {
+			   /* withdraw it unless answered meanwhile */
+			   kvp_ring_withdraw(q, st)) {
 			return -ENOTCONN;
 		}
 		kvp_futex_wait(&cs->cs_io_futex, fseq, KVP_RESOLVE_SLICE_NS);

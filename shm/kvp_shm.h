@@ -98,13 +98,8 @@ enum kvp_drive_state {
 #define KVP_LOCK_AGENT 0
 #define KVP_LOCK_CLIENT0 1
 
-/* Client slot states (low 8 bits of cs_state; generation above). */
-enum kvp_cs_state {
-	KVP_CS_FREE = 0,
-	KVP_CS_LIVE = 1,
-	KVP_CS_REAPING = 2,
-};
-#define KVP_CS_STATE(w) ((unsigned)((w)&0xff))
+/* Client slot states: the format of cs_state and its protocol are in
+ * shm/kvp_slot.h. */
 
 /*
  * Per-client counters: one shard per client slot, written only by that
@@ -236,7 +231,7 @@ enum kvp_ixr_kind {
 /* One client slot: 38 cache lines (6 of state and counters, 32 of
  * histograms), never shared hot with another client. */
 struct kvp_client_slot {
-	kvp_aword_t cs_state;      /* [gen:56][state:8]                   */
+	kvp_aword_t cs_state;      /* [gen:56][state:8] shm/kvp_slot.h     */
 	kvp_aword_t cs_pid;        /* for humans and the fork check        */
 	kvp_aword_t cs_start_time; /* /proc/pid/stat starttime (ticks)      */
 	kvp_aword_t cs_open_ns;    /* CLOCK_REALTIME at kvp_open            */
@@ -504,29 +499,13 @@ KVP_STATIC_ASSERT(offsetof(struct kvp_shm_header, h_hist_retired) % 8 == 0,
 		  "aligned");
 
 /*
- * Requests to the agent: one ring per client.  The client fills a FREE
- * entry and stores POSTED (release); the agent takes it (CAS to TAKEN).
- * To answer, the agent first claims the entry with a CAS from its exact
- * TAKEN word to ANSWERING (so it writes nothing into an entry that was
- * withdrawn or reused meanwhile), writes result and where, and stores
- * DONE (release), then wakes cs_io_futex.  The client reads the answer
- * after an acquire load of DONE and stores FREE.  Most requests read a
- * value off SSD; KVP_RQ_DELETE asks the agent to delete a key and answer
- * once its tombstone is durable (--durability strict).
+ * Requests to the agent: one ring per client (g_ring_entries entries, at
+ * most KVP_RING_ENTRIES).  The word's format, its transitions and their
+ * proof: shm/kvp_ring.h.  Most requests read a value off SSD;
+ * KVP_RQ_DELETE asks the agent to delete a key and answer once its
+ * tombstone is durable (--durability strict).
  */
-enum kvp_rq_state {
-	KVP_RQ_FREE = 0,
-	KVP_RQ_POSTED = 1,
-	KVP_RQ_TAKEN = 2,
-	KVP_RQ_DONE = 3,
-	KVP_RQ_ANSWERING = 4, /* the agent is writing the answer */
-};
-#define KVP_RQ_STATE(w) ((unsigned)((w)&0xff)) /* rq_state: [seq:56][state:8] */
 #define KVP_RING_ENTRIES 64
-#define KVP_RQ_FIRST (1ull << 63)   /* rq_call: first key of its resolve call */
-#define KVP_RQ_WHOLE (1ull << 62)   /* rq_call: whole value (may promote) */
-#define KVP_RQ_DELETE (1ull << 61)  /* rq_call: delete (slot, gen), durably */
-#define KVP_WHERE_DRAM (1ull << 63) /* rq_where: promoted; read the entry */
 
 struct kvp_req {
 	kvp_aword_t rq_state; /* [seq:56][state:8] */
@@ -546,23 +525,15 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_req) == 64, "request size");
 
 /*
  * A staging span: the agent allocates it (it alone), sets a bit for every
- * client that will read it, reads the extent, and marks it READY.  Each
- * holder clears its bit after copying; the one that clears the last bit
- * frees the span at once.  The reaper clears a dead client's bits (an
- * idempotent AND), so nothing leaks.
+ * client that will read it, reads the extent, and marks it READY; the
+ * last holder frees it.  The word's format, its transitions and their
+ * proof: shm/kvp_span.h.
  */
-enum kvp_sp_state {
-	KVP_SP_FREE = 0,
-	KVP_SP_READING = 1, /* agent I/O in flight; holders being added */
-	KVP_SP_READY = 2,
-	KVP_SP_BODY = 3,    /* a non-head slot of a multi-slot span */
-	KVP_SP_FREEING = 4, /* its freer (in the word) is freeing it */
-};
 #define KVP_SPAN_HOLDER_WORDS 4 /* 256 clients */
 #define KVP_MAX_CLIENTS_STAGING (KVP_SPAN_HOLDER_WORDS * 64)
 
 struct kvp_span {
-	/* KVP_SP_WORDF below; the protocol: agent/staging.c */
+	/* KVP_SP_WORDF: the protocol is shm/kvp_span.h */
 	kvp_aword_t sp_state;
 	kvp_aword_t sp_holders[KVP_SPAN_HOLDER_WORDS];
 	kvp_aword_t sp_slot; /* index slot + 1 whose bytes it stages */
@@ -570,36 +541,14 @@ struct kvp_span {
 	kvp_aword_t sp_len;  /* bytes staged */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_span) == 64, "span size");
-/* [gen:24][freer:16][nslots:16][state:8]; freer (FREEING only) is the
- * client slot + 1 that is freeing the span, or KVP_SP_AGENT: only the
- * freer finishes the free, or whoever takes it over once the freer is
- * known dead (reaper, sweep, an attaching agent). */
-#define KVP_SP_AGENT 0xffffu
-#define KVP_SP_WORDF(gen, n, st, freer)        \
-	((((uint64_t)(gen)&0xffffffu) << 40) | \
-	 ((uint64_t)((freer)&0xffffu) << 24) | \
-	 ((uint64_t)((n)&0xffffu) << 8) | (st))
-#define KVP_SP_WORD(gen, n, st) KVP_SP_WORDF(gen, n, st, 0)
-#define KVP_SP_FREER(w) ((unsigned)(((w) >> 24) & 0xffffu))
-/* A body slot names its head and the head's generation (staging slots
- * are at most 65535): freeing a body is a CAS from exactly this word, so
- * a late or repeated free never frees a slot that was reused. */
-#define KVP_SP_BODYW(gen, head) KVP_SP_WORDF(gen, head, KVP_SP_BODY, 0)
-#define KVP_SP_STATE(w) ((unsigned)((w)&0xff))
-#define KVP_SP_N(w) ((unsigned)(((w) >> 8) & 0xffff))
-#define KVP_SP_GEN(w) ((uint32_t)((w) >> 40))
 
 /*
  * A timed lease: pins an entry (no eviction, relocation or reclaim of its
  * segment) until ls_expiry (CLOCK_MONOTONIC ns) or release, whoever holds
  * or does not hold it.  For readers that cannot take a hold: a remote
- * reader, a NIC doing DMA.  The reaper frees expired leases.
+ * reader, a NIC doing DMA.  The reaper frees expired leases.  The word's
+ * format, its transitions and their proof: shm/kvp_lease.h.
  */
-enum kvp_ls_state {
-	KVP_LS_FREE = 0,
-	KVP_LS_LIVE = 1,
-	KVP_LS_RESERVED = 2, /* being filled in by its taker */
-};
 struct kvp_lease_slot {
 	kvp_aword_t ls_state;  /* [gen:32][owner:16][0:8][state:8] */
 	kvp_aword_t ls_slot;   /* index slot */
@@ -626,38 +575,11 @@ struct kvp_ns_stat {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_ns_stat) == 192, "ns stat row size");
 
-/* A RESERVED word names its taker (client slot + 1) in the word itself,
- * so a taker that dies before writing anything else is still known. */
-#define KVP_LS_WORD(gen, owner, st)          \
-	(((uint64_t)(uint32_t)(gen) << 32) | \
-	 ((uint64_t)((owner)&0xffff) << 16) | (st))
-#define KVP_LS_GEN(w) ((uint32_t)((w) >> 32))
-#define KVP_LS_OWNER(w) ((uint32_t)(((w) >> 16) & 0xffff))
-#define KVP_LS_STATE(w) ((unsigned)((w)&0xff))
-
 /*
- * The remote tier (kvpoold --cluster; agent/cluster.c owns the protocol
- * and its proof).  Region KVP_R_CLUSTER: a struct kvp_cluster, then one
- * mailbox per client slot (g_rbox_kib KiB each: a struct kvp_rbox, then
- * its data).  A client that missed keys here asks the agent, through its
- * mailbox, which of them other nodes hold (PROBE) or to fetch them into
- * this pool (FETCH).  The client writes the data (below), rb_kind,
- * rb_n, rb_bytes, then stores POSTED (release) and bumps cl_wake.  The
- * agent takes it (CAS POSTED -> TAKEN), copies everything the client
- * wrote into its own memory before it reads any of it, works, claims the
- * mailbox to answer (CAS TAKEN -> ANSWERING on the exact word), writes
- * the answers and stores DONE (release), then bumps the client's
- * cs_io_futex.  A FETCH's answers also land one by one before that, as
- * the keys arrive, each published by its ready word (struct
- * kvp_rbox_ans), while the mailbox is still TAKEN by that request.  The client reads the answers after an acquire load of
- * DONE and stores FREE with the next sequence.  A client that gives up
- * withdraws with a CAS from its exact POSTED/TAKEN word to FREE(seq + 1),
- * so a late answer never lands; a new owner of the slot does the same at
- * kvp_open.
- *
- * Data: n answers (struct kvp_rbox_ans) first, then the namespace
- * (1 byte length, then the name), then n keys, each a 1-byte length and
- * the key; rb_bytes counts the namespace and the keys.
+ * The remote tier (kvpoold --cluster).  Region KVP_R_CLUSTER: a struct
+ * kvp_cluster, then one mailbox per client slot (g_rbox_kib KiB each: a
+ * struct kvp_rbox, then its data).  The mailbox's format, its transitions
+ * and their proof: shm/kvp_rbox.h.
  */
 #define KVP_RBOX_KIB_DEFAULT 256u
 #define KVP_RBOX_KIB_MAX 16384u
@@ -718,20 +640,8 @@ struct kvp_cluster {
 	kvp_aword_t cl_lat[KVP_HIST_WORDS];
 	char cl_node[64]; /* this node's name (agent-written, for tools) */
 };
-enum kvp_rb_state {
-	KVP_RB_FREE = 0,
-	KVP_RB_POSTED = 1,
-	KVP_RB_TAKEN = 2,
-	KVP_RB_DONE = 3,
-	KVP_RB_ANSWERING = 4,
-};
-#define KVP_RB_STATE(w) ((unsigned)((w)&0xff)) /* [seq:56][state:8] */
-enum kvp_rb_kind {
-	KVP_RB_PROBE = 1, /* which keys does another node hold (no transfer) */
-	KVP_RB_FETCH = 2, /* bring them into this pool */
-};
 struct kvp_rbox {
-	kvp_aword_t rb_state;
+	kvp_aword_t rb_state; /* [seq:56][state:8], shm/kvp_rbox.h */
 	kvp_aword_t rb_kind;  /* enum kvp_rb_kind */
 	kvp_aword_t rb_n;     /* keys */
 	kvp_aword_t rb_bytes; /* namespace + keys, after the answers */
@@ -750,7 +660,6 @@ struct kvp_rbox_ans {
 	kvp_aint_t ra_ready;
 	uint64_t ra_len;
 };
-#define KVP_RA_READY(seq) ((unsigned)(((seq)&0x7fffffffu) << 1) | 1u)
 KVP_STATIC_ASSERT(sizeof(struct kvp_rbox_ans) == 16, "rbox answer size");
 
 /* Tier tags in the top bits of an entry's location word. */
@@ -1421,27 +1330,6 @@ kvp_shm_lock_take(int fd, off_t byte)
 	if (fcntl(fd, F_OFD_SETLK, &fl) < 0)
 		return -errno;
 	return 0;
-}
-
-/* Finish freeing span 'head' whose FREEING word w the caller owns: body
- * slots first, then the head (a new generation), then wake the putters
- * and readers waiting for room.  Client and agent alike. */
-KVP_INLINE void
-kvp_span_finish_free(struct kvp_seg *s, uint32_t head, uint64_t w)
-{
-	struct kvp_span *sp = &s->spans[head];
-	uint64_t n = KVP_SP_N(w), k;
-
-	for (k = 1; k < n && head + k < s->g.g_staging_slots; k++)
-		/* full CAS: only a body of this span (a dead freer may have
-		 * freed it, and the agent reused it, already) */
-		kvp_cas(&s->spans[head + k].sp_state,
-			KVP_SP_BODYW(KVP_SP_GEN(w), head), 0);
-	/* release: the span is free for the agent's next allocation */
-	kvp_store_release(&sp->sp_state,
-			  KVP_SP_WORD(KVP_SP_GEN(w) + 1, 0, KVP_SP_FREE));
-	kvp_ifetch_add(&s->hdr->h_staging_seq, 1); /* full: wake BUSY waiters */
-	kvp_futex_wake(&s->hdr->h_staging_seq);
 }
 
 /* Is the agent alive?  A syscall: slow paths only. */

@@ -182,6 +182,9 @@ done
 # and mounts a hugetlbfs of its own; SKIP otherwise)
 run "release/hugepages: pool tests on 2 MiB pages" tests/agent/test_hugepages.sh
 run "structure: owners, includes, no cycles" tests/structure/test_structure.sh
+# ... and it fails on an injected write of each shared word outside its
+# owner, and on an injected call cycle between agent files
+run "structure: fails on each injected defect" tests/structure/test_structure_inject.sh
 # kvpoold's flags are one table (agent/options.c): README's synopsis is
 # its output, and no doc gives kvpoold a flag the table lacks
 run "agent: README's kvpoold flags = agent/options.c" tests/agent/test_options_doc.sh

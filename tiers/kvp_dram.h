@@ -36,6 +36,12 @@
  * dh_damaged and the agent repairs the map (agent/dram.c,
  * kvp_dram_repair_agent).
  *
+ * Ownership: this file owns the allocator's words (the lock word and its
+ * claims' protocol, struct kvp_dram_hdr, the page map): every write of
+ * one is a function here, and tests/structure/test_structure.sh fails on
+ * a write anywhere else.  The agent's halves (the repair's verdict, the
+ * populate step's tail) are the functions suffixed _agent or _locked.
+ *
  * Waiting: a client never waits for the lock longer than its deadline
  * (a live holder may be stopped: SIGSTOP, a debugger, a frozen cgroup);
  * the agent never waits at all (it defers what needs the lock).
@@ -211,6 +217,26 @@ kvp_dram_capacity(const struct kvp_seg *s)
 	uint64_t u = kvp_load_relaxed(&s->dram->dh_unpop_pages);
 
 	return u < n ? n - u : 0;
+}
+
+/*
+ * Who this process is to the allocator lock: token (client slot + 1, or
+ * KVP_LOCK_TOKEN_AGENT) and its claim word (cs_alloc_claim of its client
+ * slot, or h_agent_alloc_claim), cleared: it holds nothing yet.  At
+ * kvp_open (a fresh client slot) and at the agent's attach.
+ */
+KVP_INLINE void
+kvp_dram_claim_bind(struct kvp_seg *s, unsigned int token)
+{
+	kvp_aint_t *claim = token == KVP_LOCK_TOKEN_AGENT ?
+				    &s->hdr->h_agent_alloc_claim :
+				    &s->clients[token - 1].cs_alloc_claim;
+
+	s->lock_token = token;
+	s->lock_claim = claim;
+	/* release: nothing held yet; pairs with the acquire of a taker that
+	 * checks the claim (kvp__dram_lock_orphan) */
+	kvp_istore_release(claim, 0);
 }
 
 /* The allocator is damaged: ask the agent to repair it (a hint it reads
@@ -764,6 +790,94 @@ kvp_dram_free_chain(struct kvp_seg *s, uint32_t first, uint64_t owner_slot,
 		    uint32_t gen)
 {
 	return kvp_dram_free_chain_until(s, first, owner_slot, gen, UINT64_MAX);
+}
+
+/*
+ * The agent's repair (agent/dram.c, kvp_dram_repair_agent) decides which
+ * runs to keep; these write its verdict.  Lock held, agent only.
+ */
+
+/* The damage report is being handled: clear the hint (under the lock). */
+KVP_INLINE void
+kvp_dram_damage_clear_locked(struct kvp_seg *s)
+{
+	/* relaxed: under the lock; a report after this sets it again */
+	kvp_store_relaxed(&s->dram->dh_damaged, 0);
+}
+
+/*
+ * Rewrite the page map from a repair's verdict: the units set in 'used'
+ * form USED runs (a new run at every unit set in 'start'), the gaps become
+ * maximal free runs in fresh bins; the unpopulated tail from unit
+ * 'frontier' on (marked used and started by the caller) keeps its owner
+ * tag and is counted neither used nor free.  *kept_runs counts the USED
+ * runs kept (the tail among them).
+ */
+KVP_INLINE void
+kvp_dram_map_rewrite_locked(struct kvp_seg *s, const uint64_t *used,
+			    const uint64_t *start, uint64_t frontier,
+			    uint64_t *kept_runs)
+{
+	uint64_t n = s->g.g_dram_pages, p, used_units = 0;
+	unsigned b;
+
+#define KVP__BIT(m, i) (((m)[(i) / 64] >> ((i) % 64)) & 1)
+	for (b = 0; b < KVP_DRAM_BINS; b++)
+		s->dram->dh_bin[b] = 0;
+	for (p = 0; p < n;) {
+		uint64_t q = p + 1, k;
+
+		if (KVP__BIT(used, p)) {
+			while (q < n && KVP__BIT(used, q) &&
+			       !KVP__BIT(start, q))
+				q++;
+			s->pages[p].pg_state = KVP_PG_USED;
+			used_units += q - p;
+			(*kept_runs)++;
+		} else {
+			while (q < n && !KVP__BIT(used, q))
+				q++;
+			s->pages[p].pg_state = KVP_PG_FREE;
+			s->pages[p].pg_owner = s->pages[p].pg_owner_gen = 0;
+		}
+		s->pages[p].pg_npages = (uint32_t)(q - p);
+		s->pages[p].pg_head = 0;
+		for (k = p + 1; k < q; k++) /* interior units carry no header */
+			kvp__dram_interior(s, k);
+		s->pages[q - 1].pg_head = (uint32_t)p + 1;
+		if (s->pages[p].pg_state == KVP_PG_FREE)
+			/* bins were just cleared */
+			kvp__dram_bin_link(s, (uint32_t)p);
+		p = q;
+	}
+#undef KVP__BIT
+	if (frontier < n) {
+		struct kvp_page *pg = &s->pages[frontier];
+
+		pg->pg_owner = KVP_DRAM_OWNER_UNPOP;
+		pg->pg_owner_gen = 0;
+		pg->pg_next = 0;
+		used_units -= n - frontier;
+	}
+	s->dram->dh_used_pages = used_units;
+	s->dram->dh_free_pages = n - used_units - (n - frontier);
+}
+
+/* A re-attached segment whose map has no unpopulated tail: its count goes
+ * (agent/populate.c, before the populate threads start). */
+KVP_INLINE void
+kvp_dram_unpop_forget_agent(struct kvp_seg *s)
+{
+	/* relaxed: the count of a tail the map does not have */
+	kvp_store_relaxed(&s->dram->dh_unpop_pages, 0);
+}
+
+/* The backing's page size, for tools (agent/populate.c). */
+KVP_INLINE void
+kvp_dram_page_bytes_set_agent(struct kvp_seg *s, uint64_t page)
+{
+	/* relaxed: for tools (kvpool stat) */
+	kvp_store_relaxed(&s->dram->dh_page_bytes, page);
 }
 
 #endif /* KVP_DRAM_H */

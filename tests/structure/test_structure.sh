@@ -5,6 +5,12 @@
 #     (an atomic store, CAS or add on s->meta[...], a non-const pointer
 #     into meta taken for later, a memset/memcpy over it).  tests/ may
 #     forge state words on purpose (hostile clients) and are left out.
+#  1b. every other shared word has one owner too (the table below: a
+#     field-name pattern and the file(s) that own it): no file outside
+#     its owners writes one (an atomic store, CAS, add or exchange whose
+#     first argument names the field, a memset/memcpy over it, a plain
+#     assignment to it, a non-const pointer to it taken for later).
+#     tests/ are left out, as above.
 #  2. the mechanisms do not reach into the agent: no file under shm/,
 #     index/ or tiers/ (nor kvpool.h) includes anything from agent/.
 #  3. no include cycle among the tree's files (tsort finds loops).
@@ -54,6 +60,59 @@ if [ -s "$tmp/writes" ]; then
 	bad=1
 else
 	echo "ok: no index state word is written outside index/"
+fi
+
+# 1b. the other shared words: "pattern<TAB>owner..." rows; a pattern is
+# an ERE for the field (matched right after -> or .; each alternative
+# ends itself: \b, or the hold slots' subscript), its owners are the
+# only files that may write it.  docs/design.md, "Who owns what", names
+# the same owners.
+cat >"$tmp/owners" <<'EOT'
+(cs_state|cs_pid|cs_start_time|cs_hold_hwm)\b|holds\[[^]]*\]	shm/kvp_slot.h
+rq_[a-z]+\b	shm/kvp_ring.h
+sp_[a-z]+\b	shm/kvp_span.h
+ls_[a-z]+\b	shm/kvp_lease.h
+(rb_[a-z]+|ra_ready)\b	shm/kvp_rbox.h
+(dh_[a-z_0-9]+|pg_[a-z_]+|cs_alloc_claim|h_agent_alloc_claim|lock_claim)\b	tiers/kvp_dram.h
+(cs_ix_resv|cs_ix_slot|h_ix_used)\b	index/kvp_index.h
+EOT
+: >"$tmp/owrites"
+# every file's statements once (as in 1), comments and reads (a load,
+# a futex wait or wake, sizeof) taken out; then each row's greps
+for f in $srcs; do
+	case $f in tests/*) continue ;; esac
+	awk -v F="$f" '
+		{ line = $0; sub(/\/\/.*/, "", line) }
+		stmt == "" { start = FNR }
+		{ stmt = stmt " " line }
+		/[;{}][ \t]*(\/\*.*)?$/ {
+			gsub(/[ \t]+/, " ", stmt); print F ":" start ":" stmt
+			stmt = ""
+		}' "$f"
+done |
+	sed -E 's|/\*([^*]\|\*+[^*/])*\*+/||g; s/kvp_i?load_(acquire|relaxed)[[:space:]]*\([[:space:]]*&[^()]*(\([^()]*\)[^()]*)*\)//g; s/(kvp_futex_wai?t[a-z_]*|__builtin_prefetch|sizeof|offsetof)[[:space:]]*\([^()]*(\([^()]*\)[^()]*)*\)//g' \
+	>"$tmp/allstmts"
+while IFS='	' read -r pat owners; do
+	fld="(->|\.)($pat)"
+	# the statements that name the word, in files that do not own it
+	grep -E "$fld" "$tmp/allstmts" |
+		grep -vE "^($(echo "$owners" | sed 's/ /|/g; s/\./\\./g')):" >"$tmp/ostmts"
+	{
+		# an atomic write, CAS or add, or a memset/memcpy, whose
+		# target (first argument) names the word
+		grep -E "(kvp_i?(store_relaxed|store_release|cas|fetch_add|exchange)|mem(set|cpy|move))[[:space:]]*\([^,;]*$fld" "$tmp/ostmts"
+		# a plain assignment to it
+		grep -E "$fld(\[[^]=]*\])*[[:space:]]*([-+*/|&^]?=[^=]|\+\+|--)" "$tmp/ostmts"
+		# a pointer to it kept for later (not a const one)
+		grep -E "(^|[^&])&[A-Za-z_(][^;&,=]*$fld" "$tmp/ostmts" | grep -vE 'const (kvp_aword_t|kvp_aint_t|struct [a-z_]+|uint(32|64)_t) \*'
+	} | sed "s|\$| [owner: $owners]|" >>"$tmp/owrites"
+done <"$tmp/owners"
+if [ -s "$tmp/owrites" ]; then
+	echo "FAIL: shared words written outside their owner (use a transition of the owner file named):"
+	sort -u -t: -k1,1 -k2,2n "$tmp/owrites" | cut -c1-200 | sed 's/^/    /'
+	bad=1
+else
+	echo "ok: every shared word is written by its owner only ($(wc -l <"$tmp/owners") protocols: $(cut -f2 "$tmp/owners" | tr '\n' ' '))"
 fi
 
 # 2. includes of agent/ from the mechanisms and the client
