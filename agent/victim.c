@@ -4,8 +4,9 @@
  * the proof in index/kvp_index.h): a held one is released; an unheld one
  * is relocated (DRAM freed, the value now SSD-resident: its SSD copy was
  * written by a demotion) or removed from the index (its SSD copy gets a
- * tombstone, its DRAM is freed).  The eviction policy (evict.c) chooses
- * victims; this file is what every policy shares.
+ * tombstone, its DRAM is freed, its key goes into the ghost set,
+ * ghost.c).  The eviction policy (evict.c) chooses victims; this file is
+ * what every policy shares.
  */
 #include "agent/tier_int.h"
 
@@ -62,6 +63,10 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
 	/* the key is read for the tombstone while the slot is still ours */
 	if (ssd && a->tier)
 		kvp_tier_forget_agent(a, i, ssd, len);
+	/* an evicted key is remembered (ghost.c: one put again soon was
+	 * evicted too early); its hash is stable under our CHECK */
+	if (!deleted)
+		kvp_ghost_evicted_agent(a, i);
 	/* the value is gone for new readers (I6: gen + 1); its unit of the
 	 * index count goes back (nobody else moves a slot under CHECK, so
 	 * the removal succeeds) */

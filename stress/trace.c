@@ -1472,7 +1472,7 @@ sim_policy_set(struct sim_policy *p, const char *kv)
 {
 	static const char *const keys[] = {
 		"band",  "probation", "depth_w",    "protect", "ghost", "admit",
-		"small", "fmax",      "dead_first", "freq_w",  "cont"
+		"small", "fmax",      "dead_first", "freq_w",  "cont",  "contp"
 	};
 	const char *eq = strchr(kv, '=');
 	char *e;
@@ -1521,6 +1521,9 @@ sim_policy_set(struct sim_policy *p, const char *kv)
 		break;
 	case 10:
 		p->cont = v;
+		break;
+	case 11:
+		p->contp = v;
 		break;
 	default:
 		return -EINVAL;
@@ -1648,6 +1651,8 @@ psim_score(const struct psim *s, uint32_t x)
 
 	if (!s->hit[x] && !s->prot[x])
 		a *= s->p->probation;
+	else if (s->hit[x] == 2 && !s->prot[x] && s->p->contp > 0)
+		a *= s->p->contp; /* a continuation, never hit since */
 	if (s->p->depth_w > 0)
 		a *= 1 + s->p->depth_w * log2(1.0 + s->depth[x]);
 	if (s->p->freq_w > 0) {
@@ -1853,7 +1858,7 @@ sim_recency(struct trace *t, uint64_t cap, const struct sim_policy *p,
 			s.in[x] = true;
 			s.tick[x] = (uint32_t)s.now;
 			s.depth[x] = k;
-			s.hit[x] = cont; /* the put's CONT bit */
+			s.hit[x] = cont ? 2 : 0; /* the put's CONT bit */
 			s.prot[x] = 0;
 			s.freq[x] = 0;
 			s.pend[x] = 1; /* the put, seen by the next scan */

@@ -250,6 +250,9 @@ struct sim_policy {
 	 * probation, as if hit: a conversation's new turn, not a one-off
 	 * (0: off) */
 	double cont;
+	/* RECENCY: ... or counts its age x contp while never hit (0: x1;
+	 * the agent's --evict-cont-probation) */
+	double contp;
 };
 
 /* The candidates of the study (stress/trace_matrix), by name: "cur"

@@ -206,20 +206,25 @@ test_docs_table(void **state)
  * ABI 12: a region of per-namespace counters that engine adapters add to
  * (struct kvp_ns_stat, kvp_ns_count), between the leases and the arena.
  */
-#define KVPT_LAYOUT_SIG_ABI12 0xfbb374846013899full
+/*
+ * ABI 13: the use word's CONT bit (taken from the depth, which keeps 18
+ * bits: a meaning, not a size) and three eviction-policy counters in
+ * h_actr (ghost hits, the ghost set's keys, probation victims).
+ */
+#define KVPT_LAYOUT_SIG_ABI13 0x75d0a06c3ca04f10ull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 12);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI12)
+	assert_int_equal(KVP_ABI_MAJOR, 13);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI13)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 12): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 13): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI12);
+			KVPT_LAYOUT_SIG_ABI13);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
