@@ -5,14 +5,18 @@
  * value used longest ago leaves first and, among values last used in the
  * same tick, the deepest page of its chain first, so what stays is
  * prefix-closed (a chain loses its tail before its head) and recency
- * orders everything else.  Readers write only the use word (a hit or a
- * probe: one relaxed store per tick); the order is found here, by the
- * tier thread, with two scans of the index per pass: the first counts
- * DRAM units by age (log-linear buckets: exact up to 64 ticks, then 64
- * per power of two, 1.6% apart), which fixes the cut-off age for the
- * units wanted; the second takes everything older than the cut-off
- * bucket and sorts that bucket exactly (tick, then depth) to take the
- * rest.  Above --dram-high, or while a putter waits for room, a pass
+ * orders everything else.  A value never used since its put counts its
+ * age --evict-probation times (x2 when put as a continuation, the use
+ * word's CONT bit), unless the ghost set (ghost.c) says its key was
+ * evicted lately: a one-pass stream leaves before what is reused, and a
+ * key evicted too early is kept the next time.  Readers write only the
+ * use word (a hit or a probe: one relaxed store per tick); the order is
+ * found here, by the tier thread, with two scans of the index per pass:
+ * the first counts DRAM units by age (log-linear buckets: exact up to 64
+ * ticks, then 64 per power of two, 1.6% apart), which fixes the cut-off
+ * age for the units wanted; the second takes everything older than the
+ * cut-off bucket and sorts that bucket exactly (age, then depth) to take
+ * the rest.  Above --dram-high, or while a putter waits for room, a pass
  * frees down to --dram-low; with an SSD tier a victim without an SSD copy
  * is written there first (move.c) and leaves on a later pass, and the
  * next-oldest band as large again is written ahead.  Held values are
