@@ -76,6 +76,8 @@ kvp_ghost_get(struct kvp_agent *a)
 	g->nring = r;
 	g->mask = t - 1;
 	a->ghost = g;
+	/* relaxed: a gauge (kvp_ghost_evicted_agent); an earlier agent's */
+	kvp_store_relaxed(&a->seg.hdr->h_actr[KVP_ACTR_GHOST_KEYS], 0);
 	return g;
 err:
 	if (g) {

@@ -43,6 +43,7 @@ enum {
 	KVP_OPTF_NAME = 1 << 3,     /* 1 or more of [A-Za-z0-9_.-] */
 	KVP_OPTF_COMPUTED = 1 << 4, /* the default is computed at start */
 	KVP_OPTF_UNIT = 1 << 5,     /* the systemd unit gives it itself */
+	KVP_OPTF_DEFVAL = 1 << 6,   /* .defs is a value the flag takes */
 };
 
 struct kvp_opt {
@@ -152,11 +153,13 @@ static const struct kvp_opt kvp_opts[] = {
 	  KVP_CFG(evict_ghost_pct),
 	  .def = 200,
 	  .defs = "2.0",
+	  .flags = KVP_OPTF_DEFVAL,
 	  .parse = kvp_opt_evict_ghost,
 	  .want = "a factor 0..16, e.g. 2 or 1.5",
-	  .help = "remember the keys of the last F x (DRAM capacity in "
-		  "values) evictions (40 B each): one put again while "
-		  "remembered is spared probation (default %D; 0: off)" },
+	  .help = "remember the keys of the last F x (the DRAM tier's units: "
+		  "the most values it holds) evictions (40 B each): one put "
+		  "again while remembered is spared probation (default %D; 0: "
+		  "off)" },
 	{ .name = "max-clients",
 	  .kind = KVP_OPT_UINT,
 	  .arg = "N",
@@ -652,7 +655,8 @@ kvp_opt_default_value(const struct kvp_opt *o, char *out, size_t cap)
 	kvp_opt_default_str(o, out, cap);
 	if (o->flags & KVP_OPTF_COMPUTED)
 		return false;
-	return out[0] && (!o->defs || o->kind == KVP_OPT_STR);
+	return out[0] && (!o->defs || o->kind == KVP_OPT_STR ||
+			  (o->flags & KVP_OPTF_DEFVAL));
 }
 
 /* The help with %D and %R written out. */

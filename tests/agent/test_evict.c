@@ -554,6 +554,74 @@ test_deep_tail_first(void **state)
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
+/* The use word of a key of chain (READY). */
+static uint64_t
+use_of(struct kvp_client *c, const struct kvp_seg *s, int chain, int page)
+{
+	char k[100];
+	uint32_t kl = key_of(k, chain, page);
+	uint64_t w;
+	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
+				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+
+	assert_true(slot >= 0);
+	/* relaxed: a test's look at a READY entry */
+	return kvp_load_relaxed(&s->entries[slot].e_use);
+}
+
+/*
+ * The CONT bit: kvp_batch_put_chain sets it on every page of a call
+ * whose hit prefix is at least half the request (depth0 >= n, depth0 >
+ * 0), never otherwise; kvp_put never; a hit keeps it (and the depth) and
+ * sets HIT.
+ */
+static void
+test_cont_bit(void **state)
+{
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	char k[100];
+	unsigned char v[16] = { 1 };
+	int page;
+
+	(void)state;
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "4M", "--dram-unit",
+				      "4K", NULL),
+			 0);
+	put_chain(c, 0, 0);  /* depth0 0: never */
+	put_chain(c, 1, 8);  /* 8 of 16: a continuation */
+	put_chain(c, 2, 7);  /* 7 of 16: not */
+	put_chain(c, 3, 15); /* 15 of 16 */
+	assert_int_equal(kvp_put(c, k, key_of(k, 4, 0), v, sizeof(v)), 0);
+	for (page = 0; page < DEPTH; page++) {
+		assert_false(KVP_USE_CONTS(use_of(c, &s, 0, page)));
+		assert_int_equal(KVP_USE_DEPTH(use_of(c, &s, 0, page)), page);
+	}
+	for (page = 8; page < DEPTH; page++) {
+		assert_true(KVP_USE_CONTS(use_of(c, &s, 1, page)));
+		assert_int_equal(KVP_USE_DEPTH(use_of(c, &s, 1, page)), page);
+		assert_false(KVP_USE_HITS(use_of(c, &s, 1, page)));
+	}
+	for (page = 7; page < DEPTH; page++)
+		assert_false(KVP_USE_CONTS(use_of(c, &s, 2, page)));
+	assert_true(KVP_USE_CONTS(use_of(c, &s, 3, 15)));
+	assert_false(KVP_USE_CONTS(use_of(c, &s, 4, 0)));
+	/* a hit: HIT set, CONT and depth kept */
+	{
+		unsigned char *buf = malloc(PAGE);
+
+		assert_non_null(buf);
+		assert_int_equal(kvp_get(c, k, key_of(k, 1, 9), buf, PAGE),
+				 PAGE);
+		free(buf);
+	}
+	assert_true(KVP_USE_HITS(use_of(c, &s, 1, 9)));
+	assert_true(KVP_USE_CONTS(use_of(c, &s, 1, 9)));
+	assert_int_equal(KVP_USE_DEPTH(use_of(c, &s, 1, 9)), 9);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
 int
 main(void)
 {
@@ -564,6 +632,7 @@ main(void)
 		cmocka_unit_test(test_scan_keeps_working_set),
 		cmocka_unit_test(test_ghost_readmits),
 		cmocka_unit_test(test_deep_tail_first),
+		cmocka_unit_test(test_cont_bit),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
