@@ -235,6 +235,7 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 {
 	uint64_t freed = 0;
 	unsigned k;
+	bool prob;
 
 	if (!ev->ncand)
 		return 0;
@@ -254,15 +255,15 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 					     ev->cand[k].word);
 			continue;
 		}
-		/* stats: agent threads add atomically */
-		if (ev->ccheck[k] &&
-		    kvp_use_probation(a, ev->cand[k].slot, ev->cand[k].word,
-				      ev->cuse[k]))
+		prob = ev->ccheck[k] &&
+		       kvp_use_probation(a, ev->cand[k].slot, ev->cand[k].word,
+					 ev->cuse[k]);
+		freed += kvp__remove_agent(a, &ev->cand[k], why);
+		(*removed)++;
+		if (prob) /* stats: agent threads add atomically */
 			kvp_fetch_add(
 				&a->seg.hdr->h_actr[KVP_ACTR_EVICT_PROBATION],
 				1);
-		freed += kvp__remove_agent(a, &ev->cand[k], why);
-		(*removed)++;
 	}
 	ev->ncand = 0;
 	return freed;

@@ -18,8 +18,10 @@
  *     exactly the distinct hashes of the ring's last R places.
  *  2. victim.c calls kvp_ghost_evicted_agent for every value that leaves
  *     the pool (not a deleted one, not one relocated to its SSD copy: its
- *     key stays), with the slot still under the CHECK it holds (the key
- *     hash is stable).
+ *     key stays), after the removal, with the key hash it read while the
+ *     slot was still under its CHECK (stable there; the removal is not
+ *     delayed by the set's work: a reader's probe just before it is the
+ *     race a get after a probe can lose).
  *  3. The scans of evict.c call kvp_ghost_seen_agent for every READY
  *     slot: a slot whose generation differs from the one seen last holds
  *     a new value (I6: a removal bumps the generation).  Its hash is
@@ -111,8 +113,8 @@ kvp_ghost_free_agent(struct kvp_agent *a)
 }
 
 /* The hash the set knows slot i's key by (never 0). */
-static uint64_t
-kvp_ghost_hash(const struct kvp_agent *a, uint64_t i)
+uint64_t
+kvp_ghost_key_agent(const struct kvp_agent *a, uint64_t i)
 {
 	const struct kvp_entry *e = &a->seg.entries[i];
 	/* relaxed: stable while the slot is READY (or under our CHECK) at
@@ -161,17 +163,16 @@ kvp_ghost_erase(struct kvp_ghost *g, uint64_t k)
 	}
 }
 
-/* Point 2: slot i's value left the pool (under the CHECK the caller
- * holds, before the removal). */
+/* Point 2: slot i's value, whose key hash h the caller read under its
+ * CHECK (kvp_ghost_key_agent), left the pool. */
 void
-kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i)
+kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h)
 {
 	struct kvp_ghost *g = kvp_ghost_get(a);
-	uint64_t h, k, pos;
+	uint64_t k, pos;
 
 	if (!g)
 		return;
-	h = kvp_ghost_hash(a, i);
 	pos = g->count++;
 	if (pos >= g->nring) {
 		/* the place's old hash leaves, unless it moved on since */
@@ -203,7 +204,7 @@ kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i, uint32_t gen)
 	if (!g || g->gen_seen[i] == gen)
 		return;
 	g->gen_seen[i] = gen;
-	h = kvp_ghost_hash(a, i);
+	h = kvp_ghost_key_agent(a, i);
 	k = kvp_ghost_find(g, h);
 	g->readmit[i] = g->tab[k].hash == h;
 	if (!g->readmit[i])

@@ -286,7 +286,8 @@ void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
 		     uint64_t new_loc);
 
 /* ghost.c: keys evicted lately (tier thread) */
-void kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i);
+uint64_t kvp_ghost_key_agent(const struct kvp_agent *a, uint64_t i);
+void kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h);
 void kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i, uint32_t gen);
 bool kvp_ghost_readmitted_agent(const struct kvp_agent *a, uint64_t i,
 				uint32_t gen);
