@@ -22,6 +22,11 @@ struct kvp_agent_cfg {
 	uint32_t holds_per_client;
 	uint32_t dram_high_pct;
 	uint32_t dram_low_pct;
+	/* the eviction policy (evict.c, ghost.c): a never-used value's age
+	 * counts this many times (--evict-probation), and the ghost set
+	 * holds this % of the DRAM tier's units in keys (--evict-ghost) */
+	uint32_t evict_probation;
+	uint32_t evict_ghost_pct;
 	char group[64]; /* "" = mode 0600 */
 	bool foreground;
 	bool verbose;           /* --verbose: debug log lines */
@@ -107,6 +112,8 @@ struct kvp_agent {
 	kvp_aword_t cut_due;
 	kvp_aword_t stop;     /* set by main on SIGTERM; read by the threads */
 	struct kvp_evict *ev; /* the eviction pass's scratch (evict.c) */
+	struct kvp_ghost *ghost; /* keys evicted lately (ghost.c) */
+	bool ghost_failed;       /* ... out of memory: off */
 	/* slots scanned since room was last made */
 	uint64_t noprogress_scanned;
 	bool evict_urgent;  /* this round: a putter is waiting for room */

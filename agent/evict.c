@@ -5,14 +5,18 @@
  * value used longest ago leaves first and, among values last used in the
  * same tick, the deepest page of its chain first, so what stays is
  * prefix-closed (a chain loses its tail before its head) and recency
- * orders everything else.  Readers write only the use word (a hit or a
- * probe: one relaxed store per tick); the order is found here, by the
- * tier thread, with two scans of the index per pass: the first counts
- * DRAM units by age (log-linear buckets: exact up to 64 ticks, then 64
- * per power of two, 1.6% apart), which fixes the cut-off age for the
- * units wanted; the second takes everything older than the cut-off
- * bucket and sorts that bucket exactly (tick, then depth) to take the
- * rest.  Above --dram-high, or while a putter waits for room, a pass
+ * orders everything else.  A value never used since its put counts its
+ * age --evict-probation times (x2 when put as a continuation, the use
+ * word's CONT bit), unless the ghost set (ghost.c) says its key was
+ * evicted lately: a one-pass stream leaves before what is reused, and a
+ * key evicted too early is kept the next time.  Readers write only the
+ * use word (a hit or a probe: one relaxed store per tick); the order is
+ * found here, by the tier thread, with two scans of the index per pass:
+ * the first counts DRAM units by age (log-linear buckets: exact up to 64
+ * ticks, then 64 per power of two, 1.6% apart), which fixes the cut-off
+ * age for the units wanted; the second takes everything older than the
+ * cut-off bucket and sorts that bucket exactly (age, then depth) to take
+ * the rest.  Above --dram-high, or while a putter waits for room, a pass
  * frees down to --dram-low; with an SSD tier a victim without an SSD copy
  * is written there first (move.c) and leaves on a later pass, and the
  * next-oldest band as large again is written ahead.  Held values are
@@ -27,9 +31,8 @@
 #include "agent/tier_int.h"
 
 #define KVP_EVICT_BATCH 256u
-#ifndef KVP_EVICT_PROBATION
-#define KVP_EVICT_PROBATION 2u
-#endif
+/* a continuation's probation (kvp_use_weight) */
+#define KVP_EVICT_CONT_PROBATION 2u
 #define KVP_AGE_SUB 64u                     /* buckets per power of two */
 #define KVP_AGE_BUCKETS (KVP_AGE_SUB * 59u) /* ages 0 .. 2^64 - 1 */
 
@@ -54,21 +57,56 @@ struct kvp_evict {
 	unsigned ncand;
 };
 
-/* The age of use word 'use' at tick 'now'.  A tick from the future (a
- * clock read a moment after ours) is now; one more than a second ahead
- * can only be garbage a client wrote: the oldest. */
-static uint64_t
-kvp_use_age(uint64_t use, uint64_t now)
+/* Is a value of use word 'use' in slot i (index word w) on probation:
+ * never used since its put, not put as a continuation (CONT) and not
+ * readmitted from the ghost set? */
+static bool
+kvp_use_probation(const struct kvp_agent *a, uint64_t i, uint64_t w,
+		  uint64_t use)
 {
-	uint64_t t = KVP_USE_TICK(use), age;
+	return a->cfg.evict_probation > 1 && !KVP_USE_HITS(use) &&
+	       !KVP_USE_CONTS(use) &&
+	       !kvp_ghost_readmitted_agent(a, i, KVP_IX_GEN(w));
+}
+
+/* How many times the age of slot i's value (word w, use word 'use')
+ * counts: once when used since its put or readmitted; a continuation
+ * never used since (CONT) KVP_EVICT_CONT_PROBATION times, so that a tail
+ * put a moment after the hit on its head (the engine's prefill in
+ * between) still leaves before that head once both are old; anything
+ * else --evict-probation times. */
+static uint64_t
+kvp_use_weight(const struct kvp_agent *a, uint64_t i, uint64_t w, uint64_t use)
+{
+	uint64_t p = a->cfg.evict_probation;
+
+	if (p <= 1 || KVP_USE_HITS(use) ||
+	    kvp_ghost_readmitted_agent(a, i, KVP_IX_GEN(w)))
+		return 1;
+	if (KVP_USE_CONTS(use))
+		return p < KVP_EVICT_CONT_PROBATION ? p :
+						      KVP_EVICT_CONT_PROBATION;
+	return p;
+}
+
+/* The age of use word 'use' of slot i (word w) at tick 'now', weighted
+ * (kvp_use_weight).  A tick from the future (a clock read a moment
+ * after ours) is now; one more than a second ahead can only be garbage a
+ * client wrote: the oldest. */
+static uint64_t
+kvp_use_age(const struct kvp_agent *a, uint64_t i, uint64_t w, uint64_t use,
+	    uint64_t now)
+{
+	uint64_t t = KVP_USE_TICK(use), age, p;
 
 	if (t <= now)
 		age = now - t;
 	else
 		return t - now < 1024u ? 0 : UINT64_MAX;
-	if (KVP_USE_HITS(use) || age > UINT64_MAX / KVP_EVICT_PROBATION)
+	p = kvp_use_weight(a, i, w, use);
+	if (p == 1 || age > UINT64_MAX / p)
 		return age;
-	return age * KVP_EVICT_PROBATION;
+	return age * p;
 }
 
 /* Log-linear: exact below KVP_AGE_SUB ticks, then KVP_AGE_SUB buckets per
@@ -123,12 +161,15 @@ kvp_evict_scratch(struct kvp_agent *a)
 void
 kvp_evict_free_agent(struct kvp_agent *a)
 {
-	if (!a->ev)
+	if (!a->ev) {
+		kvp_ghost_free_agent(a);
 		return;
+	}
 	free(a->ev->held);
 	free(a->ev->plan);
 	free(a->ev);
 	a->ev = NULL;
+	kvp_ghost_free_agent(a);
 }
 
 /* Start a pass: its tick, an empty histogram, and which slots the hold
@@ -192,6 +233,7 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 {
 	uint64_t freed = 0;
 	unsigned k;
+	bool prob;
 
 	if (!ev->ncand)
 		return 0;
@@ -211,8 +253,15 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 					     ev->cand[k].word);
 			continue;
 		}
+		prob = ev->ccheck[k] &&
+		       kvp_use_probation(a, ev->cand[k].slot, ev->cand[k].word,
+					 ev->cuse[k]);
 		freed += kvp__remove_agent(a, &ev->cand[k], why);
 		(*removed)++;
+		if (prob) /* stats: agent threads add atomically */
+			kvp_fetch_add(
+				&a->seg.hdr->h_actr[KVP_ACTR_EVICT_PROBATION],
+				1);
 	}
 	ev->ncand = 0;
 	return freed;
@@ -303,12 +352,16 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 			(*found)++;
 			continue;
 		}
+		/* a new value in the slot: was its key evicted lately? */
+		if (st == KVP_IX_READY)
+			kvp_ghost_seen_agent(a, i, KVP_IX_GEN(w));
 		if (!count || kvp_evict_held(ev, i) ||
 		    !kvp_evict_candidate(a, ev, i, w, dram, &units))
 			continue;
 		/* relaxed: a hint (the use word) */
 		b = kvp_age_bucket(kvp_use_age(
-			kvp_load_relaxed(&s->entries[i].e_use), ev->now));
+			a, i, w, kvp_load_relaxed(&s->entries[i].e_use),
+			ev->now));
 		ev->units[b] += units;
 		ev->count[b]++;
 		ev->total += units;
@@ -379,7 +432,7 @@ kvp_evict_plan(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 			continue;
 		/* relaxed: a hint (the use word) */
 		use = kvp_load_relaxed(&s->entries[i].e_use);
-		age = kvp_use_age(use, ev->now);
+		age = kvp_use_age(a, i, w, use, ev->now);
 		b = kvp_age_bucket(age);
 		if (b < cut)
 			continue; /* younger than the cut-off */
@@ -523,7 +576,7 @@ kvp_ix_evict_for_hash_agent(struct kvp_agent *a, uint64_t hash)
 		}
 		/* relaxed: a hint (the use word) */
 		t.use = kvp_load_relaxed(&s->entries[cand[k].slot].e_use);
-		t.age = kvp_use_age(t.use, now);
+		t.age = kvp_use_age(a, cand[k].slot, cand[k].word, t.use, now);
 		if (best == KVP_IX_CANDS || kvp_tie_cmp(&t, &oldest) < 0) {
 			oldest = t;
 			best = k;

@@ -790,6 +790,28 @@ static const struct kvp_mrow kvp_mtab[] = {
 	{ KVP_FAM("kvpool_evict_backoff_total", "counter", KVP_SEC_TIERS),
 	  .help = "Eviction victims left alone because they were held." },
 	{ KVP_VAL(NULL, "evict_backoff_held"), KVP_A(EVICT_BACKOFF) },
+	{ KVP_FAM("kvpool_evict_probation_total", "counter", KVP_SEC_TIERS),
+	  .help = "Eviction victims that were on probation: never used since "
+		  "their put, not a continuation of a hit prefix, not "
+		  "readmitted (--evict-probation).",
+	  .doc = "eviction victims (DRAM or the index) on probation when they "
+		 "left: never used since their put, not put as a continuation "
+		 "of a hit prefix (`kvp_batch_put_chain`), not readmitted from "
+		 "the ghost set. Their share of `evictions` is the single-use "
+		 "traffic the policy turned away first" },
+	{ KVP_VAL(NULL, "evict_probation"), KVP_A(EVICT_PROBATION) },
+	{ KVP_FAM("kvpool_ghost_hits_total", "counter", KVP_SEC_TIERS),
+	  .help = "Values put again while their key was in the ghost set "
+		  "(evicted lately: evicted too early); spared probation.",
+	  .doc = "values put again while their key was in the ghost set (the "
+		 "last `--evict-ghost` x capacity evicted keys): each was "
+		 "evicted too early, and is spared probation this time. High "
+		 "next to `evictions`: the DRAM tier is too small for the "
+		 "reuse distance of the traffic" },
+	{ KVP_VAL(NULL, "ghost_hits"), KVP_A(GHOST_HITS) },
+	{ KVP_FAM("kvpool_ghost_keys", "gauge", KVP_SEC_TIERS),
+	  .help = "Keys in the ghost set now (evicted lately, not put again)." },
+	{ KVP_VAL(NULL, "ghost_keys"), KVP_A(GHOST_KEYS) },
 	{ KVP_FAM("kvpool_deletes_reclaimed_total", "counter", KVP_SEC_TIERS),
 	  .help = "Deleted values whose memory was freed." },
 	{ KVP_VAL(NULL, "deletes_reclaimed"), KVP_A(DELETE_RECLAIM) },

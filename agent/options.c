@@ -43,6 +43,7 @@ enum {
 	KVP_OPTF_NAME = 1 << 3,     /* 1 or more of [A-Za-z0-9_.-] */
 	KVP_OPTF_COMPUTED = 1 << 4, /* the default is computed at start */
 	KVP_OPTF_UNIT = 1 << 5,     /* the systemd unit gives it itself */
+	KVP_OPTF_DEFVAL = 1 << 6,   /* .defs is a value the flag takes */
 };
 
 struct kvp_opt {
@@ -73,6 +74,7 @@ static int kvp_opt_metrics_addr(struct kvp_agent_cfg *cfg, const char *v);
 static int kvp_opt_numa(struct kvp_agent_cfg *cfg, const char *v);
 static int kvp_opt_hbm_gpu(struct kvp_agent_cfg *cfg, const char *v);
 static int kvp_opt_cluster(struct kvp_agent_cfg *cfg, const char *v);
+static int kvp_opt_evict_ghost(struct kvp_agent_cfg *cfg, const char *v);
 
 static const char *const kvp_durability_names[] = { "relaxed", "strict", NULL };
 /* in the order of KVP_HUGE_* */
@@ -134,6 +136,30 @@ static const struct kvp_opt kvp_opts[] = {
 	  .def = 96,
 	  .max = 99,
 	  .help = "... down to this (default %D)" },
+	{ .name = "evict-probation",
+	  .kind = KVP_OPT_UINT,
+	  .arg = "N",
+	  KVP_CFG(evict_probation),
+	  .def = 8,
+	  .min = 1,
+	  .max = 64,
+	  .help = "a value never used since its put, not put as a "
+		  "continuation of a hit prefix and not put again soon after "
+		  "its eviction, counts its age N times (default %D, %R; 1: "
+		  "plain recency)" },
+	{ .name = "evict-ghost",
+	  .kind = KVP_OPT_UINT,
+	  .arg = "F",
+	  KVP_CFG(evict_ghost_pct),
+	  .def = 200,
+	  .defs = "2.0",
+	  .flags = KVP_OPTF_DEFVAL,
+	  .parse = kvp_opt_evict_ghost,
+	  .want = "a factor 0..16, e.g. 2 or 1.5",
+	  .help = "remember the keys of the last F x (the DRAM tier's units: "
+		  "the most values it holds) evictions (40 B each): one put "
+		  "again while remembered is spared probation (default %D; 0: "
+		  "off)" },
 	{ .name = "max-clients",
 	  .kind = KVP_OPT_UINT,
 	  .arg = "N",
@@ -512,6 +538,21 @@ kvp_opt_ssd_dir(struct kvp_agent_cfg *cfg, const char *v)
 	return 0;
 }
 
+/* --evict-ghost F: a factor with up to two decimals, kept in hundredths */
+static int
+kvp_opt_evict_ghost(struct kvp_agent_cfg *cfg, const char *v)
+{
+	char *end;
+	double f;
+
+	errno = 0;
+	f = strtod(v, &end);
+	if (errno || end == v || *end || !(f >= 0 && f <= 16))
+		return -1;
+	cfg->evict_ghost_pct = (uint32_t)(f * 100 + 0.5);
+	return 0;
+}
+
 static int
 kvp_opt_metrics_addr(struct kvp_agent_cfg *cfg, const char *v)
 {
@@ -614,7 +655,8 @@ kvp_opt_default_value(const struct kvp_opt *o, char *out, size_t cap)
 	kvp_opt_default_str(o, out, cap);
 	if (o->flags & KVP_OPTF_COMPUTED)
 		return false;
-	return out[0] && (!o->defs || o->kind == KVP_OPT_STR);
+	return out[0] && (!o->defs || o->kind == KVP_OPT_STR ||
+			  (o->flags & KVP_OPTF_DEFVAL));
 }
 
 /* The help with %D and %R written out. */

@@ -8,7 +8,8 @@
  *     (the SSD stores; their owner's callbacks come in a table),
  *     staging.c (the staging arena and its spans), dram.c (the allocator
  *     from the agent's side: deferred frees, orphan sweep, repair),
- *     populate.c (the populated capacity the watermarks aim at)
+ *     populate.c (the populated capacity the watermarks aim at),
+ *     ghost.c (the keys evicted lately: the eviction policy's memory)
  *  2. moving data: move.c (demotion, promotion, tombstones), victim.c
  *     (the CHECK verdict: relocate or remove a victim), rings.c (the
  *     request-ring server)
@@ -312,6 +313,14 @@ void kvp_recover_in_flight_agent(struct kvp_agent *a);
 int kvp_giveback_segment_cb(void *arg, struct kvp_drive *d, uint32_t seg);
 void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
 		     uint64_t new_loc);
+
+/* ghost.c: keys evicted lately (tier thread) */
+uint64_t kvp_ghost_key_agent(const struct kvp_agent *a, uint64_t i);
+void kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h);
+void kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i, uint32_t gen);
+bool kvp_ghost_readmitted_agent(const struct kvp_agent *a, uint64_t i,
+				uint32_t gen);
+void kvp_ghost_free_agent(struct kvp_agent *a);
 
 /* victim.c: the verdict of the CHECK protocol on one candidate */
 void kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c);

@@ -4,8 +4,9 @@
  * the proof in index/kvp_index.h): a held one is released; an unheld one
  * is relocated (DRAM freed, the value now SSD-resident: its SSD copy was
  * written by a demotion) or removed from the index (its SSD copy gets a
- * tombstone, its DRAM is freed).  The eviction policy (evict.c) chooses
- * victims; this file is what every policy shares.
+ * tombstone, its DRAM is freed, its key goes into the ghost set,
+ * ghost.c).  The eviction policy (evict.c) chooses victims; this file is
+ * what every policy shares.
  */
 #include "agent/tier_int.h"
 
@@ -33,7 +34,7 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
 	struct kvp_seg *s = &a->seg;
 	struct kvp_shm_header *h = s->hdr;
 	struct kvp_entry *e = &s->entries[c->slot];
-	uint64_t w = c->word, i = c->slot, loc, len, ssd;
+	uint64_t w = c->word, i = c->slot, loc, len, ssd, gh;
 	bool deleted = KVP_IX_STATE(w) == KVP_IX_DELETED;
 
 	/* only a candidate the hold scan found unheld goes (I4), under the
@@ -62,11 +63,17 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
 	/* the key is read for the tombstone while the slot is still ours */
 	if (ssd && a->tier)
 		kvp_tier_forget_agent(a, i, ssd, len);
+	/* ... and for the ghost set (stable under our CHECK) */
+	gh = deleted ? 0 : kvp_ghost_key_agent(a, i);
 	/* the value is gone for new readers (I6: gen + 1); its unit of the
 	 * index count goes back (nobody else moves a slot under CHECK, so
 	 * the removal succeeds) */
 	if (kvp_ix_remove(s, i, w))
 		kvp_ix_count_give(s);
+	/* an evicted key is remembered (ghost.c: one put again soon was
+	 * evicted too early) */
+	if (!deleted)
+		kvp_ghost_evicted_agent(a, i, gh);
 	if (a->tier)
 		a->tier->tombed[i] =
 			KVP_TOMB_NONE; /* for the slot's next key */

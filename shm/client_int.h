@@ -665,8 +665,8 @@ kvp_close(struct kvp_client *c)
 /*
  * A use of slot i (a hit, a probe, a pin, a lease) at the call's tick:
  * the one shared word a hit writes, and only when the tick changed, so
- * readers of a hot value do not bounce its line.  The depth the putter
- * set is kept.  Not ordered with anything: a hint for the eviction
+ * readers of a hot value do not bounce its line.  The depth and the
+ * CONT bit the putter set are kept.  Not ordered with anything: a hint for the eviction
  * policy (kvp_shm.h, "The use word").
  */
 KVP_INLINE void
@@ -676,7 +676,8 @@ kvp__touch(struct kvp_client *c, uint64_t i)
 	/* relaxed: a hint; a racing reader writes the same tick */
 	uint64_t old = kvp_load_relaxed(u), use;
 
-	use = KVP_USE_MAKE(c->tick, KVP_USE_DEPTH(old)) | KVP_USE_HIT;
+	use = (c->tick << KVP_USE_DEPTH_BITS) | (old & KVP_USE_KEEP) |
+	      KVP_USE_HIT;
 	if (old != use)
 		/* relaxed: a hint (above) */
 		kvp_store_relaxed(u, use);

@@ -157,12 +157,13 @@ struct kvp__put_src {
 
 /* The body of kvp_put (below); *counted is set once the call counts as a
  * put (it passed validation), so the caller times it.  The value's use
- * word gets the call's tick (c->tick, set by the caller) and 'depth', its
- * place in its prefix chain.  val is host memory, or ps says how to copy
+ * word gets the call's tick (c->tick, set by the caller) and 'ulow', the
+ * bits below HIT (kvp_shm.h: its depth in its prefix chain, at most
+ * KVP_USE_DEPTH_MAX, and maybe KVP_USE_CONT).  val is host memory, or ps says how to copy
  * it (NULL: memcpy).  No clock read. */
 KVP_INLINE int
 kvp__put_from(struct kvp_client *c, const void *key, uint32_t klen,
-	      const void *val, uint64_t len, uint32_t depth, bool *counted,
+	      const void *val, uint64_t len, uint32_t ulow, bool *counted,
 	      const struct kvp__put_src *ps)
 {
 	struct kvp_seg *s;
@@ -276,7 +277,9 @@ kvp__put_from(struct kvp_client *c, const void *key, uint32_t klen,
 	/* no SSD copy yet: the slot's previous value may have had one, and
 	 * an eviction would otherwise point this key at that record */
 	kvp_store_relaxed(&s->entries[i].e_ssd, 0);
-	kvp_store_relaxed(&s->entries[i].e_use, KVP_USE_MAKE(c->tick, depth));
+	kvp_store_relaxed(&s->entries[i].e_use,
+			  (c->tick << KVP_USE_DEPTH_BITS) |
+				  (ulow & KVP_USE_KEEP));
 	for (p = first;;) {
 		uint64_t rb = 0, k;
 		unsigned char *dst = kvp_dram_run(s, p, &rb, &next);
@@ -335,9 +338,9 @@ kvp__put_from(struct kvp_client *c, const void *key, uint32_t klen,
 
 KVP_INLINE int
 kvp__put(struct kvp_client *c, const void *key, uint32_t klen, const void *val,
-	 uint64_t len, uint32_t depth, bool *counted)
+	 uint64_t len, uint32_t ulow, bool *counted)
 {
-	return kvp__put_from(c, key, klen, val, len, depth, counted, NULL);
+	return kvp__put_from(c, key, klen, val, len, ulow, counted, NULL);
 }
 
 /* kvp_put (kvpool.h): kvp__put, timed. */
@@ -454,12 +457,17 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 }
 
 /* kvp_batch_put_chain (kvpool.h): one tick and one histogram observation
- * for the batch; ops[k] at depth depth0 + k. */
+ * for the batch; ops[k] at depth depth0 + k.  A call whose hit prefix
+ * (depth0) is at least half its request (depth0 + n) is a continuation
+ * (a conversation's next turn, an agent's next step): every page gets
+ * KVP_USE_CONT, which spares it the probation of a never-hit value
+ * (agent/evict.c).  depth0 = 0 (kvp_batch_put) never is. */
 KVP_API ssize_t
 kvp_batch_put_chain(struct kvp_client *c, struct kvp_op *ops, size_t n,
 		    uint32_t depth0)
 {
 	uint64_t t0;
+	uint32_t cont;
 	bool counted = false;
 	size_t k, ok = 0;
 
@@ -467,12 +475,15 @@ kvp_batch_put_chain(struct kvp_client *c, struct kvp_op *ops, size_t n,
 		return -EINVAL;
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	c->tick = t0 >> KVP_TICK_SHIFT;
+	cont = depth0 && (uint64_t)depth0 >= n ? KVP_USE_CONT : 0;
 	for (k = 0; k < n; k++) {
 		uint64_t d = (uint64_t)depth0 + k;
 
 		ops[k].status = kvp__put(
 			c, ops[k].key, ops[k].klen, ops[k].buf, ops[k].len,
-			d > KVP_USE_DEPTH_MAX ? KVP_USE_DEPTH_MAX : (uint32_t)d,
+			(d > KVP_USE_DEPTH_MAX ? KVP_USE_DEPTH_MAX :
+						 (uint32_t)d) |
+				cont,
 			&counted);
 		ok += ops[k].status == 0;
 	}

@@ -63,8 +63,10 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
  * the arena populated behind the ready agent; 10.0: the cluster thread's
  * heartbeat, 32 cluster counters; 11.0: the HBM helper's socket name has an
  * unguessable part (gs_nonce), the header two pages; each drive id records
- * its directory (h_drive_dir_*) */
-#define KVP_ABI_MAJOR 13
+ * its directory (h_drive_dir_*); 13.0: the SSD read stages and queues
+ * (h_io_*), the client's copy-out histogram; 14.0: the use word's CONT
+ * bit (depth 18 bits), three eviction-policy counters */
+#define KVP_ABI_MAJOR 14
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -306,6 +308,13 @@ enum kvp_actr {
 	/* demotions the tier thread held back because reads were waiting
 	 * (rule 9: reads first), one per round that held any back */
 	KVP_ACTR_DEMOTE_YIELDS,
+	/* the eviction policy (agent/ghost.c, evict.c): values put again
+	 * soon after their eviction (readmitted from the ghost set), the
+	 * ghost set's keys now (a gauge), and evictions of values on
+	 * probation (never used, not a continuation, not readmitted) */
+	KVP_ACTR_GHOST_HITS,
+	KVP_ACTR_GHOST_KEYS,
+	KVP_ACTR_EVICT_PROBATION,
 	KVP_ACTR_RETIRED0, /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };
@@ -699,21 +708,30 @@ KVP_STATIC_ASSERT(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
  * The use word of an entry (e_use): when the value was last used, in
  * ticks of 2^20 ns (about 1 ms, CLOCK_MONOTONIC: one clock for every
  * process of the node), whether it was used since its put (KVP_USE_HIT),
- * and its depth in its prefix chain (the k-th page of a chain is at depth
- * k: a put of a chain says so, kvp_batch_put_chain).  Written by the
- * putter before publishing (HIT clear), then by every hit, probe, pin and
- * lease (kvp__touch: one relaxed store, only when the word changes, so
- * the line of a hot value is not bounced).  The eviction policy
- * (agent/evict.c) evicts the oldest use first (a value never hit counts
- * its age twice) and, within a tick, the deepest page first, which keeps
- * the cached set prefix-closed.  A hint, never trusted for
+ * whether its put continued a hit prefix of at least half its request
+ * (KVP_USE_CONT), and its depth in its prefix chain (the k-th page of a
+ * chain is at depth k: a put of a chain says so, kvp_batch_put_chain; 18
+ * bits).  Written by the putter before publishing (HIT clear), then by
+ * every hit, probe, pin and lease (kvp__touch: one relaxed store, only
+ * when the word changes, so the line of a hot value is not bounced; it
+ * keeps the bits below HIT).  The eviction policy (agent/evict.c) evicts
+ * the oldest use first (a value with neither HIT nor CONT, and not
+ * readmitted from the agent's ghost set, counts its age x
+ * --evict-probation) and, within a tick, the deepest page first, which
+ * keeps the cached set prefix-closed.  A hint, never trusted for
  * safety: a client may write anything here and only its own values' order
  * suffers.
  */
 #define KVP_TICK_SHIFT 20u /* ns >> 20: a tick is 1.05 ms */
 #define KVP_USE_DEPTH_BITS 20u
 #define KVP_USE_HIT (1u << (KVP_USE_DEPTH_BITS - 1)) /* used since put */
-#define KVP_USE_DEPTH_MAX (KVP_USE_HIT - 1)
+/* put as a continuation: kvp_batch_put_chain of n pages at depth0 with
+ * depth0 * 2 >= depth0 + n (its hit prefix is at least half the request);
+ * written by the putter only, kept by a hit */
+#define KVP_USE_CONT (KVP_USE_HIT >> 1)
+#define KVP_USE_DEPTH_MAX (KVP_USE_CONT - 1) /* 18 bits */
+/* what a hit keeps of the word: the depth and the CONT bit */
+#define KVP_USE_KEEP (KVP_USE_HIT - 1)
 #define KVP_USE_MAKE(tick, depth)                   \
 	(((uint64_t)(tick) << KVP_USE_DEPTH_BITS) | \
 	 ((uint64_t)(depth) > KVP_USE_DEPTH_MAX ?   \
@@ -722,6 +740,7 @@ KVP_STATIC_ASSERT(offsetof(struct kvp_entry, e_key) == 64, "key on line 2");
 #define KVP_USE_TICK(u) ((uint64_t)(u) >> KVP_USE_DEPTH_BITS)
 #define KVP_USE_DEPTH(u) ((uint32_t)((u)&KVP_USE_DEPTH_MAX))
 #define KVP_USE_HITS(u) (((u)&KVP_USE_HIT) != 0)
+#define KVP_USE_CONTS(u) (((u)&KVP_USE_CONT) != 0)
 
 /* The tick now (e_use's clock). */
 KVP_INLINE uint64_t

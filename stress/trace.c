@@ -1471,8 +1471,9 @@ int
 sim_policy_set(struct sim_policy *p, const char *kv)
 {
 	static const char *const keys[] = {
-		"band",  "probation", "depth_w",    "protect", "ghost", "admit",
-		"small", "fmax",      "dead_first", "freq_w",  "cont"
+		"band",  "probation", "depth_w", "protect",    "ghost",
+		"admit", "small",     "fmax",    "dead_first", "freq_w",
+		"cont",  "contp",     "adapt"
 	};
 	const char *eq = strchr(kv, '=');
 	char *e;
@@ -1521,6 +1522,12 @@ sim_policy_set(struct sim_policy *p, const char *kv)
 		break;
 	case 10:
 		p->cont = v;
+		break;
+	case 11:
+		p->contp = v;
+		break;
+	case 12:
+		p->adapt = v;
 		break;
 	default:
 		return -EINVAL;
@@ -1633,7 +1640,9 @@ struct psim {
 	struct sim_result *r;
 	uint64_t cap, used, now, band, rng;
 	uint64_t gcount, gsize, *gseq; /* ghost: x evicted as the gseq-th */
-	uint32_t *set, *pos;           /* the cached blocks */
+	uint8_t *gprob;                /* ... while on probation */
+	double pcur;         /* the probation now (p->adapt: adapted) */
+	uint32_t *set, *pos; /* the cached blocks */
 	uint32_t *tick, *depth, *parent;
 	uint8_t *hit, *prot, *freq, *pend;
 	bool *in;
@@ -1647,7 +1656,9 @@ psim_score(const struct psim *s, uint32_t x)
 	double a = (double)(s->now - s->tick[x]);
 
 	if (!s->hit[x] && !s->prot[x])
-		a *= s->p->probation;
+		a *= s->pcur;
+	else if (s->hit[x] == 2 && !s->prot[x] && s->p->contp > 0)
+		a *= s->p->contp; /* a continuation, never hit since */
 	if (s->p->depth_w > 0)
 		a *= 1 + s->p->depth_w * log2(1.0 + s->depth[x]);
 	if (s->p->freq_w > 0) {
@@ -1670,8 +1681,10 @@ psim_evict(struct psim *s, uint32_t x)
 	if (s->sk.c && s->pend[x]) /* the agent reads what it evicts */
 		sketch_add(&s->sk, x, s->pend[x]);
 	s->pend[x] = 0;
-	if (s->gsize)
+	if (s->gsize) {
 		s->gseq[x] = ++s->gcount;
+		s->gprob[x] = !s->hit[x] && !s->prot[x];
+	}
 }
 
 /* A pass: demote protected's oldest past its share, then evict the band
@@ -1734,6 +1747,7 @@ static void
 psim_free(struct psim *s)
 {
 	free(s->gseq);
+	free(s->gprob);
 	free(s->set);
 	free(s->pos);
 	free(s->tick);
@@ -1765,6 +1779,8 @@ psim_init(struct psim *s, struct trace *t, uint64_t cap,
 		s->band = 1;
 	s->gsize = (uint64_t)(p->ghost * (double)cap + 0.5);
 	s->gseq = calloc(d, sizeof(*s->gseq));
+	s->gprob = calloc(d, sizeof(*s->gprob));
+	s->pcur = p->probation;
 	s->set = malloc(d * sizeof(*s->set));
 	s->pos = malloc(d * sizeof(*s->pos));
 	s->tick = calloc(d, sizeof(*s->tick));
@@ -1776,9 +1792,9 @@ psim_init(struct psim *s, struct trace *t, uint64_t cap,
 	s->pend = calloc(d, 1);
 	s->in = calloc(d, sizeof(*s->in));
 	s->cand = malloc(d * sizeof(*s->cand));
-	if (!s->gseq || !s->set || !s->pos || !s->tick || !s->depth ||
-	    !s->parent || !s->hit || !s->prot || !s->freq || !s->pend ||
-	    !s->in || !s->cand)
+	if (!s->gseq || !s->gprob || !s->set || !s->pos || !s->tick ||
+	    !s->depth || !s->parent || !s->hit || !s->prot || !s->freq ||
+	    !s->pend || !s->in || !s->cand)
 		return -ENOMEM;
 	if (p->admit) {
 		uint64_t w = 64;
@@ -1853,7 +1869,7 @@ sim_recency(struct trace *t, uint64_t cap, const struct sim_policy *p,
 			s.in[x] = true;
 			s.tick[x] = (uint32_t)s.now;
 			s.depth[x] = k;
-			s.hit[x] = cont; /* the put's CONT bit */
+			s.hit[x] = cont ? 2 : 0; /* the put's CONT bit */
 			s.prot[x] = 0;
 			s.freq[x] = 0;
 			s.pend[x] = 1; /* the put, seen by the next scan */
@@ -1861,6 +1877,17 @@ sim_recency(struct trace *t, uint64_t cap, const struct sim_policy *p,
 			    s.gcount - s.gseq[x] < s.gsize) {
 				r->ghost_hits++;
 				s.gseq[x] = 0;
+				/* a probation victim back: too strict; a
+				 * protected one: too lenient */
+				if (p->adapt > 0 && s.gprob[x])
+					s.pcur = s.pcur - p->adapt < 1 ?
+							 1 :
+							 s.pcur - p->adapt;
+				else if (p->adapt > 0)
+					s.pcur = s.pcur + p->adapt >
+								 p->probation ?
+							 p->probation :
+							 s.pcur + p->adapt;
 				s.prot[x] = 1; /* one segment: no probation */
 				r->admitted++;
 			}

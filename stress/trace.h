@@ -250,6 +250,14 @@ struct sim_policy {
 	 * probation, as if hit: a conversation's new turn, not a one-off
 	 * (0: off) */
 	double cont;
+	/* RECENCY: ... or counts its age x contp while never hit (0: x1;
+	 * the agent's --evict-cont-probation) */
+	double contp;
+	/* RECENCY, with a ghost set: a key put again after its eviction
+	 * lowers the probation by adapt when it was evicted on probation,
+	 * raises it by adapt (at most p->probation) when it was not (0:
+	 * fixed) */
+	double adapt;
 };
 
 /* The candidates of the study (stress/trace_matrix), by name: "cur"
@@ -259,7 +267,8 @@ struct sim_policy {
 extern const struct sim_policy sim_policies[];
 const struct sim_policy *sim_policy_find(const char *name);
 /* Set one parameter from "key=value" (band, probation, depth_w, protect,
- * ghost, admit, small, fmax, dead_first, freq_w, cont): 0 or -EINVAL. */
+ * ghost, admit, small, fmax, dead_first, freq_w, cont, contp, adapt): 0 or
+ * -EINVAL. */
 int sim_policy_set(struct sim_policy *p, const char *kv);
 
 int sim_policy(struct trace *t, uint64_t cap, const struct sim_policy *p,

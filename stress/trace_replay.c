@@ -16,7 +16,11 @@
  * keys (the prefix hit), kvp_batch_get of that prefix (every byte checked:
  * a value's content is derived from its block id), then a put of the
  * rest as one chain whose first page sits at depth = the prefix hit
- * (kvp_batch_put_chain).
+ * (kvp_batch_put_chain).  With --blocks (a trace whose blocks are reused
+ * after any prefix, RAG's documents: the ratio is then the block hit
+ * ratio, as trace_matrix reports it) every block is read (kvp_batch_get:
+ * a hit is any block found) and the missing ones are put as one chain at
+ * depth = the leading hits.
  * Requests are replayed one after another as fast as the pool takes them
  * (timestamps give the order only), or with --speed X at their arrival
  * times X times faster (a request that comes due while an earlier one is
@@ -32,10 +36,15 @@
  *                [--capacity N | --capacity-pct P] [--sweep P,P,...]
  *                [--label L] [--json FILE] [--dram-blocks N]
  *                [--ssd-blocks N] [--print-distinct] [--limit N]
- *                [--speed X]
- *   generator:   [--seed N] [--requests N] [--sessions N] [--zipf S]
+ *                [--speed X] [--blocks]
+ *   generator:   [--kind NAME] [--scan F] [--seed N] [--requests N]
+ *                [--sessions N] [--zipf S]
  *                [--turns N] [--system-blocks N] [--first-blocks N]
  *                [--growth N] [--doc-share F] [--doc-blocks N] [--rate R]
+ *   --kind sessions|chat|agent|rag: the generator's preset for that kind
+ *   (trace_gen_preset; give it first: it resets the generator options
+ *   but --seed and --requests); --scan F: a share F of one-pass scan
+ *   requests (trace_matrix's "+scan" rows use 0.1).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -54,7 +63,7 @@ struct opts {
 	const char *pool, *ns, *trace, *write_trace, *json, *label, *sweep;
 	uint64_t page, capacity, dram_blocks, ssd_blocks, limit;
 	double capacity_pct, speed;
-	bool print_distinct;
+	bool print_distinct, blocks;
 	struct trace_gen_cfg gen;
 };
 
@@ -140,6 +149,85 @@ block_check(const unsigned char *got, uint64_t len, uint64_t page, uint64_t id,
 	return bad;
 }
 
+/* A request of n blocks served block by block (--blocks): every block
+ * read (a hit: found, its bytes checked), the missing ones put as one
+ * chain at depth = the leading hits.  ops[k].buf holds a page each. */
+static int
+replay_blocks(const struct opts *o, struct kvp_client *c, struct kvp_op *ops,
+	      uint32_t n, const uint64_t *ids, unsigned char *scratch,
+	      struct pool_stats *st)
+{
+	uint32_t k, lead = 0, m = 0;
+	bool leading = true;
+	double t1;
+
+	for (k = 0; k < n; k++) {
+		ops[k].off = 0;
+		ops[k].len = o->page;
+	}
+	t1 = now_s();
+	kvp_batch_get(c, ops, n);
+	st->get_seconds += now_s() - t1;
+	for (k = 0; k < n; k++) {
+		uint64_t bad;
+
+		if (ops[k].status) {
+			if (ops[k].status != -ENOENT)
+				st->get_errors++;
+			leading = false;
+			continue;
+		}
+		st->hits++;
+		lead += leading;
+		bad = block_check(ops[k].buf, ops[k].len, o->page, ids[k],
+				  scratch);
+		st->wrong_bytes += bad;
+		st->bytes_verified += ops[k].len;
+		st->served += !bad;
+	}
+	/* the misses, packed to the front (hits are done with) */
+	for (k = 0; k < n; k++) {
+		if (!ops[k].status)
+			continue;
+		if (m != k) {
+			unsigned char *b = (unsigned char *)ops[m].buf;
+
+			ops[m].buf = ops[k].buf;
+			ops[k].buf = b;
+			ops[m].key = ops[k].key;
+			ops[m].klen = ops[k].klen;
+		}
+		block_fill(ops[m].buf, o->page, ids[k]);
+		ops[m].off = 0;
+		ops[m].len = o->page;
+		m++;
+	}
+	if (!m)
+		return 0;
+	t1 = now_s();
+	kvp_batch_put_chain(c, ops, m, lead);
+	st->put_seconds += now_s() - t1;
+	for (k = 0; k < m; k++) {
+		switch (ops[k].status) {
+		case 0:
+			st->put_ok++;
+			break;
+		case -EEXIST:
+			st->put_eexist++;
+			break;
+		case -EBUSY:
+			st->put_ebusy++;
+			break;
+		case -ENOSPC:
+			st->put_enospc++;
+			break;
+		default:
+			st->put_other++;
+		}
+	}
+	return 0;
+}
+
 static int
 replay_pool(const struct opts *o, const struct trace *t, struct pool_stats *st)
 {
@@ -214,6 +302,13 @@ replay_pool(const struct opts *o, const struct trace *t, struct pool_stats *st)
 			ops[k].klen = block_key(key, ids[k]);
 			ops[k].key = key;
 			ops[k].buf = bufs + (size_t)k * rounded;
+		}
+		if (o->blocks) {
+			rc = replay_blocks(o, c, ops, r->tr_n, ids, scratch,
+					   st);
+			if (rc)
+				goto out;
+			continue;
 		}
 		h = kvp_batch_exists_prefix(c, ops, r->tr_n);
 		if (h < 0) {
@@ -370,8 +465,9 @@ usage(FILE *f)
 		"         [--trace FILE | generator options] [--write-trace FILE]\n"
 		"         [--capacity N | --capacity-pct P] [--sweep P,P,...]\n"
 		"         [--label L] [--json FILE] [--dram-blocks N] [--ssd-blocks N]\n"
-		"         [--print-distinct] [--limit N] [--speed X]\n"
-		"generator: [--seed N] [--requests N] [--sessions N] [--zipf S]\n"
+		"         [--print-distinct] [--limit N] [--speed X] [--blocks]\n"
+		"generator: [--kind sessions|chat|agent|rag] [--scan F]\n"
+		"         [--seed N] [--requests N] [--sessions N] [--zipf S]\n"
 		"         [--turns N] [--system-blocks N] [--first-blocks N]\n"
 		"         [--growth N] [--doc-share F] [--doc-blocks N] [--rate R]\n"
 		"--capacity: blocks of the simulated caches (default: --dram-blocks\n"
@@ -408,6 +504,9 @@ parse_opts(int argc, char **argv, struct opts *o)
 		O_DOC_SHARE,
 		O_DOC_BLOCKS,
 		O_RATE,
+		O_KIND,
+		O_SCAN,
+		O_BLOCKS,
 	};
 	static const struct option lo[] = {
 		{ "pool", required_argument, NULL, O_POOL },
@@ -436,6 +535,9 @@ parse_opts(int argc, char **argv, struct opts *o)
 		{ "doc-share", required_argument, NULL, O_DOC_SHARE },
 		{ "doc-blocks", required_argument, NULL, O_DOC_BLOCKS },
 		{ "rate", required_argument, NULL, O_RATE },
+		{ "kind", required_argument, NULL, O_KIND },
+		{ "scan", required_argument, NULL, O_SCAN },
+		{ "blocks", no_argument, NULL, O_BLOCKS },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -529,6 +631,26 @@ parse_opts(int argc, char **argv, struct opts *o)
 		case O_RATE:
 			bad = parse_double(optarg, &g->rate) || g->rate < 0;
 			break;
+		case O_KIND: {
+			enum trace_gen_kind kind;
+			uint64_t seed = g->seed;
+			uint32_t requests = g->requests;
+
+			bad = trace_gen_kind_parse(optarg, &kind) != 0;
+			if (!bad) {
+				trace_gen_preset(g, kind);
+				g->seed = seed;
+				g->requests = requests;
+			}
+			break;
+		}
+		case O_SCAN:
+			bad = parse_double(optarg, &g->scan_share) ||
+			      g->scan_share < 0 || g->scan_share > 1;
+			break;
+		case O_BLOCKS:
+			o->blocks = true;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -565,9 +687,10 @@ trace_desc(const struct opts *o, char *buf, size_t cap)
 		return;
 	}
 	snprintf(buf, cap,
-		 "gen:seed=%llu,requests=%u,sessions=%u,zipf=%g,turns=%u,"
-		 "system=%u,first=%u,growth=%u,doc_share=%g,doc_blocks=%u,"
-		 "rate=%g",
+		 "gen:kind=%s,scan=%g,seed=%llu,requests=%u,sessions=%u,"
+		 "zipf=%g,turns=%u,system=%u,first=%u,growth=%u,doc_share=%g,"
+		 "doc_blocks=%u,rate=%g",
+		 trace_gen_kind_name(g->kind), g->scan_share,
 		 (unsigned long long)g->seed, g->requests, g->sessions, g->zipf,
 		 g->turns, g->system_blocks, g->first_blocks, g->growth,
 		 g->doc_share, g->doc_blocks, g->rate);
@@ -763,15 +886,21 @@ main(int argc, char **argv)
 			printf("pool: arrivals at %gx their times; at most "
 			       "%.3f s behind them\n",
 			       o.speed, ps.max_lag);
-		equiv = lru_equivalent(&t, ps.hits);
-		printf("pool: as many prefix hits as an LRU cache of %llu "
-		       "blocks (%.2fx its capacity)\n",
-		       (unsigned long long)equiv,
-		       ratio((double)equiv, (double)cap));
+		if (!o.blocks) {
+			equiv = lru_equivalent(&t, ps.hits);
+			printf("pool: as many prefix hits as an LRU cache of "
+			       "%llu blocks (%.2fx its capacity)\n",
+			       (unsigned long long)equiv,
+			       ratio((double)equiv, (double)cap));
+		}
 	}
 	{
 		double ph = ratio((double)ps.hits, (double)t.t_nids);
-		double lh = sim_prefix_ratio(&lru), bh = sim_prefix_ratio(&bel);
+		/* --blocks: block hits against block hits */
+		double lh = o.blocks ? sim_block_ratio(&lru) :
+				       sim_prefix_ratio(&lru);
+		double bh = o.blocks ? sim_block_ratio(&bel) :
+				       sim_prefix_ratio(&bel);
 
 		char hit_s[3][16] = { "-", "-", "-" };
 
@@ -790,8 +919,10 @@ main(int argc, char **argv)
 		       "%7llu %7llu  %llu/%llu/%llu/%llu/%llu\n",
 		       label, (unsigned long long)cap,
 		       100.0 * (double)cap / (double)t.t_distinct, hit_s[0], lh,
-		       bh, sim_prefix_ratio(&inf), hit_s[1], hit_s[2],
-		       (unsigned long long)ps.failed_gets,
+		       bh,
+		       o.blocks ? sim_block_ratio(&inf) :
+				  sim_prefix_ratio(&inf),
+		       hit_s[1], hit_s[2], (unsigned long long)ps.failed_gets,
 		       (unsigned long long)ps.wrong_bytes,
 		       (unsigned long long)ps.put_ok,
 		       (unsigned long long)ps.put_eexist,
@@ -824,7 +955,9 @@ main(int argc, char **argv)
 				"\"lru_equiv_blocks\":%llu,"
 				"\"lru_equiv_of_capacity\":%.4f,",
 				ph, ratio((double)ps.served, (double)t.t_nids),
-				lh, bh, sim_prefix_ratio(&inf),
+				lh, bh,
+				o.blocks ? sim_block_ratio(&inf) :
+					   sim_prefix_ratio(&inf),
 				sim_block_ratio(&lru), sim_block_ratio(&bel),
 				ratio(ph, lh), ratio(ph, bh),
 				(unsigned long long)equiv,

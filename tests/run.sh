@@ -282,6 +282,9 @@ if [ $quick = 0 ]; then
 	# the eviction policy study (~10 s): every generator at 5/10/25% through
 	# LRU, Belady and each candidate the pool can carry out
 	bench "release/trace_matrix --quick (policy study)" build/release/trace_matrix --quick
+	# the policy in the agent before issue 30 and now, through kvpoold, the
+	# same traces at 5/10/25% (~1 min); wrong bytes fail it
+	bench "stress/trace_policy --quick (policy through kvpoold)" stress/trace_policy --quick
 	# the sglang adapter against the C calls it wraps (~15 s; wrong bytes fail it)
 	bench "stress/bench_sglang.py --quick" env PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=python \
 		"$PYTHON" stress/bench_sglang.py --quick

@@ -213,20 +213,25 @@ test_docs_table(void **state)
  * writes, demotion yields); a client histogram of SSD copy-outs
  * (KVP_HIST_SSD_COPY, a spare row of the shard).
  */
-#define KVPT_LAYOUT_SIG_ABI13 0xd7365f27e683c41cull
+/*
+ * ABI 14: the use word's CONT bit (taken from the depth, which keeps 18
+ * bits: a meaning, not a size) and three eviction-policy counters in
+ * h_actr (ghost hits, the ghost set's keys, probation victims).
+ */
+#define KVPT_LAYOUT_SIG_ABI14 0x379dacf9de61d85eull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 13);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI13)
+	assert_int_equal(KVP_ABI_MAJOR, 14);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI14)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 13): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 14): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI13);
+			KVPT_LAYOUT_SIG_ABI14);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
