@@ -78,6 +78,28 @@ struct pool_stats {
 	double max_lag;                           /* --speed: behind, s */
 };
 
+/* A put's outcome into the replay's counts. */
+static void
+count_put(struct pool_stats *st, int status)
+{
+	switch (status) {
+	case 0:
+		st->put_ok++;
+		break;
+	case -EEXIST:
+		st->put_eexist++;
+		break;
+	case -EBUSY:
+		st->put_ebusy++;
+		break;
+	case -ENOSPC:
+		st->put_enospc++;
+		break;
+	default:
+		st->put_other++;
+	}
+}
+
 static double
 now_s(void)
 {
@@ -207,24 +229,8 @@ replay_blocks(const struct opts *o, struct kvp_client *c, struct kvp_op *ops,
 	t1 = now_s();
 	kvp_batch_put_chain(c, ops, m, lead);
 	st->put_seconds += now_s() - t1;
-	for (k = 0; k < m; k++) {
-		switch (ops[k].status) {
-		case 0:
-			st->put_ok++;
-			break;
-		case -EEXIST:
-			st->put_eexist++;
-			break;
-		case -EBUSY:
-			st->put_ebusy++;
-			break;
-		case -ENOSPC:
-			st->put_enospc++;
-			break;
-		default:
-			st->put_other++;
-		}
-	}
+	for (k = 0; k < m; k++)
+		count_put(st, ops[k].status);
 	return 0;
 }
 
@@ -358,24 +364,8 @@ replay_pool(const struct opts *o, const struct trace *t, struct pool_stats *st)
 		kvp_batch_put_chain(c, ops + h, r->tr_n - (size_t)h,
 				    (uint32_t)h);
 		st->put_seconds += now_s() - t1;
-		for (k = (uint32_t)h; k < r->tr_n; k++) {
-			switch (ops[k].status) {
-			case 0:
-				st->put_ok++;
-				break;
-			case -EEXIST:
-				st->put_eexist++;
-				break;
-			case -EBUSY:
-				st->put_ebusy++;
-				break;
-			case -ENOSPC:
-				st->put_enospc++;
-				break;
-			default:
-				st->put_other++;
-			}
-		}
+		for (k = (uint32_t)h; k < r->tr_n; k++)
+			count_put(st, ops[k].status);
 	}
 	st->seconds = now_s() - t0;
 	rc = 0;
