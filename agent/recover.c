@@ -151,9 +151,19 @@ kvp_recover_lost_agent(struct kvp_agent *a)
 
 		if ((KVP_IX_STATE(w) != KVP_IX_READY &&
 		     KVP_IX_STATE(w) != KVP_IX_DELETED) ||
-		    !ssd || kvp_drv_has_segment_agent(a->tier->ssd, ssd))
+		    !ssd || kvp_drv_has_segment_agent(a->tier->ssd, ssd)) {
+			/* a CHECK an earlier agent left on an entry not in
+			 * DRAM (kvp_ix_clear_stale_agent): its segment is
+			 * here, the entry stays */
+			if (w & KVP_IX_CHECK)
+				kvp_ix_check_release(s, i, w);
 			continue;
-		lost += kvp_recover_lose_ssd(s, i, w);
+		}
+		/* its segment is gone: it leaves (CHECK or not) */
+		if (kvp_recover_lose_ssd(s, i, w))
+			lost++;
+		else if (w & KVP_IX_CHECK)
+			kvp_ix_check_release(s, i, w);
 	}
 	if (lost)
 		kvp_log(KVP_LOG_WARN, "ssd",

@@ -588,7 +588,7 @@ kvp_shm_attach(struct kvp_agent *a, const char *name)
 			kvp_strerror(rc));
 		kvp_dram_report_damage(s);
 	}
-	cleared = kvp_ix_clear_stale_agent(s);
+	cleared = kvp_ix_clear_stale_agent(s, a->cfg.ssd_dir[0] != 0);
 	a->cfg.dram_unit = s->g.g_dram_unit;
 	a->cfg.max_clients = s->g.g_max_clients;
 	kvp_log(KVP_LOG_INFO, "shm",

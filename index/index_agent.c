@@ -118,9 +118,18 @@ kvp_ix_cand_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w,
 	return 1;
 }
 
-/* Undo CHECK flags an earlier agent left (it made no decision). */
+/* Undo CHECK flags an earlier agent left (it made no decision).  With
+ * keep_ssd (an agent with an SSD tier), an entry whose value is not in
+ * DRAM keeps its flag: the earlier agent may have died giving back its
+ * segment, and whether the segment is still there is known only after
+ * the SSD tier's recovery (kvp_recover_lost_agent then removes the entry
+ * or clears the flag).  Undone at once, such an entry was READY for the
+ * ~50 ms of the recovery with nothing to read: a reader that held it
+ * then got FAILED for a value that was only being evicted (stress_pool
+ * chaos).  Readers that find the flag wait for the verdict, as they do
+ * for an eviction's. */
 unsigned
-kvp_ix_clear_stale_agent(struct kvp_seg *s)
+kvp_ix_clear_stale_agent(struct kvp_seg *s, bool keep_ssd)
 {
 	uint64_t i;
 	unsigned n = 0;
@@ -129,6 +138,12 @@ kvp_ix_clear_stale_agent(struct kvp_seg *s)
 		/* acquire: pairs with the CAS that set the flag */
 		uint64_t w = kvp_load_acquire(&s->meta[i]);
 
+		/* relaxed: the location is stable under CHECK (no agent
+		 * moves it: this is the agent, before its threads) */
+		if ((w & KVP_IX_CHECK) && keep_ssd &&
+		    KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) !=
+			    KVP_TIER_DRAM)
+			continue;
 		/* nobody else sets or clears CHECK (I5) */
 		if ((w & KVP_IX_CHECK) && kvp_ix_check_release(s, i, w))
 			n++;

@@ -25,6 +25,6 @@ unsigned kvp_ix_cand_take_agent(struct kvp_seg *s, uint64_t i, uint64_t w,
 void kvp_ix_holds_scan_agent(struct kvp_seg *s, struct kvp_cand *c, unsigned n);
 /* An attaching agent: clear every CHECK and every claim its dead
  * predecessor left.  Returns how many it undid. */
-unsigned kvp_ix_clear_stale_agent(struct kvp_seg *s);
+unsigned kvp_ix_clear_stale_agent(struct kvp_seg *s, bool keep_ssd);
 
 #endif /* KVP_INDEX_INT_H */

@@ -703,13 +703,20 @@ test_reap_owner(void **state)
 	p = kvp_ix_claim(&s, CS_B, NS1, kvp_key_hash(NS1, "client", 6),
 			 "client", 6, &w);
 	assert_true(p >= 0);
-	assert_int_equal(kvp_ix_clear_stale_agent(&s), 3);
+	/* an agent with an SSD tier keeps the CHECK of an entry not in DRAM
+	 * (its segment may be gone: recovery decides), undoes the rest */
+	kvp_store_relaxed(&s.entries[r].e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
+	kvp_store_relaxed(&s.entries[d].e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, 0));
+	assert_int_equal(kvp_ix_clear_stale_agent(&s, true), 2);
+	assert_int_equal(word(&s, (uint64_t)r), wr | KVP_IX_CHECK);
+	kvp_store_relaxed(&s.entries[r].e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, 0));
+	assert_int_equal(kvp_ix_clear_stale_agent(&s, false), 1);
 	assert_int_equal(word(&s, (uint64_t)r), wr);
 	assert_int_equal(word(&s, (uint64_t)d), wd);
 	assert_int_equal(word(&s, (uint64_t)c),
 			 KVP_IX_WORD(KVP_IX_GEN(wc) + 1, 0, 0, KVP_IX_EMPTY));
 	assert_int_equal(word(&s, (uint64_t)p), w);
-	assert_int_equal(kvp_ix_clear_stale_agent(&s), 0);
+	assert_int_equal(kvp_ix_clear_stale_agent(&s, false), 0);
 	kvp__seg_unmap(&s);
 }
 
