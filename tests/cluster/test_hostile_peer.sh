@@ -121,7 +121,14 @@ KC_DRAM=512M kc_agent 3 --remote-lease-ms 2000 || fail "node 3 did not restart"
 # the pages again)
 kc_node 3 put m1 s 0 64 1048576 >/dev/null
 kc_node 1 wait m1 s 16 48 10000 >/dev/null
+# the wait can be answered by the entries node 3's first incarnation
+# published (the same keys), which read as misses until the new one's
+# publish replaces the whole hash: wait until page 63 reads (10 s at most)
+fresh() { [ "$(field ok "$(kc_node 1 get m1 s 63 1 1048576)")" = 1 ]; }
+kc_wait 10 fresh || fail "node 3's new pages never reached node 1's directory"
 st0=$(stat 3 stalled_peers)
+# (node 3 started a moment ago: its count is 0 if its stats are not up yet)
+case $st0 in '' | *[!0-9]*) st0=0 ;; esac
 hostile 2 3 stall evil2 m1 s 0 64 20 >"$KC_DIR/stall2.out" 2>&1 &
 att=$!
 dropped() { [ "$(stat 3 stalled_peers)" -gt "$st0" ]; }
