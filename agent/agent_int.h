@@ -61,6 +61,8 @@ struct kvp_agent_cfg {
 	/* --ssd-reinsert PCT: at most this share of a reclaimed segment is
 	 * rewritten at the head of the log (values read since written) */
 	uint32_t ssd_reinsert_pct;
+	/* --ssd-header-cache SIZE: batch header blocks kept per drive */
+	uint64_t ssd_header_cache;
 	/* the segment's backing (segment.c): --hugepages auto|on|off, the
 	 * hugetlbfs mount to use (--hugetlbfs; "" = the first 2 MiB one) */
 	int hugepages; /* KVP_HUGE_* */

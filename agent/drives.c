@@ -482,6 +482,7 @@ kvp_drv_open_agent(struct kvp_agent *a, const struct kvp_drv_owner *own,
 		cfg.giveback_cb = kvp_drv_giveback_cb;
 		cfg.giveback_arg = d;
 		cfg.reinsert_pct = a->cfg.ssd_reinsert_pct;
+		cfg.header_cache_bytes = a->cfg.ssd_header_cache;
 		cfg.reinsert_cb = kvp_drv_reinsert_cb;
 		cfg.recover_prefetch = kvp_drv_recover_prefetch;
 		rc = kvp_ssd_open_agent(&cfg, &d->ssd);

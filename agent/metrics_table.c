@@ -777,6 +777,14 @@ static const struct kvp_mrow kvp_mtab[] = {
 	  .help = "SSD reads sent to a device while demotion writes were in "
 		  "flight on it (each waits behind them)." },
 	{ KVP_VAL(NULL, "ssd_reads_behind_writes"), KVP_A(READ_BEHIND_WRITES) },
+	{ KVP_FAM("kvpool_ssd_read_header_total", "counter", KVP_SEC_RW),
+	  .help = "SSD reads by where their batch header came from: the "
+		  "agent's header cache (one device operation) or the device "
+		  "(read beside the value)." },
+	{ KVP_VAL("from=\"cache\"", "ssd_header_cached"),
+	  KVP_A(SSD_HDR_CACHED) },
+	{ KVP_VAL("from=\"device\"", "ssd_header_read"),
+	  KVP_A(SSD_HDR_READ) },
 	{ KVP_FAM("kvpool_demotion_yields_total", "counter", KVP_SEC_TIERS),
 	  .help = "Rounds in which demotion held back because SSD reads were "
 		  "waiting (reads first)." },

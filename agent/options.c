@@ -221,6 +221,14 @@ static const struct kvp_opt kvp_opts[] = {
 	  .help = "when a segment is given back, rewrite the values read "
 		  "since they were written at the head of the log, up to PCT% "
 		  "of a segment (default %D, %R; 0: drop)" },
+	{ .name = "ssd-header-cache",
+	  .kind = KVP_OPT_SIZE,
+	  .arg = "SIZE",
+	  KVP_CFG(ssd_header_cache),
+	  .def = 16ull << 20,
+	  .help = "batch header blocks kept in memory, per --ssd-dir, so that "
+		  "an SSD read is one device operation (default %D; 0: every "
+		  "read also reads its header block)" },
 	{ .name = "staging",
 	  .kind = KVP_OPT_SIZE,
 	  .arg = "SIZE",

@@ -66,7 +66,7 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
  * its directory (h_drive_dir_*); 13.0: the SSD read stages and queues
  * (h_io_*), the client's copy-out histogram; 14.0: the use word's CONT
  * bit (depth 18 bits), three eviction-policy counters */
-#define KVP_ABI_MAJOR 14
+#define KVP_ABI_MAJOR 15
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -308,6 +308,11 @@ enum kvp_actr {
 	/* demotions the tier thread held back because reads were waiting
 	 * (rule 9: reads first), one per round that held any back */
 	KVP_ACTR_DEMOTE_YIELDS,
+	/* SSD reads (format 3) whose batch header came from the agent's
+	 * header cache (one device operation), and those that read it from
+	 * the device beside the value */
+	KVP_ACTR_SSD_HDR_CACHED,
+	KVP_ACTR_SSD_HDR_READ,
 	/* the eviction policy (agent/ghost.c, evict.c): values put again
 	 * soon after their eviction (readmitted from the ghost set), the
 	 * ghost set's keys now (a gauge), and evictions of values on

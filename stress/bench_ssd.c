@@ -83,6 +83,7 @@ report(const char *name, double v, const char *unit, double ref,
  */
 struct stage_snap {
 	uint64_t sum[KVP_IOS__N + 1], cnt[KVP_IOS__N + 1];
+	uint64_t hdr_cached, hdr_read; /* where reads' batch headers came from */
 };
 
 static void
@@ -91,6 +92,9 @@ stage_snap(const struct kvp_seg *s, struct stage_snap *x)
 	unsigned k, b, c;
 
 	memset(x, 0, sizeof(*x));
+	x->hdr_cached =
+		kvp_load_relaxed(&s->hdr->h_actr[KVP_ACTR_SSD_HDR_CACHED]);
+	x->hdr_read = kvp_load_relaxed(&s->hdr->h_actr[KVP_ACTR_SSD_HDR_READ]);
 	for (k = 0; k <= KVP_IOS__N; k++) {
 		for (b = 0; b <= KVP_HIST_SUM; b++) {
 			uint64_t v = 0;
@@ -147,6 +151,10 @@ stage_report(const char *name, const struct kvp_seg *s,
 	       "wake + rest (client)", "", "",
 	       (total_ns - covered) / ncalls / 1e3,
 	       100 * (total_ns - covered) / total_ns);
+	printf("    batch headers: %llu from the agent's cache, %llu read "
+	       "beside the value\n",
+	       (unsigned long long)(now.hdr_cached - before->hdr_cached),
+	       (unsigned long long)(now.hdr_read - before->hdr_read));
 }
 
 /* Is row name to be run (--only)? */

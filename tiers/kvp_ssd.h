@@ -158,6 +158,10 @@ struct kvp_ssd_cfg {
 	 * owner can prefetch what it will touch; its arg is the recovery
 	 * callback's */
 	void (*recover_prefetch)(void *arg, uint64_t hash);
+	/* --ssd-header-cache: bytes of batch header blocks kept in memory so
+	 * that a read is one device operation (0: none, every read reads its
+	 * header block too) */
+	uint64_t header_cache_bytes;
 };
 
 /* A record as found on disk (recovery, segment_foreach).  key is valid
@@ -209,8 +213,13 @@ struct kvp_ssd_cqe {
 	int32_t status;   /* 0 or -errno (see the top of this file) */
 	uint32_t dst_off; /* read: the requested bytes start at dst + dst_off */
 	uint32_t op;      /* enum kvp_ssd_op */
-	uint32_t pad;
+	uint32_t flags;   /* read: KVP_SSD_CQE_* */
 };
+/* a read whose batch header came from the header cache: one device
+ * operation (a format 3 read without it read the header block too) */
+#define KVP_SSD_CQE_HDR_CACHED 1u
+/* a format 3 read that read its batch header from the device */
+#define KVP_SSD_CQE_HDR_READ 2u
 
 struct kvp_ssd_usage {
 	uint64_t capacity_bytes; /* 0 = unlimited */
@@ -245,6 +254,9 @@ struct kvp_ssd_stats {
 	uint64_t chunks_verified, crc_errors, io_errors, enospc;
 	uint64_t fsyncs;
 	uint64_t fixed_ops; /* ops on registered buffers */
+	/* format 3 reads whose batch header came from the header cache, and
+	 * those that read it from the device */
+	uint64_t hdr_cached_reads, hdr_device_reads;
 	uint64_t segs_created, segs_sealed, segs_dropped, segs_vetoed;
 	uint64_t carried_tombstones; /* written by out-of-order drops */
 	/* records reclaims kept, written again; their value bytes */
@@ -340,8 +352,9 @@ int kvp_ssd_tombstone_agent(struct kvp_ssd *s, uint64_t tag, uint64_t ns,
 
 /*
  * Queue a read (see struct kvp_ssd_read).  The device reads the record's
- * header block (format 3: its batch's) and the 4 KiB-rounded extent of
- * [off, off + len) only.  The header block's CRC and the record's identity
+ * header block (format 3: its batch's, unless the header cache has it)
+ * and the 4 KiB-rounded extent of [off, off + len) only.  The header
+ * block's CRC and the record's identity
  * (the entry at the location's delta: ns, key, length) are checked, then:
  * whole-value reads verify every chunk CRC; ranged reads verify the chunks
  * the extent fully covers.  Returns 0 (queued), -EINVAL (bad range or

@@ -18,6 +18,8 @@
  *                  reads and their verification, submit and poll
  *   ssd_recover.c  recovery: the scan of every segment into the owner's
  *                  index, torn-tail repair
+ *   ssd_hcache.c   the header cache: batch header blocks of live segments
+ *                  in memory, so a read is one device operation
  *   ssd_store.c    open and close, the directory, statistics
  *
  * Design:
@@ -37,7 +39,8 @@
  *     has KVP_SSD_BATCH_IOV iovecs; the batch is then one WRITEV, and
  *     every record in it completes with it.  A read reads the header block
  *     and the value's extent (one READV when the value follows the header
- *     and the extent starts at the value) and checks the header's CRC, the
+ *     and the extent starts at the value; the extent alone when the
+ *     header is in the header cache, ssd_hcache.c) and checks the header's CRC, the
  *     entry's identity (ns, key, length: the record asked for) and the
  *     chunk CRCs the extent covers.  Format 1 and 2 segments (a 4 KiB
  *     header block per record) are still read, recovered, reinserted
@@ -136,6 +139,12 @@ struct kvp_sreq {
 	uint32_t op, dst_off;
 	uint32_t fmt; /* read: the segment's format */
 	int status;
+	/* read: its header came from the header cache (one device op) */
+	bool hc_hit;
+	/* a record whose batch header is to be cached when the poll hands
+	 * it back (hdr holds the block, given by its batch) */
+	bool hc_fill;
+	uint32_t hc_blk; /* read or hc_fill: the header's block */
 	unsigned nsub;
 	/* a batch (op KVP_SSD_OP_BATCH): its header block is hdr, its
 	 * records are members (linked through mnext), its iovecs biov */
@@ -179,6 +188,7 @@ struct kvp_ssd {
 	struct kvp_sreq *done_head, *done_tail;
 	unsigned outstanding, queued;
 	struct kvp_ssd_stats st;
+	struct kvp_hcache *hc; /* NULL: headers are always read from disk */
 	bool in_giveback;
 	/* records the reclaims of this write keep, written into the segment
 	 * it starts (kvp_seg_new) */
@@ -239,6 +249,15 @@ kvp_aligned(size_t n)
 }
 
 struct kvp_rtab; /* recovery's table (ssd_recover.c) */
+struct kvp_hcache;
+
+/* ssd_hcache.c */
+struct kvp_hcache *kvp_hc_new(uint64_t bytes);
+void kvp_hc_free(struct kvp_hcache *c);
+bool kvp_hc_get(struct kvp_hcache *c, uint32_t id, uint32_t blk, void *out);
+void kvp_hc_put(struct kvp_hcache *c, uint32_t id, uint32_t blk,
+		const void *hdr);
+void kvp_hc_drop_seg(struct kvp_hcache *c, uint32_t id);
 
 /* ssd_format.c */
 unsigned kvp_chunk_shift(uint64_t vlen, uint32_t *nchunks);

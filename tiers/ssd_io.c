@@ -283,8 +283,18 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
 	r->rd.ndst = r->ndst;
 	r->wiov[0].iov_base = r->hdr;
 	r->wiov[0].iov_len = B;
+	r->hc_blk = (uint32_t)hblk;
+	/* format 3: a batch header the cache holds is checked as one read
+	 * from disk would be (kvp_finish_read), and the device reads the
+	 * extent only */
+	r->hc_hit = g->version >= 3 && extent &&
+		    kvp_hc_get(s->hc, g->id, (uint32_t)hblk, r->hdr);
 	kvp_guard(s, r, true);
-	if (astart == 0 && vblk == hblk + 1 && r->ndst + 1 < KVP_SSD_MAX_IOV) {
+	if (r->hc_hit) {
+		rc = kvp_queue_rw(s, r, 1, false, r->dst, r->ndst,
+				  vblk * B + astart);
+	} else if (astart == 0 && vblk == hblk + 1 &&
+		   r->ndst + 1 < KVP_SSD_MAX_IOV) {
 		/* the extent starts at the value, which follows the header:
 		 * header and bytes are one contiguous transfer, one device
 		 * operation */
@@ -305,7 +315,11 @@ kvp_ssd_read_agent(struct kvp_ssd *s, uint64_t tag,
 			kvp_efd_signal(s);
 		}
 	}
-	s->st.dev_read_bytes += B + extent;
+	s->st.dev_read_bytes += (r->hc_hit ? 0 : B) + extent;
+	if (g->version >= 3 && r->hc_hit)
+		s->st.hdr_cached_reads++;
+	else if (g->version >= 3)
+		s->st.hdr_device_reads++;
 	kvp_guard(s, r, false);
 	return 0;
 }
@@ -521,7 +535,15 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max,
 		out[n].status = r->status;
 		out[n].dst_off = r->dst_off;
 		out[n].op = r->op;
-		out[n].pad = 0;
+		out[n].flags = 0;
+		if (r->op == KVP_SSD_OP_READ && r->fmt >= 3)
+			out[n].flags = r->hc_hit ? KVP_SSD_CQE_HDR_CACHED :
+						   KVP_SSD_CQE_HDR_READ;
+		/* header blocks for the cache: a batch's just written (given
+		 * to its first record), a read's checked from disk */
+		if (!r->status && (r->hc_fill || (r->op == KVP_SSD_OP_READ &&
+						   r->fmt >= 3 && !r->hc_hit)))
+			kvp_hc_put(s->hc, r->seg->id, r->hc_blk, r->hdr);
 		if (r->op != KVP_SSD_OP_READ)
 			/* handed back: its segment may go now */
 			r->seg->wr_inflight--;

@@ -85,6 +85,16 @@ kvp_batch_finish(struct kvp_ssd *s, struct kvp_sreq *b)
 		next = m->mnext;
 		if (!m->status)
 			m->status = b->status;
+		if (m == b->mhead && !b->status && s->hc && !m->hdr &&
+		    b->seg->version >= 3) {
+			/* the header block goes to the cache when the poll
+			 * hands this record back (on the tier thread: this
+			 * may be a worker's) */
+			m->hdr = b->hdr;
+			b->hdr = NULL;
+			m->hc_fill = true;
+			m->hc_blk = (uint32_t)b->bblk;
+		}
 		kvp_req_done(s, m);
 	}
 	kvp_req_free(b);

@@ -645,6 +645,7 @@ kvp_ssd_segment_drop_agent(struct kvp_ssd *s, uint32_t id)
 			break;
 		}
 	/* reads in flight hold their own reference to the file */
+	kvp_hc_drop_seg(s->hc, id);
 	kvp_seg_free(g);
 	s->st.segs_dropped++;
 	return 0;

@@ -296,6 +296,8 @@ skip:
 	}
 	s->st.uring = s->uring;
 	s->st.direct = s->direct;
+	/* no memory for it: reads read their header blocks from disk */
+	s->hc = kvp_hc_new(cfg->header_cache_bytes);
 	*out = s;
 	return 0;
 err:
@@ -347,6 +349,7 @@ kvp_ssd_close_agent(struct kvp_ssd *s)
 	free(s->segs);
 	kvp_reins_discard(s, 0); /* none outside a write */
 	free(s->reins);
+	kvp_hc_free(s->hc);
 	if (s->lockfd >= 0)
 		close(s->lockfd);
 	if (s->dirfd >= 0)

@@ -511,7 +511,11 @@ mix_batch_mates(struct kvp_seg *s, struct kvp_client *c, int i, int *out)
  * byte in a 4 KiB value and in a 16 KiB value: those two are FAILED;
  * every other value reads right.  The same after a clean stop and a
  * restart without the segment (the rebuild reads the sealed segment's
- * summary: the damaged records are indexed, their reads fail).
+ * summary: the damaged records are indexed, their reads fail).  The
+ * first agent keeps no header blocks in memory (--ssd-header-cache 0:
+ * one it wrote would serve its batch's values, rightly, whatever the disk
+ * says now); the restarted one does, and must not cache a header that
+ * fails its check.
  */
 static void
 test_small_values_corruption(void **state)
@@ -530,7 +534,8 @@ test_small_values_corruption(void **state)
 				      "--dram-low", "0", "--no-promote",
 				      "--ssd-dir", kvpt_ssd_dir,
 				      "--ssd-segment", "64M", "--staging", "8M",
-				      "--staging-slot", "1M", NULL),
+				      "--staging-slot", "1M",
+				      "--ssd-header-cache", "0", NULL),
 			 0);
 	mix_put_and_demote(c, &s);
 	/* a 4 KiB value that shares its batch with others (which batch a

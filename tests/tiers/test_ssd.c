@@ -745,6 +745,142 @@ test_corrupt_value(void **state)
 	free(d);
 }
 
+/*
+ * The header cache (issue 29, one read per value): a value read back
+ * after its batch was written takes one device operation (its extent),
+ * its header block coming from memory, and is checked as before: a
+ * flipped value byte is still -EBADMSG, and a ranged read clear of it
+ * still right.  A store reopened with an empty cache reads the header of
+ * the first value of a batch from the device and then has it for the
+ * others; without a cache (0 bytes) every read reads its header.  Both
+ * I/O paths (the pread workers finish batches on their own threads).
+ */
+static void
+hc_case(bool pread_path)
+{
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd *s;
+	struct kvp_ssd_stats st0, st1;
+	struct kvp_ssd_cqe cq[8];
+	struct iovec iov[4];
+	struct seen sn;
+	unsigned char *v[4], *d, b;
+	uint64_t loc[4], seen = 0;
+	char path[400];
+	uint32_t doff;
+	unsigned k;
+	int fd, pass;
+
+	assert_int_equal(posix_memalign((void **)&d, 4096, 65536), 0);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = kvpt_ssd_dir;
+	cfg.segment_bytes = 8 << 20;
+	cfg.wipe = true;
+	cfg.header_cache_bytes = 1 << 20;
+	if (pread_path)
+		setenv("KVP_SSD_FORCE_PREAD", "1", 1);
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	unsetenv("KVP_SSD_FORCE_PREAD");
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	/* four values queued together: one batch, one header block */
+	for (k = 0; k < 4; k++) {
+		char key[16];
+
+		v[k] = malloc(65536);
+		fill(v[k], 65536, 40 + k);
+		iov[k].iov_base = v[k];
+		iov[k].iov_len = 65536;
+		snprintf(key, sizeof(key), "hc-%u", k);
+		assert_int_equal(kvp_ssd_write_agent(s, 10 + k, 42, key,
+						     (uint32_t)strlen(key),
+						     &iov[k], 1, 0),
+				 0);
+	}
+	while (seen < 4) {
+		int n = kvp_ssd_poll_agent(s, cq, 8, -1);
+
+		for (k = 0; k < (unsigned)n; k++) {
+			assert_int_equal(cq[k].status, 0);
+			loc[cq[k].tag - 10] = cq[k].loc;
+		}
+		seen += (uint64_t)n;
+	}
+	for (k = 1; k < 4; k++)
+		assert_int_equal(KVP_SSD_LOC_HDR(loc[k]),
+				 KVP_SSD_LOC_HDR(loc[0]));
+	/* written just now: every header is in memory, one op a read */
+	kvp_ssd_stats_agent(s, &st0);
+	for (k = 0; k < 4; k++) {
+		assert_int_equal(get(s, loc[k], 65536, 0, 65536, d, &doff), 0);
+		assert_memory_equal(d, v[k], 65536);
+	}
+	kvp_ssd_stats_agent(s, &st1);
+	assert_int_equal(st1.hdr_cached_reads - st0.hdr_cached_reads, 4);
+	assert_int_equal(st1.hdr_device_reads - st0.hdr_device_reads, 0);
+	assert_int_equal(st1.dev_read_bytes - st0.dev_read_bytes, 4 * 65536);
+	/* a flipped byte in value 2 on disk: caught against the cached
+	 * header; a ranged read of its first chunk clear of it is right */
+	snprintf(path, sizeof(path), "%s/seg-%08x.kvs", kvpt_ssd_dir,
+		 KVP_SSD_LOC_SEG(loc[2]));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &b, 1,
+			       (off_t)KVP_SSD_LOC_VALUE(loc[2]) * 4096 + 60000),
+			 1);
+	b ^= 0x40;
+	assert_int_equal(pwrite(fd, &b, 1,
+				(off_t)KVP_SSD_LOC_VALUE(loc[2]) * 4096 + 60000),
+			 1);
+	close(fd);
+	assert_int_equal(get(s, loc[2], 65536, 0, 65536, d, &doff), -EBADMSG);
+	kvp_ssd_close_agent(s);
+	/* reopened: the first read of the batch reads the header, the next
+	 * ones find it; with no cache, every read reads it */
+	for (pass = 0; pass < 2; pass++) {
+		cfg.wipe = false;
+		cfg.header_cache_bytes = pass == 0 ? 1 << 20 : 0;
+		if (pread_path)
+			setenv("KVP_SSD_FORCE_PREAD", "1", 1);
+		assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+		unsetenv("KVP_SSD_FORCE_PREAD");
+		memset(&sn, 0, sizeof(sn));
+		assert_int_equal(kvp_ssd_recover_agent(s, collect, &sn), 4);
+		for (k = 0; k < 4; k++) {
+			char key[16];
+
+			snprintf(key, sizeof(key), "hc-%u", k);
+			assert_int_equal(seen_loc(&sn, key), loc[k]);
+		}
+		kvp_ssd_stats_agent(s, &st0);
+		for (k = 0; k < 4; k++) {
+			if (k == 2)
+				continue;
+			assert_int_equal(
+				get(s, loc[k], 65536, 0, 65536, d, &doff), 0);
+			assert_memory_equal(d, v[k], 65536);
+		}
+		assert_int_equal(get(s, loc[2], 65536, 0, 65536, d, &doff),
+				 -EBADMSG);
+		kvp_ssd_stats_agent(s, &st1);
+		assert_int_equal(st1.hdr_device_reads - st0.hdr_device_reads,
+				 pass == 0 ? 1 : 4);
+		assert_int_equal(st1.hdr_cached_reads - st0.hdr_cached_reads,
+				 pass == 0 ? 3 : 0);
+		kvp_ssd_close_agent(s);
+	}
+	for (k = 0; k < 4; k++)
+		free(v[k]);
+	free(d);
+}
+
+static void
+test_header_cache(void **state)
+{
+	(void)state;
+	hc_case(false);
+	hc_case(true);
+}
+
 /* A small --ssd-size: whole oldest segments are given back; a veto
  * defers it (-EAGAIN for now: room comes when the owner lets the oldest
  * go), never drops a vetoed segment. */
@@ -1429,6 +1565,7 @@ main(void)
 		cmocka_unit_test(test_restart_and_damage),
 		cmocka_unit_test(test_late_tombstone),
 		cmocka_unit_test(test_corrupt_value),
+		cmocka_unit_test(test_header_cache),
 		cmocka_unit_test(test_format2_files),
 		cmocka_unit_test(test_crash_batch),
 		cmocka_unit_test(test_empty_segment),
