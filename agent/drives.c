@@ -37,7 +37,10 @@
  * in the header (h_drive_*: `kvpool stat`, /metrics).
  *
  * Recovery runs one thread per drive (the scans read the disks in
- * parallel); their callbacks into the index are serialised by a mutex.
+ * parallel), and each drive hands its records to the index on several
+ * threads (the cores shared out, kvp_drv_recover_threads); the owner's
+ * callback is safe for that (agent/recover.c: lock-free index claims of
+ * distinct keys).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -191,9 +194,9 @@ kvp_drv_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 	x.loc = KVP_DRV_LOC(d->id, r->loc);
 	if (x.type == KVP_SSD_REC_TOMBSTONE && x.target)
 		x.target = KVP_DRV_LOC(d->id, r->target);
-	pthread_mutex_lock(&d->all->mu);
+	/* no lock: the owner's recover is safe on several threads (every
+	 * drive's recovery threads at once) */
 	rc = d->all->own->recover(d->all->a, &x);
-	pthread_mutex_unlock(&d->all->mu);
 	return rc;
 }
 
@@ -265,6 +268,21 @@ kvp_drv_reinsert_agent(struct kvp_drive *d, const struct kvp_ssd_rec *r,
 }
 
 /* ---- open, recover, close ---- */
+
+/* Threads each of n drives recovers with: the online cores shared out
+ * (every drive recovers at once, on its own thread and these). */
+static uint32_t
+kvp_drv_recover_threads(unsigned n)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	long per = cpus > 0 && n ? cpus / (long)n : 1;
+
+	if (per < 1)
+		per = 1;
+	if (per > (long)KVP_SSD_RECOVER_THREADS_MAX)
+		per = KVP_SSD_RECOVER_THREADS_MAX;
+	return (uint32_t)per;
+}
 
 static void *
 kvp_drv_recover_thread(void *arg)
@@ -447,7 +465,6 @@ kvp_drv_open_agent(struct kvp_agent *a, const struct kvp_drv_owner *own,
 	dv->a = a;
 	dv->own = own;
 	dv->efd = -1;
-	pthread_mutex_init(&dv->mu, NULL);
 	dv->n = a->cfg.nssd_dirs ? a->cfg.nssd_dirs : 1;
 	for (k = 0; k < dv->n; k++) {
 		struct kvp_drive *d = &dv->d[k];
@@ -483,6 +500,8 @@ kvp_drv_open_agent(struct kvp_agent *a, const struct kvp_drv_owner *own,
 		cfg.giveback_arg = d;
 		cfg.reinsert_pct = a->cfg.ssd_reinsert_pct;
 		cfg.header_cache_bytes = a->cfg.ssd_header_cache;
+		/* the cores, shared by the drives' recoveries */
+		cfg.recover_threads = kvp_drv_recover_threads(dv->n);
 		cfg.reinsert_cb = kvp_drv_reinsert_cb;
 		cfg.recover_prefetch = kvp_drv_recover_prefetch;
 		rc = kvp_ssd_open_agent(&cfg, &d->ssd);
@@ -584,7 +603,6 @@ kvp_drv_close_agent(struct kvp_drives *dv)
 	kvp_wait_close_agent(dv->w);
 	if (dv->efd >= 0)
 		close(dv->efd);
-	pthread_mutex_destroy(&dv->mu);
 	free(dv);
 }
 

@@ -783,8 +783,7 @@ static const struct kvp_mrow kvp_mtab[] = {
 		  "(read beside the value)." },
 	{ KVP_VAL("from=\"cache\"", "ssd_header_cached"),
 	  KVP_A(SSD_HDR_CACHED) },
-	{ KVP_VAL("from=\"device\"", "ssd_header_read"),
-	  KVP_A(SSD_HDR_READ) },
+	{ KVP_VAL("from=\"device\"", "ssd_header_read"), KVP_A(SSD_HDR_READ) },
 	{ KVP_FAM("kvpool_demotion_yields_total", "counter", KVP_SEC_TIERS),
 	  .help = "Rounds in which demotion held back because SSD reads were "
 		  "waiting (reads first)." },

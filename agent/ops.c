@@ -247,10 +247,11 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_ERRORS], 1);
 	if (cq->flags & (KVP_SSD_CQE_HDR_CACHED | KVP_SSD_CQE_HDR_READ))
 		/* stat: one device operation per read, or two */
-		kvp_fetch_add(&s->hdr->h_actr[cq->flags & KVP_SSD_CQE_HDR_CACHED ?
-						      KVP_ACTR_SSD_HDR_CACHED :
-						      KVP_ACTR_SSD_HDR_READ],
-			      1);
+		kvp_fetch_add(
+			&s->hdr->h_actr[cq->flags & KVP_SSD_CQE_HDR_CACHED ?
+						KVP_ACTR_SSD_HDR_CACHED :
+						KVP_ACTR_SSD_HDR_READ],
+			1);
 	/* a free op has no callback: a stale tag completes nothing */
 	if (!op->done)
 		return;

@@ -13,10 +13,15 @@
 /* A record the index cannot take: its tombstone is owed (I20), written
  * once the store has room; recovery goes on (a store full of live values
  * must not stop the agent from starting: rule 6). */
+static pthread_mutex_t kvp_recover_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static int
 kvp_recover_decline(struct kvp_agent *a, const struct kvp_ssd_rec *r)
 {
+	/* the tier's list of owed tombstones: recovery threads share it */
+	pthread_mutex_lock(&kvp_recover_mu);
 	kvp_tomb_later(a->tier, r->ns, r->key, r->klen, r->loc);
+	pthread_mutex_unlock(&kvp_recover_mu);
 	return KVP_SSD_DECLINE_OWED;
 }
 
@@ -55,7 +60,13 @@ kvp_recover_find(struct kvp_seg *s, const struct kvp_ssd_rec *r, uint64_t hash,
 }
 
 /* A live record found on disk at start: make it visible to every worker
- * (a fresh segment), or check it against the entry that survived. */
+ * (a fresh segment), or check it against the entry that survived.  On
+ * several recovery threads at once (every drive's, several each): the
+ * keys they hand in are distinct (a key's records are on one drive, and
+ * a drive hands in one record per key), the index's claim and publish
+ * are lock-free CASes (index/kvp_index.h: concurrent claimants), the
+ * count a CAS, wtick[] a slot of the key's own entry; only the owed
+ * tombstones' list takes a lock. */
 int
 kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 {

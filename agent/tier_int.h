@@ -122,7 +122,9 @@ struct kvp_drive {
 
 /* The drives' owner (tier.c hands it to kvp_drv_open_agent): what the
  * stores' callbacks reach, with the drive's id added to locations, so the
- * drives never call up the layers.  recover: a record found at start;
+ * drives never call up the layers.  recover: a record found at start
+ * (called on several threads at once: every drive recovers in parallel,
+ * each on several threads; it must be safe for that);
  * prefetch: a hint of the next; giveback: a segment the store wants back
  * (0: give it, or a veto); reinserted: where a kept record went;
  * drop_drives: entries naming these drives (a bit per id) lose their SSD
@@ -147,7 +149,6 @@ struct kvp_drives {
 	uint64_t checked_ns;
 	struct kvp_agent *a;
 	const struct kvp_drv_owner *own;
-	pthread_mutex_t mu; /* recovery callbacks (drives recover in parallel) */
 };
 
 struct kvp_tier {

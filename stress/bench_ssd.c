@@ -83,7 +83,8 @@ report(const char *name, double v, const char *unit, double ref,
  */
 struct stage_snap {
 	uint64_t sum[KVP_IOS__N + 1], cnt[KVP_IOS__N + 1];
-	uint64_t hdr_cached, hdr_read; /* where reads' batch headers came from */
+	uint64_t hdr_cached,
+		hdr_read; /* where reads' batch headers came from */
 };
 
 static void

@@ -162,7 +162,12 @@ struct kvp_ssd_cfg {
 	 * that a read is one device operation (0: none, every read reads its
 	 * header block too) */
 	uint64_t header_cache_bytes;
+	/* recovery: threads that hand records to the owner at once (0, 1:
+	 * the calling thread alone; at most KVP_SSD_RECOVER_THREADS_MAX);
+	 * the owner's callback must then be safe on several threads */
+	uint32_t recover_threads;
 };
+#define KVP_SSD_RECOVER_THREADS_MAX 16u
 
 /* A record as found on disk (recovery, segment_foreach).  key is valid
  * for the duration of the callback only. */

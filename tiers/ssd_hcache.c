@@ -28,8 +28,8 @@
 #define KVP_HC_WAYS 4u
 
 struct kvp_hc_way {
-	uint32_t id;  /* segment; 0: empty (segment numbers start at 1) */
-	uint32_t blk; /* the header's block in it */
+	uint32_t id;   /* segment; 0: empty (segment numbers start at 1) */
+	uint32_t blk;  /* the header's block in it */
 	uint64_t used; /* the cache's clock at the last use */
 };
 
@@ -58,8 +58,8 @@ kvp_hc_new(uint64_t bytes)
 	c->nsets = (uint32_t)sets;
 	c->ways = calloc(sets * KVP_HC_WAYS, sizeof(*c->ways));
 	/* not zeroed: a way's block is read only after it was filled */
-	if (!c->ways || posix_memalign((void **)&c->blocks, B,
-				       sets * KVP_HC_WAYS * B)) {
+	if (!c->ways ||
+	    posix_memalign((void **)&c->blocks, B, sets * KVP_HC_WAYS * B)) {
 		free(c->ways);
 		free(c);
 		return NULL;
@@ -99,7 +99,9 @@ kvp_hc_get(struct kvp_hcache *c, uint32_t id, uint32_t blk, void *out)
 
 		if (x->id == id && x->blk == blk) {
 			x->used = ++c->clock;
-			memcpy(out, c->blocks + ((uint64_t)set * KVP_HC_WAYS + w) * B,
+			memcpy(out,
+			       c->blocks +
+				       ((uint64_t)set * KVP_HC_WAYS + w) * B,
 			       B);
 			return true;
 		}
@@ -123,7 +125,8 @@ kvp_hc_put(struct kvp_hcache *c, uint32_t id, uint32_t blk, const void *hdr)
 
 		if (x->id == id && x->blk == blk)
 			return; /* the same bytes: the block never changes */
-		if (!victim || !x->id || (victim->id && x->used < victim->used)) {
+		if (!victim || !x->id ||
+		    (victim->id && x->used < victim->used)) {
 			victim = x;
 			at = w;
 		}

@@ -542,7 +542,7 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max,
 		/* header blocks for the cache: a batch's just written (given
 		 * to its first record), a read's checked from disk */
 		if (!r->status && (r->hc_fill || (r->op == KVP_SSD_OP_READ &&
-						   r->fmt >= 3 && !r->hc_hit)))
+						  r->fmt >= 3 && !r->hc_hit)))
 			kvp_hc_put(s->hc, r->seg->id, r->hc_blk, r->hdr);
 		if (r->op != KVP_SSD_OP_READ)
 			/* handed back: its segment may go now */

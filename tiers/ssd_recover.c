@@ -497,15 +497,180 @@ kvp_collect_cb(void *arg, const struct kvp_ssd_rec *r)
 	return kvp_rtab_add(arg, r);
 }
 
+/*
+ * The owner's part of recovery: every live record (the latest value
+ * record of its key that no tombstone kills) handed to cb, on several
+ * threads at once (cfg.recover_threads, each a contiguous share of the
+ * table: the owner's callback must be safe for that, as the agent's index
+ * inserts are: lock-free claims of distinct keys).  The table is only
+ * read meanwhile; what the store itself must do for a record the owner
+ * declined (a tombstone) is done after, on this thread, and each thread
+ * adds its segments' live bytes under mu once per segment it leaves.
+ */
+struct kvp_rpart {
+	struct kvp_ssd *s;
+	const struct kvp_rtab *t;
+	kvp_ssd_rec_fn cb;
+	void *arg;
+	size_t from, to;
+	pthread_mutex_t *mu;
+	uint64_t kept, owed;
+	size_t *tomb; /* records whose tombstone the store writes */
+	size_t ntomb, tombcap;
+	int rc;
+};
+
+static void
+kvp_rpart_live(struct kvp_rpart *p, struct kvp_sseg *sg, uint64_t bytes)
+{
+	if (!sg || !bytes)
+		return;
+	pthread_mutex_lock(p->mu);
+	sg->live_bytes += bytes;
+	pthread_mutex_unlock(p->mu);
+}
+
+static void *
+kvp_rpart_run(void *arg)
+{
+	struct kvp_rpart *p = arg;
+	const struct kvp_rtab *t = p->t;
+	struct kvp_ssd *s = p->s;
+	struct kvp_sseg *last_seg = NULL;
+	uint64_t live = 0;
+	size_t k;
+
+	for (k = p->from; k < p->to && p->rc >= 0; k++) {
+		const struct kvp_rrec *x = &t->r[k];
+		struct kvp_ssd_rec rec;
+		int rc;
+
+		/* the owner's lines for a record a few ahead (its index) */
+		if (s->cfg.recover_prefetch && k + KVP_SSD_PREFETCH < p->to)
+			s->cfg.recover_prefetch(
+				p->arg, t->r[k + KVP_SSD_PREFETCH].hash);
+		/* no value, a format-1 tombstone at or after it, or a
+		 * tombstone that names it: the key is not live */
+		if (!x->loc || x->tseq >= x->seq || kvp_rtab_killed(t, x->loc))
+			continue;
+		/* records come in segment order: one lookup per segment */
+		if (!last_seg || last_seg->id != KVP_SSD_LOC_SEG(x->loc)) {
+			kvp_rpart_live(p, last_seg, live);
+			live = 0;
+			last_seg = kvp_seg_find(s, KVP_SSD_LOC_SEG(x->loc));
+		}
+		rec.loc = x->loc;
+		rec.seq = x->seq;
+		rec.ns = x->ns;
+		rec.vlen = x->vlen;
+		rec.target = 0;
+		rec.hash = x->hash;
+		rec.key = t->keys + x->koff;
+		rec.klen = x->klen;
+		rec.type = KVP_SSD_REC_VALUE;
+		rc = p->cb(p->arg, &rec);
+		if (rc == KVP_SSD_DECLINE_OWED) {
+			p->owed++;
+		} else if (rc == KVP_SSD_DECLINE) {
+			if (p->ntomb == p->tombcap) {
+				size_t nc = p->tombcap ? 2 * p->tombcap : 64;
+				size_t *n = realloc(p->tomb, nc * sizeof(*n));
+
+				if (!n) {
+					p->rc = -ENOMEM;
+					break;
+				}
+				p->tomb = n;
+				p->tombcap = nc;
+			}
+			p->tomb[p->ntomb++] = k;
+		} else if (rc == 0) {
+			p->kept++;
+			live += kvp_ssd_record_bytes(x->vlen);
+		} else {
+			p->rc = rc;
+		}
+	}
+	kvp_rpart_live(p, last_seg, live);
+	return NULL;
+}
+
+static int
+kvp_recover_inserts(struct kvp_ssd *s, const struct kvp_rtab *t,
+		    kvp_ssd_rec_fn cb, void *arg, uint64_t *kept,
+		    uint64_t *declined, unsigned *nthreads)
+{
+	/* a thread is worth starting for this many records at least */
+	enum {
+		KVP_RPART_MIN = 8192
+	};
+	struct kvp_rpart part[KVP_SSD_RECOVER_THREADS_MAX];
+	pthread_t tid[KVP_SSD_RECOVER_THREADS_MAX];
+	bool started[KVP_SSD_RECOVER_THREADS_MAX];
+	pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	unsigned np = s->cfg.recover_threads, k;
+	int rc = 0;
+
+	if (np < 1)
+		np = 1;
+	if (np > KVP_SSD_RECOVER_THREADS_MAX)
+		np = KVP_SSD_RECOVER_THREADS_MAX;
+	while (np > 1 && t->n / np < KVP_RPART_MIN)
+		np--;
+	memset(part, 0, sizeof(part));
+	for (k = 0; k < np; k++) {
+		part[k].s = s;
+		part[k].t = t;
+		part[k].cb = cb;
+		part[k].arg = arg;
+		part[k].from = t->n * k / np;
+		part[k].to = t->n * (k + 1) / np;
+		part[k].mu = &mu;
+		started[k] = k > 0 &&
+			     pthread_create(&tid[k], NULL, kvp_rpart_run,
+					    &part[k]) == 0;
+	}
+	/* this thread takes the first share, and any a thread was not had
+	 * for */
+	for (k = 0; k < np; k++)
+		if (!started[k])
+			kvp_rpart_run(&part[k]);
+	*nthreads = 1;
+	for (k = 1; k < np; k++)
+		*nthreads += started[k];
+	/* every thread done before the store writes (a tombstone may start
+	 * a segment: the threads look segments up) */
+	for (k = 0; k < np; k++)
+		if (started[k])
+			pthread_join(tid[k], NULL);
+	for (k = 0; k < np; k++) {
+		size_t j;
+
+		*kept += part[k].kept;
+		*declined += part[k].owed + part[k].ntomb;
+		if (part[k].rc < 0 && rc >= 0)
+			rc = part[k].rc;
+		/* declined: the store's tombstone, so it never comes back */
+		for (j = 0; j < part[k].ntomb && rc >= 0; j++) {
+			const struct kvp_rrec *x = &t->r[part[k].tomb[j]];
+
+			rc = kvp_ssd_tombstone_agent(s, 0, x->ns,
+						     t->keys + x->koff, x->klen,
+						     x->loc);
+		}
+		free(part[k].tomb);
+	}
+	pthread_mutex_destroy(&mu);
+	return rc;
+}
+
 int64_t
 kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 {
 	struct kvp_rtab t;
-	struct kvp_sseg *last_seg = NULL;
 	uint64_t t0 = kvp_now_ns(CLOCK_MONOTONIC), t1 = t0, kept = 0,
 		 declined = 0;
-	size_t k;
-	unsigned g;
+	unsigned g, nthreads = 1;
 	int rc = 0;
 
 	memset(&t, 0, sizeof(t));
@@ -565,52 +730,7 @@ kvp_ssd_recover_agent(struct kvp_ssd *s, kvp_ssd_rec_fn cb, void *arg)
 		if (s->segs[g]->max_seq >= s->next_seq)
 			s->next_seq = s->segs[g]->max_seq + 1;
 	t1 = kvp_now_ns(CLOCK_MONOTONIC);
-	for (k = 0; k < t.n && rc >= 0; k++) {
-		struct kvp_rrec *x = &t.r[k];
-		struct kvp_sseg *sg;
-		struct kvp_ssd_rec rec;
-
-		/* the owner's lines for a record a few ahead (its index) */
-		if (s->cfg.recover_prefetch && k + KVP_SSD_PREFETCH < t.n)
-			s->cfg.recover_prefetch(arg,
-						t.r[k + KVP_SSD_PREFETCH].hash);
-		if (!x->loc)
-			continue;
-		/* records come in segment order: one lookup per segment */
-		if (!last_seg || last_seg->id != KVP_SSD_LOC_SEG(x->loc))
-			last_seg = kvp_seg_find(s, KVP_SSD_LOC_SEG(x->loc));
-		sg = last_seg;
-		/* no value, a format-1 tombstone at or after it, or a
-		 * tombstone that names it: the key is not live */
-		if (!x->loc || x->tseq >= x->seq || kvp_rtab_killed(&t, x->loc))
-			continue;
-		rec.loc = x->loc;
-		rec.seq = x->seq;
-		rec.ns = x->ns;
-		rec.vlen = x->vlen;
-		rec.target = 0;
-		rec.hash = x->hash;
-		rec.key = t.keys + x->koff;
-		rec.klen = x->klen;
-		rec.type = KVP_SSD_REC_VALUE;
-		rc = cb(arg, &rec);
-		if (rc == KVP_SSD_DECLINE_OWED) {
-			declined++;
-			rc = 0;
-			continue;
-		}
-		if (rc == KVP_SSD_DECLINE) {
-			declined++;
-			rc = kvp_ssd_tombstone_agent(s, 0, x->ns, rec.key,
-						     x->klen, x->loc);
-			continue;
-		}
-		if (rc == 0) {
-			kept++;
-			if (sg)
-				sg->live_bytes += kvp_ssd_record_bytes(x->vlen);
-		}
-	}
+	rc = kvp_recover_inserts(s, &t, cb, arg, &kept, &declined, &nthreads);
 	/* the tombstones of declined records, on disk before we go on */
 	while (rc >= 0 && s->outstanding) {
 		struct kvp_ssd_cqe cq[32];
@@ -624,11 +744,12 @@ out:
 		kvp_log(KVP_LOG_INFO, "ssd",
 			"recovered %llu records (%zu keys seen, %llu "
 			"declined) from %u segments in %.3f s (disk and "
-			"table %.3f s, the owner's inserts %.3f s)",
+			"table %.3f s, the owner's inserts %.3f s on %u "
+			"threads)",
 			(unsigned long long)kept, t.n,
 			(unsigned long long)declined, s->nsegs,
 			(double)s->st.recover_ns / 1e9, (double)(t1 - t0) / 1e9,
-			(double)(t0 + s->st.recover_ns - t1) / 1e9);
+			(double)(t0 + s->st.recover_ns - t1) / 1e9, nthreads);
 	free(t.r);
 	free(t.keys);
 	free(t.slot);

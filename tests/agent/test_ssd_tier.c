@@ -1299,6 +1299,79 @@ test_span_hold_fences(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
+/*
+ * The rebuild on several threads (issue 29): 20,000 small values on SSD,
+ * the agent stopped and its segment removed, a new agent rebuilds the
+ * index from the log, handing the records to the index on every core
+ * (its log says how many threads; at least two where there are two
+ * cores): every value reads back with its bytes, `kvpool check` finds
+ * the index sound.
+ */
+static void
+test_rebuild_threads(void **state)
+{
+	enum {
+		N = 20000,
+		SZ = 200
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	unsigned char out[SZ];
+	char k[100], path[2200], line[512];
+	unsigned threads = 0;
+	FILE *f;
+	int i;
+
+	(void)state;
+	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
+	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "64M",
+				      "--dram-unit", "4K", "--dram-high", "0",
+				      "--dram-low", "0", "--index-entries",
+				      "40000", "--ssd-dir", kvpt_ssd_dir,
+				      "--ssd-segment", "16M", NULL),
+			 0);
+	put_and_demote(c, &s, N, SZ);
+	kvp_close(c);
+	kvp__seg_unmap(&s);
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+	kvpt_pool_remove(a.pool);
+	assert_int_equal(kvpt_agent_restart(&a, "--dram", "64M", "--dram-unit",
+					    "4K", "--index-entries", "40000",
+					    "--ssd-dir", kvpt_ssd_dir,
+					    "--ssd-segment", "16M", NULL),
+			 0);
+	kvpt_agent_log(a.pool, path, sizeof(path));
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		const char *on = strstr(line, "inserts ");
+
+		if (strstr(line, "recovered 20000 records") && on &&
+		    strstr(on, " on "))
+			threads = (unsigned)atoi(strstr(on, " on ") + 4);
+	}
+	fclose(f);
+	assert_true(threads >= 1);
+	if (sysconf(_SC_NPROCESSORS_ONLN) >= 2)
+		assert_true(threads >= 2);
+	assert_int_equal(kvp_open(a.pool, "ns", &c), 0);
+	for (i = 0; i < N; i++) {
+		uint32_t kl = key_of(k, i);
+
+		assert_int_equal(kvp_get(c, k, kl, out, SZ), SZ);
+		assert_true(kvpt_check(out, SZ, k, kl, 5));
+	}
+	kvp_close(c);
+	{
+		char why[4096];
+
+		assert_int_equal(kvpt_cli_check(a.pool, -1, why, sizeof(why)),
+				 0);
+	}
+	assert_int_equal(kvpt_agent_stop(&a), 0);
+}
+
 /* An agent dies holding a taken request; a client configured to wait
  * (KVP_AGENT_GRACE_MS) gets its bytes from the restarted agent, which
  * serves the taken request again. */
@@ -1571,6 +1644,7 @@ main(void)
 		cmocka_unit_test(test_span_hold_fences),
 		cmocka_unit_test(test_agent_down),
 		cmocka_unit_test(test_restart_serves_taken),
+		cmocka_unit_test(test_rebuild_threads),
 		cmocka_unit_test(test_reads_first),
 	};
 

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -828,9 +829,10 @@ hc_case(bool pread_path)
 			       (off_t)KVP_SSD_LOC_VALUE(loc[2]) * 4096 + 60000),
 			 1);
 	b ^= 0x40;
-	assert_int_equal(pwrite(fd, &b, 1,
-				(off_t)KVP_SSD_LOC_VALUE(loc[2]) * 4096 + 60000),
-			 1);
+	assert_int_equal(
+		pwrite(fd, &b, 1,
+		       (off_t)KVP_SSD_LOC_VALUE(loc[2]) * 4096 + 60000),
+		1);
 	close(fd);
 	assert_int_equal(get(s, loc[2], 65536, 0, 65536, d, &doff), -EBADMSG);
 	kvp_ssd_close_agent(s);
@@ -879,6 +881,145 @@ test_header_cache(void **state)
 	(void)state;
 	hc_case(false);
 	hc_case(true);
+}
+
+/*
+ * Recovery hands records to the owner on several threads
+ * (cfg.recover_threads): 70,000 keys, 7,000 of them written twice and
+ * 700 deleted, come back exactly once each, with their latest location;
+ * records the owner declines (every 97th key) get the store's tombstone
+ * and do not come back at the next start; the segments' live bytes are
+ * the kept records'.  The callback counts on every thread at once.
+ */
+enum {
+	RT_N = 70000
+};
+struct rt_seen {
+	uint64_t loc[RT_N];
+	unsigned calls[RT_N];
+	unsigned threads_seen, run;
+	bool decline;
+};
+static __thread unsigned rt_run;
+
+static int
+rt_cb(void *arg, const struct kvp_ssd_rec *r)
+{
+	struct rt_seen *x = arg;
+	char key[16];
+	int i;
+
+	assert_true(r->klen < sizeof(key));
+	memcpy(key, r->key, r->klen);
+	key[r->klen] = 0;
+	i = atoi(key + 3);
+	assert_true(i >= 0 && i < RT_N);
+	__atomic_fetch_add(&x->calls[i], 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&x->loc[i], r->loc, __ATOMIC_RELAXED);
+	/* each thread counts itself once per recovery (x->run) */
+	if (rt_run != x->run) {
+		rt_run = x->run;
+		__atomic_fetch_add(&x->threads_seen, 1, __ATOMIC_RELAXED);
+	}
+	return x->decline && i % 97 == 5 ? KVP_SSD_DECLINE : 0;
+}
+
+static void
+test_recover_threads(void **state)
+{
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd *s;
+	struct kvp_ssd_usage u;
+	struct rt_seen *x = calloc(1, sizeof(*x));
+	uint64_t *last = calloc(RT_N, sizeof(*last)), kept = 0, live1 = 0,
+		 ndeclined = 0;
+	unsigned char v[64];
+	int i, pass;
+
+	(void)state;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = kvpt_ssd_dir;
+	cfg.segment_bytes = 64 << 20;
+	cfg.wipe = true;
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	/* every key once, every 10th again (a newer value), every 100th
+	 * deleted after */
+	for (i = 0; i < RT_N + RT_N / 10 + RT_N / 100; i++) {
+		struct kvp_ssd_cqe cq[64];
+		int key = i < RT_N ? i :
+			  i < RT_N + RT_N / 10 ?
+				     (i - RT_N) * 10 :
+				     (i - RT_N - RT_N / 10) * 100 + 1;
+		char k[16];
+		struct iovec iov = { v, sizeof(v) };
+		int n, j;
+
+		snprintf(k, sizeof(k), "rt-%d", key);
+		memset(v, key & 0xff, sizeof(v));
+		if (i >= RT_N + RT_N / 10) {
+			assert_true(last[key] != 0);
+			assert_int_equal(
+				kvp_ssd_tombstone_agent(s, 0, 42, k,
+							(uint32_t)strlen(k),
+							last[key]),
+				0);
+			last[key] = 0;
+		} else {
+			assert_int_equal(
+				kvp_ssd_write_agent(s, (uint64_t)key + 1, 42, k,
+						    (uint32_t)strlen(k), &iov,
+						    1, 0),
+				0);
+		}
+		if (i % 256 != 255 && i + 1 < RT_N + RT_N / 10 + RT_N / 100)
+			continue;
+		while (kvp_ssd_outstanding_agent(s)) {
+			n = kvp_ssd_poll_agent(s, cq, 64, -1);
+			for (j = 0; j < n; j++) {
+				assert_int_equal(cq[j].status, 0);
+				if (cq[j].tag)
+					last[cq[j].tag - 1] = cq[j].loc;
+			}
+		}
+	}
+	kvp_ssd_close_agent(s);
+	for (i = 0; i < RT_N; i++)
+		ndeclined += last[i] && i % 97 == 5;
+	/* 4 threads, declining every 97th key; then one thread and 4
+	 * threads again, declining none: the declined keys are gone, the
+	 * rest come back the same, and the live bytes agree */
+	for (pass = 0; pass < 3; pass++) {
+		cfg.wipe = false;
+		cfg.recover_threads = pass == 1 ? 1 : 4;
+		assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+		memset(x, 0, sizeof(*x));
+		x->decline = pass == 0;
+		x->run = (unsigned)pass + 1;
+		kept = (uint64_t)kvp_ssd_recover_agent(s, rt_cb, x);
+		/* more than one thread called, or exactly one */
+		if (pass == 1)
+			assert_int_equal(x->threads_seen, 1);
+		else
+			assert_true(x->threads_seen >= 2);
+		for (i = 0; i < RT_N; i++) {
+			bool gone = last[i] == 0 || (pass > 0 && i % 97 == 5);
+
+			assert_int_equal(x->calls[i], gone ? 0 : 1);
+			if (!gone)
+				assert_int_equal(x->loc[i], last[i]);
+		}
+		/* every key but the deleted and the declined ones */
+		assert_int_equal(kept, RT_N - RT_N / 100 - ndeclined);
+		kvp_ssd_usage_agent(s, &u);
+		if (pass == 1)
+			live1 = u.live_bytes;
+		if (pass == 2)
+			assert_int_equal(u.live_bytes, live1);
+		kvp_ssd_close_agent(s);
+	}
+	free(x);
+	free(last);
 }
 
 /* A small --ssd-size: whole oldest segments are given back; a veto
@@ -1566,6 +1707,7 @@ main(void)
 		cmocka_unit_test(test_late_tombstone),
 		cmocka_unit_test(test_corrupt_value),
 		cmocka_unit_test(test_header_cache),
+		cmocka_unit_test(test_recover_threads),
 		cmocka_unit_test(test_format2_files),
 		cmocka_unit_test(test_crash_batch),
 		cmocka_unit_test(test_empty_segment),
