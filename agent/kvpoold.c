@@ -374,11 +374,20 @@ main(int argc, char **argv)
 	if (cfg->ssd_dir[0]) {
 		if (!cfg->staging_bytes)
 			cfg->staging_bytes = kvp_opts_default("staging");
-		if (!cfg->staging_slot)
-			cfg->staging_slot =
-				cfg->staging_bytes / 8 < (1u << 20) ?
-					(cfg->staging_bytes / 8) & ~4095ull :
-					1u << 20;
+		if (!cfg->staging_slot) {
+			/* spans sized to the value (issue 29): 64 KiB slots,
+			 * a larger value taking several, so a 64 KiB value
+			 * does not hold a 1 MiB slot; at most an eighth of the
+			 * arena, and large enough for at most 65,535 */
+			uint64_t lo = (cfg->staging_bytes + 65534) / 65535;
+
+			cfg->staging_slot = 64u << 10;
+			if (cfg->staging_slot > cfg->staging_bytes / 8)
+				cfg->staging_slot = (cfg->staging_bytes / 8) &
+						    ~4095ull;
+			if (cfg->staging_slot < lo)
+				cfg->staging_slot = (lo + 4095) & ~4095ull;
+		}
 		if (cfg->staging_slot < 4096 ||
 		    cfg->staging_bytes / cfg->staging_slot < 1 ||
 		    cfg->staging_bytes / cfg->staging_slot > 65535) {

@@ -242,7 +242,8 @@ static const struct kvp_opt kvp_opts[] = {
 	  .min = 4096,
 	  .mult = 4096,
 	  .flags = KVP_OPTF_COMPUTED,
-	  .help = "staging slot (default 1M, at most staging/8)" },
+	  .help = "staging slot, the unit a span of the arena is made of "
+		  "(default 64K, at most staging/8, at least staging/65535)" },
 	{ .name = "durability",
 	  .kind = KVP_OPT_CHOICE,
 	  .arg = "MODE",

@@ -161,8 +161,8 @@ kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w,
 	op = kvp_top_get(t, TOP_STAGE, kvp_complete_stage, &tag);
 	if (!op)
 		goto busy;
-	head = kvp_staging_alloc_agent(s, need, slot, off - dst_off, extent,
-				       w->client);
+	head = kvp_staging_alloc_agent(s, &t->stage_hint, need, slot,
+				       off - dst_off, extent, w->client);
 	if (head < 0) {
 		kvp_top_put(t, op);
 		goto busy;

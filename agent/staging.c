@@ -126,19 +126,29 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 	return n;
 }
 
-/* First fit of 'need' contiguous free slots; UINT32_MAX if none. */
+/* Next fit of 'need' contiguous free slots, from *hint (where the last
+ * span ended: with small slots the arena has thousands, and the slots
+ * after the last span are the likeliest free) round to the start; a run
+ * does not wrap.  UINT32_MAX if none. */
 uint32_t
-kvp_staging_find(struct kvp_seg *s, unsigned need)
+kvp_staging_find(struct kvp_seg *s, unsigned need, uint32_t *hint)
 {
-	uint64_t S = s->g.g_staging_slots, k, run = 0;
+	uint64_t S = s->g.g_staging_slots, from = *hint < S ? *hint : 0, k,
+		 run = 0, n;
 
-	for (k = 0; k < S; k++) {
+	for (n = 0; n < S + need; n++) {
+		k = (from + n) % S;
+		if (k == 0)
+			run = 0; /* a run does not wrap */
 		/* acquire: pairs with the freer's release */
-		uint64_t w = kvp_load_acquire(&s->spans[k].sp_state);
-
-		run = KVP_SP_STATE(w) == KVP_SP_FREE ? run + 1 : 0;
-		if (run == need)
+		run = KVP_SP_STATE(kvp_load_acquire(&s->spans[k].sp_state)) ==
+				      KVP_SP_FREE ?
+			      run + 1 :
+			      0;
+		if (run == need) {
+			*hint = (uint32_t)((k + 1) % S);
 			return (uint32_t)(k + 1 - need);
+		}
 	}
 	return UINT32_MAX;
 }
@@ -150,14 +160,15 @@ kvp_staging_find(struct kvp_seg *s, unsigned need)
  * holders are gone).  The head slot, or -EBUSY.
  */
 int64_t
-kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot,
-			uint64_t astart, uint64_t extent, uint32_t client)
+kvp_staging_alloc_agent(struct kvp_seg *s, uint32_t *hint, unsigned need,
+			uint64_t slot, uint64_t astart, uint64_t extent,
+			uint32_t client)
 {
-	uint32_t head = kvp_staging_find(s, need);
+	uint32_t head = kvp_staging_find(s, need, hint);
 	uint64_t hw;
 
 	if (head == UINT32_MAX && kvp_staging_sweep_agent(s))
-		head = kvp_staging_find(s, need);
+		head = kvp_staging_find(s, need, hint);
 	if (head == UINT32_MAX)
 		return -EBUSY;
 	/* the span lies in the arena: found by our own count, not read */

@@ -192,6 +192,8 @@ struct kvp_tier {
 	uint64_t unwoken[KVP_TIER_MAX_OPS];
 	unsigned nunwoken;
 	unsigned reading;
+	/* the staging slot after the last span allocated (next fit) */
+	uint32_t stage_hint;
 	uint64_t read_seen_ns; /* a read last queued or completed */
 	bool yielded;          /* demotion held back for reads this round */
 };
@@ -264,10 +266,10 @@ void kvp_tier_publish(struct kvp_agent *a);
 /* staging.c */
 bool kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head,
 			     bool count_expired);
-uint32_t kvp_staging_find(struct kvp_seg *s, unsigned need);
-int64_t kvp_staging_alloc_agent(struct kvp_seg *s, unsigned need, uint64_t slot,
-				uint64_t astart, uint64_t extent,
-				uint32_t client);
+uint32_t kvp_staging_find(struct kvp_seg *s, unsigned need, uint32_t *hint);
+int64_t kvp_staging_alloc_agent(struct kvp_seg *s, uint32_t *hint,
+				unsigned need, uint64_t slot, uint64_t astart,
+				uint64_t extent, uint32_t client);
 void kvp_staging_abort_agent(struct kvp_seg *s, uint32_t head, unsigned need,
 			     uint32_t client);
 void kvp_staging_account(struct kvp_seg *s, unsigned need);
