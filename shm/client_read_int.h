@@ -213,7 +213,16 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 					kvp__settle(c, &p[k], -ENOTCONN);
 			return;
 		}
-		kvp__post(c, p, m, call & 0xffffffffull);
+		if (kvp__post(c, p, m, call & 0xffffffffull) < left) {
+			/* keys left after this call's share: a second call
+			 * for the other half of the arena, in flight while
+			 * this one's are (its answers come in one round:
+			 * with one call at a time the device sat idle while
+			 * they were copied and the next part was posted) */
+			call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+			kvp_store_relaxed(&cs->cs_call_seq, call); /* ours */
+			kvp__post(c, p, m, call & 0xffffffffull);
+		}
 		kvp_crashpoint(C_RESOLVE_POSTED);
 		/* full: wake the agent */
 		kvp_ifetch_add(&s->hdr->h_evict_wake, 1);
