@@ -777,7 +777,8 @@ rebuild(const char *base, int nrec, bool huge)
 		    "0", "--dram-low", "0", "--index-entries", idx, "--ssd-dir",
 		    ssd, "--ssd-segment", "64M", "--hugepages", pages, NULL) ||
 	    kvpt_seg_map(a.pool, &s) || kvp_open(a.pool, "bench", &c)) {
-		printf("  rebuild%s: skipped (the agent did not start%s)\n",
+		printf("  rebuild, %s pages: skipped (the agent did not "
+		       "start%s)\n",
 		       tag,
 		       huge ? ": no hugetlbfs mount of 2 MiB pages with room" :
 			      "");
@@ -827,8 +828,8 @@ rebuild(const char *base, int nrec, bool huge)
 	}
 	if (nr && ins_s > 0) {
 		snprintf(name, sizeof(name),
-			 "  of which index inserts, %u threads%s", threads,
-			 tag);
+			 "rebuild, %s pages: inserts, %u threads", tag,
+			 threads);
 		report(name, (double)nr / ins_s / 1e6, "M/s", 0, "");
 	}
 	kvpb_rm_rf(ssd);
