@@ -87,9 +87,13 @@ kvp__settle(struct kvp_client *c, struct kvp__pend *p, int status)
  * least one.  Posting every waiting key each time one part completes
  * made the agent answer most of them BUSY, round after round (8 readers
  * of 2,664 keys through 8 slots: ~8 answers per value read, issue 29).
+ * *slots: the slots the posted keys' extents need.  spare: a second call
+ * posted right after a first that asked for *slots (not yet counted in
+ * the arena's occupancy): only what fits besides them, maybe nothing.
  */
 KVP_INLINE unsigned
-kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
+kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call,
+	  uint64_t *slots, bool spare)
 {
 	struct kvp_seg *s = &c->seg;
 	struct kvp_req *ring = kvp_ring_of(s, c->slot);
@@ -101,6 +105,10 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 		used = kvp_load_relaxed(&s->hdr->h_staging_used),
 		 room = used < S ? S - used : 0, want = 0;
 
+	/* a spare call (a second one, posted right after the first): the
+	 * first's slots may not be counted in h_staging_used yet */
+	if (spare)
+		room = room > *slots ? room - *slots : 0;
 	if (room > S / 2)
 		room = S / 2 ? S / 2 : 1;
 	for (k = 0; k < m && r < s->g.g_ring_entries; k++) {
@@ -117,7 +125,9 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 				sb;
 		else
 			want++;
-		if (posted && want > room)
+		/* a spare call posts only what fits; another posts at
+		 * least one key (the first key of a call always fits, I18) */
+		if ((posted || spare) && want > room)
 			break;
 		for (; r < c->seg.g.g_ring_entries; r++) {
 			/* acquire: the agent's last word on this entry */
@@ -138,6 +148,7 @@ kvp__post(struct kvp_client *c, struct kvp__pend *p, unsigned m, uint64_t call)
 			now);
 		p[k].ring = (int)r++;
 		posted++;
+		*slots = want;
 	}
 	return posted;
 }
@@ -194,7 +205,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 	struct kvp_seg *s = &c->seg;
 	struct kvp_client_slot *cs = &s->clients[c->slot];
 	struct kvp_req *ring = kvp_ring_of(s, c->slot);
-	uint64_t t_busy = kvp_now_ns(CLOCK_MONOTONIC), dead_since = 0;
+	uint64_t t_busy = kvp_now_ns(CLOCK_MONOTONIC), dead_since = 0, slots;
 	unsigned left = m, k;
 
 	for (k = 0; k < m; k++)
@@ -213,7 +224,9 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 					kvp__settle(c, &p[k], -ENOTCONN);
 			return;
 		}
-		if (kvp__post(c, p, m, call & 0xffffffffull) < left) {
+		slots = 0;
+		if (kvp__post(c, p, m, call & 0xffffffffull, &slots, false) <
+		    left) {
 			/* keys left after this call's share: a second call
 			 * for the other half of the arena, in flight while
 			 * this one's are (its answers come in one round:
@@ -221,7 +234,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 			 * they were copied and the next part was posted) */
 			call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
 			kvp_store_relaxed(&cs->cs_call_seq, call); /* ours */
-			kvp__post(c, p, m, call & 0xffffffffull);
+			kvp__post(c, p, m, call & 0xffffffffull, &slots, true);
 		}
 		kvp_crashpoint(C_RESOLVE_POSTED);
 		/* full: wake the agent */
@@ -284,8 +297,10 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
 				/* relaxed: ours */
 				kvp_store_relaxed(&cs->cs_call_seq, call);
+				slots = 0;
 				posted = kvp__post(c, p, m,
-						   call & 0xffffffffull);
+						   call & 0xffffffffull, &slots,
+						   false);
 				if (posted) {
 					pending += posted;
 					/* full */

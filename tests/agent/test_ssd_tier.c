@@ -1217,6 +1217,7 @@ test_single_flight(void **state)
 static void
 test_span_hold_fences(void **state)
 {
+	uint64_t slots = 0;
 	enum {
 		SZ = 256 << 10
 	};
@@ -1259,7 +1260,7 @@ test_span_hold_fences(void **state)
 	p.len = SZ;
 	p.hold = h;
 	p.ring = -1;
-	assert_int_equal(kvp__post(c, &p, 1, 77), 1);
+	assert_int_equal(kvp__post(c, &p, 1, 77, &slots, false), 1);
 	kvp_ifetch_add(&c->seg.hdr->h_evict_wake, 1);
 	kvp_futex_wake(&c->seg.hdr->h_evict_wake);
 	q = &c->seg.rings[(uint64_t)c->slot * s.g.g_ring_entries +
