@@ -61,11 +61,10 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 	 * the free for us) */
 	if (!kvp_span_free_begin(sp, w, c->slot + 1, &w))
 		return;
-	/* full: occupancy goes down by the span's slots (the winner of the
-	 * FREEING CAS only, so once; an adopter does not subtract again);
-	 * before the FREE stores, so an agent that sees the span FREE
-	 * (acquire) sees this too */
-	kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - KVP_SP_N(w));
+	/* occupancy goes down by the span's slots (the winner of the
+	 * FREEING CAS only, so once; an adopter does not subtract again),
+	 * before the FREE stores */
+	kvp_span_count_sub(s, KVP_SP_N(w));
 	kvp_crashpoint(C_SPAN_FREEING);
 	kvp_span_finish_free(s, head, w);
 }
@@ -203,9 +202,8 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
 		unsigned int sseq = kvp_iload_acquire(&s->hdr->h_staging_seq);
 		unsigned pending = 0, progress = 0, last_progress = 0;
-		uint64_t call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+		uint64_t call = kvp_slot_call_next(cs);
 
-		kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
 		if (!s->rings || !s->hdr->h_ssd_enabled ||
 		    !kvp_shm_agent_alive(s)) {
 			for (k = 0; k < m; k++)
@@ -215,9 +213,7 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 		}
 		kvp__post(c, p, m, call & 0xffffffffull);
 		kvp_crashpoint(C_RESOLVE_POSTED);
-		/* full: wake the agent */
-		kvp_ifetch_add(&s->hdr->h_evict_wake, 1);
-		kvp_futex_wake(&s->hdr->h_evict_wake);
+		kvp_wake_agent(s);
 		for (;;) {
 			pending = 0;
 			for (k = 0; k < m; k++) {
@@ -272,17 +268,12 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				unsigned posted;
 
 				last_progress = progress;
-				call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
-				/* relaxed: ours */
-				kvp_store_relaxed(&cs->cs_call_seq, call);
+				call = kvp_slot_call_next(cs);
 				posted = kvp__post(c, p, m,
 						   call & 0xffffffffull);
 				if (posted) {
 					pending += posted;
-					/* full */
-					kvp_ifetch_add(&s->hdr->h_evict_wake,
-						       1);
-					kvp_futex_wake(&s->hdr->h_evict_wake);
+					kvp_wake_agent(s);
 				}
 			}
 			if (!pending)
@@ -494,8 +485,8 @@ kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	c->tick = t0 >> KVP_TICK_SHIFT;
 	kvp__ctr(c, KVP_CTR_EXISTS, 1);
-	i = kvp_ix_find(&c->seg, c->ns_id, kvp_key_hash(c->ns_id, key, klen),
-			key, klen, KVP_IX_M(KVP_IX_READY), &w);
+	i = kvp_ix_find(&c->seg, c->nsid, kvp_key_hash(c->nsid, key, klen), key,
+			klen, KVP_IX_M(KVP_IX_READY), &w);
 	if (i < 0) {
 		kvp__hist(c, KVP_HIST_EXISTS_DRAM, t0);
 		return 0;
@@ -518,7 +509,7 @@ kvp__prefetch_buckets(struct kvp_client *c, const struct kvp_op *ops, size_t k,
 
 	if (!kvp__key_ok(ops[k].key, ops[k].klen))
 		return;
-	h = kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen);
+	h = kvp_key_hash(c->nsid, ops[k].key, ops[k].klen);
 	ring[k % n] = h;
 	__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, h, 0)]);
 	__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, h, KVP_IX_WAYS)]);
@@ -581,7 +572,7 @@ kvp__exists_prefix_local(struct kvp_client *c, struct kvp_op *ops, size_t n)
 		if (k + NEAR < n &&
 		    kvp__key_ok(ops[k + NEAR].key, ops[k + NEAR].klen))
 			kvp__prefetch_entry(c, hashes[(k + NEAR) % RING]);
-		i = kvp_ix_find(&c->seg, c->ns_id, hashes[k % RING], ops[k].key,
+		i = kvp_ix_find(&c->seg, c->nsid, hashes[k % RING], ops[k].key,
 				ops[k].klen, KVP_IX_M(KVP_IX_READY), &w);
 		if (i < 0) {
 			ops[k].status = -ENOENT;

@@ -128,9 +128,7 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 
 		if (posted) {
 			w = kvp_rbox_post(rb, w);
-			/* full: then wake the agent's cluster thread */
-			kvp_ifetch_add(&s->cluster->cl_wake, 1);
-			kvp_futex_wake(&s->cluster->cl_wake);
+			kvp_rbox_ring(s->cluster); /* the cluster thread */
 			posted = 0;
 		}
 		/* acquire: pairs with the agent's DONE release */
@@ -440,8 +438,8 @@ kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n, int *tier)
 			ops[k].status = -EINVAL;
 			continue;
 		}
-		i = kvp_ix_find(&c->seg, c->ns_id,
-				kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen),
+		i = kvp_ix_find(&c->seg, c->nsid,
+				kvp_key_hash(c->nsid, ops[k].key, ops[k].klen),
 				ops[k].key, ops[k].klen, KVP_IX_M(KVP_IX_READY),
 				&w);
 		if (i < 0) {
