@@ -8,7 +8,11 @@
  *   shm/client_write_int.h  put, delete, batch put; waking the evictor
  *   shm/client_read_int.h   the read engine: DRAM hits inline, SSD reads
  *                           through the agent's request ring; probes
- *   shm/client_pin_int.h    pinsets and leases
+ *   shm/client_pin_int.h    pinsets (lookup-and-pin) and leases
+ *   shm/client_stat_int.h   kvp_stat, namespace counters
+ *   shm/client_dev_int.h    the GPU endpoints
+ *   shm/client_remote_int.h the remote step (a layer the read path, the
+ *                           probes and the pin call): the mailbox call
  * Public calls are KVP_API (kvpool.h: static inline, or exported by
  * ffi.c); everything else is KVP_INLINE (static inline, never exported)
  * and named kvp__* unless a tool uses it too (kvp_seg_map).  Compiles as

@@ -13,22 +13,31 @@
  * The calls (kvp_get, kvp_get_range, kvp_batch_get, at the end) are a
  * local pass, then, only for keys it missed, the remote step: a layer
  * below (shm/client_remote_int.h) that fetches them from other nodes and
- * hands each back here as it lands.
+ * hands each back here as it lands.  The probes (kvp_batch_exists_prefix,
+ * kvp_batch_locate) are a local walk, then the same layer's answer for
+ * the keys it missed.
  *
  * Included by shm/client_int.h.
  */
 #ifndef KVP_CLIENT_READ_INT_H
 #define KVP_CLIENT_READ_INT_H
 
-/* The remote step (shm/client_remote_int.h; a layer the read path calls,
- * which calls nothing of it): is there a remote tier to ask, and fetch
- * the keys a local pass missed, fn(ctx, op, status) for each as it
- * lands (status 0: it is in this pool now). */
+/* The remote step (shm/client_remote_int.h; a layer the read path, the
+ * probes and the pin call, which calls nothing of them): is there a
+ * remote tier to ask; fetch the keys a local pass missed, fn(ctx, op,
+ * status) for each as it lands (status 0: it is in this pool now); the
+ * keys ops[from..n) another node holds (PROBE) or that were fetched here
+ * (FETCH), as a prefix: their count; of the m keys a locate left
+ * -ENOENT, those another node holds: their count. */
 typedef void (*kvp__remote_landed_fn)(void *ctx, struct kvp_op *o, int status);
 KVP_INLINE bool kvp__remote_up(const struct kvp_client *c, unsigned flag);
 KVP_INLINE bool kvp__remote_fetch(struct kvp_client *c, struct kvp_op *ops,
 				  size_t n, kvp__remote_landed_fn fn,
 				  void *ctx);
+KVP_INLINE size_t kvp__remote_prefix(struct kvp_client *c, unsigned kind,
+				     struct kvp_op *ops, size_t from, size_t n);
+KVP_INLINE size_t kvp__remote_locate(struct kvp_client *c, struct kvp_op *ops,
+				     size_t n, int *tier, size_t m);
 
 /* One SSD-resident key of a read call, held while it is resolved. */
 struct kvp__pend {
@@ -537,7 +546,7 @@ kvp__prefetch_entry(struct kvp_client *c, uint64_t h)
 }
 
 /* kvp_batch_exists_prefix (kvpool.h), this pool only: lookups,
- * pipelined (client_remote_int.h adds the other nodes). */
+ * pipelined (the call, below, adds the other nodes). */
 KVP_INLINE ssize_t
 kvp__exists_prefix_local(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
@@ -589,6 +598,62 @@ kvp__exists_prefix_local(struct kvp_client *c, struct kvp_op *ops, size_t n)
 		kvp__hist(c, nssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM,
 			  t0);
 	return (ssize_t)k;
+}
+
+/* kvp_batch_exists_prefix (kvpool.h): the local walk, then, with
+ * KVP_REMOTE_PROBE, the rest of the prefix that other nodes hold. */
+KVP_API ssize_t
+kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	ssize_t r = kvp__exists_prefix_local(c, ops, n);
+	size_t got;
+
+	if (r < 0 || (size_t)r >= n || ops[r].status != -ENOENT ||
+	    !kvp__remote_up(c, KVP_REMOTE_PROBE))
+		return r;
+	got = kvp__remote_prefix(c, KVP_RB_PROBE, ops, (size_t)r, n);
+	kvp__ctr(c, KVP_CTR_REMOTE_PROBED, got);
+	return r + (ssize_t)got;
+}
+
+/* kvp_batch_locate (kvpool.h): where each key lives; with
+ * KVP_REMOTE_PROBE, the keys missed here that other nodes hold. */
+KVP_API ssize_t
+kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n, int *tier)
+{
+	size_t k, m = 0, present = 0;
+
+	if (!c || (!ops && n) || (!tier && n))
+		return -EINVAL;
+	c->tick = kvp_tick_now();
+	for (k = 0; k < n; k++) {
+		uint64_t w;
+		int64_t i;
+
+		tier[k] = 0;
+		if (!kvp__key_ok(ops[k].key, ops[k].klen)) {
+			ops[k].status = -EINVAL;
+			continue;
+		}
+		i = kvp_ix_find(&c->seg, c->nsid,
+				kvp_key_hash(c->nsid, ops[k].key, ops[k].klen),
+				ops[k].key, ops[k].klen, KVP_IX_M(KVP_IX_READY),
+				&w);
+		if (i < 0) {
+			ops[k].status = -ENOENT;
+			m++;
+			continue;
+		}
+		/* relaxed: a report; the value may move right after */
+		tier[k] = (int)KVP_LOC_TIER(
+			kvp_load_relaxed(&c->seg.entries[i].e_loc));
+		ops[k].status = 0;
+		present++;
+	}
+	kvp__ctr(c, KVP_CTR_EXISTS, n);
+	if (m && kvp__remote_up(c, KVP_REMOTE_PROBE))
+		present += kvp__remote_locate(c, ops, n, tier, m);
+	return (ssize_t)present;
 }
 
 /* A key fetched from another node, read here as soon as it lands (while
