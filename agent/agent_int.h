@@ -213,13 +213,14 @@ struct kvp_metrics {
 	uint64_t gpu_state[KVP_GPU_MAX], gpu_device[KVP_GPU_MAX],
 		gpu_bytes[KVP_GPU_MAX], gpu_used[KVP_GPU_MAX],
 		gpu_copies[KVP_GPU_MAX];
-	/* the remote tier (struct kvp_cluster); cl_present: the segment has
-	 * one (cl_state KVP_CL_OFF: no agent runs it now) */
-	bool cl_present;
-	uint64_t cl_state, cl_pub_lag_ns, cl_pub_max_ns, cl_dir_rtt_ns;
-	uint64_t cl_ctr[KVP_CL_CTRS];
-	uint64_t cl_lat[KVP_HIST_WORDS];
-	char cl_node[64];
+	/* the remote tier (struct kvp_cluster's cl_* words); remote_present:
+	 * the segment has one (state KVP_CL_OFF: no agent runs it now) */
+	bool remote_present;
+	uint64_t remote_state, remote_pub_lag_ns, remote_pub_max_ns,
+		remote_dir_rtt_ns;
+	uint64_t remote_ctr[KVP_CL_CTRS];
+	uint64_t remote_lat[KVP_HIST_WORDS];
+	char remote_node[64];
 	uint64_t ctr[KVP_CTR_SLOTS]; /* every shard + retired */
 	uint64_t actr[KVP_ACTR_RETIRED0];
 	uint64_t hist[KVP_HIST_SLOTS][KVP_HIST_WORDS];
@@ -327,6 +328,8 @@ int kvp_dram_repair_agent(struct kvp_agent *a);
 /* agent/tier.c: the SSD tier's lifecycle */
 int kvp_tier_open_agent(struct kvp_agent *a);
 void kvp_tier_close_agent(struct kvp_agent *a);
+/* h_ssd_enabled as the tier is now (segment.c: a header published again) */
+void kvp_tier_publish_enabled_agent(struct kvp_agent *a);
 
 /* agent/ops.c: operations in flight (busy slots) and the tier's state */
 bool kvp_tier_busy_agent(struct kvp_agent *a, uint64_t slot);

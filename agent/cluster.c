@@ -282,8 +282,7 @@ kvp_cluster_start_agent(struct kvp_agent *a)
 	if (cl->evfd < 0)
 		goto fail;
 	if (cl->shm) {
-		memset(cl->shm->cl_node, 0, sizeof(cl->shm->cl_node));
-		memcpy(cl->shm->cl_node, cfg->node, strlen(cfg->node));
+		kvp_cl_node_store(cl, cfg->node);
 		kvp_cl_set_state(cl, KVP_CL_DOWN);
 	}
 	a->cl = cl;
@@ -357,10 +356,7 @@ kvp_cluster_stop_agent(struct kvp_agent *a)
 	if (!cl)
 		return;
 	/* clients stop asking first */
-	if (cl->shm)
-		/* release: clients acquire the state */
-		kvp_store_release(&cl->shm->cl_state,
-				  KVP_CL_WORD(cl->inc, 0, KVP_CL_OFF));
+	kvp_cl_state_store(cl, KVP_CL_WORD(cl->inc, 0, KVP_CL_OFF));
 	/* release: the threads acquire it */
 	kvp_store_release(&cl->stop, 1);
 	if (cl->evfd >= 0) {
@@ -370,11 +366,8 @@ kvp_cluster_stop_agent(struct kvp_agent *a)
 			/* full: readable anyway */
 		}
 	}
-	if (cl->shm) {
-		/* full: wake the waker */
-		kvp_ifetch_add(&cl->shm->cl_wake, 1);
-		kvp_futex_wake(&cl->shm->cl_wake);
-	}
+	if (cl->shm)
+		kvp_rbox_ring(cl->shm); /* wake the waker */
 	if (cl->thr_up)
 		pthread_join(cl->thr, NULL);
 	if (cl->waker_up)

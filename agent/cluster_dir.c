@@ -104,10 +104,9 @@ kvp_cl_set_state(struct kvp_cl *cl, unsigned st)
 		return;
 	for (k = 0; k < cl->npeers; k++)
 		live += cl->peers[k].live && !cl->peers[k].failed;
-	/* release: the node name and counters before a client sees UP */
-	kvp_store_release(&cl->shm->cl_state,
-			  KVP_CL_WORD(cl->inc, live, st) |
-				  KVP_CL_WORD_BAD(cl->nbad));
+	/* the node name and counters before a client sees UP */
+	kvp_cl_state_store(cl, KVP_CL_WORD(cl->inc, live, st) |
+				       KVP_CL_WORD_BAD(cl->nbad));
 }
 
 void

@@ -77,9 +77,7 @@ kvp_cl_lookup(struct kvp_cl *cl, uint64_t nsid, struct kvp_cl_key *key,
 	if (!kvp_cl_replies(cl, rep, np))
 		goto out;
 	kvp_cl_ctr(cl, KVP_CLC_DIR_RTT, 1);
-	if (cl->shm)
-		/* relaxed: a gauge */
-		kvp_store_relaxed(&cl->shm->cl_dir_rtt_ns, kvp_cl_now() - t0);
+	kvp_cl_dir_rtt(cl, kvp_cl_now() - t0);
 	for (j = 0; j < np; j++)
 		if (rep[j] && rep[j]->type == REDIS_REPLY_ERROR)
 			kvp_cl_rerr(cl, rep[j], "looking up keys");
@@ -143,9 +141,7 @@ kvp_cl_answer_one(struct kvp_cl *cl, const struct kvp_cl_key *x)
 	kvp_rbox_answer_one(a, x->st, x->st ? 0 : x->glen, cl->cur_taken);
 	if (++cl->cur_unwoken >= 8 || x->glen >= (256u << 10)) {
 		cl->cur_unwoken = 0;
-		/* full: then wake */
-		kvp_ifetch_add(&s->clients[cl->cur_client].cs_io_futex, 1);
-		kvp_futex_wake(&s->clients[cl->cur_client].cs_io_futex);
+		kvp_slot_wake(&s->clients[cl->cur_client]);
 	}
 }
 

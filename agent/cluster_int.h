@@ -388,6 +388,75 @@ kvp_cl_now(void)
 	return kvp_now_ns(CLOCK_MONOTONIC);
 }
 
+/*
+ * The remote tier's words in the segment (struct kvp_cluster, region
+ * KVP_R_CLUSTER): this file owns them, every write is a function below
+ * (cl_wake, the mailboxes' doorbell that clients ring, is
+ * shm/kvp_rbox.h's), and tests/structure/test_structure.sh fails on a
+ * write anywhere else.  All are the agent's (clients read them): the
+ * state word (KVP_CL_WORD, release: clients ask nothing of a tier that
+ * is not UP), the heartbeat, and statistics for humans (relaxed or
+ * atomic adds, never acted on).
+ */
+
+/* The state word: w (KVP_CL_WORD), release: the node name and the
+ * counters before a client sees it. */
+static inline void
+kvp_cl_state_store(struct kvp_cl *cl, uint64_t w)
+{
+	if (cl->shm)
+		/* release: pairs with the clients' acquire */
+		kvp_store_release(&cl->shm->cl_state, w);
+}
+
+/* This node's name, for tools (before the first state store). */
+static inline void
+kvp_cl_node_store(struct kvp_cl *cl, const char *node)
+{
+	size_t len = strlen(node);
+
+	if (!cl->shm)
+		return;
+	if (len > sizeof(cl->shm->cl_node) - 1)
+		len = sizeof(cl->shm->cl_node) - 1;
+	/* published by the state store that follows */
+	memset(cl->shm->cl_node, 0, sizeof(cl->shm->cl_node));
+	memcpy(cl->shm->cl_node, node, len);
+}
+
+/* The last directory round trip took ns (a gauge). */
+static inline void
+kvp_cl_dir_rtt(struct kvp_cl *cl, uint64_t ns)
+{
+	if (cl->shm)
+		/* relaxed: a gauge */
+		kvp_store_relaxed(&cl->shm->cl_dir_rtt_ns, ns);
+}
+
+/* The last publish pass: a change's age was at most lag (gauges for
+ * humans: the last, and the largest since the agent started). */
+static inline void
+kvp_cl_pub_lag(struct kvp_cl *cl, uint64_t lag)
+{
+	if (!cl->shm)
+		return;
+	/* relaxed: gauges for humans, this thread's */
+	kvp_store_relaxed(&cl->shm->cl_pub_lag_ns, lag);
+	if (lag > kvp_load_relaxed(&cl->shm->cl_pub_max_ns))
+		kvp_store_relaxed(&cl->shm->cl_pub_max_ns, lag);
+}
+
+/* A FETCH call took ns, taken to answered (its latency histogram). */
+static inline void
+kvp_cl_lat(struct kvp_cl *cl, uint64_t ns)
+{
+	if (!cl->shm)
+		return;
+	/* full: a histogram several readers sum */
+	kvp_fetch_add(&cl->shm->cl_lat[kvp_hist_bucket(ns)], 1);
+	kvp_fetch_add(&cl->shm->cl_lat[KVP_HIST_SUM], ns);
+}
+
 /* The thread's heartbeat (cl_beat): clients ask nothing of a thread that
  * stopped beating.  Called wherever the thread waits or progresses. */
 static inline void

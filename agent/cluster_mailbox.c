@@ -70,7 +70,7 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 		free(ans);
 		ans = (struct kvp_rbox_ans *)calloc(n ? n : 1, sizeof(*ans));
 		for (i = 0; ans && i < n; i++)
-			ans[i].ra_status = -EINVAL;
+			kvp_rbox_ans_set(&ans[i], -EINVAL, 0);
 	} else {
 		kvp_cl_ctr(cl, KVP_CLC_LOOKUPS, 1);
 		kvp_cl_ctr(cl, KVP_CLC_LOOKUP_KEYS, n);
@@ -84,16 +84,14 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 			cl->cur_unwoken = 0;
 			kvp_cl_fetch(cl, ns, k, (uint32_t)n);
 			cl->cur_rb = NULL;
-			for (i = 0; i < n; i++) {
-				ans[i].ra_status = k[i].st;
-				ans[i].ra_len = k[i].st ? 0 : k[i].glen;
-			}
+			for (i = 0; i < n; i++)
+				kvp_rbox_ans_set(&ans[i], k[i].st,
+						 k[i].st ? 0 : k[i].glen);
 		} else {
-			for (i = 0; i < n; i++) {
-				ans[i].ra_status = k[i].owner >= 0 ? 0 :
-								     -ENOENT;
-				ans[i].ra_len = k[i].dlen;
-			}
+			for (i = 0; i < n; i++)
+				kvp_rbox_ans_set(&ans[i],
+						 k[i].owner >= 0 ? 0 : -ENOENT,
+						 k[i].dlen);
 		}
 	}
 	/* answer: the client is the one that asked, and the mailbox is
@@ -104,17 +102,10 @@ kvp_cl_call(struct kvp_cl *cl, uint32_t client, uint64_t cw,
 	    kvp_rbox_answer_claim(rb, taken)) {
 		kvp_rbox_answers_put(rb, ans, n, taken);
 		kvp_rbox_answer_done(rb, taken);
-		/* full: then wake */
-		kvp_ifetch_add(&s->clients[client].cs_io_futex, 1);
-		kvp_futex_wake(&s->clients[client].cs_io_futex);
+		kvp_slot_wake(&s->clients[client]);
 	}
-	if (!bad && kind == KVP_RB_FETCH && cl->shm) {
-		uint64_t d = kvp_cl_now() - t0;
-
-		/* full: a histogram several readers sum */
-		kvp_fetch_add(&cl->shm->cl_lat[kvp_hist_bucket(d)], 1);
-		kvp_fetch_add(&cl->shm->cl_lat[KVP_HIST_SUM], d);
-	}
+	if (!bad && kind == KVP_RB_FETCH)
+		kvp_cl_lat(cl, kvp_cl_now() - t0);
 	free(k);
 	free(ans);
 }
@@ -156,9 +147,7 @@ kvp_cl_mailboxes(struct kvp_cl *cl, bool stopping)
 
 			kvp_rbox_answers_miss(rb, n, cap, taken);
 			kvp_rbox_answer_done(rb, taken);
-			/* full: then wake */
-			kvp_ifetch_add(&s->clients[i].cs_io_futex, 1);
-			kvp_futex_wake(&s->clients[i].cs_io_futex);
+			kvp_slot_wake(&s->clients[i]);
 		}
 	}
 }

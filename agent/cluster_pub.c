@@ -189,10 +189,7 @@ kvp_cl_publish(struct kvp_cl *cl)
 		uint64_t lag = kvp_cl_now() -
 			       (cl->prev_pass_ns ? cl->prev_pass_ns : t0);
 
-		/* relaxed: gauges for humans */
-		kvp_store_relaxed(&cl->shm->cl_pub_lag_ns, lag);
-		if (lag > kvp_load_relaxed(&cl->shm->cl_pub_max_ns))
-			kvp_store_relaxed(&cl->shm->cl_pub_max_ns, lag);
+		kvp_cl_pub_lag(cl, lag);
 	}
 	cl->prev_pass_ns = t0;
 out:

@@ -290,7 +290,7 @@ kvp_repair_keep_chain(struct kvp_seg *s, uint64_t i, uint32_t gen,
 		kvp_bit_set(start, runs[k][0]);
 	}
 	/* the copy fast path's length of the first run */
-	kvp_store_relaxed(&s->entries[i].e_run, runs[0][1]); /* relaxed: ours */
+	kvp_ix_entry_run_agent(s, i, runs[0][1]);
 	return true;
 }
 
@@ -342,10 +342,8 @@ kvp_dram_repair_locked(struct kvp_agent *a, uint64_t *kept_runs)
 			continue;
 		lost++;
 		if (kvp_load_relaxed(&e->e_ssd) && !kvp_tier_busy_agent(a, i)) {
-			/* relaxed: published by the relocation (same gen) */
-			kvp_store_relaxed(&e->e_loc,
-					  KVP_LOC_MAKE(KVP_TIER_SSD, 0));
-			kvp_store_relaxed(&e->e_run, 0);
+			/* published by the relocation (same gen) */
+			kvp_ix_entry_ssd_only_agent(s, i);
 			kvp_ix_relocate(s, i, w);
 		} else if (kvp_ix_remove(s, i, w)) {
 			/* gone (I6: gen + 1); no SSD copy to tombstone (or its
@@ -422,7 +420,7 @@ kvp_dram_repair_agent(struct kvp_agent *a)
 	a->dram_damaged = false;
 	lost = kvp_dram_repair_locked(a, &kept);
 	kvp_dram_unlock(s);
-	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER], 1); /* stat */
+	kvp_actr_add(s->hdr, KVP_ACTR_ALLOC_RECOVER, 1); /* stat */
 	kvp_log(lost ? KVP_LOG_WARN : KVP_LOG_INFO, "dram",
 		"page map checked against the "
 		"index and rebuilt (damage reported): %llu runs kept, %llu units free, "
@@ -430,8 +428,6 @@ kvp_dram_repair_agent(struct kvp_agent *a)
 		(unsigned long long)kept,
 		(unsigned long long)s->dram->dh_free_pages,
 		(unsigned long long)lost);
-	/* putters waiting for room retry now */
-	kvp_ifetch_add(&s->hdr->h_space_seq, 1); /* full: then wake */
-	kvp_futex_wake(&s->hdr->h_space_seq);
+	kvp_wake_space_agent(s); /* putters waiting for room retry now */
 	return 0;
 }

@@ -259,9 +259,7 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 		freed += kvp__remove_agent(a, &ev->cand[k], why);
 		(*removed)++;
 		if (prob) /* stats: agent threads add atomically */
-			kvp_fetch_add(
-				&a->seg.hdr->h_actr[KVP_ACTR_EVICT_PROBATION],
-				1);
+			kvp_actr_add(a->seg.hdr, KVP_ACTR_EVICT_PROBATION, 1);
 	}
 	ev->ncand = 0;
 	return freed;
@@ -439,8 +437,8 @@ kvp_evict_plan(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		if (kvp_evict_held(ev, i)) {
 			/* a victim, but held: left alone (not counted as
 			 * room by scan 1) */
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_BACKOFF],
-				      1); /* stat */
+			kvp_actr_add(s->hdr, KVP_ACTR_EVICT_BACKOFF,
+				     1); /* stat */
 			continue;
 		}
 		ev->plan[ev->nplan++] =
@@ -806,8 +804,7 @@ kvp_ix_round_agent(struct kvp_agent *a, uint64_t *freed, bool *stuck)
 	uint64_t low = limit - room, high = limit - room / 2, used;
 	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC),
 		 since = now - a->ix_recount_ns;
-	/* full CAS: take the request; a putter that kicks after this sees 0 */
-	bool kicked = kvp_cas(&h->h_ix_req, 1, 0);
+	bool kicked = kvp_wake_take_index_agent(s); /* take the request */
 
 	*stuck = false;
 	/* relaxed: a hint; the pass re-reads it */
@@ -918,12 +915,8 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	bool stuck = false, kicked, ix_wake, ix_stuck;
 	unsigned k;
 
-	/* full CAS: take the request; a client that kicks after this
-	 * sees 0 and wakes us again */
-	kicked = kvp_cas(&h->h_evict_req, 1, 0);
-	/* relaxed: the largest unit count a putter is waiting for */
-	need = kvp_load_relaxed(&h->h_evict_need);
-	kvp_store_relaxed(&h->h_evict_need, 0);
+	/* take the request: a client that kicks after this wakes us again */
+	kicked = kvp_wake_take_agent(&a->seg, &need);
 	if (need > want)
 		want = need;
 	if (!kicked && !kvp_dram_above_high_agent(a)) {
@@ -945,10 +938,9 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	}
 	a->evict_urgent = kicked; /* a putter waits: scan as far as it takes */
 	for (k = 0; k < KVP_HINTS; k++) {
-		/* acquire: pairs with the putter's release */
-		uint64_t hint = kvp_load_acquire(&h->h_hint[k]);
-		/* full CAS: take the hint (a newer one may replace it) */
-		if (hint && kvp_cas(&h->h_hint[k], hint, 0))
+		uint64_t hint = kvp_wake_take_hint_agent(&a->seg, k);
+
+		if (hint)
 			freed += (uint64_t)kvp_ix_evict_for_hash_agent(a, hint);
 	}
 	ix_wake = kvp_ix_round_agent(a, &freed, &ix_stuck);
@@ -960,13 +952,8 @@ kvp_dram_round_agent(struct kvp_agent *a)
 				   kvp_tier_write_deferred_agent(a))) ||
 		      a->ndfree || kvp_populate_pending_agent(a)))
 		stuck = false;
-	/* relaxed: read by putters that gave up; a hint */
-	kvp_store_relaxed(&h->h_evict_stuck,
-			  (stuck ? KVP_STUCK_DRAM : 0) |
-				  (ix_stuck ? KVP_STUCK_INDEX : 0));
-	if (freed || stuck || ix_wake) {
-		/* full: bump then wake putters sleeping on the seq */
-		kvp_ifetch_add(&h->h_space_seq, 1);
-		kvp_futex_wake(&h->h_space_seq);
-	}
+	kvp_wake_stuck_agent(&a->seg, (stuck ? KVP_STUCK_DRAM : 0) |
+					      (ix_stuck ? KVP_STUCK_INDEX : 0));
+	if (freed || stuck || ix_wake)
+		kvp_wake_space_agent(&a->seg); /* putters on the seq */
 }

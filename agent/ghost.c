@@ -79,7 +79,7 @@ kvp_ghost_get(struct kvp_agent *a)
 	g->mask = t - 1;
 	a->ghost = g;
 	/* relaxed: a gauge (kvp_ghost_evicted_agent); an earlier agent's */
-	kvp_store_relaxed(&a->seg.hdr->h_actr[KVP_ACTR_GHOST_KEYS], 0);
+	kvp_actr_set(a->seg.hdr, KVP_ACTR_GHOST_KEYS, 0);
 	return g;
 err:
 	if (g) {
@@ -191,7 +191,7 @@ kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h)
 	g->tab[k].pos = pos;
 	g->readmit[i] = 0; /* the slot's next value is judged afresh */
 	/* relaxed: a gauge for kvpool stat; only this thread writes it */
-	kvp_store_relaxed(&a->seg.hdr->h_actr[KVP_ACTR_GHOST_KEYS], g->size);
+	kvp_actr_set(a->seg.hdr, KVP_ACTR_GHOST_KEYS, g->size);
 }
 
 /* Point 3: slot i is READY at generation gen. */
@@ -211,9 +211,9 @@ kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i, uint32_t gen)
 		return;
 	kvp_ghost_erase(g, k);
 	/* stats: agent threads add atomically */
-	kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_GHOST_HITS], 1);
+	kvp_actr_add(a->seg.hdr, KVP_ACTR_GHOST_HITS, 1);
 	/* relaxed: a gauge (above) */
-	kvp_store_relaxed(&a->seg.hdr->h_actr[KVP_ACTR_GHOST_KEYS], g->size);
+	kvp_actr_set(a->seg.hdr, KVP_ACTR_GHOST_KEYS, g->size);
 }
 
 /* Was slot i's value at generation gen readmitted (seen by a scan)? */

@@ -42,7 +42,7 @@ kvp_drop_collect(void *arg, const struct kvp_ssd_rec *r)
 	loc = kvp_load_relaxed(&s->entries[i].e_loc);
 	if (KVP_LOC_TIER(loc) == KVP_TIER_DRAM) {
 		/* DRAM-resident: it just loses its SSD copy */
-		kvp_store_relaxed(&s->entries[i].e_ssd, 0);
+		kvp_ix_entry_ssd_agent(s, (uint64_t)i, 0);
 		return 0;
 	}
 	if (d->n == d->cap) {
@@ -222,9 +222,9 @@ kvp_giveback_segment_cb(void *arg, struct kvp_drive *ssd, uint32_t seg)
 			 * before the file is gone must find the delete in
 			 * the index, not just the record (I20): it stays
 			 * DELETED without an SSD copy, for the reclaim pass
-			 * (relaxed: stable under CHECK; this thread writes
-			 * SSD locations) */
-			kvp_store_relaxed(&s->entries[cand[k].slot].e_ssd, 0);
+			 * (stable under CHECK; this thread writes SSD
+			 * locations) */
+			kvp_ix_entry_ssd_agent(s, cand[k].slot, 0);
 			kvp_ix_check_release(s, cand[k].slot, w);
 			removed++;
 		} else if (!kept[k]) {
@@ -238,8 +238,8 @@ kvp_giveback_segment_cb(void *arg, struct kvp_drive *ssd, uint32_t seg)
 	if (!d.veto) {
 		kvp_crashpoint(A_SEG_RECLAIM);
 		/* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SEGMENT_RECLAIM], 1);
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_SSD], removed);
+		kvp_actr_add(s->hdr, KVP_ACTR_SEGMENT_RECLAIM, 1);
+		kvp_actr_add(s->hdr, KVP_ACTR_EVICT_SSD, removed);
 	}
 	free(kept);
 	free(hot);
@@ -274,13 +274,12 @@ kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc, uint64_t new_loc)
 		/* the copy is on disk, the old record gone with its segment,
 		 * the entry still names it (under CHECK) */
 		kvp_crashpoint(A_SEG_REINSERT);
-		/* relaxed: published by the relocation CAS below */
-		kvp_store_relaxed(&s->entries[x->slot].e_ssd, new_loc);
+		/* published by the relocation CAS below */
+		kvp_ix_entry_ssd_agent(s, x->slot, new_loc);
 		t->wtick[x->slot] = (uint32_t)kvp_tick_now();
 		/* stats: agent threads add atomically */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_REINSERT], 1);
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_REINSERT_BYTES],
-			      x->vlen);
+		kvp_actr_add(s->hdr, KVP_ACTR_SSD_REINSERT, 1);
+		kvp_actr_add(s->hdr, KVP_ACTR_SSD_REINSERT_BYTES, x->vlen);
 	}
 	if (new_loc) {
 		kvp_ix_relocate(s, x->slot, x->word);
@@ -288,7 +287,7 @@ kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc, uint64_t new_loc)
 		if (kvp_ix_remove(s, x->slot, x->word))
 			kvp_ix_count_give(s);
 		/* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_SSD], 1);
+		kvp_actr_add(s->hdr, KVP_ACTR_EVICT_SSD, 1);
 	}
 	if (--t->keep_pending == 0)
 		t->nkeep = 0;

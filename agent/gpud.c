@@ -249,9 +249,8 @@ main(int argc, char **argv)
 		if (send(CTL_FD, &r, sizeof(r), MSG_NOSIGNAL) !=
 		    (ssize_t)sizeof(r))
 			break;
-		/* full: wake the agent's tier thread for the answer */
-		kvp_ifetch_add(&c->seg.hdr->h_evict_wake, 1);
-		kvp_futex_wake(&c->seg.hdr->h_evict_wake);
+		/* wake the agent's tier thread for the answer */
+		kvp_wake_agent(&c->seg);
 	}
 	kvp_close(c);
 	close(ls);

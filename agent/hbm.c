@@ -210,7 +210,7 @@ kvp_hbm_down(struct kvp_agent *a, struct kvp_hbm_gpu *g, const char *why)
 			"(generation %llu) are dropped; restarting in %llu ms",
 			g->device, why, g->nal, (unsigned long long)g->gen,
 			(unsigned long long)g->backoff_ms);
-	kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_HBM_HELPER_DEATHS], 1);
+	kvp_actr_add(a->seg.hdr, KVP_ACTR_HBM_HELPER_DEATHS, 1);
 	kvp_hbm_clear_words(a, g->k);
 	free(g->used);
 	g->used = NULL;
@@ -336,8 +336,7 @@ kvp_hbm_make_room(struct kvp_agent *a, struct kvp_hbm_gpu *g, uint32_t n,
 		}
 		if (best != SIZE_MAX && best_use < tick &&
 		    kvp_hbm_drop(a, g, best))
-			kvp_fetch_add(
-				&a->seg.hdr->h_actr[KVP_ACTR_HBM_EVICTIONS], 1);
+			kvp_actr_add(a->seg.hdr, KVP_ACTR_HBM_EVICTIONS, 1);
 		else
 			fails++;
 	}
@@ -387,9 +386,7 @@ kvp_hbm_answers(struct kvp_agent *a, struct kvp_hbm_gpu *g)
 						  kvp_hbm_word(g, al));
 				kvp_fetch_add(&s->hdr->h_gpu[g->k].gs_copies,
 					      1);
-				kvp_fetch_add(
-					&s->hdr->h_actr[KVP_ACTR_HBM_COPIES],
-					1);
+				kvp_actr_add(s->hdr, KVP_ACTR_HBM_COPIES, 1);
 				continue;
 			}
 		}

@@ -510,8 +510,7 @@ main(int argc, char **argv)
 			orphans = 0;
 		}
 		/* stat */
-		kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_ORPHAN_PAGES],
-			      orphans);
+		kvp_actr_add(a->seg.hdr, KVP_ACTR_ORPHAN_PAGES, orphans);
 		if (reaped || orphans)
 			kvp_log(KVP_LOG_INFO, "agent",
 				"recovery: %u dead clients reaped, "
@@ -573,9 +572,8 @@ main(int argc, char **argv)
 	kvp_cluster_stop_agent(a);
 	kvp_metrics_http_stop_agent(a);
 	kvp_store_release(&a->stop, 1); /* release: threads acquire it */
-	/* full: wake the evictor */
-	kvp_ifetch_add(&a->seg.hdr->h_evict_wake, 1);
-	kvp_futex_wake(&a->seg.hdr->h_evict_wake);
+	/* the evictor sees the stop */
+	kvp_wake_agent(&a->seg);
 	pthread_join(evictor, NULL);
 	pthread_join(reaper, NULL);
 	kvp_hbm_stop_agent(a); /* its helpers are clients: before the count */

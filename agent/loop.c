@@ -53,7 +53,7 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 			kvp_store_release(&a->gc_request, 1);
 		} else {
 			/* stat */
-			kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PAGES], freed);
+			kvp_actr_add(h, KVP_ACTR_REAP_PAGES, freed);
 			if (freed)
 				kvp_log(KVP_LOG_INFO, "reaper",
 					"%llu units of unfinished "
@@ -89,8 +89,8 @@ kvp_tier_step_agent(struct kvp_agent *a, int wait_ms)
 	 * bumps h_evict_wake after posting), wait_ms at most; where that
 	 * sleep is not to be had, wait for I/O only, wait_ms at a time, so
 	 * new requests are not left waiting long */
-	if (wait_ms &&
-	    kvp_drv_wait_agent(t->ssd, &h->h_evict_wake, seq, wait_ms) == 0)
+	if (wait_ms && kvp_drv_wait_agent(t->ssd, kvp_wake_word(&a->seg), seq,
+					  wait_ms) == 0)
 		wait_ms = 0;
 	n = kvp_drv_poll_agent(t->ssd, cq, 64, wait_ms);
 	for (k = 0; k < n; k++)

@@ -242,23 +242,23 @@ kvp_metrics_collect(const struct kvp_seg *s, const char *pool,
 	if (s->cluster) {
 		const struct kvp_cluster *cl = s->cluster;
 
-		m->cl_present = true;
+		m->remote_present = true;
 		/* acquire: the agent's release of the state */
-		m->cl_state = kvp_load_acquire(&cl->cl_state);
+		m->remote_state = kvp_load_acquire(&cl->cl_state);
 		/* relaxed: statistics */
-		m->cl_pub_lag_ns = kvp_load_relaxed(&cl->cl_pub_lag_ns);
-		m->cl_pub_max_ns = kvp_load_relaxed(&cl->cl_pub_max_ns);
-		m->cl_dir_rtt_ns = kvp_load_relaxed(&cl->cl_dir_rtt_ns);
+		m->remote_pub_lag_ns = kvp_load_relaxed(&cl->cl_pub_lag_ns);
+		m->remote_pub_max_ns = kvp_load_relaxed(&cl->cl_pub_max_ns);
+		m->remote_dir_rtt_ns = kvp_load_relaxed(&cl->cl_dir_rtt_ns);
 		for (k = 0; k < KVP_CL_CTRS; k++)
-			m->cl_ctr[k] = kvp_load_relaxed(&cl->cl_ctr[k]);
+			m->remote_ctr[k] = kvp_load_relaxed(&cl->cl_ctr[k]);
 		for (k = 0; k < KVP_HIST_WORDS; k++)
-			m->cl_lat[k] = kvp_load_relaxed(&cl->cl_lat[k]);
-		memcpy(m->cl_node, cl->cl_node, sizeof(m->cl_node));
-		m->cl_node[sizeof(m->cl_node) - 1] = 0;
-		for (k = 0; m->cl_node[k]; k++)
-			if (!isalnum((unsigned char)m->cl_node[k]) &&
-			    !strchr("_.-", m->cl_node[k]))
-				m->cl_node[k] =
+			m->remote_lat[k] = kvp_load_relaxed(&cl->cl_lat[k]);
+		memcpy(m->remote_node, cl->cl_node, sizeof(m->remote_node));
+		m->remote_node[sizeof(m->remote_node) - 1] = 0;
+		for (k = 0; m->remote_node[k]; k++)
+			if (!isalnum((unsigned char)m->remote_node[k]) &&
+			    !strchr("_.-", m->remote_node[k]))
+				m->remote_node[k] =
 					'?'; /* agent-written; still escaped */
 	}
 	m->dram_populated = kvp_dram_capacity(s) * s->g.g_dram_unit;
@@ -595,29 +595,30 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 				(unsigned long long)c[KVP_CTR_DEV_HBM_HITS]);
 		}
 	}
-	if (m->cl_present && KVP_CL_STATE(m->cl_state) != KVP_CL_OFF)
+	if (m->remote_present && KVP_CL_STATE(m->remote_state) != KVP_CL_OFF)
 		fprintf(f,
 			"remote   node %s: %s, %u peers (%u refused); %llu lookups (%llu keys, "
 			"%llu found), %llu fetched (%s), %llu failed; served %llu "
 			"(%s); %llu directory round trips; publish lag %.1f ms "
 			"(max %.1f)\n",
-			m->cl_node,
-			KVP_CL_STATE(m->cl_state) == KVP_CL_UP ?
+			m->remote_node,
+			KVP_CL_STATE(m->remote_state) == KVP_CL_UP ?
 				"up" :
-			KVP_CL_STATE(m->cl_state) == KVP_CL_CLASH ?
+			KVP_CL_STATE(m->remote_state) == KVP_CL_CLASH ?
 				"name taken by another agent" :
 				"directory down",
-			KVP_CL_PEERS(m->cl_state), KVP_CL_BAD(m->cl_state),
-			(unsigned long long)m->cl_ctr[KVP_CLC_LOOKUPS],
-			(unsigned long long)m->cl_ctr[KVP_CLC_LOOKUP_KEYS],
-			(unsigned long long)m->cl_ctr[KVP_CLC_FOUND],
-			(unsigned long long)m->cl_ctr[KVP_CLC_FETCHED],
-			kvp_human(m->cl_ctr[KVP_CLC_FETCH_BYTES], b1, 32),
-			(unsigned long long)m->cl_ctr[KVP_CLC_FAILED],
-			(unsigned long long)m->cl_ctr[KVP_CLC_SERVED],
-			kvp_human(m->cl_ctr[KVP_CLC_SERVED_BYTES], b2, 32),
-			(unsigned long long)m->cl_ctr[KVP_CLC_DIR_RTT],
-			m->cl_pub_lag_ns / 1e6, m->cl_pub_max_ns / 1e6);
+			KVP_CL_PEERS(m->remote_state),
+			KVP_CL_BAD(m->remote_state),
+			(unsigned long long)m->remote_ctr[KVP_CLC_LOOKUPS],
+			(unsigned long long)m->remote_ctr[KVP_CLC_LOOKUP_KEYS],
+			(unsigned long long)m->remote_ctr[KVP_CLC_FOUND],
+			(unsigned long long)m->remote_ctr[KVP_CLC_FETCHED],
+			kvp_human(m->remote_ctr[KVP_CLC_FETCH_BYTES], b1, 32),
+			(unsigned long long)m->remote_ctr[KVP_CLC_FAILED],
+			(unsigned long long)m->remote_ctr[KVP_CLC_SERVED],
+			kvp_human(m->remote_ctr[KVP_CLC_SERVED_BYTES], b2, 32),
+			(unsigned long long)m->remote_ctr[KVP_CLC_DIR_RTT],
+			m->remote_pub_lag_ns / 1e6, m->remote_pub_max_ns / 1e6);
 	if (c[KVP_CTR_DEV_KEYS] || c[KVP_CTR_DEV_REG_BYTES])
 		fprintf(f,
 			"gpu      %llu keys copied: %s to GPUs, %s from GPUs "

@@ -245,28 +245,28 @@ static uint64_t
 kvp_mv_remote_up(const struct kvp_metrics *m, unsigned i)
 {
 	(void)i;
-	return KVP_CL_STATE(m->cl_state) == KVP_CL_UP;
+	return KVP_CL_STATE(m->remote_state) == KVP_CL_UP;
 }
 
 static uint64_t
 kvp_mv_peers(const struct kvp_metrics *m, unsigned i)
 {
 	(void)i;
-	return KVP_CL_PEERS(m->cl_state);
+	return KVP_CL_PEERS(m->remote_state);
 }
 
 static uint64_t
 kvp_mv_bad_peers(const struct kvp_metrics *m, unsigned i)
 {
 	(void)i;
-	return KVP_CL_BAD(m->cl_state);
+	return KVP_CL_BAD(m->remote_state);
 }
 
 static uint64_t
 kvp_mv_name_clash(const struct kvp_metrics *m, unsigned i)
 {
 	(void)i;
-	return KVP_CL_STATE(m->cl_state) == KVP_CL_CLASH;
+	return KVP_CL_STATE(m->remote_state) == KVP_CL_CLASH;
 }
 
 static double
@@ -610,7 +610,7 @@ static const struct kvp_mrow kvp_mtab[] = {
 		 "failed the owner's CRC (never stored); peers dropped because "
 		 "they stopped taking the pages they asked for; claims of this "
 		 "node's name that found another agent's" },
-	{ KVP_VAL(NULL, ""), KVP_M(cl_ctr) },
+	{ KVP_VAL(NULL, ""), KVP_M(remote_ctr) },
 	{ KVP_FAM("kvpool_remote_publish_lag_seconds", "gauge", KVP_SEC_REMOTE),
 	  .when = KVP_MW_REMOTE,
 	  .help = "Bound on the age of a change when the directory got it (the "
@@ -620,13 +620,13 @@ static const struct kvp_mrow kvp_mtab[] = {
 		 "the last publish pass that had changes, and the largest since "
 		 "the agent started" },
 	{ KVP_VAL("which=\"last\"", "publish_lag_ns"),
-	  KVP_SECONDS(cl_pub_lag_ns, 9) },
+	  KVP_SECONDS(remote_pub_lag_ns, 9) },
 	{ KVP_VAL("which=\"max\"", "publish_lag_max_ns"),
-	  KVP_SECONDS(cl_pub_max_ns, 9) },
+	  KVP_SECONDS(remote_pub_max_ns, 9) },
 	{ KVP_FAM("kvpool_remote_dir_rtt_seconds", "gauge", KVP_SEC_REMOTE),
 	  .when = KVP_MW_REMOTE,
 	  .help = "The last directory lookup's round trip." },
-	{ KVP_VAL(NULL, "dir_rtt_ns"), KVP_SECONDS(cl_dir_rtt_ns, 9) },
+	{ KVP_VAL(NULL, "dir_rtt_ns"), KVP_SECONDS(remote_dir_rtt_ns, 9) },
 	{ KVP_FAM("kvpool_remote_fetch_duration_seconds", "histogram",
 		  KVP_SEC_REMOTE),
 	  .when = KVP_MW_REMOTE,
@@ -634,7 +634,7 @@ static const struct kvp_mrow kvp_mtab[] = {
 		  "transfers, puts).",
 	  .doc = "FETCH calls from taken to answered (directory, leases, "
 		 "transfers, the puts here)" },
-	{ KVP_VAL(NULL, NULL), KVP_M(cl_lat), .hist = true },
+	{ KVP_VAL(NULL, NULL), KVP_M(remote_lat), .hist = true },
 
 	{ KVP_FAM("kvpool_put_rejects_total", "counter", KVP_SEC_RW),
 	  .help = "Puts refused: key exists (or being put), BUSY (DRAM or index "
@@ -1052,7 +1052,7 @@ kvp_mval(const struct kvp_mrow *r, const struct kvp_metrics *m, unsigned over,
 static bool
 kvp_mfam_shown(const struct kvp_mrow *fam, const struct kvp_metrics *m)
 {
-	return (fam->when != KVP_MW_REMOTE || m->cl_present) &&
+	return (fam->when != KVP_MW_REMOTE || m->remote_present) &&
 	       (fam->when != KVP_MW_NS || m->nns);
 }
 
@@ -1235,11 +1235,11 @@ kvp_metrics_json(const struct kvp_metrics *m, FILE *f)
 		fprintf(f, "}");
 	}
 	fprintf(f, "]");
-	if (m->cl_present) {
+	if (m->remote_present) {
 		fprintf(f, ",\"remote\":{\"node\":\"%s\",\"state\":\"%s\"",
-			m->cl_node,
-			KVP_CL_STATE(m->cl_state) < 4 ?
-				clst[KVP_CL_STATE(m->cl_state)] :
+			m->remote_node,
+			KVP_CL_STATE(m->remote_state) < 4 ?
+				clst[KVP_CL_STATE(m->remote_state)] :
 				"?");
 		kvp_json_keys(m, f, KVP_MO_ONE, KVP_MW_REMOTE, 0);
 		kvp_json_keys(m, f, KVP_MO_CLC, KVP_MW_REMOTE, 0);

@@ -433,17 +433,13 @@ kvp_complete_promote(struct kvp_agent *a, struct kvp_top *op,
 	unsigned k;
 
 	if (!status) {
-		struct kvp_entry *e = &s->entries[op->slot];
-		/* relaxed: published by the e_loc release below */
-		kvp_store_relaxed(&e->e_run, s->pages[op->first].pg_npages);
-		/* release: the DRAM copy is complete before anyone reads
-		 * this location */
-		kvp_store_release(&e->e_loc,
-				  KVP_LOC_MAKE(KVP_TIER_DRAM, op->first));
+		/* the DRAM copy is complete before anyone reads this
+		 * location */
+		kvp_ix_entry_dram_agent(s, op->slot, op->first,
+					s->pages[op->first].pg_npages);
 		kvp_crashpoint(A_PROMOTE_SWITCHED);
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_PROMOTE], 1); /* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES],
-			      op->vlen);
+		kvp_actr_add(s->hdr, KVP_ACTR_PROMOTE, 1); /* stat */
+		kvp_actr_add(s->hdr, KVP_ACTR_SSD_READ_BYTES, op->vlen);
 	} else {
 		kvp_dram_free_agent(a, op->first, op->slot, (uint32_t)op->gen);
 	}
@@ -467,14 +463,13 @@ kvp_complete_demote(struct kvp_agent *a, struct kvp_top *op,
 
 	a->idle_used = 0; /* its DRAM can go now: work for the evictor */
 	if (!cq->status) {
-		/* relaxed: read only for SSD-resident entries, which this one
+		/* read only for SSD-resident entries, which this one
 		 * becomes through a later CHECK CAS */
-		kvp_store_relaxed(&s->entries[op->slot].e_ssd, cq->loc);
+		kvp_ix_entry_ssd_agent(s, op->slot, cq->loc);
 		t->wtick[op->slot] = (uint32_t)kvp_tick_now();
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE], 1); /* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_DEMOTE_BYTES], op->vlen);
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_WRITE_BYTES],
-			      op->vlen);
+		kvp_actr_add(s->hdr, KVP_ACTR_DEMOTE, 1); /* stat */
+		kvp_actr_add(s->hdr, KVP_ACTR_DEMOTE_BYTES, op->vlen);
+		kvp_actr_add(s->hdr, KVP_ACTR_SSD_WRITE_BYTES, op->vlen);
 		/* the record exists now (the slot is DELETED and busy:
 		 * nobody reclaimed it) */
 		if (op->nw)

@@ -214,8 +214,7 @@ kvp_tier_submit(struct kvp_agent *a)
 	}
 	if (t->demoting)
 		/* stat */
-		kvp_fetch_add(&h->h_actr[KVP_ACTR_READ_BEHIND_WRITES],
-			      t->nunsub);
+		kvp_actr_add(h, KVP_ACTR_READ_BEHIND_WRITES, t->nunsub);
 	t->nunsub = 0;
 }
 
@@ -227,7 +226,7 @@ kvp_tier_count_yield(struct kvp_agent *a)
 		return;
 	a->tier->yielded = false;
 	/* stat */
-	kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_DEMOTE_YIELDS], 1);
+	kvp_actr_add(a->seg.hdr, KVP_ACTR_DEMOTE_YIELDS, 1);
 }
 
 /* A completion from the drives: the op its tag names completes (its
@@ -244,14 +243,14 @@ kvp_complete(struct kvp_agent *a, const struct kvp_ssd_cqe *cq)
 	op = &t->ops[cq->tag - 1];
 	if (cq->status && cq->status != -ENOSPC)
 		/* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_ERRORS], 1);
+		kvp_actr_add(s->hdr, KVP_ACTR_SSD_ERRORS, 1);
 	if (cq->flags & (KVP_SSD_CQE_HDR_CACHED | KVP_SSD_CQE_HDR_READ))
 		/* stat: one device operation per read, or two */
-		kvp_fetch_add(
-			&s->hdr->h_actr[cq->flags & KVP_SSD_CQE_HDR_CACHED ?
-						KVP_ACTR_SSD_HDR_CACHED :
-						KVP_ACTR_SSD_HDR_READ],
-			1);
+		kvp_actr_add(s->hdr,
+			     cq->flags & KVP_SSD_CQE_HDR_CACHED ?
+				     KVP_ACTR_SSD_HDR_CACHED :
+				     KVP_ACTR_SSD_HDR_READ,
+			     1);
 	/* a free op has no callback: a stale tag completes nothing */
 	if (!op->done)
 		return;
@@ -314,9 +313,7 @@ kvp_wake_clients(struct kvp_agent *a)
 		if (!a->tier->wake[c])
 			continue;
 		a->tier->wake[c] = false;
-		/* full: then wake */
-		kvp_ifetch_add(&s->clients[c].cs_io_futex, 1);
-		kvp_futex_wake(&s->clients[c].cs_io_futex);
+		kvp_slot_wake(&s->clients[c]);
 	}
 	if (t->nunwoken) {
 		uint64_t now = kvp_now_ns(CLOCK_MONOTONIC);

@@ -114,7 +114,7 @@ kvp_pop_main(void *arg)
 {
 	struct kvp_pop *P = arg;
 	struct kvp_agent *a = P->a;
-	struct kvp_shm_header *h = a->seg.hdr;
+	struct kvp_seg *s = &a->seg;
 
 	for (;;) {
 		/* full: a chunk of our own */
@@ -147,9 +147,8 @@ kvp_pop_main(void *arg)
 		done = kvp_fetch_add(&P->bytes_done, P->ck[c].len) +
 		       P->ck[c].len;
 		if (c >= P->arena_ck) {
-			/* full: wake the tier thread, which frees the units */
-			kvp_ifetch_add(&h->h_evict_wake, 1);
-			kvp_futex_wake(&h->h_evict_wake);
+			/* wake the tier thread, which frees the units */
+			kvp_wake_agent(s);
 		}
 		if (P->rate) {
 			/* --populate-rate: no faster than asked (a node
@@ -171,10 +170,8 @@ kvp_pop_main(void *arg)
 		}
 	}
 	/* full: the last thread out wakes the tier thread for the summary */
-	if (kvp_fetch_add(&P->running, (uint64_t)-1) == 1) {
-		kvp_ifetch_add(&h->h_evict_wake, 1);
-		kvp_futex_wake(&h->h_evict_wake);
-	}
+	if (kvp_fetch_add(&P->running, (uint64_t)-1) == 1)
+		kvp_wake_agent(s);
 	return NULL;
 }
 
@@ -447,9 +444,7 @@ kvp_populate_step_agent(struct kvp_agent *a)
 			return;
 		}
 		a->pop_frontier = target;
-		/* full: putters waiting for room look again */
-		kvp_ifetch_add(&s->hdr->h_space_seq, 1);
-		kvp_futex_wake(&s->hdr->h_space_seq);
+		kvp_wake_space_agent(s); /* putters waiting for room */
 	}
 	pct = (unsigned)(a->pop_frontier * 100 / n);
 	if (pct / 25 > P->logged_pct / 25 && a->pop_frontier < n) {

@@ -109,17 +109,13 @@ kvp_reap_client_agent(struct kvp_agent *a, uint32_t i)
 	/* step 4 runs on the tier thread, which owns every DRAM free */
 	pages = 0;
 	kvp_store_release(&a->gc_request, 1); /* release: pairs with its CAS */
-	kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake it */
-	kvp_futex_wake(&s->hdr->h_evict_wake);
-	/* a dead client pins nothing any more: its gauges go to zero */
-	/* relaxed: stats */
-	kvp_store_relaxed(&cs->cs_ctr[KVP_CTR_PINNED_DRAM], 0);
-	kvp_store_relaxed(&cs->cs_ctr[KVP_CTR_PINNED_SSD], 0);
-	kvp__shard_retire(h, cs); /* counters and histograms */
-	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_CLIENTS], 1); /* stats */
-	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_HOLDS], holds);
-	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PINS], pins);
-	kvp_fetch_add(&h->h_actr[KVP_ACTR_REAP_PENDING], pending);
+	kvp_wake_agent(s);
+	kvp_ctr_unpin_agent(cs); /* a dead client pins nothing any more */
+	kvp_ctr_retire(h, cs);   /* counters and histograms */
+	kvp_actr_add(h, KVP_ACTR_REAP_CLIENTS, 1); /* stats */
+	kvp_actr_add(h, KVP_ACTR_REAP_HOLDS, holds);
+	kvp_actr_add(h, KVP_ACTR_REAP_PINS, pins);
+	kvp_actr_add(h, KVP_ACTR_REAP_PENDING, pending);
 	kvp_slot_identity_clear(cs);
 	kvp_crashpoint(A_REAP_FREEING);
 	kvp_slot_reap_end(cs, w); /* step 6, after every step above */
@@ -159,8 +155,7 @@ kvp_lease_sweep_agent(struct kvp_seg *s)
 			kvp_crashpoint(A_LEASE_SWEEP);
 		if (dead && kvp_ls_free_agent(ls, w)) {
 			/* stat */
-			kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_LEASE_EXPIRED],
-				      1);
+			kvp_actr_add(s->hdr, KVP_ACTR_LEASE_EXPIRED, 1);
 			n++;
 		}
 	}

@@ -96,7 +96,7 @@ kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 		 * thread yet) */
 		if (KVP_IX_STATE(w) == KVP_IX_DELETED &&
 		    !kvp_load_relaxed(&s->entries[i].e_ssd)) {
-			kvp_store_relaxed(&s->entries[i].e_ssd, r->loc);
+			kvp_ix_entry_ssd_agent(s, (uint64_t)i, r->loc);
 			return 0;
 		}
 		return kvp_recover_decline(a, r); /* the entry knows better */
@@ -111,13 +111,8 @@ kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 		/* index full: tombstoned, never served */
 		return kvp_recover_decline(a, r);
 	}
-	/* relaxed: published by the READY CAS */
-	kvp_store_relaxed(&s->entries[i].e_len, r->vlen);
-	kvp_store_relaxed(&s->entries[i].e_ssd, r->loc);
-	kvp_store_relaxed(&s->entries[i].e_run, 0);
-	/* not used since this start: oldest of all, depth unknown */
-	kvp_store_relaxed(&s->entries[i].e_use, KVP_USE_MAKE(0, 0));
-	kvp_store_relaxed(&s->entries[i].e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
+	/* published by the READY CAS */
+	kvp_ix_entry_recovered_agent(s, (uint64_t)i, r->vlen, r->loc);
 	if (kvp_ix_publish(s, (uint64_t)i, w)) {
 		kvp_ix_count_give(s);
 		return kvp_recover_decline(a, r);
@@ -135,8 +130,8 @@ kvp_recover_lose_ssd(struct kvp_seg *s, uint64_t i, uint64_t w)
 {
 	if (KVP_LOC_TIER(kvp_load_relaxed(&s->entries[i].e_loc)) ==
 	    KVP_TIER_DRAM) {
-		/* relaxed: this thread writes locations (no threads yet) */
-		kvp_store_relaxed(&s->entries[i].e_ssd, 0);
+		/* this thread writes locations (no threads yet) */
+		kvp_ix_entry_ssd_agent(s, i, 0);
 		return 0;
 	}
 	if (!kvp_ix_remove(s, i, w))
@@ -234,8 +229,8 @@ kvp_recover_in_flight_agent(struct kvp_agent *a)
 		}
 		if (KVP_SP_STATE(w) != KVP_SP_READING)
 			continue;
-		/* full: its slots were counted when it was allocated */
-		kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - ns);
+		/* its slots were counted when it was allocated */
+		kvp_span_count_sub(s, ns);
 		kvp_span_drop_reading_agent(s, j, w);
 	}
 	for (j = 0; j < total; j++) {

@@ -53,8 +53,7 @@ kvp_try_join(struct kvp_agent *a, uint64_t slot, uint64_t off, uint64_t len,
 			if (kvp_top_add_waiter(op, w))
 				return false;
 			/* stat */
-			kvp_fetch_add(
-				&a->seg.hdr->h_actr[KVP_ACTR_SINGLE_FLIGHT], 1);
+			kvp_actr_add(a->seg.hdr, KVP_ACTR_SINGLE_FLIGHT, 1);
 			return true;
 		}
 	}
@@ -99,8 +98,7 @@ kvp_serve_delete(struct kvp_agent *a, struct kvp_waiter *w, uint64_t slot,
 		if (kvp_ix_delete(s, slot, mw))
 			break;
 	}
-	/* full: tells the reclaim pass it has work */
-	kvp_fetch_add(&s->hdr->h_delete_seq, 1);
+	kvp_wake_deleted(s); /* the reclaim pass has work */
 	dem = kvp_demote_in_flight(a->tier, slot);
 	if (dem) {
 		/* the tombstone needs the record's location: after the write */
@@ -202,7 +200,7 @@ kvp_stage_read(struct kvp_agent *a, struct kvp_waiter *w,
 	kvp_crashpoint(A_STAGE_SUBMITTED);
 	return;
 busy:
-	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_BUSY_REJECT], 1); /* stat */
+	kvp_actr_add(s->hdr, KVP_ACTR_BUSY_REJECT, 1); /* stat */
 	kvp_answer(a, w, -EBUSY, 0, -1);
 }
 
@@ -327,9 +325,8 @@ kvp_complete_stage(struct kvp_agent *a, struct kvp_top *op,
 		}
 	}
 	if (!status) {
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGED], 1); /* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_SSD_READ_BYTES],
-			      op->alen);
+		kvp_actr_add(s->hdr, KVP_ACTR_STAGED, 1); /* stat */
+		kvp_actr_add(s->hdr, KVP_ACTR_SSD_READ_BYTES, op->alen);
 	}
 	kvp_span_free_if_unheld(s, op->head, false);
 }

@@ -762,7 +762,7 @@ kvp_shm_publish_agent(struct kvp_agent *a)
 	h->h_dram_high_pct = cfg->dram_high_pct;
 	h->h_dram_low_pct = cfg->dram_low_pct;
 	h->h_durability = cfg->ssd_dir[0] && cfg->durability_strict;
-	h->h_ssd_enabled = a->tier != NULL; /* as agent/tier.c sets it */
+	kvp_tier_publish_enabled_agent(a); /* h_ssd_enabled: agent/tier.c's */
 	/* relaxed: for humans and tools */
 	kvp_store_relaxed(&h->h_agent_start_ns, a->start_ns);
 	if (kvp_load_relaxed(&h->h_incarnation) != a->incarnation)

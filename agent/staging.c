@@ -25,15 +25,15 @@ kvp_span_free_if_unheld(struct kvp_seg *s, uint32_t head, bool count_expired)
 	    /* one freer */
 	    !kvp_span_free_begin(sp, w, KVP_SP_AGENT, &fw))
 		return false;
-	/* full: occupancy, by the FREEING CAS winner only; an adopter of a
-	 * dead freer's span does not subtract again (a freer killed between
-	 * its CAS and this leaves the count high until the arena is idle:
+	/* occupancy, by the FREEING CAS winner only; an adopter of a dead
+	 * freer's span does not subtract again (a freer killed between its
+	 * CAS and this leaves the count high until the arena is idle:
 	 * kvp_staging_reconcile) */
-	kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - KVP_SP_N(w));
+	kvp_span_count_sub(s, KVP_SP_N(w));
 	kvp_span_finish_free(s, head, fw);
 	if (count_expired)
 		/* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_STAGING_EXPIRED], 1);
+		kvp_actr_add(s->hdr, KVP_ACTR_STAGING_EXPIRED, 1);
 	return true;
 }
 
@@ -206,13 +206,7 @@ kvp_staging_abort_agent(struct kvp_seg *s, uint32_t head, unsigned need,
 void
 kvp_staging_account(struct kvp_seg *s, unsigned need)
 {
-	struct kvp_shm_header *h = s->hdr;
-	/* full: the count goes up before the span's state stores */
-	uint64_t used = kvp_fetch_add(&h->h_staging_used, need) + need;
-
-	/* relaxed: written by this thread only; read by tools */
-	if (used > kvp_load_relaxed(&h->h_staging_peak))
-		kvp_store_relaxed(&h->h_staging_peak, used);
+	kvp_span_count_add_agent(s, need);
 }
 
 /*
@@ -238,8 +232,7 @@ kvp_staging_reconcile(struct kvp_seg *s)
 			return 0;
 	/* relaxed: ordered after the acquire loads above */
 	used = kvp_load_relaxed(&h->h_staging_used);
-	/* full CAS: nobody else changes it while every slot is free */
-	if (used && kvp_cas(&h->h_staging_used, used, 0))
+	if (used && kvp_span_count_reset_agent(s, used))
 		return used;
 	return 0;
 }

@@ -23,6 +23,21 @@ static const struct kvp_drv_owner kvp_tier_owner = {
 	.drop_drives = kvp_recover_drop_drives_agent,
 };
 
+/* The header says whether an SSD tier serves (h_ssd_enabled: a plain word
+ * only the agent writes, here; clients read it before they post a
+ * request, a hint: the ring's answers decide). */
+static void
+kvp_tier_set_enabled(struct kvp_seg *s, bool on)
+{
+	s->hdr->h_ssd_enabled = on;
+}
+
+void
+kvp_tier_publish_enabled_agent(struct kvp_agent *a)
+{
+	kvp_tier_set_enabled(&a->seg, a->tier != NULL);
+}
+
 int
 kvp_tier_open_agent(struct kvp_agent *a)
 {
@@ -34,7 +49,7 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	int rc;
 
 	if (!a->cfg.ssd_dir[0]) {
-		s->hdr->h_ssd_enabled = 0;
+		kvp_tier_set_enabled(s, false);
 		return 0;
 	}
 	if (!s->rings) {
@@ -83,7 +98,7 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	reg[1].iov_base = s->staging;
 	reg[1].iov_len = s->g.g_staging_slots * s->g.g_staging_slot_bytes;
 	kvp_drv_register_buffers_agent(t->ssd, reg, 2);
-	s->hdr->h_ssd_enabled = 1;
+	kvp_tier_set_enabled(s, true);
 	kvp_tier_publish(a);
 	kvp_log(KVP_LOG_INFO, "ssd",
 		"SSD tier in %s%s: %lld records recovered; staging %llu "
@@ -111,7 +126,7 @@ kvp_tier_close_agent(struct kvp_agent *a)
 
 	if (!t)
 		return;
-	a->seg.hdr->h_ssd_enabled = 0;
+	kvp_tier_set_enabled(&a->seg, false);
 	kvp_drv_close_agent(t->ssd);
 	a->tier = NULL;
 	free(t->busy);

@@ -16,7 +16,7 @@ kvp__release_check(struct kvp_seg *s, const struct kvp_cand *c)
 {
 	KVP_ASSERT(c->word & KVP_IX_CHECK, "I5");  /* a CHECK this agent set */
 	kvp_ix_check_release(s, c->slot, c->word); /* step 4, held: back off */
-	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_EVICT_BACKOFF], 1); /* stat */
+	kvp_actr_add(s->hdr, KVP_ACTR_EVICT_BACKOFF, 1); /* stat */
 }
 
 /*
@@ -52,9 +52,8 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
 	ssd = kvp_load_relaxed(&e->e_ssd);
 	if (!deleted && why == KVP_ACTR_EVICT && ssd &&
 	    KVP_LOC_TIER(loc) == KVP_TIER_DRAM) {
-		/* relaxed: published by the relocation (clears CHECK) */
-		kvp_store_relaxed(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
-		kvp_store_relaxed(&e->e_run, 0);
+		/* published by the relocation (clears CHECK) */
+		kvp_ix_entry_ssd_only_agent(s, i);
 		kvp_ix_relocate(s, i, w); /* readers see the SSD location now */
 		kvp_crashpoint(A_DEMOTE_SWITCHED);
 		return kvp_dram_free_agent(a, (uint32_t)KVP_LOC_VAL(loc), i,
@@ -78,13 +77,13 @@ kvp__remove_agent(struct kvp_agent *a, const struct kvp_cand *c,
 		a->tier->tombed[i] =
 			KVP_TOMB_NONE; /* for the slot's next key */
 	/* stats: agent threads add atomically */
-	kvp_fetch_add(&h->h_actr[deleted ? KVP_ACTR_DELETE_RECLAIM : why], 1);
+	kvp_actr_add(h, deleted ? KVP_ACTR_DELETE_RECLAIM : why, 1);
 	if (!deleted)
-		kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_BYTES], len);
+		kvp_actr_add(h, KVP_ACTR_EVICT_BYTES, len);
 	/* index pressure dropped a value the SSD tier still held: said
 	 * apart (kvpool stat warns: --index-entries is too small) */
 	if (!deleted && why == KVP_ACTR_EVICT_INDEX && ssd)
-		kvp_fetch_add(&h->h_actr[KVP_ACTR_EVICT_INDEX_SSD], 1);
+		kvp_actr_add(h, KVP_ACTR_EVICT_INDEX_SSD, 1);
 	if (KVP_LOC_TIER(loc) != KVP_TIER_DRAM)
 		return 0;
 	kvp_crashpoint(A_EVICT_FREED);

@@ -41,6 +41,16 @@
  *   kvp_ix_reap_owner   RESERVED/CLAIM/PENDING(g) of a dead owner ->
  *                       EMPTY(g+1)                      (reaper, attach)
  *
+ * It owns the fields of an index entry (struct kvp_entry) as well: the
+ * key, written by the claimant while RESERVED (kvp_ix_key_write); the
+ * value's length, location and first run, by the putter while PENDING
+ * (kvp_ix_entry_put); a new location or SSD copy by the agent while the
+ * slot is under its CHECK, busy in its tier thread, or at attach before
+ * any of its threads runs (kvp_ix_entry_*_agent); each published by a
+ * release on the state word (a promotion: by e_loc's own release).  The
+ * use word (e_use) is a hint any user of the value writes
+ * (kvp_ix_use_touch): never trusted for safety.
+ *
  * It also owns the index entry count (h_ix_used) and each client's word
  * about its share of it (cs_ix_resv, cs_ix_slot): kvp_ix_count_take and
  * _give, kvp_ix_count_say (a new kind), kvp_ix_count_name_slot, and the
@@ -228,6 +238,110 @@ kvp_ix_key_write(struct kvp_seg *s, uint64_t i, uint64_t ns, uint64_t hash,
 			memcpy(&w, k + off, klen - off >= 8 ? 8 : klen - off);
 		kvp_store_relaxed(&e->e_key[off / 8], w);
 	}
+}
+
+/* ---- an entry's fields (see the top of the file) ---- */
+
+/* The putter, while its slot i is PENDING: the value's length, its DRAM
+ * location (the chain's first page and that run's units), no SSD copy
+ * (the slot's previous value may have had one, and an eviction would
+ * otherwise point this key at that record), and its use word. */
+KVP_INLINE void
+kvp_ix_entry_put(struct kvp_seg *s, uint64_t i, uint64_t len, uint64_t first,
+		 uint64_t run, uint64_t use)
+{
+	struct kvp_entry *e = &s->entries[i];
+
+	/* relaxed: published by the READY CAS in kvp_ix_publish */
+	kvp_store_relaxed(&e->e_len, len);
+	kvp_store_relaxed(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, first));
+	kvp_store_relaxed(&e->e_run, run);
+	kvp_store_relaxed(&e->e_ssd, 0);
+	kvp_store_relaxed(&e->e_use, use);
+}
+
+/*
+ * A use of slot i (a hit, a probe, a pin, a lease) at tick: the one
+ * shared word a hit writes, and only when it changes, so readers of a
+ * hot value do not bounce its line.  The depth and the CONT bit the
+ * putter set are kept.  Not ordered with anything: a hint for the
+ * eviction policy (kvp_shm.h, "The use word").
+ */
+KVP_INLINE void
+kvp_ix_use_touch(struct kvp_seg *s, uint64_t i, uint64_t tick)
+{
+	kvp_aword_t *u = &s->entries[i].e_use;
+	/* relaxed: a hint; a racing reader writes the same tick */
+	uint64_t old = kvp_load_relaxed(u), use;
+
+	use = (tick << KVP_USE_DEPTH_BITS) | (old & KVP_USE_KEEP) | KVP_USE_HIT;
+	if (old != use)
+		/* relaxed: a hint (above) */
+		kvp_store_relaxed(u, use);
+}
+
+/* Agent, a promotion of slot i done (the slot busy in its tier thread):
+ * the value is in DRAM at run chain 'first' (that run: 'run' units). */
+KVP_INLINE void
+kvp_ix_entry_dram_agent(struct kvp_seg *s, uint64_t i, uint64_t first,
+			uint64_t run)
+{
+	struct kvp_entry *e = &s->entries[i];
+
+	/* relaxed: published by the e_loc release below */
+	kvp_store_relaxed(&e->e_run, run);
+	/* release: the DRAM copy is complete before anyone reads this
+	 * location */
+	kvp_store_release(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_DRAM, first));
+}
+
+/* Agent, slot i under its CHECK: the value is on SSD only now (its DRAM
+ * goes); published by kvp_ix_relocate. */
+KVP_INLINE void
+kvp_ix_entry_ssd_only_agent(struct kvp_seg *s, uint64_t i)
+{
+	struct kvp_entry *e = &s->entries[i];
+
+	/* relaxed: published by the relocation (same generation) */
+	kvp_store_relaxed(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
+	kvp_store_relaxed(&e->e_run, 0);
+}
+
+/* Agent, rebuilding the page map (allocator lock held, tier thread):
+ * the first run of slot i's chain has 'run' units (the copy fast path). */
+KVP_INLINE void
+kvp_ix_entry_run_agent(struct kvp_seg *s, uint64_t i, uint64_t run)
+{
+	/* relaxed: ours (the tier thread changes locations) */
+	kvp_store_relaxed(&s->entries[i].e_run, run);
+}
+
+/* Agent: slot i's SSD copy is at loc now (0: none), written by the tier
+ * thread (or at attach, before it runs); read only for SSD-resident
+ * entries, which a DRAM one becomes through a later CHECK CAS, or under
+ * CHECK, published by the relocation. */
+KVP_INLINE void
+kvp_ix_entry_ssd_agent(struct kvp_seg *s, uint64_t i, uint64_t loc)
+{
+	/* relaxed: published by a later CAS of the state word */
+	kvp_store_relaxed(&s->entries[i].e_ssd, loc);
+}
+
+/* Agent, recovery at attach (no tier thread yet): slot i, claimed by the
+ * agent (PENDING), holds a value of vlen bytes read back from SSD at
+ * loc; not used since this start (oldest of all, depth unknown). */
+KVP_INLINE void
+kvp_ix_entry_recovered_agent(struct kvp_seg *s, uint64_t i, uint64_t vlen,
+			     uint64_t loc)
+{
+	struct kvp_entry *e = &s->entries[i];
+
+	/* relaxed: published by the READY CAS */
+	kvp_store_relaxed(&e->e_len, vlen);
+	kvp_store_relaxed(&e->e_ssd, loc);
+	kvp_store_relaxed(&e->e_run, 0);
+	kvp_store_relaxed(&e->e_use, KVP_USE_MAKE(0, 0));
+	kvp_store_relaxed(&e->e_loc, KVP_LOC_MAKE(KVP_TIER_SSD, 0));
 }
 
 /*

@@ -711,7 +711,7 @@ kvp__hbm_import_locked(struct kvp_client *c, struct kvp__devreg *r, unsigned k,
 		       uint64_t gen)
 {
 	struct kvp__hbmimp *hi = &r->dr_hbm[k];
-	struct kvp_gpu_slot *gs = &c->seg.hdr->h_gpu[k];
+	const struct kvp_gpu_slot *gs = &c->seg.hdr->h_gpu[k];
 	struct kvp_cuda *cu = kvp_cuda();
 	struct kvp_hbm_msg m;
 	void *pool = NULL, *base = NULL;
@@ -787,7 +787,7 @@ kvp__dev_hbm_src(struct kvp_client *c, uint64_t i, uint32_t gen, uint64_t end,
 		 int dev)
 {
 	struct kvp__devreg *r = c->dev->reg;
-	struct kvp_gpu_slot *gs;
+	const struct kvp_gpu_slot *gs = c->seg.hdr->h_gpu;
 	const unsigned char *p = NULL;
 	uint64_t w, gw, unit, bytes, off;
 	unsigned k;
@@ -800,7 +800,7 @@ kvp__dev_hbm_src(struct kvp_client *c, uint64_t i, uint32_t gen, uint64_t end,
 	if (!(w & KVP_HBM_VALID) || KVP_HBM_IXGEN(w) != (gen & 0xffffff))
 		return NULL;
 	k = KVP_HBM_GPU(w);
-	gs = &c->seg.hdr->h_gpu[k];
+	gs += k; /* a slot of the header's table (k < 8: 3 bits) */
 	/* acquire: pairs with the agent's UP release (the fields first) */
 	gw = kvp_load_acquire(&gs->gs_state);
 	if (KVP_GS_STATE(gw) != KVP_GPU_UP ||

@@ -8,7 +8,11 @@
  *   shm/client_write_int.h  put, delete, batch put; waking the evictor
  *   shm/client_read_int.h   the read engine: DRAM hits inline, SSD reads
  *                           through the agent's request ring; probes
- *   shm/client_pin_int.h    pinsets and leases
+ *   shm/client_pin_int.h    pinsets (lookup-and-pin) and leases
+ *   shm/client_stat_int.h   kvp_stat, namespace counters
+ *   shm/client_dev_int.h    the GPU endpoints
+ *   shm/client_remote_int.h the remote step (a layer the read path, the
+ *                           probes and the pin call): the mailbox call
  * Public calls are KVP_API (kvpool.h: static inline, or exported by
  * ffi.c); everything else is KVP_INLINE (static inline, never exported)
  * and named kvp__* unless a tool uses it too (kvp_seg_map).  Compiles as
@@ -28,12 +32,14 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include "shm/kvp_ctr.h"
 #include "tiers/kvp_dram.h"
 #include "shm/kvp_slot.h"
 #include "shm/kvp_ring.h"
 #include "shm/kvp_span.h"
 #include "shm/kvp_lease.h"
 #include "shm/kvp_rbox.h"
+#include "shm/kvp_wake.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
@@ -52,7 +58,7 @@ struct kvp_client {
 	struct kvp_seg seg;
 	uint32_t slot;      /* client slot index */
 	uint64_t slot_word; /* our cs_state value while LIVE */
-	uint64_t ns_id;
+	uint64_t nsid;      /* namespace id (kvp_ns_id of ns) */
 	/* free hold slots, lowest first (bit k of word k/64: slot k free), so
 	 * the high-water mark the agent scans to falls back when pins go */
 	uint64_t *hold_map;
@@ -140,56 +146,22 @@ kvp_version(int *major, int *minor, int *patch)
 	return KVPOOL_VERSION_STRING;
 }
 
-/* Private counter shard: single writer (this client), so no RMW. */
+/* Our counter shard (shm/kvp_ctr.h: single writer, so no RMW). */
 KVP_INLINE void
 kvp__ctr(struct kvp_client *c, enum kvp_ctr k, uint64_t d)
 {
-	kvp_aword_t *w = &c->seg.clients[c->slot].cs_ctr[k];
-
-	/* relaxed: statistics; only this client writes its shard */
-	kvp_store_relaxed(w, kvp_load_relaxed(w) + d);
+	kvp_ctr_add(&c->seg.clients[c->slot], k, d);
 }
 
 /*
  * One call's latency into histogram h of our shard: t0 is the call's
- * first clock read (CLOCK_MONOTONIC), this is its second.  Single writer.
+ * first clock read (CLOCK_MONOTONIC), this is its second.
  */
 KVP_INLINE void
 kvp__hist(struct kvp_client *c, enum kvp_hist h, uint64_t t0)
 {
-	uint64_t ns = kvp_now_ns(CLOCK_MONOTONIC) - t0;
-	kvp_aword_t *hw = c->seg.clients[c->slot].cs_hist[h];
-	unsigned b = kvp_hist_bucket(ns);
-
-	/* relaxed: statistics; only this client writes its shard */
-	kvp_store_relaxed(&hw[b], kvp_load_relaxed(&hw[b]) + 1);
-	kvp_store_relaxed(&hw[KVP_HIST_SUM],
-			  kvp_load_relaxed(&hw[KVP_HIST_SUM]) + ns);
-}
-
-/* Fold a shard (counters and histograms) into the pool's retired totals
- * and zero it: kvp_close, and the reaper for a dead client. */
-KVP_INLINE void
-kvp__shard_retire(struct kvp_shm_header *h, struct kvp_client_slot *cs)
-{
-	uint32_t k, j;
-
-	for (k = 0; k < KVP_CTR_SLOTS; k++) {
-		/* relaxed: statistics; the add is atomic */
-		uint64_t v = kvp_load_relaxed(&cs->cs_ctr[k]);
-		if (v)
-			kvp_fetch_add(&h->h_actr[KVP_ACTR_RETIRED0 + k], v);
-		kvp_store_relaxed(&cs->cs_ctr[k], 0);
-	}
-	for (k = 0; k < KVP_HIST_SLOTS; k++) {
-		for (j = 0; j < KVP_HIST_WORDS; j++) {
-			/* relaxed: statistics; the add is atomic */
-			uint64_t v = kvp_load_relaxed(&cs->cs_hist[k][j]);
-			if (v)
-				kvp_fetch_add(&h->h_hist_retired[k][j], v);
-			kvp_store_relaxed(&cs->cs_hist[k][j], 0);
-		}
-	}
+	kvp_ctr_hist(&c->seg.clients[c->slot], h,
+		     kvp_now_ns(CLOCK_MONOTONIC) - t0);
 }
 
 KVP_INLINE int
@@ -546,7 +518,7 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		uint32_t k;
 
 		snprintf(c->ns, sizeof(c->ns), "%s", ns);
-		c->ns_id = kvp_ns_id(ns);
+		c->nsid = kvp_ns_id(ns);
 		/* our name to the allocator lock (shm/kvp_shm.h) */
 		kvp_dram_claim_bind(&c->seg, c->slot + 1);
 		c->hold_map = (uint64_t *)calloc(
@@ -562,16 +534,10 @@ kvp_open(const char *pool, const char *ns, struct kvp_client **out)
 		c->hold_nfree = c->seg.g.g_holds_per_client;
 		kvp_slot_identity_set(cs, (uint64_t)getpid(),
 				      kvp_proc_start_time((long)getpid()));
-		kvp_store_relaxed(&cs->cs_open_ns, kvp_now_ns(CLOCK_REALTIME));
-		kvp_store_relaxed(&cs->cs_ns_id, c->ns_id);
+		kvp_slot_describe(cs, kvp_now_ns(CLOCK_REALTIME), c->nsid, ns);
 		/* no unit of the index count in hand (a FREE slot's word
 		 * is IDLE already, unless someone wrote garbage there) */
 		kvp_ix_count_say_own(cs, KVP_IXR_IDLE);
-		memset(cs->cs_ns, 0, sizeof(cs->cs_ns));
-		memcpy(cs->cs_ns, ns,
-		       strlen(ns) < sizeof(cs->cs_ns) - 1 ?
-			       strlen(ns) :
-			       sizeof(cs->cs_ns) - 1);
 	}
 	/* map the index now (page tables only; the agent populated the
 	 * memory): lookups then never take a minor fault.  The arena is
@@ -651,7 +617,7 @@ kvp_close(struct kvp_client *c)
 	if (kvp__live(c) == 0) {
 		kvp_slot_close_holds(&c->seg, c->slot, c->hold_hwm);
 		kvp_crashpoint(C_CLOSE_HALF);
-		kvp__shard_retire(c->seg.hdr, cs);
+		kvp_ctr_retire(c->seg.hdr, cs);
 		kvp_slot_identity_clear(cs);
 		/* FREE before our lock drops (fd close) */
 		kvp_slot_giveback(cs, c->slot_word);
@@ -662,25 +628,12 @@ kvp_close(struct kvp_client *c)
 	free(c);
 }
 
-/*
- * A use of slot i (a hit, a probe, a pin, a lease) at the call's tick:
- * the one shared word a hit writes, and only when the tick changed, so
- * readers of a hot value do not bounce its line.  The depth and the
- * CONT bit the putter set are kept.  Not ordered with anything: a hint for the eviction
- * policy (kvp_shm.h, "The use word").
- */
+/* A use of slot i (a hit, a probe, a pin, a lease) at the call's tick
+ * (index/kvp_index.h, kvp_ix_use_touch). */
 KVP_INLINE void
 kvp__touch(struct kvp_client *c, uint64_t i)
 {
-	kvp_aword_t *u = &c->seg.entries[i].e_use;
-	/* relaxed: a hint; a racing reader writes the same tick */
-	uint64_t old = kvp_load_relaxed(u), use;
-
-	use = (c->tick << KVP_USE_DEPTH_BITS) | (old & KVP_USE_KEEP) |
-	      KVP_USE_HIT;
-	if (old != use)
-		/* relaxed: a hint (above) */
-		kvp_store_relaxed(u, use);
+	kvp_ix_use_touch(&c->seg, i, c->tick);
 }
 
 /*
@@ -764,11 +717,11 @@ KVP_INLINE int
 kvp__lookup_hold_flags(struct kvp_client *c, const void *key, uint32_t klen,
 		       uint64_t *idx, uint64_t *len, uint64_t flags)
 {
-	uint64_t hash = kvp_key_hash(c->ns_id, key, klen), w;
+	uint64_t hash = kvp_key_hash(c->nsid, key, klen), w;
 	int tries, h = -ENOENT;
 
 	for (tries = 0; tries < 8; tries++) {
-		int64_t i = kvp_ix_find(&c->seg, c->ns_id, hash, key, klen,
+		int64_t i = kvp_ix_find(&c->seg, c->nsid, hash, key, klen,
 					KVP_IX_M(KVP_IX_READY), &w);
 		if (i < 0)
 			return -ENOENT;

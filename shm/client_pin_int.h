@@ -191,6 +191,24 @@ kvp__lookup_pin_local(struct kvp_client *c, struct kvp_op *ops, size_t n,
 	return (ssize_t)ps->count;
 }
 
+/* kvp_batch_lookup_pin (kvpool.h): with KVP_REMOTE_PROBE, the part of the
+ * prefix that other nodes hold is fetched into this pool first (the
+ * remote step, shm/client_remote_int.h), then the whole prefix is pinned
+ * here (a fetched page evicted before the pin ends the prefix, as any
+ * absent key does). */
+KVP_API ssize_t
+kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		     struct kvp_pinset **out)
+{
+	if (c && ops && n && out && kvp__remote_up(c, KVP_REMOTE_PROBE)) {
+		ssize_t r = kvp__exists_prefix_local(c, ops, n);
+
+		if (r >= 0 && (size_t)r < n && ops[r].status == -ENOENT)
+			kvp__remote_prefix(c, KVP_RB_FETCH, ops, (size_t)r, n);
+	}
+	return kvp__lookup_pin_local(c, ops, n, out);
+}
+
 /* kvp_pinset_get (kvpool.h): the read engine over held keys. */
 KVP_API ssize_t
 kvp_pinset_get(struct kvp_client *c, struct kvp_pinset *ps, struct kvp_op *ops,

@@ -13,22 +13,31 @@
  * The calls (kvp_get, kvp_get_range, kvp_batch_get, at the end) are a
  * local pass, then, only for keys it missed, the remote step: a layer
  * below (shm/client_remote_int.h) that fetches them from other nodes and
- * hands each back here as it lands.
+ * hands each back here as it lands.  The probes (kvp_batch_exists_prefix,
+ * kvp_batch_locate) are a local walk, then the same layer's answer for
+ * the keys it missed.
  *
  * Included by shm/client_int.h.
  */
 #ifndef KVP_CLIENT_READ_INT_H
 #define KVP_CLIENT_READ_INT_H
 
-/* The remote step (shm/client_remote_int.h; a layer the read path calls,
- * which calls nothing of it): is there a remote tier to ask, and fetch
- * the keys a local pass missed, fn(ctx, op, status) for each as it
- * lands (status 0: it is in this pool now). */
+/* The remote step (shm/client_remote_int.h; a layer the read path, the
+ * probes and the pin call, which calls nothing of them): is there a
+ * remote tier to ask; fetch the keys a local pass missed, fn(ctx, op,
+ * status) for each as it lands (status 0: it is in this pool now); the
+ * keys ops[from..n) another node holds (PROBE) or that were fetched here
+ * (FETCH), as a prefix: their count; of the m keys a locate left
+ * -ENOENT, those another node holds: their count. */
 typedef void (*kvp__remote_landed_fn)(void *ctx, struct kvp_op *o, int status);
 KVP_INLINE bool kvp__remote_up(const struct kvp_client *c, unsigned flag);
 KVP_INLINE bool kvp__remote_fetch(struct kvp_client *c, struct kvp_op *ops,
 				  size_t n, kvp__remote_landed_fn fn,
 				  void *ctx);
+KVP_INLINE size_t kvp__remote_prefix(struct kvp_client *c, unsigned kind,
+				     struct kvp_op *ops, size_t from, size_t n);
+KVP_INLINE size_t kvp__remote_locate(struct kvp_client *c, struct kvp_op *ops,
+				     size_t n, int *tier, size_t m);
 
 /* One SSD-resident key of a read call, held while it is resolved. */
 struct kvp__pend {
@@ -61,11 +70,10 @@ kvp__span_release(struct kvp_client *c, uint32_t head)
 	 * the free for us) */
 	if (!kvp_span_free_begin(sp, w, c->slot + 1, &w))
 		return;
-	/* full: occupancy goes down by the span's slots (the winner of the
-	 * FREEING CAS only, so once; an adopter does not subtract again);
-	 * before the FREE stores, so an agent that sees the span FREE
-	 * (acquire) sees this too */
-	kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - KVP_SP_N(w));
+	/* occupancy goes down by the span's slots (the winner of the
+	 * FREEING CAS only, so once; an adopter does not subtract again),
+	 * before the FREE stores */
+	kvp_span_count_sub(s, KVP_SP_N(w));
 	kvp_crashpoint(C_SPAN_FREEING);
 	kvp_span_finish_free(s, head, w);
 }
@@ -214,9 +222,8 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
 		unsigned int sseq = kvp_iload_acquire(&s->hdr->h_staging_seq);
 		unsigned pending = 0, progress = 0, last_progress = 0;
-		uint64_t call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+		uint64_t call = kvp_slot_call_next(cs);
 
-		kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
 		if (!s->rings || !s->hdr->h_ssd_enabled ||
 		    !kvp_shm_agent_alive(s)) {
 			for (k = 0; k < m; k++)
@@ -232,14 +239,11 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 			 * this one's are (its answers come in one round:
 			 * with one call at a time the device sat idle while
 			 * they were copied and the next part was posted) */
-			call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
-			kvp_store_relaxed(&cs->cs_call_seq, call); /* ours */
+			call = kvp_slot_call_next(cs);
 			kvp__post(c, p, m, call & 0xffffffffull, &slots, true);
 		}
 		kvp_crashpoint(C_RESOLVE_POSTED);
-		/* full: wake the agent */
-		kvp_ifetch_add(&s->hdr->h_evict_wake, 1);
-		kvp_futex_wake(&s->hdr->h_evict_wake);
+		kvp_wake_agent(s);
 		for (;;) {
 			pending = 0;
 			for (k = 0; k < m; k++) {
@@ -294,19 +298,14 @@ kvp__resolve(struct kvp_client *c, struct kvp__pend *p, unsigned m)
 				unsigned posted;
 
 				last_progress = progress;
-				call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
-				/* relaxed: ours */
-				kvp_store_relaxed(&cs->cs_call_seq, call);
+				call = kvp_slot_call_next(cs);
 				slots = 0;
 				posted = kvp__post(c, p, m,
 						   call & 0xffffffffull, &slots,
 						   false);
 				if (posted) {
 					pending += posted;
-					/* full */
-					kvp_ifetch_add(&s->hdr->h_evict_wake,
-						       1);
-					kvp_futex_wake(&s->hdr->h_evict_wake);
+					kvp_wake_agent(s);
 				}
 			}
 			if (!pending)
@@ -518,8 +517,8 @@ kvp_exists(struct kvp_client *c, const void *key, uint32_t klen)
 	t0 = kvp_now_ns(CLOCK_MONOTONIC);
 	c->tick = t0 >> KVP_TICK_SHIFT;
 	kvp__ctr(c, KVP_CTR_EXISTS, 1);
-	i = kvp_ix_find(&c->seg, c->ns_id, kvp_key_hash(c->ns_id, key, klen),
-			key, klen, KVP_IX_M(KVP_IX_READY), &w);
+	i = kvp_ix_find(&c->seg, c->nsid, kvp_key_hash(c->nsid, key, klen), key,
+			klen, KVP_IX_M(KVP_IX_READY), &w);
 	if (i < 0) {
 		kvp__hist(c, KVP_HIST_EXISTS_DRAM, t0);
 		return 0;
@@ -542,7 +541,7 @@ kvp__prefetch_buckets(struct kvp_client *c, const struct kvp_op *ops, size_t k,
 
 	if (!kvp__key_ok(ops[k].key, ops[k].klen))
 		return;
-	h = kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen);
+	h = kvp_key_hash(c->nsid, ops[k].key, ops[k].klen);
 	ring[k % n] = h;
 	__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, h, 0)]);
 	__builtin_prefetch(&c->seg.meta[kvp_ix_cand(&c->seg, h, KVP_IX_WAYS)]);
@@ -570,7 +569,7 @@ kvp__prefetch_entry(struct kvp_client *c, uint64_t h)
 }
 
 /* kvp_batch_exists_prefix (kvpool.h), this pool only: lookups,
- * pipelined (client_remote_int.h adds the other nodes). */
+ * pipelined (the call, below, adds the other nodes). */
 KVP_INLINE ssize_t
 kvp__exists_prefix_local(struct kvp_client *c, struct kvp_op *ops, size_t n)
 {
@@ -605,7 +604,7 @@ kvp__exists_prefix_local(struct kvp_client *c, struct kvp_op *ops, size_t n)
 		if (k + NEAR < n &&
 		    kvp__key_ok(ops[k + NEAR].key, ops[k + NEAR].klen))
 			kvp__prefetch_entry(c, hashes[(k + NEAR) % RING]);
-		i = kvp_ix_find(&c->seg, c->ns_id, hashes[k % RING], ops[k].key,
+		i = kvp_ix_find(&c->seg, c->nsid, hashes[k % RING], ops[k].key,
 				ops[k].klen, KVP_IX_M(KVP_IX_READY), &w);
 		if (i < 0) {
 			ops[k].status = -ENOENT;
@@ -622,6 +621,62 @@ kvp__exists_prefix_local(struct kvp_client *c, struct kvp_op *ops, size_t n)
 		kvp__hist(c, nssd ? KVP_HIST_EXISTS_SSD : KVP_HIST_EXISTS_DRAM,
 			  t0);
 	return (ssize_t)k;
+}
+
+/* kvp_batch_exists_prefix (kvpool.h): the local walk, then, with
+ * KVP_REMOTE_PROBE, the rest of the prefix that other nodes hold. */
+KVP_API ssize_t
+kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
+{
+	ssize_t r = kvp__exists_prefix_local(c, ops, n);
+	size_t got;
+
+	if (r < 0 || (size_t)r >= n || ops[r].status != -ENOENT ||
+	    !kvp__remote_up(c, KVP_REMOTE_PROBE))
+		return r;
+	got = kvp__remote_prefix(c, KVP_RB_PROBE, ops, (size_t)r, n);
+	kvp__ctr(c, KVP_CTR_REMOTE_PROBED, got);
+	return r + (ssize_t)got;
+}
+
+/* kvp_batch_locate (kvpool.h): where each key lives; with
+ * KVP_REMOTE_PROBE, the keys missed here that other nodes hold. */
+KVP_API ssize_t
+kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n, int *tier)
+{
+	size_t k, m = 0, present = 0;
+
+	if (!c || (!ops && n) || (!tier && n))
+		return -EINVAL;
+	c->tick = kvp_tick_now();
+	for (k = 0; k < n; k++) {
+		uint64_t w;
+		int64_t i;
+
+		tier[k] = 0;
+		if (!kvp__key_ok(ops[k].key, ops[k].klen)) {
+			ops[k].status = -EINVAL;
+			continue;
+		}
+		i = kvp_ix_find(&c->seg, c->nsid,
+				kvp_key_hash(c->nsid, ops[k].key, ops[k].klen),
+				ops[k].key, ops[k].klen, KVP_IX_M(KVP_IX_READY),
+				&w);
+		if (i < 0) {
+			ops[k].status = -ENOENT;
+			m++;
+			continue;
+		}
+		/* relaxed: a report; the value may move right after */
+		tier[k] = (int)KVP_LOC_TIER(
+			kvp_load_relaxed(&c->seg.entries[i].e_loc));
+		ops[k].status = 0;
+		present++;
+	}
+	kvp__ctr(c, KVP_CTR_EXISTS, n);
+	if (m && kvp__remote_up(c, KVP_REMOTE_PROBE))
+		present += kvp__remote_locate(c, ops, n, tier, m);
+	return (ssize_t)present;
 }
 
 /* A key fetched from another node, read here as soon as it lands (while

@@ -15,10 +15,12 @@
  *
  * A layer below the read path: kvp_get and its kind (shm/client_read_int.h)
  * call kvp__remote_up and kvp__remote_fetch when their local pass missed
- * keys, and read each fetched key themselves as it lands; nothing here
- * calls the read path.  The remote halves of the probes and the pin
- * (kvp_batch_exists_prefix, kvp_batch_lookup_pin, kvp_batch_locate) are
- * still here, around their local walks.
+ * keys, and read each fetched key themselves as it lands; the probes
+ * (kvp_batch_exists_prefix, kvp_batch_locate, in the read file) and the
+ * pin (kvp_batch_lookup_pin, shm/client_pin_int.h) call
+ * kvp__remote_prefix and kvp__remote_locate for the keys their local walk
+ * missed.  Nothing here calls the read path or the pin: only the remote
+ * step (the mailbox call) and kvp_remote.
  *
  * Included by shm/client_int.h (last).
  */
@@ -128,9 +130,7 @@ kvp__rbox_call(struct kvp_client *c, unsigned kind, const struct kvp_op *ops,
 
 		if (posted) {
 			w = kvp_rbox_post(rb, w);
-			/* full: then wake the agent's cluster thread */
-			kvp_ifetch_add(&s->cluster->cl_wake, 1);
-			kvp_futex_wake(&s->cluster->cl_wake);
+			kvp_rbox_ring(s->cluster); /* the cluster thread */
 			posted = 0;
 		}
 		/* acquire: pairs with the agent's DONE release */
@@ -389,97 +389,38 @@ kvp__remote_prefix(struct kvp_client *c, unsigned kind, struct kvp_op *ops,
 	return got;
 }
 
-/* kvp_batch_exists_prefix (kvpool.h): the local walk, then, with
- * KVP_REMOTE_PROBE, the rest of the prefix that other nodes hold. */
-KVP_API ssize_t
-kvp_batch_exists_prefix(struct kvp_client *c, struct kvp_op *ops, size_t n)
+/* kvp_batch_locate's remote half: of the m keys of ops[0..n) its local
+ * walk left -ENOENT, those another node holds get status 0 and tier
+ * KVP_TIER_REMOTE.  Returns how many. */
+KVP_INLINE size_t
+kvp__remote_locate(struct kvp_client *c, struct kvp_op *ops, size_t n,
+		   int *tier, size_t m)
 {
-	ssize_t r = kvp__exists_prefix_local(c, ops, n);
-	size_t got;
+	size_t k, present = 0, *idx;
+	uint64_t *len;
+	int *st;
 
-	if (r < 0 || (size_t)r >= n || ops[r].status != -ENOENT ||
-	    !kvp__remote_up(c, KVP_REMOTE_PROBE))
-		return r;
-	got = kvp__remote_prefix(c, KVP_RB_PROBE, ops, (size_t)r, n);
-	kvp__ctr(c, KVP_CTR_REMOTE_PROBED, got);
-	return r + (ssize_t)got;
-}
-
-/* kvp_batch_lookup_pin (kvpool.h): with KVP_REMOTE_PROBE, the part of the
- * prefix that other nodes hold is fetched into this pool first, then the
- * whole prefix is pinned here (a fetched page evicted before the pin
- * ends the prefix, as any absent key does). */
-KVP_API ssize_t
-kvp_batch_lookup_pin(struct kvp_client *c, struct kvp_op *ops, size_t n,
-		     struct kvp_pinset **out)
-{
-	if (c && ops && n && out && kvp__remote_up(c, KVP_REMOTE_PROBE)) {
-		ssize_t r = kvp__exists_prefix_local(c, ops, n);
-
-		if (r >= 0 && (size_t)r < n && ops[r].status == -ENOENT)
-			kvp__remote_prefix(c, KVP_RB_FETCH, ops, (size_t)r, n);
-	}
-	return kvp__lookup_pin_local(c, ops, n, out);
-}
-
-/* kvp_batch_locate (kvpool.h): where each key lives. */
-KVP_API ssize_t
-kvp_batch_locate(struct kvp_client *c, struct kvp_op *ops, size_t n, int *tier)
-{
-	size_t k, m = 0, present = 0, *idx = NULL;
-
-	if (!c || (!ops && n) || (!tier && n))
-		return -EINVAL;
-	c->tick = kvp_tick_now();
-	for (k = 0; k < n; k++) {
-		uint64_t w;
-		int64_t i;
-
-		tier[k] = 0;
-		if (!kvp__key_ok(ops[k].key, ops[k].klen)) {
-			ops[k].status = -EINVAL;
+	idx = (size_t *)malloc(
+		m * (sizeof(size_t) + sizeof(int) + sizeof(uint64_t)));
+	if (!idx)
+		return 0;
+	len = (uint64_t *)(idx + m);
+	st = (int *)(len + m);
+	m = 0;
+	for (k = 0; k < n; k++)
+		if (ops[k].status == -ENOENT)
+			idx[m++] = k;
+	kvp__remote_ask_keep(c, KVP_RB_PROBE, ops, idx, m, st, len, false);
+	for (k = 0; k < m; k++) {
+		if (st[k] != 0)
 			continue;
-		}
-		i = kvp_ix_find(&c->seg, c->ns_id,
-				kvp_key_hash(c->ns_id, ops[k].key, ops[k].klen),
-				ops[k].key, ops[k].klen, KVP_IX_M(KVP_IX_READY),
-				&w);
-		if (i < 0) {
-			ops[k].status = -ENOENT;
-			m++;
-			continue;
-		}
-		/* relaxed: a report; the value may move right after */
-		tier[k] = (int)KVP_LOC_TIER(
-			kvp_load_relaxed(&c->seg.entries[i].e_loc));
-		ops[k].status = 0;
+		ops[idx[k]].status = 0;
+		tier[idx[k]] = (int)KVP_TIER_REMOTE;
 		present++;
+		kvp__ctr(c, KVP_CTR_REMOTE_PROBED, 1);
 	}
-	kvp__ctr(c, KVP_CTR_EXISTS, n);
-	if (m && kvp__remote_up(c, KVP_REMOTE_PROBE))
-		idx = (size_t *)malloc(
-			m * (sizeof(size_t) + sizeof(int) + sizeof(uint64_t)));
-	if (idx) {
-		uint64_t *len = (uint64_t *)(idx + m);
-		int *st = (int *)(len + m);
-
-		m = 0;
-		for (k = 0; k < n; k++)
-			if (ops[k].status == -ENOENT)
-				idx[m++] = k;
-		kvp__remote_ask_keep(c, KVP_RB_PROBE, ops, idx, m, st, len,
-				     false);
-		for (k = 0; k < m; k++) {
-			if (st[k] != 0)
-				continue;
-			ops[idx[k]].status = 0;
-			tier[idx[k]] = (int)KVP_TIER_REMOTE;
-			present++;
-			kvp__ctr(c, KVP_CTR_REMOTE_PROBED, 1);
-		}
-		free(idx);
-	}
-	return (ssize_t)present;
+	free(idx);
+	return present;
 }
 
 /* kvp_remote (kvpool.h) */

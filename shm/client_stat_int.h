@@ -15,7 +15,7 @@
 KVP_INLINE uint64_t
 kvp__stat_pool_ctr(const struct kvp_seg *s, enum kvp_ctr k)
 {
-	/* relaxed: statistics (kvp__shard_retire adds atomically) */
+	/* relaxed: statistics (kvp_ctr_retire adds atomically) */
 	uint64_t v = kvp_load_relaxed(&s->hdr->h_actr[KVP_ACTR_RETIRED0 + k]);
 	uint32_t i;
 
@@ -112,14 +112,14 @@ kvp__ns_row(struct kvp_client *c)
 		struct kvp_ns_stat *row;
 		uint64_t id;
 
-		r = (uint32_t)((c->ns_id + k) % KVP_NS_STAT_ROWS);
+		r = (uint32_t)((c->nsid + k) % KVP_NS_STAT_ROWS);
 		row = &rows[r];
 		/* acquire: pairs with the claiming CAS (the row is a
 		 * statistic; the name follows under ns_named) */
 		id = kvp_load_acquire(&row->ns_id);
 		if (id == 0 &&
 		    /* full CAS: one namespace takes a free row */
-		    kvp_cas(&row->ns_id, 0, c->ns_id)) {
+		    kvp_cas(&row->ns_id, 0, c->nsid)) {
 			size_t len = strlen(c->ns);
 
 			if (len > sizeof(row->ns_name) - 1)
@@ -129,12 +129,12 @@ kvp__ns_row(struct kvp_client *c)
 			/* release: the name before the flag; pairs with the
 			 * metrics' acquire of ns_named */
 			kvp_store_release(&row->ns_named, 1);
-			id = c->ns_id;
+			id = c->nsid;
 		} else if (id == 0) {
 			/* acquire: the CAS lost: whose is it now */
 			id = kvp_load_acquire(&row->ns_id);
 		}
-		if (id == c->ns_id) {
+		if (id == c->nsid) {
 			c->ns_row1 = r + 1;
 			return 0;
 		}

@@ -14,42 +14,6 @@
 #ifndef KVP_CLIENT_WRITE_INT_H
 #define KVP_CLIENT_WRITE_INT_H
 
-/* Wake the evictor (at most one wake in flight); need_units > 0 says
- * how much room a waiting putter needs. */
-KVP_INLINE void
-kvp__kick_evictor(struct kvp_client *c, uint64_t need_units)
-{
-	struct kvp_shm_header *hd = c->seg.hdr;
-	uint64_t cur;
-
-	/* relaxed: a hint; the CAS loop only keeps the largest */
-	while ((cur = kvp_load_relaxed(&hd->h_evict_need)) < need_units &&
-	       !kvp_cas(&hd->h_evict_need, cur, need_units))
-		;
-
-	/* full CAS: only the first client to see the need pays the syscall;
-	 * the agent clears h_evict_req before each pass */
-	if (kvp_cas(&hd->h_evict_req, 0, 1)) {
-		kvp_ifetch_add(&hd->h_evict_wake, 1);
-		kvp_futex_wake(&hd->h_evict_wake);
-	}
-}
-
-/* Both candidate buckets of hash are full: leave the hash in the hint
- * ring and wake the evictor, which frees an unheld slot there. */
-KVP_INLINE void
-kvp__hint_full_buckets(struct kvp_client *c, uint64_t hash)
-{
-	struct kvp_shm_header *hd = c->seg.hdr;
-	/* full: a ring position of our own */
-	uint64_t k = kvp_fetch_add(&hd->h_hint_seq, 1) % KVP_HINTS;
-
-	/* release: the evictor takes it with a CAS; 0 means empty (a key
-	 * whose hash is 0 gets no hint: its put may answer -ENOSPC) */
-	kvp_store_release(&hd->h_hint[k], hash);
-	kvp__kick_evictor(c, 0);
-}
-
 /* ---- the index entry limit (docs/design.md, "The index limit") ---- */
 
 /* A new kind in our cs_ix_resv (a new sequence every time). */
@@ -57,21 +21,6 @@ KVP_INLINE void
 kvp__ixr_set(struct kvp_client *c, unsigned kind)
 {
 	kvp_ix_count_say_own(&c->seg.clients[c->slot], kind);
-}
-
-/* The index is at its limit: wake the evictor (at most one wake in
- * flight), which removes cold entries. */
-KVP_INLINE void
-kvp__kick_index(struct kvp_client *c)
-{
-	struct kvp_shm_header *hd = c->seg.hdr;
-
-	/* full CAS: only the first waiting putter pays the syscall; the
-	 * agent clears h_ix_req before its pass */
-	if (kvp_cas(&hd->h_ix_req, 0, 1)) {
-		kvp_ifetch_add(&hd->h_evict_wake, 1);
-		kvp_futex_wake(&hd->h_evict_wake);
-	}
 }
 
 /*
@@ -100,7 +49,7 @@ kvp__ix_reserve(struct kvp_client *c, uint64_t i, uint64_t w)
 			return 0;
 		}
 		kvp__ixr_set(c, KVP_IXR_IDLE);
-		kvp__kick_index(c);
+		kvp_wake_index(&c->seg);
 		now = kvp_now_ns(CLOCK_MONOTONIC);
 		if (!deadline)
 			deadline = now + c->put_wait_ns;
@@ -186,16 +135,16 @@ kvp__put_from(struct kvp_client *c, const void *key, uint32_t klen,
 		return rc;
 	kvp__ctr(c, KVP_CTR_PUT, 1);
 	*counted = true;
-	hash = kvp_key_hash(c->ns_id, key, klen);
+	hash = kvp_key_hash(c->nsid, key, klen);
 	for (;;) {
 		unsigned int seq = kvp_iload_acquire(&s->hdr->h_space_seq);
 		uint64_t now;
 
-		i = kvp_ix_claim(s, c->slot, c->ns_id, hash, key, klen, &w);
+		i = kvp_ix_claim(s, c->slot, c->nsid, hash, key, klen, &w);
 		if (i != -ENOSPC)
 			break;
 		/* both buckets full: ask the evictor to free a slot in them */
-		kvp__hint_full_buckets(c, hash);
+		kvp_wake_hint(&c->seg, hash);
 		now = kvp_now_ns(CLOCK_MONOTONIC);
 		if (!deadline)
 			deadline = now + c->put_wait_ns;
@@ -240,7 +189,7 @@ kvp__put_from(struct kvp_client *c, const void *key, uint32_t klen,
 		if (rc != -ENOSPC && rc != -EUCLEAN)
 			break;
 		/* no room, or a damaged allocator the agent repairs */
-		kvp__kick_evictor(c, (len + unit - 1) / unit);
+		kvp_wake_need(&c->seg, (len + unit - 1) / unit);
 		if (now >= deadline)
 			break;
 		/* sleep until the evictor reports progress (no spinning) */
@@ -267,19 +216,11 @@ kvp__put_from(struct kvp_client *c, const void *key, uint32_t klen,
 	}
 	kvp_crashpoint(C_PUT_ALLOCATED);
 	if (kvp__above_high(s))
-		kvp__kick_evictor(c, 0);
-	/* relaxed: published by the READY CAS in kvp_ix_publish */
-	kvp_store_relaxed(&s->entries[i].e_len, len);
-	kvp_store_relaxed(&s->entries[i].e_loc,
-			  KVP_LOC_MAKE(KVP_TIER_DRAM, first));
+		kvp_wake_need(&c->seg, 0);
 	/* the run's length is ours to read: we own it until publish */
-	kvp_store_relaxed(&s->entries[i].e_run, s->pages[first].pg_npages);
-	/* no SSD copy yet: the slot's previous value may have had one, and
-	 * an eviction would otherwise point this key at that record */
-	kvp_store_relaxed(&s->entries[i].e_ssd, 0);
-	kvp_store_relaxed(&s->entries[i].e_use,
-			  (c->tick << KVP_USE_DEPTH_BITS) |
-				  (ulow & KVP_USE_KEEP));
+	kvp_ix_entry_put(s, i, len, first, s->pages[first].pg_npages,
+			 (c->tick << KVP_USE_DEPTH_BITS) |
+				 (ulow & KVP_USE_KEEP));
 	for (p = first;;) {
 		uint64_t rb = 0, k;
 		unsigned char *dst = kvp_dram_run(s, p, &rb, &next);
@@ -388,12 +329,10 @@ kvp__delete_durable(struct kvp_client *c, uint64_t i, uint64_t w)
 		return -EBUSY; /* cannot happen: our calls are sequential */
 	if (!kvp_shm_agent_alive(s))
 		return -ENOTCONN;
-	call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
-	kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
+	call = kvp_slot_call_next(cs);
 	word = kvp_ring_post(q, rw, i, KVP_IX_GEN(w), 0, 0,
 			     (call & 0xffffffffull) | KVP_RQ_DELETE, 0);
-	kvp_ifetch_add(&s->hdr->h_evict_wake, 1); /* full: wake the agent */
-	kvp_futex_wake(&s->hdr->h_evict_wake);
+	kvp_wake_agent(s);
 	for (;;) {
 		unsigned int fseq = kvp_iload_acquire(&cs->cs_io_futex);
 		/* acquire: pairs with the agent's DONE release */
@@ -430,9 +369,9 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 	if (!c || !kvp__key_ok(key, klen))
 		return -EINVAL;
 	kvp__ctr(c, KVP_CTR_DELETE, 1);
-	hash = kvp_key_hash(c->ns_id, key, klen);
+	hash = kvp_key_hash(c->nsid, key, klen);
 	for (;;) {
-		i = kvp_ix_find(&c->seg, c->ns_id, hash, key, klen,
+		i = kvp_ix_find(&c->seg, c->nsid, hash, key, klen,
 				KVP_IX_M(KVP_IX_READY), &w);
 		if (i < 0)
 			return -ENOENT;
@@ -444,8 +383,7 @@ kvp_delete(struct kvp_client *c, const void *key, uint32_t klen)
 		if (!(w & KVP_IX_CHECK) &&
 		    kvp_ix_delete(&c->seg, (uint64_t)i, w)) {
 			kvp_crashpoint(C_DELETE_MARKED);
-			/* full: tells the agent a reclaim pass has work */
-			kvp_fetch_add(&c->seg.hdr->h_delete_seq, 1);
+			kvp_wake_deleted(&c->seg);
 			return 0; /* the evictor reclaims it on its next pass */
 		}
 		if (!t0)

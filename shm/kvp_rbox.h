@@ -15,7 +15,7 @@
  *   FREE(s) -> POSTED(s)       the client, after the data (ready words
  *                              cleared), rb_kind, rb_n, rb_bytes
  *                              (kvp_rbox_request, kvp_rbox_post); then a
- *                              bump of cl_wake
+ *                              bump of cl_wake (kvp_rbox_ring)
  *   POSTED(s) -> TAKEN(s)      the agent (kvp_rbox_take), which copies
  *                              everything the client wrote into its own
  *                              memory before it reads any of it
@@ -32,9 +32,12 @@
  *                              or a new owner of the slot at kvp_open
  *                              (kvp_rbox_reset)
  *
- * This file owns rb_state, the request words and the answers' ready
- * words: every write is a function here, and
- * tests/structure/test_structure.sh fails on a write anywhere else.
+ * This file owns rb_state, the request words, the answers (their fields
+ * and ready words, and the private answers the agent composes before it
+ * puts them) and the cluster thread's doorbell (cl_wake, in struct
+ * kvp_cluster: the agent's other words there are agent/cluster_int.h's):
+ * every write is a function here, and tests/structure/test_structure.sh
+ * fails on a write anywhere else.
  *
  * Invariants and proof sketch (I37):
  *  M1. The client writes the mailbox only while it is FREE and publishes
@@ -150,6 +153,17 @@ kvp_rbox_post(struct kvp_rbox *rb, uint64_t w)
 	return posted;
 }
 
+/* Ring the cluster thread's doorbell: a mailbox was posted (or the agent
+ * stops).  The thread's waker loads cl_wake (acquire) before it looks at
+ * the mailboxes and sleeps on the value it loaded, so a post before the
+ * bump is seen, or the bump ends its sleep. */
+KVP_INLINE void
+kvp_rbox_ring(struct kvp_cluster *cl)
+{
+	kvp_ifetch_add(&cl->cl_wake, 1); /* full: then wake */
+	kvp_futex_wake(&cl->cl_wake);
+}
+
 /* The answers (DONE of the request posted as w) were read: FREE(s+1). */
 KVP_INLINE void
 kvp_rbox_free(struct kvp_rbox *rb, uint64_t w)
@@ -182,6 +196,15 @@ kvp_rbox_ans_copy(struct kvp_rbox_ans *dst, const struct kvp_rbox_ans *src)
 }
 
 /* ---- the agent's half ---- */
+
+/* A private answer (the agent's memory, put into the mailbox later by
+ * kvp_rbox_answers_put): status and length. */
+KVP_INLINE void
+kvp_rbox_ans_set(struct kvp_rbox_ans *a, int32_t status, uint64_t len)
+{
+	a->ra_status = status;
+	a->ra_len = len;
+}
 
 /* POSTED(w) -> TAKEN: the request is ours.  True with *taken its word. */
 KVP_INLINE bool

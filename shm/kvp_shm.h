@@ -1403,7 +1403,8 @@ kvp_shm_bind(struct kvp_seg *s, char *msg, size_t cap)
 	for (k = 0; k < 2; k++) {
 		/* a plain copy: a torn read of a copy being repaired fails
 		 * its checksum and the other copy is used */
-		memcpy(&s->g, &s->hdr->h_geom[k], sizeof(s->g));
+		memcpy(&s->g, (const struct kvp_geom *)&s->hdr->h_geom[k],
+		       sizeof(s->g));
 		if (kvp_geom_check(&s->g, s->size, &s->L, why[k],
 				   sizeof(why[k])) == 0)
 			break;

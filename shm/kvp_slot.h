@@ -8,6 +8,11 @@
  *
  *   cs_state       [gen:56][state:8], enum kvp_cs_state below
  *   cs_pid, cs_start_time   who owns a LIVE slot (kvp_shm_client_alive)
+ *   cs_open_ns, cs_ns_id, cs_ns   when it opened and its namespace (for
+ *                  humans and the metrics)
+ *   cs_call_seq    the owner's call numbering (requests name their call)
+ *   cs_io_futex    the owner sleeps on it; the agent bumps it when an
+ *                  answer is ready (a request of its ring, its mailbox)
  *   cs_hold_hwm    the client's hold slots in use are all below it
  *   hold slots     (slot, gen) of a held index slot, 0 = free; the value's
  *                  format and the take/drop transitions are the hold
@@ -22,6 +27,9 @@
  *                                                     the slot's OFD lock)
  *   kvp_slot_identity_set / _clear  cs_pid, cs_start_time (the owner after
  *                         its claim; the owner or the reaper before FREE)
+ *   kvp_slot_describe     cs_open_ns, cs_ns_id, cs_ns (the owner at open)
+ *   kvp_slot_call_next    cs_call_seq + 1             (the owner)
+ *   kvp_slot_wake         cs_io_futex + 1, wake       (the agent)
  *   kvp_slot_giveback     LIVE(g) -> FREE(g)          (kvp_close, a failed
  *                                                     kvp_open)
  *   kvp_slot_reap_begin   LIVE(g) -> REAPING(g)       (reaper, step 1)
@@ -131,6 +139,46 @@ kvp_slot_identity_clear(struct kvp_client_slot *cs)
 	/* relaxed: published by the FREE store after it */
 	kvp_store_relaxed(&cs->cs_pid, 0);
 	kvp_store_relaxed(&cs->cs_start_time, 0);
+}
+
+/* What the owner is, for humans and the metrics (at open, after its
+ * claim): when it opened (CLOCK_REALTIME ns), its namespace's id and
+ * name (truncated). */
+KVP_INLINE void
+kvp_slot_describe(struct kvp_client_slot *cs, uint64_t open_ns, uint64_t ns_id,
+		  const char *ns)
+{
+	size_t len = strlen(ns);
+
+	/* relaxed: for humans and the metrics (read relaxed, never acted
+	 * on) */
+	kvp_store_relaxed(&cs->cs_open_ns, open_ns);
+	kvp_store_relaxed(&cs->cs_ns_id, ns_id);
+	memset(cs->cs_ns, 0, sizeof(cs->cs_ns));
+	memcpy(cs->cs_ns, ns,
+	       len < sizeof(cs->cs_ns) - 1 ? len : sizeof(cs->cs_ns) - 1);
+}
+
+/* The owner numbers a new call (its requests name it): the number. */
+KVP_INLINE uint64_t
+kvp_slot_call_next(struct kvp_client_slot *cs)
+{
+	/* relaxed: only the owner writes it (informative to others) */
+	uint64_t call = kvp_load_relaxed(&cs->cs_call_seq) + 1;
+
+	kvp_store_relaxed(&cs->cs_call_seq, call); /* relaxed: ours */
+	return call;
+}
+
+/* The agent: an answer for the owner of slot cs is ready (its ring's, its
+ * mailbox's, stored before with a release); the owner loads the word
+ * (acquire) before it looks for answers and sleeps on the value it
+ * loaded, so the bump either precedes its look or ends its sleep. */
+KVP_INLINE void
+kvp_slot_wake(struct kvp_client_slot *cs)
+{
+	kvp_ifetch_add(&cs->cs_io_futex, 1); /* full: then wake */
+	kvp_futex_wake(&cs->cs_io_futex);
 }
 
 /* Reaper step 1: LIVE(g) -> REAPING(g).  True with *w the REAPING word

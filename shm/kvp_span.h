@@ -67,10 +67,12 @@
  *     kvp_staging_reconcile puts it right when every slot is FREE.
  *
  * This file owns the span words (sp_state, sp_holders, and the fields the
- * allocation writes): every write is a function here, and
- * tests/structure/test_structure.sh fails on a write anywhere else.  The
- * policy (where to allocate, when to sweep, the occupancy count) is the
- * agent's, in agent/staging.c.
+ * allocation writes) and the header's words about the arena: the
+ * occupancy count (h_staging_used, step 5), its peak (h_staging_peak) and
+ * the futex a span's free bumps (h_staging_seq): every write is a
+ * function here, and tests/structure/test_structure.sh fails on a write
+ * anywhere else.  The policy (where to allocate, when to sweep, when the
+ * count is reconciled) is the agent's, in agent/staging.c.
  */
 #ifndef KVP_SPAN_H
 #define KVP_SPAN_H
@@ -159,6 +161,45 @@ kvp_span_unheld(const struct kvp_span *sp)
 		if (kvp_load_acquire(&sp->sp_holders[k]))
 			return false;
 	return true;
+}
+
+/* ---- the occupancy count (proof step 5) ---- */
+
+/* The tier thread, the only allocator: the count goes up by need slots
+ * before the span leaves FREE; the peak follows (occupancy only grows
+ * here, so the highest value seen here is the exact peak). */
+KVP_INLINE void
+kvp_span_count_add_agent(struct kvp_seg *s, unsigned need)
+{
+	struct kvp_shm_header *h = s->hdr;
+	/* full: the count goes up before the span's state stores */
+	uint64_t used = kvp_fetch_add(&h->h_staging_used, need) + need;
+
+	/* relaxed: written by this thread only; read by tools */
+	if (used > kvp_load_relaxed(&h->h_staging_peak))
+		kvp_store_relaxed(&h->h_staging_peak, used);
+}
+
+/* The winner of a span's READY -> FREEING CAS (or the attach path, for a
+ * dead agent's READING span): the count goes down by its n slots, once,
+ * before the FREE stores, so an agent that sees the span FREE (acquire)
+ * sees this too. */
+KVP_INLINE void
+kvp_span_count_sub(struct kvp_seg *s, unsigned n)
+{
+	/* full: before the FREE stores (an adopter does not subtract
+	 * again) */
+	kvp_fetch_add(&s->hdr->h_staging_used, (uint64_t)0 - n);
+}
+
+/* The tier thread saw every slot FREE (acquire, after the count read
+ * 'used'): the true occupancy is 0, put the count right (a freer killed
+ * between its CAS and its subtraction left it high).  True if done. */
+KVP_INLINE bool
+kvp_span_count_reset_agent(struct kvp_seg *s, uint64_t used)
+{
+	/* full CAS: nobody else changes it while every slot is free */
+	return kvp_cas(&s->hdr->h_staging_used, used, 0);
 }
 
 /* ---- the state word ---- */

@@ -267,9 +267,9 @@ dram_key(struct kvp_client *c, uint64_t *seed, const uint64_t *recent,
 			 w;
 		char key[100];
 		uint32_t kl = mk(key, id);
-		int64_t i = kvp_ix_find(&c->seg, c->ns_id,
-					kvp_key_hash(c->ns_id, key, kl), key,
-					kl, KVP_IX_M(KVP_IX_READY), &w);
+		int64_t i = kvp_ix_find(&c->seg, c->nsid,
+					kvp_key_hash(c->nsid, key, kl), key, kl,
+					KVP_IX_M(KVP_IX_READY), &w);
 
 		/* relaxed: a look at a READY entry (the get decides) */
 		if (i >= 0 &&

@@ -192,13 +192,14 @@ run "agent: README's kvpoold flags = agent/options.c" tests/agent/test_options_d
 # headers, and the emulated runtime's own checks (SKIP: no CUDA headers)
 run "gpu: tiers/kvp_cuda.h matches cuda_runtime_api.h" tests/gpu/test_cuda_abi.sh
 run "gpu: the emulated runtime's self-test" tests/gpu/test_fakecuda.sh
-# the device machine's script, whole, on the emulated runtime: every
-# functional check (its bandwidth figures are not judged there)
+# the GPU endpoints' and the HBM tier's checks (build/release/test_gpu,
+# tests/gpu/test_gpu.c) on the emulated runtime: the device machine runs
+# the same (stress/gpu_check.sh, then its figures) on the real one
 if [ -n "${KVPT_FAKECUDA:-}" ]; then
-	run "gpu: stress/gpu_check.sh on the emulated runtime" \
-		stress/gpu_check.sh --cudart "$(dirname "$KVPT_FAKECUDA")"
+	run "gpu: test_gpu on the emulated runtime" \
+		tests/gpu/test_gpu.sh --cudart "$(dirname "$KVPT_FAKECUDA")"
 else
-	skip "gpu: stress/gpu_check.sh on the emulated runtime" \
+	skip "gpu: test_gpu on the emulated runtime" \
 		"no CUDA headers here: the emulated runtime is not built"
 fi
 # the tree passes its .clang-format (SKIP without clang-format: .ci/run installs it)

@@ -52,6 +52,7 @@
 /* enum cudaMemcpyKind */
 #define KVP_CU_MEMCPY_H2D 1u
 #define KVP_CU_MEMCPY_D2H 2u
+#define KVP_CU_MEMCPY_D2D 3u /* the GPU tests' own copies (tests/gpu/) */
 #define KVP_CU_MEMCPY_DEFAULT 4u
 /* flags */
 #define KVP_CU_HOST_REGISTER_PORTABLE 0x01u /* cudaHostRegisterPortable */

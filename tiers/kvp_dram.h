@@ -50,6 +50,7 @@
 #define KVP_DRAM_H
 
 #include "index/kvp_index.h"
+#include "shm/kvp_ctr.h"
 
 KVP_INLINE unsigned
 kvp_dram_bin(uint64_t npages)
@@ -351,7 +352,7 @@ kvp_dram_lock_until(struct kvp_seg *s, uint64_t deadline_ns)
 			return -EUCLEAN;
 		}
 		/* stat */
-		kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER], 1);
+		kvp_actr_add(s->hdr, KVP_ACTR_ALLOC_RECOVER, 1);
 	}
 	return 0;
 }
@@ -387,7 +388,7 @@ kvp_dram_lock_takeover(struct kvp_seg *s)
 		kvp_dram_report_damage(s);
 		return -EUCLEAN;
 	}
-	kvp_fetch_add(&s->hdr->h_actr[KVP_ACTR_ALLOC_RECOVER], 1); /* stat */
+	kvp_actr_add(s->hdr, KVP_ACTR_ALLOC_RECOVER, 1); /* stat */
 	return 0;
 }
 

@@ -752,7 +752,7 @@ kvpt_present(struct kvp_client *c, const struct kvp_seg *s, const void *key,
 {
 	uint64_t w;
 
-	return kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, key, klen), key,
+	return kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, key, klen), key,
 			   klen, KVP_IX_M(KVP_IX_READY), &w) >= 0;
 }
 
@@ -766,8 +766,8 @@ kvpt_all_on_ssd(struct kvp_client *c, const struct kvp_seg *s, int n,
 	for (i = 0; i < n; i++) {
 		uint32_t kl = key(k, i);
 		uint64_t w;
-		int64_t slot = kvp_ix_find(s, c->ns_id,
-					   kvp_key_hash(c->ns_id, k, kl), k, kl,
+		int64_t slot = kvp_ix_find(s, c->nsid,
+					   kvp_key_hash(c->nsid, k, kl), k, kl,
 					   KVP_IX_M(KVP_IX_READY), &w);
 
 		/* relaxed: a test's look at a READY entry */

@@ -87,8 +87,8 @@ child_half_put(const char *pool)
 	if (kvp_open(pool, "ns", &c))
 		_exit(2);
 	/* a put cut at its worst point: claimed, allocated, half copied */
-	i = kvp_ix_claim(&c->seg, c->slot, c->ns_id,
-			 kvp_key_hash(c->ns_id, "half", 4), "half", 4, &w);
+	i = kvp_ix_claim(&c->seg, c->slot, c->nsid,
+			 kvp_key_hash(c->nsid, "half", 4), "half", 4, &w);
 	if (i < 0 || kvp_dram_alloc(&c->seg, 1 << 20, (uint64_t)i,
 				    KVP_IX_GEN(w), &first))
 		_exit(2);

@@ -74,8 +74,8 @@ ssd_loc_of(struct kvp_client *c, const struct kvp_seg *s, kvpt_key_fn key,
 	char k[100];
 	uint32_t kl = key(k, i);
 	uint64_t w;
-	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
-				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+	int64_t slot = kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, k, kl), k,
+				   kl, KVP_IX_M(KVP_IX_READY), &w);
 
 	/* relaxed: a test's look at a READY entry */
 	return slot < 0 ? 0 : kvp_load_relaxed(&s->entries[slot].e_ssd);

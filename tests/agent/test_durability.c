@@ -127,8 +127,8 @@ has_ssd_copy(struct kvp_client *c, const struct kvp_seg *s, kvpt_key_fn kfn,
 	char k[100];
 	uint32_t kl = kfn(k, i);
 	uint64_t w;
-	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
-				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+	int64_t slot = kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, k, kl), k,
+				   kl, KVP_IX_M(KVP_IX_READY), &w);
 
 	/* relaxed: a test's look at a READY entry */
 	return slot >= 0 && kvp_load_relaxed(&s->entries[slot].e_ssd) != 0;
@@ -300,8 +300,8 @@ in_dram(struct kvp_client *c, const struct kvp_seg *s, kvpt_key_fn kfn, int i)
 	char k[100];
 	uint32_t kl = kfn(k, i);
 	uint64_t w;
-	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
-				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+	int64_t slot = kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, k, kl), k,
+				   kl, KVP_IX_M(KVP_IX_READY), &w);
 
 	/* relaxed: a test's look at a READY entry */
 	return slot >= 0 &&

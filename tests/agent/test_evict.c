@@ -561,8 +561,8 @@ use_of(struct kvp_client *c, const struct kvp_seg *s, int chain, int page)
 	char k[100];
 	uint32_t kl = key_of(k, chain, page);
 	uint64_t w;
-	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
-				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+	int64_t slot = kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, k, kl), k,
+				   kl, KVP_IX_M(KVP_IX_READY), &w);
 
 	assert_true(slot >= 0);
 	/* relaxed: a test's look at a READY entry */

@@ -226,7 +226,7 @@ test_page_map_overwritten(void **state)
 	memset(v, 7, VSZ);
 	assert_int_equal(kvp_put(bad, "mine", 4, v, VSZ), 0);
 	map_rw(a.pool, &ws);
-	slot = kvp_ix_find(&ws, bad->ns_id, kvp_key_hash(bad->ns_id, "mine", 4),
+	slot = kvp_ix_find(&ws, bad->nsid, kvp_key_hash(bad->nsid, "mine", 4),
 			   "mine", 4, KVP_IX_M(KVP_IX_READY), &w);
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&ws.entries[slot].e_loc);
@@ -289,8 +289,8 @@ test_stopped_lock_holder(void **state)
 	for (i = 0; i < 200; i++) {
 		uint32_t kl = key_of(k, i);
 		uint64_t w;
-		int64_t sl = kvp_ix_find(&s, c->ns_id,
-					 kvp_key_hash(c->ns_id, k, kl), k, kl,
+		int64_t sl = kvp_ix_find(&s, c->nsid,
+					 kvp_key_hash(c->nsid, k, kl), k, kl,
 					 KVP_IX_M(KVP_IX_READY), &w);
 		/* relaxed: a test's look */
 		nssd += sl >= 0 &&

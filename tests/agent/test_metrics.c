@@ -589,7 +589,7 @@ test_failed_not_miss(void **state)
 	port = metrics_port(a.pool);
 	put_and_demote(c, &s, N, SZ);
 	kl = key_of(k, 2);
-	slot = kvp_ix_find(&s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+	slot = kvp_ix_find(&s, c->nsid, kvp_key_hash(c->nsid, k, kl), k, kl,
 			   KVP_IX_M(KVP_IX_READY), &w);
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&s.entries[slot].e_ssd);

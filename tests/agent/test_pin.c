@@ -49,8 +49,8 @@ count_in_dram(struct kvp_client *c, struct kvp_seg *s, int who, int n)
 	for (i = 0; i < n; i++) {
 		uint32_t kl = key_of(k, who, i);
 		uint64_t w;
-		int64_t slot = kvp_ix_find(s, c->ns_id,
-					   kvp_key_hash(c->ns_id, k, kl), k, kl,
+		int64_t slot = kvp_ix_find(s, c->nsid,
+					   kvp_key_hash(c->nsid, k, kl), k, kl,
 					   KVP_IX_M(KVP_IX_READY), &w);
 		p += slot >= 0 &&
 		     KVP_LOC_TIER(kvp_load_relaxed(&s->entries[slot].e_loc)) ==

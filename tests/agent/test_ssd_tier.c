@@ -264,7 +264,7 @@ corrupt_value_byte(struct kvp_seg *s, struct kvp_client *c, int i)
 	int fd;
 	off_t at;
 
-	slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+	slot = kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, k, kl), k, kl,
 			   KVP_IX_M(KVP_IX_READY), &w);
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&s->entries[slot].e_ssd);
@@ -460,7 +460,7 @@ mix_corrupt(struct kvp_seg *s, struct kvp_client *c, int i, bool header)
 	int fd;
 	off_t at;
 
-	slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl), k, kl,
+	slot = kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, k, kl), k, kl,
 			   KVP_IX_M(KVP_IX_READY), &w);
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&s->entries[slot].e_ssd); /* relaxed: test */
@@ -487,8 +487,8 @@ mix_batch_of(struct kvp_seg *s, struct kvp_client *c, int i)
 	char k[100];
 	uint32_t kl = key_of(k, i);
 	uint64_t w, loc;
-	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
-				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+	int64_t slot = kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, k, kl), k,
+				   kl, KVP_IX_M(KVP_IX_READY), &w);
 
 	assert_true(slot >= 0);
 	loc = kvp_load_relaxed(&s->entries[slot].e_ssd); /* relaxed: test */
@@ -741,8 +741,8 @@ ssd_loc_of(struct kvp_client *c, const struct kvp_seg *s, int i,
 	char k[100];
 	uint32_t kl = key_of(k, i);
 	uint64_t w;
-	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
-				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+	int64_t slot = kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, k, kl), k,
+				   kl, KVP_IX_M(KVP_IX_READY), &w);
 
 	if (slot < 0)
 		return 0;
@@ -758,8 +758,8 @@ on_ssd(struct kvp_client *c, const struct kvp_seg *s, int i)
 	char k[100];
 	uint32_t kl = key_of(k, i);
 	uint64_t w;
-	int64_t slot = kvp_ix_find(s, c->ns_id, kvp_key_hash(c->ns_id, k, kl),
-				   k, kl, KVP_IX_M(KVP_IX_READY), &w);
+	int64_t slot = kvp_ix_find(s, c->nsid, kvp_key_hash(c->nsid, k, kl), k,
+				   kl, KVP_IX_M(KVP_IX_READY), &w);
 
 	/* relaxed: a test's look at a READY entry */
 	return slot >= 0 &&

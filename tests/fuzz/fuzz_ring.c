@@ -95,8 +95,8 @@ fz_refresh_keys(void)
 		uint32_t kl =
 			(uint32_t)snprintf(key, sizeof(key), "fuzz-key-%u", k);
 		uint64_t w;
-		int64_t i = kvp_ix_find(&fz_c->seg, fz_c->ns_id,
-					kvp_key_hash(fz_c->ns_id, key, kl), key,
+		int64_t i = kvp_ix_find(&fz_c->seg, fz_c->nsid,
+					kvp_key_hash(fz_c->nsid, key, kl), key,
 					kl, KVP_IX_M(KVP_IX_READY), &w);
 
 		fz_slot[k] = i >= 0 ? (uint64_t)i : 0;
@@ -132,8 +132,8 @@ fz_protect(void)
 		kvpt_fill(v, FZ_PSZ, key, kl, 3);
 		if (kvp_exists(fz_p, key, kl) != 1)
 			kvp_put(fz_p, key, kl, v, FZ_PSZ);
-		i = kvp_ix_find(&fz_p->seg, fz_p->ns_id,
-				kvp_key_hash(fz_p->ns_id, key, kl), key, kl,
+		i = kvp_ix_find(&fz_p->seg, fz_p->nsid,
+				kvp_key_hash(fz_p->nsid, key, kl), key, kl,
 				KVP_IX_M(KVP_IX_READY), &w);
 		fz_pslot[k] = i >= 0 ? (uint64_t)i + 1 : 0;
 	}

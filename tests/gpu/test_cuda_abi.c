@@ -31,6 +31,7 @@ SAME(KVP_CU_ERR_COMPAT_NOT_SUPPORTED_ON_DEVICE,
      cudaErrorCompatNotSupportedOnDevice);
 SAME(KVP_CU_MEMCPY_H2D, cudaMemcpyHostToDevice);
 SAME(KVP_CU_MEMCPY_D2H, cudaMemcpyDeviceToHost);
+SAME(KVP_CU_MEMCPY_D2D, cudaMemcpyDeviceToDevice);
 SAME(KVP_CU_MEMCPY_DEFAULT, cudaMemcpyDefault);
 SAME(KVP_CU_HOST_REGISTER_PORTABLE, cudaHostRegisterPortable);
 SAME(KVP_CU_STREAM_NON_BLOCKING, cudaStreamNonBlocking);

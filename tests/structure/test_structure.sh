@@ -11,6 +11,10 @@
 #     first argument names the field, a memset/memcpy over it, a plain
 #     assignment to it, a non-const pointer to it taken for later).
 #     tests/ are left out, as above.
+#  1c. every field of every shared type (the KVP_FIELDS_* lists of
+#     shm/kvp_shm.h, which the layout signature hashes) has a row in that
+#     table, or its type is named in the list of unowned types with the
+#     reason.
 #  2. the mechanisms do not reach into the agent: no file under shm/,
 #     index/ or tiers/ (nor kvpool.h) includes anything from agent/.
 #  3. no include cycle among the tree's files (tsort finds loops).
@@ -34,26 +38,29 @@ srcs=$(git ls-files '*.c' '*.h' '*.cc' 2>/dev/null) ||
 	srcs=$(find . -path ./build -prune -o \( -name '*.c' -o -name '*.h' -o -name '*.cc' \) -print | sed 's|^\./||' | sort)
 [ -n "$srcs" ] || { echo "FAIL: no sources found"; exit 1; }
 
-# 1. state-word writes, judged per statement (clang-format breaks a call
-# over lines): awk joins each file's lines up to a ';', '{' or '}', keeps
-# the statement's first line number, and prints "file:line: statement"
-# for every statement that names meta; the greps keep the writes
-for f in $srcs; do
-	case $f in index/*|tests/*) continue ;; esac
-	awk -v F="$f" '
+# Every file's statements (clang-format breaks a call over lines): one awk
+# joins each file's lines up to a ';', '{' or '}', keeps the statement's
+# first line number, and prints "file:line: statement"; tests/ forge
+# words on purpose and are left out (checks 1 and 1b read these)
+echo "$srcs" | tr ' ' '\n' | grep -v '^tests/' | tr '\n' '\0' |
+	xargs -0 awk '
+		FNR == 1 { stmt = "" }
 		{ line = $0; sub(/\/\/.*/, "", line) }
 		stmt == "" { start = FNR }
 		{ stmt = stmt " " line }
 		/[;{}][ \t]*(\/\*.*)?$/ {
-			if (stmt ~ /meta/) { gsub(/[ \t]+/, " ", stmt); print F ":" start ":" stmt }
+			gsub(/[ \t]+/, " ", stmt); print FILENAME ":" start ":" stmt
 			stmt = ""
-		}' "$f" >"$tmp/stmts"
-	# an atomic write, CAS or add, or a memset/memcpy, on meta
-	grep -E '(kvp_store_(relaxed|release)|kvp_cas|kvp_fetch_add|kvp_exchange|mem(set|cpy|move))[[:space:]]*\([^;]*meta\b' "$tmp/stmts" >>"$tmp/writes"
-	# a pointer into meta kept for later (reads go through kvp_load_*)
-	sed -E 's/kvp_load_(acquire|relaxed)[[:space:]]*\([[:space:]]*&[^()]*(\([^()]*\)[^()]*)*\)//g; s/__builtin_prefetch[[:space:]]*\([[:space:]]*&[^()]*(\([^()]*\)[^()]*)*\)//g' "$tmp/stmts" |
-		grep -E '&[^;]*meta\[' | grep -v 'const kvp_aword_t \*' >>"$tmp/writes"
-done
+		}' >"$tmp/raw"
+
+# 1. state-word writes, judged per statement, outside index/: the
+# statements that name meta
+grep -v '^index/' "$tmp/raw" | grep -E '^[^:]*:[0-9]+:.*meta' >"$tmp/stmts"
+# an atomic write, CAS or add, or a memset/memcpy, on meta
+grep -E '(kvp_store_(relaxed|release)|kvp_cas|kvp_fetch_add|kvp_exchange|mem(set|cpy|move))[[:space:]]*\([^;]*meta\b' "$tmp/stmts" >"$tmp/writes"
+# a pointer into meta kept for later (reads go through kvp_load_*)
+sed -E 's/kvp_load_(acquire|relaxed)[[:space:]]*\([[:space:]]*&[^()]*(\([^()]*\)[^()]*)*\)//g; s/__builtin_prefetch[[:space:]]*\([[:space:]]*&[^()]*(\([^()]*\)[^()]*)*\)//g' "$tmp/stmts" |
+	grep -E '&[^;]*meta\[' | grep -v 'const kvp_aword_t \*' >>"$tmp/writes"
 if [ -s "$tmp/writes" ]; then
 	echo "FAIL: index state words written outside index/ (use a kvp_ix_* transition):"
 	sort -u -t: -k1,1 -k2,2n "$tmp/writes" | cut -c1-160 | sed 's/^/    /'
@@ -67,31 +74,42 @@ fi
 # ends itself: \b, or the hold slots' subscript), its owners are the
 # only files that may write it.  docs/design.md, "Who owns what", names
 # the same owners.
+#
+# Regions that are not words of a shared type: the hold slots (the first
+# row), the index state words (check 1), the HBM map (the hbm[] row).
+# Left unowned on purpose: the value bytes (the arena, the staging
+# arena, a mailbox's data after its header): bytes, not words, written by
+# whoever holds the run, span or mailbox those protocols hand out (a
+# putter its PENDING slot's runs, the agent a span it reads into, a
+# client its FREE mailbox), checked by checksums, not by this test.
 cat >"$tmp/owners" <<'EOT'
-(cs_state|cs_pid|cs_start_time|cs_hold_hwm)\b|holds\[[^]]*\]	shm/kvp_slot.h
+(cs_state|cs_pid|cs_start_time|cs_open_ns|cs_ns_id|cs_ns|cs_call_seq|cs_io_futex|cs_hold_hwm)\b|holds\[[^]]*\]	shm/kvp_slot.h
 rq_[a-z]+\b	shm/kvp_ring.h
-sp_[a-z]+\b	shm/kvp_span.h
+(sp_[a-z]+|h_staging_(used|peak|seq))\b	shm/kvp_span.h
 ls_[a-z]+\b	shm/kvp_lease.h
-(rb_[a-z]+|ra_ready)\b	shm/kvp_rbox.h
+(rb_[a-z]+|ra_[a-z]+|cl_wake)\b	shm/kvp_rbox.h
 (dh_[a-z_0-9]+|pg_[a-z_]+|cs_alloc_claim|h_agent_alloc_claim|lock_claim)\b	tiers/kvp_dram.h
-(cs_ix_resv|cs_ix_slot|h_ix_used)\b	index/kvp_index.h
+(cs_ix_resv|cs_ix_slot|h_ix_used|e_[a-z]+)\b	index/kvp_index.h
+(cs_ctr|cs_hist|h_actr|h_hist_retired)\b	shm/kvp_ctr.h
+h_(evict_wake|space_seq|evict_req|evict_need|ix_req|hint_seq|hint|delete_seq|evict_stuck|io_wake)\b	shm/kvp_wake.h
+ns_(id|named|name|ctr)\b	shm/client_stat_int.h
+h_(magic|abi_major|abi_minor|features|layout_sig|create_ns|pool|geom|incarnation|agent_pid|agent_start_ns|max_pinned|dram_high_pct|dram_low_pct|durability|pad3)\b	agent/segment.c
+h_(ssd_enabled|ssd_used_bytes|ssd_live_bytes|ssd_total_bytes)\b	agent/tier.c
+h_drive_[a-z_]+\b	agent/drives.c
+h_io_(hist|reads|writes|write_bytes)\b	agent/ops.c
+h_metrics_port\b	agent/metrics_http.c
+(h_gpu|gs_[a-z]+)\b|hbm\[[^]]*\]	agent/hbm.c
+cl_(state|beat|pub_lag_ns|pub_max_ns|dir_rtt_ns|ctr|lat|node)\b	agent/cluster_int.h
+EOT
+# shared types whose fields need no row of their own (check 1c), and why
+cat >"$tmp/unowned" <<'EOT'
+kvp_geom	its shared copies are the header's h_geom[] (agent/segment.c's row); every other struct kvp_geom is a process's private copy
 EOT
 : >"$tmp/owrites"
-# every file's statements once (as in 1), comments and reads (a load,
-# a futex wait or wake, sizeof) taken out; then each row's greps
-for f in $srcs; do
-	case $f in tests/*) continue ;; esac
-	awk -v F="$f" '
-		{ line = $0; sub(/\/\/.*/, "", line) }
-		stmt == "" { start = FNR }
-		{ stmt = stmt " " line }
-		/[;{}][ \t]*(\/\*.*)?$/ {
-			gsub(/[ \t]+/, " ", stmt); print F ":" start ":" stmt
-			stmt = ""
-		}' "$f"
-done |
-	sed -E 's|/\*([^*]\|\*+[^*/])*\*+/||g; s/kvp_i?load_(acquire|relaxed)[[:space:]]*\([[:space:]]*&[^()]*(\([^()]*\)[^()]*)*\)//g; s/(kvp_futex_wai?t[a-z_]*|__builtin_prefetch|sizeof|offsetof)[[:space:]]*\([^()]*(\([^()]*\)[^()]*)*\)//g' \
-	>"$tmp/allstmts"
+# every file's statements (as in 1), comments and reads (a load, a futex
+# wait or wake, a memcmp, sizeof) taken out; then each row's greps
+sed -E 's|/\*([^*]\|\*+[^*/])*\*+/||g; s/kvp_i?load_(acquire|relaxed)[[:space:]]*\([[:space:]]*&[^()]*(\([^()]*\)[^()]*)*\)//g; s/(kvp_futex_wa(it|ke)[a-z_]*|memcmp|__builtin_prefetch|sizeof|offsetof)[[:space:]]*\([^()]*(\([^()]*\)[^()]*)*\)//g' \
+	"$tmp/raw" >"$tmp/allstmts"
 while IFS='	' read -r pat owners; do
 	fld="(->|\.)($pat)"
 	# the statements that name the word, in files that do not own it
@@ -104,7 +122,7 @@ while IFS='	' read -r pat owners; do
 		# a plain assignment to it
 		grep -E "$fld(\[[^]=]*\])*[[:space:]]*([-+*/|&^]?=[^=]|\+\+|--)" "$tmp/ostmts"
 		# a pointer to it kept for later (not a const one)
-		grep -E "(^|[^&])&[A-Za-z_(][^;&,=]*$fld" "$tmp/ostmts" | grep -vE 'const (kvp_aword_t|kvp_aint_t|struct [a-z_]+|uint(32|64)_t) \*'
+		grep -E "(^|[^&])&[A-Za-z_(][^;&,=]*$fld" "$tmp/ostmts" | grep -vE 'const (volatile )?(kvp_aword_t|kvp_aint_t|struct [a-z_]+|uint(32|64)_t) \*'
 	} | sed "s|\$| [owner: $owners]|" >>"$tmp/owrites"
 done <"$tmp/owners"
 if [ -s "$tmp/owrites" ]; then
@@ -112,7 +130,34 @@ if [ -s "$tmp/owrites" ]; then
 	sort -u -t: -k1,1 -k2,2n "$tmp/owrites" | cut -c1-200 | sed 's/^/    /'
 	bad=1
 else
-	echo "ok: every shared word is written by its owner only ($(wc -l <"$tmp/owners") protocols: $(cut -f2 "$tmp/owners" | tr '\n' ' '))"
+	echo "ok: every shared word is written by its owner only ($(wc -l <"$tmp/owners") owners' rows: $(cut -f2 "$tmp/owners" | tr '\n' ' '))"
+fi
+
+# 1c. the fields of the shared types (KVP_FIELDS_* in shm/kvp_shm.h), each
+# matched against the rows' patterns as an access "->field" would be
+grep -oE 'X\(kvp_[a-z_]+, [a-z_0-9]+\)' shm/kvp_shm.h |
+	sed -E 's/X\((kvp_[a-z_]+), ([a-z_0-9]+)\)/\1 \2/' | sort -u >"$tmp/fields"
+if [ ! -s "$tmp/fields" ]; then
+	echo "FAIL: no field lists (KVP_FIELDS_*) found in shm/kvp_shm.h"
+	bad=1
+else
+	# "->field" for each, line by line; a row's grep -n marks the lines
+	# its pattern owns
+	sed 's/^[^ ]* /->/' "$tmp/fields" >"$tmp/frefs"
+	cut -f1 "$tmp/owners" | while read -r pat; do
+		grep -nE "^(->|\.)($pat)" "$tmp/frefs" | cut -d: -f1
+	done | sort -u >"$tmp/fowned"
+	awk 'FILENAME == ARGV[1] { owned[$1] = 1; next }
+		FILENAME == ARGV[2] { split($0, u, "\t"); free[u[1]] = 1; next }
+		!(FNR in owned) && !($1 in free) { print "    struct " $1 ": " $2 }' \
+		"$tmp/fowned" "$tmp/unowned" "$tmp/fields" >"$tmp/orphans"
+	if [ -s "$tmp/orphans" ]; then
+		echo "FAIL: shared words with no owner (a row in the table of owners of tests/structure/test_structure.sh, and the owner's transitions):"
+		cat "$tmp/orphans"
+		bad=1
+	else
+		echo "ok: every shared word has an owner ($(wc -l <"$tmp/fields") fields of $(cut -d' ' -f1 "$tmp/fields" | sort -u | wc -l) shared types; types left out: $(cut -f1 "$tmp/unowned" | tr '\n' ' ')(reasons in the test))"
+	fi
 fi
 
 # 2. includes of agent/ from the mechanisms and the client
@@ -128,15 +173,26 @@ else
 	echo "ok: shm/, index/, tiers/ and kvpool.h include nothing from agent/"
 fi
 
-# 3. include cycles: edges "includer included" for tsort
+# 3. include cycles: edges "includer included" for tsort (one awk over
+# every file), then each included name checked once
+echo "$srcs" | tr ' ' '\n' | tr '\n' '\0' | xargs -0 awk '
+	/^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]+"/ {
+		g = $0; sub(/^[^"]*"/, "", g); sub(/".*/, "", g)
+		print FILENAME, g
+	}' >"$tmp/alledges"
 : >"$tmp/edges"
-for f in $srcs; do
-	sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1/p' "$f" |
-		while read -r g; do
-			[ -f "$g" ] || { echo "    $f includes \"$g\", not a file of the tree" >>"$tmp/missing"; continue; }
-			echo "$f $g"
-		done >>"$tmp/edges"
+for g in $(cut -d' ' -f2 "$tmp/alledges" | sort -u); do
+	[ -f "$g" ] || echo "$g" >>"$tmp/nofile"
 done
+if [ -s "$tmp/nofile" ]; then
+	awk 'FILENAME == ARGV[1] { no[$1] = 1; next }
+		($2 in no) { print "    " $1 " includes \"" $2 "\", not a file of the tree" }' \
+		"$tmp/nofile" "$tmp/alledges" >"$tmp/missing"
+	awk 'FILENAME == ARGV[1] { no[$1] = 1; next } !($2 in no)' \
+		"$tmp/nofile" "$tmp/alledges" >"$tmp/edges"
+else
+	cp "$tmp/alledges" "$tmp/edges"
+fi
 if [ -s "$tmp/missing" ]; then
 	echo "FAIL: includes that do not name a file from the tree's root:"
 	cat "$tmp/missing"
@@ -157,25 +213,38 @@ fi
 # symbol"; tsort finds a loop in "caller callee"
 objdir=${KVPT_OBJ_DIR:-build/release/obj}
 agent_srcs=$(echo "$srcs" | tr ' ' '\n' | grep '^agent/.*\.c$')
-: >"$tmp/defs"
 : >"$tmp/calls"
-nobj=0 stale=
+nobj=0 stale= objs=
 for f in $agent_srcs; do
 	o=$objdir/${f%.c}.o
 	if [ ! -f "$o" ] || [ "$o" -ot "$f" ]; then stale="$stale $f"; continue; fi
 	nobj=$((nobj + 1))
-	nm -g --defined-only "$o" | awk -v F="$f" '$2 ~ /^[TDBR]$/ && $3 != "main" { print $3, F }' >>"$tmp/defs"
+	objs="$objs $o"
 done
 if ! command -v nm >/dev/null 2>&1; then
 	echo "SKIP: no call-cycle check between agent files (nm not installed: binutils)"
 elif [ -n "$stale" ]; then
 	echo "SKIP: no call-cycle check between agent files (no object, or an older one, in $objdir for:$stale; run ninja)"
 else
-	sort -k1,1 "$tmp/defs" >"$tmp/defs.s"
-	for f in $agent_srcs; do
-		nm -u "$objdir/${f%.c}.o" | awk '{ print $NF }' | sort -u |
-			join - "$tmp/defs.s" | awk -v F="$f" '$2 != F { print F, $2, $1 }'
-	done >"$tmp/calls"
+	# one nm for the definitions, one for the needs ("OBJECT:... TYPE
+	# SYMBOL" lines); an object's file is its source's name
+	# shellcheck disable=SC2086 # a list of objects
+	nm -A -g --defined-only $objs >"$tmp/defs"
+	# shellcheck disable=SC2086
+	nm -A -u $objs | sort -u >"$tmp/needs"
+	awk -v D="$objdir/" '
+		function src(x) { sub(/:.*/, "", x); sub("^" D, "", x); sub(/\.o$/, ".c", x); return x }
+		FILENAME == ARGV[1] {
+			if ($(NF - 1) ~ /^[TDBR]$/ && $NF != "main")
+				def[$NF] = def[$NF] " " src($1)
+			next
+		}
+		($NF in def) {
+			f = src($1); n = split(def[$NF], d, " ")
+			for (i = 1; i <= n; i++)
+				if (d[i] != f)
+					print f, d[i], $NF
+		}' "$tmp/defs" "$tmp/needs" | sort -u -k1,1 -k3,3 -k2,2 >"$tmp/calls"
 	cut -d' ' -f1,2 "$tmp/calls" | sort -u >"$tmp/cedges"
 	if ! tsort "$tmp/cedges" >/dev/null 2>"$tmp/cloop"; then
 		echo "FAIL: a call cycle between agent files (move the callee down a layer, or hand the caller's function down as a callback):"

@@ -4,8 +4,11 @@
 # their times kept), it must pass as it is, then fail, naming the file,
 # on each injected defect, one at a time:
 #  - a write of each shared word outside its owner (the index state word,
-#    and every row of test_structure.sh's table of owners), as an atomic
-#    store, a CAS, a memset, a plain assignment or a pointer kept;
+#    and every row of test_structure.sh's table of owners, each family of
+#    words in a row), as an atomic store, a CAS, an add, a memset or
+#    memcpy, a plain assignment or a pointer kept;
+#  - a field added to a shared type's field list (shm/kvp_shm.h) that no
+#    row of the table owns;
 #  - a call cycle between two agent files: a file that an agent file
 #    calls is made to call it back (an extern reference compiled into its
 #    object, with the build's own command).
@@ -88,6 +91,68 @@ inject shm/client_write_int.h "index count share, store" 'kvp_store_release(&s->
 inject agent/loop.c "index count, CAS" 'kvp_cas(&s->hdr->h_ix_used, 1, 0);'
 inject agent/loop.c "client slot word, pointer kept" 'kvp_aword_t *p = &s->clients[0].cs_state; (void)p;'
 inject agent/loop.c "lease word, pointer kept" 'kvp_aword_t *p = &s->leases[0].ls_state; (void)p;'
+# the client slot's other words (shm/kvp_slot.h)
+inject agent/metrics.c "client namespace id, store" 'kvp_store_relaxed(&s->clients[0].cs_ns_id, 0);'
+inject agent/metrics.c "client namespace name, memset" 'memset(s->clients[0].cs_ns, 0, 8);'
+inject shm/client_read_int.h "client call number, store" 'kvp_store_relaxed(&s->clients[0].cs_call_seq, 0);'
+inject agent/cluster_fetch.c "client futex, add" 'kvp_ifetch_add(&s->clients[0].cs_io_futex, 1);'
+# counters and histograms (shm/kvp_ctr.h)
+inject agent/reaper.c "client counter, store" 'kvp_store_relaxed(&s->clients[0].cs_ctr[3], 0);'
+inject shm/client_int.h "client histogram, plain assignment" 's->clients[0].cs_hist[0][1] = 0;'
+inject agent/evict.c "agent counter, add" 'kvp_fetch_add(&s->hdr->h_actr[2], 1);'
+inject shm/client_int.h "retired histogram, add" 'kvp_fetch_add(&s->hdr->h_hist_retired[0][0], 1);'
+# the doorbell (shm/kvp_wake.h)
+inject shm/client_read_int.h "evictor futex, add" 'kvp_ifetch_add(&s->hdr->h_evict_wake, 1);'
+inject agent/populate.c "space futex, add" 'kvp_ifetch_add(&s->hdr->h_space_seq, 1);'
+inject shm/client_write_int.h "putter request, CAS" 'kvp_cas(&s->hdr->h_evict_req, 0, 1);'
+inject shm/client_write_int.h "index pressure hint, store" 'kvp_store_release(&s->hdr->h_hint[0], 1);'
+inject agent/rings.c "delete count, add" 'kvp_fetch_add(&s->hdr->h_delete_seq, 1);'
+inject agent/evict.c "evictor verdict, store" 'kvp_store_relaxed(&s->hdr->h_evict_stuck, 0);'
+# the staging arena's count (shm/kvp_span.h)
+inject agent/staging.c "staging count, add" 'kvp_fetch_add(&s->hdr->h_staging_used, 1);'
+inject agent/recover.c "staging peak, store" 'kvp_store_relaxed(&s->hdr->h_staging_peak, 0);'
+# index entries (index/kvp_index.h)
+inject agent/victim.c "entry location, store" 'kvp_store_relaxed(&s->entries[0].e_loc, 0);'
+inject agent/giveback.c "entry SSD copy, store" 'kvp_store_relaxed(&s->entries[0].e_ssd, 0);'
+inject shm/client_int.h "entry use word, pointer kept" 'kvp_aword_t *u = &s->entries[0].e_use; (void)u;'
+inject agent/recover.c "entry key, store" 'kvp_store_relaxed(&s->entries[0].e_key[0], 0);'
+inject shm/client_write_int.h "entry length, plain assignment" 's->entries[0].e_len = 0;'
+# namespace rows (shm/client_stat_int.h)
+inject shm/client_int.h "namespace row, CAS" 'kvp_cas(&s->ns_stats[0].ns_id, 0, 1);'
+inject agent/metrics.c "namespace counter, add" 'kvp_fetch_add(&s->ns_stats[0].ns_ctr[0], 1);'
+# the header's agent words (agent/segment.c, tier.c, drives.c, ops.c,
+# metrics_http.c)
+inject agent/check.c "header identity, plain assignment" 's->hdr->h_abi_major = 0;'
+inject agent/reaper.c "geometry copy, memcpy" 'memcpy(&s->hdr->h_geom[0], &s->g, 8);'
+inject agent/kvpoold.c "incarnation, add" 'kvp_fetch_add(&s->hdr->h_incarnation, 1);'
+inject agent/segment.c "SSD tier flag, in another agent file" 's->hdr->h_ssd_enabled = 1;'
+inject agent/drives.c "SSD usage, store" 'kvp_store_relaxed(&s->hdr->h_ssd_used_bytes, 0);'
+inject agent/tier.c "drive state, store" 'kvp_store_relaxed(&s->hdr->h_drive_state[0], 0);'
+inject agent/rings.c "read stage histogram, add" 'kvp_fetch_add(&s->hdr->h_io_hist[0][0], 1);'
+inject agent/kvpoold.c "metrics port, store" 'kvp_store_relaxed(&s->hdr->h_metrics_port, 0);'
+# the HBM tier (agent/hbm.c)
+inject shm/client_dev_int.h "GPU slot word, store" 'kvp_store_release(&s->hdr->h_gpu[0].gs_state, 0);'
+inject shm/client_dev_int.h "GPU slot, pointer kept" 'struct kvp_gpu_slot *g = &s->hdr->h_gpu[0]; (void)g;'
+inject agent/evict.c "HBM map word, store" 'kvp_store_release(&s->hbm[0], 0);'
+# the remote tier (agent/cluster_int.h; its doorbell: shm/kvp_rbox.h)
+inject agent/cluster_dir.c "cluster state, store" 'kvp_store_release(&s->cluster->cl_state, 0);'
+inject agent/cluster_mailbox.c "cluster counter, add" 'kvp_fetch_add(&s->cluster->cl_ctr[0], 1);'
+inject agent/cluster.c "cluster node name, memcpy" 'memcpy(s->cluster->cl_node, "x", 1);'
+inject shm/client_remote_int.h "cluster doorbell, add" 'kvp_ifetch_add(&s->cluster->cl_wake, 1);'
+inject agent/cluster_mailbox.c "mailbox answer, plain assignment" '((struct kvp_rbox_ans *)s->base)->ra_status = 0;'
+
+# a field no row owns: added to the header's field list
+cp -p "$tree/shm/kvp_shm.h" "$tmp/keep"
+sed 's/X(kvp_shm_header, h_gpu)/X(kvp_shm_header, h_gpu) X(kvp_shm_header, h_injected_word)/' \
+	"$tmp/keep" >"$tree/shm/kvp_shm.h"
+if cmp -s "$tmp/keep" "$tree/shm/kvp_shm.h"; then
+	echo "FAIL: no X(kvp_shm_header, h_gpu) in shm/kvp_shm.h to add a field after"
+	fail=1
+else
+	SHOW='struct kvp_shm_header' check "a shared field with no owner (in shm/kvp_shm.h)" \
+		"shared words with no owner" "struct kvp_shm_header: h_injected_word"
+fi
+cp -p "$tmp/keep" "$tree/shm/kvp_shm.h"
 
 # a call cycle: agent file X calls Y (an edge of the link graph); Y is
 # made to reference a function X defines, and recompiled
