@@ -9,7 +9,11 @@
  * age --evict-probation times (x2 when put as a continuation, the use
  * word's CONT bit), unless the ghost set (ghost.c) says its key was
  * evicted lately: a one-pass stream leaves before what is reused, and a
- * key evicted too early is kept the next time.  Readers write only the
+ * key evicted too early is kept the next time.  ARC's rule moves those
+ * weights toward plain recency while values evicted under them come back
+ * soon, and back while used values evicted do (kvp_evict_adapt): traffic
+ * whose new values are reused (chat turns, documents) is not judged like
+ * a scan.  Readers write only the
  * use word (a hit or a probe: one relaxed store per tick); the order is
  * found here, by the tier thread, with two scans of the index per pass:
  * the first counts DRAM units by age (log-linear buckets: exact up to 64
@@ -72,24 +76,66 @@ kvp_use_probation(const struct kvp_agent *a, uint64_t i, uint64_t w,
 	       !kvp_ghost_readmitted_agent(a, i, KVP_IX_GEN(w));
 }
 
-/* How many times the age of slot i's value (word w, use word 'use')
- * counts: once when used since its put or readmitted; a continuation
- * never used since (CONT) KVP_EVICT_CONT_PROBATION times, so that a tail
- * put a moment after the hit on its head (the engine's prefill in
- * between) still leaves before that head once both are old; anything
- * else --evict-probation times. */
+/* Is a value of use word 'use' in slot i (word w) judged under a weight
+ * ARC's rule moves: never used since its put (a continuation too), not
+ * readmitted?  Its kind, whatever the weight now (x1 when fully relaxed):
+ * ARC's lists, not their sizes. */
+static bool
+kvp_use_weighed(const struct kvp_agent *a, uint64_t i, uint64_t w, uint64_t use)
+{
+	return a->cfg.evict_probation > 1 && !KVP_USE_HITS(use) &&
+	       !kvp_ghost_readmitted_agent(a, i, KVP_IX_GEN(w));
+}
+
+/* A weight of w (>= 1) as ARC's rule has left it (x256): 1 + (1 -
+ * relax) (w - 1). */
+static uint32_t
+kvp_evict_weight_q8(const struct kvp_agent *a, uint32_t w)
+{
+	return 256u + (uint32_t)((1 - a->evict_relax) * (w - 1) * 256 + 0.5);
+}
+
+/* The weight of a never-used value now, in %, for the gauge (what the
+ * next pass judges by). */
+static void
+kvp_evict_weight_gauge(struct kvp_agent *a)
+{
+	uint32_t p = a->cfg.evict_probation ? a->cfg.evict_probation : 1;
+
+	/* relaxed: a gauge; only this thread writes it */
+	kvp_store_relaxed(&a->seg.hdr->h_actr[KVP_ACTR_EVICT_WEIGHT],
+			  (kvp_evict_weight_q8(a, p) * 100u + 128u) / 256u);
+}
+
+/* The weights a pass judges by (x256, kvp_evict_adapt): a never-used
+ * value's age counts 1 + (1 - relax) (--evict-probation - 1) times, a
+ * continuation's 1 + (1 - relax) (KVP_EVICT_CONT_PROBATION - 1) times
+ * (at most --evict-probation). */
+static void
+kvp_evict_weights(struct kvp_agent *a)
+{
+	uint32_t p = a->cfg.evict_probation ? a->cfg.evict_probation : 1;
+	uint32_t c = p < KVP_EVICT_CONT_PROBATION ? p :
+						    KVP_EVICT_CONT_PROBATION;
+
+	a->evict_wq[0] = kvp_evict_weight_q8(a, p);
+	a->evict_wq[1] = kvp_evict_weight_q8(a, c);
+	kvp_evict_weight_gauge(a);
+}
+
+/* How many times (x256) the age of slot i's value (word w, use word
+ * 'use') counts: once when used since its put or readmitted; a
+ * continuation never used since (CONT) up to KVP_EVICT_CONT_PROBATION
+ * times, so that a tail put a moment after the hit on its head (the
+ * engine's prefill in between) still leaves before that head once both
+ * are old; anything else up to --evict-probation times (the weights ARC's
+ * rule leaves, kvp_evict_weights). */
 static uint64_t
 kvp_use_weight(const struct kvp_agent *a, uint64_t i, uint64_t w, uint64_t use)
 {
-	uint64_t p = a->cfg.evict_probation;
-
-	if (p <= 1 || KVP_USE_HITS(use) ||
-	    kvp_ghost_readmitted_agent(a, i, KVP_IX_GEN(w)))
-		return 1;
-	if (KVP_USE_CONTS(use))
-		return p < KVP_EVICT_CONT_PROBATION ? p :
-						      KVP_EVICT_CONT_PROBATION;
-	return p;
+	if (!kvp_use_weighed(a, i, w, use))
+		return 256;
+	return a->evict_wq[KVP_USE_CONTS(use) ? 1 : 0];
 }
 
 /* The age of use word 'use' of slot i (word w) at tick 'now', weighted
@@ -107,9 +153,62 @@ kvp_use_age(const struct kvp_agent *a, uint64_t i, uint64_t w, uint64_t use,
 	else
 		return t - now < 1024u ? 0 : UINT64_MAX;
 	p = kvp_use_weight(a, i, w, use);
-	if (p == 1 || age > UINT64_MAX / p)
+	if (p == 256 || age > (UINT64_MAX >> 8) / p)
 		return age;
-	return age * p;
+	return age * p >> 8;
+}
+
+/*
+ * ARC's rule (Megiddo, Modha, FAST'03) on the weights: a key put again
+ * while in the ghost set, within a tenth of the DRAM tier's units of
+ * evictions after it left, says its eviction was early.  One that left
+ * under a weight (never used since its put) moves the weights toward
+ * plain recency by --evict-adapt / units; one that left at weight 1
+ * (used) moves them back; each step times the ratio of the other kind's
+ * evictions lately to its own when that is above 1, so the weights
+ * settle where both kinds of victim come back at the same rate.  Only
+ * keys back soon count: the rate just after an eviction is what a
+ * weight trades (a slot held a little longer), and a long window let the
+ * returns of old conversations keep the weights of new values high
+ * (stress/trace_matrix: arcw=0.1 vs 0; docs/performance.md).
+ */
+static void
+kvp_evict_adapt(struct kvp_agent *a, enum kvp_ghost_back back, uint64_t ago)
+{
+	uint64_t units = kvp_dram_capacity_agent(a);
+	double step, f;
+
+	if (!a->cfg.evict_adapt || back == KVP_GHOST_NONE || !units ||
+	    ago >= (units + 9) / 10)
+		return;
+	step = (double)a->cfg.evict_adapt / (double)units;
+	if (back == KVP_GHOST_BACK_WEIGHTED) {
+		f = a->evict_ev_w > 0 ? a->evict_ev_1 / a->evict_ev_w : 1;
+		a->evict_relax += step * (f > 1 ? f : 1);
+	} else {
+		f = a->evict_ev_1 > 0 ? a->evict_ev_w / a->evict_ev_1 : 1;
+		a->evict_relax -= step * (f > 1 ? f : 1);
+	}
+	a->evict_relax = a->evict_relax < 0 ? 0 :
+			 a->evict_relax > 1 ? 1 :
+					      a->evict_relax;
+	/* the weights follow at the next pass's start (kvp_evict_begin):
+	 * one pass judges every value by the same ones */
+	kvp_evict_weight_gauge(a);
+}
+
+/* A victim the policy judged leaves: its kind counted for ARC's rule
+ * (decayed over the ghost set's length, the window its returns are seen
+ * in) and told to the ghost set. */
+static void
+kvp_evict_leaves(struct kvp_agent *a, bool weighted)
+{
+	uint64_t len = kvp_ghost_length_agent(a);
+	double keep = len ? 1 - 1 / (double)len : 0;
+
+	a->evict_ev_w = a->evict_ev_w * keep + weighted;
+	a->evict_ev_1 = a->evict_ev_1 * keep + !weighted;
+	kvp_ghost_weighed_agent(a, weighted);
 }
 
 /* Log-linear: exact below KVP_AGE_SUB ticks, then KVP_AGE_SUB buckets per
@@ -162,6 +261,15 @@ kvp_evict_scratch(struct kvp_agent *a)
 		a->ev = NULL;
 	}
 	return a->ev;
+}
+
+/* The policy's state at start: the weights as given (ARC's rule moves
+ * them from there). */
+void
+kvp_evict_start_agent(struct kvp_agent *a)
+{
+	a->evict_relax = a->evict_ev_w = a->evict_ev_1 = 0;
+	kvp_evict_weights(a);
 }
 
 void
@@ -221,11 +329,13 @@ kvp_evict_snapshot_holds(struct kvp_agent *a, uint64_t *held)
 	}
 }
 
-/* Start a pass: its tick, an empty histogram, and the hold snapshot. */
+/* Start a pass: its tick, the weights, an empty histogram, and the hold
+ * snapshot. */
 static void
 kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
 {
 	ev->now = kvp_tick_now();
+	kvp_evict_weights(a);
 	memset(ev->units, 0, sizeof(ev->units));
 	memset(ev->count, 0, sizeof(ev->count));
 	ev->total = 0;
@@ -352,7 +462,12 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 		prob = ev->ccheck[k] &&
 		       kvp_use_probation(a, ev->cand[k].slot, ev->cand[k].word,
 					 ev->cuse[k]);
+		if (ev->ccheck[k])
+			kvp_evict_leaves(a, kvp_use_weighed(a, ev->cand[k].slot,
+							    ev->cand[k].word,
+							    ev->cuse[k]));
 		freed += kvp__remove_agent(a, &ev->cand[k], why);
+		kvp_ghost_weighed_agent(a, false); /* a relocation: none */
 		(*removed)++;
 		if (prob) /* stats: agent threads add atomically */
 			kvp_fetch_add(
@@ -462,8 +577,14 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 			continue;
 		}
 		/* a new value in the slot: was its key evicted lately? */
-		if (st == KVP_IX_READY)
-			kvp_ghost_seen_agent(a, i, KVP_IX_GEN(w));
+		if (st == KVP_IX_READY) {
+			uint64_t ago = 0;
+
+			kvp_evict_adapt(
+				a,
+				kvp_ghost_seen_agent(a, i, KVP_IX_GEN(w), &ago),
+				ago);
+		}
 		if (!count || kvp_evict_held(ev, i) ||
 		    !kvp_evict_candidate(a, ev, i, w, dram, &units))
 			continue;

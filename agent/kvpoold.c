@@ -464,6 +464,7 @@ main(int argc, char **argv)
 	}
 	if (a->seg_created)
 		kvp_log_index(a);
+	kvp_evict_start_agent(a); /* the eviction policy's weights */
 	/* populate behind the serving agent (the allocator hands out only
 	 * what is populated) */
 	rc = kvp_populate_start_agent(a);

@@ -800,6 +800,17 @@ static const struct kvp_mrow kvp_mtab[] = {
 		 "the ghost set. Their share of `evictions` is the single-use "
 		 "traffic the policy turned away first" },
 	{ KVP_VAL(NULL, "evict_probation"), KVP_A(EVICT_PROBATION) },
+	{ KVP_FAM("kvpool_evict_weight_percent", "gauge", KVP_SEC_TIERS),
+	  .help = "How many times a never-used value's age counts now, in % "
+		  "(--evict-probation as ARC's rule has left it; 100: plain "
+		  "recency).",
+	  .doc = "the weight a never-used value's age counts in the eviction "
+		 "order now, in % (800: --evict-probation 8 as given; 100: "
+		 "plain recency). ARC's rule (`--evict-adapt`) lowers it while "
+		 "values evicted unused come back soon (reused traffic: chat "
+		 "turns, documents) and raises it while used ones do "
+		 "(single-use traffic pushing out reused values)" },
+	{ KVP_VAL(NULL, "evict_weight_pct"), KVP_A(EVICT_WEIGHT) },
 	{ KVP_FAM("kvpool_ghost_hits_total", "counter", KVP_SEC_TIERS),
 	  .help = "Values put again while their key was in the ghost set "
 		  "(evicted lately: evicted too early); spared probation.",

@@ -316,8 +316,21 @@ void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
 
 /* ghost.c: keys evicted lately (tier thread) */
 uint64_t kvp_ghost_key_agent(const struct kvp_agent *a, uint64_t i);
+/* the next kvp_ghost_evicted_agent's value left under a weight (evict.c:
+ * never used since its put) */
+void kvp_ghost_weighed_agent(struct kvp_agent *a, bool weighted);
 void kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h);
-void kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i, uint32_t gen);
+/* a READY slot seen by a scan: whether its value is a readmission, and of
+ * a key that left under a weight or not; *ago: evictions since it left */
+enum kvp_ghost_back {
+	KVP_GHOST_NONE = 0,
+	KVP_GHOST_BACK_PLAIN,
+	KVP_GHOST_BACK_WEIGHTED
+};
+enum kvp_ghost_back kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i,
+					 uint32_t gen, uint64_t *ago);
+/* the ghost set's length in keys (0: off) */
+uint64_t kvp_ghost_length_agent(const struct kvp_agent *a);
 bool kvp_ghost_readmitted_agent(const struct kvp_agent *a, uint64_t i,
 				uint32_t gen);
 void kvp_ghost_free_agent(struct kvp_agent *a);

@@ -218,20 +218,24 @@ test_docs_table(void **state)
  * bits: a meaning, not a size) and three eviction-policy counters in
  * h_actr (ghost hits, the ghost set's keys, probation victims).
  */
-#define KVPT_LAYOUT_SIG_ABI14 0x379dacf9de61d85eull
+/*
+ * ABI 15: a gauge in h_actr, the weight a never-used value's age counts
+ * now (ARC's rule on --evict-probation, agent/evict.c).
+ */
+#define KVPT_LAYOUT_SIG_ABI15 0xbe5950c94bbd0d93ull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 14);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI14)
+	assert_int_equal(KVP_ABI_MAJOR, 15);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI15)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 14): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 15): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI14);
+			KVPT_LAYOUT_SIG_ABI15);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
