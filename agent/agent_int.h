@@ -29,7 +29,8 @@ struct kvp_agent_cfg {
 	uint32_t evict_probation;
 	uint32_t evict_ghost_pct;
 	uint32_t evict_adapt;
-	char group[64]; /* "" = mode 0600 */
+	uint32_t ceiling_window_s; /* --ceiling-window (distinct.c; 0: off) */
+	char group[64];            /* "" = mode 0600 */
 	bool foreground;
 	bool verbose;           /* --verbose: debug log lines */
 	char log_file[4096];    /* --log FILE ("": the default place) */
@@ -114,8 +115,10 @@ struct kvp_agent {
 	kvp_aword_t cut_due;
 	kvp_aword_t stop;     /* set by main on SIGTERM; read by the threads */
 	struct kvp_evict *ev; /* the eviction pass's scratch (evict.c) */
-	struct kvp_ghost *ghost; /* keys evicted lately (ghost.c) */
-	bool ghost_failed;       /* ... out of memory: off */
+	struct kvp_ghost *ghost;       /* keys evicted lately (ghost.c) */
+	bool ghost_failed;             /* ... out of memory: off */
+	struct kvp_distinct *distinct; /* keys of a window (distinct.c) */
+	bool distinct_failed;          /* ... out of memory: off */
 	/* slots scanned since room was last made */
 	uint64_t noprogress_scanned;
 	bool evict_urgent; /* this round: a putter is waiting for room */

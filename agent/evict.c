@@ -277,6 +277,7 @@ kvp_evict_free_agent(struct kvp_agent *a)
 {
 	if (!a->ev) {
 		kvp_ghost_free_agent(a);
+		kvp_distinct_free_agent(a);
 		return;
 	}
 	free(a->ev->held);
@@ -285,6 +286,7 @@ kvp_evict_free_agent(struct kvp_agent *a)
 	free(a->ev);
 	a->ev = NULL;
 	kvp_ghost_free_agent(a);
+	kvp_distinct_free_agent(a);
 }
 
 /* Which slots the hold slots and live leases name now, a bit a slot in
@@ -580,6 +582,11 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		if (st == KVP_IX_READY) {
 			uint64_t ago = 0;
 
+			/* used or stored since the last whole scan? */
+			kvp_distinct_seen_agent(
+				a, i,
+				/* relaxed: a hint (the use word) */
+				kvp_load_relaxed(&s->entries[i].e_use));
 			kvp_evict_adapt(
 				a,
 				kvp_ghost_seen_agent(a, i, KVP_IX_GEN(w), &ago),
@@ -596,6 +603,8 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		ev->count[b]++;
 		ev->total += units;
 	}
+	if (i == nslots) /* a whole scan: distinct.c counts from its start */
+		kvp_distinct_scanned_agent(a, ev->now);
 	return freed + kvp_evict_flush(a, ev, why, removed);
 }
 
@@ -1213,6 +1222,7 @@ kvp_dram_round_agent(struct kvp_agent *a)
 			freed += (uint64_t)kvp_ix_evict_for_hash_agent(a, hint);
 	}
 	ix_wake = kvp_ix_round_agent(a, &freed, &ix_stuck);
+	kvp_distinct_round_agent(a); /* the hit-rate ceiling's window */
 	if (want != UINT64_MAX)
 		freed += kvp_dram_evict_pass_agent(a, want, &stuck);
 	/* everything held when a putter asked, and nothing freed since:

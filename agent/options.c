@@ -173,6 +173,15 @@ static const struct kvp_opt kvp_opts[] = {
 		  "recency when it left under a weight, back when it left "
 		  "after a use (more when its kind of eviction is the rarer; "
 		  "default %D, %R; 0: fixed weights)" },
+	{ .name = "ceiling-window",
+	  .kind = KVP_OPT_UINT,
+	  .arg = "SECONDS",
+	  KVP_CFG(ceiling_window_s),
+	  .def = 60,
+	  .max = 86400,
+	  .help = "count the distinct keys used or stored, the lookups and "
+		  "the stores of each window of SECONDS (kvpool stat: the "
+		  "hit-rate ceiling; 16 KiB; default %D, %R; 0: off)" },
 	{ .name = "max-clients",
 	  .kind = KVP_OPT_UINT,
 	  .arg = "N",

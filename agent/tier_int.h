@@ -331,6 +331,25 @@ enum kvp_ghost_back kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i,
 					 uint32_t gen, uint64_t *ago);
 /* the ghost set's length in keys (0: off) */
 uint64_t kvp_ghost_length_agent(const struct kvp_agent *a);
+
+/* distinct.c: distinct keys a window, the hit-rate ceiling (tier thread) */
+#define KVP_HLL_P 14 /* 2^14 registers: 0.81% standard error */
+struct kvp_hll {
+	uint8_t reg[1u << KVP_HLL_P];
+};
+void kvp_hll_clear(struct kvp_hll *h);
+void kvp_hll_add(struct kvp_hll *h, uint64_t key);
+double kvp_hll_estimate(const struct kvp_hll *h);
+struct kvp_distinct {
+	struct kvp_hll hll;
+	uint64_t end_ns;   /* the window's end (CLOCK_MONOTONIC; 0: none) */
+	uint64_t fed_tick; /* the start of the last whole scan */
+	uint64_t lookups0, stores0; /* the counters at the window's start */
+};
+void kvp_distinct_seen_agent(struct kvp_agent *a, uint64_t i, uint64_t use);
+void kvp_distinct_scanned_agent(struct kvp_agent *a, uint64_t start);
+void kvp_distinct_round_agent(struct kvp_agent *a);
+void kvp_distinct_free_agent(struct kvp_agent *a);
 bool kvp_ghost_readmitted_agent(const struct kvp_agent *a, uint64_t i,
 				uint32_t gen);
 void kvp_ghost_free_agent(struct kvp_agent *a);
