@@ -178,7 +178,8 @@ kvp_evict_adapt(struct kvp_agent *a, enum kvp_ghost_back back, uint64_t ago)
 	uint64_t units = kvp_dram_capacity_agent(a);
 	double step, f;
 
-	if (!a->cfg.evict_adapt || back == KVP_GHOST_NONE || !units ||
+	if (!a->cfg.evict_adapt || back == KVP_GHOST_NONE ||
+	    back == KVP_GHOST_BACK_UNJUDGED || !units ||
 	    ago >= (units + 9) / 10)
 		return;
 	step = (double)a->cfg.evict_adapt / (double)units;
@@ -469,7 +470,7 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 							    ev->cand[k].word,
 							    ev->cuse[k]));
 		freed += kvp__remove_agent(a, &ev->cand[k], why);
-		kvp_ghost_weighed_agent(a, false); /* a relocation: none */
+		kvp_ghost_unweighed_agent(a); /* a relocation: none */
 		(*removed)++;
 		if (prob) /* stats: agent threads add atomically */
 			kvp_fetch_add(

@@ -40,13 +40,16 @@
  */
 #include "agent/tier_int.h"
 
-/* a table entry's pos: the key left under a weight (evict.c) */
+/* a table entry's pos: the key left judged by evict.c's order, and
+ * under a weight */
 #define KVP_GHOST_WEIGHTED (1ull << 63)
+#define KVP_GHOST_JUDGED (1ull << 62)
+#define KVP_GHOST_HOW (KVP_GHOST_WEIGHTED | KVP_GHOST_JUDGED)
 
 struct kvp_ghost_ent {
 	uint64_t hash; /* 0: empty */
 	/* its newest place in the ring (a count, not mod), and
-	 * KVP_GHOST_WEIGHTED */
+	 * KVP_GHOST_HOW */
 	uint64_t pos;
 };
 
@@ -58,7 +61,7 @@ struct kvp_ghost {
 	uint32_t *gen_seen; /* per index slot; UINT32_MAX: never */
 	uint8_t *readmit;   /* per index slot */
 	bool failed;        /* out of memory once: off */
-	bool weighted;      /* the next eviction's (kvp_ghost_weighed_agent) */
+	uint64_t how; /* the next eviction's KVP_GHOST_HOW (weighed_agent) */
 };
 
 /* The ghost set of 'a', made on first use (NULL: off or out of memory). */
@@ -181,7 +184,15 @@ kvp_ghost_weighed_agent(struct kvp_agent *a, bool weighted)
 	struct kvp_ghost *g = kvp_ghost_get(a);
 
 	if (g)
-		g->weighted = weighted;
+		g->how = KVP_GHOST_JUDGED | (weighted ? KVP_GHOST_WEIGHTED : 0);
+}
+
+/* ... or nothing said (a relocation took the value, not a removal). */
+void
+kvp_ghost_unweighed_agent(struct kvp_agent *a)
+{
+	if (a->ghost)
+		a->ghost->how = 0;
 }
 
 /* Point 2: slot i's value, whose key hash h the caller read under its
@@ -201,7 +212,7 @@ kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h)
 
 		k = kvp_ghost_find(g, old);
 		if (g->tab[k].hash == old &&
-		    (g->tab[k].pos & ~KVP_GHOST_WEIGHTED) == pos - g->nring)
+		    (g->tab[k].pos & ~KVP_GHOST_HOW) == pos - g->nring)
 			kvp_ghost_erase(g, k);
 	}
 	g->ring[pos % g->nring] = h;
@@ -210,8 +221,8 @@ kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h)
 		g->tab[k].hash = h;
 		g->size++;
 	}
-	g->tab[k].pos = pos | (g->weighted ? KVP_GHOST_WEIGHTED : 0);
-	g->weighted = false;
+	g->tab[k].pos = pos | g->how;
+	g->how = 0;
 	g->readmit[i] = 0; /* the slot's next value is judged afresh */
 	/* relaxed: a gauge for kvpool stat; only this thread writes it */
 	kvp_store_relaxed(&a->seg.hdr->h_actr[KVP_ACTR_GHOST_KEYS], g->size);
@@ -236,14 +247,15 @@ kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i, uint32_t gen,
 	if (!g->readmit[i])
 		return KVP_GHOST_NONE;
 	pos = g->tab[k].pos;
-	*ago = g->count - (pos & ~KVP_GHOST_WEIGHTED);
+	*ago = g->count - (pos & ~KVP_GHOST_HOW);
 	kvp_ghost_erase(g, k);
 	/* stats: agent threads add atomically */
 	kvp_fetch_add(&a->seg.hdr->h_actr[KVP_ACTR_GHOST_HITS], 1);
 	/* relaxed: a gauge (above) */
 	kvp_store_relaxed(&a->seg.hdr->h_actr[KVP_ACTR_GHOST_KEYS], g->size);
-	return pos & KVP_GHOST_WEIGHTED ? KVP_GHOST_BACK_WEIGHTED :
-					  KVP_GHOST_BACK_PLAIN;
+	return !(pos & KVP_GHOST_JUDGED) ? KVP_GHOST_BACK_UNJUDGED :
+	       pos & KVP_GHOST_WEIGHTED  ? KVP_GHOST_BACK_WEIGHTED :
+					   KVP_GHOST_BACK_PLAIN;
 }
 
 uint64_t

@@ -316,14 +316,17 @@ void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
 
 /* ghost.c: keys evicted lately (tier thread) */
 uint64_t kvp_ghost_key_agent(const struct kvp_agent *a, uint64_t i);
-/* the next kvp_ghost_evicted_agent's value left under a weight (evict.c:
- * never used since its put) */
+/* the next kvp_ghost_evicted_agent's value was judged by evict.c's order
+ * and left under a weight (never used since its put) or not; one not told
+ * (an index bucket's, a give-back's) counts for no weight */
 void kvp_ghost_weighed_agent(struct kvp_agent *a, bool weighted);
+void kvp_ghost_unweighed_agent(struct kvp_agent *a);
 void kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h);
 /* a READY slot seen by a scan: whether its value is a readmission, and of
  * a key that left under a weight or not; *ago: evictions since it left */
 enum kvp_ghost_back {
 	KVP_GHOST_NONE = 0,
+	KVP_GHOST_BACK_UNJUDGED,
 	KVP_GHOST_BACK_PLAIN,
 	KVP_GHOST_BACK_WEIGHTED
 };
