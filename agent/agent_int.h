@@ -23,11 +23,14 @@ struct kvp_agent_cfg {
 	uint32_t dram_high_pct;
 	uint32_t dram_low_pct;
 	/* the eviction policy (evict.c, ghost.c): a never-used value's age
-	 * counts this many times (--evict-probation), and the ghost set
-	 * holds this % of the DRAM tier's units in keys (--evict-ghost) */
+	 * counts this many times (--evict-probation), the ghost set holds
+	 * this % of the DRAM tier's units in keys (--evict-ghost), and
+	 * ARC's rule moves the weights by this step (--evict-adapt) */
 	uint32_t evict_probation;
 	uint32_t evict_ghost_pct;
-	char group[64]; /* "" = mode 0600 */
+	uint32_t evict_adapt;
+	uint32_t ceiling_window_s; /* --ceiling-window (distinct.c; 0: off) */
+	char group[64];            /* "" = mode 0600 */
 	bool foreground;
 	bool verbose;           /* --verbose: debug log lines */
 	char log_file[4096];    /* --log FILE ("": the default place) */
@@ -114,11 +117,20 @@ struct kvp_agent {
 	kvp_aword_t cut_due;
 	kvp_aword_t stop;     /* set by main on SIGTERM; read by the threads */
 	struct kvp_evict *ev; /* the eviction pass's scratch (evict.c) */
-	struct kvp_ghost *ghost; /* keys evicted lately (ghost.c) */
-	bool ghost_failed;       /* ... out of memory: off */
+	struct kvp_ghost *ghost;       /* keys evicted lately (ghost.c) */
+	bool ghost_failed;             /* ... out of memory: off */
+	struct kvp_distinct *distinct; /* keys of a window (distinct.c) */
+	bool distinct_failed;          /* ... out of memory: off */
 	/* slots scanned since room was last made */
 	uint64_t noprogress_scanned;
-	bool evict_urgent;  /* this round: a putter is waiting for room */
+	bool evict_urgent; /* this round: a putter is waiting for room */
+	/* ARC's rule (evict.c): how far the weights of never-used values
+	 * have moved toward plain recency (0: --evict-probation as given,
+	 * 1: x1), the weights it gives (x256: a never-used value's, a
+	 * continuation's), and the evictions at a weight above 1 and at 1
+	 * lately (decayed over the ghost set's length) */
+	double evict_relax, evict_ev_w, evict_ev_1;
+	uint32_t evict_wq[2];
 	uint64_t idle_used; /* DRAM use when a pass last found nothing (+1) */
 	uint64_t delete_seq_seen, last_reclaim_ns; /* reclaim-only passes */
 	int *pidfd; /* per client slot, -1 = none (reaper thread) */
@@ -315,7 +327,8 @@ bool kvp_evict_cut_agent(struct kvp_agent *a, uint64_t cut);
 uint64_t kvp_dram_evict_pass_agent(struct kvp_agent *a,
 				   uint64_t want_free_pages, bool *stuck);
 bool kvp_ix_recount_agent(struct kvp_agent *a);
-void kvp_evict_free_agent(struct kvp_agent *a); /* the pass's scratch */
+void kvp_evict_free_agent(struct kvp_agent *a);  /* the pass's scratch */
+void kvp_evict_start_agent(struct kvp_agent *a); /* the policy's state */
 
 /* agent/dram.c: the DRAM allocator from the agent's side */
 uint64_t kvp_dram_gc_agent(struct kvp_agent *a);

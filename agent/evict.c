@@ -9,7 +9,11 @@
  * age --evict-probation times (x2 when put as a continuation, the use
  * word's CONT bit), unless the ghost set (ghost.c) says its key was
  * evicted lately: a one-pass stream leaves before what is reused, and a
- * key evicted too early is kept the next time.  Readers write only the
+ * key evicted too early is kept the next time.  ARC's rule moves those
+ * weights toward plain recency while values evicted under them come back
+ * soon, and back while used values evicted do (kvp_evict_adapt): traffic
+ * whose new values are reused (chat turns, documents) is not judged like
+ * a scan.  Readers write only the
  * use word (a hit or a probe: one relaxed store per tick); the order is
  * found here, by the tier thread, with two scans of the index per pass:
  * the first counts DRAM units by age (log-linear buckets: exact up to 64
@@ -47,6 +51,9 @@ struct kvp_evict {
 	uint64_t count[KVP_AGE_BUCKETS]; /* and entries */
 	uint64_t total;
 	uint64_t *held;       /* a bit per index slot: named by a hold slot */
+	uint64_t *held_now;   /* ... again, for a waiting putter's verdict */
+	bool asked_mid;       /* a kick during the round's scans was seen */
+	bool all_held;        /* this round: every DRAM unit was held */
 	struct kvp_tie *plan; /* the victims, oldest first (kvp_evict_plan) */
 	size_t nplan, capplan, plan_pos;
 	uint64_t plan_ns; /* when it was made */
@@ -69,24 +76,66 @@ kvp_use_probation(const struct kvp_agent *a, uint64_t i, uint64_t w,
 	       !kvp_ghost_readmitted_agent(a, i, KVP_IX_GEN(w));
 }
 
-/* How many times the age of slot i's value (word w, use word 'use')
- * counts: once when used since its put or readmitted; a continuation
- * never used since (CONT) KVP_EVICT_CONT_PROBATION times, so that a tail
- * put a moment after the hit on its head (the engine's prefill in
- * between) still leaves before that head once both are old; anything
- * else --evict-probation times. */
+/* Is a value of use word 'use' in slot i (word w) judged under a weight
+ * ARC's rule moves: never used since its put (a continuation too), not
+ * readmitted?  Its kind, whatever the weight now (x1 when fully relaxed):
+ * ARC's lists, not their sizes. */
+static bool
+kvp_use_weighed(const struct kvp_agent *a, uint64_t i, uint64_t w, uint64_t use)
+{
+	return a->cfg.evict_probation > 1 && !KVP_USE_HITS(use) &&
+	       !kvp_ghost_readmitted_agent(a, i, KVP_IX_GEN(w));
+}
+
+/* A weight of w (>= 1) as ARC's rule has left it (x256): 1 + (1 -
+ * relax) (w - 1). */
+static uint32_t
+kvp_evict_weight_q8(const struct kvp_agent *a, uint32_t w)
+{
+	return 256u + (uint32_t)((1 - a->evict_relax) * (w - 1) * 256 + 0.5);
+}
+
+/* The weight of a never-used value now, in %, for the gauge (what the
+ * next pass judges by). */
+static void
+kvp_evict_weight_gauge(struct kvp_agent *a)
+{
+	uint32_t p = a->cfg.evict_probation ? a->cfg.evict_probation : 1;
+
+	/* relaxed: a gauge; only this thread writes it */
+	kvp_actr_set(a->seg.hdr, KVP_ACTR_EVICT_WEIGHT,
+		     (kvp_evict_weight_q8(a, p) * 100u + 128u) / 256u);
+}
+
+/* The weights a pass judges by (x256, kvp_evict_adapt): a never-used
+ * value's age counts 1 + (1 - relax) (--evict-probation - 1) times, a
+ * continuation's 1 + (1 - relax) (KVP_EVICT_CONT_PROBATION - 1) times
+ * (at most --evict-probation). */
+static void
+kvp_evict_weights(struct kvp_agent *a)
+{
+	uint32_t p = a->cfg.evict_probation ? a->cfg.evict_probation : 1;
+	uint32_t c = p < KVP_EVICT_CONT_PROBATION ? p :
+						    KVP_EVICT_CONT_PROBATION;
+
+	a->evict_wq[0] = kvp_evict_weight_q8(a, p);
+	a->evict_wq[1] = kvp_evict_weight_q8(a, c);
+	kvp_evict_weight_gauge(a);
+}
+
+/* How many times (x256) the age of slot i's value (word w, use word
+ * 'use') counts: once when used since its put or readmitted; a
+ * continuation never used since (CONT) up to KVP_EVICT_CONT_PROBATION
+ * times, so that a tail put a moment after the hit on its head (the
+ * engine's prefill in between) still leaves before that head once both
+ * are old; anything else up to --evict-probation times (the weights ARC's
+ * rule leaves, kvp_evict_weights). */
 static uint64_t
 kvp_use_weight(const struct kvp_agent *a, uint64_t i, uint64_t w, uint64_t use)
 {
-	uint64_t p = a->cfg.evict_probation;
-
-	if (p <= 1 || KVP_USE_HITS(use) ||
-	    kvp_ghost_readmitted_agent(a, i, KVP_IX_GEN(w)))
-		return 1;
-	if (KVP_USE_CONTS(use))
-		return p < KVP_EVICT_CONT_PROBATION ? p :
-						      KVP_EVICT_CONT_PROBATION;
-	return p;
+	if (!kvp_use_weighed(a, i, w, use))
+		return 256;
+	return a->evict_wq[KVP_USE_CONTS(use) ? 1 : 0];
 }
 
 /* The age of use word 'use' of slot i (word w) at tick 'now', weighted
@@ -104,9 +153,63 @@ kvp_use_age(const struct kvp_agent *a, uint64_t i, uint64_t w, uint64_t use,
 	else
 		return t - now < 1024u ? 0 : UINT64_MAX;
 	p = kvp_use_weight(a, i, w, use);
-	if (p == 1 || age > UINT64_MAX / p)
+	if (p == 256 || age > (UINT64_MAX >> 8) / p)
 		return age;
-	return age * p;
+	return age * p >> 8;
+}
+
+/*
+ * ARC's rule (Megiddo, Modha, FAST'03) on the weights: a key put again
+ * while in the ghost set, within a tenth of the DRAM tier's units of
+ * evictions after it left, says its eviction was early.  One that left
+ * under a weight (never used since its put) moves the weights toward
+ * plain recency by --evict-adapt / units; one that left at weight 1
+ * (used) moves them back; each step times the ratio of the other kind's
+ * evictions lately to its own when that is above 1, so the weights
+ * settle where both kinds of victim come back at the same rate.  Only
+ * keys back soon count: the rate just after an eviction is what a
+ * weight trades (a slot held a little longer), and a long window let the
+ * returns of old conversations keep the weights of new values high
+ * (stress/trace_matrix: arcw=0.1 vs 0; docs/performance.md).
+ */
+static void
+kvp_evict_adapt(struct kvp_agent *a, enum kvp_ghost_back back, uint64_t ago)
+{
+	uint64_t units = kvp_dram_capacity_agent(a);
+	double step, f;
+
+	if (!a->cfg.evict_adapt || back == KVP_GHOST_NONE ||
+	    back == KVP_GHOST_BACK_UNJUDGED || !units ||
+	    ago >= (units + 9) / 10)
+		return;
+	step = (double)a->cfg.evict_adapt / (double)units;
+	if (back == KVP_GHOST_BACK_WEIGHTED) {
+		f = a->evict_ev_w > 0 ? a->evict_ev_1 / a->evict_ev_w : 1;
+		a->evict_relax += step * (f > 1 ? f : 1);
+	} else {
+		f = a->evict_ev_1 > 0 ? a->evict_ev_w / a->evict_ev_1 : 1;
+		a->evict_relax -= step * (f > 1 ? f : 1);
+	}
+	a->evict_relax = a->evict_relax < 0 ? 0 :
+			 a->evict_relax > 1 ? 1 :
+					      a->evict_relax;
+	/* the weights follow at the next pass's start (kvp_evict_begin):
+	 * one pass judges every value by the same ones */
+	kvp_evict_weight_gauge(a);
+}
+
+/* A victim the policy judged leaves: its kind counted for ARC's rule
+ * (decayed over the ghost set's length, the window its returns are seen
+ * in) and told to the ghost set. */
+static void
+kvp_evict_leaves(struct kvp_agent *a, bool weighted)
+{
+	uint64_t len = kvp_ghost_length_agent(a);
+	double keep = len ? 1 - 1 / (double)len : 0;
+
+	a->evict_ev_w = a->evict_ev_w * keep + weighted;
+	a->evict_ev_1 = a->evict_ev_1 * keep + !weighted;
+	kvp_ghost_weighed_agent(a, weighted);
 }
 
 /* Log-linear: exact below KVP_AGE_SUB ticks, then KVP_AGE_SUB buckets per
@@ -151,11 +254,23 @@ kvp_evict_scratch(struct kvp_agent *a)
 	if (!a->ev)
 		return NULL;
 	a->ev->held = calloc(words, sizeof(uint64_t));
-	if (!a->ev->held) {
+	a->ev->held_now = calloc(words, sizeof(uint64_t));
+	if (!a->ev->held || !a->ev->held_now) {
+		free(a->ev->held);
+		free(a->ev->held_now);
 		free(a->ev);
 		a->ev = NULL;
 	}
 	return a->ev;
+}
+
+/* The policy's state at start: the weights as given (ARC's rule moves
+ * them from there). */
+void
+kvp_evict_start_agent(struct kvp_agent *a)
+{
+	a->evict_relax = a->evict_ev_w = a->evict_ev_1 = 0;
+	kvp_evict_weights(a);
 }
 
 void
@@ -163,32 +278,30 @@ kvp_evict_free_agent(struct kvp_agent *a)
 {
 	if (!a->ev) {
 		kvp_ghost_free_agent(a);
+		kvp_distinct_free_agent(a);
 		return;
 	}
 	free(a->ev->held);
+	free(a->ev->held_now);
 	free(a->ev->plan);
 	free(a->ev);
 	a->ev = NULL;
 	kvp_ghost_free_agent(a);
+	kvp_distinct_free_agent(a);
 }
 
-/* Start a pass: its tick, an empty histogram, and which slots the hold
- * slots name now (a hint: a value held now is not counted as room; the
- * CHECK protocol's own scan decides, and a hold taken after this is
- * found there). */
+/* Which slots the hold slots and live leases name now, a bit a slot in
+ * 'held' (a hint: a value held now is not counted as room; the CHECK
+ * protocol's own scan decides, and a hold taken after this is found
+ * there). */
 static void
-kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
+kvp_evict_snapshot_holds(struct kvp_agent *a, uint64_t *held)
 {
 	struct kvp_seg *s = &a->seg;
 	uint64_t nslots = s->g.g_index_slots, k;
 	uint32_t c;
 
-	ev->now = kvp_tick_now();
-	memset(ev->units, 0, sizeof(ev->units));
-	memset(ev->count, 0, sizeof(ev->count));
-	ev->total = 0;
-	ev->ncand = 0;
-	memset(ev->held, 0, (nslots + 63) / 64 * sizeof(uint64_t));
+	memset(held, 0, (nslots + 63) / 64 * sizeof(uint64_t));
 	for (c = 0; c < s->g.g_max_clients; c++) {
 		/* a hint (above) */
 		uint32_t hwm = kvp_slot_hold_hwm_hint(s, c);
@@ -202,7 +315,7 @@ kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
 				continue;
 			slot = KVP_HOLD_SLOT(h);
 			if (slot < nslots)
-				ev->held[slot / 64] |= 1ull << (slot % 64);
+				held[slot / 64] |= 1ull << (slot % 64);
 		}
 	}
 	/* live leases pin their slot like holds */
@@ -215,14 +328,110 @@ kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
 			continue;
 		slot = kvp_load_relaxed(&ls->ls_slot); /* relaxed: a hint */
 		if (slot < nslots)
-			ev->held[slot / 64] |= 1ull << (slot % 64);
+			held[slot / 64] |= 1ull << (slot % 64);
 	}
+}
+
+/* Start a pass: its tick, the weights, an empty histogram, and the hold
+ * snapshot. */
+static void
+kvp_evict_begin(struct kvp_agent *a, struct kvp_evict *ev)
+{
+	ev->now = kvp_tick_now();
+	kvp_evict_weights(a);
+	memset(ev->units, 0, sizeof(ev->units));
+	memset(ev->count, 0, sizeof(ev->count));
+	ev->total = 0;
+	ev->ncand = 0;
+	kvp_evict_snapshot_holds(a, ev->held);
 }
 
 static bool
 kvp_evict_held(const struct kvp_evict *ev, uint64_t slot)
 {
 	return ev->held[slot / 64] >> (slot % 64) & 1u;
+}
+
+/*
+ * Do the values a hold snapshot names (kvp_evict_snapshot_holds) take
+ * every DRAM unit in use?  Then nothing is evictable, and a waiting
+ * putter can have that verdict before a pass has scanned the index (a
+ * scan of 131,072 slots takes 30-70 ms under TSan here, more than a
+ * put's 50 ms wait).  The DRAM units of the distinct READY or DELETED
+ * values named, against DRAM use: a value put and not yet published is
+ * in use and named by no hold, so the answer is no while one is.  Yes is
+ * exact unless a client wrote garbage into a value's length or its hold
+ * slots (then the round's pass, which scans, frees what it can and its
+ * verdict stands); no says nothing.
+ */
+static bool
+kvp_evict_all_held(struct kvp_agent *a, const uint64_t *held)
+{
+	struct kvp_seg *s = &a->seg;
+	uint64_t words = (s->g.g_index_slots + 63) / 64, k, sum = 0;
+	uint64_t unit = s->g.g_dram_unit;
+	/* relaxed: a heuristic, like the pass's (the allocator decides) */
+	uint64_t used = kvp_load_relaxed(&s->dram->dh_used_mirror);
+
+	for (k = 0; k < words && sum < used; k++) {
+		uint64_t bits = held[k];
+
+		while (bits) {
+			uint64_t i = k * 64 + (uint64_t)__builtin_ctzll(bits);
+			/* acquire: pairs with the publish CAS */
+			uint64_t w = kvp_load_acquire(&s->meta[i]), len, n;
+			const struct kvp_entry *e = &s->entries[i];
+
+			bits &= bits - 1;
+			if (KVP_IX_STATE(w) != KVP_IX_READY &&
+			    KVP_IX_STATE(w) != KVP_IX_DELETED)
+				continue;
+			/* relaxed: stable while READY or DELETED (g); a hint */
+			if (KVP_LOC_TIER(kvp_load_relaxed(&e->e_loc)) !=
+			    KVP_TIER_DRAM)
+				continue;
+			/* relaxed: as above */
+			len = kvp_load_relaxed(&e->e_len);
+			n = (len + unit - 1) / unit;
+			sum += n && n <= s->g.g_dram_pages ? n : 1;
+		}
+	}
+	return used && sum >= used;
+}
+
+/*
+ * A putter waits for room (it kicked with the units it needs: at the
+ * round's start, 'waiting'; or during the round's scans, h_evict_req and
+ * h_evict_need set again): when everything in DRAM is held, publish that
+ * verdict now, not at the end of the round (its index scans can take
+ * longer than the put's wait: it would answer -EBUSY where -ENOSPC is
+ * due).  Once at the start and once during a round; the round's end
+ * (kvp_dram_round_agent) keeps the verdict when nothing was freed.  The
+ * long scans call it every 4096 slots.  Cost: a snapshot of the hold
+ * slots and a walk of its bitmap (an 8th of a byte a slot).
+ */
+static void
+kvp_evict_answer(struct kvp_agent *a, struct kvp_evict *ev, bool waiting)
+{
+	struct kvp_shm_header *h = a->seg.hdr;
+
+	if (!ev)
+		return;
+	if (!waiting) {
+		/* relaxed: hints; the next round takes the kick (CAS) */
+		if (ev->asked_mid || !kvp_load_relaxed(&h->h_evict_req) ||
+		    !kvp_load_relaxed(&h->h_evict_need))
+			return;
+		ev->asked_mid = true;
+	}
+	kvp_evict_snapshot_holds(a, ev->held_now);
+	if (!kvp_evict_all_held(a, ev->held_now))
+		return;
+	ev->all_held = true;
+	/* a hint putters read when they give up; only this thread writes
+	 * it (relaxed: the word's own) */
+	kvp_wake_stuck_agent(&a->seg, kvp_load_relaxed(&h->h_evict_stuck) |
+					      KVP_STUCK_DRAM);
 }
 
 /* Steps 2-4 for the batch of candidates: the hold scan, then each one
@@ -256,7 +465,12 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 		prob = ev->ccheck[k] &&
 		       kvp_use_probation(a, ev->cand[k].slot, ev->cand[k].word,
 					 ev->cuse[k]);
+		if (ev->ccheck[k])
+			kvp_evict_leaves(a, kvp_use_weighed(a, ev->cand[k].slot,
+							    ev->cand[k].word,
+							    ev->cuse[k]));
 		freed += kvp__remove_agent(a, &ev->cand[k], why);
+		kvp_ghost_unweighed_agent(a); /* a relocation: none */
 		(*removed)++;
 		if (prob) /* stats: agent threads add atomically */
 			kvp_actr_add(a->seg.hdr, KVP_ACTR_EVICT_PROBATION, 1);
@@ -316,8 +530,12 @@ kvp_evict_candidate(struct kvp_agent *a, const struct kvp_evict *ev, uint64_t i,
 
 /*
  * Scan 1: every deleted value is reclaimed; every candidate of the pass
- * is counted by age (only when room is wanted: 'count').  Returns DRAM
- * units freed.
+ * is counted by age (only when room is wanted: 'count').  A scan that
+ * only reclaims stops when a putter kicks (h_evict_req): the putter waits
+ * for the verdict of a counting pass (kvp_dram_round_agent), which
+ * reclaims too, and a whole index scanned first would make it wait two
+ * scans (a run under TSan: 30-40 ms each for 131,072 slots, over a put's
+ * 50 ms).  Returns DRAM units freed.
  */
 static uint64_t
 kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
@@ -331,6 +549,15 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		/* acquire: pairs with the publish CAS */
 		uint64_t w = kvp_load_acquire(&s->meta[i]), units;
 		unsigned st = KVP_IX_STATE(w), b;
+
+		if (i % 4096 == 4095) {
+			kvp_evict_answer(a, ev, false);
+			/* relaxed: a hint; the next round takes the kick */
+			if (!count && kvp_load_relaxed(&s->hdr->h_evict_req)) {
+				a->last_reclaim_ns = 0; /* the rest: later */
+				break;
+			}
+		}
 
 		if (st == KVP_IX_DELETED && !KVP_IX_FLAGS(w) &&
 		    !kvp_tier_busy_agent(a, i)) {
@@ -351,8 +578,19 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 			continue;
 		}
 		/* a new value in the slot: was its key evicted lately? */
-		if (st == KVP_IX_READY)
-			kvp_ghost_seen_agent(a, i, KVP_IX_GEN(w));
+		if (st == KVP_IX_READY) {
+			uint64_t ago = 0;
+
+			/* used or stored since the last whole scan? */
+			kvp_distinct_seen_agent(
+				a, i,
+				/* relaxed: a hint (the use word) */
+				kvp_load_relaxed(&s->entries[i].e_use));
+			kvp_evict_adapt(
+				a,
+				kvp_ghost_seen_agent(a, i, KVP_IX_GEN(w), &ago),
+				ago);
+		}
 		if (!count || kvp_evict_held(ev, i) ||
 		    !kvp_evict_candidate(a, ev, i, w, dram, &units))
 			continue;
@@ -364,26 +602,30 @@ kvp_evict_scan_count(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		ev->count[b]++;
 		ev->total += units;
 	}
+	if (i == nslots) /* a whole scan: distinct.c counts from its start */
+		kvp_distinct_scanned_agent(a, ev->now);
 	return freed + kvp_evict_flush(a, ev, why, removed);
 }
 
 /*
  * A victim of a DRAM pass: with an SSD tier and no SSD copy yet it is
  * written there first (copy first, free after: a later pass relocates
- * it); otherwise it is taken.  Returns DRAM units freed.
+ * it: *sent is set); otherwise it is taken.  Returns DRAM units freed.
  */
 static uint64_t
 kvp_evict_victim(struct kvp_agent *a, struct kvp_evict *ev, uint64_t i,
 		 uint64_t w, uint64_t use, bool dram, unsigned *found,
-		 unsigned *removed)
+		 unsigned *removed, bool *sent)
 {
 	(*found)++;
+	*sent = false;
 	/* relaxed: stable while READY(g); written by this thread */
 	if (dram && a->tier && !kvp_load_relaxed(&a->seg.entries[i].e_ssd) &&
 	    !kvp_tier_write_failing_agent(a)) {
 		/* a value still to write counts as work found, even when
 		 * the writes in flight are at their limit */
 		kvp_tier_demote_agent(a, i, w);
+		*sent = true;
 		return 0;
 	}
 	return kvp_evict_take(a, ev, i, w, &use,
@@ -426,6 +668,8 @@ kvp_evict_plan(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
 		/* acquire: pairs with the publish CAS */
 		uint64_t w = kvp_load_acquire(&s->meta[i]), units, use, age;
 
+		if (i % 4096 == 4095)
+			kvp_evict_answer(a, ev, false);
 		if (!kvp_evict_candidate(a, ev, i, w, dram, &units))
 			continue;
 		/* relaxed: a hint (the use word) */
@@ -460,7 +704,8 @@ kvp_evict_plan(struct kvp_agent *a, struct kvp_evict *ev, bool dram,
  * the plan (deleted, put again, used, moved) is no longer the plan's; the
  * ones done at its front are not walked again.  Stops at a victim still
  * to write when the writes in flight are at their limit.  Returns DRAM
- * units freed; *acted: victims taken or sent to SSD by this call,
+ * units freed; *acted: victims removed or sent to SSD by this call (not
+ * one found held by the CHECK scan, nor one used since it was judged),
  * *coming: units freed or on their way (writes in flight included).
  */
 static uint64_t
@@ -469,8 +714,9 @@ kvp_evict_carry_out(struct kvp_agent *a, struct kvp_evict *ev, uint64_t want,
 		    uint64_t *coming)
 {
 	struct kvp_seg *s = &a->seg;
-	bool dram = ev->plan_dram, front = true;
-	uint64_t acc = 0, freed = 0, units;
+	bool dram = ev->plan_dram, front = true, sent;
+	uint64_t acc = 0, freed = 0, units, away = 0;
+	unsigned removed0 = *removed, nsent = 0;
 	size_t k;
 
 	for (k = ev->plan_pos; k < ev->nplan && acc < want; k++) {
@@ -483,6 +729,7 @@ kvp_evict_carry_out(struct kvp_agent *a, struct kvp_evict *ev, uint64_t want,
 		if (w == t->word && kvp_tier_busy_agent(a, t->slot)) {
 			front = false;
 			acc += t->units;
+			away += t->units;
 			(*found)++;
 			continue;
 		}
@@ -502,17 +749,20 @@ kvp_evict_carry_out(struct kvp_agent *a, struct kvp_evict *ev, uint64_t want,
 		}
 		front = false;
 		acc += t->units;
-		(*acted)++;
 		freed += kvp_evict_victim(a, ev, t->slot, t->word, t->use, dram,
-					  found, removed);
+					  found, removed, &sent);
+		if (sent) {
+			nsent++;
+			away += t->units;
+		}
 	}
 	if (front)
 		ev->plan_pos = k;
-	*coming = acc;
-	return freed +
-	       kvp_evict_flush(a, ev,
-			       dram ? KVP_ACTR_EVICT : KVP_ACTR_EVICT_INDEX,
-			       removed);
+	freed += kvp_evict_flush(
+		a, ev, dram ? KVP_ACTR_EVICT : KVP_ACTR_EVICT_INDEX, removed);
+	*acted = *removed - removed0 + nsent;
+	*coming = freed + away;
+	return freed;
 }
 
 /* Is the DRAM plan still worth carrying out?  Not after a second (held
@@ -610,9 +860,15 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 	*stuck = false;
 	/* a pass that found nothing to do is not repeated until DRAM use
 	 * changes or a putter asks (so an idle tier thread does not rescan
-	 * the index every round) */
-	if (want_free_pages && !a->evict_urgent && a->idle_used == used + 1)
+	 * the index every round); its verdict stands (a skipped pass that
+	 * said "not stuck" would erase it, and a putter whose own pass is
+	 * still running at its deadline would read -EBUSY for a pool whose
+	 * every value is held) */
+	if (want_free_pages && !a->evict_urgent && a->idle_used == used + 1) {
+		*stuck = s->dram->dh_free_pages < want_free_pages &&
+			 a->noprogress_scanned >= 2 * nslots;
 		return 0;
+	}
 	ev = kvp_evict_scratch(a);
 	if (!ev)
 		return 0; /* out of memory: no pass this round */
@@ -628,11 +884,17 @@ kvp_dram_evict_pass_agent(struct kvp_agent *a, uint64_t want_free_pages,
 
 		freed += kvp_evict_carry_out(a, ev, need, &found, &removed,
 					     &acted, &coming);
-		/* a new plan only when this one has nothing left to do
-		 * and what it set going falls short; not while the writes
-		 * in flight are at their limit (the plan's next victims wait
+		/* a new plan only when this one removed nothing and sent
+		 * nothing to SSD (what is left of it was taken since, used,
+		 * or is held: the CHECK scan backed off from all of it) and
+		 * what is on its way falls short; not while the writes in
+		 * flight are at their limit (the plan's next victims wait
 		 * for a write slot: a rescan of the index would find the
-		 * same ones, every round) */
+		 * same ones, every round).  A plan of held values carried
+		 * out again and again (for its second of life) would keep
+		 * the index from being scanned, and only a scan says that
+		 * everything is held: a putter got -EBUSY where -ENOSPC was
+		 * due (test_pool's full and held pool). */
 		if (acted || coming >= need ||
 		    (a->tier && kvp_tier_demote_full_agent(a)))
 			goto out;
@@ -724,6 +986,9 @@ kvp_ix_recount_agent(struct kvp_agent *a)
 		uint64_t w = kvp_load_acquire(&s->meta[i]);
 		unsigned st = KVP_IX_STATE(w);
 		bool named = false;
+
+		if (i % 4096 == 4095)
+			kvp_evict_answer(a, a->ev, false);
 
 		while (j < nn && KVP_HOLD_SLOT(a->ix_named[j]) < i)
 			j++;
@@ -913,10 +1178,16 @@ kvp_dram_round_agent(struct kvp_agent *a)
 	uint64_t want = npages - npages * a->cfg.dram_low_pct / 100, freed = 0,
 		 need;
 	bool stuck = false, kicked, ix_wake, ix_stuck;
+	struct kvp_evict *ev;
 	unsigned k;
 
 	/* take the request: a client that kicks after this wakes us again */
 	kicked = kvp_wake_take_agent(&a->seg, &need);
+	ev = kvp_evict_scratch(a);
+	if (ev)
+		ev->asked_mid = ev->all_held = false;
+	if (kicked && need)
+		kvp_evict_answer(a, ev, true);
 	if (need > want)
 		want = need;
 	if (!kicked && !kvp_dram_above_high_agent(a)) {
@@ -944,8 +1215,13 @@ kvp_dram_round_agent(struct kvp_agent *a)
 			freed += (uint64_t)kvp_ix_evict_for_hash_agent(a, hint);
 	}
 	ix_wake = kvp_ix_round_agent(a, &freed, &ix_stuck);
+	kvp_distinct_round_agent(a); /* the hit-rate ceiling's window */
 	if (want != UINT64_MAX)
 		freed += kvp_dram_evict_pass_agent(a, want, &stuck);
+	/* everything held when a putter asked, and nothing freed since:
+	 * stuck, whatever the pass looked at (a plan carried out) */
+	if (ev && ev->all_held && !freed)
+		stuck = true;
 	/* with demotions in flight, or frees waiting for the allocator
 	 * lock (a client holds it), room is coming: not stuck */
 	if (stuck && ((a->tier && (kvp_tier_demoting_agent(a) ||

@@ -31,14 +31,26 @@
  *  4. A value put and evicted between two scans is never looked up: it
  *     keeps its probation (a lost readmission, never a wrong eviction:
  *     the set only ever lowers a value's age).
+ *  5. Each key remembers whether it left under a weight (evict.c tells
+ *     kvp_ghost_weighed_agent before the removal: never used since its
+ *     put), and a readmission says so with the evictions since it left:
+ *     ARC's rule in evict.c moves the weights by it.
  * Memory: 8 bytes a ring place, 16 a table slot (two per place), and 5
  * bytes an index slot (generation seen, mark); allocated on first use.
  */
 #include "agent/tier_int.h"
 
+/* a table entry's pos: the key left judged by evict.c's order, and
+ * under a weight */
+#define KVP_GHOST_WEIGHTED (1ull << 63)
+#define KVP_GHOST_JUDGED (1ull << 62)
+#define KVP_GHOST_HOW (KVP_GHOST_WEIGHTED | KVP_GHOST_JUDGED)
+
 struct kvp_ghost_ent {
 	uint64_t hash; /* 0: empty */
-	uint64_t pos;  /* its newest place in the ring (a count, not mod) */
+	/* its newest place in the ring (a count, not mod), and
+	 * KVP_GHOST_HOW */
+	uint64_t pos;
 };
 
 struct kvp_ghost {
@@ -49,6 +61,7 @@ struct kvp_ghost {
 	uint32_t *gen_seen; /* per index slot; UINT32_MAX: never */
 	uint8_t *readmit;   /* per index slot */
 	bool failed;        /* out of memory once: off */
+	uint64_t how; /* the next eviction's KVP_GHOST_HOW (weighed_agent) */
 };
 
 /* The ghost set of 'a', made on first use (NULL: off or out of memory). */
@@ -163,6 +176,25 @@ kvp_ghost_erase(struct kvp_ghost *g, uint64_t k)
 	}
 }
 
+/* Whether the value kvp_ghost_evicted_agent is told of next left under a
+ * weight (evict.c judged it never used since its put); cleared by it. */
+void
+kvp_ghost_weighed_agent(struct kvp_agent *a, bool weighted)
+{
+	struct kvp_ghost *g = kvp_ghost_get(a);
+
+	if (g)
+		g->how = KVP_GHOST_JUDGED | (weighted ? KVP_GHOST_WEIGHTED : 0);
+}
+
+/* ... or nothing said (a relocation took the value, not a removal). */
+void
+kvp_ghost_unweighed_agent(struct kvp_agent *a)
+{
+	if (a->ghost)
+		a->ghost->how = 0;
+}
+
 /* Point 2: slot i's value, whose key hash h the caller read under its
  * CHECK (kvp_ghost_key_agent), left the pool. */
 void
@@ -179,7 +211,8 @@ kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h)
 		uint64_t old = g->ring[pos % g->nring];
 
 		k = kvp_ghost_find(g, old);
-		if (g->tab[k].hash == old && g->tab[k].pos == pos - g->nring)
+		if (g->tab[k].hash == old &&
+		    (g->tab[k].pos & ~KVP_GHOST_HOW) == pos - g->nring)
 			kvp_ghost_erase(g, k);
 	}
 	g->ring[pos % g->nring] = h;
@@ -188,32 +221,47 @@ kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h)
 		g->tab[k].hash = h;
 		g->size++;
 	}
-	g->tab[k].pos = pos;
+	g->tab[k].pos = pos | g->how;
+	g->how = 0;
 	g->readmit[i] = 0; /* the slot's next value is judged afresh */
 	/* relaxed: a gauge for kvpool stat; only this thread writes it */
 	kvp_actr_set(a->seg.hdr, KVP_ACTR_GHOST_KEYS, g->size);
 }
 
-/* Point 3: slot i is READY at generation gen. */
-void
-kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i, uint32_t gen)
+/* Point 3: slot i is READY at generation gen.  A readmission says how
+ * its key had left (under a weight or not) and *ago, the evictions since
+ * (evict.c's adaptation, ARC's rule). */
+enum kvp_ghost_back
+kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i, uint32_t gen,
+		     uint64_t *ago)
 {
 	struct kvp_ghost *g = kvp_ghost_get(a);
-	uint64_t k, h;
+	uint64_t k, h, pos;
 
 	if (!g || g->gen_seen[i] == gen)
-		return;
+		return KVP_GHOST_NONE;
 	g->gen_seen[i] = gen;
 	h = kvp_ghost_key_agent(a, i);
 	k = kvp_ghost_find(g, h);
 	g->readmit[i] = g->tab[k].hash == h;
 	if (!g->readmit[i])
-		return;
+		return KVP_GHOST_NONE;
+	pos = g->tab[k].pos;
+	*ago = g->count - (pos & ~KVP_GHOST_HOW);
 	kvp_ghost_erase(g, k);
 	/* stats: agent threads add atomically */
 	kvp_actr_add(a->seg.hdr, KVP_ACTR_GHOST_HITS, 1);
 	/* relaxed: a gauge (above) */
 	kvp_actr_set(a->seg.hdr, KVP_ACTR_GHOST_KEYS, g->size);
+	return !(pos & KVP_GHOST_JUDGED) ? KVP_GHOST_BACK_UNJUDGED :
+	       pos & KVP_GHOST_WEIGHTED  ? KVP_GHOST_BACK_WEIGHTED :
+					   KVP_GHOST_BACK_PLAIN;
+}
+
+uint64_t
+kvp_ghost_length_agent(const struct kvp_agent *a)
+{
+	return a->ghost ? a->ghost->nring : 0;
 }
 
 /* Was slot i's value at generation gen readmitted (seen by a scan)? */

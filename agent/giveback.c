@@ -228,10 +228,16 @@ kvp_giveback_segment_cb(void *arg, struct kvp_drive *ssd, uint32_t seg)
 			kvp_ix_check_release(s, cand[k].slot, w);
 			removed++;
 		} else if (!kept[k]) {
+			/* its key for the ghost set, read under our CHECK */
+			uint64_t gh = kvp_ghost_key_agent(a, cand[k].slot);
+
 			/* gone with its segment (no tombstone needed), and its
 			 * unit of the index count with it */
 			if (kvp_ix_remove(s, cand[k].slot, w))
 				kvp_ix_count_give(s);
+			/* put again soon, it is spared probation in DRAM (the
+			 * ghost set, ghost.c; no evidence for the weights) */
+			kvp_ghost_evicted_agent(a, cand[k].slot, gh);
 			removed++;
 		}
 	}
@@ -284,8 +290,12 @@ kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc, uint64_t new_loc)
 	if (new_loc) {
 		kvp_ix_relocate(s, x->slot, x->word);
 	} else {
+		/* as a value gone with its segment (kvp_giveback_segment_cb) */
+		uint64_t gh = kvp_ghost_key_agent(a, x->slot);
+
 		if (kvp_ix_remove(s, x->slot, x->word))
 			kvp_ix_count_give(s);
+		kvp_ghost_evicted_agent(a, x->slot, gh);
 		/* stat */
 		kvp_actr_add(s->hdr, KVP_ACTR_EVICT_SSD, 1);
 	}

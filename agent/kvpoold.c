@@ -473,6 +473,7 @@ main(int argc, char **argv)
 	}
 	if (a->seg_created)
 		kvp_log_index(a);
+	kvp_evict_start_agent(a); /* the eviction policy's weights */
 	/* populate behind the serving agent (the allocator hands out only
 	 * what is populated) */
 	rc = kvp_populate_start_agent(a);
@@ -524,10 +525,7 @@ main(int argc, char **argv)
 		kvp_start_failed(a);
 		return 1;
 	}
-	/* policy the clients read as hints (the agent itself uses cfg), and
-	 * for humans and tools: the agent is serving (recovery is done) */
 	a->start_ns = kvp_now_ns(CLOCK_REALTIME);
-	kvp_shm_publish_agent(a);
 	/* the HBM tier's helpers (they come up on the tier thread's rounds) */
 	if (kvp_hbm_start_agent(a))
 		kvp_log(KVP_LOG_WARN, "hbm",
@@ -546,6 +544,13 @@ main(int argc, char **argv)
 		kvp_log(KVP_LOG_ERROR, "agent", "cannot start threads");
 		return 1;
 	}
+	/* policy the clients read as hints (the agent itself uses cfg), and
+	 * for humans and tools: the agent is serving (recovery is done, and
+	 * the tier thread runs: published before it, the pid said so while
+	 * a putter that found DRAM full had no evictor to answer it, and
+	 * got -EBUSY after its 50 ms where -ENOSPC was due; test_index_pool
+	 * under TSan) */
+	kvp_shm_publish_agent(a);
 	kvp_log(KVP_LOG_INFO, "agent",
 		"kvpoold %d.%d serving pool '%s' (pid %d, "
 		"incarnation %llu)",

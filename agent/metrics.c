@@ -642,6 +642,22 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 		(unsigned long long)c[KVP_CTR_PUT_EXISTS],
 		(unsigned long long)c[KVP_CTR_PUT_BUSY],
 		(unsigned long long)c[KVP_CTR_PUT_NOSPC]);
+	/* the hit-rate ceiling of the last window (agent/distinct.c) */
+	if (m->actr[KVP_ACTR_WINDOW_SECONDS]) {
+		uint64_t wk = m->actr[KVP_ACTR_WINDOW_KEYS],
+			 wl = m->actr[KVP_ACTR_WINDOW_LOOKUPS],
+			 ws = m->actr[KVP_ACTR_WINDOW_STORES];
+
+		fprintf(f,
+			"ceiling  last %llu s: %llu distinct keys, %llu lookups "
+			"(hit-rate ceiling %.1f%%), %llu stores (%llu of keys "
+			"stored again)\n",
+			(unsigned long long)m->actr[KVP_ACTR_WINDOW_SECONDS],
+			(unsigned long long)wk, (unsigned long long)wl,
+			wl > wk ? 100.0 - kvp_pct(wk, wl) : 0.0,
+			(unsigned long long)ws,
+			(unsigned long long)(ws > wk ? ws - wk : 0));
+	}
 	fprintf(f, "\nagent counters:\n");
 	for (k = 0; k < KVP_ACTR_RETIRED0; k++)
 		fprintf(f, "  %-26s %llu%s", kvp_metrics_ctr_name(true, k),

@@ -282,6 +282,17 @@ kvp_mv_probe_mean(const struct kvp_metrics *m)
 	return m->ix_ready ? (double)m->probe_sum / (double)m->ix_ready : 0.0;
 }
 
+/* 1 - distinct keys / lookups of the last --ceiling-window (distinct.c),
+ * 0 before the first window or without lookups */
+static double
+kvp_mv_hit_ceiling(const struct kvp_metrics *m)
+{
+	uint64_t keys = m->actr[KVP_ACTR_WINDOW_KEYS],
+		 look = m->actr[KVP_ACTR_WINDOW_LOOKUPS];
+
+	return look > keys ? 1.0 - (double)keys / (double)look : 0.0;
+}
+
 static const char *kvp_prom_label(const char *in, char *out, size_t cap);
 
 static void
@@ -807,6 +818,48 @@ static const struct kvp_mrow kvp_mtab[] = {
 		 "the ghost set. Their share of `evictions` is the single-use "
 		 "traffic the policy turned away first" },
 	{ KVP_VAL(NULL, "evict_probation"), KVP_A(EVICT_PROBATION) },
+	{ KVP_FAM("kvpool_evict_weight_percent", "gauge", KVP_SEC_TIERS),
+	  .help = "How many times a never-used value's age counts now, in % "
+		  "(--evict-probation as ARC's rule has left it; 100: plain "
+		  "recency).",
+	  .doc = "the weight a never-used value's age counts in the eviction "
+		 "order now, in % (800: --evict-probation 8 as given; 100: "
+		 "plain recency). ARC's rule (`--evict-adapt`) lowers it while "
+		 "values evicted unused come back soon (reused traffic: chat "
+		 "turns, documents) and raises it while used ones do "
+		 "(single-use traffic pushing out reused values)" },
+	{ KVP_VAL(NULL, "evict_weight_pct"), KVP_A(EVICT_WEIGHT) },
+	{ KVP_FAM("kvpool_hit_ceiling_ratio", "gauge", KVP_SEC_TIERS),
+	  .help = "1 - distinct keys / lookups of the last --ceiling-window: "
+		  "the hit ratio of a cache that held every key of the "
+		  "window from its first use (0: no window yet).",
+	  .doc = "the hit-rate ceiling of the last `--ceiling-window` "
+		 "(default 60 s): 1 - `window_keys` / `window_lookups`, what "
+		 "a cache that held every key of the window from its first "
+		 "use would hit on those lookups (an upper bound: keys looked "
+		 "up and never stored are not counted). A hit ratio far below "
+		 "it with `window_keys` above the values DRAM holds: capacity; "
+		 "with `window_keys` well within it: the eviction order" },
+	{ KVP_VAL(NULL, "hit_ceiling"), .dfn = kvp_mv_hit_ceiling, .prec = 4,
+	  .jfmt = KVP_MJ_F4 },
+	{ KVP_FAM("kvpool_window_keys", "gauge", KVP_SEC_TIERS),
+	  .help = "Distinct keys used or stored in the last --ceiling-window "
+		  "(a HyperLogLog estimate, 0.8% standard error).",
+	  .doc = "distinct keys used (a hit, a probe, a pin or a lease) or "
+		 "stored in the last `--ceiling-window`, as the agent's scans "
+		 "of the index saw them: a HyperLogLog of 2^14 registers "
+		 "(standard error 0.8%); `window_seconds` is the window" },
+	{ KVP_VAL(NULL, "window_keys"), KVP_A(WINDOW_KEYS) },
+	{ KVP_JSON("window_seconds"), KVP_A(WINDOW_SECONDS) },
+	{ KVP_FAM("kvpool_window_lookups", "gauge", KVP_SEC_TIERS),
+	  .help = "Keys looked up in the last --ceiling-window (gets and "
+		  "probes; a key probed and then read counts once)." },
+	{ KVP_VAL(NULL, "window_lookups"), KVP_A(WINDOW_LOOKUPS) },
+	{ KVP_FAM("kvpool_window_stores", "gauge", KVP_SEC_TIERS),
+	  .help = "Values stored in the last --ceiling-window: more than "
+		  "window_keys means keys stored again within it (evicted "
+		  "too early or too small a pool)." },
+	{ KVP_VAL(NULL, "window_stores"), KVP_A(WINDOW_STORES) },
 	{ KVP_FAM("kvpool_ghost_hits_total", "counter", KVP_SEC_TIERS),
 	  .help = "Values put again while their key was in the ghost set "
 		  "(evicted lately: evicted too early); spared probation.",

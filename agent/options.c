@@ -160,6 +160,28 @@ static const struct kvp_opt kvp_opts[] = {
 		  "the most values it holds) evictions (40 B each): one put "
 		  "again while remembered is spared probation (default %D; 0: "
 		  "off)" },
+	{ .name = "evict-adapt",
+	  .kind = KVP_OPT_UINT,
+	  .arg = "N",
+	  KVP_CFG(evict_adapt),
+	  .def = 8,
+	  .max = 4096,
+	  .help = "ARC's rule on the weights of never-used values "
+		  "(--evict-probation, x2 for a continuation): a value put "
+		  "again within a tenth of the DRAM tier's units of evictions "
+		  "after its eviction moves them N / units toward plain "
+		  "recency when it left under a weight, back when it left "
+		  "after a use (more when its kind of eviction is the rarer; "
+		  "default %D, %R; 0: fixed weights)" },
+	{ .name = "ceiling-window",
+	  .kind = KVP_OPT_UINT,
+	  .arg = "SECONDS",
+	  KVP_CFG(ceiling_window_s),
+	  .def = 60,
+	  .max = 86400,
+	  .help = "count the distinct keys used or stored, the lookups and "
+		  "the stores of each window of SECONDS (kvpool stat: the "
+		  "hit-rate ceiling; 16 KiB; default %D, %R; 0: off)" },
 	{ .name = "max-clients",
 	  .kind = KVP_OPT_UINT,
 	  .arg = "N",

@@ -796,8 +796,15 @@ kvp_shm_create_or_attach_agent(struct kvp_agent *a)
 	}
 	if (rc)
 		return rc;
-	/* whatever a previous agent left of the index count: recount it */
-	kvp_store_release(&a->ix_recount_due, 1); /* release: no threads yet */
+	/* whatever a previous agent left of the index count: recount it (a
+	 * segment just created counts 0 of 0 entries: nothing to recount,
+	 * and a full scan of the index in the first round would make the
+	 * first putter that finds DRAM full wait for it) */
+	if (!a->seg_created)
+		/* release: no threads yet */
+		kvp_store_release(&a->ix_recount_due, 1);
+	else /* the first recount every 10 s is 10 s on */
+		a->ix_recount_ns = kvp_now_ns(CLOCK_MONOTONIC);
 	rc = kvp_shm_guard(a);
 	if (rc)
 		return rc;

@@ -319,8 +319,43 @@ void kvp_reinsert_cb(void *arg, uint64_t tag, uint64_t old_loc,
 
 /* ghost.c: keys evicted lately (tier thread) */
 uint64_t kvp_ghost_key_agent(const struct kvp_agent *a, uint64_t i);
+/* the next kvp_ghost_evicted_agent's value was judged by evict.c's order
+ * and left under a weight (never used since its put) or not; one not told
+ * (an index bucket's, a give-back's) counts for no weight */
+void kvp_ghost_weighed_agent(struct kvp_agent *a, bool weighted);
+void kvp_ghost_unweighed_agent(struct kvp_agent *a);
 void kvp_ghost_evicted_agent(struct kvp_agent *a, uint64_t i, uint64_t h);
-void kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i, uint32_t gen);
+/* a READY slot seen by a scan: whether its value is a readmission, and of
+ * a key that left under a weight or not; *ago: evictions since it left */
+enum kvp_ghost_back {
+	KVP_GHOST_NONE = 0,
+	KVP_GHOST_BACK_UNJUDGED,
+	KVP_GHOST_BACK_PLAIN,
+	KVP_GHOST_BACK_WEIGHTED
+};
+enum kvp_ghost_back kvp_ghost_seen_agent(struct kvp_agent *a, uint64_t i,
+					 uint32_t gen, uint64_t *ago);
+/* the ghost set's length in keys (0: off) */
+uint64_t kvp_ghost_length_agent(const struct kvp_agent *a);
+
+/* distinct.c: distinct keys a window, the hit-rate ceiling (tier thread) */
+#define KVP_HLL_P 14 /* 2^14 registers: 0.81% standard error */
+struct kvp_hll {
+	uint8_t reg[1u << KVP_HLL_P];
+};
+void kvp_hll_clear(struct kvp_hll *h);
+void kvp_hll_add(struct kvp_hll *h, uint64_t key);
+double kvp_hll_estimate(const struct kvp_hll *h);
+struct kvp_distinct {
+	struct kvp_hll hll;
+	uint64_t end_ns;   /* the window's end (CLOCK_MONOTONIC; 0: none) */
+	uint64_t fed_tick; /* the start of the last whole scan */
+	uint64_t lookups0, stores0; /* the counters at the window's start */
+};
+void kvp_distinct_seen_agent(struct kvp_agent *a, uint64_t i, uint64_t use);
+void kvp_distinct_scanned_agent(struct kvp_agent *a, uint64_t start);
+void kvp_distinct_round_agent(struct kvp_agent *a);
+void kvp_distinct_free_agent(struct kvp_agent *a);
 bool kvp_ghost_readmitted_agent(const struct kvp_agent *a, uint64_t i,
 				uint32_t gen);
 void kvp_ghost_free_agent(struct kvp_agent *a);

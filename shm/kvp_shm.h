@@ -66,7 +66,7 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
  * its directory (h_drive_dir_*); 13.0: the SSD read stages and queues
  * (h_io_*), the client's copy-out histogram; 14.0: the use word's CONT
  * bit (depth 18 bits), three eviction-policy counters */
-#define KVP_ABI_MAJOR 15
+#define KVP_ABI_MAJOR 16
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -320,6 +320,16 @@ enum kvp_actr {
 	KVP_ACTR_GHOST_HITS,
 	KVP_ACTR_GHOST_KEYS,
 	KVP_ACTR_EVICT_PROBATION,
+	/* the weight a never-used value's age counts now, in % (a gauge:
+	 * --evict-probation as ARC's rule has left it, agent/evict.c) */
+	KVP_ACTR_EVICT_WEIGHT,
+	/* the last window of --ceiling-window (gauges, agent/distinct.c):
+	 * distinct keys used or stored (a HyperLogLog), keys looked up,
+	 * values stored, and the window's length in seconds */
+	KVP_ACTR_WINDOW_KEYS,
+	KVP_ACTR_WINDOW_LOOKUPS,
+	KVP_ACTR_WINDOW_STORES,
+	KVP_ACTR_WINDOW_SECONDS,
 	KVP_ACTR_RETIRED0, /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };

@@ -1453,6 +1453,18 @@ const struct sim_policy sim_policies[] = {
 	  .probation = 8,
 	  .ghost = 2,
 	  .cont = 0.5 },
+	/* the agent's (issue 30, part C): ghost-cont with x2 for a
+	 * continuation never hit (as built), and ARC's rule moving both
+	 * weights by returns within a tenth of cap evictions (--evict-adapt
+	 * 8) */
+	{ .name = "ghost-arc",
+	  .band = 0.02,
+	  .probation = 8,
+	  .ghost = 2,
+	  .cont = 0.5,
+	  .contp = 2,
+	  .arc = 8,
+	  .arcw = 0.1 },
 	{ .name = NULL },
 };
 
@@ -1471,9 +1483,9 @@ int
 sim_policy_set(struct sim_policy *p, const char *kv)
 {
 	static const char *const keys[] = {
-		"band",  "probation", "depth_w", "protect",    "ghost",
-		"admit", "small",     "fmax",    "dead_first", "freq_w",
-		"cont",  "contp",     "adapt"
+		"band",  "probation", "depth_w",    "protect", "ghost", "admit",
+		"small", "fmax",      "dead_first", "freq_w",  "cont",  "contp",
+		"adapt", "arc",       "arcw",       "lrucmp"
 	};
 	const char *eq = strchr(kv, '=');
 	char *e;
@@ -1528,6 +1540,15 @@ sim_policy_set(struct sim_policy *p, const char *kv)
 		break;
 	case 12:
 		p->adapt = v;
+		break;
+	case 13:
+		p->arc = v;
+		break;
+	case 14:
+		p->arcw = v;
+		break;
+	case 15:
+		p->lrucmp = v;
 		break;
 	default:
 		return -EINVAL;
@@ -1641,7 +1662,13 @@ struct psim {
 	uint64_t cap, used, now, band, rng;
 	uint64_t gcount, gsize, *gseq; /* ghost: x evicted as the gseq-th */
 	uint8_t *gprob;                /* ... while on probation */
-	double pcur;         /* the probation now (p->adapt: adapted) */
+	double pcur;            /* the probation now (p->adapt: adapted) */
+	double scale;           /* p->arc: the share of the weights applied */
+	double horizon;         /* p->lrucmp: LRU's, as the pool sees it */
+	uint32_t *gtick;        /* p->lrucmp: x's last use when it left */
+	uint32_t *ghist, *hbuf; /* ... the ghost set's keys (a ring) */
+	size_t nghist, ghpos;
+	double ev_w, ev_1;   /* p->arc: evictions at weight > 1, at 1 */
 	uint32_t *set, *pos; /* the cached blocks */
 	uint32_t *tick, *depth, *parent;
 	uint8_t *hit, *prot, *freq, *pend;
@@ -1656,9 +1683,10 @@ psim_score(const struct psim *s, uint32_t x)
 	double a = (double)(s->now - s->tick[x]);
 
 	if (!s->hit[x] && !s->prot[x])
-		a *= s->pcur;
+		a *= 1 + s->scale * (s->pcur - 1);
 	else if (s->hit[x] == 2 && !s->prot[x] && s->p->contp > 0)
-		a *= s->p->contp; /* a continuation, never hit since */
+		/* a continuation, never hit since */
+		a *= 1 + s->scale * (s->p->contp - 1);
 	if (s->p->depth_w > 0)
 		a *= 1 + s->p->depth_w * log2(1.0 + s->depth[x]);
 	if (s->p->freq_w > 0) {
@@ -1684,7 +1712,61 @@ psim_evict(struct psim *s, uint32_t x)
 	if (s->gsize) {
 		s->gseq[x] = ++s->gcount;
 		s->gprob[x] = !s->hit[x] && !s->prot[x];
+		if (s->gtick) {
+			s->gtick[x] = s->tick[x];
+			s->ghist[s->ghpos] = x;
+			s->ghpos = (s->ghpos + 1) % s->gsize;
+			if (s->nghist < s->gsize)
+				s->nghist++;
+			s->gprob[x] = !s->prot[x] &&
+				      (!s->hit[x] ||
+				       (s->hit[x] == 2 && s->p->contp > 1));
+		}
+		if (s->p->arc > 0) {
+			/* weighted: never hit, on probation or a CONT page
+			 * (x contp > 1) */
+			bool w = !s->prot[x] &&
+				 (!s->hit[x] ||
+				  (s->hit[x] == 2 && s->p->contp > 1));
+			double keep = 1 - 1 / (double)s->gsize;
+
+			s->gprob[x] = w;
+			s->ev_w = s->ev_w * keep + w;
+			s->ev_1 = s->ev_1 * keep + !w;
+		}
 	}
+}
+
+static int
+u32_desc(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* p->lrucmp: the horizon (psim_horizon) from the cached keys' last uses
+ * and the ghost set's */
+static void
+psim_set_horizon(struct psim *s)
+{
+	size_t n = 0, i;
+
+	for (i = 0; i < s->used; i++)
+		s->hbuf[n++] = s->tick[s->set[i]];
+	for (i = 0; i < s->nghist; i++) {
+		uint32_t x = s->ghist[i];
+
+		if (!s->in[x] && s->gseq[x] &&
+		    s->gcount - s->gseq[x] < s->gsize)
+			s->hbuf[n++] = s->gtick[x];
+	}
+	if (n < s->cap) {
+		s->horizon = 0;
+		return;
+	}
+	qsort(s->hbuf, n, sizeof(*s->hbuf), u32_desc);
+	s->horizon = (double)(s->now - s->hbuf[s->cap - 1]);
 }
 
 /* A pass: demote protected's oldest past its share, then evict the band
@@ -1741,6 +1823,8 @@ psim_pass(struct psim *s)
 	pcand_select(s->cand, n, want, &s->rng);
 	for (i = 0; i < want; i++)
 		psim_evict(s, s->cand[i].x);
+	if (p->lrucmp > 0)
+		psim_set_horizon(s);
 }
 
 static void
@@ -1748,6 +1832,9 @@ psim_free(struct psim *s)
 {
 	free(s->gseq);
 	free(s->gprob);
+	free(s->gtick);
+	free(s->ghist);
+	free(s->hbuf);
 	free(s->set);
 	free(s->pos);
 	free(s->tick);
@@ -1781,6 +1868,12 @@ psim_init(struct psim *s, struct trace *t, uint64_t cap,
 	s->gseq = calloc(d, sizeof(*s->gseq));
 	s->gprob = calloc(d, sizeof(*s->gprob));
 	s->pcur = p->probation;
+	s->scale = 1;
+	if (p->lrucmp > 0 &&
+	    (!(s->gtick = calloc(d, sizeof(*s->gtick))) ||
+	     !(s->ghist = calloc(s->gsize + 1, sizeof(*s->ghist))) ||
+	     !(s->hbuf = calloc(cap + s->gsize + 1, sizeof(*s->hbuf)))))
+		return -ENOMEM;
 	s->set = malloc(d * sizeof(*s->set));
 	s->pos = malloc(d * sizeof(*s->pos));
 	s->tick = calloc(d, sizeof(*s->tick));
@@ -1825,6 +1918,26 @@ psim_init(struct psim *s, struct trace *t, uint64_t cap,
 	return 0;
 }
 
+/* p->lrucmp: exact LRU's horizon, as the pool can know it (each pass):
+ * the age of the cap-th most recently used key among those cached and
+ * those in the ghost set (the keys evicted lately, with their last use) */
+static double
+psim_horizon(const struct psim *s)
+{
+	return s->horizon > 0 ? s->horizon : 1e18;
+}
+
+/* p->lrucmp: one event against LRU: a loss (dir > 0: the weights go
+ * toward plain recency) or a gain */
+static void
+psim_lrucmp(struct psim *s, int dir)
+{
+	double st = s->p->lrucmp / (double)s->cap;
+
+	s->scale -= dir * st;
+	s->scale = s->scale < 0 ? 0 : s->scale > 1 ? 1 : s->scale;
+}
+
 static int
 sim_recency(struct trace *t, uint64_t cap, const struct sim_policy *p,
 	    struct sim_result *r)
@@ -1847,6 +1960,12 @@ sim_recency(struct trace *t, uint64_t cap, const struct sim_policy *p,
 			if (s.in[x]) {
 				r->block_hits++;
 				r->prefix_hits += lead;
+				/* a hit LRU would not have had: the value is
+				 * older than LRU's horizon */
+				if (p->lrucmp > 0 &&
+				    (double)(s.now - s.tick[x]) >
+					    psim_horizon(&s))
+					psim_lrucmp(&s, -1);
 				if (s.tick[x] != s.now) { /* one store a tick */
 					s.hit[x] = 1;
 					if (p->protect > 0)
@@ -1875,10 +1994,46 @@ sim_recency(struct trace *t, uint64_t cap, const struct sim_policy *p,
 			s.pend[x] = 1; /* the put, seen by the next scan */
 			if (s.gsize && s.gseq[x] &&
 			    s.gcount - s.gseq[x] < s.gsize) {
+				uint64_t gs = s.gseq[x];
+
 				r->ghost_hits++;
+				/* a miss LRU would not have had: it left under
+				 * a weight and comes back younger than LRU's
+				 * horizon */
+				if (p->lrucmp > 0 && s.gprob[x] &&
+				    (double)(s.now - s.gtick[x]) <
+					    psim_horizon(&s))
+					psim_lrucmp(&s, 1);
 				s.gseq[x] = 0;
 				/* a probation victim back: too strict; a
 				 * protected one: too lenient */
+				/* ARC's rule (Megiddo, Modha, FAST'03): a
+				 * victim of the weights back moves the scale
+				 * down, one evicted at weight 1 up, each
+				 * step larger when its kind of eviction is
+				 * the rarer: the scale settles where both
+				 * kinds come back at the same rate */
+				if (p->arc > 0 &&
+				    (!p->arcw ||
+				     (double)(s.gcount - gs) <
+					     p->arcw * (double)s.cap)) {
+					double st = p->arc / (double)s.cap, f;
+
+					if (s.gprob[x]) {
+						f = s.ev_w > 0 ?
+							    s.ev_1 / s.ev_w :
+							    1;
+						s.scale -= st * (f > 1 ? f : 1);
+					} else {
+						f = s.ev_1 > 0 ?
+							    s.ev_w / s.ev_1 :
+							    1;
+						s.scale += st * (f > 1 ? f : 1);
+					}
+					s.scale = s.scale < 0 ? 0 :
+						  s.scale > 1 ? 1 :
+								s.scale;
+				}
 				if (p->adapt > 0 && s.gprob[x])
 					s.pcur = s.pcur - p->adapt < 1 ?
 							 1 :

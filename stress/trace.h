@@ -258,16 +258,35 @@ struct sim_policy {
 	 * raises it by adapt (at most p->probation) when it was not (0:
 	 * fixed) */
 	double adapt;
+	/* RECENCY, with a ghost set: ARC's adaptation of the weights
+	 * (probation, contp), applied as 1 + scale * (weight - 1), scale in
+	 * [0, 1] from 1: a key put again while in the ghost set moves it by
+	 * arc / cap, down when it was evicted at a weight above 1, up when
+	 * at 1, the step times the ratio of the other kind's evictions to
+	 * its own when that is above 1 (0: off) */
+	double arc;
+	/* ... counting only keys back within arcw * cap evictions (0: the
+	 * whole ghost set) */
+	double arcw;
+	/* RECENCY, with a ghost set: the weights' scale (as arc) moved by
+	 * lrucmp / cap against exact LRU, as the pool can estimate it:
+	 * toward plain recency on a key put again that left under a weight
+	 * and is younger than LRU's horizon (capacity over the eviction
+	 * rate: LRU would have hit), back on a hit on a value older than
+	 * that (LRU would have missed) (0: off) */
+	double lrucmp;
 };
 
 /* The candidates of the study (stress/trace_matrix), by name: "cur"
- * (agent/evict.c today), "lru-pass", "depth", "slru", "slru-ghost",
- * "tinylfu", "s3fifo", "orphan", "ghost", "ghost-cont"; NULL-named at the
- * end (docs/performance.md, "Beyond LRU: the policy study"). */
+ * (agent/evict.c before issue 30), "lru-pass", "depth", "slru",
+ * "slru-ghost", "tinylfu", "s3fifo", "orphan", "ghost", "ghost-cont",
+ * "ghost-arc" (agent/evict.c now); NULL-named at the end
+ * (docs/performance.md, "Beyond LRU: the policy study"). */
 extern const struct sim_policy sim_policies[];
 const struct sim_policy *sim_policy_find(const char *name);
 /* Set one parameter from "key=value" (band, probation, depth_w, protect,
- * ghost, admit, small, fmax, dead_first, freq_w, cont, contp, adapt): 0 or
+ * ghost, admit, small, fmax, dead_first, freq_w, cont, contp, adapt, arc,
+ * arcw, lrucmp): 0 or
  * -EINVAL. */
 int sim_policy_set(struct sim_policy *p, const char *kv);
 

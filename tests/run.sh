@@ -152,7 +152,7 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 export PYTHON
 UNIT="test_layout test_index test_hold test_index_pool test_alloc test_ssd test_pool test_crash test_badinput test_ssd_tier test_drives test_pin test_crashpoints test_check"
-UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_evict test_assert test_populate"
+UNIT="$UNIT test_metrics test_durability test_hostile test_files test_statuses test_index_limit test_evict test_distinct test_assert test_populate"
 # stress/trace_replay's reference caches (LRU, Belady) and trace reader
 UNIT="$UNIT test_trace"
 # the GPU endpoints without a GPU (tests/agent/test_dev.c): no runtime,

@@ -622,6 +622,74 @@ test_cont_bit(void **state)
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
+/* DRAM below the high mark (90%): the last pass is over. */
+static bool
+below_high(void *arg)
+{
+	const struct kvp_seg *s = arg;
+	/* relaxed: a test's look */
+	uint64_t used = kvp_load_relaxed(&s->dram->dh_used_mirror);
+
+	return used * 100 <= s->g.g_dram_pages * 90;
+}
+
+/*
+ * ARC's rule lowers the weight of never-used values while values evicted
+ * under it come back soon: fresh chains (never used) are put one after
+ * another into a pool of 4 MiB of 4 KiB units (watermarks 90/80), and
+ * each chain the evictor takes is put again at once (each once: within a
+ * tenth of the units of evictions after it left, readmitted and counted).
+ * The weight (evict_weight_pct, 800 = x8 as given) goes down; fixed
+ * (--evict-adapt 0) it stays at 800.  A one-pass stream before it (no key
+ * put again) leaves it at 800.
+ */
+static void
+test_weights_follow_returns(void **state)
+{
+	enum {
+		FRESH = 400
+	};
+	struct kvpt_agent a;
+	struct kvp_client *c;
+	struct kvp_seg s;
+	struct settled w;
+	static bool again[FRESH];
+	int chain, j;
+	uint64_t pct;
+
+	(void)state;
+	policy_pool(&a, &s, &c);
+	for (chain = 0; chain < 240; chain++)
+		put_chain(c, 5000 + chain, 0);
+	w = (struct settled){ &s, 240 * DEPTH };
+	assert_true(kvpt_wait_until(passes_done, &w, 5000) >= 0);
+	pct = kvpt_actr(&s, KVP_ACTR_EVICT_WEIGHT);
+	if (pct != 800)
+		fail_msg("a one-pass stream moved the weight to %llu%%",
+			 (unsigned long long)pct);
+	memset(again, 0, sizeof(again));
+	for (chain = 0; chain < FRESH; chain++) {
+		put_chain(c, chain, 0);
+		for (j = chain > 80 ? chain - 80 : 0; j < chain; j++) {
+			if (again[j] || cached_prefix(c, &s, j) == DEPTH)
+				continue;
+			put_chain(c, j, 0);
+			again[j] = true;
+		}
+	}
+	assert_true(kvpt_wait_until(below_high, &s, 5000) >= 0);
+	pct = kvpt_actr(&s, KVP_ACTR_EVICT_WEIGHT);
+	print_message("  weight after %d chains put again at once: %llu%% "
+		      "(ghost hits %llu)\n",
+		      FRESH, (unsigned long long)pct,
+		      (unsigned long long)kvpt_actr(&s, KVP_ACTR_GHOST_HITS));
+	if (pct >= 700)
+		fail_msg("values evicted unused and put again at once left "
+			 "the weight at %llu%%",
+			 (unsigned long long)pct);
+	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
+}
+
 int
 main(void)
 {
@@ -633,6 +701,7 @@ main(void)
 		cmocka_unit_test(test_ghost_readmits),
 		cmocka_unit_test(test_deep_tail_first),
 		cmocka_unit_test(test_cont_bit),
+		cmocka_unit_test(test_weights_follow_returns),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

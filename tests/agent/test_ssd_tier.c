@@ -612,9 +612,6 @@ test_small_values_corruption(void **state)
 	assert_int_equal(kvpt_agent_stop(&a), 0);
 }
 
-/* A small --ssd-size: demotion keeps going by giving back whole oldest
- * segments; values whose segment went are gone (a miss), the rest read
- * right. */
 /* An SSD segment of small values brings thousands of candidates to one
  * reclaim (one hold scan for all of them): reclaim must go through, and
  * what is left must read back. */
@@ -676,6 +673,23 @@ test_reclaim_many_small(void **state)
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }
 
+struct ghost_wait {
+	const struct kvp_seg *s;
+	uint64_t want;
+};
+
+static bool
+ghost_hits_reach(void *p)
+{
+	const struct ghost_wait *g = p;
+
+	return kvpt_actr(g->s, KVP_ACTR_GHOST_HITS) >= g->want;
+}
+
+/* The SSD tier fills: whole oldest segments are given back, their values
+ * gone (a miss), the rest read right.  A value gone with its segment and
+ * put again is readmitted from the ghost set, as one evicted from DRAM
+ * (spared probation: the SSD tier's give-back uses the same judgement). */
 static void
 test_ssd_full(void **state)
 {
@@ -688,7 +702,8 @@ test_ssd_full(void **state)
 	struct kvp_seg s;
 	unsigned char *v = malloc(SZ);
 	char k[100];
-	int i, hits = 0, miss = 0, rc;
+	int i, hits = 0, miss = 0, rc, gone[16], ngone = 0;
+	struct ghost_wait gw;
 
 	(void)state;
 	assert_int_equal(kvpt_ssd_dir_fresh(), 0);
@@ -715,6 +730,8 @@ test_ssd_full(void **state)
 		uint32_t kl = key_of(k, i);
 		ssize_t n = kvp_get(c, k, kl, v, SZ);
 		if (n == -ENOENT) {
+			if (ngone < 16)
+				gone[ngone++] = i;
 			miss++;
 			continue;
 		}
@@ -728,6 +745,22 @@ test_ssd_full(void **state)
 		(unsigned long long)kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM));
 	assert_true(kvpt_actr(&s, KVP_ACTR_SEGMENT_RECLAIM) > 0);
 	assert_true(miss > 0 && hits > 0);
+	/* put again: readmitted (the next scan of a pass sees them) */
+	gw.s = &s;
+	gw.want = kvpt_actr(&s, KVP_ACTR_GHOST_HITS) + (uint64_t)ngone;
+	for (i = 0; i < ngone; i++) {
+		uint32_t kl = key_of(k, gone[i]);
+		kvpt_fill(v, SZ, k, kl, 5);
+		while ((rc = kvp_put(c, k, kl, v, SZ)) == -EBUSY)
+			;
+		assert_int_equal(rc, 0);
+	}
+	if (kvpt_wait_until(ghost_hits_reach, &gw, 10000) < 0)
+		fail_msg("%d values gone with their segments put again: %llu "
+			 "ghost hits, %llu wanted",
+			 ngone,
+			 (unsigned long long)kvpt_actr(&s, KVP_ACTR_GHOST_HITS),
+			 (unsigned long long)gw.want);
 	free(v);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);
 }

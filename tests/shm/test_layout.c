@@ -220,23 +220,29 @@ test_docs_table(void **state)
  */
 #define KVPT_LAYOUT_SIG_ABI14 0x379dacf9de61d85eull
 /*
- * ABI 15: two agent counters in h_actr: SSD reads whose batch header came
- * from the agent's header cache, and those that read it from the device.
+ * ABI 15: agent counters in h_actr: SSD reads whose batch header came
+ * from the agent's header cache, and those that read it from the device;
+ * a gauge, the weight a never-used value's age counts now (ARC's rule on
+ * --evict-probation, agent/evict.c).
  */
-#define KVPT_LAYOUT_SIG_ABI15 0xc8495885459ca556ull
+/*
+ * ABI 16: four gauges in h_actr, the last --ceiling-window's distinct
+ * keys, lookups, stores and length (agent/distinct.c).
+ */
+#define KVPT_LAYOUT_SIG_ABI16 0xee3d0857c22db142ull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 15);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI15)
+	assert_int_equal(KVP_ABI_MAJOR, 16);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI16)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 15): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 16): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI15);
+			KVPT_LAYOUT_SIG_ABI16);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
