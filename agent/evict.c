@@ -198,9 +198,9 @@ kvp_evict_adapt(struct kvp_agent *a, enum kvp_ghost_back back, uint64_t ago)
 	kvp_evict_weight_gauge(a);
 }
 
-/* A victim the policy judged leaves: its kind counted for ARC's rule
+/* A victim the policy judged has left: its kind counted for ARC's rule
  * (decayed over the ghost set's length, the window its returns are seen
- * in) and told to the ghost set. */
+ * in; the ghost set was told before the removal). */
 static void
 kvp_evict_leaves(struct kvp_agent *a, bool weighted)
 {
@@ -209,7 +209,6 @@ kvp_evict_leaves(struct kvp_agent *a, bool weighted)
 
 	a->evict_ev_w = a->evict_ev_w * keep + weighted;
 	a->evict_ev_1 = a->evict_ev_1 * keep + !weighted;
-	kvp_ghost_weighed_agent(a, weighted);
 }
 
 /* Log-linear: exact below KVP_AGE_SUB ticks, then KVP_AGE_SUB buckets per
@@ -442,7 +441,7 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 {
 	uint64_t freed = 0;
 	unsigned k;
-	bool prob;
+	bool prob, weighed;
 
 	if (!ev->ncand)
 		return 0;
@@ -452,6 +451,15 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 			kvp__release_check(&a->seg, &ev->cand[k]);
 			continue;
 		}
+		/* how it leaves, judged before the use-word check: nothing
+		 * but a store between that check and the removal (a probe
+		 * that touches it in between loses its get) */
+		prob = ev->ccheck[k] &&
+		       kvp_use_probation(a, ev->cand[k].slot, ev->cand[k].word,
+					 ev->cuse[k]);
+		weighed = ev->ccheck[k] &&
+			  kvp_use_weighed(a, ev->cand[k].slot, ev->cand[k].word,
+					  ev->cuse[k]);
 		/* used since it was judged (a probe or a hit that held it
 		 * and let go): it is young now, and a probe that just
 		 * counted it predicts a load; relaxed: a hint */
@@ -462,16 +470,13 @@ kvp_evict_flush(struct kvp_agent *a, struct kvp_evict *ev, enum kvp_actr why,
 					     ev->cand[k].word);
 			continue;
 		}
-		prob = ev->ccheck[k] &&
-		       kvp_use_probation(a, ev->cand[k].slot, ev->cand[k].word,
-					 ev->cuse[k]);
 		if (ev->ccheck[k])
-			kvp_evict_leaves(a, kvp_use_weighed(a, ev->cand[k].slot,
-							    ev->cand[k].word,
-							    ev->cuse[k]));
+			kvp_ghost_weighed_agent(a, weighed);
 		freed += kvp__remove_agent(a, &ev->cand[k], why);
 		kvp_ghost_unweighed_agent(a); /* a relocation: none */
 		(*removed)++;
+		if (ev->ccheck[k])
+			kvp_evict_leaves(a, weighed);
 		if (prob) /* stats: agent threads add atomically */
 			kvp_actr_add(a->seg.hdr, KVP_ACTR_EVICT_PROBATION, 1);
 	}
