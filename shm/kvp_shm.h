@@ -65,7 +65,9 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
  * unguessable part (gs_nonce), the header two pages; each drive id records
  * its directory (h_drive_dir_*); 13.0: the SSD read stages and queues
  * (h_io_*), the client's copy-out histogram; 14.0: the use word's CONT
- * bit (depth 18 bits), three eviction-policy counters */
+ * bit (depth 18 bits), three eviction-policy counters; 15.0 and 16.0
+ * (one release): the SSD header cache's counters, the eviction weight and
+ * the hit-rate ceiling's window gauges in h_actr */
 #define KVP_ABI_MAJOR 16
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
