@@ -66,6 +66,7 @@ struct kvp_agent_cfg {
 	uint32_t ssd_reinsert_pct;
 	/* --ssd-header-cache SIZE: batch header blocks kept per drive */
 	uint64_t ssd_header_cache;
+	uint64_t ssd_write_depth; /* --ssd-write-depth (tiers/kvp_ssd.h) */
 	/* the segment's backing (segment.c): --hugepages auto|on|off, the
 	 * hugetlbfs mount to use (--hugetlbfs; "" = the first 2 MiB one) */
 	int hugepages; /* KVP_HUGE_* */

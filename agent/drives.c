@@ -500,6 +500,7 @@ kvp_drv_open_agent(struct kvp_agent *a, const struct kvp_drv_owner *own,
 		cfg.giveback_arg = d;
 		cfg.reinsert_pct = a->cfg.ssd_reinsert_pct;
 		cfg.header_cache_bytes = a->cfg.ssd_header_cache;
+		cfg.write_depth = a->cfg.ssd_write_depth;
 		/* the cores, shared by the drives' recoveries */
 		cfg.recover_threads = kvp_drv_recover_threads(dv->n);
 		cfg.reinsert_cb = kvp_drv_reinsert_cb;

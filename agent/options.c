@@ -251,6 +251,15 @@ static const struct kvp_opt kvp_opts[] = {
 	  .help = "batch header blocks kept in memory, per --ssd-dir, so that "
 		  "an SSD read is one device operation (default %D; 0: every "
 		  "read also reads its header block)" },
+	{ .name = "ssd-write-depth",
+	  .kind = KVP_OPT_SIZE,
+	  .arg = "SIZE",
+	  KVP_CFG(ssd_write_depth),
+	  .def = KVP_SSD_WRITE_DEPTH_DEFAULT,
+	  .min = 4096,
+	  .help = "write bytes on each --ssd-dir's device at once, sent in "
+		  "parts of a quarter of it (half as many while reads are "
+		  "there): a read waits behind no more (default %D)" },
 	{ .name = "staging",
 	  .kind = KVP_OPT_SIZE,
 	  .arg = "SIZE",

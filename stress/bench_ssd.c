@@ -57,6 +57,47 @@ fio_bw(const char *rw, const char *bs, unsigned mib)
 	return kvpb_fio_bw(sdir, rw, bs, mib, 16);
 }
 
+/*
+ * What is left of the device for writes while reads run: fio's 1 MiB
+ * sequential write (queue depth 4) beside fio's reader of 1 MiB values in
+ * batches of 16 (16 sent at once, the next batch once all 16 are back:
+ * the cold-reads process of demote_with_reads), for secs seconds.  The
+ * writer's bandwidth in *wbw, the reader's in *rbw (0, 0 without fio).
+ */
+static void
+fio_mixed(unsigned mib, unsigned secs, double *wbw, double *rbw)
+{
+	char cmd[1400], buf[1 << 16];
+	const char *p;
+	size_t n;
+	FILE *f;
+
+	*wbw = *rbw = 0;
+	snprintf(cmd, sizeof(cmd),
+		 "fio --directory=%s --direct=1 --ioengine=io_uring "
+		 "--output-format=json --time_based --runtime=%u "
+		 "--name=kvpw --rw=write --bs=1M --size=%uM --iodepth=4 "
+		 "--name=kvpr --rw=randread --bs=1M --size=%uM --iodepth=16 "
+		 "--iodepth_batch_submit=16 --iodepth_batch_complete_min=16 "
+		 "2>/dev/null",
+		 sdir, secs, mib, mib);
+	f = popen(cmd, "r");
+	if (!f)
+		return;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	pclose(f);
+	/* each job's section starts at its name */
+	p = strstr(buf, "\"jobname\" : \"kvpw\"");
+	p = p ? strstr(p, "\"write\" : {") : NULL;
+	p = p ? strstr(p, "\"bw_bytes\"") : NULL;
+	*wbw = p ? strtod(strchr(p, ':') + 1, NULL) : 0;
+	p = strstr(buf, "\"jobname\" : \"kvpr\"");
+	p = p ? strstr(p, "\"read\" : {") : NULL;
+	p = p ? strstr(p, "\"bw_bytes\"") : NULL;
+	*rbw = p ? strtod(strchr(p, ':') + 1, NULL) : 0;
+}
+
 static void
 report(const char *name, double v, const char *unit, double ref,
        const char *refname)
@@ -183,21 +224,25 @@ cmp_u64(const void *x, const void *y)
 	return a < b ? -1 : a > b;
 }
 
-/* fio's random read at queue depth 1: p50 completion latency in us (0
- * without fio). */
+/* fio's random read at queue depth 1: p50 completion latency in us
+ * (clat: from the submission to the completion), and in *total the p50 of
+ * fio's whole latency (lat: submission included, as a get's wall time
+ * includes the agent's submit); 0 without fio. */
 static double
-fio_qd1_p50_us(const char *bs, unsigned mib)
+fio_qd1_p50_us(const char *bs, unsigned mib, double *total)
 {
 	char cmd[1024], buf[1 << 16];
-	const char *p;
+	const char *p, *q;
 	size_t n;
 	FILE *f;
 
+	*total = 0;
 	snprintf(
 		cmd, sizeof(cmd),
 		"fio --name=kvpb --directory=%s --direct=1 --ioengine=io_uring "
 		"--rw=randread --bs=%s --size=%uM --iodepth=1 --runtime=5 "
-		"--time_based --output-format=json 2>/dev/null",
+		"--time_based --lat_percentiles=1 --output-format=json "
+		"2>/dev/null",
 		sdir, bs, mib);
 	f = popen(cmd, "r");
 	if (!f)
@@ -206,6 +251,9 @@ fio_qd1_p50_us(const char *bs, unsigned mib)
 	buf[n] = 0;
 	pclose(f);
 	p = strstr(buf, "\"read\" : {");
+	q = p ? strstr(p, "\"lat_ns\"") : NULL;
+	q = q ? strstr(q, "\"50.000000\"") : NULL;
+	*total = q ? strtod(strchr(q, ':') + 1, NULL) / 1e3 : 0;
 	p = p ? strstr(p, "\"clat_ns\"") : NULL;
 	p = p ? strstr(p, "\"50.000000\"") : NULL;
 	return p ? strtod(strchr(p, ':') + 1, NULL) / 1e3 : 0;
@@ -227,7 +275,7 @@ cold_get_latency(void)
 	uint64_t lat[N], lbusy[N], tot = 0;
 	struct stage_snap snap;
 	ssize_t rc;
-	double fio50;
+	double fio50, fio50t;
 	char ssd[700];
 	int i, n = quick ? 500 : N;
 
@@ -310,12 +358,16 @@ cold_get_latency(void)
 	kvpt_pool_down(&a, &s, c);
 	kvpb_rm_rf(ssd);
 	mkdir(sdir, 0700);
-	fio50 = fio_qd1_p50_us("64k", 256);
+	fio50 = fio_qd1_p50_us("64k", 256, &fio50t);
 	kvpb_rm_rf(sdir);
 	mkdir(sdir, 0700);
 	report("fio randread 64KiB QD1 p50", fio50, "us", 0, "");
+	report("  fio's whole latency (submit included) p50", fio50t, "us", 0,
+	       "");
 	report("cold SSD kvp_get 64KiB p50", (double)lat[n / 2] / 1e3, "us",
 	       fio50, "fio QD1 p50");
+	report("  the same get p50 / fio's whole latency",
+	       (double)lat[n / 2] / 1e3, "us", fio50t, "fio QD1 lat p50");
 	report("cold SSD kvp_get 64KiB p99", (double)lat[n * 99 / 100] / 1e3,
 	       "us", 0, "");
 	report("  same, demotion running: p50", (double)lbusy[n / 2] / 1e3,
@@ -328,19 +380,26 @@ cold_get_latency(void)
 
 /* Demotion of n more 1 MiB values (keys n..2n-1) while another process
  * reads keys 0..n-1 cold in batches of 16 without pause: bytes/s from
- * the first put to the last demotion. */
+ * the first put to the last demotion; the reader's bytes/s over the same
+ * time in *rbw. */
 static double
 demote_with_reads(const char *pool, struct kvp_client *c, struct kvp_seg *s,
-		  int n)
+		  int n, double *rbw)
 {
 	unsigned char *v = malloc(1 << 20);
-	double t0, bw;
+	uint64_t *got = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+			     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	double t0, bw, secs;
+	uint64_t got0;
 	pid_t r;
 	char k[100];
 	int i, rc, st;
 
-	if (!v)
+	*rbw = 0;
+	if (!v || got == MAP_FAILED) {
+		free(v);
 		return 0;
+	}
 	r = fork();
 	if (r == 0) {
 		struct kvp_client *rc2;
@@ -348,10 +407,11 @@ demote_with_reads(const char *pool, struct kvp_client *c, struct kvp_seg *s,
 		if (kvp_open(pool, "ns", &rc2))
 			_exit(1);
 		for (;;)
-			kvpb_ssd_cold_gets(rc2, n, 1 << 20, 16, NULL);
+			kvpb_ssd_cold_gets_p(rc2, n, 1 << 20, 16, NULL, got);
 	}
 	memset(v, 0x5a, 1 << 20);
 	t0 = now_s();
+	got0 = __atomic_load_n(got, __ATOMIC_RELAXED);
 	for (i = n; i < 2 * n; i++) {
 		uint32_t kl = kvpb_ssd_key(k, i);
 
@@ -361,9 +421,12 @@ demote_with_reads(const char *pool, struct kvp_client *c, struct kvp_seg *s,
 			fprintf(stderr, "bench: put: %s\n", kvp_strerror(rc));
 	}
 	kvpt_wait_until(kvpb_ssd_demoted, s, 600000);
-	bw = (double)n * (1 << 20) / (now_s() - t0);
+	secs = now_s() - t0;
+	bw = (double)n * (1 << 20) / secs;
+	*rbw = (double)(__atomic_load_n(got, __ATOMIC_RELAXED) - got0) / secs;
 	kill(r, SIGKILL);
 	waitpid(r, &st, 0);
+	munmap(got, 4096);
 	free(v);
 	return bw;
 }
@@ -846,7 +909,7 @@ main(int argc, char **argv)
 		{ "drives", required_argument, NULL, 'D' },
 		{ NULL, 0, NULL, 0 },
 	};
-	double fio_w = 0, fio_r = 0, fio_r64 = 0, bw;
+	double fio_w = 0, fio_r = 0, fio_r64 = 0, bw, rbw, fw_mixed, fr_mixed;
 	int opt, n1m, n4k, nrec;
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -963,9 +1026,18 @@ main(int argc, char **argv)
 			     (n1m + 15) / 16, (now_s() - t0) * 1e9);
 		report("cold SSD batch_get 1MiB via staging", bw / 1e9, "GB/s",
 		       fio_r / 1e9, "fio read");
-		bw = demote_with_reads(a.pool, c, &s, n1m);
+		bw = demote_with_reads(a.pool, c, &s, n1m, &rbw);
 		report("demotion 1MiB, cold reads running", bw / 1e9, "GB/s",
 		       fio_w / 1e9, "fio write");
+		report("  its reader: cold batch_get 1MiB x 16", rbw / 1e9,
+		       "GB/s", fio_r / 1e9, "fio read");
+		fio_mixed((unsigned)n1m, quick ? 2 : 5, &fw_mixed, &fr_mixed);
+		report("  fio write beside fio's 16 x 1MiB reader",
+		       fw_mixed / 1e9, "GB/s", 0, "");
+		report("  fio's reader beside it", fr_mixed / 1e9, "GB/s", 0,
+		       "");
+		report("demotion with reads / fio write with reads", bw / 1e9,
+		       "GB/s", fw_mixed / 1e9, "fio write beside the reader");
 		kvpt_pool_down(&a, &s, c);
 		kvpb_rm_rf(ssd);
 	}

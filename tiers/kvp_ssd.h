@@ -166,8 +166,16 @@ struct kvp_ssd_cfg {
 	 * the calling thread alone; at most KVP_SSD_RECOVER_THREADS_MAX);
 	 * the owner's callback must then be safe on several threads */
 	uint32_t recover_threads;
+	/* --ssd-write-depth: write bytes on the device at once (0: 1 MiB).
+	 * A read sent to the device waits behind every write byte queued
+	 * there before it; writes beyond this wait in the store (not on the
+	 * device), sent in parts of a quarter of it as earlier ones
+	 * complete, half as many while reads are on the device.  Reads are
+	 * always sent at once. */
+	uint64_t write_depth;
 };
 #define KVP_SSD_RECOVER_THREADS_MAX 16u
+#define KVP_SSD_WRITE_DEPTH_DEFAULT (1ull << 20)
 
 /* A record as found on disk (recovery, segment_foreach).  key is valid
  * for the duration of the callback only. */
@@ -259,6 +267,10 @@ struct kvp_ssd_stats {
 	uint64_t chunks_verified, crc_errors, io_errors, enospc;
 	uint64_t fsyncs;
 	uint64_t fixed_ops; /* ops on registered buffers */
+	/* batch writes are sent in parts (cfg.write_depth): parts sent, and
+	 * those that waited in the store for the device's writes to drain */
+	uint64_t write_parts, write_parts_held;
+	uint64_t write_dev_peak; /* the most write bytes on the device */
 	/* format 3 reads whose batch header came from the header cache, and
 	 * those that read it from the device */
 	uint64_t hdr_cached_reads, hdr_device_reads;

@@ -204,6 +204,15 @@ struct kvp_ssd {
 	struct kvp_job *jobs_head, *jobs_tail;
 	bool stopping;
 	int efd1; /* kvp_ssd_set_eventfd_agent's fd + 1; 0: none */
+	/* the write pacer (io_uring path, ssd_io.c): parts of batch writes
+	 * not yet on the device, in order; bytes of writes on the device;
+	 * read operations on the device; the most write bytes on the device
+	 * (cfg.write_depth), and the size of a part */
+	struct kvp_wpart *wq_head, *wq_tail;
+	unsigned wq_len;
+	uint64_t wr_dev_bytes;
+	unsigned rd_dev;
+	uint64_t wr_part;
 };
 
 /* A record a reclaim keeps (kvp_ssd_reinsert_agent): its header block and
@@ -219,6 +228,18 @@ struct kvp_reins {
 	unsigned char *val; /* the value in it (4 KiB aligned) */
 	uint64_t len;       /* its share: kvp_ssd_record_bytes(vlen) */
 };
+
+/* A part of a batch's write waiting in the store, or on the device (its
+ * address, tagged KVP_UD_PART, is its completion's user data).  The
+ * iovecs are slices of the batch's: they live as long as the part. */
+struct kvp_wpart {
+	struct kvp_sreq *r; /* the batch */
+	struct kvp_wpart *next;
+	uint64_t off, len;
+	unsigned n;
+	struct iovec iov[];
+};
+#define KVP_UD_PART 2u /* user data: a struct kvp_wpart (bit 0: a sub-op) */
 
 struct kvp_job {
 	struct kvp_sreq *r;

@@ -137,7 +137,176 @@ kvp_guard(struct kvp_ssd *s, struct kvp_sreq *r, bool take)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* Queue (or, without io_uring, perform) sub-operation idx of r. */
+/* The registered buffer that holds all of iov (n == 1), or -1. */
+static int
+kvp_reg_index(const struct kvp_ssd *s, const struct iovec *iov, unsigned n)
+{
+	unsigned k;
+
+	if (!s->registered || n != 1)
+		return -1;
+	for (k = 0; k < s->nreg; k++)
+		if ((char *)iov[0].iov_base >= (char *)s->reg[k].iov_base &&
+		    (char *)iov[0].iov_base + iov[0].iov_len <=
+			    (char *)s->reg[k].iov_base + s->reg[k].iov_len)
+			return (int)k;
+	return -1;
+}
+
+/* An SQE, the queued ones submitted first if the ring is full; NULL if
+ * there is still none. */
+static struct io_uring_sqe *
+kvp_sqe(struct kvp_ssd *s)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+
+	if (!sqe) {
+		io_uring_submit(&s->ring);
+		s->queued = 0;
+		sqe = io_uring_get_sqe(&s->ring);
+	}
+	return sqe;
+}
+
+/*
+ * The write pacer: send waiting parts while the device holds less than
+ * its write depth (half of it while reads are on the device), and always
+ * one when it holds none, so that the queue drains.  A read is never
+ * queued here: it goes to the device at once and waits behind at most
+ * the write depth (rule 9).  Invariant: parts wait only while a write is
+ * on the device (its completion calls this again).
+ */
+static void
+kvp_wr_pump(struct kvp_ssd *s)
+{
+	struct kvp_wpart *p;
+
+	while ((p = s->wq_head)) {
+		uint64_t cap = s->cfg.write_depth;
+		struct io_uring_sqe *sqe;
+		int bi;
+
+		if (s->rd_dev)
+			cap /= 2;
+		if (s->wr_dev_bytes && s->wr_dev_bytes + p->len > cap)
+			break;
+		sqe = kvp_sqe(s);
+		if (!sqe)
+			break;
+		bi = kvp_reg_index(s, p->iov, p->n);
+		if (bi >= 0) {
+			io_uring_prep_write_fixed(sqe, p->r->seg->fd,
+						  p->iov[0].iov_base,
+						  (unsigned)p->iov[0].iov_len,
+						  p->off, bi);
+			s->st.fixed_ops++;
+		} else {
+			io_uring_prep_writev(sqe, p->r->seg->fd, p->iov, p->n,
+					     p->off);
+		}
+		io_uring_sqe_set_data64(sqe,
+					(uint64_t)(uintptr_t)p | KVP_UD_PART);
+		s->wq_head = p->next;
+		if (!s->wq_head)
+			s->wq_tail = NULL;
+		s->wq_len--;
+		s->wr_dev_bytes += p->len;
+		if (s->wr_dev_bytes > s->st.write_dev_peak)
+			s->st.write_dev_peak = s->wr_dev_bytes; /* stat */
+		s->queued++;
+		s->st.write_parts++;
+	}
+}
+
+/*
+ * Queue a batch's write (iov, n at off) to the pacer in parts of at most
+ * s->wr_part bytes, cut at multiples of it from off (block aligned, as
+ * every iovec of a batch is).  All parts or none: -ENOMEM leaves
+ * nothing queued.
+ */
+static int
+kvp_queue_write_parts(struct kvp_ssd *s, struct kvp_sreq *r,
+		      const struct iovec *iov, unsigned n, uint64_t off)
+{
+	struct kvp_wpart *head = NULL, *tail = NULL, *p;
+	unsigned k = 0, nparts = 0;
+	size_t at = 0; /* bytes of iov[k] already in a part */
+
+	while (k < n) {
+		unsigned j = k, cnt = 0;
+		size_t a = at;
+		uint64_t len = 0;
+
+		/* count the slices this part takes */
+		while (j < n && len < s->wr_part) {
+			size_t take = iov[j].iov_len - a;
+
+			if (take > s->wr_part - len)
+				take = (size_t)(s->wr_part - len);
+			len += take;
+			cnt++;
+			a += take;
+			if (a == iov[j].iov_len) {
+				j++;
+				a = 0;
+			}
+		}
+		if (!cnt)
+			break;
+		p = malloc(sizeof(*p) + cnt * sizeof(p->iov[0]));
+		if (!p) {
+			while (head) {
+				p = head->next;
+				free(head);
+				head = p;
+			}
+			return -ENOMEM;
+		}
+		p->r = r;
+		p->next = NULL;
+		p->off = off;
+		p->len = len;
+		p->n = cnt;
+		for (cnt = 0; cnt < p->n; cnt++) {
+			size_t take = iov[k].iov_len - at;
+
+			if (take > len)
+				take = (size_t)len;
+			p->iov[cnt].iov_base = (char *)iov[k].iov_base + at;
+			p->iov[cnt].iov_len = take;
+			len -= take;
+			at += take;
+			if (at == iov[k].iov_len) {
+				k++;
+				at = 0;
+			}
+		}
+		off += p->len;
+		if (tail)
+			tail->next = p;
+		else
+			head = p;
+		tail = p;
+		nparts++;
+	}
+	r->nsub += nparts;
+	if (!head)
+		return 0;
+	if (s->wq_tail)
+		s->wq_tail->next = head;
+	else
+		s->wq_head = head;
+	s->wq_tail = tail;
+	s->wq_len += nparts;
+	kvp_wr_pump(s);
+	/* stat: this batch's parts that wait for the device */
+	s->st.write_parts_held += s->wq_len < nparts ? s->wq_len : nparts;
+	return 0;
+}
+
+/* Queue (or, without io_uring, perform) sub-operation idx of r.  With
+ * io_uring a write goes to the pacer (kvp_queue_write_parts), a read to
+ * the device. */
 int
 kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
 	     const struct iovec *iov, unsigned n, uint64_t off)
@@ -171,44 +340,26 @@ kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
 		pthread_mutex_unlock(&s->mu);
 		return 0;
 	}
-	r->nsub++;
+	if (wr)
+		return kvp_queue_write_parts(s, r, iov, n, off);
 	{
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-		int bi = -1;
+		struct io_uring_sqe *sqe = kvp_sqe(s);
+		int bi = kvp_reg_index(s, iov, n);
 
-		if (!sqe) {
-			io_uring_submit(&s->ring);
-			sqe = io_uring_get_sqe(&s->ring);
-			if (!sqe) {
-				r->nsub--;
-				return -EBUSY;
-			}
-		}
-		if (s->registered && n == 1)
-			for (k = 0; k < s->nreg; k++)
-				if ((char *)iov[0].iov_base >=
-					    (char *)s->reg[k].iov_base &&
-				    (char *)iov[0].iov_base + iov[0].iov_len <=
-					    (char *)s->reg[k].iov_base +
-						    s->reg[k].iov_len)
-					bi = (int)k;
-		if (bi >= 0 && wr)
-			io_uring_prep_write_fixed(sqe, r->seg->fd,
-						  iov[0].iov_base,
-						  (unsigned)iov[0].iov_len, off,
-						  bi);
-		else if (bi >= 0)
+		if (!sqe)
+			return -EBUSY;
+		if (bi >= 0) {
 			io_uring_prep_read_fixed(sqe, r->seg->fd,
 						 iov[0].iov_base,
 						 (unsigned)iov[0].iov_len, off,
 						 bi);
-		else if (wr)
-			io_uring_prep_writev(sqe, r->seg->fd, iov, n, off);
-		else
-			io_uring_prep_readv(sqe, r->seg->fd, iov, n, off);
-		if (bi >= 0)
 			s->st.fixed_ops++;
+		} else {
+			io_uring_prep_readv(sqe, r->seg->fd, iov, n, off);
+		}
 		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)r | idx);
+		r->nsub++;
+		s->rd_dev++;
 		s->queued++;
 	}
 	return 0;
@@ -428,6 +579,8 @@ kvp_ssd_submit_agent(struct kvp_ssd *s)
 	int rc;
 
 	kvp_batch_close(s);
+	if (s->uring)
+		kvp_wr_pump(s);
 	if (!s->uring || !s->queued)
 		return 0;
 	rc = io_uring_submit(&s->ring);
@@ -441,16 +594,32 @@ static void
 kvp_reap_cqe(struct kvp_ssd *s, struct io_uring_cqe *cqe)
 {
 	uint64_t ud = io_uring_cqe_get_data64(cqe);
-	struct kvp_sreq *r = (struct kvp_sreq *)(uintptr_t)(ud & ~1ull);
+	struct kvp_sreq *r;
 	unsigned idx = (unsigned)(ud & 1);
+	uint64_t want;
 
-	if (!r)
-		return;
+	if (ud & KVP_UD_PART) {
+		/* a part of a batch's write: its bytes leave the device */
+		struct kvp_wpart *p =
+			(struct kvp_wpart *)(uintptr_t)(ud & ~(uint64_t)3);
+
+		r = p->r;
+		want = p->len;
+		s->wr_dev_bytes -= p->len;
+		free(p);
+	} else {
+		r = (struct kvp_sreq *)(uintptr_t)(ud & ~(uint64_t)3);
+		if (!r)
+			return;
+		want = r->want[idx];
+		if (r->op == KVP_SSD_OP_READ)
+			s->rd_dev--;
+	}
 	if (cqe->res < 0) {
 		if (!r->status)
 			r->status = cqe->res == -ENOSPC ? -ENOSPC : -EIO;
 		s->st.io_errors++;
-	} else if ((uint64_t)cqe->res != r->want[idx] && !r->status) {
+	} else if ((uint64_t)cqe->res != want && !r->status) {
 		r->status = -EIO; /* short transfer */
 		s->st.io_errors++;
 	}
@@ -492,6 +661,10 @@ kvp_ssd_poll_agent(struct kvp_ssd *s, struct kvp_ssd_cqe *out, unsigned max,
 			kvp_reap_cqe(s, cqe);
 			io_uring_cqe_seen(&s->ring, cqe);
 		}
+		/* writes left the device: the next parts go */
+		kvp_wr_pump(s);
+		if (s->queued && io_uring_submit(&s->ring) >= 0)
+			s->queued = 0;
 	}
 	if (!s->uring) {
 		pthread_mutex_lock(&s->mu);

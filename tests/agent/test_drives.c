@@ -299,6 +299,13 @@ test_drive_missing_at_start(void **state)
 		assert_int_equal(kvpt_tmpdir_empty(dirs[k]), 0);
 }
 
+/* Three segments given back, at least (for kvpt_wait_until). */
+static bool
+reclaimed_three(void *p)
+{
+	return kvpt_actr(p, KVP_ACTR_SEGMENT_RECLAIM) >= 3;
+}
+
 /* --ssd-size is per drive: each drive gives its own oldest segments back
  * when it is full, through its own reclaim (locations translated both
  * ways); every key then reads whole or misses, never wrong bytes, and no
@@ -336,6 +343,9 @@ test_drives_reclaim(void **state)
 			;
 		assert_int_equal(rc, 0);
 	}
+	/* demotion runs behind the puts (a loaded machine: seconds), and the
+	 * reclaims with it */
+	kvpt_wait_until(reclaimed_three, &s, 60000);
 	for (i = 0; i < N; i++) {
 		uint32_t kl = key_of(key, i);
 		ssize_t n = kvp_get(c, key, kl, out, SZ);

@@ -1302,6 +1302,124 @@ test_fs_enospc(void **state)
 }
 
 /* The pread/pwrite path (io_uring refused) behaves the same. */
+/*
+ * The write pacer (cfg.write_depth): a batch of 4 MiB of values written
+ * with a depth of 64 KiB goes to the device in parts of 16 KiB, never
+ * more than 64 KiB of them there at once, the rest waiting in the store;
+ * a read sent while they wait goes to the device at once and completes
+ * before the batch does (it waits behind at most the depth, not behind
+ * the batch: rule 9).  Every value reads back right, the one larger
+ * than the depth included; then the same at the default depth.
+ */
+static void
+wd_case(uint64_t depth)
+{
+	enum {
+		NV = 40
+	};
+	static unsigned char v[NV][110000], big[1 << 20], f0[110000];
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd_stats st;
+	struct kvp_ssd_cqe cq[8];
+	struct kvp_ssd_read rd;
+	struct iovec riov;
+	struct kvp_ssd *s;
+	uint64_t loc[NV + 1], first, bytes = 0;
+	unsigned char *d;
+	unsigned k, got = 0, order = 0, read_at = 0, batch_at = 0;
+	uint32_t doff;
+	char key[16];
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = kvpt_ssd_dir;
+	cfg.segment_bytes = 64 << 20;
+	cfg.wipe = true;
+	cfg.write_depth = depth;
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	assert_int_equal(posix_memalign((void **)&d, 4096, 1 << 20), 0);
+	fill(f0, sizeof(f0), 99);
+	first = put(s, "first", f0, sizeof(f0));
+	/* one batch: 40 values of 110,000 bytes and one of 1 MiB */
+	for (k = 0; k < NV; k++) {
+		struct iovec iov = { v[k], sizeof(v[k]) - k };
+
+		fill(v[k], sizeof(v[k]), k + 1);
+		snprintf(key, sizeof(key), "wd%u", k);
+		assert_int_equal(kvp_ssd_write_agent(s, 10 + k, 42, key,
+						     (uint32_t)strlen(key),
+						     &iov, 1, 0),
+				 0);
+		bytes += iov.iov_len;
+	}
+	fill(big, sizeof(big), 77);
+	{
+		struct iovec iov = { big, sizeof(big) };
+
+		assert_int_equal(kvp_ssd_write_agent(s, 10 + NV, 42, "big", 3,
+						     &iov, 1, 0),
+				 0);
+	}
+	assert_int_equal(kvp_ssd_submit_agent(s), 0);
+	/* a read while the batch's parts wait */
+	memset(&rd, 0, sizeof(rd));
+	riov.iov_base = d;
+	riov.iov_len = kvp_ssd_extent(0, sizeof(f0), NULL);
+	rd.loc = first;
+	rd.vlen = sizeof(f0);
+	rd.len = sizeof(f0);
+	rd.ndst = 1;
+	rd.dst = &riov;
+	assert_int_equal(kvp_ssd_read_agent(s, 5, &rd), 0);
+	while (got < NV + 2) {
+		int n = kvp_ssd_poll_agent(s, cq, 8, -1), i;
+
+		assert_true(n >= 0);
+		for (i = 0; i < n; i++, got++) {
+			assert_int_equal(cq[i].status, 0);
+			order++;
+			if (cq[i].tag == 5) {
+				read_at = order;
+				doff = cq[i].dst_off;
+			} else {
+				assert_true(cq[i].tag >= 10 &&
+					    cq[i].tag <= 10 + NV);
+				loc[cq[i].tag - 10] = cq[i].loc;
+				if (!batch_at)
+					batch_at = order;
+			}
+		}
+	}
+	/* the read did not wait for the batch */
+	assert_true(read_at < batch_at);
+	assert_memory_equal(d + doff, f0, sizeof(f0));
+	kvp_ssd_stats_agent(s, &st);
+	assert_true(st.write_dev_peak <= depth);
+	assert_true(st.write_parts >= (bytes + sizeof(big)) / (depth / 4));
+	assert_true(st.write_parts_held > 0);
+	/* every value as written */
+	for (k = 0; k < NV; k++) {
+		fill(v[k], sizeof(v[k]), k + 1);
+		assert_int_equal(get(s, loc[k], sizeof(v[k]) - k, 0,
+				     sizeof(v[k]) - k, d, &doff),
+				 0);
+		assert_memory_equal(d + doff, v[k], sizeof(v[k]) - k);
+	}
+	assert_int_equal(get(s, loc[NV], sizeof(big), 0, sizeof(big), d, &doff),
+			 0);
+	assert_memory_equal(d + doff, big, sizeof(big));
+	kvp_ssd_close_agent(s);
+	free(d);
+}
+
+static void
+test_write_depth(void **state)
+{
+	(void)state;
+	wd_case(64 << 10);
+	wd_case(KVP_SSD_WRITE_DEPTH_DEFAULT);
+}
+
 static void
 test_pread_path(void **state)
 {
@@ -1714,6 +1832,7 @@ main(void)
 		cmocka_unit_test(test_capacity),
 		cmocka_unit_test(test_reinsert),
 		cmocka_unit_test(test_fs_enospc),
+		cmocka_unit_test(test_write_depth),
 		cmocka_unit_test(test_pread_path),
 		cmocka_unit_test(test_reclaim_after_poll),
 		cmocka_unit_test(test_strict_durability),
