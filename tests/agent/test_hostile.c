@@ -258,7 +258,8 @@ test_page_map_overwritten(void **state)
 }
 
 /* A process that takes the allocator lock and stops (a debugger, a
- * frozen cgroup): puts answer -EBUSY within KVP_PUT_WAIT_MS + 10 ms,
+ * frozen cgroup): puts answer -EBUSY within KVP_PUT_WAIT_MS + 10 ms (plus
+ * what the host adds to a plain timed wait of that length meanwhile),
  * gets are unaffected (DRAM hits, and SSD reads, staged since nothing
  * can be promoted), the agent reclaims deleted values (their frees wait
  * in its own memory); once the process goes on, everything is freed and
@@ -271,7 +272,7 @@ test_stopped_lock_holder(void **state)
 	struct kvp_seg s;
 	unsigned char *v = malloc(VSZ);
 	char k[100];
-	uint64_t t0, worst = 0;
+	uint64_t t0, worst = 0, late = 0;
 	pid_t holder;
 	int i, st, nssd = 0;
 
@@ -315,17 +316,28 @@ test_stopped_lock_holder(void **state)
 	for (i = 0; i < 5; i++) {
 		char nk[32];
 		int n = snprintf(nk, sizeof(nk), "new-%d", i);
+		kvp_aint_t never = 0;
 
 		t0 = kvp_now_ns(CLOCK_MONOTONIC);
 		assert_int_equal(kvp_put(c, nk, (uint32_t)n, v, VSZ), -EBUSY);
 		t0 = kvp_now_ns(CLOCK_MONOTONIC) - t0;
 		if (t0 > worst)
 			worst = t0;
+		/* what the machine adds to any 50 ms timed wait right now
+		 * (a loaded CI host can hold a woken thread off its core for
+		 * tens of ms): the bound below is the put's, not the
+		 * scheduler's */
+		t0 = kvp_now_ns(CLOCK_MONOTONIC);
+		kvp_futex_wait(&never, 0, 50000000ull);
+		t0 = kvp_now_ns(CLOCK_MONOTONIC) - t0;
+		if (t0 > 50000000ull && t0 - 50000000ull > late)
+			late = t0 - 50000000ull;
 	}
 	printf("  a put with the allocator lock held by a stopped process: -EBUSY "
-	       "after %.1f ms at worst\n",
-	       (double)worst / 1e6);
-	assert_true(worst < 60ull * 1000 * 1000);
+	       "after %.1f ms at worst (a plain 50 ms wait overran by %.1f ms "
+	       "at worst)\n",
+	       (double)worst / 1e6, (double)late / 1e6);
+	assert_true(worst < 60ull * 1000 * 1000 + late);
 	/* every value reads back: DRAM hits, SSD reads through staging */
 	verify_all(c, 200);
 	/* deletes are reclaimed by the agent meanwhile (frees deferred) */
