@@ -258,7 +258,7 @@ static const struct kvp_opt kvp_opts[] = {
 	  .def = KVP_SSD_WRITE_DEPTH_DEFAULT,
 	  .min = 4096,
 	  .help = "write bytes on each --ssd-dir's device at once, sent in "
-		  "parts of a quarter of it (half as many while reads are "
+		  "parts of a quarter of it (one part while reads are "
 		  "there): a read waits behind no more (default %D)" },
 	{ .name = "staging",
 	  .kind = KVP_OPT_SIZE,

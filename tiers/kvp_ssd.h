@@ -170,8 +170,8 @@ struct kvp_ssd_cfg {
 	 * A read sent to the device waits behind every write byte queued
 	 * there before it; writes beyond this wait in the store (not on the
 	 * device), sent in parts of a quarter of it as earlier ones
-	 * complete, half as many while reads are on the device.  Reads are
-	 * always sent at once. */
+	 * complete, one part at a time while reads are on the device or
+	 * were a moment ago (5 ms).  Reads are always sent at once. */
 	uint64_t write_depth;
 };
 #define KVP_SSD_RECOVER_THREADS_MAX 16u

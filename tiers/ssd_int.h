@@ -212,6 +212,7 @@ struct kvp_ssd {
 	unsigned wq_len;
 	uint64_t wr_dev_bytes;
 	unsigned rd_dev;
+	uint64_t rd_last_ns; /* a read's last send or completion (CLOCK_MONOTONIC) */
 	uint64_t wr_part;
 };
 
@@ -239,7 +240,10 @@ struct kvp_wpart {
 	unsigned n;
 	struct iovec iov[];
 };
-#define KVP_UD_PART 2u /* user data: a struct kvp_wpart (bit 0: a sub-op) */
+#define KVP_UD_PART 2u
+/* reads sent less than this ago keep the write pacer at one part */
+#define KVP_SSD_READ_RECENT_NS \
+	5000000ull /* user data: a struct kvp_wpart (bit 0: a sub-op) */
 
 struct kvp_job {
 	struct kvp_sreq *r;

@@ -170,8 +170,10 @@ kvp_sqe(struct kvp_ssd *s)
 
 /*
  * The write pacer: send waiting parts while the device holds less than
- * its write depth (half of it while reads are on the device), and always
- * one when it holds none, so that the queue drains.  A read is never
+ * its write depth (one part while reads are on the device or were less
+ * than KVP_SSD_READ_RECENT_NS ago: a read that arrives then finds one
+ * part ahead of it, not the depth), and always one when it holds none,
+ * so that the queue drains.  A read is never
  * queued here: it goes to the device at once and waits behind at most
  * the write depth (rule 9).  Invariant: parts wait only while a write is
  * on the device (its completion calls this again).
@@ -181,13 +183,20 @@ kvp_wr_pump(struct kvp_ssd *s)
 {
 	struct kvp_wpart *p;
 
+	bool reading =
+		s->rd_dev ||
+		(s->wq_head && kvp_now_ns(CLOCK_MONOTONIC) - s->rd_last_ns <
+				       KVP_SSD_READ_RECENT_NS);
+
 	while ((p = s->wq_head)) {
 		uint64_t cap = s->cfg.write_depth;
 		struct io_uring_sqe *sqe;
 		int bi;
 
-		if (s->rd_dev)
-			cap /= 2;
+		/* reads on the device, or one a moment ago (the next comes
+		 * soon: a get at a time, a batch's next part): one part */
+		if (reading)
+			cap = s->wr_part;
 		if (s->wr_dev_bytes && s->wr_dev_bytes + p->len > cap)
 			break;
 		sqe = kvp_sqe(s);
@@ -360,6 +369,7 @@ kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
 		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)r | idx);
 		r->nsub++;
 		s->rd_dev++;
+		s->rd_last_ns = kvp_now_ns(CLOCK_MONOTONIC);
 		s->queued++;
 	}
 	return 0;
@@ -612,8 +622,10 @@ kvp_reap_cqe(struct kvp_ssd *s, struct io_uring_cqe *cqe)
 		if (!r)
 			return;
 		want = r->want[idx];
-		if (r->op == KVP_SSD_OP_READ)
+		if (r->op == KVP_SSD_OP_READ) {
 			s->rd_dev--;
+			s->rd_last_ns = kvp_now_ns(CLOCK_MONOTONIC);
+		}
 	}
 	if (cqe->res < 0) {
 		if (!r->status)
