@@ -424,6 +424,20 @@ agent_log_says(int id)
 	return found;
 }
 
+/* What the agent said, for whoever reads a failure (the CI keeps the
+ * test's output, not the agents' logs). */
+static void
+dump_log(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+
+	while (f && fgets(line, sizeof(line), f))
+		print_message("  agent log: %s", line);
+	if (f)
+		fclose(f);
+}
+
 static void
 test_agent_point(void **state)
 {
@@ -457,15 +471,21 @@ test_agent_point(void **state)
 				child_run(KVP_CP_C_PUT_ALLOCATED);
 			waitpid(child, NULL, 0);
 		}
-		if (ag.pid > 0)
+		if (ag.pid > 0) {
+			dump_log(path);
 			fail_msg("%s: the agent never reached it",
 				 kvp_crash_name(id));
-		if (!WIFEXITED(st) || WEXITSTATUS(st) != KVP_CRASH_EXIT)
+		}
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != KVP_CRASH_EXIT) {
+			dump_log(path);
 			fail_msg("%s: the agent died otherwise (status %#x)",
 				 kvp_crash_name(id), st);
+		}
 	} else if (!agent_log_says(id)) {
-		fail_msg("%s: the agent did not start and did not die there",
-			 kvp_crash_name(id));
+		dump_log(path);
+		fail_msg("%s: the agent did not start and did not die there "
+			 "(start: %s, pid %d)",
+			 kvp_crash_name(id), strerror(-rc), (int)ag.pid);
 	}
 	assert_int_equal(w.wrong, 0);
 	assert_int_equal(w.failed, 0);
