@@ -126,15 +126,27 @@ kvp_staging_sweep_agent(struct kvp_seg *s)
 	return n;
 }
 
-/* Next fit of 'need' contiguous free slots, from *hint (where the last
- * span ended: with small slots the arena has thousands, and the slots
- * after the last span are the likeliest free) round to the start; a run
- * does not wrap.  UINT32_MAX if none. */
+/* 'need' contiguous free slots; a run does not wrap.  UINT32_MAX if
+ * none.  While at most a quarter of the arena is taken, first fit from
+ * slot 0: the arena's low slots are used again and again, so a client
+ * maps (first touch: a minor fault per 4 KiB page, 1-18 us each) and
+ * caches only the part of the arena a load needs, not all of it in turn
+ * (next fit walked 64 MiB of 64 KiB slots through every client: 2,000
+ * values read 0.28 s against 0.09 s).  Fuller, next fit from *hint
+ * (where the last span ended: with small slots the arena has thousands,
+ * and the slots after the last span are the likeliest free), so the scan
+ * stays short. */
 uint32_t
 kvp_staging_find(struct kvp_seg *s, unsigned need, uint32_t *hint)
 {
-	uint64_t S = s->g.g_staging_slots, from = *hint < S ? *hint : 0, k,
-		 run = 0, n;
+	uint64_t S = s->g.g_staging_slots,
+		 /* relaxed: a hint for where to look (this thread is the
+		  * only one that raises it) */
+		used = kvp_load_relaxed(&s->hdr->h_staging_used),
+		 from = used * 4 <= S ? 0 :
+			*hint < S     ? *hint :
+					0,
+		 k, run = 0, n;
 
 	for (n = 0; n < S + need; n++) {
 		k = (from + n) % S;
