@@ -202,11 +202,11 @@ kvp_drv_recover_cb(void *arg, const struct kvp_ssd_rec *r)
 
 /* the index buckets of a record recovery reaches soon (a hint: no lock) */
 static void
-kvp_drv_recover_prefetch(void *arg, uint64_t hash)
+kvp_drv_recover_prefetch(void *arg, uint64_t hash, unsigned stage)
 {
 	struct kvp_drive *d = arg;
 
-	d->all->own->prefetch(d->all->a, hash);
+	d->all->own->prefetch(d->all->a, hash, stage);
 }
 
 static int

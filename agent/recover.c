@@ -25,22 +25,34 @@ kvp_recover_decline(struct kvp_agent *a, const struct kvp_ssd_rec *r)
 	return KVP_SSD_DECLINE_OWED;
 }
 
-/* Recovery is a stream of index inserts: the store calls this with the
- * hash of a record a few ahead of the one kvp_recover_cb gets, and the
- * lines that insert will touch (its two candidate buckets, the first
- * candidate's entry) are fetched meanwhile instead of missed one after
- * another. */
+/* Recovery is a stream of index inserts: the store calls this twice with
+ * the hash of a record ahead of the one kvp_recover_cb gets, and the
+ * lines that insert will touch are fetched meanwhile instead of missed
+ * one after another: stage 0, its two candidate buckets' state words;
+ * stage 1 (those words in cache by then), the entry its claim will take
+ * (all five lines: the key is written whole) and its write tick. */
 void
-kvp_recover_prefetch(void *arg, uint64_t hash)
+kvp_recover_prefetch(void *arg, uint64_t hash, unsigned stage)
 {
 	struct kvp_agent *a = arg;
 	struct kvp_seg *s = &a->seg;
-	uint64_t i = kvp_ix_cand(s, hash, 0);
+	const char *e;
+	int64_t i;
+	unsigned l;
 
-	__builtin_prefetch(&s->meta[i], 1);
-	__builtin_prefetch(&s->meta[kvp_ix_cand(s, hash, KVP_IX_WAYS)], 1);
-	__builtin_prefetch(&s->entries[i], 1);
-	__builtin_prefetch((const char *)&s->entries[i] + 64, 1);
+	if (stage == 0) {
+		__builtin_prefetch(&s->meta[kvp_ix_cand(s, hash, 0)], 1);
+		__builtin_prefetch(&s->meta[kvp_ix_cand(s, hash, KVP_IX_WAYS)],
+				   1);
+		return;
+	}
+	i = kvp_ix_claim_hint(s, hash);
+	if (i < 0)
+		return;
+	e = (const char *)&s->entries[i];
+	for (l = 0; l < sizeof(struct kvp_entry); l += 64)
+		__builtin_prefetch(e + l, 1);
+	__builtin_prefetch(&a->tier->wtick[i], 1);
 }
 
 /* The entry of (ns, key): the READY one if there is one, else a DELETED

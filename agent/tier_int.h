@@ -131,7 +131,7 @@ struct kvp_drive {
  * copy, returns how many left the index. */
 struct kvp_drv_owner {
 	int (*recover)(void *arg, const struct kvp_ssd_rec *r);
-	void (*prefetch)(void *arg, uint64_t hash);
+	void (*prefetch)(void *arg, uint64_t hash, unsigned stage);
 	int (*giveback)(void *arg, struct kvp_drive *d, uint32_t seg);
 	void (*reinserted)(void *arg, uint64_t tag, uint64_t old_loc,
 			   uint64_t new_loc);
@@ -305,7 +305,7 @@ bool kvp_promote_start_agent(struct kvp_agent *a, const struct kvp_waiter *w,
 
 /* recover.c */
 int kvp_recover_cb(void *arg, const struct kvp_ssd_rec *r);
-void kvp_recover_prefetch(void *arg, uint64_t hash);
+void kvp_recover_prefetch(void *arg, uint64_t hash, unsigned stage);
 int64_t kvp_recover_find(struct kvp_seg *s, const struct kvp_ssd_rec *r,
 			 uint64_t hash, uint64_t *w);
 void kvp_recover_lost_agent(struct kvp_agent *a);

@@ -398,6 +398,32 @@ again:
 	 KVP_IX_M(KVP_IX_READY))
 
 /*
+ * The slot a claim of hash would reserve now (the first EMPTY slot of the
+ * emptier bucket, as kvp_ix_claim chooses), or -1 if both are full.  A
+ * hint for prefetching (recovery's inserts): the claim decides.
+ */
+KVP_INLINE int64_t
+kvp_ix_claim_hint(const struct kvp_seg *s, uint64_t hash)
+{
+	unsigned pos, free1 = 0, free2 = 0;
+	int64_t first1 = -1, first2 = -1;
+
+	for (pos = 0; pos < KVP_IX_CANDS; pos++) {
+		uint64_t i = kvp_ix_cand(s, hash, pos);
+		/* relaxed: a hint */
+		uint64_t w = kvp_load_relaxed(&s->meta[i]);
+
+		if (KVP_IX_STATE(w) != KVP_IX_EMPTY)
+			continue;
+		if (pos < KVP_IX_WAYS && !free1++)
+			first1 = (int64_t)i;
+		else if (pos >= KVP_IX_WAYS && !free2++)
+			first2 = (int64_t)i;
+	}
+	return free1 >= free2 ? first1 : first2;
+}
+
+/*
  * Insert-if-absent, step 1..4 of the sketch above.  On success the slot is
  * PENDING, owned by client 'cslot', and its index is returned with its
  * state word in *wout.  -EEXIST: the key is live (or being put by someone

@@ -154,10 +154,11 @@ struct kvp_ssd_cfg {
 	uint32_t reinsert_pct;
 	kvp_ssd_reinsert_fn reinsert_cb; /* where kept records went */
 	/* optional, recovery: called with a record's hash (kvp_hash(ns, key,
-	 * klen)) a few records before the recovery callback gets it, so the
-	 * owner can prefetch what it will touch; its arg is the recovery
-	 * callback's */
-	void (*recover_prefetch)(void *arg, uint64_t hash);
+	 * klen)) twice before the recovery callback gets it, so the owner can
+	 * prefetch what it will touch: stage 0 KVP_SSD_PREFETCH * 2 records
+	 * ahead, stage 1 KVP_SSD_PREFETCH ahead (what stage 0 fetched tells
+	 * it where to look); its arg is the recovery callback's */
+	void (*recover_prefetch)(void *arg, uint64_t hash, unsigned stage);
 	/* --ssd-header-cache: bytes of batch header blocks kept in memory so
 	 * that a read is one device operation (0: none, every read reads its
 	 * header block too) */

@@ -545,10 +545,14 @@ kvp_rpart_run(void *arg)
 		struct kvp_ssd_rec rec;
 		int rc;
 
-		/* the owner's lines for a record a few ahead (its index) */
+		/* the owner's lines for the records a few ahead (its index),
+		 * in two stages */
+		if (s->cfg.recover_prefetch && k + 2 * KVP_SSD_PREFETCH < p->to)
+			s->cfg.recover_prefetch(
+				p->arg, t->r[k + 2 * KVP_SSD_PREFETCH].hash, 0);
 		if (s->cfg.recover_prefetch && k + KVP_SSD_PREFETCH < p->to)
 			s->cfg.recover_prefetch(
-				p->arg, t->r[k + KVP_SSD_PREFETCH].hash);
+				p->arg, t->r[k + KVP_SSD_PREFETCH].hash, 1);
 		/* no value, a format-1 tombstone at or after it, or a
 		 * tombstone that names it: the key is not live */
 		if (!x->loc || x->tseq >= x->seq || kvp_rtab_killed(t, x->loc))
