@@ -38,12 +38,50 @@ kvp_tier_publish_enabled_agent(struct kvp_agent *a)
 	kvp_tier_set_enabled(&a->seg, a->tier != NULL);
 }
 
+/*
+ * The staging arena registered with every drive's ring, in pieces of at
+ * most 1 GiB (the kernel's limit per buffer): reads into it are
+ * READ_FIXED, no page pinning per read.  Not the DRAM arena: registering
+ * pins every page at once (the start waited for it: 0.42 s for 1 GiB on
+ * the dev VM, a minute at 300 GiB, the populate behind the serving agent
+ * undone), and a buffer over 1 GiB failed the whole call, staging
+ * included (every pool of more than 1 GiB ran without fixed buffers).
+ * Demotion's and promotion's I/O on the arena pins per operation, large
+ * operations in the background.
+ */
+static void
+kvp_tier_register_staging(struct kvp_tier *t, struct kvp_seg *s)
+{
+	struct iovec reg[KVP_SSD_REG_MAX];
+	uint64_t left = s->g.g_staging_slots * s->g.g_staging_slot_bytes;
+	char *p = (char *)s->staging;
+	unsigned n = 0;
+
+	while (left && n < KVP_SSD_REG_MAX) {
+		uint64_t len = left < KVP_SSD_REG_BYTES_MAX ?
+				       left :
+				       KVP_SSD_REG_BYTES_MAX;
+
+		reg[n].iov_base = p;
+		reg[n].iov_len = len;
+		n++;
+		p += len;
+		left -= len;
+	}
+	if (left)
+		kvp_log(KVP_LOG_INFO, "ssd",
+			"staging: the first %u GiB registered, reads into "
+			"the rest pin their pages",
+			KVP_SSD_REG_MAX);
+	if (n)
+		kvp_drv_register_buffers_agent(t->ssd, reg, n);
+}
+
 int
 kvp_tier_open_agent(struct kvp_agent *a)
 {
 	struct kvp_seg *s = &a->seg;
 	struct kvp_tier *t;
-	struct iovec reg[2];
 	int64_t n;
 	uint32_t k;
 	int rc;
@@ -93,11 +131,7 @@ kvp_tier_open_agent(struct kvp_agent *a)
 	if (!a->seg_created)
 		kvp_recover_lost_agent(a);
 	kvp_recover_in_flight_agent(a);
-	reg[0].iov_base = s->arena;
-	reg[0].iov_len = s->g.g_dram_pages * s->g.g_dram_unit;
-	reg[1].iov_base = s->staging;
-	reg[1].iov_len = s->g.g_staging_slots * s->g.g_staging_slot_bytes;
-	kvp_drv_register_buffers_agent(t->ssd, reg, 2);
+	kvp_tier_register_staging(t, s);
 	kvp_tier_set_enabled(s, true);
 	kvp_tier_publish(a);
 	kvp_log(KVP_LOG_INFO, "ssd",

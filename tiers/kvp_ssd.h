@@ -452,15 +452,21 @@ void kvp_ssd_stats_agent(const struct kvp_ssd *s, struct kvp_ssd_stats *st);
 uint64_t kvp_ssd_max_value_agent(const struct kvp_ssd *s);
 
 /*
- * Register memory regions (e.g. the DRAM arena, the staging arena) with
- * io_uring so that single-buffer reads and writes inside them use
- * READ_FIXED/WRITE_FIXED (no per-I/O page pinning).  Replaces earlier
- * registrations; only while nothing is in flight.  Pinned memory counts
- * against RLIMIT_MEMLOCK unless the agent has CAP_IPC_LOCK.  On failure
- * the store logs one line and keeps using plain reads and writes.
- * 0, -EBUSY (I/O in flight), -EOPNOTSUPP (thread pool), or the kernel's
- * error (-ENOMEM: memlock limit).
+ * Register memory regions (the staging arena, in pieces) with io_uring
+ * so that single-buffer reads and writes inside them use
+ * READ_FIXED/WRITE_FIXED (no per-I/O page pinning).  At most
+ * KVP_SSD_REG_MAX regions of at most KVP_SSD_REG_BYTES_MAX each (the
+ * kernel refuses a larger buffer, and with it the whole call).
+ * Registering pins every page at once, faulting in the unpopulated ones.
+ * Replaces earlier registrations; only while nothing is in flight.
+ * Pinned memory counts against RLIMIT_MEMLOCK unless the agent has
+ * CAP_IPC_LOCK.  On failure the store logs one line and keeps using plain
+ * reads and writes.  0, -EBUSY (I/O in flight), -EOPNOTSUPP (thread
+ * pool), -EINVAL (too many or too large regions), or the kernel's error
+ * (-ENOMEM: memlock limit).
  */
+#define KVP_SSD_REG_MAX 16u
+#define KVP_SSD_REG_BYTES_MAX (1ull << 30)
 int kvp_ssd_register_buffers_agent(struct kvp_ssd *s,
 				   const struct iovec *regions, unsigned n);
 

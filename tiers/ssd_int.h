@@ -183,7 +183,7 @@ struct kvp_ssd {
 	bool ids_exhausted_logged;
 	struct io_uring ring;
 	bool uring, direct, registered;
-	struct iovec reg[2];
+	struct iovec reg[KVP_SSD_REG_MAX];
 	unsigned nreg;
 	struct kvp_sreq *done_head, *done_tail;
 	unsigned outstanding, queued;

@@ -779,14 +779,21 @@ int
 kvp_ssd_register_buffers_agent(struct kvp_ssd *s, const struct iovec *regions,
 			       unsigned n)
 {
+	uint64_t bytes = 0;
+	unsigned k;
 	int rc;
 
 	if (!s->uring)
 		return -EOPNOTSUPP;
 	if (s->outstanding)
 		return -EBUSY;
-	if (n > 2)
-		n = 2;
+	if (n > KVP_SSD_REG_MAX)
+		return -EINVAL;
+	for (k = 0; k < n; k++) {
+		if (regions[k].iov_len > KVP_SSD_REG_BYTES_MAX)
+			return -EINVAL;
+		bytes += regions[k].iov_len;
+	}
 	if (s->registered) {
 		io_uring_unregister_buffers(&s->ring);
 		s->registered = false;
@@ -802,5 +809,9 @@ kvp_ssd_register_buffers_agent(struct kvp_ssd *s, const struct iovec *regions,
 	memcpy(s->reg, regions, n * sizeof(*regions));
 	s->nreg = n;
 	s->registered = true;
+	kvp_log(KVP_LOG_INFO, "ssd",
+		"%llu MiB registered in %u buffers: reads into them are "
+		"READ_FIXED",
+		(unsigned long long)(bytes >> 20), n);
 	return 0;
 }

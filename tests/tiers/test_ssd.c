@@ -875,6 +875,85 @@ hc_case(bool pread_path)
 	free(d);
 }
 
+/*
+ * Registered buffers in pieces (the agent registers its staging arena in
+ * pieces of at most 1 GiB, the kernel's limit per buffer): two pieces
+ * registered, a read into each is READ_FIXED and reads back right, a
+ * read into memory outside them is a plain read; a piece over 1 GiB or
+ * more than KVP_SSD_REG_MAX pieces are refused before the kernel is
+ * asked (a buffer over 1 GiB failed the whole call before, every piece
+ * with it).
+ */
+static void
+test_register_pieces(void **state)
+{
+	enum {
+		V = 64 << 10,
+		B = V + 8192
+	};
+	struct kvp_ssd *s;
+	struct kvp_ssd_stats st0, st1;
+	struct kvp_ssd_cfg cfg;
+	struct iovec reg[KVP_SSD_REG_MAX + 1];
+	unsigned char *v = malloc(V), *buf, *other;
+	uint64_t loc;
+	uint32_t off;
+	unsigned k;
+
+	(void)state;
+	assert_non_null(v);
+	assert_int_equal(posix_memalign((void **)&buf, 4096, 2 * B), 0);
+	assert_int_equal(posix_memalign((void **)&other, 4096, B), 0);
+	fill(v, V, 5);
+	/* with the header cache: a read is then one operation into its
+	 * destination (a read of header and value is a READV) */
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = kvpt_ssd_dir;
+	cfg.segment_bytes = 16ull << 20;
+	cfg.wipe = true;
+	cfg.header_cache_bytes = 1 << 20;
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	loc = put(s, "reg", v, V);
+	/* refused before the kernel: too large a piece, too many pieces */
+	reg[0].iov_base = buf;
+	reg[0].iov_len = KVP_SSD_REG_BYTES_MAX + 4096;
+	assert_int_equal(kvp_ssd_register_buffers_agent(s, reg, 1), -EINVAL);
+	for (k = 0; k <= KVP_SSD_REG_MAX; k++) {
+		reg[k].iov_base = buf;
+		reg[k].iov_len = 4096;
+	}
+	assert_int_equal(kvp_ssd_register_buffers_agent(s, reg,
+							KVP_SSD_REG_MAX + 1),
+			 -EINVAL);
+	kvp_ssd_stats_agent(s, &st0);
+	assert_false(st0.registered);
+	/* two pieces */
+	reg[0].iov_base = buf;
+	reg[0].iov_len = B;
+	reg[1].iov_base = buf + B;
+	reg[1].iov_len = B;
+	assert_int_equal(kvp_ssd_register_buffers_agent(s, reg, 2), 0);
+	for (k = 0; k < 2; k++) {
+		kvp_ssd_stats_agent(s, &st0);
+		memset(buf + k * B, 0, B);
+		assert_int_equal(get(s, loc, V, 0, V, buf + k * B, &off), 0);
+		assert_memory_equal(buf + k * B + off, v, V);
+		kvp_ssd_stats_agent(s, &st1);
+		assert_true(st1.registered);
+		assert_int_equal(st1.fixed_ops, st0.fixed_ops + 1);
+	}
+	/* outside them: a plain read */
+	kvp_ssd_stats_agent(s, &st0);
+	assert_int_equal(get(s, loc, V, 0, V, other, &off), 0);
+	assert_memory_equal(other + off, v, V);
+	kvp_ssd_stats_agent(s, &st1);
+	assert_int_equal(st1.fixed_ops, st0.fixed_ops);
+	kvp_ssd_close_agent(s);
+	free(v);
+	free(buf);
+	free(other);
+}
+
 static void
 test_header_cache(void **state)
 {
@@ -1839,6 +1918,7 @@ main(void)
 		cmocka_unit_test(test_segment_names),
 		cmocka_unit_test(test_segment_id_max),
 		cmocka_unit_test(test_planted_files),
+		cmocka_unit_test(test_register_pieces),
 	};
 
 	return cmocka_run_group_tests(tests, setup, kvpt_ssd_dir_teardown);
