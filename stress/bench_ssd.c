@@ -124,6 +124,7 @@ report(const char *name, double v, const char *unit, double ref,
  */
 struct stage_snap {
 	uint64_t sum[KVP_IOS__N + 1], cnt[KVP_IOS__N + 1];
+	uint64_t bk[KVP_IOS__N + 1][KVP_HIST_BUCKETS]; /* per bucket */
 	uint64_t hdr_cached,
 		hdr_read; /* where reads' batch headers came from */
 	uint64_t busy;    /* requests the agent answered BUSY (arena budget) */
@@ -152,8 +153,10 @@ stage_snap(const struct kvp_seg *s, struct stage_snap *x)
 							 [KVP_HIST_SSD_COPY][b]);
 			if (b == KVP_HIST_SUM)
 				x->sum[k] = v;
-			else if (b < KVP_HIST_BUCKETS)
+			else if (b < KVP_HIST_BUCKETS) {
 				x->cnt[k] += v;
+				x->bk[k][b] = v;
+			}
 		}
 	}
 }
@@ -170,7 +173,7 @@ stage_report(const char *name, const struct kvp_seg *s,
 	struct stage_snap now;
 	double covered = 0;
 	char row[160];
-	unsigned k;
+	unsigned k, b;
 
 	stage_snap(s, &now);
 	printf("  %s: %.0f calls, %.1f us a call (client wall time)\n", name,
@@ -182,9 +185,20 @@ stage_report(const char *name, const struct kvp_seg *s,
 		covered += sum;
 		snprintf(row, sizeof(row), "%s: %s, mean per read", name,
 			 names[k]);
-		printf("    %-30s %8.0f reads %10.1f us mean %10.1f us a call  %5.1f%%\n",
+		/* the bucket that holds the 99th percentile: its bound */
+		double seen = 0, p99 = 0;
+
+		for (b = 0; b < KVP_HIST_BUCKETS && n > 0; b++) {
+			seen += (double)(now.bk[k][b] - before->bk[k][b]);
+			if (seen >= 0.99 * n) {
+				p99 = (double)(1ull << (b + KVP_HIST_SHIFT)) /
+				      1e3;
+				break;
+			}
+		}
+		printf("    %-30s %8.0f reads %10.1f us mean %10.1f us a call  %5.1f%%  p99 <= %.0f us\n",
 		       names[k], n, n ? sum / n / 1e3 : 0, sum / ncalls / 1e3,
-		       100 * sum / total_ns);
+		       100 * sum / total_ns, p99);
 		if (json)
 			fprintf(json,
 				"%s\"%s\":{\"value\":%.4f,\"unit\":\"us\",\"ratio\":%.4f}",
