@@ -104,24 +104,35 @@ cached_prefix(struct kvp_client *c, const struct kvp_seg *s, int chain)
 	return n;
 }
 
-/* Every value put (total) is READY or evicted, and DRAM is below the
- * high mark: the passes the puts set off are over. */
+/* Every value put (total) is READY or evicted, DRAM is below the high
+ * mark, and no eviction for 200 ms: the passes the puts set off are over.
+ * (Below the high mark alone is not over: a pass frees to the low mark
+ * one victim at a time, and DRAM drops below the high mark early in it;
+ * on a loaded host the test looked then, 2 in 14 runs: fewer evictions
+ * than a whole pass makes.) */
 struct settled {
 	const struct kvp_seg *s;
 	uint64_t total;
+	uint64_t evicted, since_ns; /* the count last seen, since when */
 };
 
 static bool
 passes_done(void *arg)
 {
-	const struct settled *w = arg;
+	struct settled *w = arg;
 	/* relaxed: a test's look */
 	uint64_t used = kvp_load_relaxed(&w->s->dram->dh_used_mirror);
+	uint64_t ev = kvpt_actr(w->s, KVP_ACTR_EVICT),
+		 now = kvp_now_ns(CLOCK_MONOTONIC);
 
-	return used * 100 <= w->s->g.g_dram_pages * 90 &&
-	       kvpt_actr(w->s, KVP_ACTR_EVICT) +
-			       kvpt_count_state(w->s, KVP_IX_READY) ==
-		       w->total;
+	if (ev != w->evicted || !w->since_ns) {
+		w->evicted = ev;
+		w->since_ns = now;
+		return false;
+	}
+	return now - w->since_ns >= 200000000ull &&
+	       used * 100 <= w->s->g.g_dram_pages * 90 &&
+	       ev + kvpt_count_state(w->s, KVP_IX_READY) == w->total;
 }
 
 /* Read chain's pages 0..DEPTH-1 whole, checking every byte. */
@@ -203,7 +214,7 @@ test_chains_prefix_closed(void **state)
 	}
 	/* the pass runs in the agent, after the put that crossed the mark
 	 * (the puts after it may leave DRAM above the low mark) */
-	w = (struct settled){ &s, 60 * DEPTH };
+	w = (struct settled){ .s = &s, .total = 60 * DEPTH };
 	assert_true(kvpt_wait_until(passes_done, &w, 5000) >= 0);
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT) >= 102);
 	for (chain = 0; chain < 60; chain++) {
@@ -242,7 +253,7 @@ test_tail_put_after_hit(void **state)
 	struct kvpt_agent a;
 	struct kvp_client *c;
 	struct kvp_seg s;
-	int chain, head_cut = 0;
+	int chain, head_cut = 0, head_missed = 0;
 
 	(void)state;
 	assert_int_equal(kvpt_pool_up(&a, &s, &c, "--dram", "4M", "--dram-unit",
@@ -276,14 +287,24 @@ test_tail_put_after_hit(void **state)
 			if (!busy)
 				break;
 		}
-		/* the next turn: a hit on the head, then the tail */
+		/* the next turn: a hit on the head, then the tail.  A head
+		 * not read whole (a pass took a page of it before the get:
+		 * never used yet, it is the first to go; on a loaded host
+		 * the pass can come between the put and the get) is put
+		 * again with the tail, as an engine does with a prefix it
+		 * had to recompute: a tail put after a missed head page
+		 * would be the test's hole, not the pool's */
 		for (k = 0; k < 8; k++)
 			ops[k].len = PAGE;
 		n = (int)kvp_batch_get(c, ops, 8);
 		assert_true(n >= 0);
-		put_chain(c, chain, 8);
+		head_missed += n < 8;
+		put_chain(c, chain, n == 8 ? 8 : 0);
 		free(bufs);
 	}
+	if (head_missed)
+		print_message("  %d heads not read whole (put again)\n",
+			      head_missed);
 	for (chain = 0; chain < 200; chain++) {
 		int n = cached_prefix(c, &s, chain);
 
@@ -409,7 +430,7 @@ test_scan_keeps_working_set(void **state)
 		read_chain(c, chain);
 	next_ticks();
 	put_stream(c, 1000, 1128, 4, 10);
-	w = (struct settled){ &s, (12 + 128) * DEPTH };
+	w = (struct settled){ .s = &s, .total = (12 + 128) * DEPTH };
 	assert_true(kvpt_wait_until(passes_done, &w, 5000) >= 0);
 	/* the scan did not fit: most of it left */
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT) >= 128 * DEPTH - 1024);
@@ -461,7 +482,7 @@ test_ghost_readmits(void **state)
 		put_chain(c, chain, 0);
 	next_ticks();
 	put_stream(c, 1000, 1064, 16, 3);
-	w = (struct settled){ &s, (4 + 64) * DEPTH };
+	w = (struct settled){ .s = &s, .total = (4 + 64) * DEPTH };
 	assert_true(kvpt_wait_until(passes_done, &w, 5000) >= 0);
 	assert_true(chains_gone(c, &s, 0, 4)); /* the oldest: evicted */
 	for (chain = 0; chain < 4; chain++)
@@ -469,6 +490,7 @@ test_ghost_readmits(void **state)
 	next_ticks();
 	put_stream(c, 2000, 2128, 4, 10);
 	w.total = (4 + 64 + 4 + 128) * DEPTH;
+	w.since_ns = 0; /* a new wait: quiet from now on */
 	assert_true(kvpt_wait_until(passes_done, &w, 5000) >= 0);
 	for (chain = 0; chain < 4; chain++) {
 		int n = cached_prefix(c, &s, chain);
@@ -533,7 +555,7 @@ test_deep_tail_first(void **state)
 		put_chain(c, chain, 8);
 	wait_ticks(100);
 	put_stream(c, 1000, 1019, 19, 0); /* 304 pages: 944 > 921 */
-	w = (struct settled){ &s, 40 * DEPTH + 19 * DEPTH };
+	w = (struct settled){ .s = &s, .total = 40 * DEPTH + 19 * DEPTH };
 	assert_true(kvpt_wait_until(passes_done, &w, 5000) >= 0);
 	assert_true(kvpt_actr(&s, KVP_ACTR_EVICT) >= 102);
 	for (chain = 0; chain < 40; chain++) {
@@ -661,7 +683,7 @@ test_weights_follow_returns(void **state)
 	policy_pool(&a, &s, &c);
 	for (chain = 0; chain < 240; chain++)
 		put_chain(c, 5000 + chain, 0);
-	w = (struct settled){ &s, 240 * DEPTH };
+	w = (struct settled){ .s = &s, .total = 240 * DEPTH };
 	assert_true(kvpt_wait_until(passes_done, &w, 5000) >= 0);
 	pct = kvpt_actr(&s, KVP_ACTR_EVICT_WEIGHT);
 	if (pct != 800)
