@@ -70,9 +70,11 @@ kvp_tier_register_staging(struct kvp_tier *t, struct kvp_seg *s)
 	}
 	if (left)
 		kvp_log(KVP_LOG_INFO, "ssd",
-			"staging: the first %u GiB registered, reads into "
+			"staging: the first %llu MiB registered, reads into "
 			"the rest pin their pages",
-			KVP_SSD_REG_MAX);
+			(unsigned long long)((KVP_SSD_REG_MAX *
+					      KVP_SSD_REG_BYTES_MAX) >>
+					     20));
 	if (n)
 		kvp_drv_register_buffers_agent(t->ssd, reg, n);
 }

@@ -756,6 +756,18 @@ test_corrupt_value(void **state)
  * others; without a cache (0 bytes) every read reads its header.  Both
  * I/O paths (the pread workers finish batches on their own threads).
  */
+/* A store's configuration with the header cache on (1 MiB): a read is
+ * one operation into its destination. */
+static void
+hc_cfg(struct kvp_ssd_cfg *cfg, uint64_t seg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->dir = kvpt_ssd_dir;
+	cfg->segment_bytes = seg;
+	cfg->wipe = true;
+	cfg->header_cache_bytes = 1 << 20;
+}
+
 static void
 hc_case(bool pread_path)
 {
@@ -773,11 +785,7 @@ hc_case(bool pread_path)
 	int fd, pass;
 
 	assert_int_equal(posix_memalign((void **)&d, 4096, 65536), 0);
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.dir = kvpt_ssd_dir;
-	cfg.segment_bytes = 8 << 20;
-	cfg.wipe = true;
-	cfg.header_cache_bytes = 1 << 20;
+	hc_cfg(&cfg, 8 << 20);
 	if (pread_path)
 		setenv("KVP_SSD_FORCE_PREAD", "1", 1);
 	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
@@ -907,11 +915,7 @@ test_register_pieces(void **state)
 	fill(v, V, 5);
 	/* with the header cache: a read is then one operation into its
 	 * destination (a read of header and value is a READV) */
-	memset(&cfg, 0, sizeof(cfg));
-	cfg.dir = kvpt_ssd_dir;
-	cfg.segment_bytes = 16ull << 20;
-	cfg.wipe = true;
-	cfg.header_cache_bytes = 1 << 20;
+	hc_cfg(&cfg, 16ull << 20);
 	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
 	loc = put(s, "reg", v, V);
 	/* refused before the kernel: too large a piece, too many pieces */
