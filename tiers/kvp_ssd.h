@@ -171,9 +171,12 @@ struct kvp_ssd_cfg {
 	 * A read sent to the device waits behind every write byte queued
 	 * there before it; writes beyond this wait in the store (not on the
 	 * device), sent in parts of a quarter of it as earlier ones
-	 * complete, one part at a time while reads are on the device or
-	 * were a moment ago (5 ms).  Reads are always sent at once. */
+	 * complete; while reads are on the device or were a moment ago (5
+	 * ms), one piece at a time, a sixteenth of a part, and none while a
+	 * read is on the device unless none went for write_hold_ns (0: 2
+	 * ms).  Reads are always sent at once. */
 	uint64_t write_depth;
+	uint64_t write_hold_ns;
 };
 #define KVP_SSD_RECOVER_THREADS_MAX 16u
 #define KVP_SSD_WRITE_DEPTH_DEFAULT (1ull << 20)
@@ -272,6 +275,9 @@ struct kvp_ssd_stats {
 	 * those that waited in the store for the device's writes to drain */
 	uint64_t write_parts, write_parts_held;
 	uint64_t write_dev_peak; /* the most write bytes on the device */
+	/* parts cut into pieces while reads were about, and the times the
+	 * pacer held a write back because a read was on the device */
+	uint64_t write_pieces, write_held_read;
 	/* format 3 reads whose batch header came from the header cache, and
 	 * those that read it from the device */
 	uint64_t hdr_cached_reads, hdr_device_reads;

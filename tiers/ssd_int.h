@@ -214,6 +214,10 @@ struct kvp_ssd {
 	unsigned rd_dev;
 	uint64_t rd_last_ns; /* a read's last send or completion (CLOCK_MONOTONIC) */
 	uint64_t wr_part;
+	/* while reads are about: one piece of at most this much on the
+	 * device (a sixteenth of a part, whole blocks, one at least) */
+	uint64_t wr_piece;
+	uint64_t wr_last_ns; /* a write's last send (CLOCK_MONOTONIC) */
 };
 
 /* A record a reclaim keeps (kvp_ssd_reinsert_agent): its header block and
@@ -240,10 +244,16 @@ struct kvp_wpart {
 	unsigned n;
 	struct iovec iov[];
 };
+/* user data: a struct kvp_wpart (bit 0: a sub-op) */
 #define KVP_UD_PART 2u
-/* reads sent less than this ago keep the write pacer at one part */
-#define KVP_SSD_READ_RECENT_NS \
-	5000000ull /* user data: a struct kvp_wpart (bit 0: a sub-op) */
+/* reads sent less than this ago keep the write pacer at one piece */
+#define KVP_SSD_READ_RECENT_NS 5000000ull
+/* with reads on the device, a write waits at most this long since the
+ * last one went (kvp_wr_pump; cfg.write_hold_ns 0) */
+#define KVP_SSD_WRITE_HOLD_NS 2000000ull
+/* reads on the device at most for writes to go in pieces (more: a batch,
+ * whose own queue each read waits behind) */
+#define KVP_SSD_FEW_READS 2u
 
 struct kvp_job {
 	struct kvp_sreq *r;

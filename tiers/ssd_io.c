@@ -169,24 +169,69 @@ kvp_sqe(struct kvp_ssd *s)
 }
 
 /*
+ * The first 'len' bytes of part p (whole blocks, less than its length)
+ * as a part of their own, ahead of it: p keeps the rest, and the batch
+ * one more sub-operation.  NULL: out of memory (p is left whole).
+ */
+static struct kvp_wpart *
+kvp_wr_carve(struct kvp_wpart *p, uint64_t len)
+{
+	struct kvp_wpart *q;
+	unsigned cnt = 0, k;
+	uint64_t acc = 0;
+
+	while (acc < len)
+		acc += p->iov[cnt++].iov_len;
+	q = malloc(sizeof(*q) + cnt * sizeof(q->iov[0]));
+	if (!q)
+		return NULL;
+	q->r = p->r;
+	q->next = NULL;
+	q->off = p->off;
+	q->len = len;
+	q->n = cnt;
+	memcpy(q->iov, p->iov, cnt * sizeof(q->iov[0]));
+	/* the last slice may be cut: q takes its head, p its tail */
+	q->iov[cnt - 1].iov_len -= (size_t)(acc - len);
+	k = acc > len ? cnt - 1 : cnt;
+	if (acc > len) {
+		p->iov[k].iov_base =
+			(char *)p->iov[k].iov_base + q->iov[cnt - 1].iov_len;
+		p->iov[k].iov_len = (size_t)(acc - len);
+	}
+	memmove(p->iov, p->iov + k, (p->n - k) * sizeof(p->iov[0]));
+	p->n -= k;
+	p->off += len;
+	p->len -= len;
+	p->r->nsub++;
+	return q;
+}
+
+/*
  * The write pacer: send waiting parts while the device holds less than
- * its write depth (one part while reads are on the device or were less
- * than KVP_SSD_READ_RECENT_NS ago: a read that arrives then finds one
- * part ahead of it, not the depth), and always one when it holds none,
- * so that the queue drains.  A read is never
- * queued here: it goes to the device at once and waits behind at most
- * the write depth (rule 9).  Invariant: parts wait only while a write is
- * on the device (its completion calls this again).
+ * its write depth, and always one when it holds none, so that the queue
+ * drains.  While reads are on the device or were less than
+ * KVP_SSD_READ_RECENT_NS ago, one write at a time: a part while a batch
+ * keeps more than KVP_SSD_FEW_READS reads there (its own queue is what
+ * each of them waits behind); otherwise a piece, the head of a part,
+ * wr_piece bytes at most (the part's rest stays at the head of the
+ * queue), and none joins the few reads on the device unless none went for
+ * cfg.write_hold_ns: a get at a time finds at most one piece ahead of it
+ * (its tail behind writes on a virtual disk: docs/performance.md, "Writes
+ * in pieces while reads are about").  A read is never queued here: it
+ * goes to the device at once (rule 9).  Invariant: parts wait only while
+ * a write or a read is on the device (its completion calls this again:
+ * the reap in kvp_ssd_poll_agent).
  */
 static void
 kvp_wr_pump(struct kvp_ssd *s)
 {
 	struct kvp_wpart *p;
-
+	uint64_t now = s->wq_head ? kvp_now_ns(CLOCK_MONOTONIC) : 0;
 	bool reading =
 		s->rd_dev ||
-		(s->wq_head && kvp_now_ns(CLOCK_MONOTONIC) - s->rd_last_ns <
-				       KVP_SSD_READ_RECENT_NS);
+		(s->wq_head && now - s->rd_last_ns < KVP_SSD_READ_RECENT_NS);
+	bool few = reading && s->rd_dev <= KVP_SSD_FEW_READS;
 
 	while ((p = s->wq_head)) {
 		uint64_t cap = s->cfg.write_depth;
@@ -194,11 +239,31 @@ kvp_wr_pump(struct kvp_ssd *s)
 		int bi;
 
 		/* reads on the device, or one a moment ago (the next comes
-		 * soon: a get at a time, a batch's next part): one part */
+		 * soon: a get at a time, a batch's next part): one write */
 		if (reading)
-			cap = s->wr_part;
-		if (s->wr_dev_bytes && s->wr_dev_bytes + p->len > cap)
+			cap = few ? s->wr_piece : s->wr_part;
+		/* a read or two on the device: no write joins them, unless
+		 * none went for cfg.write_hold_ns (reads that never pause
+		 * slow demotion to a piece that often, never stop it) */
+		if (few && s->rd_dev &&
+		    now - s->wr_last_ns < s->cfg.write_hold_ns) {
+			s->st.write_held_read++; /* stat */
 			break;
+		}
+		if (s->wr_dev_bytes &&
+		    s->wr_dev_bytes + (p->len < cap ? p->len : cap) > cap)
+			break;
+		if (few && p->len > s->wr_piece) {
+			struct kvp_wpart *q = kvp_wr_carve(p, s->wr_piece);
+
+			if (q) {
+				q->next = p;
+				s->wq_head = q;
+				s->wq_len++;
+				p = q;
+				s->st.write_pieces++; /* stat */
+			}
+		}
 		sqe = kvp_sqe(s);
 		if (!sqe)
 			break;
@@ -220,6 +285,7 @@ kvp_wr_pump(struct kvp_ssd *s)
 			s->wq_tail = NULL;
 		s->wq_len--;
 		s->wr_dev_bytes += p->len;
+		s->wr_last_ns = now;
 		if (s->wr_dev_bytes > s->st.write_dev_peak)
 			s->st.write_dev_peak = s->wr_dev_bytes; /* stat */
 		s->queued++;

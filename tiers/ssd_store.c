@@ -103,10 +103,15 @@ kvp_ssd_open_agent(const struct kvp_ssd_cfg *cfg, struct kvp_ssd **out)
 		s->cfg.max_requests = 4096;
 	if (!s->cfg.write_depth)
 		s->cfg.write_depth = KVP_SSD_WRITE_DEPTH_DEFAULT;
+	if (!s->cfg.write_hold_ns)
+		s->cfg.write_hold_ns = KVP_SSD_WRITE_HOLD_NS;
 	/* parts of a quarter of the depth, whole blocks, one at least */
 	s->wr_part = (s->cfg.write_depth / 4) & ~(uint64_t)(B - 1);
 	if (s->wr_part < B)
 		s->wr_part = B;
+	s->wr_piece = (s->wr_part / 16) & ~(uint64_t)(B - 1);
+	if (s->wr_piece < B)
+		s->wr_piece = B;
 	snprintf(s->dir, sizeof(s->dir), "%s", cfg->dir);
 	s->lockfd = -1;
 	s->dirfd = -1;

@@ -1480,6 +1480,8 @@ wd_case(uint64_t depth)
 	assert_true(st.write_dev_peak <= depth);
 	assert_true(st.write_parts >= (bytes + sizeof(big)) / (depth / 4));
 	assert_true(st.write_parts_held > 0);
+	/* the writes sent while the read was recent went in pieces */
+	assert_true(st.write_pieces > 0);
 	/* every value as written */
 	for (k = 0; k < NV; k++) {
 		fill(v[k], sizeof(v[k]), k + 1);
@@ -1501,6 +1503,98 @@ test_write_depth(void **state)
 	(void)state;
 	wd_case(64 << 10);
 	wd_case(KVP_SSD_WRITE_DEPTH_DEFAULT);
+}
+
+/*
+ * A write that comes while a read is on the device (and no write is)
+ * waits for the read's completion: the read does not sit behind it.  The
+ * hold is at most cfg.write_hold_ns since the last write went (here 60 s:
+ * the order is the store's, not the device's speed); then the write goes
+ * at once, whole (no read was recent at the start), and a write queued
+ * while the read was recent went in pieces.
+ */
+static void
+test_write_waits_for_read(void **state)
+{
+	enum {
+		VLEN = 200000
+	};
+	static unsigned char v[VLEN], w[VLEN];
+	struct kvp_ssd_cfg cfg;
+	struct kvp_ssd_stats st;
+	struct kvp_ssd_cqe cq[4];
+	struct kvp_ssd_read rd;
+	struct iovec riov, wiov = { w, VLEN };
+	struct kvp_ssd *s;
+	uint64_t first, parts0;
+	unsigned char *d;
+	unsigned got = 0, read_at = 0, write_at = 0;
+	uint32_t doff;
+
+	(void)state;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.dir = kvpt_ssd_dir;
+	cfg.segment_bytes = 64 << 20;
+	cfg.wipe = true;
+	cfg.write_depth = 64 << 10; /* parts of 16 KiB, pieces of 4 KiB */
+	cfg.write_hold_ns = 60ull * 1000 * 1000 * 1000;
+	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	kvp_ssd_recover_agent(s, NULL, NULL);
+	kvp_ssd_stats_agent(s, &st);
+	if (!st.uring) {
+		print_message("  SKIP: no io_uring (the pacer is its)\n");
+		kvp_ssd_close_agent(s);
+		return;
+	}
+	assert_int_equal(posix_memalign((void **)&d, 4096, 1 << 20), 0);
+	fill(v, VLEN, 3);
+	fill(w, VLEN, 4);
+	first = put(s, "first", v, VLEN); /* written whole: no read yet */
+	kvp_ssd_stats_agent(s, &st);
+	assert_int_equal(st.write_pieces, 0);
+	/* the read goes to the device; the write after it waits */
+	memset(&rd, 0, sizeof(rd));
+	riov.iov_base = d;
+	riov.iov_len = kvp_ssd_extent(0, VLEN, NULL);
+	rd.loc = first;
+	rd.vlen = VLEN;
+	rd.len = VLEN;
+	rd.ndst = 1;
+	rd.dst = &riov;
+	assert_int_equal(kvp_ssd_read_agent(s, 5, &rd), 0);
+	assert_int_equal(kvp_ssd_submit_agent(s), 0);
+	kvp_ssd_stats_agent(s, &st);
+	parts0 = st.write_parts;
+	assert_int_equal(kvp_ssd_write_agent(s, 6, 1, "late", 4, &wiov, 1, 0),
+			 0);
+	assert_int_equal(kvp_ssd_submit_agent(s), 0);
+	kvp_ssd_stats_agent(s, &st);
+	assert_int_equal(st.write_parts, parts0); /* none sent */
+	assert_true(st.write_held_read > 0);
+	while (got < 2) {
+		int n = kvp_ssd_poll_agent(s, cq, 4, -1), i;
+
+		assert_true(n >= 0);
+		for (i = 0; i < n; i++) {
+			assert_int_equal(cq[i].status, 0);
+			got++;
+			if (cq[i].tag == 5) {
+				read_at = got;
+				doff = cq[i].dst_off;
+			} else {
+				assert_int_equal(cq[i].tag, 6);
+				write_at = got;
+			}
+		}
+	}
+	assert_true(read_at < write_at);
+	assert_memory_equal(d + doff, v, VLEN);
+	/* the write went after the read, in pieces (the read was recent) */
+	kvp_ssd_stats_agent(s, &st);
+	assert_true(st.write_pieces > 0);
+	assert_true(st.write_dev_peak <= 64 << 10);
+	kvp_ssd_close_agent(s);
+	free(d);
 }
 
 static void
@@ -1916,6 +2010,7 @@ main(void)
 		cmocka_unit_test(test_reinsert),
 		cmocka_unit_test(test_fs_enospc),
 		cmocka_unit_test(test_write_depth),
+		cmocka_unit_test(test_write_waits_for_read),
 		cmocka_unit_test(test_pread_path),
 		cmocka_unit_test(test_reclaim_after_poll),
 		cmocka_unit_test(test_strict_durability),
