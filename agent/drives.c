@@ -771,6 +771,23 @@ kvp_drv_outstanding_agent(const struct kvp_drives *dv)
 	return n;
 }
 
+void
+kvp_drv_pacer_agent(struct kvp_drives *dv, uint64_t out[3])
+{
+	struct kvp_ssd_stats st;
+	unsigned k;
+
+	out[0] = out[1] = out[2] = 0;
+	for (k = 0; k < dv->n; k++) {
+		if (!dv->d[k].ssd)
+			continue;
+		kvp_ssd_stats_agent(dv->d[k].ssd, &st);
+		out[0] += st.write_parts;
+		out[1] += st.write_pieces;
+		out[2] += st.write_held_read;
+	}
+}
+
 /* Completions of drive d: their locations gain its id; their statuses
  * tell its health. */
 static void

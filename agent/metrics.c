@@ -565,12 +565,17 @@ kvp_metrics_table(const struct kvp_metrics *m, FILE *f)
 		fprintf(f,
 			"\n         on the devices: %llu reads, %llu demotion "
 			"writes (%s); %llu reads met writes, demotion yielded "
-			"%llu rounds\n",
+			"%llu rounds\n"
+			"         write pacer: %llu writes sent, %llu pieces "
+			"cut for reads, %llu held back for a read\n",
 			(unsigned long long)m->io_reads,
 			(unsigned long long)m->io_writes,
 			kvp_human(m->io_write_bytes, b1, 32),
 			(unsigned long long)a[KVP_ACTR_READ_BEHIND_WRITES],
-			(unsigned long long)a[KVP_ACTR_DEMOTE_YIELDS]);
+			(unsigned long long)a[KVP_ACTR_DEMOTE_YIELDS],
+			(unsigned long long)a[KVP_ACTR_SSD_WRITE_OPS],
+			(unsigned long long)a[KVP_ACTR_SSD_WRITE_PIECES],
+			(unsigned long long)a[KVP_ACTR_SSD_WRITE_HELD_READ]);
 	}
 	{
 		static const char *const gst[] = { "off", "starting", "up",

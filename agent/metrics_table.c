@@ -788,6 +788,22 @@ static const struct kvp_mrow kvp_mtab[] = {
 	  .help = "SSD reads sent to a device while demotion writes were in "
 		  "flight on it (each waits behind them)." },
 	{ KVP_VAL(NULL, "ssd_reads_behind_writes"), KVP_A(READ_BEHIND_WRITES) },
+	{ KVP_FAM("kvpool_ssd_write_ops_total", "counter", KVP_SEC_RW),
+	  .help = "Demotion write operations sent to the SSD devices by the "
+		  "write pacer: parts of a quarter of --ssd-write-depth, or "
+		  "pieces of a sixteenth of a part while reads are about." },
+	{ KVP_VAL(NULL, "ssd_write_ops"), KVP_A(SSD_WRITE_OPS) },
+	{ KVP_FAM("kvpool_ssd_write_pieces_total", "counter", KVP_SEC_RW),
+	  .help = "Write pieces the pacer cut from parts because one or two "
+		  "reads were on the device or had just been." },
+	{ KVP_VAL(NULL, "ssd_write_pieces"), KVP_A(SSD_WRITE_PIECES) },
+	{ KVP_FAM("kvpool_ssd_writes_held_for_reads_total", "counter",
+		  KVP_SEC_RW),
+	  .help = "Times the pacer held a write back because a read was on "
+		  "the device (reads first; at most 2 ms since the last "
+		  "write)." },
+	{ KVP_VAL(NULL, "ssd_writes_held_for_reads"),
+	  KVP_A(SSD_WRITE_HELD_READ) },
 	{ KVP_FAM("kvpool_ssd_read_header_total", "counter", KVP_SEC_RW),
 	  .help = "SSD reads by where their batch header came from: the "
 		  "agent's header cache (one device operation) or the device "

@@ -181,8 +181,13 @@ kvp_tier_publish(struct kvp_agent *a)
 {
 	struct kvp_tier *t = a->tier;
 	struct kvp_shm_header *h = a->seg.hdr;
+	static const enum kvp_actr kvp_pacer_actr[3] = {
+		KVP_ACTR_SSD_WRITE_OPS, KVP_ACTR_SSD_WRITE_PIECES,
+		KVP_ACTR_SSD_WRITE_HELD_READ
+	};
 	struct kvp_ssd_usage u;
-	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), lost;
+	uint64_t now = kvp_now_ns(CLOCK_MONOTONIC), lost, pacer[3];
+	unsigned k;
 
 	if (now - t->published_ns < 50ull * 1000 * 1000)
 		return;
@@ -192,6 +197,16 @@ kvp_tier_publish(struct kvp_agent *a)
 	kvp_store_relaxed(&h->h_ssd_used_bytes, u.used_bytes);
 	kvp_store_relaxed(&h->h_ssd_live_bytes, u.live_bytes);
 	kvp_store_relaxed(&h->h_ssd_total_bytes, t->total_bytes);
+	kvp_drv_pacer_agent(t->ssd, pacer);
+	for (k = 0; k < 3; k++) {
+		/* a drive closed since takes its counts with it: start
+		 * again from what is left */
+		if (pacer[k] > t->pacer_seen[k])
+			/* stats: agent threads add atomically */
+			kvp_actr_add(h, kvp_pacer_actr[k],
+				     pacer[k] - t->pacer_seen[k]);
+		t->pacer_seen[k] = pacer[k];
+	}
 	lost = kvp_staging_reconcile(&a->seg);
 	if (lost)
 		kvp_log(KVP_LOG_INFO, "ssd",

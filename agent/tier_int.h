@@ -174,6 +174,8 @@ struct kvp_tier {
 	struct kvp_tomb_later *later; /* tombstones the store could not take */
 	size_t nlater, caplater;
 	uint64_t published_ns; /* last SSD usage published to the header */
+	/* the drives' pacer counts already added to h_actr (tier.c) */
+	uint64_t pacer_seen[3];
 	/* per index slot: the tick (kvp_tick_now) its SSD record was written
 	 * (demotion, reinsertion) or found (recovery): a use word later than
 	 * that is a read since it was written (reclaim keeps the record) */
@@ -219,6 +221,9 @@ int kvp_drv_read_agent(struct kvp_drives *dv, uint64_t tag,
 		       const struct kvp_ssd_read *rd);
 void kvp_drv_submit_agent(struct kvp_drives *dv);
 unsigned kvp_drv_outstanding_agent(const struct kvp_drives *dv);
+/* the write pacer's counts, summed over the drives open now: write
+ * operations sent, pieces cut, writes held back for a read */
+void kvp_drv_pacer_agent(struct kvp_drives *dv, uint64_t out[3]);
 int kvp_drv_poll_agent(struct kvp_drives *dv, struct kvp_ssd_cqe *cq,
 		       unsigned max, int timeout_ms);
 int kvp_drv_wait_agent(struct kvp_drives *dv, const kvp_aint_t *word,

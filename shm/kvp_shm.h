@@ -67,8 +67,9 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
  * (h_io_*), the client's copy-out histogram; 14.0: the use word's CONT
  * bit (depth 18 bits), three eviction-policy counters; 15.0 and 16.0
  * (one release): the SSD header cache's counters, the eviction weight and
- * the hit-rate ceiling's window gauges in h_actr */
-#define KVP_ABI_MAJOR 16
+ * the hit-rate ceiling's window gauges in h_actr; 17.0: the SSD write
+ * pacer's counters in h_actr */
+#define KVP_ABI_MAJOR 17
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
 
@@ -332,6 +333,13 @@ enum kvp_actr {
 	KVP_ACTR_WINDOW_LOOKUPS,
 	KVP_ACTR_WINDOW_STORES,
 	KVP_ACTR_WINDOW_SECONDS,
+	/* the SSD write pacer (tiers/ssd_io.c, kvp_wr_pump), every drive:
+	 * write operations sent (parts and pieces), parts cut into pieces
+	 * while reads were about, and the times a write was held back
+	 * because a read was on the device */
+	KVP_ACTR_SSD_WRITE_OPS,
+	KVP_ACTR_SSD_WRITE_PIECES,
+	KVP_ACTR_SSD_WRITE_HELD_READ,
 	KVP_ACTR_RETIRED0, /* + enum kvp_ctr: counters of gone clients */
 	KVP_ACTR__N = KVP_ACTR_RETIRED0 + KVP_CTR_SLOTS,
 };

@@ -1536,6 +1536,16 @@ demoting_now(void *p)
 	       kvpt_actr(s, KVP_ACTR_DEMOTE) > 600;
 }
 
+static bool
+pacer_pieced(void *p)
+{
+	const struct kvp_seg *s = p;
+
+	return kvpt_actr(s, KVP_ACTR_SSD_WRITE_PIECES) > 0 &&
+	       kvpt_actr(s, KVP_ACTR_SSD_WRITE_OPS) >
+		       kvpt_actr(s, KVP_ACTR_SSD_WRITE_PIECES);
+}
+
 /*
  * Reads first (rule 9): another process keeps demotion saturated (puts,
  * deletes and puts again 256 KiB values, every one demoted at once) while
@@ -1657,6 +1667,9 @@ test_reads_first(void **state)
 	/* the reads really met demotion, and demotion went on */
 	assert_true(kvpt_actr(&s, KVP_ACTR_READ_BEHIND_WRITES) > behind0);
 	assert_true(kvpt_actr(&s, KVP_ACTR_DEMOTE) > dem0);
+	/* ... in pieces, beside reads one at a time (the pacer's counts
+	 * reach the header within 50 ms) */
+	assert_true(kvpt_wait_until(pacer_pieced, &s, 5000) >= 0);
 	assert_true(worst < bound_ns);
 	free(out);
 	assert_int_equal(kvpt_pool_down(&a, &s, c), 0);

@@ -229,20 +229,24 @@ test_docs_table(void **state)
  * ABI 16: four gauges in h_actr, the last --ceiling-window's distinct
  * keys, lookups, stores and length (agent/distinct.c).
  */
-#define KVPT_LAYOUT_SIG_ABI16 0xee3d0857c22db142ull
+/*
+ * ABI 17: three counters in h_actr, the SSD write pacer's operations,
+ * pieces and writes held back for a read (tiers/ssd_io.c).
+ */
+#define KVPT_LAYOUT_SIG_ABI17 0x8122f2e420e43ab5ull
 
 static void
 test_signature_recorded(void **state)
 {
 	(void)state;
-	assert_int_equal(KVP_ABI_MAJOR, 16);
-	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI16)
+	assert_int_equal(KVP_ABI_MAJOR, 17);
+	if (kvp_layout_sig() != KVPT_LAYOUT_SIG_ABI17)
 		fail_msg(
 			"the shared layout changed (signature %016llx, recorded "
-			"%016llx for ABI 16): bump KVP_ABI_MAJOR and record the "
+			"%016llx for ABI 17): bump KVP_ABI_MAJOR and record the "
 			"new signature",
 			(unsigned long long)kvp_layout_sig(),
-			KVPT_LAYOUT_SIG_ABI16);
+			KVPT_LAYOUT_SIG_ABI17);
 }
 
 /* Every region of the layout table is page aligned (the arena and the
