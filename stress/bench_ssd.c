@@ -10,8 +10,8 @@
  *      read, through staging and through promotion;
  *   4. a 2,000-key batch of 64 KiB SSD values through an 8-slot arena vs
  *      the bandwidth bound (bytes / fio 64 KiB read bandwidth);
- *   5. index rebuild at agent start: entries per second (1 M records of
- *      1 byte in the full run);
+ *   5. index rebuild at agent start: entries per second (100 k and 1 M
+ *      records of 1 byte in the full run);
  *   6. a single cold SSD kvp_get of 64 KiB (p50, p99) vs fio's random
  *      64 KiB read at queue depth 1 (p50 completion latency);
  *   7. with --drives DIR1,DIR2[,...]: demotion and cold batch_get of
@@ -871,7 +871,8 @@ rebuild(const char *base, int nrec, bool huge)
 	struct kvp_client *c;
 	struct kvp_seg s;
 	char ssd[700], idx[32], path[2200], line[512];
-	const char *pages = huge ? "on" : "off", *tag = huge ? "2M" : "4K";
+	const char *pages = huge ? "on" : "off";
+	char tag[48];
 	unsigned char one = 1;
 	double t0, secs, rec_s = 0, ins_s = 0;
 	unsigned long long nr = 0;
@@ -880,6 +881,10 @@ rebuild(const char *base, int nrec, bool huge)
 	FILE *f;
 	int i;
 
+	/* the row's name: records, pages ("1M records, 2M pages") */
+	snprintf(tag, sizeof(tag), "%d%s records, %s",
+		 nrec >= 1000000 ? nrec / 1000000 : nrec / 1000,
+		 nrec >= 1000000 ? "M" : "k", huge ? "2M" : "4K");
 	snprintf(ssd, sizeof(ssd), "%s/rebuild", base);
 	snprintf(idx, sizeof(idx), "%d", nrec + nrec / 4 + 1024);
 	if (kvpt_agent_start(
@@ -1124,6 +1129,11 @@ main(int argc, char **argv)
 	if (want("drives"))
 		drives_scaling();
 	if (want("rebuild")) {
+		/* the figure (100k records) and the large one */
+		if (!quick) {
+			rebuild(sdir, 100000, false);
+			rebuild(sdir, 100000, true);
+		}
 		rebuild(sdir, nrec, false);
 		rebuild(sdir, nrec, true);
 	}
