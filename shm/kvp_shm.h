@@ -68,7 +68,7 @@ typedef uint64_t kvp_off_t; /* offset from the segment base; 0 = none */
  * bit (depth 18 bits), three eviction-policy counters; 15.0 and 16.0
  * (one release): the SSD header cache's counters, the eviction weight and
  * the hit-rate ceiling's window gauges in h_actr; 17.0: the SSD write
- * pacer's counters in h_actr */
+ * pacer's counters in h_actr, h_io_wake (no writer) reserved */
 #define KVP_ABI_MAJOR 17
 #define KVP_ABI_MINOR 0
 #define KVP_FEATURES 0u /* feature bits; none defined in ABI 1.0 */
@@ -474,7 +474,7 @@ struct kvp_shm_header {
 	uint32_t h_durability;
 	kvp_aint_t h_agent_alloc_claim; /* the agent's allocator lock claim */
 	uint32_t h_pad3;
-	kvp_aint_t h_io_wake;     /* futex: clients bump after posting */
+	uint32_t h_pad4;          /* reserved (was h_io_wake: no writer) */
 	kvp_aint_t h_staging_seq; /* futex: bumped when spans are freed */
 	/* slots in use: the agent adds at allocation, the freer of a span
 	 * subtracts (exact) */
@@ -878,7 +878,7 @@ struct kvp_dram_hdr {
 	X(kvp_shm_header, h_dram_low_pct) X(kvp_shm_header, h_hint)          \
 	X(kvp_shm_header, h_ssd_enabled) X(kvp_shm_header, h_durability)     \
 	X(kvp_shm_header, h_agent_alloc_claim) X(kvp_shm_header, h_pad3)     \
-	X(kvp_shm_header, h_io_wake) X(kvp_shm_header, h_staging_seq)        \
+	X(kvp_shm_header, h_pad4) X(kvp_shm_header, h_staging_seq)        \
 	X(kvp_shm_header, h_staging_used) X(kvp_shm_header, h_staging_peak)  \
 	X(kvp_shm_header, h_actr) X(kvp_shm_header, h_hist_retired) X(kvp_shm_header, h_io_hist) X(kvp_shm_header, h_io_reads) X(kvp_shm_header, h_io_writes) X(kvp_shm_header, h_io_write_bytes)          \
 	X(kvp_shm_header, h_ssd_used_bytes) X(kvp_shm_header, h_ssd_live_bytes) \

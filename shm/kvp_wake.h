@@ -18,8 +18,6 @@
  *   h_space_seq    futex: bumped by the tier thread when room was made
  *                  (or none can be), putters sleep on it
  *   h_evict_stuck  KVP_STUCK_*: the last pass found nothing it could free
- *   h_io_wake      unused (requests ring h_evict_wake); kept
- *                  for the layout, written by no one
  *
  * This file owns these words: every write is a function here, and
  * tests/structure/test_structure.sh fails on a write anywhere else.

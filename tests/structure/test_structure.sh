@@ -91,9 +91,9 @@ ls_[a-z]+\b	shm/kvp_lease.h
 (dh_[a-z_0-9]+|pg_[a-z_]+|cs_alloc_claim|h_agent_alloc_claim|lock_claim)\b	tiers/kvp_dram.h
 (cs_ix_resv|cs_ix_slot|h_ix_used|e_[a-z]+)\b	index/kvp_index.h
 (cs_ctr|cs_hist|h_actr|h_hist_retired)\b	shm/kvp_ctr.h
-h_(evict_wake|space_seq|evict_req|evict_need|ix_req|hint_seq|hint|delete_seq|evict_stuck|io_wake)\b	shm/kvp_wake.h
+h_(evict_wake|space_seq|evict_req|evict_need|ix_req|hint_seq|hint|delete_seq|evict_stuck)\b	shm/kvp_wake.h
 ns_(id|named|name|ctr)\b	shm/client_stat_int.h
-h_(magic|abi_major|abi_minor|features|layout_sig|create_ns|pool|geom|incarnation|agent_pid|agent_start_ns|max_pinned|dram_high_pct|dram_low_pct|durability|pad3)\b	agent/segment.c
+h_(magic|abi_major|abi_minor|features|layout_sig|create_ns|pool|geom|incarnation|agent_pid|agent_start_ns|max_pinned|dram_high_pct|dram_low_pct|durability|pad3|pad4)\b	agent/segment.c
 h_(ssd_enabled|ssd_used_bytes|ssd_live_bytes|ssd_total_bytes)\b	agent/tier.c
 h_drive_[a-z_]+\b	agent/drives.c
 h_io_(hist|reads|writes|write_bytes)\b	agent/ops.c
