@@ -206,7 +206,8 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 		char *argv[64];
 		char path[4200], fg[] = "--foreground", po[] = "--pool",
 				 rm[] = "--reap-ms", rv[] = "50",
-				 ma[] = "--metrics-addr", mo[] = "off";
+				 ma[] = "--metrics-addr", mo[] = "off",
+				 hp[] = "--hugepages", ho[] = "off";
 		int n = 0;
 
 		snprintf(path, sizeof(path), "%s/kvpoold", kvpt_bindir());
@@ -219,6 +220,14 @@ kvpt_spawn(struct kvpt_agent *a, const char *first, va_list ap)
 		/* no /metrics unless the test asks (a later flag wins) */
 		argv[n++] = ma;
 		argv[n++] = mo;
+		/* /dev/shm unless the run or the test asks for 2 MiB pages:
+		 * on a host with a hugetlbfs mount that has room, --hugepages
+		 * auto would put the segment there, and the tests of the
+		 * segment file's modes, of a cut segment and of files in
+		 * the SSD directory assume /dev/shm (tests/agent/
+		 * test_hugepages.sh runs the pool tests on 2 MiB pages) */
+		argv[n++] = hp;
+		argv[n++] = ho;
 		/* KVPT_AGENT_ARGS: flags every agent of the run gets (the
 		 * pool tests again on another backing: tests/agent/
 		 * test_hugepages.sh); the test's own come after and win */
