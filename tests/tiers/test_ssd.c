@@ -75,21 +75,32 @@ put(struct kvp_ssd *s, const char *key, const unsigned char *v, uint64_t len)
 	return cq.loc;
 }
 
+/* A read of [off, off + len) of the value of vlen bytes at loc into dst
+ * (its extent: kvp_ssd_extent), described in *rd and *iov. */
+static void
+read_of(struct kvp_ssd_read *rd, struct iovec *iov, uint64_t loc, uint64_t vlen,
+	uint64_t off, uint64_t len, unsigned char *dst)
+{
+	iov->iov_base = dst;
+	iov->iov_len = kvp_ssd_extent(off, len, NULL);
+	memset(rd, 0, sizeof(*rd));
+	rd->loc = loc;
+	rd->vlen = vlen;
+	rd->off = off;
+	rd->len = len;
+	rd->ndst = 1;
+	rd->dst = iov;
+}
+
 static int
 get(struct kvp_ssd *s, uint64_t loc, uint64_t vlen, uint64_t off, uint64_t len,
     unsigned char *dst, uint32_t *dst_off)
 {
 	struct kvp_ssd_cqe cq;
-	struct iovec iov = { dst, kvp_ssd_extent(off, len, NULL) };
+	struct iovec iov;
 	struct kvp_ssd_read rd;
 
-	memset(&rd, 0, sizeof(rd));
-	rd.loc = loc;
-	rd.vlen = vlen;
-	rd.off = off;
-	rd.len = len;
-	rd.ndst = 1;
-	rd.dst = &iov;
+	read_of(&rd, &iov, loc, vlen, off, len, dst);
 	assert_int_equal(kvp_ssd_read_agent(s, 2, &rd), 0);
 	wait_one(s, &cq);
 	*dst_off = cq.dst_off;
@@ -1445,14 +1456,7 @@ wd_case(uint64_t depth)
 	}
 	assert_int_equal(kvp_ssd_submit_agent(s), 0);
 	/* a read while the batch's parts wait */
-	memset(&rd, 0, sizeof(rd));
-	riov.iov_base = d;
-	riov.iov_len = kvp_ssd_extent(0, sizeof(f0), NULL);
-	rd.loc = first;
-	rd.vlen = sizeof(f0);
-	rd.len = sizeof(f0);
-	rd.ndst = 1;
-	rd.dst = &riov;
+	read_of(&rd, &riov, first, sizeof(f0), 0, sizeof(f0), d);
 	assert_int_equal(kvp_ssd_read_agent(s, 5, &rd), 0);
 	while (got < NV + 2) {
 		int n = kvp_ssd_poll_agent(s, cq, 8, -1), i;
@@ -1553,14 +1557,7 @@ test_write_waits_for_read(void **state)
 	kvp_ssd_stats_agent(s, &st);
 	assert_int_equal(st.write_pieces, 0);
 	/* the read goes to the device; the write after it waits */
-	memset(&rd, 0, sizeof(rd));
-	riov.iov_base = d;
-	riov.iov_len = kvp_ssd_extent(0, VLEN, NULL);
-	rd.loc = first;
-	rd.vlen = VLEN;
-	rd.len = VLEN;
-	rd.ndst = 1;
-	rd.dst = &riov;
+	read_of(&rd, &riov, first, VLEN, 0, VLEN, d);
 	assert_int_equal(kvp_ssd_read_agent(s, 5, &rd), 0);
 	assert_int_equal(kvp_ssd_submit_agent(s), 0);
 	kvp_ssd_stats_agent(s, &st);
