@@ -201,7 +201,12 @@ struct kvp_ssd {
 	unsigned nworkers;
 	pthread_mutex_t mu;
 	pthread_cond_t cv_work, cv_done;
-	struct kvp_job *jobs_head, *jobs_tail;
+	/* the jobs, reads first (jobs_rtail: the last read; rule 9: a read
+	 * waits behind the writes the workers are doing, not those queued) */
+	struct kvp_job *jobs_head, *jobs_tail, *jobs_rtail;
+	/* workers writing now, and at most while reads come (KVP_SSD_WORKERS
+	 * - 1, one at least: set before the workers start, never changed) */
+	unsigned writing, write_slots;
 	bool stopping;
 	int efd1; /* kvp_ssd_set_eventfd_agent's fd + 1; 0: none */
 	/* the write pacer (io_uring path, ssd_io.c): parts of batch writes

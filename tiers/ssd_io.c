@@ -100,20 +100,35 @@ kvp_worker(void *arg)
 		struct kvp_job *j;
 		ssize_t got;
 
-		while (!s->jobs_head && !s->stopping)
+		/* while reads come (one queued in the last 5 ms), writes
+		 * leave a worker free for them (reads first): at most
+		 * write_slots at once; the one writing wakes us when done */
+		while ((!s->jobs_head ||
+			(s->jobs_head->wr && s->writing >= s->write_slots &&
+			 kvp_now_ns(CLOCK_MONOTONIC) - s->rd_last_ns <
+				 KVP_SSD_READ_RECENT_NS)) &&
+		       !s->stopping)
 			pthread_cond_wait(&s->cv_work, &s->mu);
 		if (!s->jobs_head)
 			break;
 		j = s->jobs_head;
+		s->writing += j->wr;
 		s->jobs_head = j->next;
 		if (!s->jobs_head)
 			s->jobs_tail = NULL;
+		if (s->jobs_rtail == j)
+			s->jobs_rtail = NULL;
 		pthread_mutex_unlock(&s->mu);
 		got = kvp_sync_rw(j->r->seg->fd, j->wr, j->iov, j->n, j->off);
 		pthread_mutex_lock(&s->mu);
 		if (got != (ssize_t)j->total && !j->r->status) {
 			j->r->status = got == -ENOSPC ? -ENOSPC : -EIO;
 			s->st.io_errors++;
+		}
+		if (j->wr) {
+			s->writing--;
+			/* a write waiting for this worker may go */
+			pthread_cond_signal(&s->cv_work);
 		}
 		kvp_sub_done_locked(s, j->r);
 		free(j);
@@ -406,11 +421,26 @@ kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
 		j->total = total;
 		pthread_mutex_lock(&s->mu);
 		r->nsub++;
-		if (s->jobs_tail)
-			s->jobs_tail->next = j;
-		else
-			s->jobs_head = j;
-		s->jobs_tail = j;
+		if (!wr) {
+			/* a read goes after the reads queued, ahead of every
+			 * write queued (reads first, as on the io_uring path) */
+			struct kvp_job **at = s->jobs_rtail ?
+						      &s->jobs_rtail->next :
+						      &s->jobs_head;
+
+			j->next = *at;
+			*at = j;
+			s->jobs_rtail = j;
+			s->rd_last_ns = kvp_now_ns(CLOCK_MONOTONIC);
+			if (!j->next)
+				s->jobs_tail = j;
+		} else {
+			if (s->jobs_tail)
+				s->jobs_tail->next = j;
+			else
+				s->jobs_head = j;
+			s->jobs_tail = j;
+		}
 		pthread_cond_signal(&s->cv_work);
 		pthread_mutex_unlock(&s->mu);
 		return 0;

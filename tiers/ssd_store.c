@@ -295,6 +295,7 @@ skip:
 	pthread_cond_init(&s->cv_work, NULL);
 	pthread_cond_init(&s->cv_done, NULL);
 	if (!s->uring) {
+		s->write_slots = KVP_SSD_WORKERS > 1 ? KVP_SSD_WORKERS - 1 : 1;
 		for (s->nworkers = 0; s->nworkers < KVP_SSD_WORKERS;
 		     s->nworkers++)
 			if (pthread_create(&s->workers[s->nworkers], NULL,
