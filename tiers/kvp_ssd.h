@@ -452,7 +452,7 @@ int kvp_ssd_reinsert_agent(struct kvp_ssd *s, const struct kvp_ssd_rec *r,
 int kvp_ssd_segment_info_agent(const struct kvp_ssd *s, uint32_t id,
 			       struct kvp_ssd_seg_info *info);
 void kvp_ssd_usage_agent(const struct kvp_ssd *s, struct kvp_ssd_usage *u);
-void kvp_ssd_stats_agent(const struct kvp_ssd *s, struct kvp_ssd_stats *st);
+void kvp_ssd_stats_agent(struct kvp_ssd *s, struct kvp_ssd_stats *st);
 
 /* Largest value this store accepts (depends on the segment size). */
 uint64_t kvp_ssd_max_value_agent(const struct kvp_ssd *s);

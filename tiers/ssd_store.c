@@ -371,9 +371,13 @@ kvp_ssd_close_agent(struct kvp_ssd *s)
 }
 
 void
-kvp_ssd_stats_agent(const struct kvp_ssd *s, struct kvp_ssd_stats *st)
+kvp_ssd_stats_agent(struct kvp_ssd *s, struct kvp_ssd_stats *st)
 {
+	/* the thread path's workers count under mu (the tier thread's
+	 * publish reads them every 50 ms) */
+	pthread_mutex_lock(&s->mu);
 	*st = s->st;
 	st->inflight_requests = s->outstanding;
 	st->registered = s->registered;
+	pthread_mutex_unlock(&s->mu);
 }
