@@ -248,6 +248,10 @@ run "runner: fails a run that dirties the tree" tests/runner/test_clean_tree.sh
 run "demo: default target needs only demo.sh's packages" tests/demo/test_default_target.sh
 # the SSD tier end to end on the pread/pwrite thread path (io_uring refused)
 run "release/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 build/release/test_ssd_tier
+# ... and under TSan: there two workers finish requests beside the tier
+# thread (a TSan report stops the agent and fails the test)
+[ $quick = 1 ] || run "tsan/test_ssd_tier (pread thread path)" env KVP_SSD_FORCE_PREAD=1 \
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" build/tsan/test_ssd_tier
 # observability: stat --json = /metrics (jq, promtool); a real Prometheus scrapes the agent
 run "release/obs stat --json matches /metrics" tests/obs/test_scrape_json.sh
 run "release/obs prometheus server scrapes kvpoold" tests/obs/test_prometheus.sh

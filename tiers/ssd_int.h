@@ -188,6 +188,13 @@ struct kvp_ssd {
 	struct kvp_sreq *done_head, *done_tail;
 	unsigned outstanding, queued;
 	struct kvp_ssd_stats st;
+	/* the counts completions make (kvp_ssd_stats_agent adds them to st):
+	 * a worker's under mu on the pread/pwrite path, where the tier thread
+	 * counts into st without it; the tier thread's on io_uring */
+	struct kvp_ssd_dcount {
+		uint64_t batches, dev_write_bytes, chunks_verified;
+		uint64_t crc_errors, io_errors;
+	} dc;
 	struct kvp_hcache *hc; /* NULL: headers are always read from disk */
 	bool in_giveback;
 	/* records the reclaims of this write keep, written into the segment

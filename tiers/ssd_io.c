@@ -123,7 +123,7 @@ kvp_worker(void *arg)
 		pthread_mutex_lock(&s->mu);
 		if (got != (ssize_t)j->total && !j->r->status) {
 			j->r->status = got == -ENOSPC ? -ENOSPC : -EIO;
-			s->st.io_errors++;
+			s->dc.io_errors++;
 		}
 		if (j->wr) {
 			s->writing--;
@@ -613,7 +613,7 @@ kvp_read_chunks_ok(struct kvp_ssd *s, struct kvp_sreq *r, const uint32_t *crc,
 		}
 		if (left || v != crc[c])
 			return false;
-		s->st.chunks_verified++;
+		s->dc.chunks_verified++;
 	}
 	return true;
 }
@@ -675,7 +675,7 @@ kvp_finish_read(struct kvp_ssd *s, struct kvp_sreq *r)
 		goto bad;
 	return 0;
 bad:
-	s->st.crc_errors++;
+	s->dc.crc_errors++;
 	return -EBADMSG;
 }
 
@@ -726,10 +726,10 @@ kvp_reap_cqe(struct kvp_ssd *s, struct io_uring_cqe *cqe)
 	if (cqe->res < 0) {
 		if (!r->status)
 			r->status = cqe->res == -ENOSPC ? -ENOSPC : -EIO;
-		s->st.io_errors++;
+		s->dc.io_errors++;
 	} else if ((uint64_t)cqe->res != want && !r->status) {
 		r->status = -EIO; /* short transfer */
-		s->st.io_errors++;
+		s->dc.io_errors++;
 	}
 	if (--r->nsub)
 		return;

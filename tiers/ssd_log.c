@@ -78,8 +78,8 @@ kvp_batch_finish(struct kvp_ssd *s, struct kvp_sreq *b)
 
 	kvp_crashpoint(A_SSD_BATCH_WRITTEN);
 	if (!b->status) {
-		s->st.batches++;
-		s->st.dev_write_bytes += b->bbytes;
+		s->dc.batches++;
+		s->dc.dev_write_bytes += b->bbytes;
 	}
 	for (; m; m = next) {
 		next = m->mnext;

@@ -374,9 +374,15 @@ void
 kvp_ssd_stats_agent(struct kvp_ssd *s, struct kvp_ssd_stats *st)
 {
 	/* the thread path's workers count under mu (the tier thread's
-	 * publish reads them every 50 ms) */
+	 * publish reads them every 50 ms), into dc: the tier thread counts
+	 * into st without mu */
 	pthread_mutex_lock(&s->mu);
 	*st = s->st;
+	st->batches += s->dc.batches;
+	st->dev_write_bytes += s->dc.dev_write_bytes;
+	st->chunks_verified += s->dc.chunks_verified;
+	st->crc_errors += s->dc.crc_errors;
+	st->io_errors += s->dc.io_errors;
 	st->inflight_requests = s->outstanding;
 	st->registered = s->registered;
 	pthread_mutex_unlock(&s->mu);
