@@ -791,7 +791,8 @@ static const struct kvp_mrow kvp_mtab[] = {
 	{ KVP_FAM("kvpool_ssd_write_ops_total", "counter", KVP_SEC_RW),
 	  .help = "Demotion write operations sent to the SSD devices by the "
 		  "write pacer: parts of a quarter of --ssd-write-depth, or "
-		  "pieces of a sixteenth of a part while reads are about." },
+		  "pieces of a sixteenth of a part while reads are about "
+		  "(without io_uring: the parts the worker threads wrote)." },
 	{ KVP_VAL(NULL, "ssd_write_ops"), KVP_A(SSD_WRITE_OPS) },
 	{ KVP_FAM("kvpool_ssd_write_pieces_total", "counter", KVP_SEC_RW),
 	  .help = "Write pieces the pacer cut from parts because one or two "

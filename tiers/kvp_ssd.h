@@ -271,8 +271,9 @@ struct kvp_ssd_stats {
 	uint64_t chunks_verified, crc_errors, io_errors, enospc;
 	uint64_t fsyncs;
 	uint64_t fixed_ops; /* ops on registered buffers */
-	/* batch writes are sent in parts (cfg.write_depth): parts sent, and
-	 * those that waited in the store for the device's writes to drain */
+	/* batch writes are sent in parts (cfg.write_depth): parts sent (on
+	 * the pread/pwrite path: written), and those that waited in the
+	 * store for the device's writes to drain */
 	uint64_t write_parts, write_parts_held;
 	uint64_t write_dev_peak; /* the most write bytes on the device */
 	/* parts cut into pieces while reads were about, and the times the

@@ -75,7 +75,8 @@
  *     (READ_FIXED when it lands in a registered buffer).  Where io_uring
  *     is refused (or KVP_SSD_FORCE_PREAD=1), two worker threads run the
  *     same operations with pwritev/preadv and complete them through the
- *     same poll.
+ *     same poll: reads ahead of queued writes, a batch's write in parts
+ *     as on the io_uring path (a job each).
  *  6. Everything read from disk is validated before use.
  */
 #ifndef KVP_SSD_INT_H
@@ -194,6 +195,7 @@ struct kvp_ssd {
 	struct kvp_ssd_dcount {
 		uint64_t batches, dev_write_bytes, chunks_verified;
 		uint64_t crc_errors, io_errors;
+		uint64_t write_parts; /* the workers' (write_parts) */
 	} dc;
 	struct kvp_hcache *hc; /* NULL: headers are always read from disk */
 	bool in_giveback;
@@ -271,7 +273,9 @@ struct kvp_job {
 	struct kvp_sreq *r;
 	unsigned idx, n;
 	bool wr;
-	const struct iovec *iov; /* lives in the request */
+	/* lives in the request (a read), or in part (a write's part) */
+	const struct iovec *iov;
+	struct kvp_wpart *part; /* the job's to free */
 	uint64_t off, total;
 	struct kvp_job *next;
 };

@@ -90,14 +90,53 @@ kvp_sub_done_locked(struct kvp_ssd *s, struct kvp_sreq *r)
 	kvp_efd_signal(s);
 }
 
+/*
+ * Thread path (mu held): take the job at the head of the queue into
+ * run[0], and while no read came for KVP_SSD_READ_RECENT_NS the write
+ * parts after it that continue it (same batch, the next offset), up to
+ * max jobs and KVP_SSD_BATCH_IOV iovecs: with no reader about a worker
+ * writes as deep as a whole batch did (a part a call cut demotion's
+ * queue on the device), and a read that comes finds one part ahead.
+ * Returns how many jobs it took; *niov their iovecs.
+ */
+#define KVP_SSD_COALESCE 16u
+static unsigned
+kvp_jobs_take_locked(struct kvp_ssd *s, struct kvp_job **run, unsigned max,
+		     unsigned *niov)
+{
+	struct kvp_job *j = s->jobs_head;
+	unsigned n = 0;
+	bool deep = j->wr && kvp_now_ns(CLOCK_MONOTONIC) - s->rd_last_ns >=
+				     KVP_SSD_READ_RECENT_NS;
+
+	*niov = 0;
+	do {
+		run[n++] = j;
+		*niov += j->n;
+		s->jobs_head = j->next;
+		if (s->jobs_rtail == j)
+			s->jobs_rtail = NULL;
+		j = s->jobs_head;
+	} while (deep && j && n < max && j->wr && j->r == run[n - 1]->r &&
+		 j->off == run[n - 1]->off + run[n - 1]->total &&
+		 *niov + j->n <= KVP_SSD_BATCH_IOV);
+	if (!s->jobs_head)
+		s->jobs_tail = NULL;
+	return n;
+}
+
 void *
 kvp_worker(void *arg)
 {
 	struct kvp_ssd *s = arg;
+	/* the iovecs of parts written together (NULL: a part at a time) */
+	struct iovec *iov = malloc(KVP_SSD_BATCH_IOV * sizeof(*iov));
 
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
-		struct kvp_job *j;
+		struct kvp_job *run[KVP_SSD_COALESCE], *j;
+		unsigned n, k, niov, at = 0;
+		uint64_t total = 0;
 		ssize_t got;
 
 		/* while reads come (one queued in the last 5 ms), writes
@@ -111,29 +150,41 @@ kvp_worker(void *arg)
 			pthread_cond_wait(&s->cv_work, &s->mu);
 		if (!s->jobs_head)
 			break;
-		j = s->jobs_head;
+		n = kvp_jobs_take_locked(s, run, iov ? KVP_SSD_COALESCE : 1,
+					 &niov);
+		j = run[0];
 		s->writing += j->wr;
-		s->jobs_head = j->next;
-		if (!s->jobs_head)
-			s->jobs_tail = NULL;
-		if (s->jobs_rtail == j)
-			s->jobs_rtail = NULL;
 		pthread_mutex_unlock(&s->mu);
-		got = kvp_sync_rw(j->r->seg->fd, j->wr, j->iov, j->n, j->off);
+		for (k = 0; k < n; k++) {
+			if (n > 1)
+				memcpy(iov + at, run[k]->iov,
+				       run[k]->n * sizeof(*iov));
+			at += run[k]->n;
+			total += run[k]->total;
+		}
+		got = kvp_sync_rw(j->r->seg->fd, j->wr, n > 1 ? iov : j->iov,
+				  n > 1 ? niov : j->n, j->off);
 		pthread_mutex_lock(&s->mu);
-		if (got != (ssize_t)j->total && !j->r->status) {
+		if (got != (ssize_t)total && !j->r->status) {
+			/* one request: the jobs taken together are its */
 			j->r->status = got == -ENOSPC ? -ENOSPC : -EIO;
 			s->dc.io_errors++;
 		}
 		if (j->wr) {
+			s->dc.write_parts += n; /* stat */
 			s->writing--;
 			/* a write waiting for this worker may go */
 			pthread_cond_signal(&s->cv_work);
 		}
-		kvp_sub_done_locked(s, j->r);
-		free(j);
+		for (k = 0; k < n; k++) {
+			/* the last job's completion may free the request */
+			kvp_sub_done_locked(s, run[k]->r);
+			free(run[k]->part);
+			free(run[k]);
+		}
 	}
 	pthread_mutex_unlock(&s->mu);
+	free(iov);
 	return NULL;
 }
 
@@ -309,14 +360,15 @@ kvp_wr_pump(struct kvp_ssd *s)
 }
 
 /*
- * Queue a batch's write (iov, n at off) to the pacer in parts of at most
- * s->wr_part bytes, cut at multiples of it from off (block aligned, as
- * every iovec of a batch is).  All parts or none: -ENOMEM leaves
- * nothing queued.
+ * A batch's write (iov, n at off) cut into parts of at most s->wr_part
+ * bytes, at multiples of it from off (block aligned, as every iovec of a
+ * batch is), in order from *headp (linked by next; *tailp the last).
+ * Returns their count, or -ENOMEM with none left.
  */
 static int
-kvp_queue_write_parts(struct kvp_ssd *s, struct kvp_sreq *r,
-		      const struct iovec *iov, unsigned n, uint64_t off)
+kvp_wr_split(const struct kvp_ssd *s, struct kvp_sreq *r,
+	     const struct iovec *iov, unsigned n, uint64_t off,
+	     struct kvp_wpart **headp, struct kvp_wpart **tailp)
 {
 	struct kvp_wpart *head = NULL, *tail = NULL, *p;
 	unsigned k = 0, nparts = 0;
@@ -379,7 +431,25 @@ kvp_queue_write_parts(struct kvp_ssd *s, struct kvp_sreq *r,
 		tail = p;
 		nparts++;
 	}
-	r->nsub += nparts;
+	*headp = head;
+	*tailp = tail;
+	return (int)nparts;
+}
+
+/*
+ * Queue a batch's write to the pacer in parts (kvp_wr_split).  All parts
+ * or none: -ENOMEM leaves nothing queued.
+ */
+static int
+kvp_queue_write_parts(struct kvp_ssd *s, struct kvp_sreq *r,
+		      const struct iovec *iov, unsigned n, uint64_t off)
+{
+	struct kvp_wpart *head, *tail;
+	int nparts = kvp_wr_split(s, r, iov, n, off, &head, &tail);
+
+	if (nparts < 0)
+		return nparts;
+	r->nsub += (unsigned)nparts;
 	if (!head)
 		return 0;
 	if (s->wq_tail)
@@ -387,16 +457,70 @@ kvp_queue_write_parts(struct kvp_ssd *s, struct kvp_sreq *r,
 	else
 		s->wq_head = head;
 	s->wq_tail = tail;
-	s->wq_len += nparts;
+	s->wq_len += (unsigned)nparts;
 	kvp_wr_pump(s);
 	/* stat: this batch's parts that wait for the device */
-	s->st.write_parts_held += s->wq_len < nparts ? s->wq_len : nparts;
+	s->st.write_parts_held +=
+		s->wq_len < (unsigned)nparts ? s->wq_len : (unsigned)nparts;
 	return 0;
 }
 
-/* Queue (or, without io_uring, perform) sub-operation idx of r.  With
- * io_uring a write goes to the pacer (kvp_queue_write_parts), a read to
- * the device. */
+/*
+ * The pread/pwrite path: a batch's write as one job per part, behind the
+ * jobs queued (a read that comes waits for the part a worker is writing,
+ * not for a whole batch: reads first, rule 9).  All or none.
+ */
+static int
+kvp_queue_write_jobs(struct kvp_ssd *s, struct kvp_sreq *r,
+		     const struct iovec *iov, unsigned n, uint64_t off)
+{
+	struct kvp_wpart *head, *tail, *p, *next;
+	struct kvp_job *jh = NULL, *jt = NULL, *j;
+	int nparts = kvp_wr_split(s, r, iov, n, off, &head, &tail);
+
+	if (nparts <= 0)
+		return nparts;
+	for (p = head; p; p = p->next) {
+		j = calloc(1, sizeof(*j));
+		if (!j) {
+			for (j = jh; j; j = jh) {
+				jh = j->next;
+				free(j);
+			}
+			for (p = head; p; p = next) {
+				next = p->next;
+				free(p);
+			}
+			return -ENOMEM;
+		}
+		j->r = r;
+		j->wr = true;
+		j->iov = p->iov;
+		j->n = p->n;
+		j->off = p->off;
+		j->total = p->len;
+		j->part = p;
+		if (jt)
+			jt->next = j;
+		else
+			jh = j;
+		jt = j;
+	}
+	pthread_mutex_lock(&s->mu);
+	r->nsub += (unsigned)nparts;
+	if (s->jobs_tail)
+		s->jobs_tail->next = jh;
+	else
+		s->jobs_head = jh;
+	s->jobs_tail = jt;
+	pthread_cond_broadcast(&s->cv_work);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+/* Queue sub-operation idx of r.  With io_uring a write goes to the pacer
+ * (kvp_queue_write_parts), a read to the device; without, to the workers
+ * (a write's parts behind the queue, a read ahead of every write). */
 int
 kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
 	     const struct iovec *iov, unsigned n, uint64_t off)
@@ -407,40 +531,31 @@ kvp_queue_rw(struct kvp_ssd *s, struct kvp_sreq *r, unsigned idx, bool wr,
 	for (k = 0; k < n; k++)
 		total += iov[k].iov_len;
 	r->want[idx] = total;
+	if (!s->uring && wr)
+		return kvp_queue_write_jobs(s, r, iov, n, off);
 	if (!s->uring) {
 		struct kvp_job *j = calloc(1, sizeof(*j));
+		struct kvp_job **at;
 
 		if (!j)
 			return -ENOMEM;
 		j->r = r;
 		j->idx = idx;
-		j->wr = wr;
 		j->iov = iov;
 		j->n = n;
 		j->off = off;
 		j->total = total;
 		pthread_mutex_lock(&s->mu);
 		r->nsub++;
-		if (!wr) {
-			/* a read goes after the reads queued, ahead of every
-			 * write queued (reads first, as on the io_uring path) */
-			struct kvp_job **at = s->jobs_rtail ?
-						      &s->jobs_rtail->next :
-						      &s->jobs_head;
-
-			j->next = *at;
-			*at = j;
-			s->jobs_rtail = j;
-			s->rd_last_ns = kvp_now_ns(CLOCK_MONOTONIC);
-			if (!j->next)
-				s->jobs_tail = j;
-		} else {
-			if (s->jobs_tail)
-				s->jobs_tail->next = j;
-			else
-				s->jobs_head = j;
+		/* a read goes after the reads queued, ahead of every write
+		 * queued (reads first, as on the io_uring path) */
+		at = s->jobs_rtail ? &s->jobs_rtail->next : &s->jobs_head;
+		j->next = *at;
+		*at = j;
+		s->jobs_rtail = j;
+		s->rd_last_ns = kvp_now_ns(CLOCK_MONOTONIC);
+		if (!j->next)
 			s->jobs_tail = j;
-		}
 		pthread_cond_signal(&s->cv_work);
 		pthread_mutex_unlock(&s->mu);
 		return 0;

@@ -383,6 +383,7 @@ kvp_ssd_stats_agent(struct kvp_ssd *s, struct kvp_ssd_stats *st)
 	st->chunks_verified += s->dc.chunks_verified;
 	st->crc_errors += s->dc.crc_errors;
 	st->io_errors += s->dc.io_errors;
+	st->write_parts += s->dc.write_parts;
 	st->inflight_requests = s->outstanding;
 	st->registered = s->registered;
 	pthread_mutex_unlock(&s->mu);

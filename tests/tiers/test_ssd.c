@@ -1395,7 +1395,6 @@ test_fs_enospc(void **state)
 	assert_int_equal(umount(mnt), 0);
 }
 
-/* The pread/pwrite path (io_uring refused) behaves the same. */
 /*
  * The write pacer (cfg.write_depth): a batch of 4 MiB of values written
  * with a depth of 64 KiB goes to the device in parts of 16 KiB, never
@@ -1403,10 +1402,12 @@ test_fs_enospc(void **state)
  * a read sent while they wait goes to the device at once and completes
  * before the batch does (it waits behind at most the depth, not behind
  * the batch: rule 9).  Every value reads back right, the one larger
- * than the depth included; then the same at the default depth.
+ * than the depth included; then the same at the default depth.  On the
+ * pread/pwrite path (pread) the batch is written in the same parts, a job
+ * each (the read queued ahead of those left), and reads back right.
  */
 static void
-wd_case(uint64_t depth)
+wd_case(uint64_t depth, bool pread)
 {
 	enum {
 		NV = 40
@@ -1429,7 +1430,10 @@ wd_case(uint64_t depth)
 	cfg.segment_bytes = 64 << 20;
 	cfg.wipe = true;
 	cfg.write_depth = depth;
+	if (pread)
+		setenv("KVP_SSD_FORCE_PREAD", "1", 1);
 	assert_int_equal(kvp_ssd_open_agent(&cfg, &s), 0);
+	unsetenv("KVP_SSD_FORCE_PREAD");
 	kvp_ssd_recover_agent(s, NULL, NULL);
 	assert_int_equal(posix_memalign((void **)&d, 4096, 1 << 20), 0);
 	fill(f0, sizeof(f0), 99);
@@ -1477,15 +1481,19 @@ wd_case(uint64_t depth)
 			}
 		}
 	}
-	/* the read did not wait for the batch */
-	assert_true(read_at < batch_at);
 	assert_memory_equal(d + doff, f0, sizeof(f0));
 	kvp_ssd_stats_agent(s, &st);
-	assert_true(st.write_dev_peak <= depth);
+	assert_int_equal(st.uring, !pread);
 	assert_true(st.write_parts >= (bytes + sizeof(big)) / (depth / 4));
-	assert_true(st.write_parts_held > 0);
-	/* the writes sent while the read was recent went in pieces */
-	assert_true(st.write_pieces > 0);
+	if (!pread) {
+		/* the read did not wait for the batch */
+		assert_true(read_at < batch_at);
+		assert_true(st.write_dev_peak <= depth);
+		assert_true(st.write_parts_held > 0);
+		/* the writes sent while the read was recent went in
+		 * pieces */
+		assert_true(st.write_pieces > 0);
+	}
 	/* every value as written */
 	for (k = 0; k < NV; k++) {
 		fill(v[k], sizeof(v[k]), k + 1);
@@ -1505,8 +1513,10 @@ static void
 test_write_depth(void **state)
 {
 	(void)state;
-	wd_case(64 << 10);
-	wd_case(KVP_SSD_WRITE_DEPTH_DEFAULT);
+	wd_case(64 << 10, false);
+	wd_case(KVP_SSD_WRITE_DEPTH_DEFAULT, false);
+	wd_case(64 << 10, true);
+	wd_case(KVP_SSD_WRITE_DEPTH_DEFAULT, true);
 }
 
 /*
@@ -1594,6 +1604,7 @@ test_write_waits_for_read(void **state)
 	free(d);
 }
 
+/* The pread/pwrite path (io_uring refused) behaves the same. */
 static void
 test_pread_path(void **state)
 {
