@@ -20,11 +20,12 @@
  * Not a test: nothing is asserted.  --quick for CI (< 1 min).
  *
  *   bench_ssd [--dir DIR] [--quick] [--json FILE] [--only ROWS]
- *             [--drives DIR1,DIR2,...]
+ *             [--drives DIR1,DIR2,...] [--records N]
  * ROWS: a comma list of pin, seq, sizes (or one size: size4, size16,
  * size64, size1024, in KiB), batch, rebuild, latency, seed (8 readers
  * through an 8-slot arena, demotion busy), drives (default: all but
- * drives, which needs --drives).
+ * drives, which needs --drives).  --records N: the rebuild rows at N
+ * records only (default: 100 k and 1 M; --quick 20 k).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -958,11 +959,12 @@ main(int argc, char **argv)
 		{ "quick", no_argument, NULL, 'q' },
 		{ "json", required_argument, NULL, 'j' },
 		{ "only", required_argument, NULL, 'o' },
+		{ "records", required_argument, NULL, 'r' },
 		{ "drives", required_argument, NULL, 'D' },
 		{ NULL, 0, NULL, 0 },
 	};
 	double fio_w = 0, fio_r = 0, fio_r64 = 0, bw, rbw, fw_mixed, fr_mixed;
-	int opt, n1m, n4k, nrec;
+	int opt, n1m, n4k, nrec, records = 0;
 
 	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
 		switch (opt) {
@@ -981,6 +983,9 @@ main(int argc, char **argv)
 		case 'D':
 			snprintf(drives, sizeof(drives), "%s", optarg);
 			break;
+		case 'r':
+			records = atoi(optarg);
+			break;
 		default:
 			return 2;
 		}
@@ -990,7 +995,7 @@ main(int argc, char **argv)
 		fputc('{', json);
 	n1m = quick ? 256 : 1024;
 	n4k = quick ? 10000 : 50000;
-	nrec = quick ? 20000 : 1000000;
+	nrec = records > 0 ? records : quick ? 20000 : 1000000;
 	snprintf(sdir, sizeof(sdir), "%s/kvpool-bench-ssd.%d", dir,
 		 (int)getpid());
 	mkdir(sdir, 0700);
@@ -1130,7 +1135,7 @@ main(int argc, char **argv)
 		drives_scaling();
 	if (want("rebuild")) {
 		/* the figure (100k records) and the large one */
-		if (!quick) {
+		if (!quick && records <= 0) {
 			rebuild(sdir, 100000, false);
 			rebuild(sdir, 100000, true);
 		}
