@@ -18,6 +18,8 @@ struct kvp_rrec {                    /* one key seen during recovery */
 	uint8_t klen;
 };
 
+struct kvp_rfault;
+
 struct kvp_rtab {
 	struct kvp_ssd *s;
 	struct kvp_rrec *r;
@@ -34,6 +36,9 @@ struct kvp_rtab {
 	size_t ndead, deadcap;
 	unsigned char *sumbuf; /* a summary read (reused, segment by segment) */
 	size_t sumcap;
+	/* the thread faulting these arrays in (kvp_rfault_*), or NULL:
+	 * stopped before any of them moves */
+	struct kvp_rfault *rf;
 };
 
 /* Ask for huge pages under a large private array (recovery's tables):
@@ -128,12 +133,13 @@ kvp_rfault_start(struct kvp_rfault *f, struct kvp_rtab *t, size_t keys)
 	/* relaxed: before the thread starts */
 	kvp_store_relaxed(&f->stop, 0);
 	f->started = pthread_create(&f->tid, NULL, kvp_rfault_run, f) == 0;
+	t->rf = f;
 }
 
 static void
 kvp_rfault_stop(struct kvp_rfault *f)
 {
-	if (!f->started)
+	if (!f || !f->started)
 		return;
 	/* relaxed: a hint (kvp_rfault_run's load); the join orders */
 	kvp_store_relaxed(&f->stop, 1);
@@ -172,6 +178,7 @@ kvp_rtab_grow(struct kvp_rtab *t)
 
 	if (!n)
 		return -ENOMEM;
+	kvp_rfault_stop(t->rf); /* the old array goes */
 	kvp_hint_huge(n, ns * sizeof(*n));
 	for (k = 0; k < t->nslot; k++) {
 		uint32_t v = t->slot[k].idx;
@@ -287,7 +294,10 @@ kvp_rtab_add(struct kvp_rtab *t, const struct kvp_ssd_rec *r)
 	if (!x) {
 		if (t->n == t->cap) {
 			size_t cap = t->cap ? t->cap * 2 : 4096;
-			struct kvp_rrec *n = realloc(t->r, cap * sizeof(*n));
+			struct kvp_rrec *n;
+
+			kvp_rfault_stop(t->rf); /* the array may move */
+			n = realloc(t->r, cap * sizeof(*n));
 			if (!n)
 				return -ENOMEM;
 			t->r = n;
@@ -298,6 +308,7 @@ kvp_rtab_add(struct kvp_rtab *t, const struct kvp_ssd_rec *r)
 			unsigned char *n;
 			while (cap < t->klen + r->klen)
 				cap *= 2;
+			kvp_rfault_stop(t->rf); /* the array may move */
 			n = realloc(t->keys, cap);
 			if (!n)
 				return -ENOMEM;
@@ -358,6 +369,7 @@ kvp_seg_records(struct kvp_ssd *s, struct kvp_sseg *g, kvp_ssd_rec_fn cb,
 			/* (an empty summary too: a segment sealed with no
 			 * record still needs a buffer to read nothing into) */
 			if (pf && (pf->sumcap < bytes || !pf->sumbuf)) {
+				kvp_rfault_stop(pf->rf); /* the buffer goes */
 				free(pf->sumbuf);
 				pf->sumcap = 0;
 				if (posix_memalign((void **)&pf->sumbuf, B,
